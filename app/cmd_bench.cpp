@@ -1,0 +1,91 @@
+// `trainer bench`: this machine's sgemm peak, and the model's training
+// throughput (tokens/s, MFU) on synthetic tokens in one process. No data or
+// MPI needed; scripts/bench.sh compares it with PyTorch.
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "app/commands.h"
+#include "app/recipe.h"
+#include "model/adamw.h"
+#include "model/flops.h"
+#include "model/init.h"
+#include "model/transformer.h"
+#include "runtime/errors.h"
+#include "runtime/metrics.h"
+#include "runtime/rng.h"
+#include "runtime/sgemm_peak.h"
+
+namespace trainer {
+
+namespace {
+const char* kBenchUsage =
+    "usage: trainer bench RECIPE.toml [--set section.key=value ...] [--steps N] [--warmup N]\n"
+    "  Times forward + backward + AdamW on one micro-batch of random tokens for the\n"
+    "  recipe's model with runtime.threads threads, after measuring the sgemm peak\n"
+    "  with the same threads. Prints a summary and a final JSON line.\n";
+}
+
+int cmd_bench(int argc, char** argv) {
+  std::string path;
+  std::vector<std::string> overrides;
+  int steps = 3, warmup = 1;
+  for (int i = 0; i < argc; i++) {
+    const std::string a = argv[i];
+    if (a == "--help" || a == "-h") {
+      std::fputs(kBenchUsage, stdout);
+      return 0;
+    } else if (a == "--set" && i + 1 < argc) overrides.push_back(argv[++i]);
+    else if (a == "--steps" && i + 1 < argc) steps = std::max(1, std::atoi(argv[++i]));
+    else if (a == "--warmup" && i + 1 < argc) warmup = std::max(0, std::atoi(argv[++i]));
+    else if (a[0] != '-' && path.empty()) path = a;
+    else throw RecipeError("bench: unexpected argument \"" + a + "\"\n" + kBenchUsage);
+  }
+  if (path.empty()) throw RecipeError(std::string("bench: no recipe given\n") + kBenchUsage);
+  const Recipe r = load_recipe(path, overrides, 1, false);
+  auto be = make_backend({r.runtime.backend, r.runtime.threads});
+  const double peak = measure_sgemm_gflops(*be, 2048, 1.0);
+
+  Transformer model(*be, r.model, r.training.micro_batch);
+  AdamW opt(*be, model.registry(), r.adamw);
+  std::vector<float> host(model.num_params());
+  init_params(model.layout(), r.model, r.run.seed, host.data());
+  be->from_host(model.params(), host.data(), host.size());
+  const int BT = r.training.micro_batch * r.model.seq_len;
+  std::vector<int32_t> tokens(BT + 1);
+  Rng rng(r.run.seed, "bench");
+  for (auto& t : tokens) t = (int32_t)rng.below(r.model.vocab_size);
+
+  double total_ms = 0, loss = 0;
+  for (int s = 0; s < warmup + steps; s++) {
+    const auto t0 = std::chrono::steady_clock::now();
+    be->zero(model.grads(), model.num_params());
+    loss = model.forward(tokens.data(), tokens.data() + 1, 1.0f / BT);
+    model.backward();
+    clip_grad_norm(*be, model.grads(), model.num_params(), r.training.grad_clip);
+    opt.step(model.params(), model.grads(), r.lr.lr);
+    const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    if (s >= warmup) total_ms += ms;
+  }
+  const double step_ms = total_ms / steps;
+  const double tps = BT / (step_ms / 1e3);
+  const double achieved = train_flops_per_token(r.model) * tps / 1e9;
+  std::printf("bench %s: %s, %zu params, micro-batch %d x %d, %d thread(s)\n", path.c_str(),
+              arch_name(r.model.arch), model.num_params(), r.training.micro_batch, r.model.seq_len,
+              r.runtime.threads);
+  std::printf("  sgemm peak     %8.1f GFLOP/s\n", peak);
+  std::printf("  step           %8.1f ms (mean of %d, after %d warm-up)\n", step_ms, steps, warmup);
+  std::printf("  throughput     %8.1f tokens/s, %.1f GFLOP/s model FLOPs\n", tps, achieved);
+  std::printf("  MFU            %8.1f%% of the measured sgemm peak\n", 100 * achieved / peak);
+  JsonRecord rec;
+  rec.add("bench", path).add("params", (long)model.num_params()).add("threads", r.runtime.threads)
+      .add("sgemm_gflops", peak).add("step_ms", step_ms).add("tokens_per_s", tps)
+      .add("model_gflops", achieved).add("mfu", achieved / peak).add("loss", loss);
+  std::printf("%s\n", rec.str().c_str());
+  return 0;
+}
+
+}  // namespace trainer

@@ -1,0 +1,232 @@
+// `trainer train RECIPE.toml`: one rank of a (data-parallel) training job.
+#include <mpi.h>
+
+#include <chrono>
+#include <climits>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "app/commands.h"
+#include "app/recipe.h"
+#include "app/train_loop.h"
+#include "model/flops.h"
+#include "parallel/process_grid.h"
+#include "runtime/errors.h"
+#include "runtime/metrics.h"
+#include "runtime/sgemm_peak.h"
+
+namespace trainer {
+
+namespace {
+
+const char* kTrainUsage =
+    "usage: [mpirun -np N] trainer train RECIPE.toml [--set section.key=value ...]\n"
+    "                                   [--print-config]\n"
+    "  --set K=V        override a recipe key, e.g. --set training.steps=50 (repeatable)\n"
+    "  --print-config   print the resolved recipe and exit\n"
+    "Writes <run.dir>/metrics.jsonl and <run.dir>/recipe.resolved.toml.\n";
+
+struct TrainArgs {
+  std::string recipe;
+  std::vector<std::string> overrides;
+  bool print_config = false;
+  bool help = false;
+};
+
+TrainArgs parse_args(int argc, char** argv) {
+  TrainArgs a;
+  for (int i = 0; i < argc; i++) {
+    const std::string s = argv[i];
+    if (s == "--help" || s == "-h") a.help = true;
+    else if (s == "--print-config") a.print_config = true;
+    else if (s == "--set" && i + 1 < argc) a.overrides.push_back(argv[++i]);
+    else if (s.rfind("--set=", 0) == 0) a.overrides.push_back(s.substr(6));
+    else if (!s.empty() && s[0] == '-') throw RecipeError("train: unknown option \"" + s + "\"\n" + kTrainUsage);
+    else if (a.recipe.empty()) a.recipe = s;
+    else throw RecipeError("train: more than one recipe given (\"" + a.recipe + "\", \"" + s + "\")");
+  }
+  if (a.recipe.empty() && !a.help) throw RecipeError(std::string("train: no recipe given\n") + kTrainUsage);
+  return a;
+}
+
+// Runs fn on every rank. If any rank fails, the lowest failing rank prints its
+// message once and every rank returns that rank's exit code, so a recipe or
+// data error seen by all ranks is reported once, not N times.
+int agree_on_failure(MPI_Comm world, const std::function<void()>& fn) {
+  int rank = 0, code = 0;
+  std::string msg;
+  MPI_Comm_rank(world, &rank);
+  try {
+    fn();
+  } catch (const UserError& e) {
+    code = e.exit_code, msg = e.what();
+  } catch (const std::exception& e) {
+    code = kExitInternal, msg = std::string("internal error: ") + e.what();
+  }
+  int failed = code ? rank : INT_MAX, first = INT_MAX;
+  MPI_Allreduce(&failed, &first, 1, MPI_INT, MPI_MIN, world);
+  if (first == INT_MAX) return 0;
+  MPI_Bcast(&code, 1, MPI_INT, first, world);
+  if (rank == first) std::fprintf(stderr, "error: %s\n", msg.c_str());
+  return code;
+}
+
+// A failure inside the training loop may hit one rank only (its slice of the
+// data); the others would wait in a collective forever, so abort the job.
+[[noreturn]] void abort_job(int code, const std::string& msg) {
+  int rank = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  std::fprintf(stderr, "error (rank %d): %s\n", rank, msg.c_str());
+  std::fflush(stderr);
+  MPI_Abort(MPI_COMM_WORLD, code);
+  std::_Exit(code);
+}
+
+std::string human(double x) {
+  char b[32];
+  if (x >= 1e9) std::snprintf(b, sizeof b, "%.2fG", x / 1e9);
+  else if (x >= 1e6) std::snprintf(b, sizeof b, "%.2fM", x / 1e6);
+  else if (x >= 1e3) std::snprintf(b, sizeof b, "%.1fk", x / 1e3);
+  else std::snprintf(b, sizeof b, "%.0f", x);
+  return b;
+}
+
+struct Job {
+  Recipe recipe;
+  std::unique_ptr<ProcessGrid> grid;
+  std::unique_ptr<Backend> backend;
+  std::unique_ptr<TokenDataset> train, val;
+  std::unique_ptr<TrainLoop> loop;
+  std::unique_ptr<MetricsLog> metrics;
+  double peak_gflops = 0;  // per rank
+
+  // Users of the backend and communicators go first.
+  void release() {
+    metrics.reset();
+    loop.reset();
+    val.reset();
+    train.reset();
+    backend.reset();
+    grid.reset();
+  }
+};
+
+int run_training(Job& job, int world_rank, int world_size) {
+  const Recipe& r = job.recipe;
+  const bool lead = world_rank == 0;
+  const double tokens_per_step = (double)r.training.global_batch * r.model.seq_len;
+  const double flops_per_token = train_flops_per_token(r.model);
+  const double peak_total = job.peak_gflops * 1e9 * world_size;
+  if (lead) {
+    std::printf("trainer: %s | %s, %s params | dp=%d pp=%d tp=%d | global batch %d x %d tokens, "
+                "micro-batch %d, %d accumulation step(s) | %zu train samples | peak %.1f GFLOP/s/rank\n",
+                r.run.name.c_str(), arch_name(r.model.arch), human((double)job.loop->model().num_params()).c_str(),
+                r.grid.dp, r.grid.pp, r.grid.tp, r.training.global_batch, r.model.seq_len,
+                r.training.micro_batch, r.accum_steps(), job.train->num_samples(), job.peak_gflops);
+    std::fflush(stdout);
+  }
+  const auto t_start = std::chrono::steady_clock::now();
+  double last_loss = 0, last_val = -1;
+  for (long s = 0; s < r.training.steps; s++) {
+    StepStats st;
+    double val = -1;
+    try {
+      st = job.loop->step();
+      const bool last = st.step == r.training.steps;
+      if (job.val && ((r.training.eval_every > 0 && st.step % r.training.eval_every == 0) || last))
+        val = job.loop->evaluate();
+    } catch (const UserError& e) {
+      abort_job(e.exit_code, e.what());
+    } catch (const std::exception& e) {
+      abort_job(kExitInternal, std::string("internal error: ") + e.what());
+    }
+    last_loss = st.loss;
+    if (val >= 0) last_val = val;
+    const bool log = st.step % r.training.log_every == 0 || st.step == r.training.steps || st.step == 1;
+    if (!lead || (!log && val < 0)) continue;
+    const double tps = tokens_per_step / (st.step_ms / 1e3);
+    const double mfu = peak_total > 0 ? flops_per_token * tps / peak_total : 0;
+    JsonRecord rec;
+    rec.add("step", st.step).add("loss", st.loss).add("lr", st.lr).add("grad_norm", st.grad_norm)
+        .add("tokens_per_s", tps).add("mfu", mfu).add("step_ms", st.step_ms)
+        .add("data_wait_ms", st.data_wait_ms);
+    if (val >= 0) rec.add("val_loss", val);
+    job.metrics->write(rec);
+    std::printf("step %5ld/%ld | loss %.4f | lr %.2e | grad norm %.3f | %s tok/s | mfu %.1f%% | %.0f ms | data wait %.2f ms",
+                st.step, r.training.steps, st.loss, st.lr, st.grad_norm, human(tps).c_str(),
+                100 * mfu, st.step_ms, st.data_wait_ms);
+    if (val >= 0) std::printf(" | val loss %.4f", val);
+    std::printf("\n");
+    std::fflush(stdout);
+  }
+  if (lead) {
+    const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_start).count();
+    std::printf("done: %ld steps in %.1f s | final loss %.4f", r.training.steps, secs, last_loss);
+    if (last_val >= 0) std::printf(" | val loss %.4f", last_val);
+    std::printf(" | metrics in %s/metrics.jsonl\n", r.run.dir.c_str());
+  }
+  return kExitOk;
+}
+
+}  // namespace
+
+int cmd_train(int argc, char** argv) {
+  int provided = 0;
+  MPI_Init_thread(nullptr, nullptr, MPI_THREAD_FUNNELED, &provided);
+  int rank = 0, size = 1;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+
+  TrainArgs args;
+  Job job;
+  bool stop_early = false;
+  int code = agree_on_failure(MPI_COMM_WORLD, [&] {
+    args = parse_args(argc, argv);
+    if (args.help) {
+      if (rank == 0) std::fputs(kTrainUsage, stdout);
+      stop_early = true;
+      return;
+    }
+    job.recipe = load_recipe(args.recipe, args.overrides, size, true);
+    if (args.print_config) {
+      if (rank == 0) std::fputs(recipe_to_toml(job.recipe).c_str(), stdout);
+      stop_early = true;
+    }
+  });
+  if (code == 0 && !stop_early) {
+    code = agree_on_failure(MPI_COMM_WORLD, [&] {
+      const Recipe& r = job.recipe;
+      std::error_code ec;
+      std::filesystem::create_directories(r.run.dir, ec);
+      if (ec) throw UserError(kExitUsage, r.run.dir + ": cannot create run directory ([run] dir): " + ec.message());
+      job.train = std::make_unique<TokenDataset>(r.data.train_files, r.model.seq_len, r.model.vocab_size);
+      if (!r.data.val_files.empty())
+        job.val = std::make_unique<TokenDataset>(r.data.val_files, r.model.seq_len, r.model.vocab_size);
+      job.grid = std::make_unique<ProcessGrid>(MPI_COMM_WORLD, r.grid);
+      job.backend = make_backend({r.runtime.backend, r.runtime.threads});
+      job.loop = std::make_unique<TrainLoop>(*job.backend, job.grid->dp(), r, *job.train, job.val.get());
+      job.peak_gflops = r.runtime.peak_gflops;
+      if (job.peak_gflops <= 0) {  // all ranks measure at once, as they will train
+        double g = measure_sgemm_gflops(*job.backend, 1024, 0.3);
+        job.grid->world().allreduce_sum(&g, 1);
+        job.peak_gflops = g / size;
+      }
+      if (rank == 0) {
+        std::ofstream(r.run.dir + "/recipe.resolved.toml") << recipe_to_toml(r);
+        job.metrics = std::make_unique<MetricsLog>(r.run.dir + "/metrics.jsonl", true);
+      }
+    });
+  }
+  if (code == 0 && !stop_early) code = run_training(job, rank, size);
+  job.release();  // free communicators before MPI_Finalize
+  MPI_Finalize();
+  return code;
+}
+
+}  // namespace trainer

@@ -1,0 +1,10 @@
+#pragma once
+// Subcommands of the trainer executable. Each takes the arguments after its
+// own name and returns the process exit code (runtime/errors.h).
+namespace trainer {
+
+int cmd_train(int argc, char** argv);
+int cmd_data(int argc, char** argv);
+int cmd_bench(int argc, char** argv);
+
+}  // namespace trainer

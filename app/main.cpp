@@ -1,0 +1,46 @@
+// trainer: one executable, several subcommands.
+#include <cstdio>
+#include <cstring>
+#include <exception>
+
+#include "app/commands.h"
+#include "runtime/errors.h"
+
+namespace {
+const char* kUsage =
+    "usage: trainer <command> [options]\n"
+    "\n"
+    "commands:\n"
+    "  train RECIPE.toml [--set section.key=value ...] [--print-config]\n"
+    "        train a model; launch with mpirun -np N (or srun) for data parallelism\n"
+    "  data prepare --input FILES_OR_DIRS... --output DIR [--val-fraction F]\n"
+    "        turn text files into byte-level token shards (vocabulary 256)\n"
+    "  bench [RECIPE.toml] [--set section.key=value ...] [--steps N]\n"
+    "        measure the sgemm peak and the model's tokens/s and MFU on this machine\n"
+    "\n"
+    "exit codes: 0 ok, 1 internal error, 2 recipe or usage error, 3 data error,\n"
+    "            4 checkpoint/HDF5 error\n"
+    "Run `trainer <command> --help` for a command's options.\n";
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 2 || !std::strcmp(argv[1], "-h") || !std::strcmp(argv[1], "--help") ||
+      !std::strcmp(argv[1], "help")) {
+    std::fputs(kUsage, argc < 2 ? stderr : stdout);
+    return argc < 2 ? trainer::kExitUsage : 0;
+  }
+  const char* cmd = argv[1];
+  try {
+    if (!std::strcmp(cmd, "train")) return trainer::cmd_train(argc - 2, argv + 2);
+    if (!std::strcmp(cmd, "data")) return trainer::cmd_data(argc - 2, argv + 2);
+    if (!std::strcmp(cmd, "bench")) return trainer::cmd_bench(argc - 2, argv + 2);
+  } catch (const trainer::UserError& e) {
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return e.exit_code;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "internal error: %s\n", e.what());
+    return trainer::kExitInternal;
+  }
+  std::fprintf(stderr, "trainer: unknown command \"%s\"\n\n%s", cmd, kUsage);
+  return trainer::kExitUsage;
+}

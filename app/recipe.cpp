@@ -1,0 +1,403 @@
+// TOML -> Recipe. Every key is declared by the get() call that reads it, so
+// unknown keys (typos) are found by comparing what the file has with what was
+// read, and the nearest known name is suggested.
+#include "app/recipe.h"
+
+#include <toml++/toml.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <set>
+#include <sstream>
+
+#include "data/dataset.h"
+#include "runtime/errors.h"
+
+namespace trainer {
+
+int edit_distance(const std::string& a, const std::string& b) {
+  std::vector<int> prev(b.size() + 1), cur(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); j++) prev[j] = (int)j;
+  for (size_t i = 1; i <= a.size(); i++) {
+    cur[0] = (int)i;
+    for (size_t j = 1; j <= b.size(); j++)
+      cur[j] = std::min({prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + (a[i - 1] != b[j - 1])});
+    std::swap(prev, cur);
+  }
+  return prev[b.size()];
+}
+
+namespace {
+
+std::string nearest(const std::string& word, const std::vector<std::string>& options) {
+  std::string best;
+  int best_d = 1 << 30;
+  for (const auto& o : options) {
+    const int d = edit_distance(word, o);
+    if (d < best_d) best_d = d, best = o;
+  }
+  const int limit = std::max(2, (int)word.size() / 3);
+  return best_d <= limit ? best : "";
+}
+
+// Every section and key a recipe may hold. Checked before any value is read,
+// so a typo is reported as a typo rather than as the default it left behind.
+const std::vector<std::pair<std::string, std::vector<std::string>>> kSchema = {
+    {"run", {"name", "dir", "seed"}},
+    {"model", {"arch", "vocab_size", "d_model", "n_layers", "n_heads", "n_kv_heads", "d_ff",
+               "seq_len", "tie_embeddings", "norm_eps", "rope_theta"}},
+    {"data", {"train", "val", "prefetch"}},
+    {"training", {"steps", "global_batch", "micro_batch", "grad_clip", "eval_every",
+                  "eval_batches", "log_every"}},
+    {"optimizer", {"lr", "min_lr", "warmup_steps", "schedule", "weight_decay", "beta1",
+                   "beta2", "eps"}},
+    {"parallel", {"dp", "tp", "pp"}},
+    {"runtime", {"threads", "backend", "peak_gflops"}},
+};
+
+class RecipeReader {
+ public:
+  RecipeReader(toml::table& root, std::string file, std::set<std::string> overridden)
+      : root_(root), file_(std::move(file)), overridden_(std::move(overridden)) {}
+
+  // Location of section.key for messages: "file:line" or "--set section.key".
+  std::string where(const std::string& sec, const std::string& key) const {
+    const std::string full = sec + "." + key;
+    if (overridden_.count(full)) return "--set " + full;
+    if (const toml::node* n = root_.at_path(full).node()) {
+      const auto& src = n->source();
+      if (src.begin.line > 0) return file_ + ":" + std::to_string(src.begin.line);
+    }
+    if (const toml::node* s = root_.get(sec)) {
+      if (s->source().begin.line > 0) return file_ + ":" + std::to_string(s->source().begin.line);
+    }
+    return file_;
+  }
+
+  [[noreturn]] void fail(const std::string& sec, const std::string& key, const std::string& msg) const {
+    throw RecipeError(where(sec, key) + ": [" + sec + "] " + key + ": " + msg);
+  }
+
+  const toml::node* node(const std::string& sec, const std::string& key) {
+    const toml::node* s = root_.get(sec);
+    return s ? s->as_table()->get(key) : nullptr;
+  }
+
+  long get_int(const std::string& sec, const std::string& key, long def) {
+    const toml::node* n = node(sec, key);
+    if (!n) return def;
+    if (!n->is_integer()) fail(sec, key, "expected an integer, got " + type_name(*n));
+    return (long)n->as_integer()->get();
+  }
+  double get_float(const std::string& sec, const std::string& key, double def) {
+    const toml::node* n = node(sec, key);
+    if (!n) return def;
+    if (n->is_integer()) return (double)n->as_integer()->get();
+    if (!n->is_floating_point()) fail(sec, key, "expected a number, got " + type_name(*n));
+    return n->as_floating_point()->get();
+  }
+  bool get_bool(const std::string& sec, const std::string& key, bool def) {
+    const toml::node* n = node(sec, key);
+    if (!n) return def;
+    if (!n->is_boolean()) fail(sec, key, "expected true or false, got " + type_name(*n));
+    return n->as_boolean()->get();
+  }
+  std::string get_string(const std::string& sec, const std::string& key, const std::string& def) {
+    const toml::node* n = node(sec, key);
+    if (!n) return def;
+    if (!n->is_string()) fail(sec, key, "expected a string, got " + type_name(*n));
+    return n->as_string()->get();
+  }
+  std::string get_choice(const std::string& sec, const std::string& key, const std::string& def,
+                         const std::vector<std::string>& choices) {
+    const std::string v = get_string(sec, key, def);
+    if (std::find(choices.begin(), choices.end(), v) != choices.end()) return v;
+    std::string list;
+    for (const auto& c : choices) list += (list.empty() ? "\"" : ", \"") + c + "\"";
+    const std::string near = nearest(v, choices);
+    fail(sec, key, "\"" + v + "\" is not one of " + list +
+                       (near.empty() ? "" : " (did you mean \"" + near + "\"?)"));
+  }
+  std::vector<std::string> get_strings(const std::string& sec, const std::string& key) {
+    const toml::node* n = node(sec, key);
+    std::vector<std::string> out;
+    if (!n) return out;
+    if (n->is_string()) return {n->as_string()->get()};
+    if (!n->is_array()) fail(sec, key, "expected a list of paths, got " + type_name(*n));
+    for (const toml::node& e : *n->as_array()) {
+      if (!e.is_string()) fail(sec, key, "expected a list of strings, found " + type_name(e));
+      out.push_back(e.as_string()->get());
+    }
+    return out;
+  }
+  bool present(const std::string& sec, const std::string& key) {
+    node(sec, key);
+    const toml::node* s = root_.get(sec);
+    return s && s->is_table() && s->as_table()->contains(key);
+  }
+
+  // Unknown sections and keys: the first one found is an error.
+  void check_unknown() const {
+    std::vector<std::string> sections;
+    for (const auto& [name, keys] : kSchema) sections.push_back(name);
+    for (auto&& [k, v] : root_) {
+      const std::string sec(k.str());
+      const auto it = std::find_if(kSchema.begin(), kSchema.end(),
+                                   [&](const auto& e) { return e.first == sec; });
+      if (it == kSchema.end()) {
+        const std::string near = nearest(sec, sections);
+        const int line = v.source().begin.line;
+        throw RecipeError((line > 0 ? file_ + ":" + std::to_string(line) : file_) +
+                          ": unknown section [" + sec + "]" +
+                          (near.empty() ? "" : " (did you mean [" + near + "]?)"));
+      }
+      if (!v.is_table())
+        throw RecipeError(file_ + ": \"" + sec + "\" must be a table ([" + sec + "])");
+      const std::vector<std::string>& known = it->second;
+      for (auto&& [kk, vv] : *v.as_table()) {
+        const std::string key(kk.str());
+        if (std::find(known.begin(), known.end(), key) != known.end()) continue;
+        const std::string near = nearest(key, known);
+        fail(sec, key, "unknown key" + (near.empty() ? std::string() : " (did you mean \"" + near + "\"?)"));
+      }
+    }
+  }
+
+ private:
+  static std::string type_name(const toml::node& n) {
+    switch (n.type()) {
+      case toml::node_type::string: return "a string";
+      case toml::node_type::integer: return "an integer";
+      case toml::node_type::floating_point: return "a float";
+      case toml::node_type::boolean: return "a boolean";
+      case toml::node_type::array: return "an array";
+      case toml::node_type::table: return "a table";
+      default: return "a date/time";
+    }
+  }
+  toml::table& root_;
+  std::string file_;
+  std::set<std::string> overridden_;
+};
+
+// Applies "section.key=value" overrides; values parse as TOML, else as a string.
+std::set<std::string> apply_overrides(toml::table& root, const std::vector<std::string>& ov) {
+  std::set<std::string> done;
+  for (const std::string& o : ov) {
+    const size_t eq = o.find('='), dot = o.find('.');
+    if (eq == std::string::npos || dot == std::string::npos || dot > eq)
+      throw RecipeError("--set " + o + ": expected section.key=value (e.g. --set training.steps=50)");
+    const std::string sec = o.substr(0, dot), key = o.substr(dot + 1, eq - dot - 1);
+    const std::string val = o.substr(eq + 1);
+    if (sec.empty() || key.empty())
+      throw RecipeError("--set " + o + ": expected section.key=value");
+    toml::table parsed;
+    try {
+      parsed = toml::parse("v = " + val);
+    } catch (const toml::parse_error&) {
+      parsed.insert_or_assign("v", val);  // bare words are strings
+    }
+    if (!root.contains(sec)) root.insert(sec, toml::table{});
+    toml::table* t = root.get(sec)->as_table();
+    if (!t) throw RecipeError("--set " + o + ": [" + sec + "] is not a table in the recipe");
+    t->insert_or_assign(key, *parsed.get("v"));
+    done.insert(sec + "." + key);
+  }
+  return done;
+}
+
+}  // namespace
+
+Recipe load_recipe(const std::string& path, const std::vector<std::string>& overrides,
+                   int world_size, bool need_data) {
+  toml::table root;
+  try {
+    root = toml::parse_file(path);
+  } catch (const toml::parse_error& e) {
+    const auto& src = e.source();
+    std::ostringstream os;
+    os << path;
+    if (src.begin.line > 0) os << ":" << src.begin.line << ":" << src.begin.column;
+    os << ": " << (std::string(e.description()).find("File could not be opened") != std::string::npos
+                       ? "cannot read the recipe file"
+                       : "invalid TOML: " + std::string(e.description()));
+    throw RecipeError(os.str());
+  }
+  RecipeReader rd(root, path, apply_overrides(root, overrides));
+  rd.check_unknown();
+  Recipe r;
+  r.path = path;
+
+  // [run]
+  r.run.name = rd.get_string("run", "name", r.run.name);
+  r.run.dir = rd.get_string("run", "dir", "runs/" + r.run.name);
+  const long seed = rd.get_int("run", "seed", (long)r.run.seed);
+  if (seed < 0) rd.fail("run", "seed", "must be >= 0");
+  r.run.seed = (uint64_t)seed;
+  if (r.run.dir.empty()) rd.fail("run", "dir", "must not be empty");
+
+  // [model]
+  ModelConfig& m = r.model;
+  m.arch = rd.get_choice("model", "arch", "gpt2", {"gpt2", "llama"}) == "gpt2" ? Arch::GPT2 : Arch::Llama;
+  m.vocab_size = (int)rd.get_int("model", "vocab_size", m.vocab_size);
+  m.d_model = (int)rd.get_int("model", "d_model", m.d_model);
+  m.n_layers = (int)rd.get_int("model", "n_layers", m.n_layers);
+  m.n_heads = (int)rd.get_int("model", "n_heads", m.n_heads);
+  m.n_kv_heads = (int)rd.get_int("model", "n_kv_heads", m.n_heads);
+  if (m.arch == Arch::GPT2 && rd.present("model", "n_kv_heads") && m.n_kv_heads != m.n_heads)
+    rd.fail("model", "n_kv_heads", "grouped-query attention needs arch = \"llama\" (gpt2 uses n_heads)");
+  m.d_ff = (int)rd.get_int("model", "d_ff", 4L * m.d_model);
+  m.seq_len = (int)rd.get_int("model", "seq_len", m.seq_len);
+  m.tie_embeddings = rd.get_bool("model", "tie_embeddings", m.arch == Arch::GPT2);
+  m.norm_eps = (float)rd.get_float("model", "norm_eps", m.arch == Arch::GPT2 ? 1e-5 : 1e-6);
+  m.rope_theta = (float)rd.get_float("model", "rope_theta", 10000.0);
+  for (const auto& [key, msg] : validate(m)) rd.fail("model", key, msg);
+  if (m.norm_eps <= 0) rd.fail("model", "norm_eps", "must be > 0");
+  if (m.rope_theta <= 1) rd.fail("model", "rope_theta", "must be > 1");
+
+  // [parallel]
+  r.grid.tp = (int)rd.get_int("parallel", "tp", 1);
+  r.grid.pp = (int)rd.get_int("parallel", "pp", 1);
+  if (r.grid.tp != 1) rd.fail("parallel", "tp", "tensor parallelism (tp > 1) is not available yet; use tp = 1");
+  if (r.grid.pp != 1) rd.fail("parallel", "pp", "pipeline parallelism (pp > 1) is not available yet; use pp = 1");
+  const bool dp_given = rd.present("parallel", "dp");
+  r.grid.dp = (int)rd.get_int("parallel", "dp", world_size / (r.grid.tp * r.grid.pp));
+  if (r.grid.dp < 1) rd.fail("parallel", "dp", "must be >= 1");
+  if (r.grid.dp * r.grid.pp * r.grid.tp != world_size)
+    rd.fail("parallel", dp_given ? "dp" : "tp",
+            "dp * pp * tp = " + std::to_string(r.grid.dp) + " * " + std::to_string(r.grid.pp) +
+                " * " + std::to_string(r.grid.tp) + " = " +
+                std::to_string(r.grid.dp * r.grid.pp * r.grid.tp) +
+                " does not match the " + std::to_string(world_size) +
+                " ranks this job was launched with");
+
+  // [training]
+  TrainingSection& t = r.training;
+  t.steps = rd.get_int("training", "steps", t.steps);
+  t.micro_batch = (int)rd.get_int("training", "micro_batch", t.micro_batch);
+  t.global_batch = (int)rd.get_int("training", "global_batch", (long)t.micro_batch * r.grid.dp);
+  t.grad_clip = (float)rd.get_float("training", "grad_clip", t.grad_clip);
+  t.eval_every = (int)rd.get_int("training", "eval_every", t.eval_every);
+  t.eval_batches = (int)rd.get_int("training", "eval_batches", t.eval_batches);
+  t.log_every = (int)rd.get_int("training", "log_every", t.log_every);
+  if (t.steps < 1) rd.fail("training", "steps", "must be >= 1");
+  if (t.micro_batch < 1) rd.fail("training", "micro_batch", "must be >= 1");
+  if (t.global_batch < 1) rd.fail("training", "global_batch", "must be >= 1");
+  if (t.global_batch % (t.micro_batch * r.grid.dp) != 0)
+    rd.fail("training", "global_batch",
+            std::to_string(t.global_batch) + " is not divisible by micro_batch * dp = " +
+                std::to_string(t.micro_batch) + " * " + std::to_string(r.grid.dp) + " = " +
+                std::to_string(t.micro_batch * r.grid.dp) +
+                " (gradient accumulation needs a whole number of micro-batches per rank)");
+  if (t.grad_clip < 0) rd.fail("training", "grad_clip", "must be >= 0 (0 disables clipping)");
+  if (t.eval_every < 0) rd.fail("training", "eval_every", "must be >= 0");
+  if (t.eval_batches < 1) rd.fail("training", "eval_batches", "must be >= 1");
+  if (t.log_every < 1) rd.fail("training", "log_every", "must be >= 1");
+
+  // [optimizer]
+  LrConfig& lr = r.lr;
+  lr.lr = (float)rd.get_float("optimizer", "lr", lr.lr);
+  lr.min_lr = (float)rd.get_float("optimizer", "min_lr", lr.lr * 0.1);
+  lr.warmup_steps = (int)rd.get_int("optimizer", "warmup_steps", 0);
+  const std::string sched = rd.get_choice("optimizer", "schedule", "cosine", {"cosine", "linear", "constant"});
+  lr.schedule = sched == "cosine" ? LrSchedule::Cosine : sched == "linear" ? LrSchedule::Linear : LrSchedule::Constant;
+  r.adamw.weight_decay = (float)rd.get_float("optimizer", "weight_decay", r.adamw.weight_decay);
+  r.adamw.beta1 = (float)rd.get_float("optimizer", "beta1", r.adamw.beta1);
+  r.adamw.beta2 = (float)rd.get_float("optimizer", "beta2", r.adamw.beta2);
+  r.adamw.eps = (float)rd.get_float("optimizer", "eps", r.adamw.eps);
+  if (!(lr.lr > 0)) rd.fail("optimizer", "lr", "must be > 0");
+  if (lr.min_lr < 0 || lr.min_lr > lr.lr) rd.fail("optimizer", "min_lr", "must be in [0, lr]");
+  if (lr.warmup_steps < 0) rd.fail("optimizer", "warmup_steps", "must be >= 0");
+  if (lr.warmup_steps > t.steps)
+    rd.fail("optimizer", "warmup_steps", std::to_string(lr.warmup_steps) + " is more than training.steps = " + std::to_string(t.steps));
+  if (r.adamw.weight_decay < 0) rd.fail("optimizer", "weight_decay", "must be >= 0");
+  if (r.adamw.beta1 < 0 || r.adamw.beta1 >= 1) rd.fail("optimizer", "beta1", "must be in [0, 1)");
+  if (r.adamw.beta2 < 0 || r.adamw.beta2 >= 1) rd.fail("optimizer", "beta2", "must be in [0, 1)");
+  if (!(r.adamw.eps > 0)) rd.fail("optimizer", "eps", "must be > 0");
+
+  // [runtime]
+  r.runtime.threads = (int)rd.get_int("runtime", "threads", r.runtime.threads);
+  r.runtime.backend = rd.get_choice("runtime", "backend", "cpu", {"cpu"});
+  r.runtime.peak_gflops = rd.get_float("runtime", "peak_gflops", 0.0);
+  if (r.runtime.threads < 1) rd.fail("runtime", "threads", "must be >= 1");
+  if (r.runtime.peak_gflops < 0) rd.fail("runtime", "peak_gflops", "must be >= 0 (0: measure)");
+
+  // [data]
+  r.data.train = rd.get_strings("data", "train");
+  r.data.val = rd.get_strings("data", "val");
+  r.data.prefetch = (int)rd.get_int("data", "prefetch", r.data.prefetch);
+  if (r.data.prefetch < 0) rd.fail("data", "prefetch", "must be >= 0 (0: load on the training thread)");
+
+  if (!need_data) return r;
+
+  if (r.data.train.empty()) rd.fail("data", "train", "no training data: give a list of token shard paths or globs");
+  try {
+    r.data.train_files = expand_paths(r.data.train);
+  } catch (const DataError& e) {
+    rd.fail("data", "train", e.what());
+  }
+  try {
+    if (!r.data.val.empty()) r.data.val_files = expand_paths(r.data.val);
+  } catch (const DataError& e) {
+    rd.fail("data", "val", e.what());
+  }
+  return r;
+}
+
+namespace {
+// float -> the double with the same short decimal form (3e-4f prints as 0.0003).
+double nice(float f) {
+  char b[32];
+  std::snprintf(b, sizeof b, "%.7g", f);
+  return std::strtod(b, nullptr);
+}
+}  // namespace
+
+std::string recipe_to_toml(const Recipe& r) {
+  auto list = [](const std::vector<std::string>& v) {
+    toml::array a;
+    for (const auto& s : v) a.push_back(s);
+    return a;
+  };
+  const ModelConfig& m = r.model;
+  toml::table model{{"arch", arch_name(m.arch)},  {"vocab_size", m.vocab_size},
+                    {"d_model", m.d_model},       {"n_layers", m.n_layers},
+                    {"n_heads", m.n_heads},       {"d_ff", m.d_ff},
+                    {"seq_len", m.seq_len},       {"tie_embeddings", m.tie_embeddings},
+                    {"norm_eps", nice(m.norm_eps)}};
+  if (m.arch == Arch::Llama) {
+    model.insert("n_kv_heads", m.n_kv_heads);
+    model.insert("rope_theta", nice(m.rope_theta));
+  }
+  toml::table root{
+      {"run", toml::table{{"name", r.run.name}, {"dir", r.run.dir}, {"seed", (int64_t)r.run.seed}}},
+      {"model", model},
+      {"data", toml::table{{"train", list(r.data.train)}, {"val", list(r.data.val)}, {"prefetch", r.data.prefetch}}},
+      {"training", toml::table{{"steps", (int64_t)r.training.steps},
+                               {"global_batch", r.training.global_batch},
+                               {"micro_batch", r.training.micro_batch},
+                               {"grad_clip", nice(r.training.grad_clip)},
+                               {"eval_every", r.training.eval_every},
+                               {"eval_batches", r.training.eval_batches},
+                               {"log_every", r.training.log_every}}},
+      {"optimizer", toml::table{{"lr", nice(r.lr.lr)},
+                                {"min_lr", nice(r.lr.min_lr)},
+                                {"warmup_steps", r.lr.warmup_steps},
+                                {"schedule", schedule_name(r.lr.schedule)},
+                                {"weight_decay", nice(r.adamw.weight_decay)},
+                                {"beta1", nice(r.adamw.beta1)},
+                                {"beta2", nice(r.adamw.beta2)},
+                                {"eps", nice(r.adamw.eps)}}},
+      {"parallel", toml::table{{"dp", r.grid.dp}, {"pp", r.grid.pp}, {"tp", r.grid.tp}}},
+      {"runtime", toml::table{{"threads", r.runtime.threads},
+                              {"backend", r.runtime.backend},
+                              {"peak_gflops", r.runtime.peak_gflops}}},
+  };
+  std::ostringstream os;
+  os << "# Resolved recipe (defaults filled in, overrides applied) from " << r.path << "\n"
+     << root << "\n";
+  return os.str();
+}
+
+}  // namespace trainer

@@ -1,0 +1,73 @@
+#pragma once
+// The recipe: the typed, validated form of a TOML recipe plus command-line
+// overrides. app/recipe.cpp is the only code that knows TOML; everything
+// else takes these structs.
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "model/adamw.h"
+#include "model/config.h"
+#include "model/lr_schedule.h"
+#include "parallel/process_grid.h"
+
+namespace trainer {
+
+struct RunSection {
+  std::string name = "run";
+  std::string dir = "runs/run";
+  uint64_t seed = 1234;
+};
+
+struct DataSection {
+  std::vector<std::string> train, val;           // as written (paths or globs)
+  std::vector<std::string> train_files, val_files;  // expanded
+  int prefetch = 2;
+};
+
+struct TrainingSection {
+  long steps = 100;
+  int global_batch = 8;
+  int micro_batch = 1;
+  float grad_clip = 1.0f;
+  int eval_every = 0;  // 0: only at the end (if val data is given)
+  int eval_batches = 4;
+  int log_every = 1;
+};
+
+struct RuntimeSection {
+  int threads = 1;
+  std::string backend = "cpu";
+  double peak_gflops = 0;  // per rank; 0: measure sgemm at start-up
+};
+
+struct Recipe {
+  std::string path;  // the recipe file
+  RunSection run;
+  ModelConfig model;
+  DataSection data;
+  TrainingSection training;
+  LrConfig lr;
+  AdamWConfig adamw;
+  GridShape grid;
+  RuntimeSection runtime;
+
+  int accum_steps() const { return training.global_batch / (training.micro_batch * grid.dp); }
+};
+
+// Reads path, applies overrides ("section.key=value"), validates everything
+// that can be checked before training (including that data files exist) and
+// returns the recipe. world_size fills parallel.dp when it is left out;
+// need_data = false skips the data section's file checks (benchmarks).
+// Throws RecipeError whose message names the file, line and key.
+Recipe load_recipe(const std::string& path, const std::vector<std::string>& overrides,
+                   int world_size, bool need_data);
+
+// The resolved recipe as TOML text (what --print-config prints and
+// recipe.resolved.toml holds); loading it again gives the same recipe.
+std::string recipe_to_toml(const Recipe& r);
+
+// Levenshtein distance (for "did you mean").
+int edit_distance(const std::string& a, const std::string& b);
+
+}  // namespace trainer

@@ -1,0 +1,90 @@
+#include "ckpt/hdf5_tensors.h"
+
+#include "runtime/errors.h"
+
+namespace trainer {
+
+H5File::H5File(const std::string& path, Mode mode) : path_(path) {
+  H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);  // we report errors ourselves
+  file_ = mode == Create ? H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT)
+                         : H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
+  if (file_ < 0)
+    throw CheckpointError(path + ": cannot " + (mode == Create ? "create" : "open") +
+                          " HDF5 file");
+}
+
+H5File::~H5File() {
+  if (file_ >= 0) H5Fclose(file_);
+}
+
+void H5File::write_raw(const std::string& name, hid_t type, const void* data,
+                       const std::vector<int>& shape) {
+  std::vector<hsize_t> dims(shape.begin(), shape.end());
+  const hid_t space = H5Screate_simple((int)dims.size(), dims.data(), nullptr);
+  const hid_t ds = H5Dcreate2(file_, name.c_str(), type, space, H5P_DEFAULT, H5P_DEFAULT,
+                              H5P_DEFAULT);
+  const herr_t rc = ds < 0 ? -1 : H5Dwrite(ds, type, H5S_ALL, H5S_ALL, H5P_DEFAULT, data);
+  if (ds >= 0) H5Dclose(ds);
+  H5Sclose(space);
+  if (rc < 0) throw CheckpointError(path_ + ": cannot write dataset " + name);
+}
+
+void H5File::write(const std::string& name, const float* data, const std::vector<int>& shape) {
+  write_raw(name, H5T_NATIVE_FLOAT, data, shape);
+}
+void H5File::write(const std::string& name, const int32_t* data,
+                   const std::vector<int>& shape) {
+  write_raw(name, H5T_NATIVE_INT32, data, shape);
+}
+void H5File::write_scalar(const std::string& name, double value) {
+  const hid_t space = H5Screate(H5S_SCALAR);
+  const hid_t ds = H5Dcreate2(file_, name.c_str(), H5T_NATIVE_DOUBLE, space, H5P_DEFAULT,
+                              H5P_DEFAULT, H5P_DEFAULT);
+  const herr_t rc = ds < 0 ? -1 : H5Dwrite(ds, H5T_NATIVE_DOUBLE, H5S_ALL, H5S_ALL, H5P_DEFAULT, &value);
+  if (ds >= 0) H5Dclose(ds);
+  H5Sclose(space);
+  if (rc < 0) throw CheckpointError(path_ + ": cannot write dataset " + name);
+}
+
+bool H5File::has(const std::string& name) const {
+  return H5Lexists(file_, name.c_str(), H5P_DEFAULT) > 0;
+}
+
+namespace {
+size_t dataset_extent(hid_t ds, std::vector<int>* shape) {
+  const hid_t space = H5Dget_space(ds);
+  const int nd = H5Sget_simple_extent_ndims(space);
+  std::vector<hsize_t> dims(nd > 0 ? nd : 0);
+  if (nd > 0) H5Sget_simple_extent_dims(space, dims.data(), nullptr);
+  H5Sclose(space);
+  size_t n = 1;
+  if (shape) shape->clear();
+  for (hsize_t d : dims) {
+    n *= d;
+    if (shape) shape->push_back((int)d);
+  }
+  return n;
+}
+}  // namespace
+
+std::vector<float> H5File::read_floats(const std::string& name, std::vector<int>* shape) {
+  const hid_t ds = has(name) ? H5Dopen2(file_, name.c_str(), H5P_DEFAULT) : -1;
+  if (ds < 0) throw CheckpointError(path_ + ": no dataset " + name);
+  std::vector<float> out(dataset_extent(ds, shape));
+  const herr_t rc = H5Dread(ds, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, out.data());
+  H5Dclose(ds);
+  if (rc < 0) throw CheckpointError(path_ + ": cannot read dataset " + name);
+  return out;
+}
+
+std::vector<int32_t> H5File::read_ints(const std::string& name) {
+  const hid_t ds = has(name) ? H5Dopen2(file_, name.c_str(), H5P_DEFAULT) : -1;
+  if (ds < 0) throw CheckpointError(path_ + ": no dataset " + name);
+  std::vector<int32_t> out(dataset_extent(ds, nullptr));
+  const herr_t rc = H5Dread(ds, H5T_NATIVE_INT32, H5S_ALL, H5S_ALL, H5P_DEFAULT, out.data());
+  H5Dclose(ds);
+  if (rc < 0) throw CheckpointError(path_ + ": cannot read dataset " + name);
+  return out;
+}
+
+}  // namespace trainer

@@ -1,0 +1,35 @@
+#pragma once
+// Named tensors in a plain HDF5 file (one dataset per tensor, global shape as
+// the dataset shape), readable by h5py. Checkpoint shards build on this; the
+// parity test uses it to hand weights and batches to the PyTorch reference.
+#include <hdf5.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace trainer {
+
+class H5File {
+ public:
+  enum Mode { Read, Create };
+  H5File(const std::string& path, Mode mode);  // throws CheckpointError
+  ~H5File();
+  H5File(const H5File&) = delete;
+  H5File& operator=(const H5File&) = delete;
+
+  void write(const std::string& name, const float* data, const std::vector<int>& shape);
+  void write(const std::string& name, const int32_t* data, const std::vector<int>& shape);
+  void write_scalar(const std::string& name, double value);
+  std::vector<float> read_floats(const std::string& name, std::vector<int>* shape = nullptr);
+  std::vector<int32_t> read_ints(const std::string& name);
+  bool has(const std::string& name) const;
+
+ private:
+  void write_raw(const std::string& name, hid_t type, const void* data,
+                 const std::vector<int>& shape);
+  std::string path_;
+  hid_t file_ = -1;
+};
+
+}  // namespace trainer

@@ -1,0 +1,38 @@
+#pragma once
+// AdamW over the contiguous parameter buffer, with PyTorch's update formula.
+// Weight decay applies only to tensors the registry marks (matrices and
+// embeddings), never to norms and biases.
+#include "model/param_registry.h"
+#include "runtime/backend.h"
+
+namespace trainer {
+
+struct AdamWConfig {
+  float beta1 = 0.9f, beta2 = 0.95f, eps = 1e-8f, weight_decay = 0.1f;
+};
+
+class AdamW {
+ public:
+  AdamW(Backend& be, const ParamRegistry& reg, const AdamWConfig& cfg);
+  ~AdamW();
+  AdamW(const AdamW&) = delete;
+  AdamW& operator=(const AdamW&) = delete;
+  // One update with learning rate lr; step count advances by one.
+  void step(float* params, const float* grads, float lr);
+  long steps_taken() const { return t_; }
+
+ private:
+  Backend& be_;
+  const ParamRegistry& reg_;
+  AdamWConfig cfg_;
+  float* m_;
+  float* v_;
+  long t_ = 0;
+};
+
+// Global L2 norm of the gradient buffer, then scales it so the norm is at most
+// max_norm (max_norm <= 0: no clipping). Returns the norm before clipping.
+// Matches torch.nn.utils.clip_grad_norm_ (coefficient max_norm/(norm+1e-6)).
+double clip_grad_norm(Backend& be, float* grads, size_t n, double max_norm);
+
+}  // namespace trainer

@@ -1,0 +1,36 @@
+#pragma once
+// Transformer shape. Filled by app/ from the recipe; validated here so the
+// rules live next to the model that needs them.
+#include <string>
+#include <vector>
+
+namespace trainer {
+
+enum class Arch { GPT2, Llama };
+
+struct ModelConfig {
+  Arch arch = Arch::GPT2;
+  int vocab_size = 256;
+  int d_model = 128;
+  int n_layers = 4;
+  int n_heads = 4;
+  int n_kv_heads = 4;  // llama only; gpt2 uses n_heads
+  int d_ff = 512;
+  int seq_len = 128;
+  bool tie_embeddings = true;
+  float norm_eps = 1e-5f;
+  float rope_theta = 10000.f;
+
+  int head_dim() const { return d_model / n_heads; }
+  int kv_heads() const { return arch == Arch::Llama ? n_kv_heads : n_heads; }
+  // floats per token of the packed q|k|v projection
+  int qkv_dim() const { return (n_heads + 2 * kv_heads()) * head_dim(); }
+  bool has_bias() const { return arch == Arch::GPT2; }
+};
+
+const char* arch_name(Arch a);
+
+// Each problem as (key, message); empty when the shape is consistent.
+std::vector<std::pair<std::string, std::string>> validate(const ModelConfig& c);
+
+}  // namespace trainer

@@ -1,0 +1,16 @@
+#include "model/flops.h"
+
+namespace trainer {
+
+double matmul_params(const ModelConfig& c) {
+  const double d = c.d_model, f = c.d_ff;
+  const double mlp = (c.arch == Arch::Llama ? 3.0 : 2.0) * d * f;
+  const double attn = d * c.qkv_dim() + d * d;
+  return c.n_layers * (mlp + attn) + (double)c.vocab_size * d;
+}
+
+double train_flops_per_token(const ModelConfig& c) {
+  return 6.0 * matmul_params(c) + 12.0 * c.n_layers * (double)c.seq_len * c.d_model;
+}
+
+}  // namespace trainer

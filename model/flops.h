@@ -1,0 +1,13 @@
+#pragma once
+// Model FLOPs for MFU: 6 * (parameters used in matrix products) per token,
+// plus attention's score and value products, 12 * n_layers * seq_len * d_model
+// per token (forward + backward, full T x T as PaLM and Megatron count it).
+// Embedding lookups are not FLOPs; a tied LM head counts as a product.
+#include "model/config.h"
+
+namespace trainer {
+
+double matmul_params(const ModelConfig& c);
+double train_flops_per_token(const ModelConfig& c);
+
+}  // namespace trainer

@@ -1,0 +1,23 @@
+#pragma once
+// The collectives model/ and app/ may use. An MPI implementation exists now;
+// an NCCL one slots in behind the same interface for the CUDA backend.
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+
+namespace trainer {
+
+class Communicator {
+ public:
+  virtual ~Communicator() = default;
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+  // In-place sum across the group.
+  virtual void allreduce_sum(float* x, size_t n) = 0;
+  virtual void allreduce_sum(double* x, size_t n) = 0;
+  virtual void allreduce_max(double* x, size_t n) = 0;
+  virtual void broadcast(void* data, size_t bytes, int root) = 0;
+  virtual void barrier() = 0;
+};
+
+}  // namespace trainer

@@ -1,0 +1,43 @@
+#include "parallel/mpi_communicator.h"
+
+#include <algorithm>
+#include <climits>
+
+namespace trainer {
+
+namespace {
+// MPI counts are int: split large buffers into chunks.
+constexpr size_t kMaxChunk = INT_MAX / 2;
+
+template <typename T>
+void allreduce_chunks(T* x, size_t n, MPI_Datatype type, MPI_Op op, MPI_Comm comm) {
+  for (size_t off = 0; off < n; off += kMaxChunk) {
+    const int cnt = (int)std::min(kMaxChunk, n - off);
+    MPI_Allreduce(MPI_IN_PLACE, x + off, cnt, type, op, comm);
+  }
+}
+}  // namespace
+
+MpiCommunicator::MpiCommunicator(MPI_Comm comm) : comm_(comm) {
+  MPI_Comm_rank(comm_, &rank_);
+  MPI_Comm_size(comm_, &size_);
+}
+
+void MpiCommunicator::allreduce_sum(float* x, size_t n) {
+  if (size_ > 1) allreduce_chunks(x, n, MPI_FLOAT, MPI_SUM, comm_);
+}
+void MpiCommunicator::allreduce_sum(double* x, size_t n) {
+  if (size_ > 1) allreduce_chunks(x, n, MPI_DOUBLE, MPI_SUM, comm_);
+}
+void MpiCommunicator::allreduce_max(double* x, size_t n) {
+  if (size_ > 1) allreduce_chunks(x, n, MPI_DOUBLE, MPI_MAX, comm_);
+}
+void MpiCommunicator::broadcast(void* data, size_t bytes, int root) {
+  if (size_ <= 1) return;
+  auto* p = static_cast<char*>(data);
+  for (size_t off = 0; off < bytes; off += kMaxChunk)
+    MPI_Bcast(p + off, (int)std::min(kMaxChunk, bytes - off), MPI_BYTE, root, comm_);
+}
+void MpiCommunicator::barrier() { MPI_Barrier(comm_); }
+
+}  // namespace trainer

@@ -1,0 +1,26 @@
+#pragma once
+#include <mpi.h>
+
+#include "parallel/communicator.h"
+
+namespace trainer {
+
+// Communicator over an MPI communicator it does not own.
+class MpiCommunicator final : public Communicator {
+ public:
+  explicit MpiCommunicator(MPI_Comm comm);
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  void allreduce_sum(float* x, size_t n) override;
+  void allreduce_sum(double* x, size_t n) override;
+  void allreduce_max(double* x, size_t n) override;
+  void broadcast(void* data, size_t bytes, int root) override;
+  void barrier() override;
+  MPI_Comm comm() const { return comm_; }
+
+ private:
+  MPI_Comm comm_;
+  int rank_ = 0, size_ = 1;
+};
+
+}  // namespace trainer

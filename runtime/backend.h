@@ -1,0 +1,114 @@
+#pragma once
+// The compute-backend interface. model/ expresses every piece of math through
+// it, on buffers the backend allocated, so a CUDA backend can replace the CPU
+// one without touching model/. Matrices are row-major. Linear weights are
+// stored [out, in] (as PyTorch does), so a forward product is X * W^T.
+//
+// Conventions: "_bwd" functions ACCUMULATE into parameter gradients
+// (dw, db) and into dx where documented, so gradient accumulation over
+// micro-batches and residual branches need no extra adds.
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+namespace trainer {
+
+struct AttentionShape {
+  int B, T;      // batch, sequence
+  int H, KVH;    // query heads, key/value heads (GQA: H % KVH == 0)
+  int hd;        // head dimension
+  int row;       // floats per token row of the packed q|k|v buffer
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual std::string name() const = 0;
+
+  // Memory. Buffers are zero-initialised.
+  virtual float* alloc(size_t n) = 0;
+  virtual void free(float* p) = 0;
+  virtual void zero(float* p, size_t n) = 0;
+  virtual void copy(float* dst, const float* src, size_t n) = 0;
+  virtual void to_host(float* host, const float* dev, size_t n) = 0;
+  virtual void from_host(float* dev, const float* host, size_t n) = 0;
+
+  // C[M,N] = alpha * op(A) * op(B) + beta * C, with op(A) [M,K], op(B) [K,N].
+  virtual void matmul(bool transA, bool transB, int M, int N, int K, float alpha,
+                      const float* A, const float* B, float beta, float* C) = 0;
+  // y[r,:] += b for every row r.
+  virtual void add_bias(float* y, const float* b, int rows, int cols) = 0;
+  // db += sum over rows of dy.
+  virtual void bias_bwd(float* db, const float* dy, int rows, int cols) = 0;
+  // out = a + b (elementwise, n floats).
+  virtual void add(float* out, const float* a, const float* b, size_t n) = 0;
+
+  // Token + (optional) position embedding: out[b,t,:] = wte[tok] + wpe[t].
+  virtual void embedding_fwd(float* out, const int32_t* tokens, const float* wte,
+                             const float* wpe, int B, int T, int C) = 0;
+  // dwte[tok] += dout, dwpe[t] += sum_b dout (dwpe may be null).
+  virtual void embedding_bwd(float* dwte, float* dwpe, const float* dout,
+                             const int32_t* tokens, int B, int T, int C) = 0;
+
+  // LayerNorm (bias may be null) and RMSNorm; stats saved for backward.
+  virtual void layernorm_fwd(float* out, float* mean, float* rstd, const float* x,
+                             const float* w, const float* b, int rows, int C, float eps) = 0;
+  // dx += ..., dw += ..., db += ...
+  virtual void layernorm_bwd(float* dx, float* dw, float* db, const float* dout,
+                             const float* x, const float* w, const float* mean,
+                             const float* rstd, int rows, int C) = 0;
+  virtual void rmsnorm_fwd(float* out, float* rstd, const float* x, const float* w,
+                           int rows, int C, float eps) = 0;
+  virtual void rmsnorm_bwd(float* dx, float* dw, const float* dout, const float* x,
+                           const float* w, const float* rstd, int rows, int C) = 0;
+
+  // GELU (tanh approximation). out = gelu(x); dx = gelu'(x) * dout (overwrites).
+  virtual void gelu_fwd(float* out, const float* x, size_t n) = 0;
+  virtual void gelu_bwd(float* dx, const float* x, const float* dout, size_t n) = 0;
+  // SwiGLU on a row of [gate(F) | up(F)]: out = silu(gate) * up, [rows, F].
+  virtual void swiglu_fwd(float* out, const float* gate_up, int rows, int F) = 0;
+  // dgate_up (overwritten) from dout.
+  virtual void swiglu_bwd(float* dgate_up, const float* gate_up, const float* dout,
+                          int rows, int F) = 0;
+
+  // Rotary embedding applied in place to the q and k heads of a packed q|k|v
+  // buffer (rotate-half convention, positions 0..T-1). inverse=true applies
+  // the transpose rotation, which is the backward pass.
+  virtual void rope(float* qkv, const AttentionShape& s, float theta, bool inverse) = 0;
+
+  // Causal softmax attention over packed q|k|v rows [B*T, row]; out [B*T, H*hd].
+  // probs [B,H,T,T] keeps the softmax for backward.
+  virtual void attention_fwd(float* out, float* probs, const float* qkv,
+                             const AttentionShape& s) = 0;
+  // dqkv (overwritten) from dout.
+  virtual void attention_bwd(float* dqkv, const float* dout, const float* qkv,
+                             const float* probs, const AttentionShape& s) = 0;
+
+  // Cross entropy over rows of logits [rows, V]. Writes per-row losses, and if
+  // grad_scale != 0 overwrites logits with (softmax - onehot) * grad_scale.
+  virtual void cross_entropy(float* losses, float* logits, const int32_t* targets,
+                             int rows, int V, float grad_scale) = 0;
+
+  // Sum of squares of x (accumulated in double, deterministic order).
+  virtual double sumsq(const float* x, size_t n) = 0;
+  virtual void scale(float* x, float a, size_t n) = 0;
+  // One AdamW step on n parameters (PyTorch's AdamW formula).
+  virtual void adamw(float* p, const float* g, float* m, float* v, size_t n, float lr,
+                     float beta1, float beta2, float eps, float weight_decay,
+                     float bias_corr1, float bias_corr2) = 0;
+
+  // Token buffers (int32) for inputs and targets.
+  virtual int32_t* alloc_tokens(size_t n) = 0;
+  virtual void free_tokens(int32_t* p) = 0;
+  virtual void tokens_from_host(int32_t* dev, const int32_t* host, size_t n) = 0;
+};
+
+struct BackendOptions {
+  std::string kind = "cpu";
+  int threads = 1;
+};
+
+std::unique_ptr<Backend> make_backend(const BackendOptions& opt);
+
+}  // namespace trainer

@@ -1,0 +1,389 @@
+#include "runtime/cpu/cpu_backend.h"
+
+#include <cblas.h>
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <new>
+#include <vector>
+
+namespace trainer {
+
+namespace {
+// Column blocks for deterministic parameter-gradient reductions over rows:
+// each thread owns whole columns and walks the rows in order.
+constexpr int kColBlock = 64;
+// Fixed chunk for sums: partial sums per chunk, then added in chunk order, so
+// the result does not depend on the thread count.
+constexpr size_t kSumChunk = 1 << 16;
+}  // namespace
+
+void set_cpu_threads(int threads) {
+  threads = std::max(1, threads);
+  openblas_set_num_threads(threads);
+  omp_set_num_threads(threads);
+}
+
+CpuBackend::CpuBackend(int threads) : threads_(std::max(1, threads)) {
+  set_cpu_threads(threads_);
+}
+
+float* CpuBackend::alloc(size_t n) {
+  void* p = std::aligned_alloc(64, ((n * sizeof(float) + 63) / 64) * 64 + 64);
+  if (!p) throw std::bad_alloc();
+  std::memset(p, 0, n * sizeof(float));
+  return static_cast<float*>(p);
+}
+void CpuBackend::free(float* p) { std::free(p); }
+void CpuBackend::zero(float* p, size_t n) { std::memset(p, 0, n * sizeof(float)); }
+void CpuBackend::copy(float* dst, const float* src, size_t n) {
+  if (n) std::memcpy(dst, src, n * sizeof(float));
+}
+
+int32_t* CpuBackend::alloc_tokens(size_t n) {
+  auto* p = static_cast<int32_t*>(std::aligned_alloc(64, ((n * 4 + 63) / 64) * 64 + 64));
+  if (!p) throw std::bad_alloc();
+  return p;
+}
+void CpuBackend::free_tokens(int32_t* p) { std::free(p); }
+void CpuBackend::tokens_from_host(int32_t* dev, const int32_t* host, size_t n) {
+  std::memcpy(dev, host, n * sizeof(int32_t));
+}
+
+void CpuBackend::matmul(bool transA, bool transB, int M, int N, int K, float alpha,
+                        const float* A, const float* B, float beta, float* C) {
+  cblas_sgemm(CblasRowMajor, transA ? CblasTrans : CblasNoTrans,
+              transB ? CblasTrans : CblasNoTrans, M, N, K, alpha, A, transA ? M : K, B,
+              transB ? K : N, beta, C, N);
+}
+
+void CpuBackend::add_bias(float* y, const float* b, int rows, int cols) {
+#pragma omp parallel for schedule(static)
+  for (int r = 0; r < rows; r++) {
+    float* yr = y + (size_t)r * cols;
+#pragma omp simd
+    for (int c = 0; c < cols; c++) yr[c] += b[c];
+  }
+}
+
+void CpuBackend::bias_bwd(float* db, const float* dy, int rows, int cols) {
+  const int nblk = (cols + kColBlock - 1) / kColBlock;
+#pragma omp parallel for schedule(static)
+  for (int blk = 0; blk < nblk; blk++) {
+    const int c0 = blk * kColBlock, c1 = std::min(cols, c0 + kColBlock);
+    float acc[kColBlock] = {0};
+    for (int r = 0; r < rows; r++) {
+      const float* dyr = dy + (size_t)r * cols;
+      for (int c = c0; c < c1; c++) acc[c - c0] += dyr[c];
+    }
+    for (int c = c0; c < c1; c++) db[c] += acc[c - c0];
+  }
+}
+
+void CpuBackend::add(float* out, const float* a, const float* b, size_t n) {
+#pragma omp parallel for simd schedule(static)
+  for (size_t i = 0; i < n; i++) out[i] = a[i] + b[i];
+}
+
+void CpuBackend::embedding_fwd(float* out, const int32_t* tokens, const float* wte,
+                               const float* wpe, int B, int T, int C) {
+#pragma omp parallel for schedule(static)
+  for (int bt = 0; bt < B * T; bt++) {
+    const float* e = wte + (size_t)tokens[bt] * C;
+    float* o = out + (size_t)bt * C;
+    if (wpe) {
+      const float* p = wpe + (size_t)(bt % T) * C;
+#pragma omp simd
+      for (int c = 0; c < C; c++) o[c] = e[c] + p[c];
+    } else {
+      std::memcpy(o, e, C * sizeof(float));
+    }
+  }
+}
+
+void CpuBackend::embedding_bwd(float* dwte, float* dwpe, const float* dout,
+                               const int32_t* tokens, int B, int T, int C) {
+  // Rows of dwte may repeat (same token twice), so walk tokens in order.
+  for (int bt = 0; bt < B * T; bt++) {
+    float* d = dwte + (size_t)tokens[bt] * C;
+    const float* g = dout + (size_t)bt * C;
+#pragma omp simd
+    for (int c = 0; c < C; c++) d[c] += g[c];
+  }
+  if (!dwpe) return;
+#pragma omp parallel for schedule(static)
+  for (int t = 0; t < T; t++) {
+    float* d = dwpe + (size_t)t * C;
+    for (int b = 0; b < B; b++) {
+      const float* g = dout + ((size_t)b * T + t) * C;
+#pragma omp simd
+      for (int c = 0; c < C; c++) d[c] += g[c];
+    }
+  }
+}
+
+void CpuBackend::layernorm_fwd(float* out, float* mean, float* rstd, const float* x,
+                               const float* w, const float* b, int rows, int C, float eps) {
+#pragma omp parallel for schedule(static)
+  for (int r = 0; r < rows; r++) {
+    const float* xr = x + (size_t)r * C;
+    float m = 0.f;
+#pragma omp simd reduction(+ : m)
+    for (int c = 0; c < C; c++) m += xr[c];
+    m /= C;
+    float v = 0.f;
+#pragma omp simd reduction(+ : v)
+    for (int c = 0; c < C; c++) v += (xr[c] - m) * (xr[c] - m);
+    v /= C;
+    const float s = 1.0f / std::sqrt(v + eps);
+    float* o = out + (size_t)r * C;
+    if (b) {
+#pragma omp simd
+      for (int c = 0; c < C; c++) o[c] = (xr[c] - m) * s * w[c] + b[c];
+    } else {
+#pragma omp simd
+      for (int c = 0; c < C; c++) o[c] = (xr[c] - m) * s * w[c];
+    }
+    mean[r] = m;
+    rstd[r] = s;
+  }
+}
+
+void CpuBackend::layernorm_bwd(float* dx, float* dw, float* db, const float* dout,
+                               const float* x, const float* w, const float* mean,
+                               const float* rstd, int rows, int C) {
+#pragma omp parallel for schedule(static)
+  for (int r = 0; r < rows; r++) {
+    const float* xr = x + (size_t)r * C;
+    const float* g = dout + (size_t)r * C;
+    const float m = mean[r], s = rstd[r];
+    float a = 0.f, bsum = 0.f;
+#pragma omp simd reduction(+ : a, bsum)
+    for (int c = 0; c < C; c++) {
+      const float dn = g[c] * w[c];
+      a += dn;
+      bsum += dn * (xr[c] - m) * s;
+    }
+    a /= C;
+    bsum /= C;
+    float* d = dx + (size_t)r * C;
+#pragma omp simd
+    for (int c = 0; c < C; c++) {
+      const float n = (xr[c] - m) * s;
+      d[c] += (g[c] * w[c] - a - n * bsum) * s;
+    }
+  }
+  const int nblk = (C + kColBlock - 1) / kColBlock;
+#pragma omp parallel for schedule(static)
+  for (int blk = 0; blk < nblk; blk++) {
+    const int c0 = blk * kColBlock, c1 = std::min(C, c0 + kColBlock);
+    float aw[kColBlock] = {0}, ab[kColBlock] = {0};
+    for (int r = 0; r < rows; r++) {
+      const float* xr = x + (size_t)r * C;
+      const float* g = dout + (size_t)r * C;
+      const float m = mean[r], s = rstd[r];
+      for (int c = c0; c < c1; c++) {
+        aw[c - c0] += g[c] * (xr[c] - m) * s;
+        ab[c - c0] += g[c];
+      }
+    }
+    for (int c = c0; c < c1; c++) {
+      dw[c] += aw[c - c0];
+      if (db) db[c] += ab[c - c0];
+    }
+  }
+}
+
+void CpuBackend::rmsnorm_fwd(float* out, float* rstd, const float* x, const float* w,
+                             int rows, int C, float eps) {
+#pragma omp parallel for schedule(static)
+  for (int r = 0; r < rows; r++) {
+    const float* xr = x + (size_t)r * C;
+    float ss = 0.f;
+#pragma omp simd reduction(+ : ss)
+    for (int c = 0; c < C; c++) ss += xr[c] * xr[c];
+    const float s = 1.0f / std::sqrt(ss / C + eps);
+    float* o = out + (size_t)r * C;
+#pragma omp simd
+    for (int c = 0; c < C; c++) o[c] = xr[c] * s * w[c];
+    rstd[r] = s;
+  }
+}
+
+void CpuBackend::rmsnorm_bwd(float* dx, float* dw, const float* dout, const float* x,
+                             const float* w, const float* rstd, int rows, int C) {
+#pragma omp parallel for schedule(static)
+  for (int r = 0; r < rows; r++) {
+    const float* xr = x + (size_t)r * C;
+    const float* g = dout + (size_t)r * C;
+    const float s = rstd[r];
+    float a = 0.f;
+#pragma omp simd reduction(+ : a)
+    for (int c = 0; c < C; c++) a += g[c] * w[c] * xr[c] * s;
+    a /= C;
+    float* d = dx + (size_t)r * C;
+#pragma omp simd
+    for (int c = 0; c < C; c++) d[c] += (g[c] * w[c] - xr[c] * s * a) * s;
+  }
+  const int nblk = (C + kColBlock - 1) / kColBlock;
+#pragma omp parallel for schedule(static)
+  for (int blk = 0; blk < nblk; blk++) {
+    const int c0 = blk * kColBlock, c1 = std::min(C, c0 + kColBlock);
+    float aw[kColBlock] = {0};
+    for (int r = 0; r < rows; r++) {
+      const float* xr = x + (size_t)r * C;
+      const float* g = dout + (size_t)r * C;
+      for (int c = c0; c < c1; c++) aw[c - c0] += g[c] * xr[c] * rstd[r];
+    }
+    for (int c = c0; c < c1; c++) dw[c] += aw[c - c0];
+  }
+}
+
+namespace {
+constexpr float kGeluS = 0.7978845608028654f;  // sqrt(2/pi)
+constexpr float kGeluK = 0.044715f;
+}  // namespace
+
+void CpuBackend::gelu_fwd(float* out, const float* x, size_t n) {
+#pragma omp parallel for simd schedule(static)
+  for (size_t i = 0; i < n; i++) {
+    const float v = x[i];
+    out[i] = 0.5f * v * (1.f + std::tanh(kGeluS * (v + kGeluK * v * v * v)));
+  }
+}
+
+void CpuBackend::gelu_bwd(float* dx, const float* x, const float* dout, size_t n) {
+#pragma omp parallel for simd schedule(static)
+  for (size_t i = 0; i < n; i++) {
+    const float v = x[i];
+    const float t = std::tanh(kGeluS * (v + kGeluK * v * v * v));
+    const float d = 0.5f * (1.f + t) +
+                    0.5f * v * (1.f - t * t) * kGeluS * (1.f + 3.f * kGeluK * v * v);
+    dx[i] = d * dout[i];
+  }
+}
+
+void CpuBackend::swiglu_fwd(float* out, const float* gate_up, int rows, int F) {
+#pragma omp parallel for schedule(static)
+  for (int r = 0; r < rows; r++) {
+    const float* g = gate_up + (size_t)r * 2 * F;
+    const float* u = g + F;
+    float* o = out + (size_t)r * F;
+#pragma omp simd
+    for (int f = 0; f < F; f++) o[f] = g[f] / (1.f + std::exp(-g[f])) * u[f];
+  }
+}
+
+void CpuBackend::swiglu_bwd(float* dgate_up, const float* gate_up, const float* dout,
+                            int rows, int F) {
+#pragma omp parallel for schedule(static)
+  for (int r = 0; r < rows; r++) {
+    const float* g = gate_up + (size_t)r * 2 * F;
+    const float* u = g + F;
+    const float* d = dout + (size_t)r * F;
+    float* dg = dgate_up + (size_t)r * 2 * F;
+    float* du = dg + F;
+#pragma omp simd
+    for (int f = 0; f < F; f++) {
+      const float sig = 1.f / (1.f + std::exp(-g[f]));
+      du[f] = d[f] * g[f] * sig;
+      dg[f] = d[f] * u[f] * sig * (1.f + g[f] * (1.f - sig));
+    }
+  }
+}
+
+void CpuBackend::rope(float* qkv, const AttentionShape& s, float theta, bool inverse) {
+  const int half = s.hd / 2;
+  std::vector<float> cs((size_t)s.T * half), sn((size_t)s.T * half);
+  for (int t = 0; t < s.T; t++)
+    for (int i = 0; i < half; i++) {
+      const double freq = std::pow((double)theta, -2.0 * i / s.hd);
+      cs[(size_t)t * half + i] = (float)std::cos(t * freq);
+      sn[(size_t)t * half + i] = (float)(inverse ? -std::sin(t * freq) : std::sin(t * freq));
+    }
+  const int nheads = s.H + s.KVH;  // q heads then k heads; v is not rotated
+#pragma omp parallel for schedule(static)
+  for (int bt = 0; bt < s.B * s.T; bt++) {
+    const int t = bt % s.T;
+    const float* c = cs.data() + (size_t)t * half;
+    const float* sv = sn.data() + (size_t)t * half;
+    for (int h = 0; h < nheads; h++) {
+      float* x = qkv + (size_t)bt * s.row + (size_t)h * s.hd;
+#pragma omp simd
+      for (int i = 0; i < half; i++) {
+        const float x1 = x[i], x2 = x[i + half];
+        x[i] = x1 * c[i] - x2 * sv[i];
+        x[i + half] = x2 * c[i] + x1 * sv[i];
+      }
+    }
+  }
+}
+
+void CpuBackend::cross_entropy(float* losses, float* logits, const int32_t* targets, int rows,
+                               int V, float grad_scale) {
+#pragma omp parallel for schedule(static)
+  for (int r = 0; r < rows; r++) {
+    float* l = logits + (size_t)r * V;
+    float mx = -INFINITY;
+#pragma omp simd reduction(max : mx)
+    for (int j = 0; j < V; j++) mx = std::max(mx, l[j]);
+    const float target_logit = l[targets[r]];
+    float sum = 0.f;
+    if (grad_scale != 0.f) {
+#pragma omp simd reduction(+ : sum)
+      for (int j = 0; j < V; j++) {
+        l[j] = std::exp(l[j] - mx);
+        sum += l[j];
+      }
+      const float k = grad_scale / sum;
+#pragma omp simd
+      for (int j = 0; j < V; j++) l[j] *= k;
+      l[targets[r]] -= grad_scale;
+    } else {
+#pragma omp simd reduction(+ : sum)
+      for (int j = 0; j < V; j++) sum += std::exp(l[j] - mx);
+    }
+    losses[r] = std::log(sum) + mx - target_logit;
+  }
+}
+
+double CpuBackend::sumsq(const float* x, size_t n) {
+  const size_t nchunk = (n + kSumChunk - 1) / kSumChunk;
+  std::vector<double> part(nchunk, 0.0);
+#pragma omp parallel for schedule(static)
+  for (size_t k = 0; k < nchunk; k++) {
+    const size_t i0 = k * kSumChunk, i1 = std::min(n, i0 + kSumChunk);
+    double acc = 0.0;
+    for (size_t i = i0; i < i1; i++) acc += (double)x[i] * x[i];
+    part[k] = acc;
+  }
+  double total = 0.0;
+  for (double p : part) total += p;
+  return total;
+}
+
+void CpuBackend::scale(float* x, float a, size_t n) {
+#pragma omp parallel for simd schedule(static)
+  for (size_t i = 0; i < n; i++) x[i] *= a;
+}
+
+void CpuBackend::adamw(float* p, const float* g, float* m, float* v, size_t n, float lr,
+                       float beta1, float beta2, float eps, float weight_decay,
+                       float bias_corr1, float bias_corr2) {
+  // PyTorch AdamW: decay first, then p -= lr * mhat / (sqrt(vhat) + eps).
+  const float decay = 1.f - lr * weight_decay;
+  const float step_size = lr / bias_corr1;
+  const float bc2_sqrt = std::sqrt(bias_corr2);
+#pragma omp parallel for simd schedule(static)
+  for (size_t i = 0; i < n; i++) {
+    m[i] = beta1 * m[i] + (1.f - beta1) * g[i];
+    v[i] = beta2 * v[i] + (1.f - beta2) * g[i] * g[i];
+    const float denom = std::sqrt(v[i]) / bc2_sqrt + eps;
+    p[i] = p[i] * decay - step_size * m[i] / denom;
+  }
+}
+
+}  // namespace trainer

@@ -1,0 +1,74 @@
+#pragma once
+// CPU backend: fp32, OpenBLAS sgemm for matrix products, OpenMP for the rest.
+// Every reduction runs in a fixed order that does not depend on timing, so a
+// run is bit-identical to a rerun with the same thread count.
+#include "runtime/backend.h"
+
+namespace trainer {
+
+class CpuBackend final : public Backend {
+ public:
+  explicit CpuBackend(int threads);
+  std::string name() const override { return "cpu"; }
+
+  float* alloc(size_t n) override;
+  void free(float* p) override;
+  void zero(float* p, size_t n) override;
+  void copy(float* dst, const float* src, size_t n) override;
+  void to_host(float* host, const float* dev, size_t n) override { copy(host, dev, n); }
+  void from_host(float* dev, const float* host, size_t n) override { copy(dev, host, n); }
+
+  void matmul(bool transA, bool transB, int M, int N, int K, float alpha, const float* A,
+              const float* B, float beta, float* C) override;
+  void add_bias(float* y, const float* b, int rows, int cols) override;
+  void bias_bwd(float* db, const float* dy, int rows, int cols) override;
+  void add(float* out, const float* a, const float* b, size_t n) override;
+
+  void embedding_fwd(float* out, const int32_t* tokens, const float* wte, const float* wpe,
+                     int B, int T, int C) override;
+  void embedding_bwd(float* dwte, float* dwpe, const float* dout, const int32_t* tokens,
+                     int B, int T, int C) override;
+
+  void layernorm_fwd(float* out, float* mean, float* rstd, const float* x, const float* w,
+                     const float* b, int rows, int C, float eps) override;
+  void layernorm_bwd(float* dx, float* dw, float* db, const float* dout, const float* x,
+                     const float* w, const float* mean, const float* rstd, int rows,
+                     int C) override;
+  void rmsnorm_fwd(float* out, float* rstd, const float* x, const float* w, int rows, int C,
+                   float eps) override;
+  void rmsnorm_bwd(float* dx, float* dw, const float* dout, const float* x, const float* w,
+                   const float* rstd, int rows, int C) override;
+
+  void gelu_fwd(float* out, const float* x, size_t n) override;
+  void gelu_bwd(float* dx, const float* x, const float* dout, size_t n) override;
+  void swiglu_fwd(float* out, const float* gate_up, int rows, int F) override;
+  void swiglu_bwd(float* dgate_up, const float* gate_up, const float* dout, int rows,
+                  int F) override;
+  void rope(float* qkv, const AttentionShape& s, float theta, bool inverse) override;
+
+  void attention_fwd(float* out, float* probs, const float* qkv,
+                     const AttentionShape& s) override;
+  void attention_bwd(float* dqkv, const float* dout, const float* qkv, const float* probs,
+                     const AttentionShape& s) override;
+
+  void cross_entropy(float* losses, float* logits, const int32_t* targets, int rows, int V,
+                     float grad_scale) override;
+
+  double sumsq(const float* x, size_t n) override;
+  void scale(float* x, float a, size_t n) override;
+  void adamw(float* p, const float* g, float* m, float* v, size_t n, float lr, float beta1,
+             float beta2, float eps, float weight_decay, float bias_corr1,
+             float bias_corr2) override;
+
+  int32_t* alloc_tokens(size_t n) override;
+  void free_tokens(int32_t* p) override;
+  void tokens_from_host(int32_t* dev, const int32_t* host, size_t n) override;
+
+ private:
+  int threads_;
+};
+
+// Sets OpenBLAS and OpenMP thread counts for this process.
+void set_cpu_threads(int threads);
+
+}  // namespace trainer

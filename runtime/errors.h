@@ -1,0 +1,34 @@
+#pragma once
+// Error types and the process exit codes they map to. The supervisor (a later
+// issue) decides from the exit code whether a retry can help, so every
+// failure path ends in one of these codes; README.md documents them.
+#include <stdexcept>
+#include <string>
+
+namespace trainer {
+
+enum ExitCode : int {
+  kExitOk = 0,
+  kExitInternal = 1,   // a bug or an unexpected system error
+  kExitUsage = 2,      // bad recipe, bad command line: fix the input, no retry
+  kExitData = 3,       // bad or missing data file: fix the data, no retry
+  kExitCheckpoint = 4, // unreadable or mismatched checkpoint / HDF5 file
+};
+
+// A user-facing error: the message names the file, key or offset at fault.
+struct UserError : std::runtime_error {
+  int exit_code;
+  UserError(int code, const std::string& msg) : std::runtime_error(msg), exit_code(code) {}
+};
+
+struct RecipeError : UserError {
+  explicit RecipeError(const std::string& msg) : UserError(kExitUsage, msg) {}
+};
+struct DataError : UserError {
+  explicit DataError(const std::string& msg) : UserError(kExitData, msg) {}
+};
+struct CheckpointError : UserError {
+  explicit CheckpointError(const std::string& msg) : UserError(kExitCheckpoint, msg) {}
+};
+
+}  // namespace trainer

@@ -17,12 +17,22 @@ H5File::~H5File() {
   if (file_ >= 0) H5Fclose(file_);
 }
 
+namespace {
+// Link-creation properties that make "a/b/c" create groups a and a/b as needed.
+hid_t intermediate_groups() {
+  const hid_t lcpl = H5Pcreate(H5P_LINK_CREATE);
+  H5Pset_create_intermediate_group(lcpl, 1);
+  return lcpl;
+}
+}  // namespace
+
 void H5File::write_raw(const std::string& name, hid_t type, const void* data,
                        const std::vector<int>& shape) {
   std::vector<hsize_t> dims(shape.begin(), shape.end());
   const hid_t space = H5Screate_simple((int)dims.size(), dims.data(), nullptr);
-  const hid_t ds = H5Dcreate2(file_, name.c_str(), type, space, H5P_DEFAULT, H5P_DEFAULT,
-                              H5P_DEFAULT);
+  const hid_t lcpl = intermediate_groups();
+  const hid_t ds = H5Dcreate2(file_, name.c_str(), type, space, lcpl, H5P_DEFAULT, H5P_DEFAULT);
+  H5Pclose(lcpl);
   const herr_t rc = ds < 0 ? -1 : H5Dwrite(ds, type, H5S_ALL, H5S_ALL, H5P_DEFAULT, data);
   if (ds >= 0) H5Dclose(ds);
   H5Sclose(space);
@@ -38,8 +48,10 @@ void H5File::write(const std::string& name, const int32_t* data,
 }
 void H5File::write_scalar(const std::string& name, double value) {
   const hid_t space = H5Screate(H5S_SCALAR);
-  const hid_t ds = H5Dcreate2(file_, name.c_str(), H5T_NATIVE_DOUBLE, space, H5P_DEFAULT,
-                              H5P_DEFAULT, H5P_DEFAULT);
+  const hid_t lcpl = intermediate_groups();
+  const hid_t ds = H5Dcreate2(file_, name.c_str(), H5T_NATIVE_DOUBLE, space, lcpl, H5P_DEFAULT,
+                              H5P_DEFAULT);
+  H5Pclose(lcpl);
   const herr_t rc = ds < 0 ? -1 : H5Dwrite(ds, H5T_NATIVE_DOUBLE, H5S_ALL, H5S_ALL, H5P_DEFAULT, &value);
   if (ds >= 0) H5Dclose(ds);
   H5Sclose(space);

@@ -1,0 +1,128 @@
+// Data parallelism under mpirun -np 2: the dp = 2 loss curve and weights
+// equal one process training the same global batch (which each rank also
+// runs alone on MPI_COMM_SELF), within fp32 reduction rounding; and a rerun
+// of either layout is bit-identical.
+#include <gtest/gtest.h>
+#include <mpi.h>
+
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+
+#include "app/train_loop.h"
+#include "data/token_shard.h"
+#include "parallel/mpi_communicator.h"
+#include "runtime/cpu/cpu_backend.h"
+
+using namespace trainer;
+
+namespace {
+
+std::string g_data;  // shard path shared by all ranks
+
+Recipe small_recipe(Arch arch, int dp) {
+  Recipe r;
+  r.model.arch = arch;
+  r.model.vocab_size = 256;
+  r.model.d_model = 32;
+  r.model.n_layers = 2;
+  r.model.n_heads = 4;
+  r.model.n_kv_heads = arch == Arch::Llama ? 2 : 4;
+  r.model.d_ff = 64;
+  r.model.seq_len = 16;
+  r.model.tie_embeddings = arch == Arch::GPT2;
+  r.training.steps = 5;
+  r.training.global_batch = 8;
+  r.training.micro_batch = 2;
+  r.training.grad_clip = 1.0f;
+  r.lr.lr = 3e-3f;
+  r.lr.min_lr = 3e-4f;
+  r.lr.warmup_steps = 2;
+  r.grid.dp = dp;
+  r.data.prefetch = 2;
+  r.run.seed = 42;
+  return r;
+}
+
+struct TrainResult {
+  std::vector<double> losses;
+  std::vector<float> params;
+};
+
+TrainResult train(Arch arch, MPI_Comm comm) {
+  int size = 1;
+  MPI_Comm_size(comm, &size);
+  const Recipe r = small_recipe(arch, size);
+  CpuBackend be(1);
+  MpiCommunicator dp(comm);
+  TokenDataset ds({g_data}, r.model.seq_len, r.model.vocab_size);
+  TrainLoop loop(be, dp, r, ds, nullptr);
+  TrainResult out;
+  for (int s = 0; s < r.training.steps; s++) out.losses.push_back(loop.step().loss);
+  out.params.assign(loop.model().params(), loop.model().params() + loop.model().num_params());
+  return out;
+}
+
+void expect_same_curve(const TrainResult& a, const TrainResult& b, double rtol) {
+  ASSERT_EQ(a.losses.size(), b.losses.size());
+  for (size_t i = 0; i < a.losses.size(); i++)
+    EXPECT_NEAR(a.losses[i], b.losses[i], rtol * std::fabs(b.losses[i])) << "step " << i + 1;
+  double max_diff = 0;
+  for (size_t i = 0; i < a.params.size(); i++)
+    max_diff = std::max(max_diff, (double)std::fabs(a.params[i] - b.params[i]));
+  EXPECT_LT(max_diff, 1e-5) << "largest weight difference after training";
+}
+
+class DataParallel : public ::testing::TestWithParam<Arch> {};
+
+TEST_P(DataParallel, TwoRanksMatchOneProcess) {
+  int size = 0;
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  ASSERT_EQ(size, 2) << "run under mpirun -np 2";
+  const TrainResult dp2 = train(GetParam(), MPI_COMM_WORLD);
+  const TrainResult single = train(GetParam(), MPI_COMM_SELF);
+  expect_same_curve(dp2, single, 1e-5);
+  EXPECT_LT(dp2.losses.back(), dp2.losses.front()) << "the loss should fall";
+}
+
+TEST_P(DataParallel, RerunsAreBitIdentical) {
+  for (MPI_Comm comm : {MPI_COMM_WORLD, MPI_COMM_SELF}) {
+    const TrainResult a = train(GetParam(), comm), b = train(GetParam(), comm);
+    EXPECT_EQ(a.losses, b.losses);
+    EXPECT_EQ(0, std::memcmp(a.params.data(), b.params.data(), a.params.size() * sizeof(float)));
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Archs, DataParallel, ::testing::Values(Arch::GPT2, Arch::Llama),
+                         [](const auto& info) { return std::string(arch_name(info.param)); });
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  MPI_Init(&argc, &argv);
+  ::testing::InitGoogleTest(&argc, argv);
+  int rank = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  char dir[256] = {0};
+  if (rank == 0) {
+    char tmpl[] = "/tmp/trainer_dp_XXXXXX";
+    std::strcpy(dir, mkdtemp(tmpl));
+    std::vector<uint32_t> tokens(20000);
+    uint64_t x = 1;
+    for (auto& t : tokens) t = (uint32_t)((x = x * 6364136223846793005ull + 1442695040888963407ull) >> 58) + 'a';
+    write_token_shard(std::string(dir) + "/train.bin", tokens);
+  }
+  MPI_Bcast(dir, sizeof dir, MPI_CHAR, 0, MPI_COMM_WORLD);
+  g_data = std::string(dir) + "/train.bin";
+  if (rank != 0) {  // one report, from rank 0
+    auto& listeners = ::testing::UnitTest::GetInstance()->listeners();
+    delete listeners.Release(listeners.default_result_printer());
+  }
+  const int rc = RUN_ALL_TESTS();
+  int all = 0;
+  MPI_Allreduce(&rc, &all, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+  MPI_Barrier(MPI_COMM_WORLD);
+  if (rank == 0) std::filesystem::remove_all(dir);
+  MPI_Finalize();
+  return all;
+}

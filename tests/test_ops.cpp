@@ -1,0 +1,338 @@
+// Every backend op: forward against a plain double-precision loop, backward
+// against central finite differences of that same double reference. The
+// references below are written independently of runtime/cpu/.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <functional>
+#include <random>
+#include <vector>
+
+#include "runtime/cpu/cpu_backend.h"
+
+using namespace trainer;
+using Vec = std::vector<double>;
+
+namespace {
+
+std::vector<float> randn(size_t n, unsigned seed, float scale = 1.f) {
+  std::mt19937 g(seed);
+  std::normal_distribution<float> d(0.f, scale);
+  std::vector<float> v(n);
+  for (auto& x : v) x = d(g);
+  return v;
+}
+Vec to_d(const std::vector<float>& v) { return Vec(v.begin(), v.end()); }
+
+// Central differences of a scalar function of x.
+Vec numeric_grad(const std::function<double(const Vec&)>& f, Vec x, double h = 1e-5) {
+  Vec g(x.size());
+  for (size_t i = 0; i < x.size(); i++) {
+    const double x0 = x[i];
+    x[i] = x0 + h;
+    const double fp = f(x);
+    x[i] = x0 - h;
+    const double fm = f(x);
+    x[i] = x0;
+    g[i] = (fp - fm) / (2 * h);
+  }
+  return g;
+}
+
+double dot(const Vec& a, const Vec& b) {
+  double s = 0;
+  for (size_t i = 0; i < a.size(); i++) s += a[i] * b[i];
+  return s;
+}
+
+void expect_close(const std::vector<float>& got, const Vec& want, double rtol, double atol,
+                  const char* what) {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  double scale = 0;
+  for (double w : want) scale = std::max(scale, std::fabs(w));
+  for (size_t i = 0; i < got.size(); i++)
+    ASSERT_NEAR(got[i], want[i], atol * std::max(1.0, scale) + rtol * std::fabs(want[i]))
+        << what << " at " << i;
+}
+
+struct Fixture : ::testing::Test {
+  CpuBackend be{2};
+};
+
+// ---- plain double references -------------------------------------------
+
+Vec ref_matmul(bool ta, bool tb, int M, int N, int K, const Vec& A, const Vec& B) {
+  Vec C((size_t)M * N, 0.0);
+  for (int i = 0; i < M; i++)
+    for (int j = 0; j < N; j++) {
+      double s = 0;
+      for (int k = 0; k < K; k++)
+        s += (ta ? A[(size_t)k * M + i] : A[(size_t)i * K + k]) *
+             (tb ? B[(size_t)j * K + k] : B[(size_t)k * N + j]);
+      C[(size_t)i * N + j] = s;
+    }
+  return C;
+}
+
+Vec ref_layernorm(const Vec& x, const Vec& w, const Vec& b, int rows, int C, double eps) {
+  Vec out(x.size());
+  for (int r = 0; r < rows; r++) {
+    double m = 0, v = 0;
+    for (int c = 0; c < C; c++) m += x[r * C + c];
+    m /= C;
+    for (int c = 0; c < C; c++) v += (x[r * C + c] - m) * (x[r * C + c] - m);
+    v /= C;
+    for (int c = 0; c < C; c++)
+      out[r * C + c] = (x[r * C + c] - m) / std::sqrt(v + eps) * w[c] + b[c];
+  }
+  return out;
+}
+
+Vec ref_rmsnorm(const Vec& x, const Vec& w, int rows, int C, double eps) {
+  Vec out(x.size());
+  for (int r = 0; r < rows; r++) {
+    double ss = 0;
+    for (int c = 0; c < C; c++) ss += x[r * C + c] * x[r * C + c];
+    const double s = 1.0 / std::sqrt(ss / C + eps);
+    for (int c = 0; c < C; c++) out[r * C + c] = x[r * C + c] * s * w[c];
+  }
+  return out;
+}
+
+double ref_gelu(double x) {
+  return 0.5 * x * (1 + std::tanh(std::sqrt(2 / M_PI) * (x + 0.044715 * x * x * x)));
+}
+double ref_silu(double x) { return x / (1 + std::exp(-x)); }
+
+// Rotate-half RoPE on the q and k heads of packed rows [B*T, row].
+Vec ref_rope(Vec qkv, const AttentionShape& s, double theta) {
+  const int half = s.hd / 2;
+  for (int bt = 0; bt < s.B * s.T; bt++) {
+    const int t = bt % s.T;
+    for (int h = 0; h < s.H + s.KVH; h++) {
+      double* x = &qkv[(size_t)bt * s.row + h * s.hd];
+      for (int i = 0; i < half; i++) {
+        const double ang = t * std::pow(theta, -2.0 * i / s.hd);
+        const double a = x[i], b = x[i + half];
+        x[i] = a * std::cos(ang) - b * std::sin(ang);
+        x[i + half] = b * std::cos(ang) + a * std::sin(ang);
+      }
+    }
+  }
+  return qkv;
+}
+
+Vec ref_attention(const Vec& qkv, const AttentionShape& s) {
+  Vec out((size_t)s.B * s.T * s.H * s.hd, 0.0);
+  const int group = s.H / s.KVH;
+  for (int b = 0; b < s.B; b++)
+    for (int h = 0; h < s.H; h++) {
+      const int kv = h / group;
+      for (int i = 0; i < s.T; i++) {
+        const double* q = &qkv[((size_t)b * s.T + i) * s.row + h * s.hd];
+        std::vector<double> sc(i + 1);
+        double mx = -1e300;
+        for (int j = 0; j <= i; j++) {
+          const double* k = &qkv[((size_t)b * s.T + j) * s.row + (s.H + kv) * s.hd];
+          double d = 0;
+          for (int c = 0; c < s.hd; c++) d += q[c] * k[c];
+          sc[j] = d / std::sqrt((double)s.hd);
+          mx = std::max(mx, sc[j]);
+        }
+        double sum = 0;
+        for (int j = 0; j <= i; j++) sum += (sc[j] = std::exp(sc[j] - mx));
+        double* o = &out[((size_t)b * s.T + i) * s.H * s.hd + h * s.hd];
+        for (int j = 0; j <= i; j++) {
+          const double* v = &qkv[((size_t)b * s.T + j) * s.row + (s.H + s.KVH + kv) * s.hd];
+          for (int c = 0; c < s.hd; c++) o[c] += sc[j] / sum * v[c];
+        }
+      }
+    }
+  return out;
+}
+
+Vec ref_cross_entropy(const Vec& logits, const std::vector<int32_t>& tgt, int rows, int V) {
+  Vec loss(rows);
+  for (int r = 0; r < rows; r++) {
+    double mx = -1e300, sum = 0;
+    for (int j = 0; j < V; j++) mx = std::max(mx, logits[r * V + j]);
+    for (int j = 0; j < V; j++) sum += std::exp(logits[r * V + j] - mx);
+    loss[r] = std::log(sum) + mx - logits[r * V + tgt[r]];
+  }
+  return loss;
+}
+
+}  // namespace
+
+TEST_F(Fixture, MatmulAllTransposes) {
+  const int M = 7, N = 5, K = 9;
+  for (int ta = 0; ta < 2; ta++)
+    for (int tb = 0; tb < 2; tb++) {
+      auto A = randn((size_t)M * K, 1), B = randn((size_t)K * N, 2), C = randn((size_t)M * N, 3);
+      Vec want = ref_matmul(ta, tb, M, N, K, to_d(A), to_d(B));
+      for (size_t i = 0; i < want.size(); i++) want[i] = 0.5 * want[i] + 2.0 * C[i];
+      be.matmul(ta, tb, M, N, K, 0.5f, A.data(), B.data(), 2.0f, C.data());
+      expect_close(C, want, 1e-5, 1e-6, "matmul");
+    }
+}
+
+TEST_F(Fixture, BiasAddAndGrad) {
+  const int rows = 6, cols = 70;  // more than one column block
+  auto y = randn(rows * cols, 1), b = randn(cols, 2), db = randn(cols, 3);
+  Vec want_y = to_d(y), want_db = to_d(db);
+  for (int r = 0; r < rows; r++)
+    for (int c = 0; c < cols; c++) want_y[r * cols + c] += b[c], want_db[c] += y[r * cols + c];
+  be.bias_bwd(db.data(), y.data(), rows, cols);
+  expect_close(db, want_db, 1e-5, 1e-6, "bias_bwd");
+  be.add_bias(y.data(), b.data(), rows, cols);
+  expect_close(y, want_y, 1e-6, 1e-6, "add_bias");
+}
+
+TEST_F(Fixture, EmbeddingForwardBackward) {
+  const int B = 2, T = 3, C = 4, V = 5;
+  std::vector<int32_t> tok = {1, 4, 1, 0, 1, 3};  // repeats on purpose
+  auto wte = randn(V * C, 1), wpe = randn(T * C, 2), dout = randn(B * T * C, 3);
+  std::vector<float> out(B * T * C), dwte(V * C, 0.f), dwpe(T * C, 0.f);
+  be.embedding_fwd(out.data(), tok.data(), wte.data(), wpe.data(), B, T, C);
+  Vec want(B * T * C), want_dwte(V * C, 0.0), want_dwpe(T * C, 0.0);
+  for (int bt = 0; bt < B * T; bt++)
+    for (int c = 0; c < C; c++) {
+      want[bt * C + c] = wte[tok[bt] * C + c] + wpe[(bt % T) * C + c];
+      want_dwte[tok[bt] * C + c] += dout[bt * C + c];
+      want_dwpe[(bt % T) * C + c] += dout[bt * C + c];
+    }
+  expect_close(out, want, 1e-6, 1e-6, "embedding fwd");
+  be.embedding_bwd(dwte.data(), dwpe.data(), dout.data(), tok.data(), B, T, C);
+  expect_close(dwte, want_dwte, 1e-6, 1e-6, "dwte");
+  expect_close(dwpe, want_dwpe, 1e-6, 1e-6, "dwpe");
+}
+
+TEST_F(Fixture, LayerNormForwardBackward) {
+  const int rows = 5, C = 67;
+  const double eps = 1e-5;
+  auto x = randn(rows * C, 1, 2.f), w = randn(C, 2), b = randn(C, 3), R = randn(rows * C, 4);
+  std::vector<float> out(rows * C), mean(rows), rstd(rows);
+  be.layernorm_fwd(out.data(), mean.data(), rstd.data(), x.data(), w.data(), b.data(), rows, C, eps);
+  expect_close(out, ref_layernorm(to_d(x), to_d(w), to_d(b), rows, C, eps), 1e-5, 1e-5, "ln fwd");
+  // L = sum(out * R): dout = R. Backward accumulates, so start from 1.
+  std::vector<float> dx(rows * C, 1.f), dw(C, 1.f), db(C, 1.f);
+  be.layernorm_bwd(dx.data(), dw.data(), db.data(), R.data(), x.data(), w.data(), mean.data(),
+                   rstd.data(), rows, C);
+  const Vec Rd = to_d(R);
+  Vec gx = numeric_grad([&](const Vec& v) { return dot(ref_layernorm(v, to_d(w), to_d(b), rows, C, eps), Rd); }, to_d(x));
+  Vec gw = numeric_grad([&](const Vec& v) { return dot(ref_layernorm(to_d(x), v, to_d(b), rows, C, eps), Rd); }, to_d(w));
+  Vec gb = numeric_grad([&](const Vec& v) { return dot(ref_layernorm(to_d(x), to_d(w), v, rows, C, eps), Rd); }, to_d(b));
+  for (auto* g : {&gx, &gw, &gb})
+    for (double& v : *g) v += 1.0;
+  expect_close(dx, gx, 1e-4, 1e-4, "ln dx");
+  expect_close(dw, gw, 1e-4, 1e-4, "ln dw");
+  expect_close(db, gb, 1e-4, 1e-4, "ln db");
+}
+
+TEST_F(Fixture, RmsNormForwardBackward) {
+  const int rows = 4, C = 66;
+  const double eps = 1e-6;
+  auto x = randn(rows * C, 1, 2.f), w = randn(C, 2), R = randn(rows * C, 4);
+  std::vector<float> out(rows * C), rstd(rows);
+  be.rmsnorm_fwd(out.data(), rstd.data(), x.data(), w.data(), rows, C, eps);
+  expect_close(out, ref_rmsnorm(to_d(x), to_d(w), rows, C, eps), 1e-5, 1e-5, "rms fwd");
+  std::vector<float> dx(rows * C, 0.f), dw(C, 0.f);
+  be.rmsnorm_bwd(dx.data(), dw.data(), R.data(), x.data(), w.data(), rstd.data(), rows, C);
+  const Vec Rd = to_d(R);
+  expect_close(dx, numeric_grad([&](const Vec& v) { return dot(ref_rmsnorm(v, to_d(w), rows, C, eps), Rd); }, to_d(x)), 1e-4, 1e-4, "rms dx");
+  expect_close(dw, numeric_grad([&](const Vec& v) { return dot(ref_rmsnorm(to_d(x), v, rows, C, eps), Rd); }, to_d(w)), 1e-4, 1e-4, "rms dw");
+}
+
+TEST_F(Fixture, GeluForwardBackward) {
+  const size_t n = 301;
+  auto x = randn(n, 1, 3.f), R = randn(n, 2);
+  std::vector<float> out(n), dx(n);
+  be.gelu_fwd(out.data(), x.data(), n);
+  Vec want(n);
+  for (size_t i = 0; i < n; i++) want[i] = ref_gelu(x[i]);
+  expect_close(out, want, 1e-5, 1e-6, "gelu fwd");
+  be.gelu_bwd(dx.data(), x.data(), R.data(), n);
+  auto f = [&](const Vec& v) { double s = 0; for (size_t i = 0; i < n; i++) s += ref_gelu(v[i]) * R[i]; return s; };
+  expect_close(dx, numeric_grad(f, to_d(x)), 1e-4, 1e-5, "gelu bwd");
+}
+
+TEST_F(Fixture, SwigluForwardBackward) {
+  const int rows = 3, F = 17;
+  auto gu = randn(rows * 2 * F, 1, 2.f), R = randn(rows * F, 2);
+  auto ref = [&](const Vec& v) {
+    Vec o(rows * F);
+    for (int r = 0; r < rows; r++)
+      for (int f = 0; f < F; f++) o[r * F + f] = ref_silu(v[r * 2 * F + f]) * v[r * 2 * F + F + f];
+    return o;
+  };
+  std::vector<float> out(rows * F), dgu(rows * 2 * F);
+  be.swiglu_fwd(out.data(), gu.data(), rows, F);
+  expect_close(out, ref(to_d(gu)), 1e-5, 1e-6, "swiglu fwd");
+  be.swiglu_bwd(dgu.data(), gu.data(), R.data(), rows, F);
+  expect_close(dgu, numeric_grad([&](const Vec& v) { return dot(ref(v), to_d(R)); }, to_d(gu)), 1e-4, 1e-5, "swiglu bwd");
+}
+
+TEST_F(Fixture, RopeForwardAndInverseIsBackward) {
+  AttentionShape s{2, 5, 4, 2, 8, 0};
+  s.row = (s.H + 2 * s.KVH) * s.hd;
+  auto x = randn((size_t)s.B * s.T * s.row, 1), R = randn((size_t)s.B * s.T * s.row, 2);
+  auto fwd = x;
+  be.rope(fwd.data(), s, 10000.f, false);
+  expect_close(fwd, ref_rope(to_d(x), s, 10000.0), 1e-5, 1e-6, "rope fwd");
+  auto bwd = R;
+  be.rope(bwd.data(), s, 10000.f, true);
+  auto f = [&](const Vec& v) { return dot(ref_rope(v, s, 10000.0), to_d(R)); };
+  expect_close(bwd, numeric_grad(f, to_d(x)), 1e-4, 1e-5, "rope bwd");
+}
+
+TEST_F(Fixture, CausalGqaAttentionForwardBackward) {
+  AttentionShape s{2, 6, 4, 2, 4, 0};  // 4 query heads share 2 kv heads
+  s.row = (s.H + 2 * s.KVH) * s.hd;
+  const size_t n_in = (size_t)s.B * s.T * s.row, n_out = (size_t)s.B * s.T * s.H * s.hd;
+  auto qkv = randn(n_in, 1), R = randn(n_out, 2);
+  std::vector<float> out(n_out), probs((size_t)s.B * s.H * s.T * s.T), dqkv(n_in, 123.f);
+  be.attention_fwd(out.data(), probs.data(), qkv.data(), s);
+  expect_close(out, ref_attention(to_d(qkv), s), 1e-5, 1e-6, "attention fwd");
+  be.attention_bwd(dqkv.data(), R.data(), qkv.data(), probs.data(), s);
+  auto f = [&](const Vec& v) { return dot(ref_attention(v, s), to_d(R)); };
+  expect_close(dqkv, numeric_grad(f, to_d(qkv)), 1e-4, 1e-5, "attention bwd");
+}
+
+TEST_F(Fixture, CrossEntropyLossAndGradient) {
+  const int rows = 5, V = 37;
+  auto logits = randn(rows * V, 1, 3.f);
+  std::vector<int32_t> tgt = {0, 36, 5, 5, 17};
+  std::vector<float> loss(rows), work = logits;
+  be.cross_entropy(loss.data(), work.data(), tgt.data(), rows, V, 0.f);
+  const Vec want = ref_cross_entropy(to_d(logits), tgt, rows, V);
+  expect_close(loss, want, 1e-5, 1e-6, "ce loss (eval)");
+  EXPECT_EQ(work, logits) << "eval must not touch the logits";
+  be.cross_entropy(loss.data(), work.data(), tgt.data(), rows, V, 0.25f);
+  expect_close(loss, want, 1e-5, 1e-6, "ce loss (train)");
+  auto f = [&](const Vec& v) { double s = 0; for (double l : ref_cross_entropy(v, tgt, rows, V)) s += 0.25 * l; return s; };
+  expect_close(work, numeric_grad(f, to_d(logits)), 1e-4, 1e-5, "ce grad");
+}
+
+TEST_F(Fixture, SumsqAndScale) {
+  const size_t n = (1 << 17) + 3;  // several fixed chunks
+  auto x = randn(n, 1);
+  double want = 0;
+  for (float v : x) want += (double)v * v;
+  EXPECT_NEAR(be.sumsq(x.data(), n), want, 1e-9 * want);
+  be.scale(x.data(), 0.5f, n);
+  EXPECT_FLOAT_EQ(x[7], randn(n, 1)[7] * 0.5f);
+}
+
+TEST_F(Fixture, AdamWMatchesTheFormula) {
+  const size_t n = 50;
+  auto p = randn(n, 1), g = randn(n, 2), m = randn(n, 3, 0.1f), v = randn(n, 4, 0.1f);
+  for (auto& x : v) x = std::fabs(x);
+  const double lr = 1e-2, b1 = 0.9, b2 = 0.95, eps = 1e-8, wd = 0.1, bc1 = 1 - std::pow(b1, 3), bc2 = 1 - std::pow(b2, 3);
+  Vec wp(n);
+  for (size_t i = 0; i < n; i++) {
+    const double mi = b1 * m[i] + (1 - b1) * g[i], vi = b2 * v[i] + (1 - b2) * g[i] * g[i];
+    wp[i] = p[i] * (1 - lr * wd) - lr * (mi / bc1) / (std::sqrt(vi / bc2) + eps);
+  }
+  be.adamw(p.data(), g.data(), m.data(), v.data(), n, lr, b1, b2, eps, wd, bc1, bc2);
+  expect_close(p, wp, 1e-5, 1e-6, "adamw");
+}

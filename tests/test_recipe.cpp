@@ -1,0 +1,208 @@
+// Recipe errors: each ends every rank of `mpirun -np 2 trainer train` with
+// exit code 2 (data errors: 3) and a single message naming file, line and key,
+// before training starts. Plus in-process checks of defaults and round trips.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <regex>
+#include <string>
+
+#include "app/recipe.h"
+#include "data/token_shard.h"
+#include "runtime/errors.h"
+
+using namespace trainer;
+namespace fs = std::filesystem;
+
+namespace {
+
+struct Outcome {
+  int code;
+  std::string out;
+};
+
+Outcome run(const std::string& cmd) {
+  Outcome o{-1, ""};
+  FILE* p = popen((cmd + " 2>&1").c_str(), "r");
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof buf, p)) > 0) o.out.append(buf, n);
+  const int st = pclose(p);
+  o.code = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+  return o;
+}
+
+int count(const std::string& s, const std::string& what) {
+  int n = 0;
+  for (size_t p = s.find(what); p != std::string::npos; p = s.find(what, p + 1)) n++;
+  return n;
+}
+
+class RecipeErrors : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    char tmpl[] = "/tmp/trainer_recipe_XXXXXX";
+    dir_ = mkdtemp(tmpl);
+    std::vector<uint32_t> t(4000);
+    for (size_t i = 0; i < t.size(); i++) t[i] = "the quick brown fox "[i % 20];
+    write_token_shard(dir_ + "/train.bin", t);
+  }
+  static void TearDownTestSuite() { fs::remove_all(dir_); }
+
+  // A valid recipe; edits replace whole lines ("key = value").
+  std::string base() const {
+    return "[run]\nname = \"t\"\ndir = \"" + dir_ + "/run\"\n"
+           "[model]\narch = \"gpt2\"\nvocab_size = 256\nd_model = 32\nn_layers = 1\n"
+           "n_heads = 4\nd_ff = 64\nseq_len = 16\n"
+           "[data]\ntrain = [\"" + dir_ + "/train.bin\"]\n"
+           "[training]\nsteps = 2\nglobal_batch = 4\nmicro_batch = 1\n"
+           "[optimizer]\nlr = 1e-3\n";
+  }
+  std::string write(const std::string& text) const {
+    const std::string p = dir_ + "/recipe.toml";
+    std::ofstream(p) << text;
+    return p;
+  }
+  static std::string edit(std::string text, const std::string& from, const std::string& to) {
+    const size_t p = text.find(from);
+    EXPECT_NE(p, std::string::npos) << from;
+    return text.replace(p, from.size(), to);
+  }
+  Outcome train(const std::string& recipe, const std::string& extra = "", int np = 2) const {
+    return run(std::string(MPIEXEC) + " -np " + std::to_string(np) + " " + TRAINER_BIN +
+               " train " + recipe + " " + extra);
+  }
+  // Exit code, one message in total, and that it contains each fragment.
+  void expect_error(const Outcome& o, int code, std::initializer_list<std::string> parts) const {
+    EXPECT_EQ(o.code, code) << o.out;
+    EXPECT_EQ(count(o.out, "error:"), 1) << o.out;
+    for (const auto& p : parts) EXPECT_NE(o.out.find(p), std::string::npos) << "missing \"" << p << "\" in:\n" << o.out;
+    EXPECT_EQ(o.out.find("step "), std::string::npos) << "training must not start:\n" << o.out;
+  }
+  static std::string dir_;
+};
+std::string RecipeErrors::dir_;
+
+}  // namespace
+
+TEST_F(RecipeErrors, BaseRecipeTrains) {
+  const Outcome o = train(write(base()));
+  EXPECT_EQ(o.code, 0) << o.out;
+  EXPECT_NE(o.out.find("done: 2 steps"), std::string::npos) << o.out;
+}
+
+TEST_F(RecipeErrors, UnknownKeySuggestsNearest) {
+  const std::string p = write(edit(base(), "steps = 2", "stpes = 2"));
+  expect_error(train(p), 2, {p + ":15:", "[training] stpes", "unknown key", "did you mean \"steps\""});
+}
+
+TEST_F(RecipeErrors, UnknownSectionSuggestsNearest) {
+  const std::string p = write(base() + "[optimiser]\nlr = 1\n");
+  expect_error(train(p), 2, {p + ":20:", "unknown section [optimiser]", "did you mean [optimizer]"});
+}
+
+TEST_F(RecipeErrors, WrongType) {
+  const std::string p = write(edit(base(), "d_model = 32", "d_model = \"32\""));
+  expect_error(train(p), 2, {p + ":7:", "[model] d_model", "expected an integer, got a string"});
+}
+
+TEST_F(RecipeErrors, InvalidChoiceSuggestsNearest) {
+  const std::string p = write(edit(base(), "arch = \"gpt2\"", "arch = \"gtp2\""));
+  expect_error(train(p), 2, {p + ":5:", "[model] arch", "\"gtp2\" is not one of", "did you mean \"gpt2\""});
+}
+
+TEST_F(RecipeErrors, GlobalBatchNotDivisible) {
+  const std::string p = write(edit(base(), "global_batch = 4", "global_batch = 5"));
+  expect_error(train(p), 2, {p + ":16:", "[training] global_batch", "5 is not divisible by micro_batch * dp = 1 * 2 = 2"});
+}
+
+TEST_F(RecipeErrors, HeadsMustDivideModelWidth) {
+  const std::string p = write(edit(base(), "n_heads = 4", "n_heads = 5"));
+  expect_error(train(p), 2, {p + ":9:", "[model] n_heads", "must divide d_model = 32"});
+}
+
+TEST_F(RecipeErrors, KvHeadsMustDivideHeads) {
+  std::string t = edit(base(), "arch = \"gpt2\"", "arch = \"llama\"");
+  const std::string p = write(edit(t, "n_heads = 4", "n_heads = 4\nn_kv_heads = 3"));
+  expect_error(train(p), 2, {p + ":10:", "[model] n_kv_heads", "divide n_heads = 4"});
+}
+
+TEST_F(RecipeErrors, MissingDataFile) {
+  const std::string p = write(edit(base(), dir_ + "/train.bin", dir_ + "/nope_*.bin"));
+  expect_error(train(p), 2, {p + ":13:", "[data] train", dir_ + "/nope_*.bin", "no such file"});
+}
+
+TEST_F(RecipeErrors, LayoutDoesNotMatchWorld) {
+  const std::string p = write(base() + "[parallel]\ndp = 3\n");
+  expect_error(train(p), 2, {p + ":21:", "[parallel] dp", "dp * pp * tp = 3 * 1 * 1 = 3", "2 ranks"});
+}
+
+TEST_F(RecipeErrors, InvalidToml) {
+  const std::string p = write(edit(base(), "lr = 1e-3", "lr = = 1e-3"));
+  expect_error(train(p), 2, {p + ":19:", "invalid TOML"});
+}
+
+TEST_F(RecipeErrors, OverrideTypoIsNamed) {
+  expect_error(train(write(base()), "--set model.d_modle=64"), 2,
+               {"--set model.d_modle", "unknown key", "did you mean \"d_model\""});
+}
+
+TEST_F(RecipeErrors, OverrideValueIsChecked) {
+  expect_error(train(write(base()), "--set training.micro_batch=0"), 2,
+               {"--set training.micro_batch", "must be >= 1"});
+}
+
+TEST_F(RecipeErrors, MissingRecipeFile) {
+  expect_error(train(dir_ + "/absent.toml"), 2, {dir_ + "/absent.toml", "cannot read the recipe file"});
+}
+
+TEST_F(RecipeErrors, BadShardIsADataError) {
+  std::ofstream(dir_ + "/bad.bin") << std::string(4096, 'z');
+  const std::string p = write(edit(base(), dir_ + "/train.bin", dir_ + "/bad.bin"));
+  expect_error(train(p), 3, {dir_ + "/bad.bin", "magic at byte offset 0"});
+}
+
+TEST_F(RecipeErrors, TokenBeyondVocabStopsTheJob) {
+  // Bytes of "the quick brown fox" go up to 'x' = 120 > vocab 100.
+  const Outcome o = train(write(edit(base(), "vocab_size = 256", "vocab_size = 100")));
+  EXPECT_EQ(o.code, 3) << o.out;
+  EXPECT_NE(o.out.find(dir_ + "/train.bin: token id "), std::string::npos) << o.out;
+  EXPECT_NE(o.out.find("(byte offset "), std::string::npos) << o.out;
+  EXPECT_NE(o.out.find("is >= vocab_size 100"), std::string::npos) << o.out;
+}
+
+TEST_F(RecipeErrors, PrintConfigRoundTrips) {
+  const std::string p = write(base());
+  const Outcome o = train(p, "--print-config --set optimizer.warmup_steps=1", 1);
+  ASSERT_EQ(o.code, 0) << o.out;
+  EXPECT_NE(o.out.find("warmup_steps = 1"), std::string::npos) << o.out;
+  EXPECT_NE(o.out.find("dp = 1"), std::string::npos) << o.out;
+  const std::string resolved = dir_ + "/resolved.toml";
+  std::ofstream(resolved) << o.out;
+  const Recipe a = load_recipe(p, {"optimizer.warmup_steps=1"}, 1, true);
+  const Recipe b = load_recipe(resolved, {}, 1, true);
+  EXPECT_EQ(recipe_to_toml(a).substr(recipe_to_toml(a).find('\n')),
+            recipe_to_toml(b).substr(recipe_to_toml(b).find('\n')));
+}
+
+TEST(Recipe, DefaultsFillDpFromWorldSize) {
+  char tmpl[] = "/tmp/trainer_rdef_XXXXXX";
+  const std::string d = mkdtemp(tmpl);
+  write_token_shard(d + "/a.bin", std::vector<uint32_t>(100, 1));
+  std::ofstream(d + "/r.toml") << "[data]\ntrain = \"" + d + "/a.bin\"\n[training]\nglobal_batch = 8\n";
+  const Recipe r = load_recipe(d + "/r.toml", {}, 4, true);
+  EXPECT_EQ(r.grid.dp, 4);
+  EXPECT_EQ(r.accum_steps(), 2);
+  EXPECT_EQ(r.model.arch, Arch::GPT2);
+  EXPECT_EQ(r.data.train_files, std::vector<std::string>{d + "/a.bin"});
+  fs::remove_all(d);
+}
+
+TEST(Recipe, EditDistance) {
+  EXPECT_EQ(edit_distance("stpes", "steps"), 2);
+  EXPECT_EQ(edit_distance("", "abc"), 3);
+  EXPECT_EQ(edit_distance("d_model", "d_model"), 0);
+}

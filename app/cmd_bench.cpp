@@ -59,25 +59,36 @@ int cmd_bench(int argc, char** argv) {
   Rng rng(r.run.seed, "bench");
   for (auto& t : tokens) t = (int32_t)rng.below(r.model.vocab_size);
 
-  double total_ms = 0, loss = 0;
+  // Phases of a step: forward (with the loss gradient), backward, and the
+  // optimizer (zeroing, clipping, AdamW).
+  double phase_ms[3] = {0, 0, 0}, loss = 0;
+  using clock = std::chrono::steady_clock;
+  auto ms = [](clock::time_point a, clock::time_point b) {
+    return std::chrono::duration<double, std::milli>(b - a).count();
+  };
   for (int s = 0; s < warmup + steps; s++) {
-    const auto t0 = std::chrono::steady_clock::now();
-    be->zero(model.grads(), model.num_params());
+    const auto t0 = clock::now();
     loss = model.forward(tokens.data(), tokens.data() + 1, 1.0f / BT);
+    const auto t1 = clock::now();
     model.backward();
-    clip_grad_norm(*be, model.grads(), model.num_params(), r.training.grad_clip);
-    opt.step(model.params(), model.grads(), r.lr.lr);
-    const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-    if (s >= warmup) total_ms += ms;
+    const auto t2 = clock::now();
+    const double norm = grad_norm(*be, model.grads(), model.num_params());
+    opt.step(model.params(), model.grads(), r.lr.lr, clip_coefficient(norm, r.training.grad_clip));
+    be->zero(model.grads(), model.num_params());
+    const auto t3 = clock::now();
+    if (s < warmup) continue;
+    phase_ms[0] += ms(t0, t1), phase_ms[1] += ms(t1, t2), phase_ms[2] += ms(t2, t3);
   }
-  const double step_ms = total_ms / steps;
+  for (double& p : phase_ms) p /= steps;
+  const double step_ms = phase_ms[0] + phase_ms[1] + phase_ms[2];
   const double tps = BT / (step_ms / 1e3);
   const double achieved = train_flops_per_token(r.model) * tps / 1e9;
   std::printf("bench %s: %s, %zu params, micro-batch %d x %d, %d thread(s)\n", path.c_str(),
               arch_name(r.model.arch), model.num_params(), r.training.micro_batch, r.model.seq_len,
               r.runtime.threads);
   std::printf("  sgemm peak     %8.1f GFLOP/s\n", peak);
-  std::printf("  step           %8.1f ms (mean of %d, after %d warm-up)\n", step_ms, steps, warmup);
+  std::printf("  step           %8.1f ms (mean of %d, after %d warm-up): forward %.1f, backward %.1f, optimizer %.1f\n",
+              step_ms, steps, warmup, phase_ms[0], phase_ms[1], phase_ms[2]);
   std::printf("  throughput     %8.1f tokens/s, %.1f GFLOP/s model FLOPs\n", tps, achieved);
   std::printf("  MFU            %8.1f%% of the measured sgemm peak\n", 100 * achieved / peak);
   JsonRecord rec;

@@ -1,9 +1,13 @@
 // trainer: one executable, several subcommands.
+#include <unistd.h>
+
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <exception>
 
 #include "app/commands.h"
+#include "runtime/cpu/blas_core.h"
 #include "runtime/errors.h"
 
 namespace {
@@ -21,9 +25,36 @@ const char* kUsage =
     "exit codes: 0 ok, 1 internal error, 2 recipe or usage error, 3 data error,\n"
     "            4 checkpoint/HDF5 error\n"
     "Run `trainer <command> --help` for a command's options.\n";
+// Settings the OpenBLAS and OpenMP runtimes read only when they load, so they
+// must be in the environment before the process starts: if they are missing,
+// set them and restart this same process image (before MPI is initialised).
+// - OPENBLAS_CORETYPE: when OpenBLAS fell back to generic kernels on a CPU
+//   with AVX2/AVX-512 (runtime/cpu/blas_core.h), sgemm runs ~8x slower.
+// - OMP_WAIT_POLICY=passive: idle OpenMP workers sleep instead of spinning,
+//   which otherwise steals the cores OpenBLAS's threads are about to use.
+// The user's own values always win; TRAINER_NO_REEXEC=1 turns this off.
+void tune_runtime_environment(char** argv) {
+  if (std::getenv("TRAINER_NO_REEXEC") || std::getenv("TRAINER_REEXECED")) return;
+  bool changed = false;
+  if (!std::getenv("OPENBLAS_CORETYPE")) {
+    if (const char* core = trainer::blas_core_upgrade()) {
+      setenv("OPENBLAS_CORETYPE", core, 1);
+      changed = true;
+    }
+  }
+  if (!std::getenv("OMP_WAIT_POLICY")) {
+    setenv("OMP_WAIT_POLICY", "passive", 1);
+    changed = true;
+  }
+  if (!changed) return;
+  setenv("TRAINER_REEXECED", "1", 1);
+  execv("/proc/self/exe", argv);  // returns only on failure: carry on as we are
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
+  tune_runtime_environment(argv);
   if (argc < 2 || !std::strcmp(argv[1], "-h") || !std::strcmp(argv[1], "--help") ||
       !std::strcmp(argv[1], "help")) {
     std::fputs(kUsage, argc < 2 ? stderr : stdout);

@@ -55,9 +55,10 @@ StepStats TrainLoop::step() {
   dp_.allreduce_max(&wait_ms, 1);
 
   StepStats s;
-  s.grad_norm = clip_grad_norm(be_, model_.grads(), n, r_.training.grad_clip);
+  s.grad_norm = grad_norm(be_, model_.grads(), n);
   s.lr = lr_at(r_.lr, step_, r_.training.steps);
-  opt_.step(model_.params(), model_.grads(), (float)s.lr);
+  opt_.step(model_.params(), model_.grads(), (float)s.lr,
+            clip_coefficient(s.grad_norm, r_.training.grad_clip));
   s.step = ++step_;
   s.loss = loss / dp_.size();
   s.data_wait_ms = wait_ms;

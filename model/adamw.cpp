@@ -12,24 +12,25 @@ AdamW::~AdamW() {
   be_.free(v_);
 }
 
-void AdamW::step(float* params, const float* grads, float lr) {
+void AdamW::step(float* params, const float* grads, float lr, float grad_scale) {
   t_++;
   const float bc1 = 1.f - std::pow(cfg_.beta1, (float)t_);
   const float bc2 = 1.f - std::pow(cfg_.beta2, (float)t_);
   for (const ParamInfo& p : reg_.all()) {
     const size_t o = p.offset;
     be_.adamw(params + o, grads + o, m_ + o, v_ + o, p.numel, lr, cfg_.beta1, cfg_.beta2,
-              cfg_.eps, p.decay ? cfg_.weight_decay : 0.f, bc1, bc2);
+              cfg_.eps, p.decay ? cfg_.weight_decay : 0.f, bc1, bc2, grad_scale);
   }
 }
 
-double clip_grad_norm(Backend& be, float* grads, size_t n, double max_norm) {
-  const double norm = std::sqrt(be.sumsq(grads, n));
-  if (max_norm > 0) {
-    const double coef = max_norm / (norm + 1e-6);
-    if (coef < 1.0) be.scale(grads, (float)coef, n);
-  }
-  return norm;
+double grad_norm(Backend& be, const float* grads, size_t n) {
+  return std::sqrt(be.sumsq(grads, n));
+}
+
+float clip_coefficient(double norm, double max_norm) {
+  if (max_norm <= 0) return 1.f;
+  const double coef = max_norm / (norm + 1e-6);
+  return coef < 1.0 ? (float)coef : 1.f;
 }
 
 }  // namespace trainer

@@ -17,8 +17,9 @@ class AdamW {
   ~AdamW();
   AdamW(const AdamW&) = delete;
   AdamW& operator=(const AdamW&) = delete;
-  // One update with learning rate lr; step count advances by one.
-  void step(float* params, const float* grads, float lr);
+  // One update with learning rate lr on gradients grads * grad_scale (the
+  // clipping coefficient); the step count advances by one.
+  void step(float* params, const float* grads, float lr, float grad_scale = 1.f);
   long steps_taken() const { return t_; }
 
  private:
@@ -30,9 +31,11 @@ class AdamW {
   long t_ = 0;
 };
 
-// Global L2 norm of the gradient buffer, then scales it so the norm is at most
-// max_norm (max_norm <= 0: no clipping). Returns the norm before clipping.
-// Matches torch.nn.utils.clip_grad_norm_ (coefficient max_norm/(norm+1e-6)).
-double clip_grad_norm(Backend& be, float* grads, size_t n, double max_norm);
+// Global L2 norm of a gradient buffer.
+double grad_norm(Backend& be, const float* grads, size_t n);
+// The factor that scales gradients of norm `norm` to at most max_norm
+// (max_norm <= 0: 1, no clipping); as torch.nn.utils.clip_grad_norm_,
+// min(1, max_norm / (norm + 1e-6)).
+float clip_coefficient(double norm, double max_norm);
 
 }  // namespace trainer

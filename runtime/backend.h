@@ -92,11 +92,11 @@ class Backend {
 
   // Sum of squares of x (accumulated in double, deterministic order).
   virtual double sumsq(const float* x, size_t n) = 0;
-  virtual void scale(float* x, float a, size_t n) = 0;
-  // One AdamW step on n parameters (PyTorch's AdamW formula).
+  // One AdamW step on n parameters (PyTorch's AdamW formula) with gradient
+  // g * grad_scale: clipping is folded in rather than a separate pass.
   virtual void adamw(float* p, const float* g, float* m, float* v, size_t n, float lr,
                      float beta1, float beta2, float eps, float weight_decay,
-                     float bias_corr1, float bias_corr2) = 0;
+                     float bias_corr1, float bias_corr2, float grad_scale) = 0;
 
   // Token buffers (int32) for inputs and targets.
   virtual int32_t* alloc_tokens(size_t n) = 0;

@@ -68,8 +68,8 @@ int main(int argc, char** argv) {
       for (const ParamInfo& p : model.registry().all())
         f.write("grad/" + p.name, model.grads() + p.offset, p.shape);
     }
-    clip_grad_norm(be, model.grads(), model.num_params(), clip);
-    opt.step(model.params(), model.grads(), lr);
+    const double norm = grad_norm(be, model.grads(), model.num_params());
+    opt.step(model.params(), model.grads(), lr, clip_coefficient(norm, clip));
   }
   for (const ParamInfo& p : model.registry().all())
     f.write("after3/" + p.name, model.params() + p.offset, p.shape);

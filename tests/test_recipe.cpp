@@ -44,6 +44,12 @@ int count(const std::string& s, const std::string& what) {
 class RecipeErrors : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
+    // mpirun as root (containers, CI) and more ranks than cores; a user's own
+    // settings win.
+    setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 0);
+    setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 0);
+    setenv("OMPI_MCA_rmaps_base_oversubscribe", "1", 0);
+    setenv("OMPI_MCA_mpi_yield_when_idle", "1", 0);
     char tmpl[] = "/tmp/trainer_recipe_XXXXXX";
     dir_ = mkdtemp(tmpl);
     std::vector<uint32_t> t(4000);

@@ -1,5 +1,7 @@
 #include "runtime/cpu/cpu_backend.h"
 
+#include "runtime/cpu/cpu_kernels.h"
+
 #include <cblas.h>
 #include <omp.h>
 
@@ -19,6 +21,15 @@ constexpr int kColBlock = 64;
 // Fixed chunk for sums: partial sums per chunk, then added in chunk order, so
 // the result does not depend on the thread count.
 constexpr size_t kSumChunk = 1 << 16;
+// Elementwise work is split into fixed chunks handed to the vector kernels.
+constexpr size_t kElemChunk = 1 << 14;
+
+template <class F>
+void parallel_chunks(size_t n, F f) {
+  const size_t nchunk = (n + kElemChunk - 1) / kElemChunk;
+#pragma omp parallel for schedule(static)
+  for (size_t k = 0; k < nchunk; k++) f(k * kElemChunk, std::min(n, (k + 1) * kElemChunk));
+}
 }  // namespace
 
 void set_cpu_threads(int threads) {
@@ -242,38 +253,19 @@ void CpuBackend::rmsnorm_bwd(float* dx, float* dw, const float* dout, const floa
   }
 }
 
-namespace {
-constexpr float kGeluS = 0.7978845608028654f;  // sqrt(2/pi)
-constexpr float kGeluK = 0.044715f;
-}  // namespace
-
 void CpuBackend::gelu_fwd(float* out, const float* x, size_t n) {
-#pragma omp parallel for simd schedule(static)
-  for (size_t i = 0; i < n; i++) {
-    const float v = x[i];
-    out[i] = 0.5f * v * (1.f + std::tanh(kGeluS * (v + kGeluK * v * v * v)));
-  }
+  parallel_chunks(n, [&](size_t a, size_t b) { cpu::gelu_fwd(out + a, x + a, b - a); });
 }
 
 void CpuBackend::gelu_bwd(float* dx, const float* x, const float* dout, size_t n) {
-#pragma omp parallel for simd schedule(static)
-  for (size_t i = 0; i < n; i++) {
-    const float v = x[i];
-    const float t = std::tanh(kGeluS * (v + kGeluK * v * v * v));
-    const float d = 0.5f * (1.f + t) +
-                    0.5f * v * (1.f - t * t) * kGeluS * (1.f + 3.f * kGeluK * v * v);
-    dx[i] = d * dout[i];
-  }
+  parallel_chunks(n, [&](size_t a, size_t b) { cpu::gelu_bwd(dx + a, x + a, dout + a, b - a); });
 }
 
 void CpuBackend::swiglu_fwd(float* out, const float* gate_up, int rows, int F) {
 #pragma omp parallel for schedule(static)
   for (int r = 0; r < rows; r++) {
     const float* g = gate_up + (size_t)r * 2 * F;
-    const float* u = g + F;
-    float* o = out + (size_t)r * F;
-#pragma omp simd
-    for (int f = 0; f < F; f++) o[f] = g[f] / (1.f + std::exp(-g[f])) * u[f];
+    cpu::swiglu_fwd(out + (size_t)r * F, g, g + F, F);
   }
 }
 
@@ -282,16 +274,8 @@ void CpuBackend::swiglu_bwd(float* dgate_up, const float* gate_up, const float* 
 #pragma omp parallel for schedule(static)
   for (int r = 0; r < rows; r++) {
     const float* g = gate_up + (size_t)r * 2 * F;
-    const float* u = g + F;
-    const float* d = dout + (size_t)r * F;
     float* dg = dgate_up + (size_t)r * 2 * F;
-    float* du = dg + F;
-#pragma omp simd
-    for (int f = 0; f < F; f++) {
-      const float sig = 1.f / (1.f + std::exp(-g[f]));
-      du[f] = d[f] * g[f] * sig;
-      dg[f] = d[f] * u[f] * sig * (1.f + g[f] * (1.f - sig));
-    }
+    cpu::swiglu_bwd(dg, dg + F, g, g + F, dout + (size_t)r * F, F);
   }
 }
 
@@ -327,24 +311,15 @@ void CpuBackend::cross_entropy(float* losses, float* logits, const int32_t* targ
 #pragma omp parallel for schedule(static)
   for (int r = 0; r < rows; r++) {
     float* l = logits + (size_t)r * V;
-    float mx = -INFINITY;
-#pragma omp simd reduction(max : mx)
-    for (int j = 0; j < V; j++) mx = std::max(mx, l[j]);
+    const float mx = cpu::max_of(l, V);
     const float target_logit = l[targets[r]];
-    float sum = 0.f;
-    if (grad_scale != 0.f) {
-#pragma omp simd reduction(+ : sum)
-      for (int j = 0; j < V; j++) {
-        l[j] = std::exp(l[j] - mx);
-        sum += l[j];
-      }
-      const float k = grad_scale / sum;
-#pragma omp simd
-      for (int j = 0; j < V; j++) l[j] *= k;
+    float sum;
+    if (grad_scale != 0.f) {  // overwrite with (softmax - onehot) * grad_scale
+      sum = cpu::exp_shift_inplace(l, V, mx);
+      cpu::scale_inplace(l, grad_scale / sum, V);
       l[targets[r]] -= grad_scale;
     } else {
-#pragma omp simd reduction(+ : sum)
-      for (int j = 0; j < V; j++) sum += std::exp(l[j] - mx);
+      sum = cpu::exp_shift_sum(l, V, mx);
     }
     losses[r] = std::log(sum) + mx - target_logit;
   }
@@ -365,25 +340,13 @@ double CpuBackend::sumsq(const float* x, size_t n) {
   return total;
 }
 
-void CpuBackend::scale(float* x, float a, size_t n) {
-#pragma omp parallel for simd schedule(static)
-  for (size_t i = 0; i < n; i++) x[i] *= a;
-}
-
 void CpuBackend::adamw(float* p, const float* g, float* m, float* v, size_t n, float lr,
                        float beta1, float beta2, float eps, float weight_decay,
-                       float bias_corr1, float bias_corr2) {
-  // PyTorch AdamW: decay first, then p -= lr * mhat / (sqrt(vhat) + eps).
-  const float decay = 1.f - lr * weight_decay;
-  const float step_size = lr / bias_corr1;
-  const float bc2_sqrt = std::sqrt(bias_corr2);
-#pragma omp parallel for simd schedule(static)
-  for (size_t i = 0; i < n; i++) {
-    m[i] = beta1 * m[i] + (1.f - beta1) * g[i];
-    v[i] = beta2 * v[i] + (1.f - beta2) * g[i] * g[i];
-    const float denom = std::sqrt(v[i]) / bc2_sqrt + eps;
-    p[i] = p[i] * decay - step_size * m[i] / denom;
-  }
+                       float bias_corr1, float bias_corr2, float grad_scale) {
+  parallel_chunks(n, [&](size_t a, size_t b) {
+    cpu::adamw(p + a, g + a, m + a, v + a, b - a, lr, beta1, beta2, eps, weight_decay,
+               bias_corr1, bias_corr2, grad_scale);
+  });
 }
 
 }  // namespace trainer

@@ -55,10 +55,9 @@ class CpuBackend final : public Backend {
                      float grad_scale) override;
 
   double sumsq(const float* x, size_t n) override;
-  void scale(float* x, float a, size_t n) override;
   void adamw(float* p, const float* g, float* m, float* v, size_t n, float lr, float beta1,
              float beta2, float eps, float weight_decay, float bias_corr1,
-             float bias_corr2) override;
+             float bias_corr2, float grad_scale) override;
 
   int32_t* alloc_tokens(size_t n) override;
   void free_tokens(int32_t* p) override;

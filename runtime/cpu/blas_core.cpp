@@ -1,0 +1,25 @@
+#include "runtime/cpu/blas_core.h"
+
+#include <cblas.h>
+
+#include <cstring>
+
+namespace trainer {
+
+const char* blas_core_name() { return openblas_get_corename(); }
+
+const char* blas_core_upgrade() {
+  const char* core = openblas_get_corename();
+  const bool generic = !core || !std::strcmp(core, "Prescott") || !std::strcmp(core, "Core2") ||
+                       !std::strcmp(core, "Nehalem") || !std::strcmp(core, "Sandybridge") ||
+                       !std::strcmp(core, "Unknown");
+  if (!generic) return nullptr;
+  __builtin_cpu_init();
+  if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+      __builtin_cpu_supports("avx512vl"))
+    return "SkylakeX";
+  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return "Haswell";
+  return nullptr;
+}
+
+}  // namespace trainer

@@ -1,6 +1,7 @@
 // Causal multi-head attention with grouped-query heads, on CPU.
 // Work is split over (batch, kv head) pairs across OpenMP threads, each
-// running single-threaded sgemm on strided views of the packed q|k|v rows.
+// running sgemm on strided views of the packed q|k|v rows; OpenBLAS's OpenMP
+// build runs single-threaded inside a parallel region.
 // At T=256 a head's products are too small to split well: one multi-threaded
 // sgemm per head cost thousands of thread wake-ups per step. A kv-head task
 // owns every query head of its group, so dK/dV accumulate without races. The
@@ -28,20 +29,12 @@ HeadView head_view(const AttentionShape& s, int b, int h) {
   return {base + (size_t)h * s.hd, base + (size_t)(s.H + kvh) * s.hd,
           base + (size_t)(s.H + s.KVH + kvh) * s.hd};
 }
-
-// OpenBLAS runs single-threaded inside the parallel loop, restored after.
-struct SingleThreadedBlas {
-  explicit SingleThreadedBlas(int restore) : restore_(restore) { openblas_set_num_threads(1); }
-  ~SingleThreadedBlas() { openblas_set_num_threads(restore_); }
-  int restore_;
-};
 }  // namespace
 
 void CpuBackend::attention_fwd(float* out, float* probs, const float* qkv,
                                const AttentionShape& s) {
   const int T = s.T, hd = s.hd, out_row = s.H * s.hd;
   const float scale = 1.0f / std::sqrt((float)hd);
-  SingleThreadedBlas guard(threads_);
 #pragma omp parallel for schedule(static)
   for (int bh = 0; bh < s.B * s.H; bh++) {
     const int b = bh / s.H, h = bh % s.H;
@@ -65,7 +58,6 @@ void CpuBackend::attention_bwd(float* dqkv, const float* dout, const float* qkv,
   const int T = s.T, hd = s.hd, out_row = s.H * s.hd, group = s.H / s.KVH;
   const float scale = 1.0f / std::sqrt((float)hd);
   std::vector<float> scratch((size_t)omp_get_max_threads() * T * T);
-  SingleThreadedBlas guard(threads_);
 #pragma omp parallel for schedule(static)
   for (int bk = 0; bk < s.B * s.KVH; bk++) {
     const int b = bk / s.KVH, kvh = bk % s.KVH;

@@ -1,0 +1,14 @@
+#!/usr/bin/env bash
+# The README demo, from a fresh Debian machine: installs what is missing,
+# builds, turns the licence texts in /usr/share/common-licenses into byte
+# tokens, and trains configs/demo.toml on 2 data-parallel MPI ranks.
+# Extra arguments go to `trainer train` (e.g. --set training.steps=50).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/setup.sh
+scripts/build.sh
+. scripts/mpi_env.sh
+if ! compgen -G "data/demo/train_*.bin" >/dev/null; then
+  build/trainer data prepare --input /usr/share/common-licenses --output data/demo --val-fraction 0.1
+fi
+exec mpirun -np "${RANKS:-2}" build/trainer train configs/demo.toml "$@"

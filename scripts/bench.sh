@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Throughput benchmark: the trainer against PyTorch (Debian's python3-torch,
 # same model, same thread count, same OpenBLAS kernels) in the same run, for
-# the demo model and a GPT-2 124M-shaped model at T=256. Prints tokens/s, the
+# the demo model and a GPT-2 124M-shaped model at T=256 (micro-batch 4 and 8). Prints tokens/s, the
 # ratio, and MFU relative to the sgemm peak measured in the same process.
 #   THREADS=2 STEPS=3 scripts/bench.sh
 set -euo pipefail
@@ -36,3 +36,4 @@ PY
 
 run "demo (gpt2 2.7M, T=128, B=4)" configs/demo.toml
 run "gpt2-124M (T=256, B=4)" configs/gpt2_124m.toml model.seq_len=256 training.micro_batch=4
+run "gpt2-124M (T=256, B=8)" configs/gpt2_124m.toml model.seq_len=256 training.micro_batch=8

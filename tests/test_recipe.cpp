@@ -180,6 +180,30 @@ TEST_F(RecipeErrors, TokenBeyondVocabStopsTheJob) {
   EXPECT_NE(o.out.find("is >= vocab_size 100"), std::string::npos) << o.out;
 }
 
+// The real binary: mpirun -np 2 (dp = 2) and one process give the same loss
+// curve for the same global batch (the in-process check is test_dp).
+TEST_F(RecipeErrors, TwoRanksMatchOneProcessEndToEnd) {
+  const std::string p = write(edit(base(), "steps = 2", "steps = 6\nlog_every = 1"));
+  std::vector<std::vector<double>> curves;
+  for (int np : {1, 2}) {
+    const std::string dir = dir_ + "/run_np" + std::to_string(np);
+    const Outcome o = train(p, "--set run.dir=" + dir, np);
+    ASSERT_EQ(o.code, 0) << o.out;
+    std::ifstream f(dir + "/metrics.jsonl");
+    std::vector<double> losses;
+    for (std::string line; std::getline(f, line);) {
+      const size_t k = line.find("\"loss\": ");
+      ASSERT_NE(k, std::string::npos) << line;
+      losses.push_back(std::stod(line.substr(k + 8)));
+    }
+    curves.push_back(losses);
+  }
+  ASSERT_EQ(curves[0].size(), 6u);
+  ASSERT_EQ(curves[1].size(), 6u);
+  for (size_t i = 0; i < 6; i++) EXPECT_NEAR(curves[1][i], curves[0][i], 1e-5 * curves[0][i]) << "step " << i + 1;
+  EXPECT_LT(curves[0].back(), curves[0].front());
+}
+
 TEST_F(RecipeErrors, PrintConfigRoundTrips) {
   const std::string p = write(base());
   const Outcome o = train(p, "--print-config --set optimizer.warmup_steps=1", 1);

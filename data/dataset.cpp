@@ -1,0 +1,62 @@
+#include "data/dataset.h"
+
+#include <glob.h>
+
+#include <algorithm>
+
+#include "runtime/errors.h"
+
+namespace trainer {
+
+std::vector<std::string> expand_paths(const std::vector<std::string>& patterns) {
+  std::vector<std::string> out;
+  for (const std::string& p : patterns) {
+    glob_t g{};
+    const int rc = ::glob(p.c_str(), 0, nullptr, &g);
+    if (rc != 0 || g.gl_pathc == 0) {
+      globfree(&g);
+      throw DataError(p + ": no such file (or the pattern matches nothing)");
+    }
+    std::vector<std::string> hits(g.gl_pathv, g.gl_pathv + g.gl_pathc);
+    globfree(&g);
+    std::sort(hits.begin(), hits.end());
+    for (auto& h : hits)
+      if (std::find(out.begin(), out.end(), h) == out.end()) out.push_back(h);
+  }
+  return out;
+}
+
+TokenDataset::TokenDataset(const std::vector<std::string>& files, int seq_len, int vocab_size)
+    : T_(seq_len), V_(vocab_size) {
+  for (const std::string& f : files) {
+    TokenShard s(f);
+    const size_t n = s.size() > (size_t)T_ ? (s.size() - 1) / T_ : 0;
+    first_.push_back(total_);
+    total_ += n;
+    shards_.push_back(std::move(s));
+  }
+  if (total_ == 0) {
+    std::string names;
+    for (const auto& f : files) names += (names.empty() ? "" : ", ") + f;
+    throw DataError(names + ": fewer than seq_len+1 = " + std::to_string(T_ + 1) +
+                    " tokens in every shard; no training sample fits");
+  }
+}
+
+void TokenDataset::read_sample(size_t k, int32_t* inputs, int32_t* targets) const {
+  const size_t si = std::upper_bound(first_.begin(), first_.end(), k) - first_.begin() - 1;
+  const TokenShard& s = shards_[si];
+  const size_t start = (k - first_[si]) * T_;
+  for (int t = 0; t <= T_; t++) {
+    const uint32_t tok = s.token(start + t);
+    if (tok >= (uint32_t)V_)
+      throw DataError(s.path() + ": token id " + std::to_string(tok) + " at token " +
+                      std::to_string(start + t) + " (byte offset " +
+                      std::to_string(s.byte_offset(start + t)) + ") is >= vocab_size " +
+                      std::to_string(V_));
+    if (t < T_) inputs[t] = (int32_t)tok;
+    if (t > 0) targets[t - 1] = (int32_t)tok;
+  }
+}
+
+}  // namespace trainer

@@ -1,0 +1,33 @@
+#pragma once
+// A set of token shards viewed as a sequence of training samples. Sample k of
+// a shard is tokens [k*T, k*T + T] (T+1 tokens: inputs and shifted targets);
+// samples never cross shard boundaries.
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "data/token_shard.h"
+
+namespace trainer {
+
+// Expands paths and shell globs (sorted, deduplicated). An entry that matches
+// nothing throws DataError naming it.
+std::vector<std::string> expand_paths(const std::vector<std::string>& patterns);
+
+class TokenDataset {
+ public:
+  TokenDataset(const std::vector<std::string>& files, int seq_len, int vocab_size);
+  size_t num_samples() const { return total_; }
+  int seq_len() const { return T_; }
+  // Copies sample k into inputs[T] and targets[T]; throws DataError naming the
+  // file and offset of any token id >= vocab_size.
+  void read_sample(size_t k, int32_t* inputs, int32_t* targets) const;
+
+ private:
+  std::vector<TokenShard> shards_;
+  std::vector<size_t> first_;  // first global sample index of each shard
+  size_t total_ = 0;
+  int T_, V_;
+};
+
+}  // namespace trainer

@@ -1,0 +1,69 @@
+#pragma once
+// The per-rank batch loader. Optimizer step s consumes global stream
+// positions [cursor + s*G, cursor + (s+1)*G) with G = global_batch; DP rank r
+// takes the r-th of dp equal slices and cuts it into micro-batches. A
+// background thread keeps up to `prefetch` micro-batches ready in a bounded
+// queue; prefetch = 0 loads on the caller's thread. Either way the batches,
+// and their order, are the same.
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <exception>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "data/dataset.h"
+#include "data/sample_order.h"
+
+namespace trainer {
+
+struct LoaderConfig {
+  int global_batch = 8;  // sequences per optimizer step, all DP ranks together
+  int micro_batch = 1;   // sequences per forward/backward
+  int dp_rank = 0, dp_size = 1;
+  int prefetch = 2;
+  uint64_t seed = 0;
+  bool shuffle = true;
+  uint64_t start_position = 0;  // global stream position of the first step
+};
+
+struct Batch {
+  std::vector<int32_t> inputs, targets;  // [micro_batch * seq_len]
+  uint64_t first_position = 0;           // stream position of its first sequence
+};
+
+class Loader {
+ public:
+  Loader(const TokenDataset& ds, const LoaderConfig& cfg);
+  ~Loader();
+  Loader(const Loader&) = delete;
+  Loader& operator=(const Loader&) = delete;
+
+  // Next micro-batch of this rank; rethrows a DataError from the worker.
+  Batch next();
+  int accum_steps() const { return accum_; }
+  // Stream position where the next unconsumed optimizer step starts: the
+  // cursor a checkpoint saves.
+  uint64_t cursor() const;
+
+ private:
+  Batch load(uint64_t index);  // index: micro-batch number since start
+  void worker();
+
+  const TokenDataset& ds_;
+  LoaderConfig cfg_;
+  int accum_;
+  SampleOrder order_;
+  uint64_t consumed_ = 0;  // micro-batches handed out
+
+  std::thread thread_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<Batch> queue_;
+  std::exception_ptr error_;
+  bool stop_ = false;
+};
+
+}  // namespace trainer

@@ -332,6 +332,9 @@ Recipe load_recipe(const std::string& path, const std::vector<std::string>& over
   if (!need_data) return r;
 
   if (r.data.train.empty()) rd.fail("data", "train", "no training data: give a list of token shard paths or globs");
+  if (r.training.eval_every > 0 && r.data.val.empty())
+    rd.fail("training", "eval_every", "evaluation every " + std::to_string(r.training.eval_every) +
+                                          " steps needs validation data: set [data] val, or eval_every = 0");
   try {
     r.data.train_files = expand_paths(r.data.train);
   } catch (const DataError& e) {

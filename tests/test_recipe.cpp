@@ -146,6 +146,11 @@ TEST_F(RecipeErrors, LayoutDoesNotMatchWorld) {
   expect_error(train(p), 2, {p + ":21:", "[parallel] dp", "dp * pp * tp = 3 * 1 * 1 = 3", "2 ranks"});
 }
 
+TEST_F(RecipeErrors, EvalNeedsValidationData) {
+  const std::string p = write(edit(base(), "micro_batch = 1", "micro_batch = 1\neval_every = 5"));
+  expect_error(train(p), 2, {p + ":18:", "[training] eval_every", "needs validation data"});
+}
+
 TEST_F(RecipeErrors, InvalidToml) {
   const std::string p = write(edit(base(), "lr = 1e-3", "lr = = 1e-3"));
   expect_error(train(p), 2, {p + ":19:", "invalid TOML"});

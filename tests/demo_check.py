@@ -28,6 +28,12 @@ def main():
                         "--set", f'data.val=["{data}/val_*.bin"]',
                         "--set", f"run.dir={run}"], check=True)
         recs = [json.loads(line) for line in open(os.path.join(run, "metrics.jsonl"))]
+        resolved = open(os.path.join(run, "recipe.resolved.toml")).read()
+    assert "[training]" in resolved and "global_batch = 16" in resolved, "recipe.resolved.toml"
+    need = {"step", "loss", "lr", "grad_norm", "tokens_per_s", "mfu", "step_ms", "data_wait_ms"}
+    for r in recs:
+        missing = need - set(r)
+        assert not missing, f"metrics record {r} lacks {missing}"
     first, last = recs[0], recs[-1]
     vals = [r["val_loss"] for r in recs if "val_loss" in r]
     print(f"demo: loss {first['loss']:.3f} -> {last['loss']:.3f} (ln 256 = {math.log(256):.3f}); "

@@ -1,5 +1,7 @@
 #include "ckpt/hdf5_tensors.h"
 
+#include <cstring>
+
 #include "runtime/errors.h"
 
 namespace trainer {
@@ -79,23 +81,29 @@ size_t dataset_extent(hid_t ds, std::vector<int>* shape) {
 }
 }  // namespace
 
-std::vector<float> H5File::read_floats(const std::string& name, std::vector<int>* shape) {
+void H5File::read_raw(const std::string& name, hid_t type, std::vector<char>& out,
+                      size_t elem, std::vector<int>* shape) {
   const hid_t ds = has(name) ? H5Dopen2(file_, name.c_str(), H5P_DEFAULT) : -1;
   if (ds < 0) throw CheckpointError(path_ + ": no dataset " + name);
-  std::vector<float> out(dataset_extent(ds, shape));
-  const herr_t rc = H5Dread(ds, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, out.data());
+  out.resize(dataset_extent(ds, shape) * elem);
+  const herr_t rc = H5Dread(ds, type, H5S_ALL, H5S_ALL, H5P_DEFAULT, out.data());
   H5Dclose(ds);
   if (rc < 0) throw CheckpointError(path_ + ": cannot read dataset " + name);
+}
+
+std::vector<float> H5File::read_floats(const std::string& name, std::vector<int>* shape) {
+  std::vector<char> raw;
+  read_raw(name, H5T_NATIVE_FLOAT, raw, sizeof(float), shape);
+  std::vector<float> out(raw.size() / sizeof(float));
+  std::memcpy(out.data(), raw.data(), raw.size());
   return out;
 }
 
 std::vector<int32_t> H5File::read_ints(const std::string& name) {
-  const hid_t ds = has(name) ? H5Dopen2(file_, name.c_str(), H5P_DEFAULT) : -1;
-  if (ds < 0) throw CheckpointError(path_ + ": no dataset " + name);
-  std::vector<int32_t> out(dataset_extent(ds, nullptr));
-  const herr_t rc = H5Dread(ds, H5T_NATIVE_INT32, H5S_ALL, H5S_ALL, H5P_DEFAULT, out.data());
-  H5Dclose(ds);
-  if (rc < 0) throw CheckpointError(path_ + ": cannot read dataset " + name);
+  std::vector<char> raw;
+  read_raw(name, H5T_NATIVE_INT32, raw, sizeof(int32_t), nullptr);
+  std::vector<int32_t> out(raw.size() / sizeof(int32_t));
+  std::memcpy(out.data(), raw.data(), raw.size());
   return out;
 }
 

@@ -28,6 +28,8 @@ class H5File {
  private:
   void write_raw(const std::string& name, hid_t type, const void* data,
                  const std::vector<int>& shape);
+  void read_raw(const std::string& name, hid_t type, std::vector<char>& out, size_t elem,
+                std::vector<int>* shape);
   std::string path_;
   hid_t file_ = -1;
 };

@@ -331,9 +331,7 @@ double CpuBackend::sumsq(const float* x, size_t n) {
 #pragma omp parallel for schedule(static)
   for (size_t k = 0; k < nchunk; k++) {
     const size_t i0 = k * kSumChunk, i1 = std::min(n, i0 + kSumChunk);
-    double acc = 0.0;
-    for (size_t i = i0; i < i1; i++) acc += (double)x[i] * x[i];
-    part[k] = acc;
+    part[k] = cpu::sumsq(x + i0, i1 - i0);
   }
   double total = 0.0;
   for (double p : part) total += p;

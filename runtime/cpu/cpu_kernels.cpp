@@ -12,6 +12,7 @@ namespace trainer::cpu {
   float exp_shift_sum(const float*, size_t, float);                                           \
   float max_of(const float*, size_t);                                                         \
   void softmax_bwd_row(const float*, float*, size_t);                                         \
+  double sumsq(const float*, size_t);                                                         \
   void scale_inplace(float*, float, size_t);                                                  \
   void adamw(float*, const float*, float*, float*, size_t, float, float, float, float, float, \
              float, float, float);
@@ -62,6 +63,7 @@ float exp_shift_sum(const float* x, size_t n, float shift) {
 }
 float max_of(const float* x, size_t n) { TRAINER_DISPATCH(max_of, x, n) }
 void softmax_bwd_row(const float* p, float* d, size_t n) { TRAINER_DISPATCH(softmax_bwd_row, p, d, n) }
+double sumsq(const float* x, size_t n) { TRAINER_DISPATCH(sumsq, x, n) }
 void scale_inplace(float* x, float a, size_t n) { TRAINER_DISPATCH(scale_inplace, x, a, n) }
 void adamw(float* p, const float* g, float* m, float* v, size_t n, float lr, float beta1,
            float beta2, float eps, float weight_decay, float bias_corr1, float bias_corr2,

@@ -20,6 +20,8 @@ float exp_shift_inplace(float* x, size_t n, float shift);
 // sum of exp(x[i] - shift), x untouched.
 float exp_shift_sum(const float* x, size_t n, float shift);
 float max_of(const float* x, size_t n);
+// Sum of squares accumulated in double (vector lanes summed in a fixed order).
+double sumsq(const float* x, size_t n);
 // Softmax backward on one row: d = p * (d - sum(p * d)).
 void softmax_bwd_row(const float* p, float* d, size_t n);
 void scale_inplace(float* x, float a, size_t n);

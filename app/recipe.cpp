@@ -12,6 +12,7 @@
 #include <sstream>
 
 #include "data/dataset.h"
+#include "model/param_registry.h"
 #include "runtime/errors.h"
 
 namespace trainer {
@@ -52,7 +53,7 @@ const std::vector<std::pair<std::string, std::vector<std::string>>> kSchema = {
                   "eval_batches", "log_every"}},
     {"optimizer", {"lr", "min_lr", "warmup_steps", "schedule", "weight_decay", "beta1",
                    "beta2", "eps"}},
-    {"parallel", {"dp", "tp", "pp"}},
+    {"parallel", {"dp", "tp", "pp", "sequence_parallel"}},
     {"runtime", {"threads", "backend", "peak_gflops"}},
 };
 
@@ -259,7 +260,7 @@ Recipe load_recipe(const std::string& path, const std::vector<std::string>& over
   // [parallel]
   r.grid.tp = (int)rd.get_int("parallel", "tp", 1);
   r.grid.pp = (int)rd.get_int("parallel", "pp", 1);
-  if (r.grid.tp != 1) rd.fail("parallel", "tp", "tensor parallelism (tp > 1) is not available yet; use tp = 1");
+  if (r.grid.tp < 1) rd.fail("parallel", "tp", "must be >= 1");
   if (r.grid.pp != 1) rd.fail("parallel", "pp", "pipeline parallelism (pp > 1) is not available yet; use pp = 1");
   const bool dp_given = rd.present("parallel", "dp");
   r.grid.dp = (int)rd.get_int("parallel", "dp", world_size / (r.grid.tp * r.grid.pp));
@@ -271,6 +272,13 @@ Recipe load_recipe(const std::string& path, const std::vector<std::string>& over
                 std::to_string(r.grid.dp * r.grid.pp * r.grid.tp) +
                 " does not match the " + std::to_string(world_size) +
                 " ranks this job was launched with");
+
+  for (const auto& [key, msg] : validate_tp(m, r.grid.tp)) rd.fail("model", key, msg);
+  r.sequence_parallel = rd.get_bool("parallel", "sequence_parallel", false);
+  if (r.sequence_parallel && m.seq_len % r.grid.tp != 0)
+    rd.fail("parallel", "sequence_parallel",
+            "needs model.seq_len = " + std::to_string(m.seq_len) + " divisible by tp = " +
+                std::to_string(r.grid.tp));
 
   // [training]
   TrainingSection& t = r.training;
@@ -392,7 +400,8 @@ std::string recipe_to_toml(const Recipe& r) {
                                 {"beta1", nice(r.adamw.beta1)},
                                 {"beta2", nice(r.adamw.beta2)},
                                 {"eps", nice(r.adamw.eps)}}},
-      {"parallel", toml::table{{"dp", r.grid.dp}, {"pp", r.grid.pp}, {"tp", r.grid.tp}}},
+      {"parallel", toml::table{{"dp", r.grid.dp}, {"pp", r.grid.pp}, {"tp", r.grid.tp},
+                               {"sequence_parallel", r.sequence_parallel}}},
       {"runtime", toml::table{{"threads", r.runtime.threads},
                               {"backend", r.runtime.backend},
                               {"peak_gflops", r.runtime.peak_gflops}}},

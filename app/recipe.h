@@ -50,6 +50,7 @@ struct Recipe {
   LrConfig lr;
   AdamWConfig adamw;
   GridShape grid;
+  bool sequence_parallel = false;  // [parallel] sequence_parallel (with tp > 1)
   RuntimeSection runtime;
 
   int accum_steps() const { return training.global_batch / (training.micro_batch * grid.dp); }

@@ -1,6 +1,7 @@
 #include "app/train_loop.h"
 
 #include <chrono>
+#include <cmath>
 #include <vector>
 
 #include "model/init.h"
@@ -14,9 +15,16 @@ double ms_since(std::chrono::steady_clock::time_point t0) {
 }
 }  // namespace
 
-TrainLoop::TrainLoop(Backend& be, Communicator& dp, const Recipe& r, const TokenDataset& train,
-                     const TokenDataset* val)
-    : be_(be), dp_(dp), r_(r), val_(val), model_(be, r.model, r.training.micro_batch),
+namespace {
+std::unique_ptr<CountingCommunicator> count_tp(Communicator* tp) {
+  return tp && tp->size() > 1 ? std::make_unique<CountingCommunicator>(*tp) : nullptr;
+}
+}  // namespace
+
+TrainLoop::TrainLoop(Backend& be, Communicator& dp, Communicator* tp, const Recipe& r,
+                     const TokenDataset& train, const TokenDataset* val)
+    : be_(be), dp_(dp), tp_(count_tp(tp)), r_(r), val_(val),
+      model_(be, r.model, r.training.micro_batch, TensorParallel{tp_.get(), r.sequence_parallel}),
       opt_(be, model_.registry(), r.adamw) {
   // Every replica draws the same initial weights from the run seed.
   std::vector<float> host(model_.num_params());
@@ -32,8 +40,7 @@ TrainLoop::TrainLoop(Backend& be, Communicator& dp, const Recipe& r, const Token
   loader_ = std::make_unique<Loader>(train, lc);
 }
 
-StepStats TrainLoop::step() {
-  const auto t0 = std::chrono::steady_clock::now();
+double TrainLoop::compute_gradients(double* data_wait_ms) {
   const int accum = r_.accum_steps();
   const size_t n = model_.num_params();
   const int tokens_per_micro = r_.training.micro_batch * r_.model.seq_len;
@@ -49,20 +56,29 @@ StepStats TrainLoop::step() {
     loss_sum += model_.forward(b.inputs.data(), b.targets.data(), grad_scale);
     model_.backward();
   }
+  model_.reduce_sequence_parallel_grads();
   dp_.allreduce_sum(model_.grads(), n);
   double loss = loss_sum / accum;
   dp_.allreduce_sum(&loss, 1);
   dp_.allreduce_max(&wait_ms, 1);
+  if (data_wait_ms) *data_wait_ms = wait_ms;
+  return loss / dp_.size();
+}
 
+StepStats TrainLoop::step() {
+  const auto t0 = std::chrono::steady_clock::now();
+  dp_.counters().reset();
+  if (tp_) tp_->counters().reset();
   StepStats s;
-  s.grad_norm = grad_norm(be_, model_.grads(), n);
+  s.loss = compute_gradients(&s.data_wait_ms);
+  s.grad_norm = std::sqrt(model_.grad_sumsq());
   s.lr = lr_at(r_.lr, step_, r_.training.steps);
   opt_.step(model_.params(), model_.grads(), (float)s.lr,
             clip_coefficient(s.grad_norm, r_.training.grad_clip));
   s.step = ++step_;
-  s.loss = loss / dp_.size();
-  s.data_wait_ms = wait_ms;
   s.step_ms = ms_since(t0);
+  s.comm_dp = dp_.counters();
+  if (tp_) s.comm_tp = tp_->counters();
   return s;
 }
 

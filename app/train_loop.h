@@ -10,6 +10,7 @@
 #include "data/loader.h"
 #include "model/adamw.h"
 #include "model/transformer.h"
+#include "parallel/comm_stats.h"
 #include "parallel/communicator.h"
 #include "runtime/backend.h"
 
@@ -22,13 +23,20 @@ struct StepStats {
   double grad_norm = 0;   // before clipping
   double step_ms = 0;
   double data_wait_ms = 0;  // slowest rank's wait on its loader this step
+  CommCounters comm_dp, comm_tp;  // this rank's collectives during the step
 };
 
 class TrainLoop {
  public:
-  TrainLoop(Backend& be, Communicator& dp, const Recipe& r, const TokenDataset& train,
-            const TokenDataset* val);
+  // dp: this rank's data-parallel group; tp: its tensor-parallel group (may be
+  // null or of size 1: no tensor parallelism).
+  TrainLoop(Backend& be, Communicator& dp, Communicator* tp, const Recipe& r,
+            const TokenDataset& train, const TokenDataset* val);
   StepStats step();
+  // The first half of step(): gradients of the next global batch, reduced
+  // over TP (sequence-parallel partials) and DP, not yet clipped or applied.
+  // Returns the mean loss.
+  double compute_gradients(double* data_wait_ms = nullptr);
   // Mean validation loss over training.eval_batches micro-batches per rank.
   double evaluate();
   Transformer& model() { return model_; }
@@ -37,7 +45,8 @@ class TrainLoop {
 
  private:
   Backend& be_;
-  Communicator& dp_;
+  CountingCommunicator dp_;
+  std::unique_ptr<CountingCommunicator> tp_;
   const Recipe& r_;
   const TokenDataset* val_;
   Transformer model_;

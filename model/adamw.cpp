@@ -23,10 +23,6 @@ void AdamW::step(float* params, const float* grads, float lr, float grad_scale) 
   }
 }
 
-double grad_norm(Backend& be, const float* grads, size_t n) {
-  return std::sqrt(be.sumsq(grads, n));
-}
-
 float clip_coefficient(double norm, double max_norm) {
   if (max_norm <= 0) return 1.f;
   const double coef = max_norm / (norm + 1e-6);

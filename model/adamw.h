@@ -31,8 +31,6 @@ class AdamW {
   long t_ = 0;
 };
 
-// Global L2 norm of a gradient buffer.
-double grad_norm(Backend& be, const float* grads, size_t n);
 // The factor that scales gradients of norm `norm` to at most max_norm
 // (max_norm <= 0: 1, no clipping); as torch.nn.utils.clip_grad_norm_,
 // min(1, max_norm / (norm + 1e-6)).

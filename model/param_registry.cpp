@@ -4,13 +4,18 @@
 
 namespace trainer {
 
-const ParamInfo& ParamRegistry::add(const std::string& name, std::vector<int> shape,
-                                    bool decay) {
+const ParamInfo& ParamRegistry::add(const std::string& name, std::vector<int> global_shape,
+                                    bool decay, Sharding sharding, bool seq_partial) {
   ParamInfo p;
   p.name = name;
+  p.global_shape = global_shape;
+  p.shape = global_shape;
+  if (sharding == Sharding::Dim0) p.shape[0] /= tp_;
+  if (sharding == Sharding::Dim1) p.shape[1] /= tp_;
+  p.sharding = tp_ > 1 ? sharding : Sharding::Replicated;
+  p.seq_partial_grad = seq_partial;
   p.numel = 1;
-  for (int d : shape) p.numel *= (size_t)d;
-  p.shape = std::move(shape);
+  for (int d : p.shape) p.numel *= (size_t)d;
   p.offset = total_;
   p.decay = decay;
   total_ += p.numel;
@@ -29,46 +34,66 @@ const ParamInfo& ParamRegistry::at(const std::string& name) const {
   throw std::out_of_range("no parameter named " + name);
 }
 
-ModelParams build_params(const ModelConfig& c) {
+std::vector<std::pair<std::string, std::string>> validate_tp(const ModelConfig& c, int tp) {
+  std::vector<std::pair<std::string, std::string>> err;
+  if (tp <= 1) return err;
+  auto divides = [&](const char* key, int v, const char* what) {
+    if (v % tp != 0)
+      err.push_back({key, std::string(what) + " = " + std::to_string(v) +
+                              " must be divisible by parallel.tp = " + std::to_string(tp)});
+  };
+  divides("n_heads", c.n_heads, "n_heads");
+  if (c.arch == Arch::Llama) divides("n_kv_heads", c.n_kv_heads, "n_kv_heads");
+  divides("d_ff", c.d_ff, "d_ff");
+  if (c.vocab_size % tp != 0)
+    err.push_back({"vocab_size", "vocab_size = " + std::to_string(c.vocab_size) +
+                                     " must be divisible by parallel.tp = " + std::to_string(tp) +
+                                     " (pad it, e.g. GPT-2's 50257 to 50304)"});
+  return err;
+}
+
+ModelParams build_params(const ModelConfig& c, int tp_size, int tp_rank) {
   ModelParams mp;
+  mp.reg = ParamRegistry(tp_size, tp_rank);
   ParamRegistry& r = mp.reg;
   const int d = c.d_model, hd = c.head_dim(), H = c.n_heads, KV = c.kv_heads();
   const bool bias = c.has_bias();
   const bool gpt2 = c.arch == Arch::GPT2;
-  mp.wte = r.add("embed.tok", {c.vocab_size, d}, true).offset;
-  if (gpt2) mp.wpe = r.add("embed.pos", {c.seq_len, d}, true).offset;
+  const Sharding rep = Sharding::Replicated, col = Sharding::Dim0, row = Sharding::Dim1;
+  mp.wte = r.add("embed.tok", {c.vocab_size, d}, true, col).offset;
+  if (gpt2) mp.wpe = r.add("embed.pos", {c.seq_len, d}, true, rep, true).offset;
   for (int l = 0; l < c.n_layers; l++) {
     const std::string p = "layers." + std::to_string(l) + ".";
     LayerParams lp{};
-    lp.norm1_w = r.add(p + "attn_norm.weight", {d}, false).offset;
-    if (bias) lp.norm1_b = r.add(p + "attn_norm.bias", {d}, false).offset;
-    lp.wqkv = r.add(p + "attn.wq", {H * hd, d}, true).offset;
-    r.add(p + "attn.wk", {KV * hd, d}, true);
-    r.add(p + "attn.wv", {KV * hd, d}, true);
+    lp.norm1_w = r.add(p + "attn_norm.weight", {d}, false, rep, true).offset;
+    if (bias) lp.norm1_b = r.add(p + "attn_norm.bias", {d}, false, rep, true).offset;
+    lp.wqkv = r.add(p + "attn.wq", {H * hd, d}, true, col).offset;
+    r.add(p + "attn.wk", {KV * hd, d}, true, col);
+    r.add(p + "attn.wv", {KV * hd, d}, true, col);
     if (bias) {
-      lp.bqkv = r.add(p + "attn.bq", {H * hd}, false).offset;
-      r.add(p + "attn.bk", {KV * hd}, false);
-      r.add(p + "attn.bv", {KV * hd}, false);
+      lp.bqkv = r.add(p + "attn.bq", {H * hd}, false, col).offset;
+      r.add(p + "attn.bk", {KV * hd}, false, col);
+      r.add(p + "attn.bv", {KV * hd}, false, col);
     }
-    lp.wo = r.add(p + "attn.wo", {d, H * hd}, true).offset;
-    if (bias) lp.bo = r.add(p + "attn.bo", {d}, false).offset;
-    lp.norm2_w = r.add(p + "mlp_norm.weight", {d}, false).offset;
-    if (bias) lp.norm2_b = r.add(p + "mlp_norm.bias", {d}, false).offset;
+    lp.wo = r.add(p + "attn.wo", {d, H * hd}, true, row).offset;
+    if (bias) lp.bo = r.add(p + "attn.bo", {d}, false, rep, true).offset;
+    lp.norm2_w = r.add(p + "mlp_norm.weight", {d}, false, rep, true).offset;
+    if (bias) lp.norm2_b = r.add(p + "mlp_norm.bias", {d}, false, rep, true).offset;
     if (gpt2) {
-      lp.w_in = r.add(p + "mlp.w_fc", {c.d_ff, d}, true).offset;
-      lp.b_in = r.add(p + "mlp.b_fc", {c.d_ff}, false).offset;
-      lp.w_out = r.add(p + "mlp.w_proj", {d, c.d_ff}, true).offset;
-      lp.b_out = r.add(p + "mlp.b_proj", {d}, false).offset;
+      lp.w_in = r.add(p + "mlp.w_fc", {c.d_ff, d}, true, col).offset;
+      lp.b_in = r.add(p + "mlp.b_fc", {c.d_ff}, false, col).offset;
+      lp.w_out = r.add(p + "mlp.w_proj", {d, c.d_ff}, true, row).offset;
+      lp.b_out = r.add(p + "mlp.b_proj", {d}, false, rep, true).offset;
     } else {
-      lp.w_in = r.add(p + "mlp.w_gate", {c.d_ff, d}, true).offset;
-      r.add(p + "mlp.w_up", {c.d_ff, d}, true);
-      lp.w_out = r.add(p + "mlp.w_down", {d, c.d_ff}, true).offset;
+      lp.w_in = r.add(p + "mlp.w_gate", {c.d_ff, d}, true, col).offset;
+      r.add(p + "mlp.w_up", {c.d_ff, d}, true, col);
+      lp.w_out = r.add(p + "mlp.w_down", {d, c.d_ff}, true, row).offset;
     }
     mp.layers.push_back(lp);
   }
-  mp.normf_w = r.add("final_norm.weight", {d}, false).offset;
-  if (bias) mp.normf_b = r.add("final_norm.bias", {d}, false).offset;
-  mp.lm_head = c.tie_embeddings ? mp.wte : r.add("lm_head.weight", {c.vocab_size, d}, true).offset;
+  mp.normf_w = r.add("final_norm.weight", {d}, false, rep, true).offset;
+  if (bias) mp.normf_b = r.add("final_norm.bias", {d}, false, rep, true).offset;
+  mp.lm_head = c.tie_embeddings ? mp.wte : r.add("lm_head.weight", {c.vocab_size, d}, true, col).offset;
   return mp;
 }
 

@@ -1,8 +1,9 @@
 #pragma once
-// The parameter registry: every trainable tensor by name, global shape and
-// offset into one contiguous buffer. Gradients and optimizer state use the
-// same offsets in buffers of the same size. Later issues add how a tensor is
-// sharded (dim, group); checkpoints store tensors by these names.
+// The parameter registry: every trainable tensor by name, its global shape,
+// how it is split over the tensor-parallel group, and the offset of this
+// rank's piece in one contiguous buffer. Gradients and optimizer state use
+// the same offsets in buffers of the same size; checkpoints store tensors by
+// name and global shape.
 #include <cstddef>
 #include <string>
 #include <vector>
@@ -11,30 +12,48 @@
 
 namespace trainer {
 
+// How a tensor lives on the tensor-parallel (TP) group.
+enum class Sharding {
+  Replicated,  // every TP rank holds all of it; its gradient is the same on all
+  Dim0,        // rank r holds rows [r*n/tp, (r+1)*n/tp) of dim 0 (column-parallel)
+  Dim1,        // rank r holds that slice of dim 1 (row-parallel inputs)
+};
+
 struct ParamInfo {
   std::string name;
-  std::vector<int> shape;
+  std::vector<int> global_shape;
+  std::vector<int> shape;  // this rank's piece
+  Sharding sharding = Sharding::Replicated;
+  // Replicated, but under sequence parallelism each TP rank sees only its
+  // share of the tokens, so the gradient is a partial sum to all-reduce over
+  // TP (norm weights, biases after row-parallel products, positions).
+  bool seq_partial_grad = false;
   size_t offset = 0;  // in floats
-  size_t numel = 0;
+  size_t numel = 0;   // of this rank's piece
   bool decay = false;  // AdamW weight decay: matrices and embeddings only
 };
 
 class ParamRegistry {
  public:
-  const ParamInfo& add(const std::string& name, std::vector<int> shape, bool decay);
+  ParamRegistry(int tp_size = 1, int tp_rank = 0) : tp_(tp_size), rank_(tp_rank) {}
+  const ParamInfo& add(const std::string& name, std::vector<int> global_shape, bool decay,
+                       Sharding sharding = Sharding::Replicated, bool seq_partial = false);
   const ParamInfo& at(const std::string& name) const;
   const ParamInfo* find(const std::string& name) const;
   const std::vector<ParamInfo>& all() const { return params_; }
   size_t total() const { return total_; }
+  int tp_size() const { return tp_; }
+  int tp_rank() const { return rank_; }
 
  private:
   std::vector<ParamInfo> params_;
   size_t total_ = 0;
+  int tp_, rank_;
 };
 
 // Offsets of one transformer layer's tensors. Adjacent tensors are laid out
-// so that fused products see one matrix: wq|wk|wv is the [qkv_dim, d] q|k|v
-// projection and w_gate|w_up (llama) the [2*d_ff, d] gate/up projection.
+// so that fused products see one matrix: wq|wk|wv is this rank's [q+k+v heads
+// x d] projection and w_gate|w_up (llama) its [2 d_ff/tp, d] one.
 struct LayerParams {
   size_t norm1_w, norm1_b;  // b: gpt2 only
   size_t wqkv, bqkv;        // bqkv: gpt2 only
@@ -50,7 +69,13 @@ struct ModelParams {
   std::vector<LayerParams> layers;
 };
 
-// Builds the registry for a model shape (names follow "layers.3.attn.wq").
-ModelParams build_params(const ModelConfig& c);
+// Builds the registry for a model shape split over tp ranks, Megatron-style:
+// q/k/v, MLP-in and the embedding/LM head split on dim 0 (heads, hidden
+// units, vocabulary), attention and MLP output projections on dim 1.
+// Names follow "layers.3.attn.wq". The shape must divide (validate_tp).
+ModelParams build_params(const ModelConfig& c, int tp_size = 1, int tp_rank = 0);
+
+// Problems that stop a model from splitting over tp ranks, as (key, message).
+std::vector<std::pair<std::string, std::string>> validate_tp(const ModelConfig& c, int tp);
 
 }  // namespace trainer

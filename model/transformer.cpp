@@ -1,5 +1,7 @@
 #include "model/transformer.h"
 
+#include <stdexcept>
+
 namespace trainer {
 
 namespace {
@@ -8,6 +10,7 @@ class Carver {
  public:
   explicit Carver(float* base) : base_(base) {}
   float* take(size_t n) {
+    if (n == 0) return nullptr;
     float* p = base_ ? base_ + used_ : nullptr;
     used_ += (n + 15) / 16 * 16;  // keep every slice 64-byte aligned
     return p;
@@ -20,42 +23,62 @@ class Carver {
 };
 }  // namespace
 
-Transformer::Transformer(Backend& be, const ModelConfig& cfg, int micro_batch)
-    : be_(be), cfg_(cfg), mp_(build_params(cfg)), B_(micro_batch), M_(micro_batch * cfg.seq_len) {
+Transformer::Transformer(Backend& be, const ModelConfig& cfg, int micro_batch, TensorParallel tp)
+    : be_(be), cfg_(cfg), tp_(tp), mp_(build_params(cfg, tp.size(), tp.rank())),
+      B_(micro_batch), M_(micro_batch * cfg.seq_len) {
+  const int t = tp_.size();
+  if (!validate_tp(cfg, t).empty()) throw std::invalid_argument("model does not split over tp");
+  const bool sp = tp_.sequence_parallel && t > 1;
+  if (sp && M_ % t != 0) throw std::invalid_argument("token rows do not split over tp");
+  R_ = sp ? M_ / t : M_;
+  row_offset_ = sp ? tp_.rank() * R_ : 0;
+  H_ = cfg.n_heads / t;
+  KV_ = cfg.kv_heads() / t;
+  F_ = cfg.d_ff / t;
+  V_ = cfg.vocab_size / t;
+  vocab_offset_ = tp_.rank() * V_;
+  Q_ = (H_ + 2 * KV_) * cfg.head_dim();
+
   params_ = be_.alloc(mp_.reg.total());
   grads_ = be_.alloc(mp_.reg.total());
-  const size_t M = M_, d = cfg.d_model, L = cfg.n_layers, T = cfg.seq_len;
-  const size_t din = cfg.arch == Arch::Llama ? 2 * (size_t)cfg.d_ff : cfg.d_ff;
+  const size_t M = M_, R = R_, d = cfg.d_model, L = cfg.n_layers, T = cfg.seq_len;
+  const size_t din = cfg.arch == Arch::Llama ? 2 * (size_t)F_ : F_, att = (size_t)H_ * cfg.head_dim();
   auto carve = [&](Carver& c) {
     la_.assign(L, {});
     for (size_t l = 0; l < L; l++) {
       LayerActs& a = la_[l];
-      a.resid_in = c.take(M * d);
+      a.resid_in = c.take(R * d);
       a.norm1 = c.take(M * d);
-      a.mean1 = c.take(M);
-      a.rstd1 = c.take(M);
-      a.qkv = c.take(M * cfg.qkv_dim());
-      a.probs = c.take((size_t)B_ * cfg.n_heads * T * T);
-      a.att = c.take(M * d);
-      a.resid_mid = c.take(M * d);
+      a.mean1 = c.take(R);
+      a.rstd1 = c.take(R);
+      a.qkv = c.take(M * Q_);
+      a.probs = c.take((size_t)B_ * H_ * T * T);
+      a.att = c.take(M * att);
+      a.resid_mid = c.take(R * d);
       a.norm2 = c.take(M * d);
-      a.mean2 = c.take(M);
-      a.rstd2 = c.take(M);
+      a.mean2 = c.take(R);
+      a.rstd2 = c.take(R);
       a.h_in = c.take(M * din);
-      a.h_act = c.take(M * cfg.d_ff);
+      a.h_act = c.take(M * F_);
     }
-    resid_final_ = c.take(M * d);
+    resid_final_ = c.take(R * d);
     normf_ = c.take(M * d);
-    meanf_ = c.take(M);
-    rstdf_ = c.take(M);
-    logits_ = c.take(M * cfg.vocab_size);
+    meanf_ = c.take(R);
+    rstdf_ = c.take(R);
+    logits_ = c.take(M * V_);
     losses_ = c.take(M);
-    g_resid_ = c.take(M * d);
+    ce_max_ = c.take(M);
+    ce_stats_ = c.take(2 * M);
+    g_resid_ = c.take(R * d);
     g_norm_ = c.take(M * d);
-    g_att_ = c.take(M * d);
-    g_qkv_ = c.take(M * cfg.qkv_dim());
+    g_att_ = c.take(M * att);
+    g_qkv_ = c.take(M * Q_);
     g_hin_ = c.take(M * din);
-    g_act_ = c.take(M * cfg.d_ff);
+    g_act_ = c.take(M * F_);
+    part_ = c.take(t > 1 ? M * d : 0);
+    rows_tmp_ = c.take(sp ? R * d : 0);
+    g_rows_ = c.take(sp ? R * d : 0);
+    g_full_ = c.take(sp ? M * d : 0);
   };
   Carver count(nullptr);
   carve(count);
@@ -77,53 +100,112 @@ Transformer::~Transformer() {
 }
 
 AttentionShape Transformer::attn_shape() const {
-  return {B_, cfg_.seq_len, cfg_.n_heads, cfg_.kv_heads(), cfg_.head_dim(), cfg_.qkv_dim()};
+  return {B_, cfg_.seq_len, H_, KV_, cfg_.head_dim(), Q_};
 }
 
 void Transformer::norm_fwd(float* out, float* mean, float* rstd, const float* x, size_t w,
                            size_t b) {
   if (cfg_.arch == Arch::GPT2)
-    be_.layernorm_fwd(out, mean, rstd, x, params_ + w, params_ + b, M_, cfg_.d_model,
+    be_.layernorm_fwd(out, mean, rstd, x, params_ + w, params_ + b, R_, cfg_.d_model,
                       cfg_.norm_eps);
   else
-    be_.rmsnorm_fwd(out, rstd, x, params_ + w, M_, cfg_.d_model, cfg_.norm_eps);
+    be_.rmsnorm_fwd(out, rstd, x, params_ + w, R_, cfg_.d_model, cfg_.norm_eps);
 }
 
 void Transformer::norm_bwd(float* dx, const float* dout, const float* x, size_t w, size_t b,
                            const float* mean, const float* rstd) {
   if (cfg_.arch == Arch::GPT2)
-    be_.layernorm_bwd(dx, grads_ + w, grads_ + b, dout, x, params_ + w, mean, rstd, M_,
+    be_.layernorm_bwd(dx, grads_ + w, grads_ + b, dout, x, params_ + w, mean, rstd, R_,
                       cfg_.d_model);
   else
-    be_.rmsnorm_bwd(dx, grads_ + w, dout, x, params_ + w, rstd, M_, cfg_.d_model);
+    be_.rmsnorm_bwd(dx, grads_ + w, dout, x, params_ + w, rstd, R_, cfg_.d_model);
+}
+
+// Norm of this rank's rows of x, delivered as all M rows (the input of a
+// column-parallel product): gathered over TP under sequence parallelism.
+void Transformer::norm_to_full(float* full, float* mean, float* rstd, const float* x, size_t w,
+                               size_t b) {
+  if (R_ == M_) return norm_fwd(full, mean, rstd, x, w, b);
+  norm_fwd(rows_tmp_, mean, rstd, x, w, b);
+  tp_.comm->allgather(rows_tmp_, full, (size_t)R_ * cfg_.d_model);
+}
+
+// out[R rows] = resid + in[M, K] @ W^T summed over TP (+ bias): the output of a
+// row-parallel product. All-reduce without sequence parallelism, reduce-scatter
+// with it; no communication with one rank.
+void Transformer::row_parallel(float* out, const float* resid, const float* in, int K,
+                               size_t w, size_t b, bool has_bias) {
+  const int d = cfg_.d_model;
+  const size_t rows_d = (size_t)R_ * d;
+  if (tp_.size() == 1) {
+    be_.copy(out, resid, rows_d);
+    be_.matmul(false, true, M_, d, K, 1.f, in, params_ + w, 1.f, out);
+  } else {
+    be_.matmul(false, true, M_, d, K, 1.f, in, params_ + w, 0.f, part_);
+    if (R_ < M_) {
+      tp_.comm->reduce_scatter_sum(part_, rows_tmp_, rows_d);
+      be_.add(out, resid, rows_tmp_, rows_d);
+    } else {
+      tp_.comm->allreduce_sum(part_, rows_d);
+      be_.add(out, resid, part_, rows_d);
+    }
+  }
+  if (has_bias) be_.add_bias(out, params_ + b, R_, d);
+}
+
+// The gradient of a row-parallel output (this rank's rows) as all M rows.
+const float* Transformer::grad_rows_to_full(const float* g) {
+  if (R_ == M_) return g;
+  tp_.comm->allgather(g, g_full_, (size_t)R_ * cfg_.d_model);
+  return g_full_;
+}
+
+// The input gradient of a column-parallel product is a partial sum over TP:
+// reduce it to this rank's rows.
+const float* Transformer::reduce_input_grad(float* g_partial) {
+  if (tp_.size() == 1) return g_partial;
+  if (R_ < M_) {
+    tp_.comm->reduce_scatter_sum(g_partial, g_rows_, (size_t)R_ * cfg_.d_model);
+    return g_rows_;
+  }
+  tp_.comm->allreduce_sum(g_partial, (size_t)M_ * cfg_.d_model);
+  return g_partial;
 }
 
 double Transformer::forward(const int32_t* inputs, const int32_t* targets, float grad_scale) {
   const ModelConfig& c = cfg_;
-  const int M = M_, d = c.d_model, F = c.d_ff, Q = c.qkv_dim();
+  const int M = M_, d = c.d_model, F = F_, Q = Q_, hd = c.head_dim();
   const bool gpt2 = c.arch == Arch::GPT2;
   const float* P = params_;
   be_.tokens_from_host(inputs_, inputs, M);
   be_.tokens_from_host(targets_, targets, M);
   const AttentionShape as = attn_shape();
 
-  be_.embedding_fwd(la_[0].resid_in, inputs_, P + mp_.wte, gpt2 ? P + mp_.wpe : nullptr, B_,
-                    c.seq_len, d);
+  // Vocab-parallel embedding: each rank fills the rows of its tokens, the
+  // TP reduction completes them.
+  float* x0 = la_[0].resid_in;
+  if (R_ < M_) {
+    be_.embedding_fwd(part_, inputs_, M, P + mp_.wte, vocab_offset_, V_, d);
+    tp_.comm->reduce_scatter_sum(part_, x0, (size_t)R_ * d);
+  } else {
+    be_.embedding_fwd(x0, inputs_, M, P + mp_.wte, vocab_offset_, V_, d);
+    if (tp_.size() > 1) tp_.comm->allreduce_sum(x0, (size_t)M * d);
+  }
+  if (gpt2) be_.position_fwd(x0, P + mp_.wpe, R_, row_offset_, c.seq_len, d);
+
   for (int l = 0; l < c.n_layers; l++) {
     const LayerParams& lp = mp_.layers[l];
     LayerActs& a = la_[l];
     float* out = (l + 1 < c.n_layers) ? la_[l + 1].resid_in : resid_final_;
     // attention block
-    norm_fwd(a.norm1, a.mean1, a.rstd1, a.resid_in, lp.norm1_w, lp.norm1_b);
+    norm_to_full(a.norm1, a.mean1, a.rstd1, a.resid_in, lp.norm1_w, lp.norm1_b);
     be_.matmul(false, true, M, Q, d, 1.f, a.norm1, P + lp.wqkv, 0.f, a.qkv);
     if (gpt2) be_.add_bias(a.qkv, P + lp.bqkv, M, Q);
     else be_.rope(a.qkv, as, c.rope_theta, false);
     be_.attention_fwd(a.att, a.probs, a.qkv, as);
-    be_.copy(a.resid_mid, a.resid_in, (size_t)M * d);
-    be_.matmul(false, true, M, d, d, 1.f, a.att, P + lp.wo, 1.f, a.resid_mid);
-    if (gpt2) be_.add_bias(a.resid_mid, P + lp.bo, M, d);
+    row_parallel(a.resid_mid, a.resid_in, a.att, H_ * hd, lp.wo, lp.bo, gpt2);
     // MLP block
-    norm_fwd(a.norm2, a.mean2, a.rstd2, a.resid_mid, lp.norm2_w, lp.norm2_b);
+    norm_to_full(a.norm2, a.mean2, a.rstd2, a.resid_mid, lp.norm2_w, lp.norm2_b);
     if (gpt2) {
       be_.matmul(false, true, M, F, d, 1.f, a.norm2, P + lp.w_in, 0.f, a.h_in);
       be_.add_bias(a.h_in, P + lp.b_in, M, F);
@@ -132,13 +214,19 @@ double Transformer::forward(const int32_t* inputs, const int32_t* targets, float
       be_.matmul(false, true, M, 2 * F, d, 1.f, a.norm2, P + lp.w_in, 0.f, a.h_in);
       be_.swiglu_fwd(a.h_act, a.h_in, M, F);
     }
-    be_.copy(out, a.resid_mid, (size_t)M * d);
-    be_.matmul(false, true, M, d, F, 1.f, a.h_act, P + lp.w_out, 1.f, out);
-    if (gpt2) be_.add_bias(out, P + lp.b_out, M, d);
+    row_parallel(out, a.resid_mid, a.h_act, F, lp.w_out, lp.b_out, gpt2);
   }
-  norm_fwd(normf_, meanf_, rstdf_, resid_final_, mp_.normf_w, mp_.normf_b);
-  be_.matmul(false, true, M, c.vocab_size, d, 1.f, normf_, P + mp_.lm_head, 0.f, logits_);
-  be_.cross_entropy(losses_, logits_, targets_, M, c.vocab_size, grad_scale);
+  norm_to_full(normf_, meanf_, rstdf_, resid_final_, mp_.normf_w, mp_.normf_b);
+  be_.matmul(false, true, M, V_, d, 1.f, normf_, P + mp_.lm_head, 0.f, logits_);
+
+  // Vocab-parallel cross entropy: a max and two sums reduced over TP.
+  be_.row_max(ce_max_, logits_, M, V_);
+  if (tp_.size() > 1) tp_.comm->allreduce_max(ce_max_, M);
+  be_.ce_exp_sum(ce_stats_, ce_stats_ + M, logits_, targets_, ce_max_, M, V_, vocab_offset_,
+                 grad_scale != 0.f);
+  if (tp_.size() > 1) tp_.comm->allreduce_sum(ce_stats_, 2 * (size_t)M);
+  be_.ce_finish(losses_, logits_, targets_, ce_max_, ce_stats_, ce_stats_ + M, M, V_,
+                vocab_offset_, grad_scale);
   be_.to_host(host_losses_.data(), losses_, M);
   double sum = 0.0;
   for (float x : host_losses_) sum += x;
@@ -147,45 +235,65 @@ double Transformer::forward(const int32_t* inputs, const int32_t* targets, float
 
 void Transformer::backward() {
   const ModelConfig& c = cfg_;
-  const int M = M_, d = c.d_model, F = c.d_ff, Q = c.qkv_dim();
+  const int M = M_, R = R_, d = c.d_model, F = F_, Q = Q_, A = H_ * c.head_dim();
   const bool gpt2 = c.arch == Arch::GPT2;
   const float* P = params_;
   float* G = grads_;
   const AttentionShape as = attn_shape();
 
   // LM head: logits_ holds dlogits after a training forward.
-  be_.matmul(false, false, M, d, c.vocab_size, 1.f, logits_, P + mp_.lm_head, 0.f, g_norm_);
-  be_.matmul(true, false, c.vocab_size, d, M, 1.f, logits_, normf_, 1.f, G + mp_.lm_head);
-  be_.zero(g_resid_, (size_t)M * d);
-  norm_bwd(g_resid_, g_norm_, resid_final_, mp_.normf_w, mp_.normf_b, meanf_, rstdf_);
+  be_.matmul(false, false, M, d, V_, 1.f, logits_, P + mp_.lm_head, 0.f, g_norm_);
+  be_.matmul(true, false, V_, d, M, 1.f, logits_, normf_, 1.f, G + mp_.lm_head);
+  be_.zero(g_resid_, (size_t)R * d);
+  norm_bwd(g_resid_, reduce_input_grad(g_norm_), resid_final_, mp_.normf_w, mp_.normf_b,
+           meanf_, rstdf_);
 
   for (int l = c.n_layers - 1; l >= 0; l--) {
     const LayerParams& lp = mp_.layers[l];
     LayerActs& a = la_[l];
-    // MLP block: g_resid is the gradient of this layer's output.
-    if (gpt2) be_.bias_bwd(G + lp.b_out, g_resid_, M, d);
-    be_.matmul(false, false, M, F, d, 1.f, g_resid_, P + lp.w_out, 0.f, g_act_);
-    be_.matmul(true, false, d, F, M, 1.f, g_resid_, a.h_act, 1.f, G + lp.w_out);
+    // MLP block: g_resid is the gradient of this layer's output rows.
+    if (gpt2) be_.bias_bwd(G + lp.b_out, g_resid_, R, d);
+    const float* gf = grad_rows_to_full(g_resid_);
+    be_.matmul(false, false, M, F, d, 1.f, gf, P + lp.w_out, 0.f, g_act_);
+    be_.matmul(true, false, d, F, M, 1.f, gf, a.h_act, 1.f, G + lp.w_out);
     const int din = gpt2 ? F : 2 * F;
     if (gpt2) be_.gelu_bwd(g_hin_, a.h_in, g_act_, (size_t)M * F);
     else be_.swiglu_bwd(g_hin_, a.h_in, g_act_, M, F);
     be_.matmul(false, false, M, d, din, 1.f, g_hin_, P + lp.w_in, 0.f, g_norm_);
     be_.matmul(true, false, din, d, M, 1.f, g_hin_, a.norm2, 1.f, G + lp.w_in);
     if (gpt2) be_.bias_bwd(G + lp.b_in, g_hin_, M, F);
-    norm_bwd(g_resid_, g_norm_, a.resid_mid, lp.norm2_w, lp.norm2_b, a.mean2, a.rstd2);
+    norm_bwd(g_resid_, reduce_input_grad(g_norm_), a.resid_mid, lp.norm2_w, lp.norm2_b,
+             a.mean2, a.rstd2);
     // Attention block: g_resid is now the gradient of resid_mid.
-    if (gpt2) be_.bias_bwd(G + lp.bo, g_resid_, M, d);
-    be_.matmul(false, false, M, d, d, 1.f, g_resid_, P + lp.wo, 0.f, g_att_);
-    be_.matmul(true, false, d, d, M, 1.f, g_resid_, a.att, 1.f, G + lp.wo);
+    if (gpt2) be_.bias_bwd(G + lp.bo, g_resid_, R, d);
+    gf = grad_rows_to_full(g_resid_);
+    be_.matmul(false, false, M, A, d, 1.f, gf, P + lp.wo, 0.f, g_att_);
+    be_.matmul(true, false, d, A, M, 1.f, gf, a.att, 1.f, G + lp.wo);
     be_.attention_bwd(g_qkv_, g_att_, a.qkv, a.probs, as);
     if (!gpt2) be_.rope(g_qkv_, as, c.rope_theta, true);
     be_.matmul(false, false, M, d, Q, 1.f, g_qkv_, P + lp.wqkv, 0.f, g_norm_);
     be_.matmul(true, false, Q, d, M, 1.f, g_qkv_, a.norm1, 1.f, G + lp.wqkv);
     if (gpt2) be_.bias_bwd(G + lp.bqkv, g_qkv_, M, Q);
-    norm_bwd(g_resid_, g_norm_, a.resid_in, lp.norm1_w, lp.norm1_b, a.mean1, a.rstd1);
+    norm_bwd(g_resid_, reduce_input_grad(g_norm_), a.resid_in, lp.norm1_w, lp.norm1_b,
+             a.mean1, a.rstd1);
   }
-  be_.embedding_bwd(G + mp_.wte, gpt2 ? G + mp_.wpe : nullptr, g_resid_, inputs_, B_,
-                    c.seq_len, d);
+  // The embedding's forward reduction has the identity (all rows) as backward.
+  be_.embedding_bwd(G + mp_.wte, grad_rows_to_full(g_resid_), inputs_, M, vocab_offset_, V_, d);
+  if (gpt2) be_.position_bwd(G + mp_.wpe, g_resid_, R, row_offset_, c.seq_len, d);
+}
+
+void Transformer::reduce_sequence_parallel_grads() {
+  if (R_ == M_) return;
+  for (const ParamInfo& p : mp_.reg.all())
+    if (p.seq_partial_grad) tp_.comm->allreduce_sum(grads_ + p.offset, p.numel);
+}
+
+double Transformer::grad_sumsq() {
+  double sums[2] = {0, 0};  // sharded, replicated
+  for (const ParamInfo& p : mp_.reg.all())
+    sums[p.sharding == Sharding::Replicated] += be_.sumsq(grads_ + p.offset, p.numel);
+  if (tp_.size() > 1) tp_.comm->allreduce_sum(&sums[0], 1);
+  return sums[0] + sums[1];
 }
 
 }  // namespace trainer

@@ -2,19 +2,36 @@
 // Decoder-only transformer ("gpt2" or "llama") with explicit forward and
 // backward passes, llm.c style: parameters, gradients and activations live in
 // contiguous buffers owned here, and every op is a Backend call.
+//
+// Tensor parallelism (Megatron-style) over a TP communicator: attention heads
+// and MLP hidden units are split (column-parallel in, row-parallel out), the
+// embedding and LM head by vocabulary, and the loss is a vocab-parallel cross
+// entropy, so no rank holds [tokens x vocab] logits. Without sequence
+// parallelism each row-parallel output is all-reduced and the residual stream
+// is replicated. With it, norms and residual adds run on this rank's 1/tp of
+// the token rows: an all-gather feeds each column-parallel product and a
+// reduce-scatter follows each row-parallel one.
 #include <cstdint>
 #include <vector>
 
 #include "model/config.h"
 #include "model/param_registry.h"
+#include "parallel/communicator.h"
 #include "runtime/backend.h"
 
 namespace trainer {
 
+struct TensorParallel {
+  Communicator* comm = nullptr;  // null: no tensor parallelism
+  bool sequence_parallel = false;
+  int size() const { return comm ? comm->size() : 1; }
+  int rank() const { return comm ? comm->rank() : 0; }
+};
+
 class Transformer {
  public:
   // micro_batch: sequences per forward/backward; activations are sized for it.
-  Transformer(Backend& be, const ModelConfig& cfg, int micro_batch);
+  Transformer(Backend& be, const ModelConfig& cfg, int micro_batch, TensorParallel tp = {});
   ~Transformer();
   Transformer(const Transformer&) = delete;
   Transformer& operator=(const Transformer&) = delete;
@@ -22,7 +39,7 @@ class Transformer {
   const ModelConfig& config() const { return cfg_; }
   const ModelParams& layout() const { return mp_; }
   const ParamRegistry& registry() const { return mp_.reg; }
-  size_t num_params() const { return mp_.reg.total(); }
+  size_t num_params() const { return mp_.reg.total(); }  // this rank's
   float* params() { return params_; }
   float* grads() { return grads_; }
   int micro_batch() const { return B_; }
@@ -34,6 +51,12 @@ class Transformer {
   double forward(const int32_t* inputs, const int32_t* targets, float grad_scale);
   // Accumulates parameter gradients into grads() for the last forward().
   void backward();
+  // Under sequence parallelism, sums the partial gradients of replicated
+  // tensors over the TP group; call once per step, after the last backward().
+  void reduce_sequence_parallel_grads();
+  // Squared L2 norm of the whole model's gradient, each tensor counted once
+  // (sharded pieces summed over TP, replicated ones taken once).
+  double grad_sumsq();
 
  private:
   struct LayerActs {
@@ -43,20 +66,30 @@ class Transformer {
   void norm_fwd(float* out, float* mean, float* rstd, const float* x, size_t w, size_t b);
   void norm_bwd(float* dx, const float* dout, const float* x, size_t w, size_t b,
                 const float* mean, const float* rstd);
+  void norm_to_full(float* full, float* mean, float* rstd, const float* x, size_t w, size_t b);
+  void row_parallel(float* out, const float* resid, const float* in, int K, size_t w,
+                    size_t b, bool has_bias);
+  const float* grad_rows_to_full(const float* g);
+  const float* reduce_input_grad(float* g_partial);
   AttentionShape attn_shape() const;
 
   Backend& be_;
   ModelConfig cfg_;
+  TensorParallel tp_;
   ModelParams mp_;
-  int B_, M_;
+  int B_, M_, R_;        // sequences, token rows, rows this rank keeps (M_/tp with SP)
+  int row_offset_;       // first token row of this rank's share
+  int H_, KV_, F_, V_;   // this rank's heads, kv heads, hidden units, vocabulary rows
+  int Q_, vocab_offset_;
   float* params_ = nullptr;
   float* grads_ = nullptr;
   float* acts_ = nullptr;
   size_t act_floats_ = 0;
   std::vector<LayerActs> la_;
-  float *resid_final_, *normf_, *meanf_, *rstdf_, *logits_, *losses_;
-  // backward scratch
-  float *g_resid_, *g_norm_, *g_att_, *g_qkv_, *g_hin_, *g_act_;
+  float *resid_final_, *normf_, *meanf_, *rstdf_, *logits_, *losses_, *ce_max_, *ce_stats_;
+  // backward and communication scratch
+  float *g_resid_, *g_norm_, *g_rows_, *g_full_, *g_att_, *g_qkv_, *g_hin_, *g_act_;
+  float *part_, *rows_tmp_;
   int32_t *inputs_ = nullptr, *targets_ = nullptr;
   std::vector<float> host_losses_;
 };

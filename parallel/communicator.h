@@ -12,10 +12,15 @@ class Communicator {
   virtual ~Communicator() = default;
   virtual int rank() const = 0;
   virtual int size() const = 0;
-  // In-place sum across the group.
+  // In-place reductions across the group.
   virtual void allreduce_sum(float* x, size_t n) = 0;
   virtual void allreduce_sum(double* x, size_t n) = 0;
+  virtual void allreduce_max(float* x, size_t n) = 0;
   virtual void allreduce_max(double* x, size_t n) = 0;
+  // out[size * n] = concatenation of every rank's in[n], in rank order.
+  virtual void allgather(const float* in, float* out, size_t n) = 0;
+  // out[n] = this rank's block of the element-wise sum of every in[size * n].
+  virtual void reduce_scatter_sum(const float* in, float* out, size_t n) = 0;
   virtual void broadcast(void* data, size_t bytes, int root) = 0;
   virtual void barrier() = 0;
 };

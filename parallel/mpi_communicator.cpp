@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <climits>
+#include <stdexcept>
 
 namespace trainer {
 
@@ -28,6 +29,25 @@ void MpiCommunicator::allreduce_sum(float* x, size_t n) {
 }
 void MpiCommunicator::allreduce_sum(double* x, size_t n) {
   if (size_ > 1) allreduce_chunks(x, n, MPI_DOUBLE, MPI_SUM, comm_);
+}
+void MpiCommunicator::allreduce_max(float* x, size_t n) {
+  if (size_ > 1) allreduce_chunks(x, n, MPI_FLOAT, MPI_MAX, comm_);
+}
+void MpiCommunicator::allgather(const float* in, float* out, size_t n) {
+  if (size_ == 1) {
+    if (out != in) std::copy(in, in + n, out);
+    return;
+  }
+  if (n > kMaxChunk) throw std::length_error("allgather: block too large for one MPI call");
+  MPI_Allgather(in, (int)n, MPI_FLOAT, out, (int)n, MPI_FLOAT, comm_);
+}
+void MpiCommunicator::reduce_scatter_sum(const float* in, float* out, size_t n) {
+  if (size_ == 1) {
+    if (out != in) std::copy(in, in + n, out);
+    return;
+  }
+  if (n > kMaxChunk) throw std::length_error("reduce_scatter: block too large for one MPI call");
+  MPI_Reduce_scatter_block(in, out, (int)n, MPI_FLOAT, MPI_SUM, comm_);
 }
 void MpiCommunicator::allreduce_max(double* x, size_t n) {
   if (size_ > 1) allreduce_chunks(x, n, MPI_DOUBLE, MPI_MAX, comm_);

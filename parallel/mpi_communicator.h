@@ -13,7 +13,10 @@ class MpiCommunicator final : public Communicator {
   int size() const override { return size_; }
   void allreduce_sum(float* x, size_t n) override;
   void allreduce_sum(double* x, size_t n) override;
+  void allreduce_max(float* x, size_t n) override;
   void allreduce_max(double* x, size_t n) override;
+  void allgather(const float* in, float* out, size_t n) override;
+  void reduce_scatter_sum(const float* in, float* out, size_t n) override;
   void broadcast(void* data, size_t bytes, int root) override;
   void barrier() override;
   MPI_Comm comm() const { return comm_; }

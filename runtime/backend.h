@@ -44,12 +44,20 @@ class Backend {
   // out = a + b (elementwise, n floats).
   virtual void add(float* out, const float* a, const float* b, size_t n) = 0;
 
-  // Token + (optional) position embedding: out[b,t,:] = wte[tok] + wpe[t].
-  virtual void embedding_fwd(float* out, const int32_t* tokens, const float* wte,
-                             const float* wpe, int B, int T, int C) = 0;
-  // dwte[tok] += dout, dwpe[t] += sum_b dout (dwpe may be null).
-  virtual void embedding_bwd(float* dwte, float* dwpe, const float* dout,
-                             const int32_t* tokens, int B, int T, int C) = 0;
+  // Token embedding from a vocabulary shard holding token ids
+  // [vocab_offset, vocab_offset + vocab_rows): out[r] = wte[tok - offset] for
+  // tokens in the shard, zero for the others (a TP all-reduce completes it).
+  virtual void embedding_fwd(float* out, const int32_t* tokens, int rows, const float* wte,
+                             int vocab_offset, int vocab_rows, int C) = 0;
+  // dwte[tok - offset] += dout[r] for tokens in the shard.
+  virtual void embedding_bwd(float* dwte, const float* dout, const int32_t* tokens, int rows,
+                             int vocab_offset, int vocab_rows, int C) = 0;
+  // Learned positions on rows [row_offset, row_offset + rows) of [B*T] token
+  // rows: out[r] += wpe[(row_offset + r) % T]; backward dwpe[...] += dout[r].
+  virtual void position_fwd(float* out, const float* wpe, int rows, int row_offset, int T,
+                            int C) = 0;
+  virtual void position_bwd(float* dwpe, const float* dout, int rows, int row_offset, int T,
+                            int C) = 0;
 
   // LayerNorm (bias may be null) and RMSNorm; stats saved for backward.
   virtual void layernorm_fwd(float* out, float* mean, float* rstd, const float* x,
@@ -85,10 +93,22 @@ class Backend {
   virtual void attention_bwd(float* dqkv, const float* dout, const float* qkv,
                              const float* probs, const AttentionShape& s) = 0;
 
-  // Cross entropy over rows of logits [rows, V]. Writes per-row losses, and if
-  // grad_scale != 0 overwrites logits with (softmax - onehot) * grad_scale.
-  virtual void cross_entropy(float* losses, float* logits, const int32_t* targets,
-                             int rows, int V, float grad_scale) = 0;
+  // Cross entropy over logits [rows, V] that may be one vocabulary shard
+  // (token ids [vocab_offset, vocab_offset + V)), in three steps with
+  // reductions across shards in between (none when V is the whole vocabulary):
+  // 1. row_max: max[r] = max of the row (then all-reduce MAX).
+  virtual void row_max(float* max, const float* logits, int rows, int V) = 0;
+  // 2. ce_exp_sum: sum[r] = sum exp(logit - max), target[r] = the target's logit
+  //    if it is in this shard, else 0 (then all-reduce SUM of both). With
+  //    write_exp the logits are replaced by exp(logit - max).
+  virtual void ce_exp_sum(float* sum, float* target, float* logits, const int32_t* targets,
+                          const float* max, int rows, int V, int vocab_offset,
+                          bool write_exp) = 0;
+  // 3. ce_finish: losses[r] = log(sum) + max - target; with grad_scale != 0
+  //    the exp'd logits become (softmax - onehot) * grad_scale.
+  virtual void ce_finish(float* losses, float* logits, const int32_t* targets,
+                         const float* max, const float* sum, const float* target, int rows,
+                         int V, int vocab_offset, float grad_scale) = 0;
 
   // Sum of squares of x (accumulated in double, deterministic order).
   virtual double sumsq(const float* x, size_t n) = 0;

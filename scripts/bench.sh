@@ -3,6 +3,7 @@
 # same model, same thread count, same OpenBLAS kernels) in the same run, for
 # the demo model and a GPT-2 124M-shaped model at T=256 (micro-batch 4 and 8). Prints tokens/s, the
 # ratio, and MFU relative to the sgemm peak measured in the same process.
+# Each side reports its fastest timed step (a shared machine only adds delay).
 #   THREADS=2 STEPS=3 scripts/bench.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."

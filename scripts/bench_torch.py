@@ -60,7 +60,7 @@ def main():
     T = cfg["seq_len"]
     tok = torch.randint(0, cfg["vocab_size"], (B, T + 1))
     inputs, targets = tok[:, :-1], tok[:, 1:]
-    total = 0.0
+    total, best = 0.0, float("inf")
     for s in range(a.warmup + a.steps):
         t0 = time.perf_counter()
         loss = torch_model.loss_fn(cfg, P, inputs, targets)
@@ -70,9 +70,12 @@ def main():
         opt.zero_grad(set_to_none=False)
         if s >= a.warmup:
             total += time.perf_counter() - t0
-    step_ms = 1e3 * total / a.steps
+            best = min(best, time.perf_counter() - t0)
+    step_ms = 1e3 * best  # fastest step, as trainer bench reports
+
     print(json.dumps({"bench": a.recipe, "impl": "pytorch " + torch.__version__, "threads": threads,
                       "params": sum(p.numel() for p in P.values()), "step_ms": step_ms,
+                      "mean_step_ms": 1e3 * total / a.steps,
                       "tokens_per_s": B * T / (step_ms / 1e3), "loss": loss.item()}))
 
 

@@ -2,6 +2,7 @@
 // batch, the loss, every gradient, and the weights after 3 AdamW steps (with
 // gradient clipping) for a small model of the given architecture.
 //   parity_dump gpt2|llama OUT.h5
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <string>
@@ -68,7 +69,7 @@ int main(int argc, char** argv) {
       for (const ParamInfo& p : model.registry().all())
         f.write("grad/" + p.name, model.grads() + p.offset, p.shape);
     }
-    const double norm = grad_norm(be, model.grads(), model.num_params());
+    const double norm = std::sqrt(model.grad_sumsq());
     opt.step(model.params(), model.grads(), lr, clip_coefficient(norm, clip));
   }
   for (const ParamInfo& p : model.registry().all())

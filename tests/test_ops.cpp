@@ -193,7 +193,8 @@ TEST_F(Fixture, EmbeddingForwardBackward) {
   std::vector<int32_t> tok = {1, 4, 1, 0, 1, 3};  // repeats on purpose
   auto wte = randn(V * C, 1), wpe = randn(T * C, 2), dout = randn(B * T * C, 3);
   std::vector<float> out(B * T * C), dwte(V * C, 0.f), dwpe(T * C, 0.f);
-  be.embedding_fwd(out.data(), tok.data(), wte.data(), wpe.data(), B, T, C);
+  be.embedding_fwd(out.data(), tok.data(), B * T, wte.data(), 0, V, C);
+  be.position_fwd(out.data(), wpe.data(), B * T, 0, T, C);
   Vec want(B * T * C), want_dwte(V * C, 0.0), want_dwpe(T * C, 0.0);
   for (int bt = 0; bt < B * T; bt++)
     for (int c = 0; c < C; c++) {
@@ -202,9 +203,37 @@ TEST_F(Fixture, EmbeddingForwardBackward) {
       want_dwpe[(bt % T) * C + c] += dout[bt * C + c];
     }
   expect_close(out, want, 1e-6, 1e-6, "embedding fwd");
-  be.embedding_bwd(dwte.data(), dwpe.data(), dout.data(), tok.data(), B, T, C);
+  be.embedding_bwd(dwte.data(), dout.data(), tok.data(), B * T, 0, V, C);
+  be.position_bwd(dwpe.data(), dout.data(), B * T, 0, T, C);
   expect_close(dwte, want_dwte, 1e-6, 1e-6, "dwte");
   expect_close(dwpe, want_dwpe, 1e-6, 1e-6, "dwpe");
+}
+
+TEST_F(Fixture, EmbeddingShardsAndRowSlicesAddUp) {
+  // Two vocabulary shards sum to the whole lookup; positions of a slice of
+  // rows (sequence parallelism) follow the slice's global row numbers.
+  const int rows = 7, T = 3, C = 4, V = 6;
+  std::vector<int32_t> tok = {5, 0, 3, 2, 2, 4, 1};
+  auto wte = randn(V * C, 1), wpe = randn(T * C, 2), dout = randn(rows * C, 3);
+  std::vector<float> whole(rows * C), a(rows * C), b(rows * C);
+  be.embedding_fwd(whole.data(), tok.data(), rows, wte.data(), 0, V, C);
+  be.embedding_fwd(a.data(), tok.data(), rows, wte.data(), 0, 3, C);
+  be.embedding_fwd(b.data(), tok.data(), rows, wte.data() + 3 * C, 3, 3, C);
+  for (int i = 0; i < rows * C; i++) EXPECT_EQ(whole[i], a[i] + b[i]);
+  std::vector<float> dw_whole(V * C, 0.f), dw_sh(V * C, 0.f);
+  be.embedding_bwd(dw_whole.data(), dout.data(), tok.data(), rows, 0, V, C);
+  be.embedding_bwd(dw_sh.data(), dout.data(), tok.data(), rows, 0, 3, C);
+  be.embedding_bwd(dw_sh.data() + 3 * C, dout.data(), tok.data(), rows, 3, 3, C);
+  EXPECT_EQ(dw_whole, dw_sh);
+  std::vector<float> pos_all(rows * C, 0.f), pos_tail(3 * C, 0.f);
+  be.position_fwd(pos_all.data(), wpe.data(), rows, 0, T, C);
+  be.position_fwd(pos_tail.data(), wpe.data(), 3, 4, T, C);  // rows 4..6
+  for (int i = 0; i < 3 * C; i++) EXPECT_EQ(pos_tail[i], pos_all[4 * C + i]);
+  std::vector<float> dp_all(T * C, 0.f), dp_parts(T * C, 0.f);
+  be.position_bwd(dp_all.data(), dout.data(), rows, 0, T, C);
+  be.position_bwd(dp_parts.data(), dout.data(), 4, 0, T, C);
+  be.position_bwd(dp_parts.data(), dout.data() + 4 * C, 3, 4, T, C);
+  expect_close(dp_parts, to_d(dp_all), 1e-6, 1e-6, "position bwd by slices");
 }
 
 TEST_F(Fixture, LayerNormForwardBackward) {
@@ -298,19 +327,54 @@ TEST_F(Fixture, CausalGqaAttentionForwardBackward) {
   expect_close(dqkv, numeric_grad(f, to_d(qkv)), 1e-4, 1e-5, "attention bwd");
 }
 
+// The three cross-entropy steps, run over the whole vocabulary or over two
+// vocabulary shards combined as tensor parallelism does (max and sums added).
+std::vector<float> cross_entropy(CpuBackend& be, std::vector<float>& logits,
+                                 const std::vector<int32_t>& tgt, int rows, int V, int shards,
+                                 float grad_scale) {
+  const int Vs = V / shards;
+  std::vector<std::vector<float>> part(shards);
+  std::vector<float> mx(rows, -INFINITY), sum(rows, 0.f), target(rows, 0.f), loss(rows);
+  for (int s = 0; s < shards; s++) {  // shard s holds columns [s*Vs, (s+1)*Vs)
+    part[s].resize((size_t)rows * Vs);
+    for (int r = 0; r < rows; r++)
+      std::copy_n(logits.begin() + r * V + s * Vs, Vs, part[s].begin() + r * Vs);
+    std::vector<float> m(rows);
+    be.row_max(m.data(), part[s].data(), rows, Vs);
+    for (int r = 0; r < rows; r++) mx[r] = std::max(mx[r], m[r]);
+  }
+  for (int s = 0; s < shards; s++) {
+    std::vector<float> su(rows), tg(rows);
+    be.ce_exp_sum(su.data(), tg.data(), part[s].data(), tgt.data(), mx.data(), rows, Vs, s * Vs,
+                  grad_scale != 0.f);
+    for (int r = 0; r < rows; r++) sum[r] += su[r], target[r] += tg[r];
+  }
+  for (int s = 0; s < shards; s++) {
+    be.ce_finish(loss.data(), part[s].data(), tgt.data(), mx.data(), sum.data(), target.data(),
+                 rows, Vs, s * Vs, grad_scale);
+    if (grad_scale != 0.f)
+      for (int r = 0; r < rows; r++)
+        std::copy_n(part[s].begin() + r * Vs, Vs, logits.begin() + r * V + s * Vs);
+  }
+  return loss;
+}
+
 TEST_F(Fixture, CrossEntropyLossAndGradient) {
-  const int rows = 5, V = 37;
+  const int rows = 5, V = 38;
   auto logits = randn(rows * V, 1, 3.f);
-  std::vector<int32_t> tgt = {0, 36, 5, 5, 17};
-  std::vector<float> loss(rows), work = logits;
-  be.cross_entropy(loss.data(), work.data(), tgt.data(), rows, V, 0.f);
+  std::vector<int32_t> tgt = {0, 37, 5, 20, 19};  // both shards, both edges
   const Vec want = ref_cross_entropy(to_d(logits), tgt, rows, V);
-  expect_close(loss, want, 1e-5, 1e-6, "ce loss (eval)");
-  EXPECT_EQ(work, logits) << "eval must not touch the logits";
-  be.cross_entropy(loss.data(), work.data(), tgt.data(), rows, V, 0.25f);
-  expect_close(loss, want, 1e-5, 1e-6, "ce loss (train)");
   auto f = [&](const Vec& v) { double s = 0; for (double l : ref_cross_entropy(v, tgt, rows, V)) s += 0.25 * l; return s; };
-  expect_close(work, numeric_grad(f, to_d(logits)), 1e-4, 1e-5, "ce grad");
+  const Vec want_grad = numeric_grad(f, to_d(logits));
+  for (int shards : {1, 2}) {
+    std::vector<float> work = logits;
+    auto loss = cross_entropy(be, work, tgt, rows, V, shards, 0.f);
+    expect_close(loss, want, 1e-5, 1e-6, "ce loss (eval)");
+    EXPECT_EQ(work, logits) << "eval must not touch the logits";
+    loss = cross_entropy(be, work, tgt, rows, V, shards, 0.25f);
+    expect_close(loss, want, 1e-5, 1e-6, "ce loss (train)");
+    expect_close(work, want_grad, 1e-4, 1e-5, "ce grad");
+  }
 }
 
 TEST_F(Fixture, Sumsq) {

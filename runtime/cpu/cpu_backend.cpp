@@ -99,37 +99,50 @@ void CpuBackend::add(float* out, const float* a, const float* b, size_t n) {
   for (size_t i = 0; i < n; i++) out[i] = a[i] + b[i];
 }
 
-void CpuBackend::embedding_fwd(float* out, const int32_t* tokens, const float* wte,
-                               const float* wpe, int B, int T, int C) {
+void CpuBackend::embedding_fwd(float* out, const int32_t* tokens, int rows, const float* wte,
+                               int vocab_offset, int vocab_rows, int C) {
 #pragma omp parallel for schedule(static)
-  for (int bt = 0; bt < B * T; bt++) {
-    const float* e = wte + (size_t)tokens[bt] * C;
-    float* o = out + (size_t)bt * C;
-    if (wpe) {
-      const float* p = wpe + (size_t)(bt % T) * C;
-#pragma omp simd
-      for (int c = 0; c < C; c++) o[c] = e[c] + p[c];
-    } else {
-      std::memcpy(o, e, C * sizeof(float));
-    }
+  for (int r = 0; r < rows; r++) {
+    const int v = tokens[r] - vocab_offset;
+    float* o = out + (size_t)r * C;
+    if (v >= 0 && v < vocab_rows) std::memcpy(o, wte + (size_t)v * C, C * sizeof(float));
+    else std::memset(o, 0, C * sizeof(float));
   }
 }
 
-void CpuBackend::embedding_bwd(float* dwte, float* dwpe, const float* dout,
-                               const int32_t* tokens, int B, int T, int C) {
+void CpuBackend::embedding_bwd(float* dwte, const float* dout, const int32_t* tokens, int rows,
+                               int vocab_offset, int vocab_rows, int C) {
   // Rows of dwte may repeat (same token twice), so walk tokens in order.
-  for (int bt = 0; bt < B * T; bt++) {
-    float* d = dwte + (size_t)tokens[bt] * C;
-    const float* g = dout + (size_t)bt * C;
+  for (int r = 0; r < rows; r++) {
+    const int v = tokens[r] - vocab_offset;
+    if (v < 0 || v >= vocab_rows) continue;
+    float* d = dwte + (size_t)v * C;
+    const float* g = dout + (size_t)r * C;
 #pragma omp simd
     for (int c = 0; c < C; c++) d[c] += g[c];
   }
-  if (!dwpe) return;
+}
+
+void CpuBackend::position_fwd(float* out, const float* wpe, int rows, int row_offset, int T,
+                              int C) {
+#pragma omp parallel for schedule(static)
+  for (int r = 0; r < rows; r++) {
+    const float* p = wpe + (size_t)((row_offset + r) % T) * C;
+    float* o = out + (size_t)r * C;
+#pragma omp simd
+    for (int c = 0; c < C; c++) o[c] += p[c];
+  }
+}
+
+void CpuBackend::position_bwd(float* dwpe, const float* dout, int rows, int row_offset, int T,
+                              int C) {
+  // Each position's rows are summed in row order; positions run in parallel.
 #pragma omp parallel for schedule(static)
   for (int t = 0; t < T; t++) {
     float* d = dwpe + (size_t)t * C;
-    for (int b = 0; b < B; b++) {
-      const float* g = dout + ((size_t)b * T + t) * C;
+    const int first = ((t - row_offset) % T + T) % T;  // first local row at position t
+    for (int r = first; r < rows; r += T) {
+      const float* g = dout + (size_t)r * C;
 #pragma omp simd
       for (int c = 0; c < C; c++) d[c] += g[c];
     }
@@ -306,22 +319,34 @@ void CpuBackend::rope(float* qkv, const AttentionShape& s, float theta, bool inv
   }
 }
 
-void CpuBackend::cross_entropy(float* losses, float* logits, const int32_t* targets, int rows,
-                               int V, float grad_scale) {
+void CpuBackend::row_max(float* max, const float* logits, int rows, int V) {
+#pragma omp parallel for schedule(static)
+  for (int r = 0; r < rows; r++) max[r] = cpu::max_of(logits + (size_t)r * V, V);
+}
+
+void CpuBackend::ce_exp_sum(float* sum, float* target, float* logits, const int32_t* targets,
+                            const float* max, int rows, int V, int vocab_offset,
+                            bool write_exp) {
 #pragma omp parallel for schedule(static)
   for (int r = 0; r < rows; r++) {
     float* l = logits + (size_t)r * V;
-    const float mx = cpu::max_of(l, V);
-    const float target_logit = l[targets[r]];
-    float sum;
-    if (grad_scale != 0.f) {  // overwrite with (softmax - onehot) * grad_scale
-      sum = cpu::exp_shift_inplace(l, V, mx);
-      cpu::scale_inplace(l, grad_scale / sum, V);
-      l[targets[r]] -= grad_scale;
-    } else {
-      sum = cpu::exp_shift_sum(l, V, mx);
-    }
-    losses[r] = std::log(sum) + mx - target_logit;
+    const int t = targets[r] - vocab_offset;
+    target[r] = (t >= 0 && t < V) ? l[t] : 0.f;
+    sum[r] = write_exp ? cpu::exp_shift_inplace(l, V, max[r]) : cpu::exp_shift_sum(l, V, max[r]);
+  }
+}
+
+void CpuBackend::ce_finish(float* losses, float* logits, const int32_t* targets,
+                           const float* max, const float* sum, const float* target, int rows,
+                           int V, int vocab_offset, float grad_scale) {
+#pragma omp parallel for schedule(static)
+  for (int r = 0; r < rows; r++) {
+    losses[r] = std::log(sum[r]) + max[r] - target[r];
+    if (grad_scale == 0.f) continue;
+    float* l = logits + (size_t)r * V;
+    cpu::scale_inplace(l, grad_scale / sum[r], V);
+    const int t = targets[r] - vocab_offset;
+    if (t >= 0 && t < V) l[t] -= grad_scale;
   }
 }
 

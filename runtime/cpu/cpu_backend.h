@@ -24,10 +24,14 @@ class CpuBackend final : public Backend {
   void bias_bwd(float* db, const float* dy, int rows, int cols) override;
   void add(float* out, const float* a, const float* b, size_t n) override;
 
-  void embedding_fwd(float* out, const int32_t* tokens, const float* wte, const float* wpe,
-                     int B, int T, int C) override;
-  void embedding_bwd(float* dwte, float* dwpe, const float* dout, const int32_t* tokens,
-                     int B, int T, int C) override;
+  void embedding_fwd(float* out, const int32_t* tokens, int rows, const float* wte,
+                     int vocab_offset, int vocab_rows, int C) override;
+  void embedding_bwd(float* dwte, const float* dout, const int32_t* tokens, int rows,
+                     int vocab_offset, int vocab_rows, int C) override;
+  void position_fwd(float* out, const float* wpe, int rows, int row_offset, int T,
+                    int C) override;
+  void position_bwd(float* dwpe, const float* dout, int rows, int row_offset, int T,
+                    int C) override;
 
   void layernorm_fwd(float* out, float* mean, float* rstd, const float* x, const float* w,
                      const float* b, int rows, int C, float eps) override;
@@ -51,8 +55,12 @@ class CpuBackend final : public Backend {
   void attention_bwd(float* dqkv, const float* dout, const float* qkv, const float* probs,
                      const AttentionShape& s) override;
 
-  void cross_entropy(float* losses, float* logits, const int32_t* targets, int rows, int V,
-                     float grad_scale) override;
+  void row_max(float* max, const float* logits, int rows, int V) override;
+  void ce_exp_sum(float* sum, float* target, float* logits, const int32_t* targets,
+                  const float* max, int rows, int V, int vocab_offset, bool write_exp) override;
+  void ce_finish(float* losses, float* logits, const int32_t* targets, const float* max,
+                 const float* sum, const float* target, int rows, int V, int vocab_offset,
+                 float grad_scale) override;
 
   double sumsq(const float* x, size_t n) override;
   void adamw(float* p, const float* g, float* m, float* v, size_t n, float lr, float beta1,

@@ -146,6 +146,15 @@ TEST_F(RecipeErrors, LayoutDoesNotMatchWorld) {
   expect_error(train(p), 2, {p + ":21:", "[parallel] dp", "dp * pp * tp = 3 * 1 * 1 = 3", "2 ranks"});
 }
 
+TEST_F(RecipeErrors, TensorParallelNeedsDivisibleShapes) {
+  expect_error(train(write(base()), "--set parallel.tp=2 --set model.d_ff=65"), 2,
+               {"[model] d_ff", "d_ff = 65 must be divisible by parallel.tp = 2"});
+  expect_error(train(write(base()), "--set parallel.tp=2 --set model.vocab_size=255"), 2,
+               {"[model] vocab_size", "divisible by parallel.tp = 2", "50304"});
+  expect_error(train(write(base()), "--set parallel.tp=2 --set model.seq_len=15 --set parallel.sequence_parallel=true"), 2,
+               {"[parallel] sequence_parallel", "seq_len = 15 divisible by tp = 2"});
+}
+
 TEST_F(RecipeErrors, EvalNeedsValidationData) {
   const std::string p = write(edit(base(), "micro_batch = 1", "micro_batch = 1\neval_every = 5"));
   expect_error(train(p), 2, {p + ":18:", "[training] eval_every", "needs validation data"});
@@ -185,14 +194,18 @@ TEST_F(RecipeErrors, TokenBeyondVocabStopsTheJob) {
   EXPECT_NE(o.out.find("is >= vocab_size 100"), std::string::npos) << o.out;
 }
 
-// The real binary: mpirun -np 2 (dp = 2) and one process give the same loss
-// curve for the same global batch (the in-process check is test_dp).
+// The real binary: mpirun -np 2 as dp = 2, as tp = 2, and as tp = 2 with
+// sequence parallelism give the loss curve of one process for the same global
+// batch (the in-process checks are test_dp and test_tp).
 TEST_F(RecipeErrors, TwoRanksMatchOneProcessEndToEnd) {
   const std::string p = write(edit(base(), "steps = 2", "steps = 6\nlog_every = 1"));
   std::vector<std::vector<double>> curves;
-  for (int np : {1, 2}) {
-    const std::string dir = dir_ + "/run_np" + std::to_string(np);
-    const Outcome o = train(p, "--set run.dir=" + dir, np);
+  const std::vector<std::pair<int, std::string>> layouts = {
+      {1, ""}, {2, ""}, {2, "--set parallel.tp=2"},
+      {2, "--set parallel.tp=2 --set parallel.sequence_parallel=true"}};
+  for (const auto& [np, extra] : layouts) {
+    const std::string dir = dir_ + "/run_" + std::to_string(curves.size());
+    const Outcome o = train(p, "--set run.dir=" + dir + " " + extra, np);
     ASSERT_EQ(o.code, 0) << o.out;
     std::ifstream f(dir + "/metrics.jsonl");
     std::vector<double> losses;
@@ -203,9 +216,11 @@ TEST_F(RecipeErrors, TwoRanksMatchOneProcessEndToEnd) {
     }
     curves.push_back(losses);
   }
-  ASSERT_EQ(curves[0].size(), 6u);
-  ASSERT_EQ(curves[1].size(), 6u);
-  for (size_t i = 0; i < 6; i++) EXPECT_NEAR(curves[1][i], curves[0][i], 1e-5 * curves[0][i]) << "step " << i + 1;
+  for (size_t k = 1; k < curves.size(); k++) {
+    ASSERT_EQ(curves[k].size(), 6u) << layouts[k].second;
+    for (size_t i = 0; i < 6; i++)
+      EXPECT_NEAR(curves[k][i], curves[0][i], 1e-5 * curves[0][i]) << layouts[k].second << " step " << i + 1;
+  }
   EXPECT_LT(curves[0].back(), curves[0].front());
 }
 

@@ -1,0 +1,262 @@
+// Tensor (and sequence) parallelism under mpirun -np 8: for gpt2 and llama,
+// tp in {2, 4}, with and without sequence parallelism, with dp in {1, 2}, the
+// loss over 5 steps and every gradient gathered to its global shape agree with
+// one process training the same recipe; the bytes each collective moves match
+// the analytic count; the split tensors shrink as 1/tp.
+#include <gtest/gtest.h>
+#include <mpi.h>
+
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <map>
+
+#include "app/train_loop.h"
+#include "data/token_shard.h"
+#include "parallel/process_grid.h"
+#include "runtime/cpu/cpu_backend.h"
+
+using namespace trainer;
+
+namespace {
+
+std::string g_data;
+
+struct Layout {
+  Arch arch;
+  int tp, dp;
+  bool sp;
+};
+
+std::string layout_name(const Layout& l) {
+  return std::string(arch_name(l.arch)) + "_tp" + std::to_string(l.tp) + "_dp" +
+         std::to_string(l.dp) + (l.sp ? "_sp" : "");
+}
+
+Recipe recipe(const Layout& l) {
+  Recipe r;
+  r.model.arch = l.arch;
+  r.model.vocab_size = 256;
+  r.model.d_model = 32;
+  r.model.n_layers = 2;
+  r.model.n_heads = l.arch == Arch::Llama ? 8 : 4;
+  r.model.n_kv_heads = 4;
+  r.model.d_ff = 64;
+  r.model.seq_len = 16;
+  r.model.tie_embeddings = l.arch == Arch::GPT2;
+  r.training.steps = 5;
+  r.training.global_batch = 8;
+  r.training.micro_batch = 2;
+  r.lr.lr = 3e-3f;
+  r.lr.min_lr = 3e-4f;
+  r.lr.warmup_steps = 2;
+  r.grid = {l.dp, 1, l.tp};
+  r.sequence_parallel = l.sp;
+  r.data.prefetch = 1;
+  r.run.seed = 5;
+  return r;
+}
+
+struct Result {
+  std::vector<double> losses;
+  std::map<std::string, std::vector<float>> grads;  // global shapes
+  double grad_norm = 0;
+  CommCounters comm_tp, comm_dp;
+  size_t params_per_rank = 0;
+};
+
+// Gathers this rank's piece of every gradient to the tensor's global shape.
+std::map<std::string, std::vector<float>> global_grads(Transformer& m, Communicator& tp) {
+  std::map<std::string, std::vector<float>> out;
+  for (const ParamInfo& p : m.registry().all()) {
+    const float* g = m.grads() + p.offset;
+    if (p.sharding == Sharding::Replicated) {
+      out[p.name].assign(g, g + p.numel);
+      continue;
+    }
+    std::vector<float> all(p.numel * tp.size());
+    tp.allgather(g, all.data(), p.numel);
+    if (p.sharding == Sharding::Dim0) {
+      out[p.name] = all;
+      continue;
+    }
+    const size_t rows = p.shape[0], lc = p.shape[1], gc = lc * tp.size();
+    std::vector<float>& dst = out[p.name];
+    dst.resize(rows * gc);
+    for (int r = 0; r < tp.size(); r++)
+      for (size_t i = 0; i < rows; i++)
+        std::memcpy(&dst[i * gc + r * lc], &all[(r * rows + i) * lc], lc * sizeof(float));
+  }
+  return out;
+}
+
+// Runs a layout on the first tp*dp ranks of `world` (others run copies).
+Result run(const Layout& l, MPI_Comm world) {
+  int wrank = 0;
+  MPI_Comm_rank(world, &wrank);
+  const int size = l.tp * l.dp;
+  MPI_Comm comm;
+  MPI_Comm_split(world, wrank / size, wrank, &comm);
+  Result res;
+  {
+    const Recipe r = recipe(l);
+    ProcessGrid grid(comm, r.grid);
+    CpuBackend be(1);
+    TokenDataset ds({g_data}, r.model.seq_len, r.model.vocab_size);
+    {
+      TrainLoop grads_only(be, grid.dp(), &grid.tp(), r, ds, nullptr);
+      grads_only.compute_gradients();
+      res.grads = global_grads(grads_only.model(), grid.tp());
+      res.grad_norm = std::sqrt(grads_only.model().grad_sumsq());
+      res.params_per_rank = grads_only.model().num_params();
+    }
+    TrainLoop loop(be, grid.dp(), &grid.tp(), r, ds, nullptr);
+    for (int s = 0; s < r.training.steps; s++) {
+      const StepStats st = loop.step();
+      res.losses.push_back(st.loss);
+      res.comm_tp = st.comm_tp;
+      res.comm_dp = st.comm_dp;
+    }
+  }
+  MPI_Comm_free(&comm);
+  return res;
+}
+
+void expect_equivalent(const Result& got, const Result& ref, const std::string& what) {
+  ASSERT_EQ(got.losses.size(), ref.losses.size());
+  for (size_t i = 0; i < ref.losses.size(); i++)
+    EXPECT_NEAR(got.losses[i], ref.losses[i], 1e-5 * ref.losses[i]) << what << " step " << i + 1;
+  EXPECT_NEAR(got.grad_norm, ref.grad_norm, 1e-5 * ref.grad_norm) << what << " grad norm";
+  double gmax = 0;
+  for (const auto& [n, g] : ref.grads)
+    for (float x : g) gmax = std::max(gmax, (double)std::fabs(x));
+  double worst = 0;
+  for (const auto& [name, want] : ref.grads) {
+    const auto it = got.grads.find(name);
+    ASSERT_NE(it, got.grads.end()) << what << ": no gradient " << name;
+    ASSERT_EQ(it->second.size(), want.size()) << what << ": " << name;
+    double tmax = 0, diff = 0;
+    for (size_t i = 0; i < want.size(); i++) {
+      tmax = std::max(tmax, (double)std::fabs(want[i]));
+      diff = std::max(diff, (double)std::fabs(it->second[i] - want[i]));
+    }
+    const double rel = diff / std::max(tmax, 1e-3 * gmax);  // floor: exactly-zero gradients
+    worst = std::max(worst, rel);
+    EXPECT_LE(rel, 1e-5) << what << ": gradient " << name;
+  }
+  int rank = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  if (rank == 0)
+    std::printf("  %-20s loss step 5 %.7f vs %.7f, worst gradient rel err %.2e\n", what.c_str(),
+                got.losses.back(), ref.losses.back(), worst);
+}
+
+class TensorParallelEquivalence : public ::testing::TestWithParam<Arch> {};
+
+TEST_P(TensorParallelEquivalence, EveryLayoutMatchesOneProcess) {
+  const Result ref = run({GetParam(), 1, 1, false}, MPI_COMM_SELF);
+  for (int tp : {2, 4})
+    for (int dp : {1, 2})
+      for (bool sp : {false, true}) {
+        const Layout l{GetParam(), tp, dp, sp};
+        expect_equivalent(run(l, MPI_COMM_WORLD), ref, layout_name(l));
+      }
+}
+
+INSTANTIATE_TEST_SUITE_P(Archs, TensorParallelEquivalence,
+                         ::testing::Values(Arch::GPT2, Arch::Llama),
+                         [](const auto& info) { return std::string(arch_name(info.param)); });
+
+// Bytes per step against the analytic count. M = micro_batch * seq_len token
+// rows, d = d_model, L layers, p = tp, a = accumulation steps; a ring moves
+// 2(p-1)/p of an all-reduce's buffer and (p-1)/p of an all-gather's or
+// reduce-scatter's full buffer per rank.
+TEST(TensorParallelComm, BytesMatchTheAnalyticCount) {
+  for (bool sp : {false, true}) {
+    const Layout l{Arch::GPT2, 2, 2, sp};
+    const Recipe r = recipe(l);
+    const Result res = run(l, MPI_COMM_WORLD);
+    const double p = l.tp, M = r.training.micro_batch * r.model.seq_len, d = r.model.d_model;
+    const double L = r.model.n_layers, a = r.accum_steps();
+    const double act = M * d * 4;  // one activation tensor [b*s, h] in bytes
+    const double ar = 2 * (p - 1) / p, ag = (p - 1) / p;
+    const double ce = 3 * M * 4;  // vocab-parallel loss: max, sum-exp, target logit
+    const double norm = 8;        // the squared gradient norm of the sharded tensors
+    if (!sp) {
+      // all-reduce: embedding + 2 per layer forward, LM head + 2 per layer backward
+      EXPECT_DOUBLE_EQ(res.comm_tp.bytes[CommCounters::AllReduce],
+                       a * ((2 + 4 * L) * act + ce) * ar + norm * ar) << "tp all-reduce";
+      EXPECT_EQ(res.comm_tp.bytes[CommCounters::AllGather], 0);
+    } else {
+      double seq_partial = 0;  // replicated tensors whose gradients are partial
+      for (const ParamInfo& pi : build_params(r.model, 2, 0).reg.all())
+        if (pi.seq_partial_grad) seq_partial += pi.numel * 4.0;
+      EXPECT_DOUBLE_EQ(res.comm_tp.bytes[CommCounters::AllGather], a * (2 + 4 * L) * act * ag);
+      EXPECT_DOUBLE_EQ(res.comm_tp.bytes[CommCounters::ReduceScatter], a * (2 + 4 * L) * act * ag);
+      EXPECT_DOUBLE_EQ(res.comm_tp.bytes[CommCounters::AllReduce], (a * ce + seq_partial + norm) * ar);
+    }
+    // DP: the gradient of this rank's shard, the loss and the data wait.
+    const double shard = build_params(r.model, 2, 0).reg.total() * 4.0;
+    EXPECT_DOUBLE_EQ(res.comm_dp.bytes[CommCounters::AllReduce], (shard + 16) * (2.0 * (l.dp - 1) / l.dp));
+  }
+}
+
+TEST(TensorParallelMemory, SplitTensorsShrinkAsOneOverTp) {
+  ModelConfig c = recipe({Arch::Llama, 1, 1, false}).model;
+  c.d_model = 256, c.n_heads = 8, c.d_ff = 1024, c.vocab_size = 1024, c.n_layers = 4;
+  const ModelParams whole = build_params(c, 1, 0);
+  int rank = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  for (int tp : {2, 4}) {
+    const ModelParams piece = build_params(c, tp, 0);
+    size_t split = 0, split_global = 0, replicated = 0;
+    for (const ParamInfo& p : piece.reg.all()) {
+      size_t global = 1;
+      for (int x : p.global_shape) global *= x;
+      if (p.sharding == Sharding::Replicated) replicated += p.numel;
+      else split += p.numel, split_global += global;
+    }
+    EXPECT_EQ(split * tp, split_global);
+    EXPECT_EQ(split_global + replicated, whole.reg.total());
+    if (rank == 0)
+      std::printf("  llama d=256 L=4: tp=%d holds %zu of %zu parameters per rank (%.3f; split part 1/%d, %zu replicated)\n",
+                  tp, piece.reg.total(), whole.reg.total(), (double)piece.reg.total() / whole.reg.total(), tp, replicated);
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  MPI_Init(&argc, &argv);
+  ::testing::InitGoogleTest(&argc, argv);
+  int rank = 0, size = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  if (size != 8) {
+    if (rank == 0) std::fprintf(stderr, "run under mpirun -np 8\n");
+    MPI_Finalize();
+    return 1;
+  }
+  char dir[256] = {0};
+  if (rank == 0) {
+    char tmpl[] = "/tmp/trainer_tp_XXXXXX";
+    std::strcpy(dir, mkdtemp(tmpl));
+    std::vector<uint32_t> tokens(30000);
+    uint64_t x = 7;
+    for (auto& t : tokens) t = (uint32_t)((x = x * 6364136223846793005ull + 1442695040888963407ull) >> 56);
+    write_token_shard(std::string(dir) + "/train.bin", tokens);
+  }
+  MPI_Bcast(dir, sizeof dir, MPI_CHAR, 0, MPI_COMM_WORLD);
+  g_data = std::string(dir) + "/train.bin";
+  if (rank != 0) {
+    auto& listeners = ::testing::UnitTest::GetInstance()->listeners();
+    delete listeners.Release(listeners.default_result_printer());
+  }
+  const int rc = RUN_ALL_TESTS();
+  int all = 0;
+  MPI_Allreduce(&rc, &all, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+  MPI_Barrier(MPI_COMM_WORLD);
+  if (rank == 0) std::filesystem::remove_all(dir);
+  MPI_Finalize();
+  return all;
+}

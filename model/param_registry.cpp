@@ -5,7 +5,8 @@
 namespace trainer {
 
 const ParamInfo& ParamRegistry::add(const std::string& name, std::vector<int> global_shape,
-                                    bool decay, Sharding sharding, bool seq_partial) {
+                                    bool decay, Sharding sharding, bool seq_partial,
+                                    bool tied_copy) {
   ParamInfo p;
   p.name = name;
   p.global_shape = global_shape;
@@ -14,6 +15,7 @@ const ParamInfo& ParamRegistry::add(const std::string& name, std::vector<int> gl
   if (sharding == Sharding::Dim1) p.shape[1] /= tp_;
   p.sharding = tp_ > 1 ? sharding : Sharding::Replicated;
   p.seq_partial_grad = seq_partial;
+  p.tied_copy = tied_copy;
   p.numel = 1;
   for (int d : p.shape) p.numel *= (size_t)d;
   p.offset = total_;
@@ -52,17 +54,21 @@ std::vector<std::pair<std::string, std::string>> validate_tp(const ModelConfig& 
   return err;
 }
 
-ModelParams build_params(const ModelConfig& c, int tp_size, int tp_rank) {
+ModelParams build_params(const ModelConfig& c, int tp_size, int tp_rank, ChunkSpec chunk) {
   ModelParams mp;
   mp.reg = ParamRegistry(tp_size, tp_rank);
+  if (chunk.last_layer < 0) chunk.last_layer = c.n_layers;
+  mp.chunk = chunk;
   ParamRegistry& r = mp.reg;
   const int d = c.d_model, hd = c.head_dim(), H = c.n_heads, KV = c.kv_heads();
   const bool bias = c.has_bias();
   const bool gpt2 = c.arch == Arch::GPT2;
   const Sharding rep = Sharding::Replicated, col = Sharding::Dim0, row = Sharding::Dim1;
-  mp.wte = r.add("embed.tok", {c.vocab_size, d}, true, col).offset;
-  if (gpt2) mp.wpe = r.add("embed.pos", {c.seq_len, d}, true, rep, true).offset;
-  for (int l = 0; l < c.n_layers; l++) {
+  if (chunk.embed) {
+    mp.wte = r.add("embed.tok", {c.vocab_size, d}, true, col).offset;
+    if (gpt2) mp.wpe = r.add("embed.pos", {c.seq_len, d}, true, rep, true).offset;
+  }
+  for (int l = chunk.first_layer; l < chunk.last_layer; l++) {
     const std::string p = "layers." + std::to_string(l) + ".";
     LayerParams lp{};
     lp.norm1_w = r.add(p + "attn_norm.weight", {d}, false, rep, true).offset;
@@ -91,9 +97,12 @@ ModelParams build_params(const ModelConfig& c, int tp_size, int tp_rank) {
     }
     mp.layers.push_back(lp);
   }
+  if (!chunk.head) return mp;
   mp.normf_w = r.add("final_norm.weight", {d}, false, rep, true).offset;
   if (bias) mp.normf_b = r.add("final_norm.bias", {d}, false, rep, true).offset;
-  mp.lm_head = c.tie_embeddings ? mp.wte : r.add("lm_head.weight", {c.vocab_size, d}, true, col).offset;
+  if (!c.tie_embeddings) mp.lm_head = r.add("lm_head.weight", {c.vocab_size, d}, true, col).offset;
+  else if (chunk.embed) mp.lm_head = mp.wte;
+  else mp.lm_head = r.add("embed.tok", {c.vocab_size, d}, true, col, false, true).offset;
   return mp;
 }
 

@@ -28,6 +28,10 @@ struct ParamInfo {
   // share of the tokens, so the gradient is a partial sum to all-reduce over
   // TP (norm weights, biases after row-parallel products, positions).
   bool seq_partial_grad = false;
+  // The last pipeline stage's copy of a tied embedding (the first stage owns
+  // the original): counted once in the gradient norm, its gradient summed
+  // with the original's.
+  bool tied_copy = false;
   size_t offset = 0;  // in floats
   size_t numel = 0;   // of this rank's piece
   bool decay = false;  // AdamW weight decay: matrices and embeddings only
@@ -37,7 +41,8 @@ class ParamRegistry {
  public:
   ParamRegistry(int tp_size = 1, int tp_rank = 0) : tp_(tp_size), rank_(tp_rank) {}
   const ParamInfo& add(const std::string& name, std::vector<int> global_shape, bool decay,
-                       Sharding sharding = Sharding::Replicated, bool seq_partial = false);
+                       Sharding sharding = Sharding::Replicated, bool seq_partial = false,
+                       bool tied_copy = false);
   const ParamInfo& at(const std::string& name) const;
   const ParamInfo* find(const std::string& name) const;
   const std::vector<ParamInfo>& all() const { return params_; }
@@ -63,17 +68,26 @@ struct LayerParams {
   size_t w_out, b_out;      // gpt2: w_proj; llama: w_down  [d, d_ff]
 };
 
+// The part of the model one pipeline chunk holds: layers [first_layer,
+// last_layer), plus the embedding and/or the final norm, LM head and loss.
+struct ChunkSpec {
+  int first_layer = 0, last_layer = -1;  // -1: to the last layer
+  bool embed = true, head = true;
+};
+
 struct ModelParams {
   ParamRegistry reg;
+  ChunkSpec chunk;  // last_layer resolved
   size_t wte = 0, wpe = 0, lm_head = 0, normf_w = 0, normf_b = 0;
-  std::vector<LayerParams> layers;
+  std::vector<LayerParams> layers;  // the chunk's layers, in order
 };
 
 // Builds the registry for a model shape split over tp ranks, Megatron-style:
 // q/k/v, MLP-in and the embedding/LM head split on dim 0 (heads, hidden
 // units, vocabulary), attention and MLP output projections on dim 1.
 // Names follow "layers.3.attn.wq". The shape must divide (validate_tp).
-ModelParams build_params(const ModelConfig& c, int tp_size = 1, int tp_rank = 0);
+ModelParams build_params(const ModelConfig& c, int tp_size = 1, int tp_rank = 0,
+                         ChunkSpec chunk = {});
 
 // Problems that stop a model from splitting over tp ranks, as (key, message).
 std::vector<std::pair<std::string, std::string>> validate_tp(const ModelConfig& c, int tp);

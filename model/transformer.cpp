@@ -23,8 +23,9 @@ class Carver {
 };
 }  // namespace
 
-Transformer::Transformer(Backend& be, const ModelConfig& cfg, int micro_batch, TensorParallel tp)
-    : be_(be), cfg_(cfg), tp_(tp), mp_(build_params(cfg, tp.size(), tp.rank())),
+Transformer::Transformer(Backend& be, const ModelConfig& cfg, int micro_batch, TensorParallel tp,
+                         ChunkSpec chunk, int slots)
+    : be_(be), cfg_(cfg), tp_(tp), mp_(build_params(cfg, tp.size(), tp.rank(), chunk)),
       B_(micro_batch), M_(micro_batch * cfg.seq_len) {
   const int t = tp_.size();
   if (!validate_tp(cfg, t).empty()) throw std::invalid_argument("model does not split over tp");
@@ -41,12 +42,15 @@ Transformer::Transformer(Backend& be, const ModelConfig& cfg, int micro_batch, T
 
   params_ = be_.alloc(mp_.reg.total());
   grads_ = be_.alloc(mp_.reg.total());
-  const size_t M = M_, R = R_, d = cfg.d_model, L = cfg.n_layers, T = cfg.seq_len;
+  const size_t M = M_, R = R_, d = cfg.d_model, L = mp_.layers.size(), T = cfg.seq_len;
   const size_t din = cfg.arch == Arch::Llama ? 2 * (size_t)F_ : F_, att = (size_t)H_ * cfg.head_dim();
+  const bool head = mp_.chunk.head;
+  slots_.assign(slots, {});
   auto carve = [&](Carver& c) {
-    la_.assign(L, {});
+   for (Slot& sl : slots_) {
+    sl.layers.assign(L, {});
     for (size_t l = 0; l < L; l++) {
-      LayerActs& a = la_[l];
+      LayerActs& a = sl.layers[l];
       a.resid_in = c.take(R * d);
       a.norm1 = c.take(M * d);
       a.mean1 = c.take(R);
@@ -61,14 +65,15 @@ Transformer::Transformer(Backend& be, const ModelConfig& cfg, int micro_batch, T
       a.h_in = c.take(M * din);
       a.h_act = c.take(M * F_);
     }
-    resid_final_ = c.take(R * d);
-    normf_ = c.take(M * d);
-    meanf_ = c.take(R);
-    rstdf_ = c.take(R);
-    logits_ = c.take(M * V_);
-    losses_ = c.take(M);
-    ce_max_ = c.take(M);
-    ce_stats_ = c.take(2 * M);
+    sl.out = c.take(R * d);
+    sl.normf = c.take(head ? M * d : 0);
+    sl.meanf = c.take(head ? R : 0);
+    sl.rstdf = c.take(head ? R : 0);
+    sl.logits = c.take(head ? M * V_ : 0);
+    sl.losses = c.take(head ? M : 0);
+    sl.ce_max = c.take(head ? M : 0);
+    sl.ce_stats = c.take(head ? 2 * M : 0);
+   }
     g_resid_ = c.take(R * d);
     g_norm_ = c.take(M * d);
     g_att_ = c.take(M * att);
@@ -86,8 +91,10 @@ Transformer::Transformer(Backend& be, const ModelConfig& cfg, int micro_batch, T
   acts_ = be_.alloc(act_floats_);
   Carver bind(acts_);
   carve(bind);
-  inputs_ = be_.alloc_tokens(M);
-  targets_ = be_.alloc_tokens(M);
+  for (Slot& sl : slots_) {
+    sl.inputs = be_.alloc_tokens(M);
+    sl.targets = be_.alloc_tokens(M);
+  }
   host_losses_.resize(M);
 }
 
@@ -95,8 +102,10 @@ Transformer::~Transformer() {
   be_.free(params_);
   be_.free(grads_);
   be_.free(acts_);
-  be_.free_tokens(inputs_);
-  be_.free_tokens(targets_);
+  for (Slot& sl : slots_) {
+    be_.free_tokens(sl.inputs);
+    be_.free_tokens(sl.targets);
+  }
 }
 
 AttentionShape Transformer::attn_shape() const {
@@ -172,31 +181,37 @@ const float* Transformer::reduce_input_grad(float* g_partial) {
   return g_partial;
 }
 
-double Transformer::forward(const int32_t* inputs, const int32_t* targets, float grad_scale) {
+double Transformer::forward(int slot, const int32_t* inputs, const int32_t* targets,
+                            const float* act_in, float grad_scale) {
   const ModelConfig& c = cfg_;
   const int M = M_, d = c.d_model, F = F_, Q = Q_, hd = c.head_dim();
   const bool gpt2 = c.arch == Arch::GPT2;
   const float* P = params_;
-  be_.tokens_from_host(inputs_, inputs, M);
-  be_.tokens_from_host(targets_, targets, M);
+  Slot& sl = slots_[slot];
+  const int L = (int)mp_.layers.size();
   const AttentionShape as = attn_shape();
 
-  // Vocab-parallel embedding: each rank fills the rows of its tokens, the
-  // TP reduction completes them.
-  float* x0 = la_[0].resid_in;
-  if (R_ < M_) {
-    be_.embedding_fwd(part_, inputs_, M, P + mp_.wte, vocab_offset_, V_, d);
-    tp_.comm->reduce_scatter_sum(part_, x0, (size_t)R_ * d);
+  float* x0 = L > 0 ? sl.layers[0].resid_in : sl.out;
+  if (mp_.chunk.embed) {
+    // Vocab-parallel embedding: each rank fills the rows of its tokens, the
+    // TP reduction completes them.
+    be_.tokens_from_host(sl.inputs, inputs, M);
+    if (R_ < M_) {
+      be_.embedding_fwd(part_, sl.inputs, M, P + mp_.wte, vocab_offset_, V_, d);
+      tp_.comm->reduce_scatter_sum(part_, x0, (size_t)R_ * d);
+    } else {
+      be_.embedding_fwd(x0, sl.inputs, M, P + mp_.wte, vocab_offset_, V_, d);
+      if (tp_.size() > 1) tp_.comm->allreduce_sum(x0, (size_t)M * d);
+    }
+    if (gpt2) be_.position_fwd(x0, P + mp_.wpe, R_, row_offset_, c.seq_len, d);
   } else {
-    be_.embedding_fwd(x0, inputs_, M, P + mp_.wte, vocab_offset_, V_, d);
-    if (tp_.size() > 1) tp_.comm->allreduce_sum(x0, (size_t)M * d);
+    be_.copy(x0, act_in, (size_t)R_ * d);
   }
-  if (gpt2) be_.position_fwd(x0, P + mp_.wpe, R_, row_offset_, c.seq_len, d);
 
-  for (int l = 0; l < c.n_layers; l++) {
+  for (int l = 0; l < L; l++) {
     const LayerParams& lp = mp_.layers[l];
-    LayerActs& a = la_[l];
-    float* out = (l + 1 < c.n_layers) ? la_[l + 1].resid_in : resid_final_;
+    LayerActs& a = sl.layers[l];
+    float* out = (l + 1 < L) ? sl.layers[l + 1].resid_in : sl.out;
     // attention block
     norm_to_full(a.norm1, a.mean1, a.rstd1, a.resid_in, lp.norm1_w, lp.norm1_b);
     be_.matmul(false, true, M, Q, d, 1.f, a.norm1, P + lp.wqkv, 0.f, a.qkv);
@@ -216,41 +231,48 @@ double Transformer::forward(const int32_t* inputs, const int32_t* targets, float
     }
     row_parallel(out, a.resid_mid, a.h_act, F, lp.w_out, lp.b_out, gpt2);
   }
-  norm_to_full(normf_, meanf_, rstdf_, resid_final_, mp_.normf_w, mp_.normf_b);
-  be_.matmul(false, true, M, V_, d, 1.f, normf_, P + mp_.lm_head, 0.f, logits_);
+  if (!mp_.chunk.head) return 0.0;
+  be_.tokens_from_host(sl.targets, targets, M);
+  norm_to_full(sl.normf, sl.meanf, sl.rstdf, sl.out, mp_.normf_w, mp_.normf_b);
+  be_.matmul(false, true, M, V_, d, 1.f, sl.normf, P + mp_.lm_head, 0.f, sl.logits);
 
   // Vocab-parallel cross entropy: a max and two sums reduced over TP.
-  be_.row_max(ce_max_, logits_, M, V_);
-  if (tp_.size() > 1) tp_.comm->allreduce_max(ce_max_, M);
-  be_.ce_exp_sum(ce_stats_, ce_stats_ + M, logits_, targets_, ce_max_, M, V_, vocab_offset_,
-                 grad_scale != 0.f);
-  if (tp_.size() > 1) tp_.comm->allreduce_sum(ce_stats_, 2 * (size_t)M);
-  be_.ce_finish(losses_, logits_, targets_, ce_max_, ce_stats_, ce_stats_ + M, M, V_,
-                vocab_offset_, grad_scale);
-  be_.to_host(host_losses_.data(), losses_, M);
+  be_.row_max(sl.ce_max, sl.logits, M, V_);
+  if (tp_.size() > 1) tp_.comm->allreduce_max(sl.ce_max, M);
+  be_.ce_exp_sum(sl.ce_stats, sl.ce_stats + M, sl.logits, sl.targets, sl.ce_max, M, V_,
+                 vocab_offset_, grad_scale != 0.f);
+  if (tp_.size() > 1) tp_.comm->allreduce_sum(sl.ce_stats, 2 * (size_t)M);
+  be_.ce_finish(sl.losses, sl.logits, sl.targets, sl.ce_max, sl.ce_stats, sl.ce_stats + M, M,
+                V_, vocab_offset_, grad_scale);
+  be_.to_host(host_losses_.data(), sl.losses, M);
   double sum = 0.0;
   for (float x : host_losses_) sum += x;
   return sum / M;
 }
 
-void Transformer::backward() {
+void Transformer::backward(int slot, const float* grad_out) {
   const ModelConfig& c = cfg_;
   const int M = M_, R = R_, d = c.d_model, F = F_, Q = Q_, A = H_ * c.head_dim();
   const bool gpt2 = c.arch == Arch::GPT2;
   const float* P = params_;
   float* G = grads_;
+  Slot& sl = slots_[slot];
   const AttentionShape as = attn_shape();
 
-  // LM head: logits_ holds dlogits after a training forward.
-  be_.matmul(false, false, M, d, V_, 1.f, logits_, P + mp_.lm_head, 0.f, g_norm_);
-  be_.matmul(true, false, V_, d, M, 1.f, logits_, normf_, 1.f, G + mp_.lm_head);
-  be_.zero(g_resid_, (size_t)R * d);
-  norm_bwd(g_resid_, reduce_input_grad(g_norm_), resid_final_, mp_.normf_w, mp_.normf_b,
-           meanf_, rstdf_);
+  if (mp_.chunk.head) {
+    // LM head: the slot's logits hold dlogits after a training forward.
+    be_.matmul(false, false, M, d, V_, 1.f, sl.logits, P + mp_.lm_head, 0.f, g_norm_);
+    be_.matmul(true, false, V_, d, M, 1.f, sl.logits, sl.normf, 1.f, G + mp_.lm_head);
+    be_.zero(g_resid_, (size_t)R * d);
+    norm_bwd(g_resid_, reduce_input_grad(g_norm_), sl.out, mp_.normf_w, mp_.normf_b,
+             sl.meanf, sl.rstdf);
+  } else {
+    be_.copy(g_resid_, grad_out, (size_t)R * d);
+  }
 
-  for (int l = c.n_layers - 1; l >= 0; l--) {
+  for (int l = (int)mp_.layers.size() - 1; l >= 0; l--) {
     const LayerParams& lp = mp_.layers[l];
-    LayerActs& a = la_[l];
+    LayerActs& a = sl.layers[l];
     // MLP block: g_resid is the gradient of this layer's output rows.
     if (gpt2) be_.bias_bwd(G + lp.b_out, g_resid_, R, d);
     const float* gf = grad_rows_to_full(g_resid_);
@@ -277,8 +299,9 @@ void Transformer::backward() {
     norm_bwd(g_resid_, reduce_input_grad(g_norm_), a.resid_in, lp.norm1_w, lp.norm1_b,
              a.mean1, a.rstd1);
   }
+  if (!mp_.chunk.embed) return;  // g_resid_ is the input gradient to pass back
   // The embedding's forward reduction has the identity (all rows) as backward.
-  be_.embedding_bwd(G + mp_.wte, grad_rows_to_full(g_resid_), inputs_, M, vocab_offset_, V_, d);
+  be_.embedding_bwd(G + mp_.wte, grad_rows_to_full(g_resid_), sl.inputs, M, vocab_offset_, V_, d);
   if (gpt2) be_.position_bwd(G + mp_.wpe, g_resid_, R, row_offset_, c.seq_len, d);
 }
 
@@ -291,7 +314,7 @@ void Transformer::reduce_sequence_parallel_grads() {
 double Transformer::grad_sumsq() {
   double sums[2] = {0, 0};  // sharded, replicated
   for (const ParamInfo& p : mp_.reg.all())
-    sums[p.sharding == Sharding::Replicated] += be_.sumsq(grads_ + p.offset, p.numel);
+    if (!p.tied_copy) sums[p.sharding == Sharding::Replicated] += be_.sumsq(grads_ + p.offset, p.numel);
   if (tp_.size() > 1) tp_.comm->allreduce_sum(&sums[0], 1);
   return sums[0] + sums[1];
 }

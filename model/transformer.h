@@ -11,6 +11,10 @@
 // is replicated. With it, norms and residual adds run on this rank's 1/tp of
 // the token rows: an all-gather feeds each column-parallel product and a
 // reduce-scatter follows each row-parallel one.
+//
+// Pipeline parallelism: an instance may hold one chunk of the model (a layer
+// range, with or without the embedding and the head) and keep activations for
+// several micro-batches in flight, one "slot" each.
 #include <cstdint>
 #include <vector>
 
@@ -30,8 +34,10 @@ struct TensorParallel {
 
 class Transformer {
  public:
-  // micro_batch: sequences per forward/backward; activations are sized for it.
-  Transformer(Backend& be, const ModelConfig& cfg, int micro_batch, TensorParallel tp = {});
+  // micro_batch: sequences per forward/backward; activations are sized for
+  // it, `slots` times (micro-batches whose backward is still to come).
+  Transformer(Backend& be, const ModelConfig& cfg, int micro_batch, TensorParallel tp = {},
+              ChunkSpec chunk = {}, int slots = 1);
   ~Transformer();
   Transformer(const Transformer&) = delete;
   Transformer& operator=(const Transformer&) = delete;
@@ -45,23 +51,50 @@ class Transformer {
   int micro_batch() const { return B_; }
   size_t activation_floats() const { return act_floats_; }
 
+  const ChunkSpec& chunk() const { return mp_.chunk; }
+  // Rows of the activations a chunk passes on: [rows, d_model] (this rank's
+  // share under sequence parallelism).
+  size_t boundary_floats() const { return (size_t)R_ * cfg_.d_model; }
+
   // Runs the forward pass on [B, T] inputs/targets (host int32 arrays) and
   // returns the mean loss. With grad_scale != 0 the loss gradient (scaled by
   // grad_scale per token) is prepared for backward().
-  double forward(const int32_t* inputs, const int32_t* targets, float grad_scale);
+  double forward(const int32_t* inputs, const int32_t* targets, float grad_scale) {
+    return forward(0, inputs, targets, nullptr, grad_scale);
+  }
   // Accumulates parameter gradients into grads() for the last forward().
-  void backward();
+  void backward() { backward(0, nullptr); }
+
+  // Pipeline form. forward: a chunk with the embedding reads `inputs`, others
+  // read act_in [boundary_floats()]; a chunk with the head reads `targets` and
+  // returns the mean loss (others 0). Activations stay in `slot` until
+  // backward(slot, grad_out), where a chunk without the head takes the
+  // gradient of its output. output(slot) is what forward passes on;
+  // input_grad() what backward passes back (chunks without the embedding).
+  double forward(int slot, const int32_t* inputs, const int32_t* targets, const float* act_in,
+                 float grad_scale);
+  void backward(int slot, const float* grad_out);
+  const float* output(int slot) const { return slots_[slot].out; }
+  const float* input_grad() const { return g_resid_; }
   // Under sequence parallelism, sums the partial gradients of replicated
   // tensors over the TP group; call once per step, after the last backward().
   void reduce_sequence_parallel_grads();
-  // Squared L2 norm of the whole model's gradient, each tensor counted once
-  // (sharded pieces summed over TP, replicated ones taken once).
+  // Squared L2 norm of this chunk's gradient, each tensor counted once over
+  // TP (sharded pieces summed, replicated ones taken once); a tied copy of the
+  // embedding is left out (its original counts it).
   double grad_sumsq();
 
  private:
   struct LayerActs {
     float *resid_in, *norm1, *mean1, *rstd1, *qkv, *probs, *att, *resid_mid;
     float *norm2, *mean2, *rstd2, *h_in, *h_act;
+  };
+  // One micro-batch's saved activations.
+  struct Slot {
+    std::vector<LayerActs> layers;
+    float* out;  // the chunk's output rows (the head's input)
+    float *normf, *meanf, *rstdf, *logits, *losses, *ce_max, *ce_stats;  // head only
+    int32_t *inputs, *targets;
   };
   void norm_fwd(float* out, float* mean, float* rstd, const float* x, size_t w, size_t b);
   void norm_bwd(float* dx, const float* dout, const float* x, size_t w, size_t b,
@@ -85,12 +118,10 @@ class Transformer {
   float* grads_ = nullptr;
   float* acts_ = nullptr;
   size_t act_floats_ = 0;
-  std::vector<LayerActs> la_;
-  float *resid_final_, *normf_, *meanf_, *rstdf_, *logits_, *losses_, *ce_max_, *ce_stats_;
+  std::vector<Slot> slots_;
   // backward and communication scratch
   float *g_resid_, *g_norm_, *g_rows_, *g_full_, *g_att_, *g_qkv_, *g_hin_, *g_act_;
   float *part_, *rows_tmp_;
-  int32_t *inputs_ = nullptr, *targets_ = nullptr;
   std::vector<float> host_losses_;
 };
 

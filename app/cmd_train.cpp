@@ -123,11 +123,14 @@ int run_training(Job& job, int world_rank, int world_size) {
   const double tokens_per_step = (double)r.training.global_batch * r.model.seq_len;
   const double flops_per_token = train_flops_per_token(r.model);
   const double peak_total = job.peak_gflops * 1e9 * world_size;
+  size_t params_here = 0;
+  for (auto& m : job.loop->chunks()) params_here += m->num_params();
   if (lead) {
-    std::printf("trainer: %s | %s, %s params/rank | dp=%d pp=%d tp=%d%s | global batch %d x %d tokens, "
+    std::printf("trainer: %s | %s, %s params/rank | dp=%d pp=%d tp=%d%s%s | global batch %d x %d tokens, "
                 "micro-batch %d, %d accumulation step(s) | %zu train samples | peak %.1f GFLOP/s/rank\n",
-                r.run.name.c_str(), arch_name(r.model.arch), human((double)job.loop->model().num_params()).c_str(),
+                r.run.name.c_str(), arch_name(r.model.arch), human((double)params_here).c_str(),
                 r.grid.dp, r.grid.pp, r.grid.tp, r.sequence_parallel ? " (sequence parallel)" : "",
+                r.grid.pp == 1 ? "" : r.schedule == ScheduleKind::OneFOneB ? " 1f1b" : " interleaved",
                 r.training.global_batch, r.model.seq_len,
                 r.training.micro_batch, r.accum_steps(), job.train->num_samples(), job.peak_gflops);
     std::fflush(stdout);
@@ -158,9 +161,14 @@ int run_training(Job& job, int world_rank, int world_size) {
         .add("tokens_per_s", tps).add("mfu", mfu).add("step_ms", st.step_ms)
         .add("data_wait_ms", st.data_wait_ms);
     if (val >= 0) rec.add("val_loss", val);
+    // Per pipeline stage: compute time, time waiting on pipeline receives (the
+    // bubble), most micro-batches holding activations.
+    rec.add("pp_compute_ms", st.stage_compute_ms).add("pp_wait_ms", st.stage_wait_ms)
+        .add("pp_peak_in_flight", st.stage_peak_in_flight);
     // This rank's collectives in the step, per group and kind (rank 0's view;
     // every rank of a group moves the same bytes).
-    for (const auto& [group, cc] : {std::pair{"dp", &st.comm_dp}, std::pair{"tp", &st.comm_tp}})
+    for (const auto& [group, cc] :
+         {std::pair{"dp", &st.comm_dp}, std::pair{"tp", &st.comm_tp}, std::pair{"pp", &st.comm_pp}})
       for (int k = 0; k < CommCounters::Other; k++) {
         const std::string key = std::string("comm_") + group + "_" + CommCounters::name(k);
         rec.add(key + "_bytes", cc->bytes[k]).add(key + "_ms", cc->ms[k]);
@@ -218,8 +226,8 @@ int cmd_train(int argc, char** argv) {
         job.val = std::make_unique<TokenDataset>(r.data.val_files, r.model.seq_len, r.model.vocab_size);
       job.grid = std::make_unique<ProcessGrid>(MPI_COMM_WORLD, r.grid);
       job.backend = make_backend({r.runtime.backend, r.runtime.threads});
-      job.loop = std::make_unique<TrainLoop>(*job.backend, job.grid->dp(), &job.grid->tp(), r,
-                                             *job.train, job.val.get());
+      job.loop = std::make_unique<TrainLoop>(*job.backend, groups_of(*job.grid), r, *job.train,
+                                             job.val.get());
       job.peak_gflops = r.runtime.peak_gflops;
       if (job.peak_gflops <= 0) {  // all ranks measure at once, as they will train
         double g = measure_sgemm_gflops(*job.backend, 1024, 0.3);

@@ -53,7 +53,7 @@ const std::vector<std::pair<std::string, std::vector<std::string>>> kSchema = {
                   "eval_batches", "log_every"}},
     {"optimizer", {"lr", "min_lr", "warmup_steps", "schedule", "weight_decay", "beta1",
                    "beta2", "eps"}},
-    {"parallel", {"dp", "tp", "pp", "sequence_parallel"}},
+    {"parallel", {"dp", "tp", "pp", "sequence_parallel", "schedule", "virtual_stages"}},
     {"runtime", {"threads", "backend", "peak_gflops"}},
 };
 
@@ -261,7 +261,7 @@ Recipe load_recipe(const std::string& path, const std::vector<std::string>& over
   r.grid.tp = (int)rd.get_int("parallel", "tp", 1);
   r.grid.pp = (int)rd.get_int("parallel", "pp", 1);
   if (r.grid.tp < 1) rd.fail("parallel", "tp", "must be >= 1");
-  if (r.grid.pp != 1) rd.fail("parallel", "pp", "pipeline parallelism (pp > 1) is not available yet; use pp = 1");
+  if (r.grid.pp < 1) rd.fail("parallel", "pp", "must be >= 1");
   const bool dp_given = rd.present("parallel", "dp");
   r.grid.dp = (int)rd.get_int("parallel", "dp", world_size / (r.grid.tp * r.grid.pp));
   if (r.grid.dp < 1) rd.fail("parallel", "dp", "must be >= 1");
@@ -279,6 +279,18 @@ Recipe load_recipe(const std::string& path, const std::vector<std::string>& over
     rd.fail("parallel", "sequence_parallel",
             "needs model.seq_len = " + std::to_string(m.seq_len) + " divisible by tp = " +
                 std::to_string(r.grid.tp));
+
+  r.schedule = rd.get_choice("parallel", "schedule", "1f1b", {"1f1b", "interleaved"}) == "1f1b"
+                   ? ScheduleKind::OneFOneB
+                   : ScheduleKind::Interleaved;
+  r.virtual_stages = (int)rd.get_int("parallel", "virtual_stages", r.schedule == ScheduleKind::Interleaved ? 2 : 1);
+  if (r.schedule == ScheduleKind::OneFOneB && r.virtual_stages != 1)
+    rd.fail("parallel", "virtual_stages", "the \"1f1b\" schedule has one chunk per stage; use schedule = \"interleaved\" for virtual_stages > 1");
+  if (r.schedule == ScheduleKind::Interleaved && (r.virtual_stages < 2 || r.grid.pp < 2))
+    rd.fail("parallel", "virtual_stages", "the interleaved schedule needs pp >= 2 and virtual_stages >= 2");
+  if (m.n_layers % (r.grid.pp * r.virtual_stages) != 0)
+    rd.fail("parallel", "pp", "n_layers = " + std::to_string(m.n_layers) + " must be divisible by pp * virtual_stages = " +
+                                  std::to_string(r.grid.pp) + " * " + std::to_string(r.virtual_stages));
 
   // [training]
   TrainingSection& t = r.training;
@@ -299,6 +311,10 @@ Recipe load_recipe(const std::string& path, const std::vector<std::string>& over
                 std::to_string(t.micro_batch * r.grid.dp) +
                 " (gradient accumulation needs a whole number of micro-batches per rank)");
   if (t.grad_clip < 0) rd.fail("training", "grad_clip", "must be >= 0 (0 disables clipping)");
+  if (r.schedule == ScheduleKind::Interleaved && r.accum_steps() % r.grid.pp != 0)
+    rd.fail("training", "global_batch",
+            "the interleaved schedule needs the micro-batches per step, global_batch / (micro_batch * dp) = " +
+                std::to_string(r.accum_steps()) + ", to be a multiple of pp = " + std::to_string(r.grid.pp));
   if (t.eval_every < 0) rd.fail("training", "eval_every", "must be >= 0");
   if (t.eval_batches < 1) rd.fail("training", "eval_batches", "must be >= 1");
   if (t.log_every < 1) rd.fail("training", "log_every", "must be >= 1");
@@ -401,7 +417,9 @@ std::string recipe_to_toml(const Recipe& r) {
                                 {"beta2", nice(r.adamw.beta2)},
                                 {"eps", nice(r.adamw.eps)}}},
       {"parallel", toml::table{{"dp", r.grid.dp}, {"pp", r.grid.pp}, {"tp", r.grid.tp},
-                               {"sequence_parallel", r.sequence_parallel}}},
+                               {"sequence_parallel", r.sequence_parallel},
+                               {"schedule", r.schedule == ScheduleKind::OneFOneB ? "1f1b" : "interleaved"},
+                               {"virtual_stages", r.virtual_stages}}},
       {"runtime", toml::table{{"threads", r.runtime.threads},
                               {"backend", r.runtime.backend},
                               {"peak_gflops", r.runtime.peak_gflops}}},

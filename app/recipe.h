@@ -9,6 +9,7 @@
 #include "model/adamw.h"
 #include "model/config.h"
 #include "model/lr_schedule.h"
+#include "parallel/pipeline_schedule.h"
 #include "parallel/process_grid.h"
 
 namespace trainer {
@@ -51,6 +52,8 @@ struct Recipe {
   AdamWConfig adamw;
   GridShape grid;
   bool sequence_parallel = false;  // [parallel] sequence_parallel (with tp > 1)
+  ScheduleKind schedule = ScheduleKind::OneFOneB;  // [parallel] schedule (with pp > 1)
+  int virtual_stages = 1;                          // [parallel] virtual_stages
   RuntimeSection runtime;
 
   int accum_steps() const { return training.global_batch / (training.micro_batch * grid.dp); }

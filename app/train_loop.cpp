@@ -1,87 +1,270 @@
 #include "app/train_loop.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <stdexcept>
 #include <vector>
 
 #include "model/init.h"
 #include "model/lr_schedule.h"
+#include "parallel/process_grid.h"
 
 namespace trainer {
 
 namespace {
-double ms_since(std::chrono::steady_clock::time_point t0) {
-  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+using Clock = std::chrono::steady_clock;
+double ms_since(Clock::time_point t0) {
+  return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
 }
+std::unique_ptr<CountingCommunicator> counted(Communicator* c) {
+  return c && c->size() > 1 ? std::make_unique<CountingCommunicator>(*c) : nullptr;
+}
+// Message tags: unique per (kind, micro-batch, receiving chunk) within a step.
+int tag(int kind, int mb, int chunk, int chunks) { return (mb * chunks + chunk) * 2 + kind; }
+enum { kAct = 0, kGrad = 1, kGradOut = 2 };
 }  // namespace
 
-namespace {
-std::unique_ptr<CountingCommunicator> count_tp(Communicator* tp) {
-  return tp && tp->size() > 1 ? std::make_unique<CountingCommunicator>(*tp) : nullptr;
+ParallelGroups groups_of(ProcessGrid& g) {
+  return {&g.dp(), &g.tp(), &g.pp(), &g.embed()};
 }
-}  // namespace
 
-TrainLoop::TrainLoop(Backend& be, Communicator& dp, Communicator* tp, const Recipe& r,
+TrainLoop::TrainLoop(Backend& be, ParallelGroups groups, const Recipe& r,
                      const TokenDataset& train, const TokenDataset* val)
-    : be_(be), dp_(dp), tp_(count_tp(tp)), r_(r), val_(val),
-      model_(be, r.model, r.training.micro_batch, TensorParallel{tp_.get(), r.sequence_parallel}),
-      opt_(be, model_.registry(), r.adamw) {
-  // Every replica draws the same initial weights from the run seed.
-  std::vector<float> host(model_.num_params());
-  init_params(model_.layout(), r.model, r.run.seed, host.data());
-  be_.from_host(model_.params(), host.data(), host.size());
+    : be_(be), dp_(*groups.dp), tp_(counted(groups.tp)), pp_(counted(groups.pp)),
+      embed_(groups.embed), r_(r), val_(val) {
+  pipe_.stages = pp_ ? pp_->size() : 1;
+  pipe_.virtual_stages = r.virtual_stages;
+  pipe_.micro_batches = r.accum_steps();
+  pipe_.kind = r.schedule;
+  if (const std::string why = check_pipeline(pipe_); !why.empty()) throw std::invalid_argument(why);
+  stage_ = pp_ ? pp_->rank() : 0;
+  schedule_ = build_schedule(pipe_)[stage_];
+
+  // Activation slots per chunk: the most micro-batches whose forward has run
+  // and backward has not, in this stage's schedule.
+  const int v = pipe_.virtual_stages, P = pipe_.stages;
+  std::vector<int> live(v, 0), peak(v, 1);
+  for (const PipeAction& a : schedule_) {
+    if (a.op == PipeOp::Forward) peak[a.chunk] = std::max(peak[a.chunk], ++live[a.chunk]);
+    if (a.op == PipeOp::Backward) live[a.chunk]--;
+  }
+  const int per_chunk = r.model.n_layers / (P * v);
+  std::vector<float> host;
+  for (int c = 0; c < v; c++) {
+    const int vs = c * P + stage_;  // this chunk's place in the virtual pipeline
+    const ChunkSpec spec{vs * per_chunk, (vs + 1) * per_chunk, vs == 0, vs == P * v - 1};
+    chunks_.push_back(std::make_unique<Transformer>(
+        be, r.model, r.training.micro_batch, TensorParallel{tp_.get(), r.sequence_parallel}, spec,
+        peak[c]));
+    Transformer& m = *chunks_.back();
+    // Every replica and layout draws the same initial weights from the run seed.
+    host.assign(m.num_params(), 0.f);
+    init_params(m.layout(), r.model, r.run.seed, host.data());
+    be_.from_host(m.params(), host.data(), host.size());
+    opts_.push_back(std::make_unique<AdamW>(be, m.registry(), r.adamw));
+    free_slots_.emplace_back();
+    for (int s = peak[c] - 1; s >= 0; s--) free_slots_.back().push_back(s);
+    slot_of_mb_.emplace_back();
+  }
   LoaderConfig lc;
   lc.global_batch = r.training.global_batch;
   lc.micro_batch = r.training.micro_batch;
-  lc.dp_rank = dp.rank();
-  lc.dp_size = dp.size();
+  lc.dp_rank = dp_.rank();
+  lc.dp_size = dp_.size();
   lc.prefetch = r.data.prefetch;
   lc.seed = r.run.seed;
   loader_ = std::make_unique<Loader>(train, lc);
 }
 
-double TrainLoop::compute_gradients(double* data_wait_ms) {
+TrainLoop::~TrainLoop() {
+  for (auto& [key, buf] : messages_) be_.free(buf);
+}
+
+float* TrainLoop::message_buffer(int kind, int mb, int chunk) {
+  float*& buf = messages_[{kind, mb, chunk}];
+  if (!buf) buf = be_.alloc(chunks_[chunk]->boundary_floats());
+  return buf;
+}
+
+int TrainLoop::take_slot(int chunk, int mb) {
+  const int s = free_slots_[chunk].back();
+  free_slots_[chunk].pop_back();
+  slot_of_mb_[chunk][mb] = s;
+  return s;
+}
+
+// Walks this stage's schedule once: the micro-batches of one optimizer step.
+// Receives are posted one compute action ahead so they overlap it; sends are
+// non-blocking and completed before their buffer is reused.
+void TrainLoop::run_schedule(float grad_scale, double* loss_sum, StepStats* st) {
+  const int v = pipe_.virtual_stages;
+  std::map<int, Batch> batches;
+  int loaded = 0;
+  auto batch = [&](int mb) -> Batch& {  // micro-batches are first needed in order
+    while (loaded <= mb) {
+      const auto t0 = Clock::now();
+      batches[loaded++] = loader_->next();
+      st->data_wait_ms += ms_since(t0);
+    }
+    return batches[mb];
+  };
+  std::map<std::tuple<int, int, int>, Communicator::Request> recvs, act_sends;
+  std::vector<Communicator::Request> grad_sends;
+  auto post_recv = [&](const PipeAction& a) {
+    const int kind = a.op == PipeOp::RecvAct ? kAct : kGrad;
+    const auto key = std::make_tuple(kind, a.mb, a.chunk);
+    if (recvs.count(key)) return;
+    const PipePeer peer = kind == kAct ? prev_in_pipeline(pipe_, stage_, a.chunk)
+                                       : next_in_pipeline(pipe_, stage_, a.chunk);
+    recvs[key] = pp_->irecv(message_buffer(kind, a.mb, a.chunk), chunks_[a.chunk]->boundary_floats(),
+                            peer.stage, tag(kind, a.mb, a.chunk, v));
+  };
+  // Before compute action i runs, post the receives the next compute action
+  // waits for, so they arrive while this one computes.
+  auto post_ahead = [&](size_t i) {
+    for (size_t j = i + 1; j < schedule_.size(); j++) {
+      const PipeOp op = schedule_[j].op;
+      if (op == PipeOp::Forward || op == PipeOp::Backward) return;
+      if (op == PipeOp::RecvAct || op == PipeOp::RecvGrad) post_recv(schedule_[j]);
+    }
+  };
+  int in_flight = 0;
+  for (size_t i = 0; i < schedule_.size(); i++) {
+    const PipeAction& a = schedule_[i];
+    Transformer& m = *chunks_[a.chunk];
+    switch (a.op) {
+      case PipeOp::RecvAct:
+      case PipeOp::RecvGrad: {
+        post_recv(a);
+        const auto key = std::make_tuple(a.op == PipeOp::RecvAct ? kAct : kGrad, a.mb, a.chunk);
+        const auto t0 = Clock::now();
+        pp_->wait(recvs[key]);
+        st->pipe_wait_ms += ms_since(t0);
+        recvs.erase(key);
+        break;
+      }
+      case PipeOp::Forward: {
+        const bool embed = m.chunk().embed, head = m.chunk().head;
+        const int32_t* inputs = embed ? batch(a.mb).inputs.data() : nullptr;
+        const int32_t* targets = head ? batch(a.mb).targets.data() : nullptr;
+        if (pp_) post_ahead(i);
+        const int slot = take_slot(a.chunk, a.mb);
+        in_flight++;
+        st->peak_in_flight = std::max(st->peak_in_flight, in_flight);
+        const auto t0 = Clock::now();
+        const double loss = m.forward(slot, inputs, targets,
+                                      embed ? nullptr : message_buffer(kAct, a.mb, a.chunk), grad_scale);
+        st->compute_ms += ms_since(t0);
+        if (head) *loss_sum += loss;
+        break;
+      }
+      case PipeOp::SendAct: {
+        const PipePeer peer = next_in_pipeline(pipe_, stage_, a.chunk);
+        act_sends[{kAct, a.mb, a.chunk}] =
+            pp_->isend(m.output(slot_of_mb_[a.chunk][a.mb]), m.boundary_floats(), peer.stage,
+                       tag(kAct, a.mb, peer.chunk, v));
+        break;
+      }
+      case PipeOp::Backward: {
+        if (pp_) post_ahead(i);
+        const int slot = slot_of_mb_[a.chunk][a.mb];
+        const auto t0 = Clock::now();
+        m.backward(slot, m.chunk().head ? nullptr : message_buffer(kGrad, a.mb, a.chunk));
+        st->compute_ms += ms_since(t0);
+        // The slot's output may still be in a send: complete it before reuse.
+        const auto it = act_sends.find({kAct, a.mb, a.chunk});
+        if (it != act_sends.end()) {
+          pp_->wait(it->second);
+          act_sends.erase(it);
+        }
+        free_slots_[a.chunk].push_back(slot);
+        slot_of_mb_[a.chunk].erase(a.mb);
+        in_flight--;
+        break;
+      }
+      case PipeOp::SendGrad: {
+        const PipePeer peer = prev_in_pipeline(pipe_, stage_, a.chunk);
+        float* buf = message_buffer(kGradOut, a.mb, a.chunk);
+        be_.copy(buf, m.input_grad(), m.boundary_floats());
+        grad_sends.push_back(pp_->isend(buf, m.boundary_floats(), peer.stage, tag(kGrad, a.mb, peer.chunk, v)));
+        break;
+      }
+    }
+  }
+  for (auto r : grad_sends) pp_->wait(r);
+  for (auto& [key, r] : act_sends) pp_->wait(r);
+}
+
+double TrainLoop::compute_gradients(StepStats* stats) {
+  StepStats local;
+  StepStats& st = stats ? *stats : local;
   const int accum = r_.accum_steps();
-  const size_t n = model_.num_params();
   const int tokens_per_micro = r_.training.micro_batch * r_.model.seq_len;
   // Each token's loss gradient is pre-scaled so that summing over micro-batches
   // and DP ranks yields the gradient of the mean loss over the global batch.
   const float grad_scale = 1.0f / ((float)tokens_per_micro * accum * dp_.size());
-  be_.zero(model_.grads(), n);
-  double loss_sum = 0, wait_ms = 0;
-  for (int k = 0; k < accum; k++) {
-    const auto tw = std::chrono::steady_clock::now();
-    Batch b = loader_->next();
-    wait_ms += ms_since(tw);
-    loss_sum += model_.forward(b.inputs.data(), b.targets.data(), grad_scale);
-    model_.backward();
+  for (auto& m : chunks_) be_.zero(m->grads(), m->num_params());
+  double loss_sum = 0;
+  run_schedule(grad_scale, &loss_sum, &st);
+  for (auto& m : chunks_) m->reduce_sequence_parallel_grads();
+  // A tied embedding's copies on the first and last stage get the sum of
+  // both gradients, so they stay identical.
+  if (r_.model.tie_embeddings && embed_ && embed_->size() > 1) {
+    for (auto& m : chunks_) {
+      if (!(m->chunk().embed || m->chunk().head)) continue;
+      const ParamInfo& p = m->registry().at("embed.tok");
+      embed_->allreduce_sum(m->grads() + p.offset, p.numel);
+    }
   }
-  model_.reduce_sequence_parallel_grads();
-  dp_.allreduce_sum(model_.grads(), n);
-  double loss = loss_sum / accum;
+  for (auto& m : chunks_) dp_.allreduce_sum(m->grads(), m->num_params());
+  double loss = loss_sum / accum;  // nonzero on the last stage only
   dp_.allreduce_sum(&loss, 1);
-  dp_.allreduce_max(&wait_ms, 1);
-  if (data_wait_ms) *data_wait_ms = wait_ms;
+  dp_.allreduce_max(&st.data_wait_ms, 1);
+  if (pp_) {
+    pp_->allreduce_sum(&loss, 1);
+    pp_->allreduce_max(&st.data_wait_ms, 1);
+  }
   return loss / dp_.size();
 }
 
+double TrainLoop::grad_sumsq() {
+  double s = 0;
+  for (auto& m : chunks_) s += m->grad_sumsq();
+  if (pp_) pp_->allreduce_sum(&s, 1);
+  return s;
+}
+
 StepStats TrainLoop::step() {
-  const auto t0 = std::chrono::steady_clock::now();
+  const auto t0 = Clock::now();
   dp_.counters().reset();
   if (tp_) tp_->counters().reset();
+  if (pp_) pp_->counters().reset();
   StepStats s;
-  s.loss = compute_gradients(&s.data_wait_ms);
-  s.grad_norm = std::sqrt(model_.grad_sumsq());
+  s.loss = compute_gradients(&s);
+  s.grad_norm = std::sqrt(grad_sumsq());
   s.lr = lr_at(r_.lr, step_, r_.training.steps);
-  opt_.step(model_.params(), model_.grads(), (float)s.lr,
-            clip_coefficient(s.grad_norm, r_.training.grad_clip));
+  const float clip = clip_coefficient(s.grad_norm, r_.training.grad_clip);
+  for (size_t c = 0; c < chunks_.size(); c++)
+    opts_[c]->step(chunks_[c]->params(), chunks_[c]->grads(), (float)s.lr, clip);
   s.step = ++step_;
   s.step_ms = ms_since(t0);
   s.comm_dp = dp_.counters();
   if (tp_) s.comm_tp = tp_->counters();
+  if (pp_) s.comm_pp = pp_->counters();
+  const float mine[3] = {(float)s.compute_ms, (float)s.pipe_wait_ms, (float)s.peak_in_flight};
+  std::vector<float> all(3 * pipe_.stages);
+  if (pp_) pp_->allgather(mine, all.data(), 3);
+  else std::copy(mine, mine + 3, all.begin());
+  for (int st = 0; st < pipe_.stages; st++) {
+    s.stage_compute_ms.push_back(all[3 * st]);
+    s.stage_wait_ms.push_back(all[3 * st + 1]);
+    s.stage_peak_in_flight.push_back(all[3 * st + 2]);
+  }
   return s;
 }
 
+// Forward only, one micro-batch at a time through the virtual pipeline.
 double TrainLoop::evaluate() {
   if (!val_) return 0;
   LoaderConfig lc;
@@ -92,13 +275,30 @@ double TrainLoop::evaluate() {
   lc.prefetch = 0;
   lc.shuffle = false;  // the same validation samples every time
   Loader ld(*val_, lc);
+  const int P = pipe_.stages, v = pipe_.virtual_stages;
   double sum = 0;
   for (int k = 0; k < r_.training.eval_batches; k++) {
     Batch b = ld.next();
-    sum += model_.forward(b.inputs.data(), b.targets.data(), 0.f);
+    for (int vs = 0; vs < P * v; vs++) {
+      if (vs % P != stage_) continue;
+      const int c = vs / P;
+      Transformer& m = *chunks_[c];
+      const float* in = nullptr;
+      if (vs > 0) {
+        float* buf = message_buffer(kAct, 0, c);
+        pp_->wait(pp_->irecv(buf, m.boundary_floats(), (vs - 1) % P, tag(kAct, 0, c, v)));
+        in = buf;
+      }
+      const double loss = m.forward(0, b.inputs.data(), b.targets.data(), in, 0.f);
+      if (m.chunk().head) sum += loss;
+      if (vs + 1 < P * v)
+        pp_->wait(pp_->isend(m.output(0), m.boundary_floats(), (vs + 1) % P,
+                             tag(kAct, 0, (vs + 1) / P, v)));
+    }
   }
   sum /= r_.training.eval_batches;
   dp_.allreduce_sum(&sum, 1);
+  if (pp_) pp_->allreduce_sum(&sum, 1);
   return sum / dp_.size();
 }
 

@@ -1,9 +1,12 @@
 #pragma once
-// The training loop of one rank: micro-batches with gradient accumulation,
-// data-parallel gradient averaging, global-norm clipping, AdamW, evaluation.
-// Takes the typed Recipe and a data-parallel communicator; the caller owns
-// MPI, logging and files, so tests can drive steps directly.
+// The training loop of one rank: micro-batches through this rank's pipeline
+// stage (a schedule from parallel/pipeline_schedule.h; one stage without
+// pipeline parallelism), data-parallel gradient averaging, global-norm
+// clipping, AdamW, evaluation. Takes the typed Recipe and communicators; the
+// caller owns MPI, logging and files, so tests can drive steps directly.
+#include <map>
 #include <memory>
+#include <vector>
 
 #include "app/recipe.h"
 #include "data/dataset.h"
@@ -12,9 +15,11 @@
 #include "model/transformer.h"
 #include "parallel/comm_stats.h"
 #include "parallel/communicator.h"
-#include "runtime/backend.h"
+#include "parallel/pipeline_schedule.h"
 
 namespace trainer {
+
+class ProcessGrid;
 
 struct StepStats {
   long step = 0;          // 1-based: optimizer steps completed
@@ -23,34 +28,63 @@ struct StepStats {
   double grad_norm = 0;   // before clipping
   double step_ms = 0;
   double data_wait_ms = 0;  // slowest rank's wait on its loader this step
-  CommCounters comm_dp, comm_tp;  // this rank's collectives during the step
+  CommCounters comm_dp, comm_tp, comm_pp;  // this rank's communication in the step
+  // Pipeline, this rank's stage: time computing, time waiting on pipeline
+  // receives (the bubble), and the most micro-batches holding activations.
+  double compute_ms = 0, pipe_wait_ms = 0;
+  int peak_in_flight = 0;
+  // The same three for every stage, in stage order (gathered over the pipeline).
+  std::vector<double> stage_compute_ms, stage_wait_ms, stage_peak_in_flight;
 };
+
+// The groups a rank trains in. Null tp/pp/embed: that kind of parallelism is off.
+struct ParallelGroups {
+  Communicator* dp = nullptr;
+  Communicator* tp = nullptr;
+  Communicator* pp = nullptr;
+  Communicator* embed = nullptr;  // first + last stage, for tied embeddings
+};
+ParallelGroups groups_of(ProcessGrid& grid);
 
 class TrainLoop {
  public:
-  // dp: this rank's data-parallel group; tp: its tensor-parallel group (may be
-  // null or of size 1: no tensor parallelism).
-  TrainLoop(Backend& be, Communicator& dp, Communicator* tp, const Recipe& r,
-            const TokenDataset& train, const TokenDataset* val);
+  TrainLoop(Backend& be, ParallelGroups groups, const Recipe& r, const TokenDataset& train,
+            const TokenDataset* val);
+  ~TrainLoop();
   StepStats step();
   // The first half of step(): gradients of the next global batch, reduced
-  // over TP (sequence-parallel partials) and DP, not yet clipped or applied.
-  // Returns the mean loss.
-  double compute_gradients(double* data_wait_ms = nullptr);
+  // over TP (sequence-parallel partials), tied copies and DP, not yet clipped
+  // or applied. Returns the mean loss (on every rank).
+  double compute_gradients(StepStats* stats = nullptr);
   // Mean validation loss over training.eval_batches micro-batches per rank.
   double evaluate();
-  Transformer& model() { return model_; }
+  // This rank's model chunks (one without interleaving).
+  std::vector<std::unique_ptr<Transformer>>& chunks() { return chunks_; }
+  Transformer& model() { return *chunks_.front(); }
+  double grad_sumsq();  // whole model, every tensor once
   long steps_done() const { return step_; }
   const Loader& loader() const { return *loader_; }
+  const PipelineSpec& pipeline() const { return pipe_; }
 
  private:
+  float* message_buffer(int kind, int mb, int chunk);
+  int take_slot(int chunk, int mb);
+  void run_schedule(float grad_scale, double* loss_sum, StepStats* st);
+
   Backend& be_;
   CountingCommunicator dp_;
-  std::unique_ptr<CountingCommunicator> tp_;
+  std::unique_ptr<CountingCommunicator> tp_, pp_;
+  Communicator* embed_;
   const Recipe& r_;
   const TokenDataset* val_;
-  Transformer model_;
-  AdamW opt_;
+  PipelineSpec pipe_;
+  int stage_ = 0;
+  std::vector<PipeAction> schedule_;  // this stage's
+  std::vector<std::unique_ptr<Transformer>> chunks_;
+  std::vector<std::unique_ptr<AdamW>> opts_;
+  std::vector<std::vector<int>> free_slots_;
+  std::vector<std::map<int, int>> slot_of_mb_;
+  std::map<std::tuple<int, int, int>, float*> messages_;  // (kind, mb, chunk) buffers
   std::unique_ptr<Loader> loader_;
   long step_ = 0;
 };

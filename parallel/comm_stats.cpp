@@ -3,7 +3,7 @@
 namespace trainer {
 
 const char* CommCounters::name(int k) {
-  static const char* names[] = {"allreduce", "allgather", "reduce_scatter", "other"};
+  static const char* names[] = {"allreduce", "allgather", "reduce_scatter", "p2p", "other"};
   return names[k];
 }
 
@@ -40,6 +40,20 @@ void CountingCommunicator::reduce_scatter_sum(const float* in, float* out, size_
   timed(CommCounters::ReduceScatter, ring_gather(n * 4 * size(), size()),
         [&] { c_.reduce_scatter_sum(in, out, n); });
 }
+Communicator::Request CountingCommunicator::isend(const float* data, size_t n, int peer, int tag) {
+  Request r = 0;
+  timed(CommCounters::P2P, (double)n * 4, [&] { r = c_.isend(data, n, peer, tag); });
+  return r;
+}
+Communicator::Request CountingCommunicator::irecv(float* data, size_t n, int peer, int tag) {
+  return c_.irecv(data, n, peer, tag);
+}
+void CountingCommunicator::wait(Request r) {
+  const auto t0 = std::chrono::steady_clock::now();
+  c_.wait(r);
+  k_.ms[CommCounters::P2P] += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+}
+
 void CountingCommunicator::broadcast(void* data, size_t bytes, int root) {
   timed(CommCounters::Other, (double)bytes, [&] { c_.broadcast(data, bytes, root); });
 }

@@ -11,10 +11,11 @@
 namespace trainer {
 
 struct CommCounters {
-  enum Kind { AllReduce, AllGather, ReduceScatter, Other, kKinds };
-  double bytes[kKinds] = {0, 0, 0, 0};
-  double ms[kKinds] = {0, 0, 0, 0};
-  long calls[kKinds] = {0, 0, 0, 0};
+  // P2P: bytes sent; its time is the time spent posting sends and waiting.
+  enum Kind { AllReduce, AllGather, ReduceScatter, P2P, Other, kKinds };
+  double bytes[kKinds] = {0, 0, 0, 0, 0};
+  double ms[kKinds] = {0, 0, 0, 0, 0};
+  long calls[kKinds] = {0, 0, 0, 0, 0};
   void reset() { *this = CommCounters{}; }
   static const char* name(int k);
 };
@@ -32,6 +33,9 @@ class CountingCommunicator final : public Communicator {
   void reduce_scatter_sum(const float* in, float* out, size_t n) override;
   void broadcast(void* data, size_t bytes, int root) override;
   void barrier() override { c_.barrier(); }
+  Request isend(const float* data, size_t n, int peer, int tag) override;
+  Request irecv(float* data, size_t n, int peer, int tag) override;
+  void wait(Request r) override;
   CommCounters& counters() { return k_; }
 
  private:

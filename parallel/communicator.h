@@ -23,6 +23,12 @@ class Communicator {
   virtual void reduce_scatter_sum(const float* in, float* out, size_t n) = 0;
   virtual void broadcast(void* data, size_t bytes, int root) = 0;
   virtual void barrier() = 0;
+  // Point-to-point (pipeline stages), non-blocking; wait() completes a
+  // request, after which its buffer may be reused.
+  using Request = long;
+  virtual Request isend(const float* data, size_t n, int peer, int tag) = 0;
+  virtual Request irecv(float* data, size_t n, int peer, int tag) = 0;
+  virtual void wait(Request r) = 0;
 };
 
 }  // namespace trainer

@@ -60,4 +60,34 @@ void MpiCommunicator::broadcast(void* data, size_t bytes, int root) {
 }
 void MpiCommunicator::barrier() { MPI_Barrier(comm_); }
 
+Communicator::Request MpiCommunicator::keep(MPI_Request r) {
+  if (!free_.empty()) {
+    const Request id = free_.back();
+    free_.pop_back();
+    requests_[id] = r;
+    return id;
+  }
+  requests_.push_back(r);
+  return (Request)requests_.size() - 1;
+}
+
+Communicator::Request MpiCommunicator::isend(const float* data, size_t n, int peer, int tag) {
+  if (n > kMaxChunk) throw std::length_error("isend: message too large for one MPI call");
+  MPI_Request r;
+  MPI_Isend(data, (int)n, MPI_FLOAT, peer, tag, comm_, &r);
+  return keep(r);
+}
+
+Communicator::Request MpiCommunicator::irecv(float* data, size_t n, int peer, int tag) {
+  if (n > kMaxChunk) throw std::length_error("irecv: message too large for one MPI call");
+  MPI_Request r;
+  MPI_Irecv(data, (int)n, MPI_FLOAT, peer, tag, comm_, &r);
+  return keep(r);
+}
+
+void MpiCommunicator::wait(Request id) {
+  MPI_Wait(&requests_[id], MPI_STATUS_IGNORE);
+  free_.push_back(id);
+}
+
 }  // namespace trainer

@@ -1,6 +1,8 @@
 #pragma once
 #include <mpi.h>
 
+#include <vector>
+
 #include "parallel/communicator.h"
 
 namespace trainer {
@@ -19,9 +21,15 @@ class MpiCommunicator final : public Communicator {
   void reduce_scatter_sum(const float* in, float* out, size_t n) override;
   void broadcast(void* data, size_t bytes, int root) override;
   void barrier() override;
+  Request isend(const float* data, size_t n, int peer, int tag) override;
+  Request irecv(float* data, size_t n, int peer, int tag) override;
+  void wait(Request r) override;
   MPI_Comm comm() const { return comm_; }
 
  private:
+  Request keep(MPI_Request r);
+  std::vector<MPI_Request> requests_;  // indexed by Request; reused when completed
+  std::vector<Request> free_;
   MPI_Comm comm_;
   int rank_ = 0, size_ = 1;
 };

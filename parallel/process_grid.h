@@ -36,12 +36,17 @@ class ProcessGrid {
   Communicator& dp() { return *dp_; }
   Communicator& pp() { return *pp_; }
   Communicator& tp() { return *tp_; }
+  // The first and last pipeline stage of this rank's (dp, tp) column: where a
+  // tied embedding's two copies live. Size 1 without pipeline parallelism
+  // (and on middle stages, which hold no copy).
+  Communicator& embed() { return *embed_; }
 
  private:
   GridShape shape_;
   GridCoords coords_;
   MPI_Comm dp_comm_ = MPI_COMM_NULL, pp_comm_ = MPI_COMM_NULL, tp_comm_ = MPI_COMM_NULL;
-  std::unique_ptr<MpiCommunicator> world_, dp_, pp_, tp_;
+  MPI_Comm embed_comm_ = MPI_COMM_NULL;
+  std::unique_ptr<MpiCommunicator> world_, dp_, pp_, tp_, embed_;
 };
 
 }  // namespace trainer

@@ -34,6 +34,18 @@ JsonRecord& JsonRecord::add(const std::string& k, double v) {
   body_ += b;
   return *this;
 }
+JsonRecord& JsonRecord::add(const std::string& k, const std::vector<double>& v) {
+  key(k);
+  body_ += '[';
+  for (size_t i = 0; i < v.size(); i++) {
+    char b[32];
+    std::snprintf(b, sizeof b, "%s%.9g", i ? ", " : "", v[i]);
+    body_ += std::isfinite(v[i]) ? b : (i ? ", null" : "null");
+  }
+  body_ += ']';
+  return *this;
+}
+
 JsonRecord& JsonRecord::add(const std::string& k, long v) {
   key(k);
   body_ += std::to_string(v);

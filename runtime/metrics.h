@@ -15,6 +15,7 @@ class JsonRecord {
   JsonRecord& add(const std::string& key, long v);
   JsonRecord& add(const std::string& key, int v) { return add(key, (long)v); }
   JsonRecord& add(const std::string& key, const std::string& v);
+  JsonRecord& add(const std::string& key, const std::vector<double>& v);
   std::string str() const { return "{" + body_ + "}"; }
 
  private:

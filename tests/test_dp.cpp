@@ -56,7 +56,7 @@ TrainResult train(Arch arch, MPI_Comm comm) {
   CpuBackend be(1);
   MpiCommunicator dp(comm);
   TokenDataset ds({g_data}, r.model.seq_len, r.model.vocab_size);
-  TrainLoop loop(be, dp, nullptr, r, ds, nullptr);
+  TrainLoop loop(be, ParallelGroups{&dp}, r, ds, nullptr);
   TrainResult out;
   for (int s = 0; s < r.training.steps; s++) out.losses.push_back(loop.step().loss);
   out.params.assign(loop.model().params(), loop.model().params() + loop.model().num_params());

@@ -53,6 +53,10 @@ int cmd_bench(int argc, char** argv) {
     else throw RecipeError("bench: unexpected argument \"" + a + "\"\n" + kBenchUsage);
   }
   if (path.empty()) throw RecipeError(std::string("bench: no recipe given\n") + kBenchUsage);
+  // One process: the recipe's parallel layout does not apply.
+  overrides.insert(overrides.begin(), {"parallel.tp=1", "parallel.pp=1", "parallel.dp=1",
+                                       "parallel.sequence_parallel=false", "parallel.schedule=1f1b",
+                                       "parallel.virtual_stages=1"});
   const Recipe r = load_recipe(path, overrides, 1, false);
   auto be = make_backend({r.runtime.backend, r.runtime.threads});
   // The machine is shared: measure the peak before and after the steps and

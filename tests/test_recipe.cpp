@@ -155,6 +155,17 @@ TEST_F(RecipeErrors, TensorParallelNeedsDivisibleShapes) {
                {"[parallel] sequence_parallel", "seq_len = 15 divisible by tp = 2"});
 }
 
+TEST_F(RecipeErrors, PipelineNeedsDivisibleLayersAndMicroBatches) {
+  expect_error(train(write(base()), "--set parallel.pp=2 --set model.n_layers=3"), 2,
+               {"[parallel] pp", "n_layers = 3 must be divisible by pp * virtual_stages = 2 * 1"});
+  expect_error(train(write(base()), "--set parallel.pp=2 --set model.n_layers=4 --set parallel.schedule=interleaved --set training.global_batch=5"), 2,
+               {"[training] global_batch", "multiple of pp = 2"});
+  expect_error(train(write(base()), "--set parallel.pp=2 --set model.n_layers=4 --set parallel.virtual_stages=2"), 2,
+               {"[parallel] virtual_stages", "one chunk per stage"});
+  expect_error(train(write(base()), "--set parallel.pp=2 --set parallel.schedule=gpipe"), 2,
+               {"[parallel] schedule", "\"gpipe\" is not one of \"1f1b\", \"interleaved\""});
+}
+
 TEST_F(RecipeErrors, EvalNeedsValidationData) {
   const std::string p = write(edit(base(), "micro_batch = 1", "micro_batch = 1\neval_every = 5"));
   expect_error(train(p), 2, {p + ":18:", "[training] eval_every", "needs validation data"});
@@ -198,11 +209,12 @@ TEST_F(RecipeErrors, TokenBeyondVocabStopsTheJob) {
 // sequence parallelism give the loss curve of one process for the same global
 // batch (the in-process checks are test_dp and test_tp).
 TEST_F(RecipeErrors, TwoRanksMatchOneProcessEndToEnd) {
-  const std::string p = write(edit(base(), "steps = 2", "steps = 6\nlog_every = 1"));
+  const std::string p = write(edit(edit(base(), "steps = 2", "steps = 6\nlog_every = 1"), "n_layers = 1", "n_layers = 2"));
   std::vector<std::vector<double>> curves;
   const std::vector<std::pair<int, std::string>> layouts = {
       {1, ""}, {2, ""}, {2, "--set parallel.tp=2"},
-      {2, "--set parallel.tp=2 --set parallel.sequence_parallel=true"}};
+      {2, "--set parallel.tp=2 --set parallel.sequence_parallel=true"},
+      {2, "--set parallel.pp=2"}};
   for (const auto& [np, extra] : layouts) {
     const std::string dir = dir_ + "/run_" + std::to_string(curves.size());
     const Outcome o = train(p, "--set run.dir=" + dir + " " + extra, np);

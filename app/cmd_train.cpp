@@ -162,9 +162,10 @@ int run_training(Job& job, int world_rank, int world_size) {
         .add("data_wait_ms", st.data_wait_ms);
     if (val >= 0) rec.add("val_loss", val);
     // Per pipeline stage: compute time, time waiting on pipeline receives (the
-    // bubble), most micro-batches holding activations.
+    // bubble inside the schedule), wall time of the schedule, most
+    // micro-batches holding activations.
     rec.add("pp_compute_ms", st.stage_compute_ms).add("pp_wait_ms", st.stage_wait_ms)
-        .add("pp_peak_in_flight", st.stage_peak_in_flight);
+        .add("pp_span_ms", st.stage_span_ms).add("pp_peak_in_flight", st.stage_peak_in_flight);
     // This rank's collectives in the step, per group and kind (rank 0's view;
     // every rank of a group moves the same bytes).
     for (const auto& [group, cc] :

@@ -206,7 +206,9 @@ double TrainLoop::compute_gradients(StepStats* stats) {
   const float grad_scale = 1.0f / ((float)tokens_per_micro * accum * dp_.size());
   for (auto& m : chunks_) be_.zero(m->grads(), m->num_params());
   double loss_sum = 0;
+  const auto t_sched = Clock::now();
   run_schedule(grad_scale, &loss_sum, &st);
+  st.span_ms = ms_since(t_sched);
   for (auto& m : chunks_) m->reduce_sequence_parallel_grads();
   // A tied embedding's copies on the first and last stage get the sum of
   // both gradients, so they stay identical.
@@ -252,14 +254,16 @@ StepStats TrainLoop::step() {
   s.comm_dp = dp_.counters();
   if (tp_) s.comm_tp = tp_->counters();
   if (pp_) s.comm_pp = pp_->counters();
-  const float mine[3] = {(float)s.compute_ms, (float)s.pipe_wait_ms, (float)s.peak_in_flight};
-  std::vector<float> all(3 * pipe_.stages);
-  if (pp_) pp_->allgather(mine, all.data(), 3);
-  else std::copy(mine, mine + 3, all.begin());
+  const float mine[4] = {(float)s.compute_ms, (float)s.pipe_wait_ms, (float)s.span_ms,
+                         (float)s.peak_in_flight};
+  std::vector<float> all(4 * pipe_.stages);
+  if (pp_) pp_->allgather(mine, all.data(), 4);
+  else std::copy(mine, mine + 4, all.begin());
   for (int st = 0; st < pipe_.stages; st++) {
-    s.stage_compute_ms.push_back(all[3 * st]);
-    s.stage_wait_ms.push_back(all[3 * st + 1]);
-    s.stage_peak_in_flight.push_back(all[3 * st + 2]);
+    s.stage_compute_ms.push_back(all[4 * st]);
+    s.stage_wait_ms.push_back(all[4 * st + 1]);
+    s.stage_span_ms.push_back(all[4 * st + 2]);
+    s.stage_peak_in_flight.push_back(all[4 * st + 3]);
   }
   return s;
 }

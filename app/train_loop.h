@@ -31,10 +31,11 @@ struct StepStats {
   CommCounters comm_dp, comm_tp, comm_pp;  // this rank's communication in the step
   // Pipeline, this rank's stage: time computing, time waiting on pipeline
   // receives (the bubble), and the most micro-batches holding activations.
-  double compute_ms = 0, pipe_wait_ms = 0;
+  // span: wall time of the stage's whole schedule (its last action's end).
+  double compute_ms = 0, pipe_wait_ms = 0, span_ms = 0;
   int peak_in_flight = 0;
-  // The same three for every stage, in stage order (gathered over the pipeline).
-  std::vector<double> stage_compute_ms, stage_wait_ms, stage_peak_in_flight;
+  // The same for every stage, in stage order (gathered over the pipeline).
+  std::vector<double> stage_compute_ms, stage_wait_ms, stage_span_ms, stage_peak_in_flight;
 };
 
 // The groups a rank trains in. Null tp/pp/embed: that kind of parallelism is off.

@@ -2,9 +2,9 @@
 # Pipeline bubble benchmark: trains a model large enough that compute
 # dominates the messages on pp = 2 stages (one rank per core, 1 thread each)
 # with 1F1B and interleaved (2 virtual stages) schedules for several
-# micro-batch counts m, and prints the measured bubble share (time stages wait
-# on pipeline receives / step time, mean over stages and steps after the
-# first) next to the textbook (p-1)/(m+p-1) and the interleaved
+# micro-batch counts m, and prints the measured bubble share (1 - a stage's
+# compute time / the pipeline's makespan, mean over stages and steps after
+# the first) next to the textbook (p-1)/(m+p-1) and the interleaved
 # (p-1)/(v*m+p-1).
 #   STEPS=4 scripts/bench_pipeline.sh
 set -euo pipefail
@@ -36,12 +36,17 @@ for sched in 1f1b interleaved; do
       --set model.seq_len=256 --set parallel.tp=1 --set parallel.pp=$P --set parallel.dp=1 \
       --set parallel.sequence_parallel=false --set parallel.schedule=$sched --set parallel.virtual_stages=$v \
       --set training.micro_batch=1 --set training.global_batch=$m --set training.steps=$steps \
-      --set training.eval_every=0 --set training.log_every=1 --set runtime.threads=1 >/dev/null
+      --set training.eval_every=0 --set training.log_every=1 --set runtime.threads=1 \
+      --set optimizer.warmup_steps=0 >/dev/null
     /usr/bin/python3 - "$run/metrics.jsonl" "$sched" "$m" "$P" "$v" <<'PY'
 import json, sys
 path, sched, m, p, v = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
 recs = [json.loads(l) for l in open(path)][1:]  # the first step warms up
-share = [sum(w / r["step_ms"] for w in r["pp_wait_ms"]) / len(r["pp_wait_ms"]) for r in recs]
+# Idle share of each stage over the pipeline's makespan (the longest stage's
+# schedule): waiting on receives inside its schedule plus, for stages that
+# finish early, the tail - the textbook's definition of the bubble.
+share = [sum(1 - c / max(r["pp_span_ms"]) for c in r["pp_compute_ms"]) / len(r["pp_compute_ms"])
+         for r in recs]
 measured = sum(share) / len(share)
 textbook = (p - 1) / (v * m + p - 1)
 step_ms = sum(r["step_ms"] for r in recs) / len(recs)

@@ -174,6 +174,8 @@ int run_training(Job& job, int world_rank, int world_size) {
         const std::string key = std::string("comm_") + group + "_" + CommCounters::name(k);
         rec.add(key + "_bytes", cc->bytes[k]).add(key + "_ms", cc->ms[k]);
       }
+    for (int k = 0; k < kMemKinds; k++)
+      rec.add(std::string("mem_peak_") + mem_name((Mem)k) + "_mb", st.memory.peak[k] / 1048576.0);
     job.metrics->write(rec);
     std::printf("step %5ld/%ld | loss %.4f | lr %.2e | grad norm %.3f | %s tok/s | mfu %.1f%% | %.0f ms | data wait %.2f ms",
                 st.step, r.training.steps, st.loss, st.lr, st.grad_norm, human(tps).c_str(),
@@ -181,6 +183,17 @@ int run_training(Job& job, int world_rank, int world_size) {
     if (val >= 0) std::printf(" | val loss %.4f", val);
     std::printf("\n");
     std::fflush(stdout);
+  }
+  // Memory summary: the largest peak of any rank, per category.
+  double peaks[kMemKinds + 1];
+  const MemoryStats& ms = job.backend->memory();
+  for (int k = 0; k < kMemKinds; k++) peaks[k] = (double)ms.peak[k];
+  peaks[kMemKinds] = (double)ms.total_peak;
+  job.grid->world().allreduce_max(peaks, kMemKinds + 1);
+  if (lead) {
+    std::printf("memory per rank (peak, largest over ranks):");
+    for (int k = 0; k < kMemKinds; k++) std::printf(" %s %.1f MB", mem_name((Mem)k), peaks[k] / 1048576.0);
+    std::printf(" | total %.1f MB\n", peaks[kMemKinds] / 1048576.0);
   }
   if (lead) {
     const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_start).count();
@@ -235,6 +248,7 @@ int cmd_train(int argc, char** argv) {
         job.grid->world().allreduce_sum(&g, 1);
         job.peak_gflops = g / size;
       }
+      job.backend->reset_memory_peaks();  // the sgemm measurement is not training
       if (rank == 0) {
         std::ofstream(r.run.dir + "/recipe.resolved.toml") << recipe_to_toml(r);
         job.metrics = std::make_unique<MetricsLog>(r.run.dir + "/metrics.jsonl", true);

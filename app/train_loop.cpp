@@ -83,7 +83,7 @@ TrainLoop::~TrainLoop() {
 
 float* TrainLoop::message_buffer(int kind, int mb, int chunk) {
   float*& buf = messages_[{kind, mb, chunk}];
-  if (!buf) buf = be_.alloc(chunks_[chunk]->boundary_floats());
+  if (!buf) buf = be_.alloc(chunks_[chunk]->boundary_floats(), Mem::Comm);
   return buf;
 }
 
@@ -251,6 +251,7 @@ StepStats TrainLoop::step() {
     opts_[c]->step(chunks_[c]->params(), chunks_[c]->grads(), (float)s.lr, clip);
   s.step = ++step_;
   s.step_ms = ms_since(t0);
+  s.memory = be_.memory();
   s.comm_dp = dp_.counters();
   if (tp_) s.comm_tp = tp_->counters();
   if (pp_) s.comm_pp = pp_->counters();

@@ -36,6 +36,7 @@ struct StepStats {
   int peak_in_flight = 0;
   // The same for every stage, in stage order (gathered over the pipeline).
   std::vector<double> stage_compute_ms, stage_wait_ms, stage_span_ms, stage_peak_in_flight;
+  MemoryStats memory;  // this rank's backend allocations: current, and peaks since start
 };
 
 // The groups a rank trains in. Null tp/pp/embed: that kind of parallelism is off.

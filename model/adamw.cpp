@@ -5,7 +5,8 @@
 namespace trainer {
 
 AdamW::AdamW(Backend& be, const ParamRegistry& reg, const AdamWConfig& cfg)
-    : be_(be), reg_(reg), cfg_(cfg), m_(be.alloc(reg.total())), v_(be.alloc(reg.total())) {}
+    : be_(be), reg_(reg), cfg_(cfg), m_(be.alloc(reg.total(), Mem::Optimizer)),
+      v_(be.alloc(reg.total(), Mem::Optimizer)) {}
 
 AdamW::~AdamW() {
   be_.free(m_);

@@ -40,57 +40,61 @@ Transformer::Transformer(Backend& be, const ModelConfig& cfg, int micro_batch, T
   vocab_offset_ = tp_.rank() * V_;
   Q_ = (H_ + 2 * KV_) * cfg.head_dim();
 
-  params_ = be_.alloc(mp_.reg.total());
-  grads_ = be_.alloc(mp_.reg.total());
+  params_ = be_.alloc(mp_.reg.total(), Mem::Params);
+  grads_ = be_.alloc(mp_.reg.total(), Mem::Grads);
   const size_t M = M_, R = R_, d = cfg.d_model, L = mp_.layers.size(), T = cfg.seq_len;
   const size_t din = cfg.arch == Arch::Llama ? 2 * (size_t)F_ : F_, att = (size_t)H_ * cfg.head_dim();
   const bool head = mp_.chunk.head;
   slots_.assign(slots, {});
-  auto carve = [&](Carver& c) {
-   for (Slot& sl : slots_) {
-    sl.layers.assign(L, {});
-    for (size_t l = 0; l < L; l++) {
-      LayerActs& a = sl.layers[l];
-      a.resid_in = c.take(R * d);
-      a.norm1 = c.take(M * d);
-      a.mean1 = c.take(R);
-      a.rstd1 = c.take(R);
-      a.qkv = c.take(M * Q_);
-      a.probs = c.take((size_t)B_ * H_ * T * T);
-      a.att = c.take(M * att);
-      a.resid_mid = c.take(R * d);
-      a.norm2 = c.take(M * d);
-      a.mean2 = c.take(R);
-      a.rstd2 = c.take(R);
-      a.h_in = c.take(M * din);
-      a.h_act = c.take(M * F_);
+  // Three allocations, counted apart: activations saved per micro-batch,
+  // backward scratch (temporaries), and buffers collectives read or fill.
+  auto carve = [&](Carver& c, Carver& tmp, Carver& com) {
+    for (Slot& sl : slots_) {
+      sl.layers.assign(L, {});
+      for (size_t l = 0; l < L; l++) {
+        LayerActs& a = sl.layers[l];
+        a.resid_in = c.take(R * d);
+        a.norm1 = c.take(M * d);
+        a.mean1 = c.take(R);
+        a.rstd1 = c.take(R);
+        a.qkv = c.take(M * Q_);
+        a.probs = c.take((size_t)B_ * H_ * T * T);
+        a.att = c.take(M * att);
+        a.resid_mid = c.take(R * d);
+        a.norm2 = c.take(M * d);
+        a.mean2 = c.take(R);
+        a.rstd2 = c.take(R);
+        a.h_in = c.take(M * din);
+        a.h_act = c.take(M * F_);
+      }
+      sl.out = c.take(R * d);
+      sl.normf = c.take(head ? M * d : 0);
+      sl.meanf = c.take(head ? R : 0);
+      sl.rstdf = c.take(head ? R : 0);
+      sl.logits = c.take(head ? M * V_ : 0);
+      sl.losses = c.take(head ? M : 0);
+      sl.ce_max = c.take(head ? M : 0);
+      sl.ce_stats = c.take(head ? 2 * M : 0);
     }
-    sl.out = c.take(R * d);
-    sl.normf = c.take(head ? M * d : 0);
-    sl.meanf = c.take(head ? R : 0);
-    sl.rstdf = c.take(head ? R : 0);
-    sl.logits = c.take(head ? M * V_ : 0);
-    sl.losses = c.take(head ? M : 0);
-    sl.ce_max = c.take(head ? M : 0);
-    sl.ce_stats = c.take(head ? 2 * M : 0);
-   }
-    g_resid_ = c.take(R * d);
-    g_norm_ = c.take(M * d);
-    g_att_ = c.take(M * att);
-    g_qkv_ = c.take(M * Q_);
-    g_hin_ = c.take(M * din);
-    g_act_ = c.take(M * F_);
-    part_ = c.take(t > 1 ? M * d : 0);
-    rows_tmp_ = c.take(sp ? R * d : 0);
-    g_rows_ = c.take(sp ? R * d : 0);
-    g_full_ = c.take(sp ? M * d : 0);
+    g_resid_ = tmp.take(R * d);
+    g_norm_ = tmp.take(M * d);
+    g_att_ = tmp.take(M * att);
+    g_qkv_ = tmp.take(M * Q_);
+    g_hin_ = tmp.take(M * din);
+    g_act_ = tmp.take(M * F_);
+    part_ = com.take(t > 1 ? M * d : 0);
+    rows_tmp_ = com.take(sp ? R * d : 0);
+    g_rows_ = com.take(sp ? R * d : 0);
+    g_full_ = com.take(sp ? M * d : 0);
   };
-  Carver count(nullptr);
-  carve(count);
-  act_floats_ = count.used();
-  acts_ = be_.alloc(act_floats_);
-  Carver bind(acts_);
-  carve(bind);
+  Carver count_a(nullptr), count_t(nullptr), count_c(nullptr);
+  carve(count_a, count_t, count_c);
+  act_floats_ = count_a.used();
+  acts_ = be_.alloc(act_floats_, Mem::Activations);
+  scratch_ = be_.alloc(count_t.used(), Mem::Temporaries);
+  comm_ = count_c.used() ? be_.alloc(count_c.used(), Mem::Comm) : nullptr;
+  Carver bind_a(acts_), bind_t(scratch_), bind_c(comm_);
+  carve(bind_a, bind_t, bind_c);
   for (Slot& sl : slots_) {
     sl.inputs = be_.alloc_tokens(M);
     sl.targets = be_.alloc_tokens(M);
@@ -102,6 +106,8 @@ Transformer::~Transformer() {
   be_.free(params_);
   be_.free(grads_);
   be_.free(acts_);
+  be_.free(scratch_);
+  be_.free(comm_);
   for (Slot& sl : slots_) {
     be_.free_tokens(sl.inputs);
     be_.free_tokens(sl.targets);

@@ -116,7 +116,9 @@ class Transformer {
   int Q_, vocab_offset_;
   float* params_ = nullptr;
   float* grads_ = nullptr;
-  float* acts_ = nullptr;
+  float* acts_ = nullptr;     // saved activations, all slots
+  float* scratch_ = nullptr;  // backward temporaries
+  float* comm_ = nullptr;     // collective buffers (tensor parallelism)
   size_t act_floats_ = 0;
   std::vector<Slot> slots_;
   // backward and communication scratch

@@ -12,6 +12,8 @@
 #include <memory>
 #include <string>
 
+#include "runtime/memory.h"
+
 namespace trainer {
 
 struct AttentionShape {
@@ -26,9 +28,11 @@ class Backend {
   virtual ~Backend() = default;
   virtual std::string name() const = 0;
 
-  // Memory. Buffers are zero-initialised.
-  virtual float* alloc(size_t n) = 0;
+  // Memory. Buffers are zero-initialised and counted under `kind`.
+  virtual float* alloc(size_t n, Mem kind) = 0;
   virtual void free(float* p) = 0;
+  virtual const MemoryStats& memory() const = 0;
+  virtual void reset_memory_peaks() = 0;
   virtual void zero(float* p, size_t n) = 0;
   virtual void copy(float* dst, const float* src, size_t n) = 0;
   virtual void to_host(float* host, const float* dev, size_t n) = 0;

@@ -8,9 +8,9 @@ namespace trainer {
 
 double measure_sgemm_gflops(Backend& be, int n, double seconds) {
   const size_t nn = (size_t)n * n;
-  float* a = be.alloc(nn);
-  float* b = be.alloc(nn);
-  float* c = be.alloc(nn);
+  float* a = be.alloc(nn, Mem::Temporaries);
+  float* b = be.alloc(nn, Mem::Temporaries);
+  float* c = be.alloc(nn, Mem::Temporaries);
   std::vector<float> h(nn);
   for (size_t i = 0; i < nn; i++) h[i] = (float)((i * 2654435761u) % 1000) * 1e-3f - 0.5f;
   be.from_host(a, h.data(), nn);

@@ -57,11 +57,11 @@ void CpuBackend::attention_bwd(float* dqkv, const float* dout, const float* qkv,
                                const float* probs, const AttentionShape& s) {
   const int T = s.T, hd = s.hd, out_row = s.H * s.hd, group = s.H / s.KVH;
   const float scale = 1.0f / std::sqrt((float)hd);
-  std::vector<float> scratch((size_t)omp_get_max_threads() * T * T);
+  float* dP_all = scratch((size_t)omp_get_max_threads() * T * T);
 #pragma omp parallel for schedule(static)
   for (int bk = 0; bk < s.B * s.KVH; bk++) {
     const int b = bk / s.KVH, kvh = bk % s.KVH;
-    float* dP = scratch.data() + (size_t)omp_get_thread_num() * T * T;
+    float* dP = dP_all + (size_t)omp_get_thread_num() * T * T;
     for (int h = kvh * group; h < (kvh + 1) * group; h++) {
       const HeadView hv = head_view(s, b, h);
       const float* P = probs + ((size_t)b * s.H + h) * T * T;

@@ -42,24 +42,46 @@ CpuBackend::CpuBackend(int threads) : threads_(std::max(1, threads)) {
   set_cpu_threads(threads_);
 }
 
-float* CpuBackend::alloc(size_t n) {
-  void* p = std::aligned_alloc(64, ((n * sizeof(float) + 63) / 64) * 64 + 64);
+CpuBackend::~CpuBackend() { free(scratch_); }
+
+float* CpuBackend::alloc(size_t n, Mem kind) {
+  const size_t bytes = ((n * sizeof(float) + 63) / 64) * 64 + 64;
+  void* p = std::aligned_alloc(64, bytes);
   if (!p) throw std::bad_alloc();
   std::memset(p, 0, n * sizeof(float));
+  mem_.add(p, bytes, kind);
   return static_cast<float*>(p);
 }
-void CpuBackend::free(float* p) { std::free(p); }
+void CpuBackend::free(float* p) {
+  if (!p) return;
+  mem_.remove(p);
+  std::free(p);
+}
+
+float* CpuBackend::scratch(size_t n) {
+  if (n > scratch_n_) {
+    free(scratch_);
+    scratch_ = alloc(n, Mem::Temporaries);
+    scratch_n_ = n;
+  }
+  return scratch_;
+}
 void CpuBackend::zero(float* p, size_t n) { std::memset(p, 0, n * sizeof(float)); }
 void CpuBackend::copy(float* dst, const float* src, size_t n) {
   if (n) std::memcpy(dst, src, n * sizeof(float));
 }
 
 int32_t* CpuBackend::alloc_tokens(size_t n) {
-  auto* p = static_cast<int32_t*>(std::aligned_alloc(64, ((n * 4 + 63) / 64) * 64 + 64));
+  const size_t bytes = ((n * 4 + 63) / 64) * 64 + 64;
+  auto* p = static_cast<int32_t*>(std::aligned_alloc(64, bytes));
   if (!p) throw std::bad_alloc();
+  mem_.add(p, bytes, Mem::Activations);
   return p;
 }
-void CpuBackend::free_tokens(int32_t* p) { std::free(p); }
+void CpuBackend::free_tokens(int32_t* p) {
+  mem_.remove(p);
+  std::free(p);
+}
 void CpuBackend::tokens_from_host(int32_t* dev, const int32_t* host, size_t n) {
   std::memcpy(dev, host, n * sizeof(int32_t));
 }
@@ -294,7 +316,8 @@ void CpuBackend::swiglu_bwd(float* dgate_up, const float* gate_up, const float* 
 
 void CpuBackend::rope(float* qkv, const AttentionShape& s, float theta, bool inverse) {
   const int half = s.hd / 2;
-  std::vector<float> cs((size_t)s.T * half), sn((size_t)s.T * half);
+  float* cs = scratch(2 * (size_t)s.T * half);
+  float* sn = cs + (size_t)s.T * half;
   for (int t = 0; t < s.T; t++)
     for (int i = 0; i < half; i++) {
       const double freq = std::pow((double)theta, -2.0 * i / s.hd);
@@ -305,8 +328,8 @@ void CpuBackend::rope(float* qkv, const AttentionShape& s, float theta, bool inv
 #pragma omp parallel for schedule(static)
   for (int bt = 0; bt < s.B * s.T; bt++) {
     const int t = bt % s.T;
-    const float* c = cs.data() + (size_t)t * half;
-    const float* sv = sn.data() + (size_t)t * half;
+    const float* c = cs + (size_t)t * half;
+    const float* sv = sn + (size_t)t * half;
     for (int h = 0; h < nheads; h++) {
       float* x = qkv + (size_t)bt * s.row + (size_t)h * s.hd;
 #pragma omp simd

@@ -9,10 +9,13 @@ namespace trainer {
 class CpuBackend final : public Backend {
  public:
   explicit CpuBackend(int threads);
+  ~CpuBackend() override;
   std::string name() const override { return "cpu"; }
 
-  float* alloc(size_t n) override;
+  float* alloc(size_t n, Mem kind) override;
   void free(float* p) override;
+  const MemoryStats& memory() const override { return mem_.stats(); }
+  void reset_memory_peaks() override { mem_.reset_peaks(); }
   void zero(float* p, size_t n) override;
   void copy(float* dst, const float* src, size_t n) override;
   void to_host(float* host, const float* dev, size_t n) override { copy(host, dev, n); }
@@ -72,7 +75,12 @@ class CpuBackend final : public Backend {
   void tokens_from_host(int32_t* dev, const int32_t* host, size_t n) override;
 
  private:
+  // A scratch buffer of at least n floats kept between calls (attention).
+  float* scratch(size_t n);
   int threads_;
+  MemoryTracker mem_;
+  float* scratch_ = nullptr;
+  size_t scratch_n_ = 0;
 };
 
 // Sets OpenBLAS and OpenMP thread counts for this process.

@@ -55,6 +55,7 @@ const std::vector<std::pair<std::string, std::vector<std::string>>> kSchema = {
                    "beta2", "eps"}},
     {"parallel", {"dp", "tp", "pp", "sequence_parallel", "schedule", "virtual_stages"}},
     {"runtime", {"threads", "backend", "peak_gflops"}},
+    {"recompute", {"mode", "layers"}},
 };
 
 class RecipeReader {
@@ -340,6 +341,14 @@ Recipe load_recipe(const std::string& path, const std::vector<std::string>& over
   if (r.adamw.beta2 < 0 || r.adamw.beta2 >= 1) rd.fail("optimizer", "beta2", "must be in [0, 1)");
   if (!(r.adamw.eps > 0)) rd.fail("optimizer", "eps", "must be > 0");
 
+  // [recompute]
+  const std::string rmode = rd.get_choice("recompute", "mode", "none", {"none", "selective", "full"});
+  r.recompute.mode = rmode == "none" ? RecomputeMode::None
+                     : rmode == "selective" ? RecomputeMode::Selective : RecomputeMode::Full;
+  r.recompute.layers = (int)rd.get_int("recompute", "layers", -1);
+  if (r.recompute.layers < -1 || r.recompute.layers == 0)
+    rd.fail("recompute", "layers", "must be a positive number of layers per chunk (or -1: all)");
+
   // [runtime]
   r.runtime.threads = (int)rd.get_int("runtime", "threads", r.runtime.threads);
   r.runtime.backend = rd.get_choice("runtime", "backend", "cpu", {"cpu"});
@@ -420,6 +429,7 @@ std::string recipe_to_toml(const Recipe& r) {
                                {"sequence_parallel", r.sequence_parallel},
                                {"schedule", r.schedule == ScheduleKind::OneFOneB ? "1f1b" : "interleaved"},
                                {"virtual_stages", r.virtual_stages}}},
+      {"recompute", toml::table{{"mode", recompute_name(r.recompute.mode)}, {"layers", r.recompute.layers}}},
       {"runtime", toml::table{{"threads", r.runtime.threads},
                               {"backend", r.runtime.backend},
                               {"peak_gflops", r.runtime.peak_gflops}}},

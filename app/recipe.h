@@ -9,6 +9,7 @@
 #include "model/adamw.h"
 #include "model/config.h"
 #include "model/lr_schedule.h"
+#include "model/recompute.h"
 #include "parallel/pipeline_schedule.h"
 #include "parallel/process_grid.h"
 
@@ -54,6 +55,7 @@ struct Recipe {
   bool sequence_parallel = false;  // [parallel] sequence_parallel (with tp > 1)
   ScheduleKind schedule = ScheduleKind::OneFOneB;  // [parallel] schedule (with pp > 1)
   int virtual_stages = 1;                          // [parallel] virtual_stages
+  RecomputeConfig recompute;                       // [recompute] mode, layers
   RuntimeSection runtime;
 
   int accum_steps() const { return training.global_batch / (training.micro_batch * grid.dp); }

@@ -56,7 +56,7 @@ TrainLoop::TrainLoop(Backend& be, ParallelGroups groups, const Recipe& r,
     const ChunkSpec spec{vs * per_chunk, (vs + 1) * per_chunk, vs == 0, vs == P * v - 1};
     chunks_.push_back(std::make_unique<Transformer>(
         be, r.model, r.training.micro_batch, TensorParallel{tp_.get(), r.sequence_parallel}, spec,
-        peak[c]));
+        peak[c], r.recompute));
     Transformer& m = *chunks_.back();
     // Every replica and layout draws the same initial weights from the run seed.
     host.assign(m.num_params(), 0.f);

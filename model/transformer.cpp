@@ -24,9 +24,9 @@ class Carver {
 }  // namespace
 
 Transformer::Transformer(Backend& be, const ModelConfig& cfg, int micro_batch, TensorParallel tp,
-                         ChunkSpec chunk, int slots)
+                         ChunkSpec chunk, int slots, RecomputeConfig recompute)
     : be_(be), cfg_(cfg), tp_(tp), mp_(build_params(cfg, tp.size(), tp.rank(), chunk)),
-      B_(micro_batch), M_(micro_batch * cfg.seq_len) {
+      B_(micro_batch), M_(micro_batch * cfg.seq_len), rc_(recompute) {
   const int t = tp_.size();
   if (!validate_tp(cfg, t).empty()) throw std::invalid_argument("model does not split over tp");
   const bool sp = tp_.sequence_parallel && t > 1;
@@ -48,24 +48,40 @@ Transformer::Transformer(Backend& be, const ModelConfig& cfg, int micro_batch, T
   slots_.assign(slots, {});
   // Three allocations, counted apart: activations saved per micro-batch,
   // backward scratch (temporaries), and buffers collectives read or fill.
+  bool any_recompute = false;
+  for (size_t l = 0; l < L; l++) any_recompute |= rc_.applies((int)l);
+  // A layer's activations other than its input; `own(field)` says whether this
+  // layer keeps that field itself or uses the shared recompute workspace.
+  auto carve_layer = [&](Carver& c, LayerActs& a, const LayerActs& shared, auto own) {
+    a.norm1 = own(0) ? c.take(M * d) : shared.norm1;
+    a.mean1 = own(0) ? c.take(R) : shared.mean1;
+    a.rstd1 = own(0) ? c.take(R) : shared.rstd1;
+    a.qkv = own(0) ? c.take(M * Q_) : shared.qkv;
+    a.probs = own(1) ? c.take((size_t)B_ * H_ * T * T) : shared.probs;
+    a.att = own(0) ? c.take(M * att) : shared.att;
+    a.resid_mid = own(0) ? c.take(R * d) : shared.resid_mid;
+    a.norm2 = own(0) ? c.take(M * d) : shared.norm2;
+    a.mean2 = own(0) ? c.take(R) : shared.mean2;
+    a.rstd2 = own(0) ? c.take(R) : shared.rstd2;
+    a.h_in = own(0) ? c.take(M * din) : shared.h_in;
+    a.h_act = own(1) ? c.take(M * F_) : shared.h_act;
+  };
   auto carve = [&](Carver& c, Carver& tmp, Carver& com) {
+    work_ = {};
+    // The workspace holds what the recomputing layers drop: everything but
+    // the input for full recomputation, softmax and activation for selective.
+    if (any_recompute)
+      carve_layer(c, work_, work_, [&](int cls) { return rc_.mode == RecomputeMode::Full || cls == 1; });
     for (Slot& sl : slots_) {
       sl.layers.assign(L, {});
       for (size_t l = 0; l < L; l++) {
         LayerActs& a = sl.layers[l];
         a.resid_in = c.take(R * d);
-        a.norm1 = c.take(M * d);
-        a.mean1 = c.take(R);
-        a.rstd1 = c.take(R);
-        a.qkv = c.take(M * Q_);
-        a.probs = c.take((size_t)B_ * H_ * T * T);
-        a.att = c.take(M * att);
-        a.resid_mid = c.take(R * d);
-        a.norm2 = c.take(M * d);
-        a.mean2 = c.take(R);
-        a.rstd2 = c.take(R);
-        a.h_in = c.take(M * din);
-        a.h_act = c.take(M * F_);
+        const RecomputeMode mode = rc_.applies((int)l) ? rc_.mode : RecomputeMode::None;
+        // field class 0: matrix-product outputs and norms; 1: softmax and MLP activation
+        carve_layer(c, a, work_, [&](int cls) {
+          return mode == RecomputeMode::None || (mode == RecomputeMode::Selective && cls == 0);
+        });
       }
       sl.out = c.take(R * d);
       sl.normf = c.take(head ? M * d : 0);
@@ -187,15 +203,47 @@ const float* Transformer::reduce_input_grad(float* g_partial) {
   return g_partial;
 }
 
-double Transformer::forward(int slot, const int32_t* inputs, const int32_t* targets,
-                            const float* act_in, float grad_scale) {
+// One transformer layer forward. Recomputation reruns it with the same ops
+// on the same inputs, so the rebuilt activations are bit-identical; under
+// tensor/sequence parallelism that includes its collectives.
+void Transformer::layer_fwd(LayerActs& a, const LayerParams& lp, float* out, Upto upto) {
   const ModelConfig& c = cfg_;
   const int M = M_, d = c.d_model, F = F_, Q = Q_, hd = c.head_dim();
   const bool gpt2 = c.arch == Arch::GPT2;
   const float* P = params_;
+  const AttentionShape as = attn_shape();
+  auto activation = [&] {
+    if (gpt2) be_.gelu_fwd(a.h_act, a.h_in, (size_t)M * F);
+    else be_.swiglu_fwd(a.h_act, a.h_in, M, F);
+  };
+  if (upto == Upto::DroppedOnly) {  // selective: softmax and activation only
+    be_.attention_fwd(a.att, a.probs, a.qkv, as);  // rewrites att with the same values
+    activation();
+    return;
+  }
+  // attention block
+  norm_to_full(a.norm1, a.mean1, a.rstd1, a.resid_in, lp.norm1_w, lp.norm1_b);
+  be_.matmul(false, true, M, Q, d, 1.f, a.norm1, P + lp.wqkv, 0.f, a.qkv);
+  if (gpt2) be_.add_bias(a.qkv, P + lp.bqkv, M, Q);
+  else be_.rope(a.qkv, as, c.rope_theta, false);
+  be_.attention_fwd(a.att, a.probs, a.qkv, as);
+  row_parallel(a.resid_mid, a.resid_in, a.att, H_ * hd, lp.wo, lp.bo, gpt2);
+  // MLP block
+  norm_to_full(a.norm2, a.mean2, a.rstd2, a.resid_mid, lp.norm2_w, lp.norm2_b);
+  be_.matmul(false, true, M, gpt2 ? F : 2 * F, d, 1.f, a.norm2, P + lp.w_in, 0.f, a.h_in);
+  if (gpt2) be_.add_bias(a.h_in, P + lp.b_in, M, F);
+  activation();
+  if (upto == Upto::Output) row_parallel(out, a.resid_mid, a.h_act, F, lp.w_out, lp.b_out, gpt2);
+}
+
+double Transformer::forward(int slot, const int32_t* inputs, const int32_t* targets,
+                            const float* act_in, float grad_scale) {
+  const ModelConfig& c = cfg_;
+  const int M = M_, d = c.d_model;
+  const bool gpt2 = c.arch == Arch::GPT2;
+  const float* P = params_;
   Slot& sl = slots_[slot];
   const int L = (int)mp_.layers.size();
-  const AttentionShape as = attn_shape();
 
   float* x0 = L > 0 ? sl.layers[0].resid_in : sl.out;
   if (mp_.chunk.embed) {
@@ -214,29 +262,9 @@ double Transformer::forward(int slot, const int32_t* inputs, const int32_t* targ
     be_.copy(x0, act_in, (size_t)R_ * d);
   }
 
-  for (int l = 0; l < L; l++) {
-    const LayerParams& lp = mp_.layers[l];
-    LayerActs& a = sl.layers[l];
-    float* out = (l + 1 < L) ? sl.layers[l + 1].resid_in : sl.out;
-    // attention block
-    norm_to_full(a.norm1, a.mean1, a.rstd1, a.resid_in, lp.norm1_w, lp.norm1_b);
-    be_.matmul(false, true, M, Q, d, 1.f, a.norm1, P + lp.wqkv, 0.f, a.qkv);
-    if (gpt2) be_.add_bias(a.qkv, P + lp.bqkv, M, Q);
-    else be_.rope(a.qkv, as, c.rope_theta, false);
-    be_.attention_fwd(a.att, a.probs, a.qkv, as);
-    row_parallel(a.resid_mid, a.resid_in, a.att, H_ * hd, lp.wo, lp.bo, gpt2);
-    // MLP block
-    norm_to_full(a.norm2, a.mean2, a.rstd2, a.resid_mid, lp.norm2_w, lp.norm2_b);
-    if (gpt2) {
-      be_.matmul(false, true, M, F, d, 1.f, a.norm2, P + lp.w_in, 0.f, a.h_in);
-      be_.add_bias(a.h_in, P + lp.b_in, M, F);
-      be_.gelu_fwd(a.h_act, a.h_in, (size_t)M * F);
-    } else {
-      be_.matmul(false, true, M, 2 * F, d, 1.f, a.norm2, P + lp.w_in, 0.f, a.h_in);
-      be_.swiglu_fwd(a.h_act, a.h_in, M, F);
-    }
-    row_parallel(out, a.resid_mid, a.h_act, F, lp.w_out, lp.b_out, gpt2);
-  }
+  for (int l = 0; l < L; l++)
+    layer_fwd(sl.layers[l], mp_.layers[l], (l + 1 < L) ? sl.layers[l + 1].resid_in : sl.out,
+              Upto::Output);
   if (!mp_.chunk.head) return 0.0;
   be_.tokens_from_host(sl.targets, targets, M);
   norm_to_full(sl.normf, sl.meanf, sl.rstdf, sl.out, mp_.normf_w, mp_.normf_b);
@@ -279,6 +307,8 @@ void Transformer::backward(int slot, const float* grad_out) {
   for (int l = (int)mp_.layers.size() - 1; l >= 0; l--) {
     const LayerParams& lp = mp_.layers[l];
     LayerActs& a = sl.layers[l];
+    if (rc_.applies(l))
+      layer_fwd(a, lp, nullptr, rc_.mode == RecomputeMode::Full ? Upto::BackwardInputs : Upto::DroppedOnly);
     // MLP block: g_resid is the gradient of this layer's output rows.
     if (gpt2) be_.bias_bwd(G + lp.b_out, g_resid_, R, d);
     const float* gf = grad_rows_to_full(g_resid_);

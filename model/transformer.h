@@ -20,6 +20,7 @@
 
 #include "model/config.h"
 #include "model/param_registry.h"
+#include "model/recompute.h"
 #include "parallel/communicator.h"
 #include "runtime/backend.h"
 
@@ -37,7 +38,7 @@ class Transformer {
   // micro_batch: sequences per forward/backward; activations are sized for
   // it, `slots` times (micro-batches whose backward is still to come).
   Transformer(Backend& be, const ModelConfig& cfg, int micro_batch, TensorParallel tp = {},
-              ChunkSpec chunk = {}, int slots = 1);
+              ChunkSpec chunk = {}, int slots = 1, RecomputeConfig recompute = {});
   ~Transformer();
   Transformer(const Transformer&) = delete;
   Transformer& operator=(const Transformer&) = delete;
@@ -96,6 +97,11 @@ class Transformer {
     float *normf, *meanf, *rstdf, *logits, *losses, *ce_max, *ce_stats;  // head only
     int32_t *inputs, *targets;
   };
+  // How far layer_fwd runs: the whole layer, or only what backward needs
+  // rebuilt (full recomputation: all but the last product; selective: the
+  // softmax and the MLP activation).
+  enum class Upto { Output, BackwardInputs, DroppedOnly };
+  void layer_fwd(LayerActs& a, const LayerParams& lp, float* out, Upto upto);
   void norm_fwd(float* out, float* mean, float* rstd, const float* x, size_t w, size_t b);
   void norm_bwd(float* dx, const float* dout, const float* x, size_t w, size_t b,
                 const float* mean, const float* rstd);
@@ -121,6 +127,8 @@ class Transformer {
   float* comm_ = nullptr;     // collective buffers (tensor parallelism)
   size_t act_floats_ = 0;
   std::vector<Slot> slots_;
+  RecomputeConfig rc_;
+  LayerActs work_{};  // one layer's rebuilt activations, shared by recomputing layers
   // backward and communication scratch
   float *g_resid_, *g_norm_, *g_rows_, *g_full_, *g_att_, *g_qkv_, *g_hin_, *g_act_;
   float *part_, *rows_tmp_;

@@ -29,6 +29,7 @@ struct Layout {
   int tp, dp;
   bool sp;
   int pp = 1, virtual_stages = 1;
+  RecomputeConfig recompute = {};
 };
 
 std::string layout_name(const Layout& l) {
@@ -58,6 +59,7 @@ Recipe recipe(const Layout& l) {
   r.sequence_parallel = l.sp;
   r.virtual_stages = l.virtual_stages;
   r.schedule = l.virtual_stages > 1 ? ScheduleKind::Interleaved : ScheduleKind::OneFOneB;
+  r.recompute = l.recompute;
   r.data.prefetch = 1;
   r.run.seed = 5;
   return r;
@@ -209,6 +211,40 @@ TEST_P(PipelineParallelEquivalence, EveryLayoutMatchesOneProcess) {
   };
   for (const Layout& l : layouts) expect_equivalent(run(l, MPI_COMM_WORLD), ref, layout_name(l));
 }
+
+// Recomputation reruns the same ops on the same inputs: losses and every
+// gradient must be equal to the bit, in one process and in pipelined and 3D
+// layouts (several micro-batches in flight, sequence-parallel collectives).
+class RecomputeBitIdentical : public ::testing::TestWithParam<Arch> {};
+
+TEST_P(RecomputeBitIdentical, SelectiveAndFullEqualNone) {
+  const Layout layouts[] = {
+      {GetParam(), 1, 1, false, 1, 1},  // one process
+      {GetParam(), 1, 1, false, 2, 1},  // pp = 2, 1F1B
+      {GetParam(), 2, 2, true, 2, 1},   // 2 x 2 x 2, sequence parallel
+  };
+  g_shapes.clear();
+  run(layouts[0], MPI_COMM_SELF);  // the one-process model defines the gradient names
+  for (Layout l : layouts) {
+    const Result none = run(l, l.tp * l.dp * l.pp == 1 ? MPI_COMM_SELF : MPI_COMM_WORLD);
+    for (RecomputeConfig rc : {RecomputeConfig{RecomputeMode::Selective, -1},
+                               RecomputeConfig{RecomputeMode::Full, -1},
+                               RecomputeConfig{RecomputeMode::Full, 1}}) {
+      l.recompute = rc;
+      const Result got = run(l, l.tp * l.dp * l.pp == 1 ? MPI_COMM_SELF : MPI_COMM_WORLD);
+      const std::string what = layout_name(l) + "_" + recompute_name(rc.mode) +
+                               (rc.layers > 0 ? "_layers" + std::to_string(rc.layers) : "");
+      EXPECT_EQ(got.losses, none.losses) << what;
+      EXPECT_EQ(got.grad_norm, none.grad_norm) << what;
+      for (const auto& [name, g] : none.grads)
+        EXPECT_EQ(0, std::memcmp(g.data(), got.grads.at(name).data(), g.size() * sizeof(float)))
+            << what << ": gradient " << name;
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Archs, RecomputeBitIdentical, ::testing::Values(Arch::GPT2, Arch::Llama),
+                         [](const auto& info) { return std::string(arch_name(info.param)); });
 
 INSTANTIATE_TEST_SUITE_P(Archs, PipelineParallelEquivalence,
                          ::testing::Values(Arch::GPT2, Arch::Llama),

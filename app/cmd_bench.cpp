@@ -63,7 +63,8 @@ int cmd_bench(int argc, char** argv) {
   // keep the better one (a higher peak can only lower the reported MFU).
   double peak = measure_sgemm_gflops(*be, 2048, 1.0);
 
-  Transformer model(*be, r.model, r.training.micro_batch);
+  be->reset_memory_peaks();
+  Transformer model(*be, r.model, r.training.micro_batch, {}, {}, 1, r.recompute);
   AdamW opt(*be, model.registry(), r.adamw);
   std::vector<float> host(model.num_params());
   init_params(model.layout(), r.model, r.run.seed, host.data());
@@ -109,10 +110,15 @@ int cmd_bench(int argc, char** argv) {
               best_ms, step_ms, steps, warmup, phase_ms[0], phase_ms[1], phase_ms[2]);
   std::printf("  throughput     %8.1f tokens/s, %.1f GFLOP/s model FLOPs\n", tps, achieved);
   std::printf("  MFU            %8.1f%% of the measured sgemm peak\n", 100 * achieved / peak);
+  const MemoryStats& mem = be->memory();
+  const double act_mb = mem.peak[(int)Mem::Activations] / 1048576.0;
+  std::printf("  activations    %8.1f MB peak (recompute %s), %.1f MB in all\n", act_mb,
+              recompute_name(r.recompute.mode), mem.total_peak / 1048576.0);
   JsonRecord rec;
   rec.add("bench", path).add("params", (long)model.num_params()).add("threads", r.runtime.threads)
       .add("sgemm_gflops", peak).add("step_ms", best_ms).add("mean_step_ms", step_ms).add("tokens_per_s", tps)
-      .add("model_gflops", achieved).add("mfu", achieved / peak).add("loss", loss);
+      .add("model_gflops", achieved).add("mfu", achieved / peak).add("loss", loss)
+      .add("recompute", std::string(recompute_name(r.recompute.mode))).add("activations_mb", act_mb);
   std::printf("%s\n", rec.str().c_str());
   return 0;
 }

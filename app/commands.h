@@ -6,5 +6,6 @@ namespace trainer {
 int cmd_train(int argc, char** argv);
 int cmd_data(int argc, char** argv);
 int cmd_bench(int argc, char** argv);
+int cmd_plan(int argc, char** argv);
 
 }  // namespace trainer

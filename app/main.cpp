@@ -19,6 +19,8 @@ const char* kUsage =
     "        train a model; launch with mpirun -np N (or srun) for data parallelism\n"
     "  data prepare --input FILES_OR_DIRS... --output DIR [--val-fraction F]\n"
     "        turn text files into byte-level token shards (vocabulary 256)\n"
+    "  plan RECIPE.toml [--set section.key=value ...] [--ranks N]\n"
+    "        predicted memory per rank by category for each recompute mode\n"
     "  bench [RECIPE.toml] [--set section.key=value ...] [--steps N]\n"
     "        measure the sgemm peak and the model's tokens/s and MFU on this machine\n"
     "\n"
@@ -65,6 +67,7 @@ int main(int argc, char** argv) {
     if (!std::strcmp(cmd, "train")) return trainer::cmd_train(argc - 2, argv + 2);
     if (!std::strcmp(cmd, "data")) return trainer::cmd_data(argc - 2, argv + 2);
     if (!std::strcmp(cmd, "bench")) return trainer::cmd_bench(argc - 2, argv + 2);
+    if (!std::strcmp(cmd, "plan")) return trainer::cmd_plan(argc - 2, argv + 2);
   } catch (const trainer::UserError& e) {
     std::fprintf(stderr, "error: %s\n", e.what());
     return e.exit_code;

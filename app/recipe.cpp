@@ -264,9 +264,9 @@ Recipe load_recipe(const std::string& path, const std::vector<std::string>& over
   if (r.grid.tp < 1) rd.fail("parallel", "tp", "must be >= 1");
   if (r.grid.pp < 1) rd.fail("parallel", "pp", "must be >= 1");
   const bool dp_given = rd.present("parallel", "dp");
-  r.grid.dp = (int)rd.get_int("parallel", "dp", world_size / (r.grid.tp * r.grid.pp));
+  r.grid.dp = (int)rd.get_int("parallel", "dp", world_size > 0 ? world_size / (r.grid.tp * r.grid.pp) : 1);
   if (r.grid.dp < 1) rd.fail("parallel", "dp", "must be >= 1");
-  if (r.grid.dp * r.grid.pp * r.grid.tp != world_size)
+  if (world_size > 0 && r.grid.dp * r.grid.pp * r.grid.tp != world_size)
     rd.fail("parallel", dp_given ? "dp" : "tp",
             "dp * pp * tp = " + std::to_string(r.grid.dp) + " * " + std::to_string(r.grid.pp) +
                 " * " + std::to_string(r.grid.tp) + " = " +

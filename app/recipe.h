@@ -63,7 +63,8 @@ struct Recipe {
 
 // Reads path, applies overrides ("section.key=value"), validates everything
 // that can be checked before training (including that data files exist) and
-// returns the recipe. world_size fills parallel.dp when it is left out;
+// returns the recipe. world_size fills parallel.dp when it is left out (0: no
+// job yet, dp defaults to 1 and is not checked against a world size);
 // need_data = false skips the data section's file checks (benchmarks).
 // Throws RecipeError whose message names the file, line and key.
 Recipe load_recipe(const std::string& path, const std::vector<std::string>& overrides,

@@ -6,6 +6,7 @@
 #include <stdexcept>
 #include <vector>
 
+#include "app/layout.h"
 #include "model/init.h"
 #include "model/lr_schedule.h"
 #include "parallel/process_grid.h"
@@ -33,30 +34,17 @@ TrainLoop::TrainLoop(Backend& be, ParallelGroups groups, const Recipe& r,
                      const TokenDataset& train, const TokenDataset* val)
     : be_(be), dp_(*groups.dp), tp_(counted(groups.tp)), pp_(counted(groups.pp)),
       embed_(groups.embed), r_(r), val_(val) {
-  pipe_.stages = pp_ ? pp_->size() : 1;
-  pipe_.virtual_stages = r.virtual_stages;
-  pipe_.micro_batches = r.accum_steps();
-  pipe_.kind = r.schedule;
+  pipe_ = pipeline_spec(r);
+  if ((pp_ ? pp_->size() : 1) != pipe_.stages) throw std::invalid_argument("pp group size differs from the recipe");
   if (const std::string why = check_pipeline(pipe_); !why.empty()) throw std::invalid_argument(why);
   stage_ = pp_ ? pp_->rank() : 0;
   schedule_ = build_schedule(pipe_)[stage_];
-
-  // Activation slots per chunk: the most micro-batches whose forward has run
-  // and backward has not, in this stage's schedule.
-  const int v = pipe_.virtual_stages, P = pipe_.stages;
-  std::vector<int> live(v, 0), peak(v, 1);
-  for (const PipeAction& a : schedule_) {
-    if (a.op == PipeOp::Forward) peak[a.chunk] = std::max(peak[a.chunk], ++live[a.chunk]);
-    if (a.op == PipeOp::Backward) live[a.chunk]--;
-  }
-  const int per_chunk = r.model.n_layers / (P * v);
+  const RankLayout layout = rank_layout(r, stage_);
   std::vector<float> host;
-  for (int c = 0; c < v; c++) {
-    const int vs = c * P + stage_;  // this chunk's place in the virtual pipeline
-    const ChunkSpec spec{vs * per_chunk, (vs + 1) * per_chunk, vs == 0, vs == P * v - 1};
+  for (const ChunkLayout& ch : layout.chunks) {
     chunks_.push_back(std::make_unique<Transformer>(
-        be, r.model, r.training.micro_batch, TensorParallel{tp_.get(), r.sequence_parallel}, spec,
-        peak[c], r.recompute));
+        be, r.model, r.training.micro_batch, TensorParallel{tp_.get(), r.sequence_parallel}, ch.spec,
+        ch.slots, r.recompute));
     Transformer& m = *chunks_.back();
     // Every replica and layout draws the same initial weights from the run seed.
     host.assign(m.num_params(), 0.f);
@@ -64,7 +52,7 @@ TrainLoop::TrainLoop(Backend& be, ParallelGroups groups, const Recipe& r,
     be_.from_host(m.params(), host.data(), host.size());
     opts_.push_back(std::make_unique<AdamW>(be, m.registry(), r.adamw));
     free_slots_.emplace_back();
-    for (int s = peak[c] - 1; s >= 0; s--) free_slots_.back().push_back(s);
+    for (int s = ch.slots - 1; s >= 0; s--) free_slots_.back().push_back(s);
     slot_of_mb_.emplace_back();
   }
   LoaderConfig lc;

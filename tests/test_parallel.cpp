@@ -13,6 +13,7 @@
 #include <filesystem>
 #include <map>
 
+#include "app/layout.h"
 #include "app/train_loop.h"
 #include "data/token_shard.h"
 #include "parallel/process_grid.h"
@@ -71,6 +72,8 @@ struct Result {
   double grad_norm = 0;
   CommCounters comm_tp, comm_dp;
   size_t params_per_rank = 0;
+  MemoryStats memory;  // this rank's, after training
+  int stage = 0;
 };
 
 // Gathers this rank's piece of every gradient to the tensor's global shape.
@@ -143,13 +146,16 @@ Result run(const Layout& l, MPI_Comm world) {
       res.grad_norm = std::sqrt(grads_only.grad_sumsq());
       res.params_per_rank = grads_only.model().num_params();
     }
+    be.reset_memory_peaks();
     TrainLoop loop(be, groups_of(grid), r, ds, nullptr);
+    res.stage = grid.coords().pp;
     for (int s = 0; s < r.training.steps; s++) {
       const StepStats st = loop.step();
       res.losses.push_back(st.loss);
       res.comm_tp = st.comm_tp;
       res.comm_dp = st.comm_dp;
     }
+    res.memory = be.memory();
   }
   MPI_Comm_free(&comm);
   return res;
@@ -240,6 +246,32 @@ TEST_P(RecomputeBitIdentical, SelectiveAndFullEqualNone) {
         EXPECT_EQ(0, std::memcmp(g.data(), got.grads.at(name).data(), g.size() * sizeof(float)))
             << what << ": gradient " << name;
     }
+  }
+}
+
+// `trainer plan`'s prediction (model/memory_plan.h, formulas from the layer
+// definitions) against the activation memory each rank measured, for every
+// recompute mode and several layouts.
+TEST(MemoryPlan, PredictsMeasuredActivationPeakWithin10Percent) {
+  int wrank = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &wrank);
+  for (Arch arch : {Arch::GPT2, Arch::Llama}) {
+    const Layout layouts[] = {{arch, 1, 1, false, 1, 1}, {arch, 1, 1, false, 2, 1}, {arch, 2, 2, true, 2, 1}};
+    g_shapes.clear();
+    run(layouts[0], MPI_COMM_SELF);
+    for (Layout l : layouts)
+      for (RecomputeMode m : {RecomputeMode::None, RecomputeMode::Selective, RecomputeMode::Full}) {
+        l.recompute = {m, -1};
+        const Result res = run(l, l.tp * l.dp * l.pp == 1 ? MPI_COMM_SELF : MPI_COMM_WORLD);
+        const Recipe r = recipe(l);
+        const MemoryPlan plan = plan_memory(r.model, rank_layout(r, res.stage), l.recompute);
+        const double want = plan.bytes[(int)Mem::Activations];
+        const double got = (double)res.memory.peak[(int)Mem::Activations];
+        EXPECT_NEAR(got, want, 0.10 * want) << layout_name(l) << " " << recompute_name(m) << " stage " << res.stage;
+        if (wrank == 0)
+          std::printf("  %-22s %-9s activations measured %8.1f KB, planned %8.1f KB (%+.1f%%)\n",
+                      layout_name(l).c_str(), recompute_name(m), got / 1024, want / 1024, 100 * (got - want) / want);
+      }
   }
 }
 

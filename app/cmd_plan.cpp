@@ -1,0 +1,68 @@
+// `trainer plan RECIPE.toml`: predicted memory per rank, by category, for each
+// recompute mode and pipeline stage, and what recomputation costs in FLOPs.
+// Nothing is allocated; no MPI.
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "app/commands.h"
+#include "app/layout.h"
+#include "app/recipe.h"
+#include "model/flops.h"
+#include "runtime/errors.h"
+
+namespace trainer {
+
+namespace {
+const char* kPlanUsage =
+    "usage: trainer plan RECIPE.toml [--set section.key=value ...] [--ranks N]\n"
+    "  Predicts each rank's memory (parameters, gradients, optimizer state,\n"
+    "  activations, communication buffers, temporaries) for every pipeline stage\n"
+    "  and recompute mode (none, selective, full; [recompute] layers applies),\n"
+    "  and the forward FLOPs recomputation adds. --ranks N is the world size\n"
+    "  the job will have (default: dp * pp * tp with dp from the recipe, or 1).\n";
+}
+
+int cmd_plan(int argc, char** argv) {
+  std::string path;
+  std::vector<std::string> overrides;
+  int ranks = 0;
+  for (int i = 0; i < argc; i++) {
+    const std::string a = argv[i];
+    if (a == "--help" || a == "-h") {
+      std::fputs(kPlanUsage, stdout);
+      return 0;
+    } else if (a == "--set" && i + 1 < argc) overrides.push_back(argv[++i]);
+    else if (a == "--ranks" && i + 1 < argc) ranks = std::atoi(argv[++i]);
+    else if (a[0] != '-' && path.empty()) path = a;
+    else throw RecipeError("plan: unexpected argument \"" + a + "\"\n" + kPlanUsage);
+  }
+  if (path.empty()) throw RecipeError(std::string("plan: no recipe given\n") + kPlanUsage);
+  const Recipe r = load_recipe(path, overrides, ranks, false);
+  ranks = r.grid.dp * r.grid.pp * r.grid.tp;
+  const double step_flops = train_flops_per_token(r.model) * r.training.global_batch * r.model.seq_len;
+  std::printf("plan %s: %s, %d ranks = dp %d x pp %d x tp %d%s, micro-batch %d x %d, %d micro-batches per step\n",
+              path.c_str(), arch_name(r.model.arch), ranks, r.grid.dp, r.grid.pp, r.grid.tp,
+              r.sequence_parallel ? " (sequence parallel)" : "", r.training.micro_batch,
+              r.model.seq_len, r.accum_steps());
+  std::printf("memory per rank in MB (the recipe's mode is marked *); extra forward FLOPs per step and rank\n");
+  std::printf("%-6s %-11s %9s %9s %9s %11s %9s %11s %9s %16s\n", "stage", "recompute", "params",
+              "grads", "optimizer", "activations", "comm", "temporaries", "total", "extra fwd FLOPs");
+  for (int stage = 0; stage < r.grid.pp; stage++) {
+    const RankLayout l = rank_layout(r, stage);
+    for (RecomputeMode m : {RecomputeMode::None, RecomputeMode::Selective, RecomputeMode::Full}) {
+      const RecomputeConfig rc{m, r.recompute.layers};
+      const MemoryPlan p = plan_memory(r.model, l, rc);
+      const double extra = recompute_extra_flops(r.model, l, rc);
+      char mode[16];
+      std::snprintf(mode, sizeof mode, "%s%s", recompute_name(m), m == r.recompute.mode ? "*" : "");
+      std::printf("%-6d %-11s", stage, mode);
+      for (double b : p.bytes) std::printf(" %9.1f", b / 1048576.0);
+      std::printf(" %9.1f %7.2f G (%4.1f%%)\n", p.total() / 1048576.0, extra / 1e9,
+                  100 * extra / (step_flops / ranks));
+    }
+  }
+  return 0;
+}
+
+}  // namespace trainer

@@ -1,0 +1,42 @@
+#include "app/layout.h"
+
+#include <algorithm>
+
+namespace trainer {
+
+PipelineSpec pipeline_spec(const Recipe& r) {
+  PipelineSpec p;
+  p.stages = r.grid.pp;
+  p.virtual_stages = r.virtual_stages;
+  p.micro_batches = r.accum_steps();
+  p.kind = r.schedule;
+  return p;
+}
+
+RankLayout rank_layout(const Recipe& r, int stage) {
+  const PipelineSpec pipe = pipeline_spec(r);
+  const int P = pipe.stages, v = pipe.virtual_stages;
+  RankLayout l;
+  l.micro_batch = r.training.micro_batch;
+  l.tp = r.grid.tp;
+  l.micro_batches = pipe.micro_batches;
+  l.threads = r.runtime.threads;
+  l.sequence_parallel = r.sequence_parallel;
+  l.pipelined = P > 1;
+  // Slots: the most micro-batches whose forward has run and backward has
+  // not, per chunk, in this stage's schedule.
+  std::vector<int> live(v, 0), peak(v, 1);
+  const auto schedule = build_schedule(pipe);  // (a temporary's element would dangle in the loop)
+  for (const PipeAction& a : schedule[stage]) {
+    if (a.op == PipeOp::Forward) peak[a.chunk] = std::max(peak[a.chunk], ++live[a.chunk]);
+    if (a.op == PipeOp::Backward) live[a.chunk]--;
+  }
+  const int per_chunk = r.model.n_layers / (P * v);
+  for (int c = 0; c < v; c++) {
+    const int vs = c * P + stage;  // the chunk's place in the virtual pipeline
+    l.chunks.push_back({ChunkSpec{vs * per_chunk, (vs + 1) * per_chunk, vs == 0, vs == P * v - 1}, peak[c]});
+  }
+  return l;
+}
+
+}  // namespace trainer

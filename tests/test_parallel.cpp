@@ -120,7 +120,8 @@ std::map<std::string, std::vector<float>> model_grads(TrainLoop& loop, ProcessGr
   return out;
 }
 
-// Gradient names and sizes of the one-process model (filled by the reference run).
+// Gradient names and sizes of the one-process model: every test first runs
+// its model in one process (MPI_COMM_SELF) with g_shapes cleared to fill it.
 std::map<std::string, std::vector<float>> g_shapes;
 
 // Runs a layout on groups of tp*pp*dp ranks of `world` (each group a copy).
@@ -291,6 +292,8 @@ INSTANTIATE_TEST_SUITE_P(Archs, TensorParallelEquivalence,
 // 2(p-1)/p of an all-reduce's buffer and (p-1)/p of an all-gather's or
 // reduce-scatter's full buffer per rank.
 TEST(TensorParallelComm, BytesMatchTheAnalyticCount) {
+  g_shapes.clear();
+  run({Arch::GPT2, 1, 1, false}, MPI_COMM_SELF);  // gradient names of this model
   for (bool sp : {false, true}) {
     const Layout l{Arch::GPT2, 2, 2, sp};
     const Recipe r = recipe(l);

@@ -229,6 +229,7 @@ TEST_P(RecomputeBitIdentical, SelectiveAndFullEqualNone) {
       {GetParam(), 1, 1, false, 1, 1},  // one process
       {GetParam(), 1, 1, false, 2, 1},  // pp = 2, 1F1B
       {GetParam(), 2, 2, true, 2, 1},   // 2 x 2 x 2, sequence parallel
+      {GetParam(), 2, 1, false, 2, 2},  // (1, 2, 2) interleaved, 2 virtual stages
   };
   g_shapes.clear();
   run(layouts[0], MPI_COMM_SELF);  // the one-process model defines the gradient names

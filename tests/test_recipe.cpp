@@ -166,6 +166,20 @@ TEST_F(RecipeErrors, PipelineNeedsDivisibleLayersAndMicroBatches) {
                {"[parallel] schedule", "\"gpipe\" is not one of \"1f1b\", \"interleaved\""});
 }
 
+TEST_F(RecipeErrors, RecomputeKeysAreChecked) {
+  expect_error(train(write(base()), "--set recompute.mode=selectiv"), 2,
+               {"--set recompute.mode", "\"selectiv\" is not one of", "did you mean \"selective\""});
+  expect_error(train(write(base()), "--set recompute.layers=0"), 2,
+               {"[recompute] layers", "positive number of layers"});
+}
+
+TEST_F(RecipeErrors, PlanPrintsEveryModeWithoutMpi) {
+  const Outcome o = run(std::string(TRAINER_BIN) + " plan " + write(base()) + " --ranks 2 --set parallel.pp=1");
+  EXPECT_EQ(o.code, 0) << o.out;
+  for (const char* mode : {"none*", "selective", "full"}) EXPECT_NE(o.out.find(mode), std::string::npos) << o.out;
+  EXPECT_NE(o.out.find("dp 2 x pp 1 x tp 1"), std::string::npos) << o.out;
+}
+
 TEST_F(RecipeErrors, EvalNeedsValidationData) {
   const std::string p = write(edit(base(), "micro_batch = 1", "micro_batch = 1\neval_every = 5"));
   expect_error(train(p), 2, {p + ":18:", "[training] eval_every", "needs validation data"});

@@ -10,7 +10,7 @@
 #include <filesystem>
 
 #include "app/train_loop.h"
-#include "data/token_shard.h"
+#include "tests/mpi_test_main.h"
 #include "parallel/mpi_communicator.h"
 #include "runtime/cpu/cpu_backend.h"
 
@@ -99,30 +99,6 @@ INSTANTIATE_TEST_SUITE_P(Archs, DataParallel, ::testing::Values(Arch::GPT2, Arch
 }  // namespace
 
 int main(int argc, char** argv) {
-  MPI_Init(&argc, &argv);
-  ::testing::InitGoogleTest(&argc, argv);
-  int rank = 0;
-  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  char dir[256] = {0};
-  if (rank == 0) {
-    char tmpl[] = "/tmp/trainer_dp_XXXXXX";
-    std::strcpy(dir, mkdtemp(tmpl));
-    std::vector<uint32_t> tokens(20000);
-    uint64_t x = 1;
-    for (auto& t : tokens) t = (uint32_t)((x = x * 6364136223846793005ull + 1442695040888963407ull) >> 58) + 'a';
-    write_token_shard(std::string(dir) + "/train.bin", tokens);
-  }
-  MPI_Bcast(dir, sizeof dir, MPI_CHAR, 0, MPI_COMM_WORLD);
-  g_data = std::string(dir) + "/train.bin";
-  if (rank != 0) {  // one report, from rank 0
-    auto& listeners = ::testing::UnitTest::GetInstance()->listeners();
-    delete listeners.Release(listeners.default_result_printer());
-  }
-  const int rc = RUN_ALL_TESTS();
-  int all = 0;
-  MPI_Allreduce(&rc, &all, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
-  MPI_Barrier(MPI_COMM_WORLD);
-  if (rank == 0) std::filesystem::remove_all(dir);
-  MPI_Finalize();
-  return all;
+  // 20000 tokens among 64 letters from 'a'
+  return trainer::testing::run_mpi_tests(argc, argv, 2, 20000, 64, 'a', &g_data);
 }

@@ -15,7 +15,7 @@
 
 #include "app/layout.h"
 #include "app/train_loop.h"
-#include "data/token_shard.h"
+#include "tests/mpi_test_main.h"
 #include "parallel/process_grid.h"
 #include "runtime/cpu/cpu_backend.h"
 
@@ -350,36 +350,6 @@ TEST(TensorParallelMemory, SplitTensorsShrinkAsOneOverTp) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  MPI_Init(&argc, &argv);
-  ::testing::InitGoogleTest(&argc, argv);
-  int rank = 0, size = 0;
-  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  MPI_Comm_size(MPI_COMM_WORLD, &size);
-  if (size != 8) {
-    if (rank == 0) std::fprintf(stderr, "run under mpirun -np 8\n");
-    MPI_Finalize();
-    return 1;
-  }
-  char dir[256] = {0};
-  if (rank == 0) {
-    char tmpl[] = "/tmp/trainer_tp_XXXXXX";
-    std::strcpy(dir, mkdtemp(tmpl));
-    std::vector<uint32_t> tokens(30000);
-    uint64_t x = 7;
-    for (auto& t : tokens) t = (uint32_t)((x = x * 6364136223846793005ull + 1442695040888963407ull) >> 56);
-    write_token_shard(std::string(dir) + "/train.bin", tokens);
-  }
-  MPI_Bcast(dir, sizeof dir, MPI_CHAR, 0, MPI_COMM_WORLD);
-  g_data = std::string(dir) + "/train.bin";
-  if (rank != 0) {
-    auto& listeners = ::testing::UnitTest::GetInstance()->listeners();
-    delete listeners.Release(listeners.default_result_printer());
-  }
-  const int rc = RUN_ALL_TESTS();
-  int all = 0;
-  MPI_Allreduce(&rc, &all, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
-  MPI_Barrier(MPI_COMM_WORLD);
-  if (rank == 0) std::filesystem::remove_all(dir);
-  MPI_Finalize();
-  return all;
+  // 30000 tokens spread over the whole 256-byte vocabulary
+  return trainer::testing::run_mpi_tests(argc, argv, 8, 30000, 256, 0, &g_data);
 }

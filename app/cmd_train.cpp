@@ -1,6 +1,7 @@
 // `trainer train RECIPE.toml`: one rank of a (data-parallel) training job.
 #include <mpi.h>
 
+#include <algorithm>
 #include <chrono>
 #include <climits>
 #include <cstdio>
@@ -15,6 +16,7 @@
 #include "app/commands.h"
 #include "app/recipe.h"
 #include "app/train_loop.h"
+#include "ckpt/checkpoint.h"
 #include "model/flops.h"
 #include "parallel/process_grid.h"
 #include "runtime/errors.h"
@@ -30,6 +32,7 @@ const char* kTrainUsage =
     "                                   [--print-config]\n"
     "  --set K=V        override a recipe key, e.g. --set training.steps=50 (repeatable)\n"
     "  --print-config   print the resolved recipe and exit\n"
+    "  --resume PATH    resume from a checkpoint step directory (or auto / none)\n"
     "Writes <run.dir>/metrics.jsonl and <run.dir>/recipe.resolved.toml.\n";
 
 struct TrainArgs {
@@ -46,6 +49,7 @@ TrainArgs parse_args(int argc, char** argv) {
     if (s == "--help" || s == "-h") a.help = true;
     else if (s == "--print-config") a.print_config = true;
     else if (s == "--set" && i + 1 < argc) a.overrides.push_back(argv[++i]);
+    else if (s == "--resume" && i + 1 < argc) a.overrides.push_back(std::string("checkpoint.resume=\"") + argv[++i] + "\"");
     else if (s.rfind("--set=", 0) == 0) a.overrides.push_back(s.substr(6));
     else if (!s.empty() && s[0] == '-') throw RecipeError("train: unknown option \"" + s + "\"\n" + kTrainUsage);
     else if (a.recipe.empty()) a.recipe = s;
@@ -97,6 +101,53 @@ std::string human(double x) {
   return b;
 }
 
+// The checkpoint to resume from, decided by rank 0 and sent to every rank:
+// "none"; "auto" (the newest valid one in the directory: `latest`, else the
+// newest step directory whose manifest and checksums verify; a broken one is
+// reported and skipped); or a given step directory, which must verify.
+std::string resolve_resume(const CheckpointSection& ck, int rank) {
+  std::string chosen, err;
+  if (rank == 0 && ck.resume != "none") {
+    try {
+      if (ck.resume != "auto") {
+        read_manifest(ck.resume, true);
+        chosen = ck.resume;
+      } else {
+        std::vector<std::string> candidates;
+        if (const std::string l = latest_checkpoint(ck.dir); !l.empty()) candidates.push_back(l);
+        std::error_code ec;
+        std::vector<std::string> steps;
+        for (const auto& e : std::filesystem::directory_iterator(ck.dir, ec)) {
+          const std::string n = e.path().filename().string();
+          if (n.rfind("step_", 0) == 0 && n.find(".tmp") == std::string::npos) steps.push_back(e.path().string());
+        }
+        std::sort(steps.rbegin(), steps.rend());
+        candidates.insert(candidates.end(), steps.begin(), steps.end());
+        for (const std::string& c : candidates) {
+          try {
+            read_manifest(c, true);
+            chosen = c;
+            break;
+          } catch (const CheckpointError& e) {
+            std::fprintf(stderr, "warning: skipping checkpoint %s: %s\n", c.c_str(), e.what());
+          }
+        }
+      }
+    } catch (const CheckpointError& e) {
+      err = e.what();
+    }
+  }
+  // Rank 0's verdict to all: an error message, or the chosen path.
+  std::string msg = err.empty() ? chosen : "\x01" + err;
+  int n = (int)msg.size();
+  MPI_Bcast(&n, 1, MPI_INT, 0, MPI_COMM_WORLD);
+  msg.resize(n);
+  MPI_Bcast(msg.data(), n, MPI_CHAR, 0, MPI_COMM_WORLD);
+  if (!msg.empty() && msg[0] == '\x01')
+    throw CheckpointError("cannot resume: " + msg.substr(1));
+  return msg;
+}
+
 struct Job {
   Recipe recipe;
   std::unique_ptr<ProcessGrid> grid;
@@ -105,6 +156,7 @@ struct Job {
   std::unique_ptr<TrainLoop> loop;
   std::unique_ptr<MetricsLog> metrics;
   double peak_gflops = 0;  // per rank
+  std::string resumed_from;  // checkpoint step directory, or empty
 
   // Users of the backend and communicators go first.
   void release() {
@@ -137,14 +189,31 @@ int run_training(Job& job, int world_rank, int world_size) {
   }
   const auto t_start = std::chrono::steady_clock::now();
   double last_loss = 0, last_val = -1;
-  for (long s = 0; s < r.training.steps; s++) {
+  const CheckpointSection& ck = r.checkpoint;
+  const long first = job.loop->steps_done();
+  const long end = r.training.exit_after > 0 ? std::min(r.training.steps, first + r.training.exit_after)
+                                             : r.training.steps;
+  for (long s = first; s < end; s++) {
     StepStats st;
-    double val = -1;
+    double val = -1, ckpt_ms = -1;
     try {
       st = job.loop->step();
       const bool last = st.step == r.training.steps;
       if (job.val && ((r.training.eval_every > 0 && st.step % r.training.eval_every == 0) || last))
         val = job.loop->evaluate();
+      if (ck.every > 0 && (st.step % ck.every == 0 || last || st.step == end)) {
+        const auto t0 = std::chrono::steady_clock::now();
+        try {
+          const std::string where = job.loop->save_checkpoint(ck.dir, ck.keep, MPI_COMM_WORLD);
+          ckpt_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+          if (lead) std::printf("checkpoint: step %ld saved to %s in %.0f ms\n", st.step, where.c_str(), ckpt_ms);
+        } catch (const CheckpointError& e) {
+          if (ck.required) throw;
+          if (lead)
+            std::fprintf(stderr, "warning: checkpoint at step %ld failed, training continues "
+                                 "(checkpoint.required = true makes this fatal): %s\n", st.step, e.what());
+        }
+      }
     } catch (const UserError& e) {
       abort_job(e.exit_code, e.what());
     } catch (const std::exception& e) {
@@ -153,7 +222,7 @@ int run_training(Job& job, int world_rank, int world_size) {
     last_loss = st.loss;
     if (val >= 0) last_val = val;
     const bool log = st.step % r.training.log_every == 0 || st.step == r.training.steps || st.step == 1;
-    if (!lead || (!log && val < 0)) continue;
+    if (!lead || (!log && val < 0 && ckpt_ms < 0)) continue;
     const double tps = tokens_per_step / (st.step_ms / 1e3);
     const double mfu = peak_total > 0 ? flops_per_token * tps / peak_total : 0;
     JsonRecord rec;
@@ -161,6 +230,7 @@ int run_training(Job& job, int world_rank, int world_size) {
         .add("tokens_per_s", tps).add("mfu", mfu).add("step_ms", st.step_ms)
         .add("data_wait_ms", st.data_wait_ms);
     if (val >= 0) rec.add("val_loss", val);
+    if (ckpt_ms >= 0) rec.add("ckpt_ms", ckpt_ms);
     // Per pipeline stage: compute time, time waiting on pipeline receives (the
     // bubble inside the schedule), wall time of the schedule, most
     // micro-batches holding activations.
@@ -197,7 +267,7 @@ int run_training(Job& job, int world_rank, int world_size) {
   }
   if (lead) {
     const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_start).count();
-    std::printf("done: %ld steps in %.1f s | final loss %.4f", r.training.steps, secs, last_loss);
+    std::printf("done: %ld steps in %.1f s | final loss %.4f", end, secs, last_loss);
     if (last_val >= 0) std::printf(" | val loss %.4f", last_val);
     std::printf(" | metrics in %s/metrics.jsonl\n", r.run.dir.c_str());
   }
@@ -242,6 +312,8 @@ int cmd_train(int argc, char** argv) {
       job.backend = make_backend({r.runtime.backend, r.runtime.threads});
       job.loop = std::make_unique<TrainLoop>(*job.backend, groups_of(*job.grid), r, *job.train,
                                              job.val.get());
+      job.resumed_from = resolve_resume(r.checkpoint, rank);
+      if (!job.resumed_from.empty()) job.loop->load_checkpoint(job.resumed_from);
       job.peak_gflops = r.runtime.peak_gflops;
       if (job.peak_gflops <= 0) {  // all ranks measure at once, as they will train
         double g = measure_sgemm_gflops(*job.backend, 1024, 0.3);
@@ -251,7 +323,10 @@ int cmd_train(int argc, char** argv) {
       job.backend->reset_memory_peaks();  // the sgemm measurement is not training
       if (rank == 0) {
         std::ofstream(r.run.dir + "/recipe.resolved.toml") << recipe_to_toml(r);
-        job.metrics = std::make_unique<MetricsLog>(r.run.dir + "/metrics.jsonl", true);
+        // A resumed run appends to the log of the run it continues.
+        job.metrics = std::make_unique<MetricsLog>(r.run.dir + "/metrics.jsonl", job.resumed_from.empty());
+        if (!job.resumed_from.empty())
+          std::printf("resumed from %s at step %ld\n", job.resumed_from.c_str(), job.loop->steps_done());
       }
     });
   }

@@ -50,12 +50,13 @@ const std::vector<std::pair<std::string, std::vector<std::string>>> kSchema = {
                "seq_len", "tie_embeddings", "norm_eps", "rope_theta"}},
     {"data", {"train", "val", "prefetch"}},
     {"training", {"steps", "global_batch", "micro_batch", "grad_clip", "eval_every",
-                  "eval_batches", "log_every"}},
+                  "eval_batches", "log_every", "exit_after"}},
     {"optimizer", {"lr", "min_lr", "warmup_steps", "schedule", "weight_decay", "beta1",
                    "beta2", "eps"}},
     {"parallel", {"dp", "tp", "pp", "sequence_parallel", "schedule", "virtual_stages"}},
     {"runtime", {"threads", "backend", "peak_gflops"}},
     {"recompute", {"mode", "layers"}},
+    {"checkpoint", {"every", "dir", "keep", "resume", "required"}},
 };
 
 class RecipeReader {
@@ -302,6 +303,7 @@ Recipe load_recipe(const std::string& path, const std::vector<std::string>& over
   t.eval_every = (int)rd.get_int("training", "eval_every", t.eval_every);
   t.eval_batches = (int)rd.get_int("training", "eval_batches", t.eval_batches);
   t.log_every = (int)rd.get_int("training", "log_every", t.log_every);
+  t.exit_after = rd.get_int("training", "exit_after", 0);
   if (t.steps < 1) rd.fail("training", "steps", "must be >= 1");
   if (t.micro_batch < 1) rd.fail("training", "micro_batch", "must be >= 1");
   if (t.global_batch < 1) rd.fail("training", "global_batch", "must be >= 1");
@@ -319,6 +321,7 @@ Recipe load_recipe(const std::string& path, const std::vector<std::string>& over
   if (t.eval_every < 0) rd.fail("training", "eval_every", "must be >= 0");
   if (t.eval_batches < 1) rd.fail("training", "eval_batches", "must be >= 1");
   if (t.log_every < 1) rd.fail("training", "log_every", "must be >= 1");
+  if (t.exit_after < 0) rd.fail("training", "exit_after", "must be >= 0 (0: run to training.steps)");
 
   // [optimizer]
   LrConfig& lr = r.lr;
@@ -348,6 +351,17 @@ Recipe load_recipe(const std::string& path, const std::vector<std::string>& over
   r.recompute.layers = (int)rd.get_int("recompute", "layers", -1);
   if (r.recompute.layers < -1 || r.recompute.layers == 0)
     rd.fail("recompute", "layers", "must be a positive number of layers per chunk (or -1: all)");
+
+  // [checkpoint]
+  CheckpointSection& ck = r.checkpoint;
+  ck.every = (int)rd.get_int("checkpoint", "every", 0);
+  ck.dir = rd.get_string("checkpoint", "dir", r.run.dir + "/checkpoints");
+  ck.keep = (int)rd.get_int("checkpoint", "keep", 3);
+  ck.resume = rd.get_string("checkpoint", "resume", "auto");
+  ck.required = rd.get_bool("checkpoint", "required", false);
+  if (ck.every < 0) rd.fail("checkpoint", "every", "must be >= 0 (0: no checkpoints)");
+  if (ck.keep < 0) rd.fail("checkpoint", "keep", "must be >= 0 (0: keep all)");
+  if (ck.dir.empty()) rd.fail("checkpoint", "dir", "must not be empty");
 
   // [runtime]
   r.runtime.threads = (int)rd.get_int("runtime", "threads", r.runtime.threads);
@@ -416,7 +430,8 @@ std::string recipe_to_toml(const Recipe& r) {
                                {"grad_clip", nice(r.training.grad_clip)},
                                {"eval_every", r.training.eval_every},
                                {"eval_batches", r.training.eval_batches},
-                               {"log_every", r.training.log_every}}},
+                               {"log_every", r.training.log_every},
+                               {"exit_after", (int64_t)r.training.exit_after}}},
       {"optimizer", toml::table{{"lr", nice(r.lr.lr)},
                                 {"min_lr", nice(r.lr.min_lr)},
                                 {"warmup_steps", r.lr.warmup_steps},
@@ -430,6 +445,9 @@ std::string recipe_to_toml(const Recipe& r) {
                                {"schedule", r.schedule == ScheduleKind::OneFOneB ? "1f1b" : "interleaved"},
                                {"virtual_stages", r.virtual_stages}}},
       {"recompute", toml::table{{"mode", recompute_name(r.recompute.mode)}, {"layers", r.recompute.layers}}},
+      {"checkpoint", toml::table{{"every", r.checkpoint.every}, {"dir", r.checkpoint.dir},
+                                 {"keep", r.checkpoint.keep}, {"resume", r.checkpoint.resume},
+                                 {"required", r.checkpoint.required}}},
       {"runtime", toml::table{{"threads", r.runtime.threads},
                               {"backend", r.runtime.backend},
                               {"peak_gflops", r.runtime.peak_gflops}}},

@@ -35,12 +35,21 @@ struct TrainingSection {
   int eval_every = 0;  // 0: only at the end (if val data is given)
   int eval_batches = 4;
   int log_every = 1;
+  long exit_after = 0;  // stop this run after that many steps (0: run to `steps`)
 };
 
 struct RuntimeSection {
   int threads = 1;
   std::string backend = "cpu";
   double peak_gflops = 0;  // per rank; 0: measure sgemm at start-up
+};
+
+struct CheckpointSection {
+  int every = 0;             // steps between saves; 0: no checkpoints
+  std::string dir;           // default <run.dir>/checkpoints
+  int keep = 3;              // newest committed checkpoints kept; 0: all
+  std::string resume = "auto";  // "auto", "none" or a step directory
+  bool required = false;     // a failed save stops training (else reported)
 };
 
 struct Recipe {
@@ -56,6 +65,7 @@ struct Recipe {
   ScheduleKind schedule = ScheduleKind::OneFOneB;  // [parallel] schedule (with pp > 1)
   int virtual_stages = 1;                          // [parallel] virtual_stages
   RecomputeConfig recompute;                       // [recompute] mode, layers
+  CheckpointSection checkpoint;
   RuntimeSection runtime;
 
   int accum_steps() const { return training.global_batch / (training.micro_batch * grid.dp); }

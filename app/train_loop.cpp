@@ -10,6 +10,7 @@
 #include "model/init.h"
 #include "model/lr_schedule.h"
 #include "parallel/process_grid.h"
+#include "runtime/errors.h"
 
 namespace trainer {
 
@@ -33,7 +34,7 @@ ParallelGroups groups_of(ProcessGrid& g) {
 TrainLoop::TrainLoop(Backend& be, ParallelGroups groups, const Recipe& r,
                      const TokenDataset& train, const TokenDataset* val)
     : be_(be), dp_(*groups.dp), tp_(counted(groups.tp)), pp_(counted(groups.pp)),
-      embed_(groups.embed), r_(r), val_(val) {
+      embed_(groups.embed), r_(r), train_(train), val_(val) {
   pipe_ = pipeline_spec(r);
   if ((pp_ ? pp_->size() : 1) != pipe_.stages) throw std::invalid_argument("pp group size differs from the recipe");
   if (const std::string why = check_pipeline(pipe_); !why.empty()) throw std::invalid_argument(why);
@@ -55,14 +56,69 @@ TrainLoop::TrainLoop(Backend& be, ParallelGroups groups, const Recipe& r,
     for (int s = ch.slots - 1; s >= 0; s--) free_slots_.back().push_back(s);
     slot_of_mb_.emplace_back();
   }
+  make_loader(0);
+}
+
+void TrainLoop::make_loader(uint64_t start_position) {
   LoaderConfig lc;
-  lc.global_batch = r.training.global_batch;
-  lc.micro_batch = r.training.micro_batch;
+  lc.global_batch = r_.training.global_batch;
+  lc.micro_batch = r_.training.micro_batch;
   lc.dp_rank = dp_.rank();
   lc.dp_size = dp_.size();
-  lc.prefetch = r.data.prefetch;
-  lc.seed = r.run.seed;
-  loader_ = std::make_unique<Loader>(train, lc);
+  lc.prefetch = r_.data.prefetch;
+  lc.seed = r_.run.seed;
+  lc.start_position = start_position;
+  loader_.reset();  // stop the old prefetch thread first
+  loader_ = std::make_unique<Loader>(train_, lc);
+}
+
+std::vector<TensorPiece> TrainLoop::pieces(int which, bool loading) {
+  std::vector<TensorPiece> out;
+  for (size_t c = 0; c < chunks_.size(); c++) {
+    Transformer& m = *chunks_[c];
+    float* base = which == 0 ? m.params() : which == 1 ? opts_[c]->m() : opts_[c]->v();
+    const int tp_rank = m.registry().tp_rank();
+    for (const ParamInfo& p : m.registry().all()) {
+      if (p.tied_copy && !loading) continue;  // the first stage saves the original
+      TensorPiece t;
+      t.name = p.name;
+      t.global_shape = p.global_shape;
+      t.shard_dim = p.sharding == Sharding::Dim0 ? 0 : p.sharding == Sharding::Dim1 ? 1 : -1;
+      t.start = t.shard_dim >= 0 ? tp_rank * p.shape[t.shard_dim] : 0;
+      t.data = base + p.offset;
+      t.numel = p.numel;
+      out.push_back(std::move(t));
+    }
+  }
+  return out;
+}
+
+std::string TrainLoop::save_checkpoint(const std::string& dir, int keep, MPI_Comm world) {
+  TrainingState st;
+  st.step = step_;
+  st.samples = loader_->cursor();
+  st.adam_steps = opts_.front()->steps_taken();
+  st.dp = dp_.size(), st.pp = pipe_.stages, st.tp = tp_ ? tp_->size() : 1;
+  const int tp_rank = tp_ ? tp_->rank() : 0;
+  const std::string file = "pp" + std::to_string(stage_) + "_tp" + std::to_string(tp_rank) + ".h5";
+  return trainer::save_checkpoint(dir, st, dp_.rank() == 0, file,
+                                  {{"param", pieces(0, false)}, {"adam_m", pieces(1, false)},
+                                   {"adam_v", pieces(2, false)}},
+                                  keep, world);
+}
+
+void TrainLoop::load_checkpoint(const std::string& step_dir) {
+  const TrainingState st = read_manifest(step_dir, true);
+  if (st.samples % r_.training.global_batch != 0 && st.step > 0)
+    throw CheckpointError(step_dir + ": its data cursor (" + std::to_string(st.samples) +
+                          " samples) is not a whole number of global batches of " +
+                          std::to_string(r_.training.global_batch));
+  load_pieces(step_dir, "param", pieces(0, true));
+  load_pieces(step_dir, "adam_m", pieces(1, true));
+  load_pieces(step_dir, "adam_v", pieces(2, true));
+  for (auto& o : opts_) o->set_steps_taken(st.adam_steps);
+  step_ = st.step;
+  make_loader(st.samples);
 }
 
 TrainLoop::~TrainLoop() {

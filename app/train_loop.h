@@ -8,7 +8,10 @@
 #include <memory>
 #include <vector>
 
+#include <mpi.h>
+
 #include "app/recipe.h"
+#include "ckpt/checkpoint.h"
 #include "data/dataset.h"
 #include "data/loader.h"
 #include "model/adamw.h"
@@ -68,16 +71,29 @@ class TrainLoop {
   const Loader& loader() const { return *loader_; }
   const PipelineSpec& pipeline() const { return pipe_; }
 
+  // Checkpoints (ckpt/checkpoint.h): collective over `world`. save writes this
+  // rank's pieces of the weights and AdamW state (first DP rank of each
+  // (pp, tp) position) and returns the committed directory; load restores
+  // them, the step, the AdamW step count and the data cursor from a
+  // checkpoint of any layout.
+  std::string save_checkpoint(const std::string& dir, int keep, MPI_Comm world);
+  void load_checkpoint(const std::string& step_dir);
+
  private:
   float* message_buffer(int kind, int mb, int chunk);
   int take_slot(int chunk, int mb);
   void run_schedule(float grad_scale, double* loss_sum, StepStats* st);
+  // This rank's pieces of params (0), AdamW m (1) or v (2); tied copies of
+  // the embedding only when loading.
+  std::vector<TensorPiece> pieces(int which, bool loading);
+  void make_loader(uint64_t start_position);
 
   Backend& be_;
   CountingCommunicator dp_;
   std::unique_ptr<CountingCommunicator> tp_, pp_;
   Communicator* embed_;
   const Recipe& r_;
+  const TokenDataset& train_;
   const TokenDataset* val_;
   PipelineSpec pipe_;
   int stage_ = 0;

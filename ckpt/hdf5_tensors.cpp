@@ -6,6 +6,23 @@
 
 namespace trainer {
 
+namespace {
+size_t dataset_extent(hid_t ds, std::vector<int>* shape) {
+  const hid_t space = H5Dget_space(ds);
+  const int nd = H5Sget_simple_extent_ndims(space);
+  std::vector<hsize_t> dims(nd > 0 ? nd : 0);
+  if (nd > 0) H5Sget_simple_extent_dims(space, dims.data(), nullptr);
+  H5Sclose(space);
+  size_t n = 1;
+  if (shape) shape->clear();
+  for (hsize_t d : dims) {
+    n *= d;
+    if (shape) shape->push_back((int)d);
+  }
+  return n;
+}
+}  // namespace
+
 H5File::H5File(const std::string& path, Mode mode) : path_(path) {
   H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);  // we report errors ourselves
   file_ = mode == Create ? H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT)
@@ -60,26 +77,67 @@ void H5File::write_scalar(const std::string& name, double value) {
   if (rc < 0) throw CheckpointError(path_ + ": cannot write dataset " + name);
 }
 
+void H5File::set_attr(const std::string& dataset, const std::string& attr, const std::vector<int>& v) {
+  const hid_t ds = H5Dopen2(file_, dataset.c_str(), H5P_DEFAULT);
+  hsize_t n = v.size();
+  const hid_t space = H5Screate_simple(1, &n, nullptr);
+  const hid_t a = ds < 0 ? -1 : H5Acreate2(ds, attr.c_str(), H5T_NATIVE_INT, space, H5P_DEFAULT, H5P_DEFAULT);
+  const herr_t rc = a < 0 ? -1 : H5Awrite(a, H5T_NATIVE_INT, v.data());
+  if (a >= 0) H5Aclose(a);
+  H5Sclose(space);
+  if (ds >= 0) H5Dclose(ds);
+  if (rc < 0) throw CheckpointError(path_ + ": cannot write attribute " + attr + " of " + dataset);
+}
+
+std::vector<int> H5File::get_attr(const std::string& dataset, const std::string& attr) {
+  const hid_t ds = H5Dopen2(file_, dataset.c_str(), H5P_DEFAULT);
+  const hid_t a = ds < 0 ? -1 : H5Aopen(ds, attr.c_str(), H5P_DEFAULT);
+  std::vector<int> v;
+  herr_t rc = -1;
+  if (a >= 0) {
+    const hid_t space = H5Aget_space(a);
+    v.resize(H5Sget_simple_extent_npoints(space));
+    H5Sclose(space);
+    rc = H5Aread(a, H5T_NATIVE_INT, v.data());
+    H5Aclose(a);
+  }
+  if (ds >= 0) H5Dclose(ds);
+  if (rc < 0) throw CheckpointError(path_ + ": cannot read attribute " + attr + " of " + dataset);
+  return v;
+}
+
+std::vector<int> H5File::shape(const std::string& name) {
+  const hid_t ds = H5Dopen2(file_, name.c_str(), H5P_DEFAULT);
+  if (ds < 0) throw CheckpointError(path_ + ": no dataset " + name);
+  std::vector<int> s;
+  dataset_extent(ds, &s);
+  H5Dclose(ds);
+  return s;
+}
+
+void H5File::read_range(const std::string& name, int dim, int start, int count, float* out) {
+  const hid_t ds = H5Dopen2(file_, name.c_str(), H5P_DEFAULT);
+  if (ds < 0) throw CheckpointError(path_ + ": no dataset " + name);
+  const hid_t space = H5Dget_space(ds);
+  const int nd = H5Sget_simple_extent_ndims(space);
+  std::vector<hsize_t> dims(nd), off(nd, 0), cnt(nd);
+  H5Sget_simple_extent_dims(space, dims.data(), nullptr);
+  cnt = dims;
+  off[dim] = start;
+  cnt[dim] = count;
+  H5Sselect_hyperslab(space, H5S_SELECT_SET, off.data(), nullptr, cnt.data(), nullptr);
+  const hid_t mem = H5Screate_simple(nd, cnt.data(), nullptr);
+  const herr_t rc = H5Dread(ds, H5T_NATIVE_FLOAT, mem, space, H5P_DEFAULT, out);
+  H5Sclose(mem);
+  H5Sclose(space);
+  H5Dclose(ds);
+  if (rc < 0) throw CheckpointError(path_ + ": cannot read " + name);
+}
+
 bool H5File::has(const std::string& name) const {
   return H5Lexists(file_, name.c_str(), H5P_DEFAULT) > 0;
 }
 
-namespace {
-size_t dataset_extent(hid_t ds, std::vector<int>* shape) {
-  const hid_t space = H5Dget_space(ds);
-  const int nd = H5Sget_simple_extent_ndims(space);
-  std::vector<hsize_t> dims(nd > 0 ? nd : 0);
-  if (nd > 0) H5Sget_simple_extent_dims(space, dims.data(), nullptr);
-  H5Sclose(space);
-  size_t n = 1;
-  if (shape) shape->clear();
-  for (hsize_t d : dims) {
-    n *= d;
-    if (shape) shape->push_back((int)d);
-  }
-  return n;
-}
-}  // namespace
 
 void H5File::read_raw(const std::string& name, hid_t type, std::vector<char>& out,
                       size_t elem, std::vector<int>* shape) {

@@ -24,6 +24,14 @@ class H5File {
   std::vector<float> read_floats(const std::string& name, std::vector<int>* shape = nullptr);
   std::vector<int32_t> read_ints(const std::string& name);
   bool has(const std::string& name) const;
+  // Integer-array attributes on a dataset.
+  void set_attr(const std::string& dataset, const std::string& attr, const std::vector<int>& v);
+  std::vector<int> get_attr(const std::string& dataset, const std::string& attr);
+  // Shape of a dataset.
+  std::vector<int> shape(const std::string& name);
+  // Reads [start, start + count) along `dim` (0 or 1) of a 1-D or 2-D float
+  // dataset into out (row-major [rows, count] for dim 1).
+  void read_range(const std::string& name, int dim, int start, int count, float* out);
 
  private:
   void write_raw(const std::string& name, hid_t type, const void* data,

@@ -21,6 +21,9 @@ class AdamW {
   // clipping coefficient); the step count advances by one.
   void step(float* params, const float* grads, float lr, float grad_scale = 1.f);
   long steps_taken() const { return t_; }
+  void set_steps_taken(long t) { t_ = t; }  // when resuming
+  float* m() { return m_; }
+  float* v() { return v_; }
 
  private:
   Backend& be_;

@@ -1,0 +1,306 @@
+#include "ckpt/checkpoint.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+#include <zlib.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <sstream>
+
+#include "ckpt/hdf5_tensors.h"
+#include "runtime/errors.h"
+
+namespace fs = std::filesystem;
+
+namespace trainer {
+
+namespace {
+
+constexpr const char* kManifestMagic = "trainer-checkpoint 1";
+
+void fsync_path(const std::string& path, bool directory) {
+  const int fd = ::open(path.c_str(), directory ? O_RDONLY | O_DIRECTORY : O_RDONLY);
+  if (fd < 0 || ::fsync(fd) != 0) {
+    if (fd >= 0) ::close(fd);
+    throw CheckpointError(path + ": fsync failed: " + std::strerror(errno));
+  }
+  ::close(fd);
+}
+
+uint32_t file_crc32(const std::string& path, size_t* bytes) {
+  std::ifstream f(path, std::ios::binary);
+  if (!f) throw CheckpointError(path + ": cannot read");
+  std::vector<char> buf(1 << 20);
+  uLong crc = crc32(0L, Z_NULL, 0);
+  *bytes = 0;
+  while (f) {
+    f.read(buf.data(), buf.size());
+    const std::streamsize n = f.gcount();
+    if (n <= 0) break;
+    crc = crc32(crc, reinterpret_cast<const Bytef*>(buf.data()), (uInt)n);
+    *bytes += (size_t)n;
+  }
+  return (uint32_t)crc;
+}
+
+// Writes a small text file durably: temporary name, fsync, rename, fsync dir.
+void write_atomically(const std::string& path, const std::string& text) {
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream f(tmp, std::ios::trunc);
+    f << text;
+    f.flush();
+    if (!f) throw CheckpointError(tmp + ": cannot write");
+  }
+  fsync_path(tmp, false);
+  if (std::rename(tmp.c_str(), path.c_str()) != 0)
+    throw CheckpointError(path + ": cannot replace: " + std::strerror(errno));
+  fsync_path(fs::path(path).parent_path().string(), true);
+}
+
+std::string step_name(long step) {
+  char b[32];
+  std::snprintf(b, sizeof b, "step_%08ld", step);
+  return b;
+}
+
+std::vector<int> local_shape(const TensorPiece& p) {
+  std::vector<int> s = p.global_shape;
+  if (p.shard_dim >= 0) {
+    size_t other = 1;
+    for (size_t i = 0; i < s.size(); i++)
+      if ((int)i != p.shard_dim) other *= s[i];
+    s[p.shard_dim] = (int)(p.numel / other);
+  }
+  return s;
+}
+
+struct FileEntry {
+  std::string name;
+  size_t bytes = 0;
+  uint32_t crc = 0;
+};
+
+struct Manifest {
+  TrainingState state;
+  std::vector<FileEntry> files;
+};
+
+Manifest parse_manifest(const std::string& step_dir) {
+  const std::string path = step_dir + "/manifest";
+  std::ifstream f(path);
+  if (!f) throw CheckpointError(path + ": missing (the checkpoint was not committed)");
+  std::string line;
+  if (!std::getline(f, line) || line != kManifestMagic)
+    throw CheckpointError(path + ": not a trainer checkpoint manifest");
+  Manifest m;
+  while (std::getline(f, line)) {
+    std::istringstream is(line);
+    std::string key;
+    is >> key;
+    if (key == "step") is >> m.state.step;
+    else if (key == "samples") is >> m.state.samples;
+    else if (key == "adam_steps") is >> m.state.adam_steps;
+    else if (key == "layout") is >> m.state.dp >> m.state.pp >> m.state.tp;
+    else if (key == "file") {
+      FileEntry e;
+      is >> e.name >> e.bytes >> std::hex >> e.crc;
+      m.files.push_back(e);
+    }
+    if (!is && key != "end") throw CheckpointError(path + ": malformed line: " + line);
+  }
+  if (m.files.empty()) throw CheckpointError(path + ": lists no shard files");
+  return m;
+}
+
+}  // namespace
+
+std::string save_checkpoint(const std::string& dir, const TrainingState& st, bool writer,
+                            const std::string& file_name,
+                            const std::vector<std::pair<std::string, std::vector<TensorPiece>>>& groups,
+                            int keep, MPI_Comm world) {
+  int rank = 0, size = 1;
+  MPI_Comm_rank(world, &rank);
+  MPI_Comm_size(world, &size);
+  const std::string final_dir = dir + "/" + step_name(st.step);
+  const std::string tmp_dir = final_dir + ".tmp";
+  int ok = 1;
+  std::string err;
+  if (rank == 0) {
+    std::error_code ec;
+    fs::create_directories(dir, ec);
+    fs::remove_all(tmp_dir, ec);  // a save that crashed before
+    fs::create_directories(tmp_dir, ec);
+    if (ec) ok = 0, err = tmp_dir + ": cannot create: " + ec.message();
+  }
+  MPI_Bcast(&ok, 1, MPI_INT, 0, world);
+  if (!ok) throw CheckpointError(rank == 0 ? err : "checkpoint directory could not be created");
+
+  // Every writer writes and fsyncs its file and reports size and CRC-32.
+  char line[512] = {0};
+  if (writer) {
+    try {
+      const std::string path = tmp_dir + "/" + file_name;
+      {
+        H5File f(path, H5File::Create);
+        for (const auto& [prefix, pieces] : groups)
+          for (const TensorPiece& p : pieces) {
+            const std::string name = prefix + "/" + p.name;
+            f.write(name, p.data, local_shape(p));
+            f.set_attr(name, "global_shape", p.global_shape);
+            f.set_attr(name, "shard", {p.shard_dim, p.start});
+          }
+      }
+      fsync_path(path, false);
+      size_t bytes = 0;
+      const uint32_t crc = file_crc32(path, &bytes);
+      std::snprintf(line, sizeof line, "file %s %zu %08x", file_name.c_str(), bytes, crc);
+    } catch (const std::exception& e) {
+      ok = 0;
+      err = e.what();
+    }
+  }
+  int all_ok = 0;
+  MPI_Allreduce(&ok, &all_ok, 1, MPI_INT, MPI_MIN, world);
+  std::vector<char> lines(rank == 0 ? (size_t)size * sizeof line : 0);
+  MPI_Gather(line, sizeof line, MPI_CHAR, lines.data(), sizeof line, MPI_CHAR, 0, world);
+  if (!all_ok) {
+    if (rank == 0) fs::remove_all(tmp_dir);
+    throw CheckpointError(err.empty() ? "checkpoint write failed on another rank; the previous checkpoint is kept"
+                                      : err + "; the previous checkpoint is kept");
+  }
+  // Rank 0 commits: manifest, rename, `latest`, retention.
+  ok = 1;
+  if (rank == 0) {
+    try {
+      std::ostringstream m;
+      m << kManifestMagic << "\n"
+        << "step " << st.step << "\nsamples " << st.samples << "\nadam_steps " << st.adam_steps
+        << "\nlayout " << st.dp << " " << st.pp << " " << st.tp << "\n";
+      for (int r = 0; r < size; r++)
+        if (lines[(size_t)r * sizeof line]) m << &lines[(size_t)r * sizeof line] << "\n";
+      m << "end\n";
+      write_atomically(tmp_dir + "/manifest", m.str());
+      fsync_path(tmp_dir, true);
+      std::error_code ec;
+      fs::remove_all(final_dir, ec);  // the same step saved again
+      if (std::rename(tmp_dir.c_str(), final_dir.c_str()) != 0)
+        throw CheckpointError(final_dir + ": cannot commit: " + std::strerror(errno));
+      fsync_path(dir, true);
+      write_atomically(dir + "/latest", step_name(st.step) + "\n");
+      if (keep > 0) {  // older committed checkpoints beyond `keep`, oldest first
+        std::vector<std::string> steps;
+        for (const auto& e : fs::directory_iterator(dir)) {
+          const std::string n = e.path().filename().string();
+          if (n.rfind("step_", 0) == 0 && n.find(".tmp") == std::string::npos) steps.push_back(n);
+        }
+        std::sort(steps.begin(), steps.end());
+        for (size_t i = 0; i + keep < steps.size(); i++) fs::remove_all(dir + "/" + steps[i], ec);
+      }
+    } catch (const std::exception& e) {
+      ok = 0;
+      err = e.what();
+    }
+  }
+  MPI_Bcast(&ok, 1, MPI_INT, 0, world);
+  if (!ok) throw CheckpointError(rank == 0 ? err : "checkpoint commit failed on rank 0");
+  return final_dir;
+}
+
+std::string latest_checkpoint(const std::string& dir) {
+  std::ifstream f(dir + "/latest");
+  std::string name;
+  if (!f || !(f >> name)) return "";
+  return dir + "/" + name;
+}
+
+TrainingState read_manifest(const std::string& step_dir, bool verify_files) {
+  const Manifest m = parse_manifest(step_dir);
+  if (verify_files)
+    for (const FileEntry& e : m.files) {
+      const std::string path = step_dir + "/" + e.name;
+      size_t bytes = 0;
+      const uint32_t crc = file_crc32(path, &bytes);
+      if (bytes != e.bytes)
+        throw CheckpointError(path + ": " + std::to_string(bytes) + " bytes, the manifest says " +
+                              std::to_string(e.bytes) + " (incomplete or truncated)");
+      if (crc != e.crc) throw CheckpointError(path + ": checksum mismatch (the file is corrupted)");
+    }
+  return m.state;
+}
+
+void load_pieces(const std::string& step_dir, const std::string& prefix,
+                 const std::vector<TensorPiece>& pieces) {
+  const Manifest m = parse_manifest(step_dir);
+  std::vector<std::unique_ptr<H5File>> files;
+  for (const FileEntry& e : m.files) files.push_back(std::make_unique<H5File>(step_dir + "/" + e.name, H5File::Read));
+  std::vector<std::string> problems;
+  std::vector<float> tmp;
+  for (const TensorPiece& p : pieces) {
+    const std::string name = prefix + "/" + p.name;
+    const std::vector<int> lshape = local_shape(p);
+    size_t covered = 0;
+    bool found = false, bad = false;
+    for (auto& f : files) {
+      if (!f->has(name)) continue;
+      found = true;
+      const std::vector<int> gshape = f->get_attr(name, "global_shape");
+      if (gshape != p.global_shape) {
+        std::string a, b;
+        for (int x : gshape) a += (a.empty() ? "" : "x") + std::to_string(x);
+        for (int x : p.global_shape) b += (b.empty() ? "" : "x") + std::to_string(x);
+        problems.push_back(p.name + " (checkpoint " + a + ", model " + b + ")");
+        bad = true;
+        break;
+      }
+      const std::vector<int> shard = f->get_attr(name, "shard");  // {dim or -1, start}
+      if (shard[0] >= 0 && p.shard_dim >= 0 && shard[0] != p.shard_dim) {
+        problems.push_back(p.name + " (split along another dimension in the checkpoint)");
+        bad = true;
+        break;
+      }
+      // The dimension along which the two pieces are compared: whichever is split.
+      const int dim = p.shard_dim >= 0 ? p.shard_dim : shard[0] >= 0 ? shard[0] : 0;
+      const int want0 = p.shard_dim >= 0 ? p.start : 0, want_n = lshape[dim];
+      const std::vector<int> sshape = f->shape(name);
+      const int s0 = shard[0] >= 0 ? shard[1] : 0, sn = sshape[dim];
+      const int lo = std::max(want0, s0), hi = std::min(want0 + want_n, s0 + sn);
+      if (lo >= hi) continue;
+      const int count = hi - lo;
+      if (dim == 0) {
+        size_t row = 1;
+        for (size_t i = 1; i < lshape.size(); i++) row *= lshape[i];
+        f->read_range(name, 0, lo - s0, count, p.data + (size_t)(lo - want0) * row);
+        covered += (size_t)count * row;
+      } else {  // dim 1 of a 2-D tensor: read [rows, count], place the columns
+        const int rows = lshape[0];
+        tmp.resize((size_t)rows * count);
+        f->read_range(name, 1, lo - s0, count, tmp.data());
+        for (int i = 0; i < rows; i++)
+          std::memcpy(p.data + (size_t)i * want_n + (lo - want0), tmp.data() + (size_t)i * count,
+                      count * sizeof(float));
+        covered += (size_t)rows * count;
+      }
+      // A whole (replicated) tensor is stored by every TP position: one is enough.
+      if (shard[0] < 0 || covered >= p.numel) break;
+    }
+    if (bad) continue;
+    if (!found) problems.push_back(p.name + " (not in the checkpoint)");
+    else if (covered != p.numel)
+      problems.push_back(p.name + " (only " + std::to_string(covered) + " of " + std::to_string(p.numel) +
+                         " values found)");
+  }
+  if (!problems.empty()) {
+    std::string list;
+    for (const auto& s : problems) list += "\n  " + s;
+    throw CheckpointError(step_dir + ": the checkpoint does not match the model (" + prefix + "):" + list);
+  }
+}
+
+}  // namespace trainer

@@ -1,0 +1,63 @@
+#pragma once
+// Sharded checkpoints. A step directory holds one HDF5 file per (pipeline
+// stage, tensor-parallel rank), written by that position's first DP rank, and
+// a manifest with the layout, the training state and a CRC-32 per file. Each
+// tensor is stored as the slice this rank holds, with its global shape and
+// the slice's place in it, so a checkpoint loads under any layout: every
+// rank reads the overlapping parts of the pieces it needs.
+//
+//   <dir>/step_00000010/manifest       text, written last
+//   <dir>/step_00000010/pp0_tp1.h5     datasets param/<name>, adam_m/<name>, adam_v/<name>
+//   <dir>/latest                       name of the newest committed step
+//
+// Commit protocol: files go to step_N.tmp/, are fsynced, the ranks agree
+// every file is complete, rank 0 writes the manifest, renames the directory,
+// fsyncs the parent and replaces `latest` by write + rename. A crash leaves
+// either the old or the new checkpoint as `latest`, never a broken one.
+#include <mpi.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace trainer {
+
+// One tensor piece this rank holds. shard_dim < 0: the whole tensor.
+struct TensorPiece {
+  std::string name;
+  std::vector<int> global_shape;
+  int shard_dim = -1;
+  int start = 0;  // first index along shard_dim
+  float* data = nullptr;  // this rank's piece, row-major in its local shape
+  size_t numel = 0;
+};
+
+struct TrainingState {
+  long step = 0;              // optimizer steps completed
+  uint64_t samples = 0;       // global data cursor: samples consumed
+  long adam_steps = 0;
+  int dp = 1, pp = 1, tp = 1;  // layout it was written under
+};
+
+// Collective over `world`. `writer`: this rank writes its file (first DP rank
+// of its (pp, tp) position); `file_name` names it. The groups (param, m, v)
+// are written under their prefixes. Returns the committed step directory.
+// Throws CheckpointError on any failure, leaving the previous checkpoint.
+std::string save_checkpoint(const std::string& dir, const TrainingState& st, bool writer,
+                            const std::string& file_name,
+                            const std::vector<std::pair<std::string, std::vector<TensorPiece>>>& groups,
+                            int keep, MPI_Comm world);
+
+// The committed checkpoint `latest` names in dir, or "" if there is none.
+std::string latest_checkpoint(const std::string& dir);
+
+// Reads and checks the manifest (and, with verify_files, every file's size
+// and CRC-32). Throws CheckpointError naming the problem.
+TrainingState read_manifest(const std::string& step_dir, bool verify_files);
+
+// Fills each piece from the checkpoint's global tensors (any layout).
+// Throws CheckpointError listing tensors that are missing or shaped otherwise.
+void load_pieces(const std::string& step_dir, const std::string& prefix,
+                 const std::vector<TensorPiece>& pieces);
+
+}  // namespace trainer

@@ -122,7 +122,9 @@ std::string resolve_resume(const CheckpointSection& ck, int rank) {
           if (n.rfind("step_", 0) == 0 && n.find(".tmp") == std::string::npos) steps.push_back(e.path().string());
         }
         std::sort(steps.rbegin(), steps.rend());
-        candidates.insert(candidates.end(), steps.begin(), steps.end());
+        for (const std::string& s : steps)  // `latest` names one of them: try it once
+          if (candidates.empty() || std::filesystem::path(s) != std::filesystem::path(candidates[0]))
+            candidates.push_back(s);
         for (const std::string& c : candidates) {
           try {
             read_manifest(c, true);
@@ -193,6 +195,8 @@ int run_training(Job& job, int world_rank, int world_size) {
   const long first = job.loop->steps_done();
   const long end = r.training.exit_after > 0 ? std::min(r.training.steps, first + r.training.exit_after)
                                              : r.training.steps;
+  if (first >= r.training.steps && lead)
+    std::printf("nothing to train: the run is at step %ld of training.steps = %ld\n", first, r.training.steps);
   for (long s = first; s < end; s++) {
     StepStats st;
     double val = -1, ckpt_ms = -1;
@@ -265,7 +269,7 @@ int run_training(Job& job, int world_rank, int world_size) {
     for (int k = 0; k < kMemKinds; k++) std::printf(" %s %.1f MB", mem_name((Mem)k), peaks[k] / 1048576.0);
     std::printf(" | total %.1f MB\n", peaks[kMemKinds] / 1048576.0);
   }
-  if (lead) {
+  if (lead && first < r.training.steps) {
     const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_start).count();
     std::printf("done: %ld steps in %.1f s | final loss %.4f", end, secs, last_loss);
     if (last_val >= 0) std::printf(" | val loss %.4f", last_val);

@@ -208,7 +208,7 @@ int run_training(Job& job, int world_rank, int world_size) {
       if (ck.every > 0 && (st.step % ck.every == 0 || last || st.step == end)) {
         const auto t0 = std::chrono::steady_clock::now();
         try {
-          const std::string where = job.loop->save_checkpoint(ck.dir, ck.keep, MPI_COMM_WORLD);
+          const std::string where = job.loop->save_checkpoint(ck.dir, ck.keep, MPI_COMM_WORLD, recipe_to_toml(r));
           ckpt_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
           if (lead) std::printf("checkpoint: step %ld saved to %s in %.0f ms\n", st.step, where.c_str(), ckpt_ms);
         } catch (const CheckpointError& e) {

@@ -7,5 +7,6 @@ int cmd_train(int argc, char** argv);
 int cmd_data(int argc, char** argv);
 int cmd_bench(int argc, char** argv);
 int cmd_plan(int argc, char** argv);
+int cmd_ckpt(int argc, char** argv);
 
 }  // namespace trainer

@@ -21,6 +21,8 @@ const char* kUsage =
     "        turn text files into byte-level token shards (vocabulary 256)\n"
     "  plan RECIPE.toml [--set section.key=value ...] [--ranks N]\n"
     "        predicted memory per rank by category for each recompute mode\n"
+    "  ckpt inspect|verify|export PATH [--output FILE.h5]\n"
+    "        look into, check, or export a checkpoint (Hugging Face names)\n"
     "  bench [RECIPE.toml] [--set section.key=value ...] [--steps N]\n"
     "        measure the sgemm peak and the model's tokens/s and MFU on this machine\n"
     "\n"
@@ -68,6 +70,7 @@ int main(int argc, char** argv) {
     if (!std::strcmp(cmd, "data")) return trainer::cmd_data(argc - 2, argv + 2);
     if (!std::strcmp(cmd, "bench")) return trainer::cmd_bench(argc - 2, argv + 2);
     if (!std::strcmp(cmd, "plan")) return trainer::cmd_plan(argc - 2, argv + 2);
+    if (!std::strcmp(cmd, "ckpt")) return trainer::cmd_ckpt(argc - 2, argv + 2);
   } catch (const trainer::UserError& e) {
     std::fprintf(stderr, "error: %s\n", e.what());
     return e.exit_code;

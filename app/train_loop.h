@@ -76,7 +76,8 @@ class TrainLoop {
   // (pp, tp) position) and returns the committed directory; load restores
   // them, the step, the AdamW step count and the data cursor from a
   // checkpoint of any layout.
-  std::string save_checkpoint(const std::string& dir, int keep, MPI_Comm world);
+  std::string save_checkpoint(const std::string& dir, int keep, MPI_Comm world,
+                              const std::string& recipe_text = "");
   void load_checkpoint(const std::string& step_dir);
 
  private:

@@ -15,6 +15,7 @@
 
 #include "ckpt/hdf5_tensors.h"
 #include "runtime/errors.h"
+#include "runtime/version.h"
 
 namespace fs = std::filesystem;
 
@@ -89,7 +90,9 @@ struct FileEntry {
 
 struct Manifest {
   TrainingState state;
-  std::vector<FileEntry> files;
+  std::vector<FileEntry> files;  // tensor shards
+  std::vector<FileEntry> meta;   // recipe.toml
+  std::string version;
 };
 
 Manifest parse_manifest(const std::string& step_dir) {
@@ -108,10 +111,11 @@ Manifest parse_manifest(const std::string& step_dir) {
     else if (key == "samples") is >> m.state.samples;
     else if (key == "adam_steps") is >> m.state.adam_steps;
     else if (key == "layout") is >> m.state.dp >> m.state.pp >> m.state.tp;
-    else if (key == "file") {
+    else if (key == "trainer_version") is >> m.version;
+    else if (key == "file" || key == "meta") {
       FileEntry e;
       is >> e.name >> e.bytes >> std::hex >> e.crc;
-      m.files.push_back(e);
+      (key == "file" ? m.files : m.meta).push_back(e);
     }
     if (!is && key != "end") throw CheckpointError(path + ": malformed line: " + line);
   }
@@ -124,7 +128,7 @@ Manifest parse_manifest(const std::string& step_dir) {
 std::string save_checkpoint(const std::string& dir, const TrainingState& st, bool writer,
                             const std::string& file_name,
                             const std::vector<std::pair<std::string, std::vector<TensorPiece>>>& groups,
-                            int keep, MPI_Comm world) {
+                            int keep, MPI_Comm world, const std::string& recipe_text) {
   int rank = 0, size = 1;
   MPI_Comm_rank(world, &rank);
   MPI_Comm_size(world, &size);
@@ -177,14 +181,24 @@ std::string save_checkpoint(const std::string& dir, const TrainingState& st, boo
   }
   // Rank 0 commits: manifest, rename, `latest`, retention.
   ok = 1;
+  std::string recipe_line;
   if (rank == 0) {
     try {
+      if (!recipe_text.empty()) {
+        write_atomically(tmp_dir + "/recipe.toml", recipe_text);
+        size_t bytes = 0;
+        const uint32_t crc = file_crc32(tmp_dir + "/recipe.toml", &bytes);
+        char l[128];
+        std::snprintf(l, sizeof l, "meta recipe.toml %zu %08x", bytes, crc);
+        recipe_line = l;
+      }
       std::ostringstream m;
-      m << kManifestMagic << "\n"
+      m << kManifestMagic << "\n" << "trainer_version " << kTrainerVersion << "\n"
         << "step " << st.step << "\nsamples " << st.samples << "\nadam_steps " << st.adam_steps
         << "\nlayout " << st.dp << " " << st.pp << " " << st.tp << "\n";
       for (int r = 0; r < size; r++)
         if (lines[(size_t)r * sizeof line]) m << &lines[(size_t)r * sizeof line] << "\n";
+      if (!recipe_line.empty()) m << recipe_line << "\n";
       m << "end\n";
       write_atomically(tmp_dir + "/manifest", m.str());
       fsync_path(tmp_dir, true);
@@ -222,8 +236,10 @@ std::string latest_checkpoint(const std::string& dir) {
 
 TrainingState read_manifest(const std::string& step_dir, bool verify_files) {
   const Manifest m = parse_manifest(step_dir);
+  std::vector<FileEntry> all = m.files;
+  all.insert(all.end(), m.meta.begin(), m.meta.end());
   if (verify_files)
-    for (const FileEntry& e : m.files) {
+    for (const FileEntry& e : all) {
       const std::string path = step_dir + "/" + e.name;
       size_t bytes = 0;
       const uint32_t crc = file_crc32(path, &bytes);
@@ -234,6 +250,16 @@ TrainingState read_manifest(const std::string& step_dir, bool verify_files) {
     }
   return m.state;
 }
+
+std::vector<ManifestFile> manifest_files(const std::string& step_dir) {
+  const Manifest m = parse_manifest(step_dir);
+  std::vector<ManifestFile> out;
+  for (const FileEntry& e : m.files) out.push_back({e.name, e.bytes, e.crc});
+  for (const FileEntry& e : m.meta) out.push_back({e.name, e.bytes, e.crc});
+  return out;
+}
+
+std::string manifest_version(const std::string& step_dir) { return parse_manifest(step_dir).version; }
 
 void load_pieces(const std::string& step_dir, const std::string& prefix,
                  const std::vector<TensorPiece>& pieces) {

@@ -43,10 +43,20 @@ struct TrainingState {
 // of its (pp, tp) position); `file_name` names it. The groups (param, m, v)
 // are written under their prefixes. Returns the committed step directory.
 // Throws CheckpointError on any failure, leaving the previous checkpoint.
+// recipe_text: the resolved recipe, stored beside the manifest (recipe.toml).
 std::string save_checkpoint(const std::string& dir, const TrainingState& st, bool writer,
                             const std::string& file_name,
                             const std::vector<std::pair<std::string, std::vector<TensorPiece>>>& groups,
-                            int keep, MPI_Comm world);
+                            int keep, MPI_Comm world, const std::string& recipe_text = "");
+
+// What a manifest lists, for `trainer ckpt inspect`.
+struct ManifestFile {
+  std::string name;
+  size_t bytes = 0;
+  uint32_t crc = 0;
+};
+std::vector<ManifestFile> manifest_files(const std::string& step_dir);
+std::string manifest_version(const std::string& step_dir);
 
 // The committed checkpoint `latest` names in dir, or "" if there is none.
 std::string latest_checkpoint(const std::string& dir);

@@ -134,6 +134,36 @@ void H5File::read_range(const std::string& name, int dim, int start, int count, 
   if (rc < 0) throw CheckpointError(path_ + ": cannot read " + name);
 }
 
+std::vector<std::string> H5File::list(const std::string& group) {
+  std::vector<std::string> out;
+  if (!has(group)) return out;
+  const hid_t g = H5Gopen2(file_, group.c_str(), H5P_DEFAULT);
+  if (g < 0) return out;
+  H5G_info_t info;
+  H5Gget_info(g, &info);
+  for (hsize_t i = 0; i < info.nlinks; i++) {
+    char name[1024];
+    if (H5Lget_name_by_idx(g, ".", H5_INDEX_NAME, H5_ITER_INC, i, name, sizeof name, H5P_DEFAULT) > 0)
+      out.push_back(name);
+  }
+  H5Gclose(g);
+  return out;
+}
+
+void H5File::set_string_attr(const std::string& object, const std::string& attr, const std::string& v) {
+  const hid_t obj = H5Oopen(file_, object.c_str(), H5P_DEFAULT);
+  const hid_t type = H5Tcopy(H5T_C_S1);
+  H5Tset_size(type, v.size() + 1);
+  const hid_t space = H5Screate(H5S_SCALAR);
+  const hid_t a = obj < 0 ? -1 : H5Acreate2(obj, attr.c_str(), type, space, H5P_DEFAULT, H5P_DEFAULT);
+  const herr_t rc = a < 0 ? -1 : H5Awrite(a, type, v.c_str());
+  if (a >= 0) H5Aclose(a);
+  H5Sclose(space);
+  H5Tclose(type);
+  if (obj >= 0) H5Oclose(obj);
+  if (rc < 0) throw CheckpointError(path_ + ": cannot write attribute " + attr);
+}
+
 bool H5File::has(const std::string& name) const {
   return H5Lexists(file_, name.c_str(), H5P_DEFAULT) > 0;
 }

@@ -24,6 +24,9 @@ class H5File {
   std::vector<float> read_floats(const std::string& name, std::vector<int>* shape = nullptr);
   std::vector<int32_t> read_ints(const std::string& name);
   bool has(const std::string& name) const;
+  // Names of the datasets directly in a group ("" if the group is absent).
+  std::vector<std::string> list(const std::string& group);
+  void set_string_attr(const std::string& object, const std::string& attr, const std::string& v);
   // Integer-array attributes on a dataset.
   void set_attr(const std::string& dataset, const std::string& attr, const std::vector<int>& v);
   std::vector<int> get_attr(const std::string& dataset, const std::string& attr);

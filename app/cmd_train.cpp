@@ -2,6 +2,8 @@
 #include <mpi.h>
 
 #include <algorithm>
+#include <csignal>
+#include <cstdlib>
 #include <chrono>
 #include <climits>
 #include <cstdio>
@@ -192,6 +194,18 @@ int run_training(Job& job, int world_rank, int world_size) {
   const auto t_start = std::chrono::steady_clock::now();
   double last_loss = 0, last_val = -1;
   const CheckpointSection& ck = r.checkpoint;
+  // Fault injection for crash-safety tests: TRAINER_FAULT_CKPT=POINT:STEP makes
+  // this process SIGKILL itself at that point of the save at that step.
+  std::function<void(const char*)> fault;
+  if (const char* spec = std::getenv("TRAINER_FAULT_CKPT")) {
+    const std::string s = spec;
+    const size_t colon = s.find(':');
+    const std::string at = s.substr(0, colon);
+    const long at_step = colon == std::string::npos ? 0 : std::atol(s.c_str() + colon + 1);
+    fault = [&job, at, at_step](const char* p) {
+      if (at == p && (at_step == 0 || job.loop->steps_done() == at_step)) std::raise(SIGKILL);
+    };
+  }
   const long first = job.loop->steps_done();
   const long end = r.training.exit_after > 0 ? std::min(r.training.steps, first + r.training.exit_after)
                                              : r.training.steps;
@@ -208,7 +222,8 @@ int run_training(Job& job, int world_rank, int world_size) {
       if (ck.every > 0 && (st.step % ck.every == 0 || last || st.step == end)) {
         const auto t0 = std::chrono::steady_clock::now();
         try {
-          const std::string where = job.loop->save_checkpoint(ck.dir, ck.keep, MPI_COMM_WORLD, recipe_to_toml(r));
+          const std::string where =
+              job.loop->save_checkpoint(ck.dir, ck.keep, MPI_COMM_WORLD, recipe_to_toml(r), fault);
           ckpt_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
           if (lead) std::printf("checkpoint: step %ld saved to %s in %.0f ms\n", st.step, where.c_str(), ckpt_ms);
         } catch (const CheckpointError& e) {

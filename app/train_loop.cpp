@@ -94,7 +94,8 @@ std::vector<TensorPiece> TrainLoop::pieces(int which, bool loading) {
 }
 
 std::string TrainLoop::save_checkpoint(const std::string& dir, int keep, MPI_Comm world,
-                                       const std::string& recipe_text) {
+                                       const std::string& recipe_text,
+                                       const std::function<void(const char*)>& at_point) {
   TrainingState st;
   st.step = step_;
   st.samples = loader_->cursor();
@@ -105,7 +106,7 @@ std::string TrainLoop::save_checkpoint(const std::string& dir, int keep, MPI_Com
   return trainer::save_checkpoint(dir, st, dp_.rank() == 0, file,
                                   {{"param", pieces(0, false)}, {"adam_m", pieces(1, false)},
                                    {"adam_v", pieces(2, false)}},
-                                  keep, world, recipe_text);
+                                  keep, world, recipe_text, at_point);
 }
 
 void TrainLoop::load_checkpoint(const std::string& step_dir) {

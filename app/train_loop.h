@@ -4,6 +4,7 @@
 // pipeline parallelism), data-parallel gradient averaging, global-norm
 // clipping, AdamW, evaluation. Takes the typed Recipe and communicators; the
 // caller owns MPI, logging and files, so tests can drive steps directly.
+#include <functional>
 #include <map>
 #include <memory>
 #include <vector>
@@ -77,7 +78,8 @@ class TrainLoop {
   // them, the step, the AdamW step count and the data cursor from a
   // checkpoint of any layout.
   std::string save_checkpoint(const std::string& dir, int keep, MPI_Comm world,
-                              const std::string& recipe_text = "");
+                              const std::string& recipe_text = "",
+                              const std::function<void(const char*)>& at_point = {});
   void load_checkpoint(const std::string& step_dir);
 
  private:

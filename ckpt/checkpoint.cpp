@@ -128,7 +128,11 @@ Manifest parse_manifest(const std::string& step_dir) {
 std::string save_checkpoint(const std::string& dir, const TrainingState& st, bool writer,
                             const std::string& file_name,
                             const std::vector<std::pair<std::string, std::vector<TensorPiece>>>& groups,
-                            int keep, MPI_Comm world, const std::string& recipe_text) {
+                            int keep, MPI_Comm world, const std::string& recipe_text,
+                            const std::function<void(const char*)>& at_point) {
+  auto point = [&](const char* p) {
+    if (at_point) at_point(p);
+  };
   int rank = 0, size = 1;
   MPI_Comm_rank(world, &rank);
   MPI_Comm_size(world, &size);
@@ -174,6 +178,7 @@ std::string save_checkpoint(const std::string& dir, const TrainingState& st, boo
   MPI_Allreduce(&ok, &all_ok, 1, MPI_INT, MPI_MIN, world);
   std::vector<char> lines(rank == 0 ? (size_t)size * sizeof line : 0);
   MPI_Gather(line, sizeof line, MPI_CHAR, lines.data(), sizeof line, MPI_CHAR, 0, world);
+  point("shards_written");
   if (!all_ok) {
     if (rank == 0) fs::remove_all(tmp_dir);
     throw CheckpointError(err.empty() ? "checkpoint write failed on another rank; the previous checkpoint is kept"
@@ -202,12 +207,15 @@ std::string save_checkpoint(const std::string& dir, const TrainingState& st, boo
       m << "end\n";
       write_atomically(tmp_dir + "/manifest", m.str());
       fsync_path(tmp_dir, true);
+      point("manifest_written");
       std::error_code ec;
       fs::remove_all(final_dir, ec);  // the same step saved again
       if (std::rename(tmp_dir.c_str(), final_dir.c_str()) != 0)
         throw CheckpointError(final_dir + ": cannot commit: " + std::strerror(errno));
       fsync_path(dir, true);
+      point("renamed");
       write_atomically(dir + "/latest", step_name(st.step) + "\n");
+      point("latest_written");
       if (keep > 0) {  // older committed checkpoints beyond `keep`, oldest first
         std::vector<std::string> steps;
         for (const auto& e : fs::directory_iterator(dir)) {

@@ -17,6 +17,7 @@
 #include <mpi.h>
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -44,10 +45,13 @@ struct TrainingState {
 // are written under their prefixes. Returns the committed step directory.
 // Throws CheckpointError on any failure, leaving the previous checkpoint.
 // recipe_text: the resolved recipe, stored beside the manifest (recipe.toml).
+// at_point, if set, is called at each stage of the commit ("shards_written",
+// "manifest_written", "renamed", "latest_written") - the hook crash tests use.
 std::string save_checkpoint(const std::string& dir, const TrainingState& st, bool writer,
                             const std::string& file_name,
                             const std::vector<std::pair<std::string, std::vector<TensorPiece>>>& groups,
-                            int keep, MPI_Comm world, const std::string& recipe_text = "");
+                            int keep, MPI_Comm world, const std::string& recipe_text = "",
+                            const std::function<void(const char*)>& at_point = {});
 
 // What a manifest lists, for `trainer ckpt inspect`.
 struct ManifestFile {

@@ -5,6 +5,10 @@
   bit-identical final weights and AdamW state (compared with h5py);
 - resharded resume: a 2x2x2 checkpoint resumed as 1 process and as
   (dp 4, pp 1, tp 2): losses within 1e-5 of the 2x2x2 continuation;
+- crash safety: a rank SIGKILLed at each stage of a save (shards written,
+  manifest written, directory renamed, `latest` written) always leaves a
+  `latest` that verifies, and the resumed run ends bit-identical to an
+  uninterrupted one;
 - retention: keep=2 leaves exactly the two newest committed checkpoints;
 - a corrupted byte in the newest checkpoint is detected on resume, reported,
   and the previous checkpoint is used;
@@ -52,10 +56,10 @@ def main():
                 "--set", "model.n_layers=4"]
         single = ["--set", "parallel.tp=1", "--set", "parallel.pp=1", "--set", "parallel.sequence_parallel=false"]
 
-        def train(run, np_, extra, ok_codes=(0,)):
+        def train(run, np_, extra, ok_codes=(0,), env=None):
             cmd = ([mpiexec, "-np", str(np_)] if np_ > 1 else []) + [trainer, "train", recipe, *base,
                                                                   "--set", f"run.dir={run}", *extra]
-            p = subprocess.run(cmd, capture_output=True, text=True)
+            p = subprocess.run(cmd, capture_output=True, text=True, env=env)
             if p.returncode not in ok_codes:
                 print(p.stdout, p.stderr)
                 raise SystemExit(f"trainer failed ({p.returncode}): {' '.join(cmd)}")
@@ -94,6 +98,23 @@ def main():
             got = losses(run)
             worst = max(abs(got[s] - ref[s]) / ref[s] for s in range(11, 21))
             check(worst < 1e-5, f"2x2x2 -> {name}: losses after resume within 1e-5 (worst {worst:.1e})")
+
+        # Crash safety: SIGKILL inside the save at step 10, at each stage.
+        dp2 = single  # 2 ranks as dp = 2
+        straight = os.path.join(tmp, "crash_straight")
+        train(straight, 2, dp2)
+        for point in ["shards_written", "manifest_written", "renamed", "latest_written"]:
+            run = os.path.join(tmp, "crash_" + point)
+            env = dict(os.environ, TRAINER_FAULT_CKPT=f"{point}:10")
+            p = subprocess.run([mpiexec, "-np", "2", trainer, "train", recipe, *base, *dp2, "--set", f"run.dir={run}",
+                                "--set", "checkpoint.every=5"], capture_output=True, text=True, env=env)
+            latest = open(run + "/checkpoints/latest").read().strip()
+            v = subprocess.run([trainer, "ckpt", "verify", run + "/checkpoints"], capture_output=True, text=True)
+            train(run, 2, dp2 + ["--set", "checkpoint.every=5"])
+            la, lb = losses(straight), losses(run)
+            check(p.returncode != 0 and v.returncode == 0 and latest in ("step_00000005", "step_00000010")
+                  and all(la[s] == lb[s] for s in range(11, 21)),
+                  f"killed at {point}: latest = {latest} verifies, resumed run equals the straight one")
 
         # Retention and corruption.
         run = os.path.join(tmp, "retain")

@@ -219,19 +219,34 @@ int run_training(Job& job, int world_rank, int world_size) {
       const bool last = st.step == r.training.steps;
       if (job.val && ((r.training.eval_every > 0 && st.step % r.training.eval_every == 0) || last))
         val = job.loop->evaluate();
-      if (ck.every > 0 && (st.step % ck.every == 0 || last || st.step == end)) {
-        const auto t0 = std::chrono::steady_clock::now();
-        try {
+      const bool save_now = ck.every > 0 && (st.step % ck.every == 0 || last || st.step == end);
+      const auto t0 = std::chrono::steady_clock::now();
+      bool did = save_now;  // saved or committed this step: log ckpt_ms
+      try {
+        // Async: commit a finished background save; before the next one, and
+        // at the end of the run, wait for it. ckpt_ms is the blocking part.
+        if (ck.async && job.loop->async_save_pending()) {
+          const std::string where = job.loop->poll_async_save(MPI_COMM_WORLD, save_now || st.step == end);
+          if (!where.empty()) did = true;
+          if (!where.empty() && lead) std::printf("checkpoint: %s committed (written in the background)\n", where.c_str());
+        }
+        if (save_now && ck.async) {
+          job.loop->start_async_save(ck.dir, ck.keep, MPI_COMM_WORLD, recipe_to_toml(r));
+          if (st.step == end) {
+            const std::string where = job.loop->poll_async_save(MPI_COMM_WORLD, true);
+            if (lead) std::printf("checkpoint: %s committed\n", where.c_str());
+          }
+        } else if (save_now) {
           const std::string where =
               job.loop->save_checkpoint(ck.dir, ck.keep, MPI_COMM_WORLD, recipe_to_toml(r), fault);
-          ckpt_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-          if (lead) std::printf("checkpoint: step %ld saved to %s in %.0f ms\n", st.step, where.c_str(), ckpt_ms);
-        } catch (const CheckpointError& e) {
-          if (ck.required) throw;
-          if (lead)
-            std::fprintf(stderr, "warning: checkpoint at step %ld failed, training continues "
-                                 "(checkpoint.required = true makes this fatal): %s\n", st.step, e.what());
+          if (lead) std::printf("checkpoint: step %ld saved to %s\n", st.step, where.c_str());
         }
+        if (did) ckpt_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+      } catch (const CheckpointError& e) {
+        if (ck.required) throw;
+        if (lead)
+          std::fprintf(stderr, "warning: checkpoint at step %ld failed, training continues "
+                               "(checkpoint.required = true makes this fatal): %s\n", st.step, e.what());
       }
     } catch (const UserError& e) {
       abort_job(e.exit_code, e.what());

@@ -56,7 +56,7 @@ const std::vector<std::pair<std::string, std::vector<std::string>>> kSchema = {
     {"parallel", {"dp", "tp", "pp", "sequence_parallel", "schedule", "virtual_stages"}},
     {"runtime", {"threads", "backend", "peak_gflops"}},
     {"recompute", {"mode", "layers"}},
-    {"checkpoint", {"every", "dir", "keep", "resume", "required"}},
+    {"checkpoint", {"every", "dir", "keep", "resume", "required", "async"}},
 };
 
 class RecipeReader {
@@ -359,6 +359,7 @@ Recipe load_recipe(const std::string& path, const std::vector<std::string>& over
   ck.keep = (int)rd.get_int("checkpoint", "keep", 3);
   ck.resume = rd.get_string("checkpoint", "resume", "auto");
   ck.required = rd.get_bool("checkpoint", "required", false);
+  ck.async = rd.get_bool("checkpoint", "async", false);
   if (ck.every < 0) rd.fail("checkpoint", "every", "must be >= 0 (0: no checkpoints)");
   if (ck.keep < 0) rd.fail("checkpoint", "keep", "must be >= 0 (0: keep all)");
   if (ck.dir.empty()) rd.fail("checkpoint", "dir", "must not be empty");
@@ -447,7 +448,7 @@ std::string recipe_to_toml(const Recipe& r) {
       {"recompute", toml::table{{"mode", recompute_name(r.recompute.mode)}, {"layers", r.recompute.layers}}},
       {"checkpoint", toml::table{{"every", r.checkpoint.every}, {"dir", r.checkpoint.dir},
                                  {"keep", r.checkpoint.keep}, {"resume", r.checkpoint.resume},
-                                 {"required", r.checkpoint.required}}},
+                                 {"required", r.checkpoint.required}, {"async", r.checkpoint.async}}},
       {"runtime", toml::table{{"threads", r.runtime.threads},
                               {"backend", r.runtime.backend},
                               {"peak_gflops", r.runtime.peak_gflops}}},

@@ -50,6 +50,7 @@ struct CheckpointSection {
   int keep = 3;              // newest committed checkpoints kept; 0: all
   std::string resume = "auto";  // "auto", "none" or a step directory
   bool required = false;     // a failed save stops training (else reported)
+  bool async = false;        // write in the background from a host snapshot
 };
 
 struct Recipe {

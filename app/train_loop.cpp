@@ -109,6 +109,34 @@ std::string TrainLoop::save_checkpoint(const std::string& dir, int keep, MPI_Com
                                   keep, world, recipe_text, at_point);
 }
 
+void TrainLoop::start_async_save(const std::string& dir, int keep, MPI_Comm world,
+                                 const std::string& recipe_text) {
+  TrainingState st;
+  st.step = step_;
+  st.samples = loader_->cursor();
+  st.adam_steps = opts_.front()->steps_taken();
+  st.dp = dp_.size(), st.pp = pipe_.stages, st.tp = tp_ ? tp_->size() : 1;
+  const int tp_rank = tp_ ? tp_->rank() : 0;
+  const std::string file = "pp" + std::to_string(stage_) + "_tp" + std::to_string(tp_rank) + ".h5";
+  const bool writer = dp_.rank() == 0;
+  // The snapshot: host copies of what this rank writes (nothing on others).
+  SaveGroups groups;
+  std::vector<std::vector<float>> storage;
+  if (writer) {
+    const char* names[] = {"param", "adam_m", "adam_v"};
+    for (int w = 0; w < 3; w++) {
+      std::vector<TensorPiece> ps = pieces(w, false);
+      for (TensorPiece& p : ps) {
+        storage.emplace_back(p.numel);
+        be_.to_host(storage.back().data(), p.data, p.numel);
+        p.data = storage.back().data();
+      }
+      groups.push_back({names[w], std::move(ps)});
+    }
+  }
+  async_.start(dir, st, writer, file, std::move(groups), std::move(storage), keep, recipe_text, world);
+}
+
 void TrainLoop::load_checkpoint(const std::string& step_dir) {
   const TrainingState st = read_manifest(step_dir, true);
   if (st.samples % r_.training.global_batch != 0 && st.step > 0)

@@ -81,6 +81,13 @@ class TrainLoop {
                               const std::string& recipe_text = "",
                               const std::function<void(const char*)>& at_point = {});
   void load_checkpoint(const std::string& step_dir);
+  // Asynchronous save: copies this rank's state to host memory and writes it
+  // in the background (a previous pending save is finished first); poll once
+  // per step (collective) to commit: returns the step directory when it did.
+  void start_async_save(const std::string& dir, int keep, MPI_Comm world,
+                        const std::string& recipe_text);
+  std::string poll_async_save(MPI_Comm world, bool wait) { return async_.poll(world, wait); }
+  bool async_save_pending() const { return async_.pending(); }
 
  private:
   float* message_buffer(int kind, int mb, int chunk);
@@ -107,6 +114,7 @@ class TrainLoop {
   std::vector<std::map<int, int>> slot_of_mb_;
   std::map<std::tuple<int, int, int>, float*> messages_;  // (kind, mb, chunk) buffers
   std::unique_ptr<Loader> loader_;
+  AsyncSaver async_;
   long step_ = 0;
 };
 

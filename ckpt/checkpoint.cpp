@@ -125,19 +125,13 @@ Manifest parse_manifest(const std::string& step_dir) {
 
 }  // namespace
 
-std::string save_checkpoint(const std::string& dir, const TrainingState& st, bool writer,
-                            const std::string& file_name,
-                            const std::vector<std::pair<std::string, std::vector<TensorPiece>>>& groups,
-                            int keep, MPI_Comm world, const std::string& recipe_text,
-                            const std::function<void(const char*)>& at_point) {
-  auto point = [&](const char* p) {
-    if (at_point) at_point(p);
-  };
-  int rank = 0, size = 1;
+namespace {
+
+// Phase 1 (collective): rank 0 makes a fresh step_N.tmp directory.
+std::string prepare_dir(const std::string& dir, long step, MPI_Comm world) {
+  int rank = 0;
   MPI_Comm_rank(world, &rank);
-  MPI_Comm_size(world, &size);
-  const std::string final_dir = dir + "/" + step_name(st.step);
-  const std::string tmp_dir = final_dir + ".tmp";
+  const std::string tmp_dir = dir + "/" + step_name(step) + ".tmp";
   int ok = 1;
   std::string err;
   if (rank == 0) {
@@ -149,31 +143,47 @@ std::string save_checkpoint(const std::string& dir, const TrainingState& st, boo
   }
   MPI_Bcast(&ok, 1, MPI_INT, 0, world);
   if (!ok) throw CheckpointError(rank == 0 ? err : "checkpoint directory could not be created");
+  return tmp_dir;
+}
 
-  // Every writer writes and fsyncs its file and reports size and CRC-32.
-  char line[512] = {0};
-  if (writer) {
-    try {
-      const std::string path = tmp_dir + "/" + file_name;
-      {
-        H5File f(path, H5File::Create);
-        for (const auto& [prefix, pieces] : groups)
-          for (const TensorPiece& p : pieces) {
-            const std::string name = prefix + "/" + p.name;
-            f.write(name, p.data, local_shape(p));
-            f.set_attr(name, "global_shape", p.global_shape);
-            f.set_attr(name, "shard", {p.shard_dim, p.start});
-          }
+// Phase 2 (a writer, no MPI; may run on a background thread): the file, its
+// fsync and its manifest line "file NAME BYTES CRC".
+std::string write_shard(const std::string& tmp_dir, const std::string& file_name, const SaveGroups& groups) {
+  const std::string path = tmp_dir + "/" + file_name;
+  {
+    H5File f(path, H5File::Create);
+    for (const auto& [prefix, pieces] : groups)
+      for (const TensorPiece& p : pieces) {
+        const std::string name = prefix + "/" + p.name;
+        f.write(name, p.data, local_shape(p));
+        f.set_attr(name, "global_shape", p.global_shape);
+        f.set_attr(name, "shard", {p.shard_dim, p.start});
       }
-      fsync_path(path, false);
-      size_t bytes = 0;
-      const uint32_t crc = file_crc32(path, &bytes);
-      std::snprintf(line, sizeof line, "file %s %zu %08x", file_name.c_str(), bytes, crc);
-    } catch (const std::exception& e) {
-      ok = 0;
-      err = e.what();
-    }
   }
+  fsync_path(path, false);
+  size_t bytes = 0;
+  const uint32_t crc = file_crc32(path, &bytes);
+  char line[512];
+  std::snprintf(line, sizeof line, "file %s %zu %08x", file_name.c_str(), bytes, crc);
+  return line;
+}
+
+// Phase 3 (collective): agree every file is complete, then rank 0 writes the
+// manifest, renames the directory, replaces `latest` and applies retention.
+std::string commit(const std::string& dir, const TrainingState& st, int keep, MPI_Comm world,
+                   const std::string& recipe_text, const std::function<void(const char*)>& at_point,
+                   int ok, const std::string& my_err, const std::string& my_line) {
+  auto point = [&](const char* p) {
+    if (at_point) at_point(p);
+  };
+  int rank = 0, size = 1;
+  MPI_Comm_rank(world, &rank);
+  MPI_Comm_size(world, &size);
+  const std::string final_dir = dir + "/" + step_name(st.step);
+  const std::string tmp_dir = final_dir + ".tmp";
+  std::string err = my_err;
+  char line[512] = {0};
+  std::snprintf(line, sizeof line, "%s", my_line.c_str());
   int all_ok = 0;
   MPI_Allreduce(&ok, &all_ok, 1, MPI_INT, MPI_MIN, world);
   std::vector<char> lines(rank == 0 ? (size_t)size * sizeof line : 0);
@@ -233,6 +243,65 @@ std::string save_checkpoint(const std::string& dir, const TrainingState& st, boo
   MPI_Bcast(&ok, 1, MPI_INT, 0, world);
   if (!ok) throw CheckpointError(rank == 0 ? err : "checkpoint commit failed on rank 0");
   return final_dir;
+}
+
+
+}  // namespace
+
+std::string save_checkpoint(const std::string& dir, const TrainingState& st, bool writer,
+                            const std::string& file_name, const SaveGroups& groups, int keep,
+                            MPI_Comm world, const std::string& recipe_text,
+                            const std::function<void(const char*)>& at_point) {
+  const std::string tmp_dir = prepare_dir(dir, st.step, world);
+  int ok = 1;
+  std::string err, line;
+  if (writer) {
+    try {
+      line = write_shard(tmp_dir, file_name, groups);
+    } catch (const std::exception& e) {
+      ok = 0, err = e.what();
+    }
+  }
+  return commit(dir, st, keep, world, recipe_text, at_point, ok, err, line);
+}
+
+AsyncSaver::~AsyncSaver() {
+  if (thread_.joinable()) thread_.join();
+}
+
+void AsyncSaver::start(const std::string& dir, const TrainingState& st, bool writer,
+                       const std::string& file_name, SaveGroups groups,
+                       std::vector<std::vector<float>> storage, int keep,
+                       const std::string& recipe_text, MPI_Comm world) {
+  tmp_dir_ = prepare_dir(dir, st.step, world);
+  dir_ = dir, st_ = st, keep_ = keep, recipe_ = recipe_text;
+  groups_ = std::move(groups);
+  storage_ = std::move(storage);
+  ok_ = 1, err_.clear(), line_.clear();
+  done_ = !writer;
+  pending_ = true;
+  if (writer)
+    thread_ = std::thread([this, file_name] {
+      try {
+        line_ = write_shard(tmp_dir_, file_name, groups_);
+      } catch (const std::exception& e) {
+        ok_ = 0, err_ = e.what();
+      }
+      done_ = true;
+    });
+}
+
+std::string AsyncSaver::poll(MPI_Comm world, bool wait) {
+  if (!pending_) return "";
+  int done = done_ ? 1 : 0, all = 0;
+  if (wait) done = 1;
+  MPI_Allreduce(&done, &all, 1, MPI_INT, MPI_MIN, world);
+  if (!all) return "";
+  if (thread_.joinable()) thread_.join();
+  pending_ = false;
+  storage_.clear();
+  groups_.clear();
+  return commit(dir_, st_, keep_, world, recipe_, {}, ok_, err_, line_);
 }
 
 std::string latest_checkpoint(const std::string& dir) {

@@ -17,7 +17,9 @@
 #include <mpi.h>
 
 #include <cstdint>
+#include <atomic>
 #include <functional>
+#include <thread>
 #include <string>
 #include <vector>
 
@@ -47,11 +49,42 @@ struct TrainingState {
 // recipe_text: the resolved recipe, stored beside the manifest (recipe.toml).
 // at_point, if set, is called at each stage of the commit ("shards_written",
 // "manifest_written", "renamed", "latest_written") - the hook crash tests use.
+using SaveGroups = std::vector<std::pair<std::string, std::vector<TensorPiece>>>;
 std::string save_checkpoint(const std::string& dir, const TrainingState& st, bool writer,
-                            const std::string& file_name,
-                            const std::vector<std::pair<std::string, std::vector<TensorPiece>>>& groups,
-                            int keep, MPI_Comm world, const std::string& recipe_text = "",
+                            const std::string& file_name, const SaveGroups& groups, int keep,
+                            MPI_Comm world, const std::string& recipe_text = "",
                             const std::function<void(const char*)>& at_point = {});
+
+// Asynchronous save: start() takes host copies of the pieces (the caller's
+// snapshot, owned here) and writes this rank's file on a background thread
+// while training goes on; poll() - collective, once per step - commits when
+// every rank's file is written (or waits for it with wait = true) and returns
+// the step directory, else "". A failed write surfaces as CheckpointError
+// from poll(), leaving the previous checkpoint.
+class AsyncSaver {
+ public:
+  AsyncSaver() = default;
+  ~AsyncSaver();
+  AsyncSaver(const AsyncSaver&) = delete;
+  AsyncSaver& operator=(const AsyncSaver&) = delete;
+  void start(const std::string& dir, const TrainingState& st, bool writer,
+             const std::string& file_name, SaveGroups groups,
+             std::vector<std::vector<float>> storage, int keep, const std::string& recipe_text,
+             MPI_Comm world);
+  std::string poll(MPI_Comm world, bool wait);
+  bool pending() const { return pending_; }
+  long step() const { return st_.step; }
+
+ private:
+  std::thread thread_;
+  std::atomic<bool> done_{false};
+  bool pending_ = false;
+  std::string dir_, tmp_dir_, recipe_, err_, line_;
+  TrainingState st_;
+  int keep_ = 0, ok_ = 1;
+  SaveGroups groups_;
+  std::vector<std::vector<float>> storage_;
+};
 
 // What a manifest lists, for `trainer ckpt inspect`.
 struct ManifestFile {

@@ -57,6 +57,12 @@ TrainLoop::TrainLoop(Backend& be, ParallelGroups groups, const Recipe& r,
     slot_of_mb_.emplace_back();
   }
   make_loader(0);
+  if (r.checkpoint.async && dp_.rank() == 0) {
+    size_t n = 0;
+    for (int w = 0; w < 3; w++)
+      for (const TensorPiece& p : pieces(w, false)) n += p.numel;
+    snapshot_.assign(n, 0.f);
+  }
 }
 
 void TrainLoop::make_loader(uint64_t start_position) {
@@ -121,20 +127,22 @@ void TrainLoop::start_async_save(const std::string& dir, int keep, MPI_Comm worl
   const bool writer = dp_.rank() == 0;
   // The snapshot: host copies of what this rank writes (nothing on others).
   SaveGroups groups;
-  std::vector<std::vector<float>> storage;
   if (writer) {
     const char* names[] = {"param", "adam_m", "adam_v"};
+    size_t off = 0;
     for (int w = 0; w < 3; w++) {
       std::vector<TensorPiece> ps = pieces(w, false);
       for (TensorPiece& p : ps) {
-        storage.emplace_back(p.numel);
-        be_.to_host(storage.back().data(), p.data, p.numel);
-        p.data = storage.back().data();
+        be_.to_host(snapshot_.data() + off, p.data, p.numel);
+        p.data = snapshot_.data() + off;
+        off += p.numel;
       }
       groups.push_back({names[w], std::move(ps)});
     }
   }
-  async_.start(dir, st, writer, file, std::move(groups), std::move(storage), keep, recipe_text, world);
+  // The previous async save has been committed (the caller waits for it), so
+  // the snapshot buffer is free to overwrite.
+  async_.start(dir, st, writer, file, std::move(groups), {}, keep, recipe_text, world);
 }
 
 void TrainLoop::load_checkpoint(const std::string& step_dir) {

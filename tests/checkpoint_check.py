@@ -12,6 +12,8 @@
   manifest written, directory renamed, `latest` written) always leaves a
   `latest` that verifies, and the resumed run ends bit-identical to an
   uninterrupted one;
+- a save that cannot be written is reported and training finishes; with
+  checkpoint.required = true the run stops with exit code 4;
 - retention: keep=2 leaves exactly the two newest committed checkpoints;
 - a corrupted byte in the newest checkpoint is detected on resume, reported,
   and the previous checkpoint is used;
@@ -128,6 +130,18 @@ def main():
             check(p.returncode != 0 and v.returncode == 0 and latest in ("step_00000005", "step_00000010")
                   and all(la[s] == lb[s] for s in range(11, 21)),
                   f"killed at {point}: latest = {latest} verifies, resumed run equals the straight one")
+
+        # A save that fails: the checkpoint directory lies under a regular file.
+        blocker = os.path.join(tmp, "not_a_dir")
+        open(blocker, "w").close()
+        run = os.path.join(tmp, "failing")
+        out = train(run, 1, single + ["--set", "checkpoint.every=5", "--set", f"checkpoint.dir={blocker}/ckpt"])
+        check("warning: checkpoint at step 5 failed" in out and "done: 20 steps" in out,
+              "a failing save is reported and training finishes")
+        out = train(run, 1, single + ["--set", "checkpoint.every=5", "--set", f"checkpoint.dir={blocker}/ckpt",
+                                      "--set", "checkpoint.required=true", "--set", "checkpoint.resume=none"],
+                    ok_codes=(4,))
+        check("cannot create" in out, "with checkpoint.required = true a failing save stops the run (exit 4)")
 
         # Retention and corruption.
         run = os.path.join(tmp, "retain")

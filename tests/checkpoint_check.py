@@ -93,6 +93,13 @@ def main():
             same = ta.keys() == tb.keys() and all(np.array_equal(ta[k], tb[k]) for k in ta)
             check(same and len(ta) > 0, f"{name}: final weights and AdamW state bit-identical ({len(ta)} tensors)")
 
+        # A checkpoint of another model shape: refused, with the tensors named.
+        step10 = os.path.join(tmp, "resumed_8", "checkpoints", "step_00000010")
+        out = train(os.path.join(tmp, "mismatch"), 1, single + ["--set", "model.d_ff=512", "--resume", step10],
+                    ok_codes=(4,))
+        check("does not match the model" in out and "mlp.w_fc (checkpoint 768x192, model 512x192)" in out,
+              "a checkpoint of another shape is refused with the mismatched tensors listed")
+
         # Async saves write what blocking saves write, and resume exactly.
         a = os.path.join(tmp, "async")
         train(a, 8, ["--set", "checkpoint.every=5", "--set", "checkpoint.async=true", "--set", "training.exit_after=10"])

@@ -99,17 +99,24 @@ std::vector<TensorPiece> TrainLoop::pieces(int which, bool loading) {
   return out;
 }
 
-std::string TrainLoop::save_checkpoint(const std::string& dir, int keep, MPI_Comm world,
-                                       const std::string& recipe_text,
-                                       const std::function<void(const char*)>& at_point) {
+TrainingState TrainLoop::training_state() const {
   TrainingState st;
   st.step = step_;
   st.samples = loader_->cursor();
   st.adam_steps = opts_.front()->steps_taken();
   st.dp = dp_.size(), st.pp = pipe_.stages, st.tp = tp_ ? tp_->size() : 1;
+  return st;
+}
+
+std::string TrainLoop::shard_file() const {
   const int tp_rank = tp_ ? tp_->rank() : 0;
-  const std::string file = "pp" + std::to_string(stage_) + "_tp" + std::to_string(tp_rank) + ".h5";
-  return trainer::save_checkpoint(dir, st, dp_.rank() == 0, file,
+  return "pp" + std::to_string(stage_) + "_tp" + std::to_string(tp_rank) + ".h5";
+}
+
+std::string TrainLoop::save_checkpoint(const std::string& dir, int keep, MPI_Comm world,
+                                       const std::string& recipe_text,
+                                       const std::function<void(const char*)>& at_point) {
+  return trainer::save_checkpoint(dir, training_state(), dp_.rank() == 0, shard_file(),
                                   {{"param", pieces(0, false)}, {"adam_m", pieces(1, false)},
                                    {"adam_v", pieces(2, false)}},
                                   keep, world, recipe_text, at_point);
@@ -117,13 +124,6 @@ std::string TrainLoop::save_checkpoint(const std::string& dir, int keep, MPI_Com
 
 void TrainLoop::start_async_save(const std::string& dir, int keep, MPI_Comm world,
                                  const std::string& recipe_text) {
-  TrainingState st;
-  st.step = step_;
-  st.samples = loader_->cursor();
-  st.adam_steps = opts_.front()->steps_taken();
-  st.dp = dp_.size(), st.pp = pipe_.stages, st.tp = tp_ ? tp_->size() : 1;
-  const int tp_rank = tp_ ? tp_->rank() : 0;
-  const std::string file = "pp" + std::to_string(stage_) + "_tp" + std::to_string(tp_rank) + ".h5";
   const bool writer = dp_.rank() == 0;
   // The snapshot: host copies of what this rank writes (nothing on others).
   SaveGroups groups;
@@ -142,7 +142,7 @@ void TrainLoop::start_async_save(const std::string& dir, int keep, MPI_Comm worl
   }
   // The previous async save has been committed (the caller waits for it), so
   // the snapshot buffer is free to overwrite.
-  async_.start(dir, st, writer, file, std::move(groups), {}, keep, recipe_text, world);
+  async_.start(dir, training_state(), writer, shard_file(), std::move(groups), {}, keep, recipe_text, world);
 }
 
 void TrainLoop::load_checkpoint(const std::string& step_dir) {

@@ -97,6 +97,8 @@ class TrainLoop {
   // the embedding only when loading.
   std::vector<TensorPiece> pieces(int which, bool loading);
   void make_loader(uint64_t start_position);
+  TrainingState training_state() const;  // what a checkpoint records now
+  std::string shard_file() const;        // this rank's file name in a checkpoint
 
   Backend& be_;
   CountingCommunicator dp_;

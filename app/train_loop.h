@@ -70,7 +70,6 @@ class TrainLoop {
   double grad_sumsq();  // whole model, every tensor once
   long steps_done() const { return step_; }
   const Loader& loader() const { return *loader_; }
-  const PipelineSpec& pipeline() const { return pipe_; }
 
   // Checkpoints (ckpt/checkpoint.h): collective over `world`. save writes this
   // rank's pieces of the weights and AdamW state (first DP rank of each

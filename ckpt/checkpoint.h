@@ -73,7 +73,6 @@ class AsyncSaver {
              MPI_Comm world);
   std::string poll(MPI_Comm world, bool wait);
   bool pending() const { return pending_; }
-  long step() const { return st_.step; }
 
  private:
   std::thread thread_;

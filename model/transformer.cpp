@@ -105,8 +105,7 @@ Transformer::Transformer(Backend& be, const ModelConfig& cfg, int micro_batch, T
   };
   Carver count_a(nullptr), count_t(nullptr), count_c(nullptr);
   carve(count_a, count_t, count_c);
-  act_floats_ = count_a.used();
-  acts_ = be_.alloc(act_floats_, Mem::Activations);
+  acts_ = be_.alloc(count_a.used(), Mem::Activations);
   scratch_ = be_.alloc(count_t.used(), Mem::Temporaries);
   comm_ = count_c.used() ? be_.alloc(count_c.used(), Mem::Comm) : nullptr;
   Carver bind_a(acts_), bind_t(scratch_), bind_c(comm_);

@@ -50,7 +50,6 @@ class Transformer {
   float* params() { return params_; }
   float* grads() { return grads_; }
   int micro_batch() const { return B_; }
-  size_t activation_floats() const { return act_floats_; }
 
   const ChunkSpec& chunk() const { return mp_.chunk; }
   // Rows of the activations a chunk passes on: [rows, d_model] (this rank's
@@ -125,7 +124,6 @@ class Transformer {
   float* acts_ = nullptr;     // saved activations, all slots
   float* scratch_ = nullptr;  // backward temporaries
   float* comm_ = nullptr;     // collective buffers (tensor parallelism)
-  size_t act_floats_ = 0;
   std::vector<Slot> slots_;
   RecomputeConfig rc_;
   LayerActs work_{};  // one layer's rebuilt activations, shared by recomputing layers

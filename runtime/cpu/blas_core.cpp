@@ -6,8 +6,6 @@
 
 namespace trainer {
 
-const char* blas_core_name() { return openblas_get_corename(); }
-
 const char* blas_core_upgrade() {
   const char* core = openblas_get_corename();
   const bool generic = !core || !std::strcmp(core, "Prescott") || !std::strcmp(core, "Core2") ||

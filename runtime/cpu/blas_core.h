@@ -7,8 +7,6 @@
 
 namespace trainer {
 
-// The kernel set OpenBLAS chose, e.g. "SkylakeX", "Haswell", "Prescott".
-const char* blas_core_name();
 // A better kernel set for this CPU when OpenBLAS fell back to a generic one,
 // else nullptr.
 const char* blas_core_upgrade();

@@ -41,9 +41,6 @@ const Isa kIsa = detect();
     default: return generic::fn(__VA_ARGS__);          \
   }
 
-const char* kernel_isa() {
-  return kIsa == Isa::Avx512 ? "avx512" : kIsa == Isa::Avx2 ? "avx2" : "generic";
-}
 void gelu_fwd(float* out, const float* x, size_t n) { TRAINER_DISPATCH(gelu_fwd, out, x, n) }
 void gelu_bwd(float* dx, const float* x, const float* dout, size_t n) {
   TRAINER_DISPATCH(gelu_bwd, dx, x, dout, n)

@@ -8,7 +8,6 @@
 
 namespace trainer::cpu {
 
-const char* kernel_isa();  // "avx512", "avx2" or "generic"
 
 void gelu_fwd(float* out, const float* x, size_t n);
 void gelu_bwd(float* dx, const float* x, const float* dout, size_t n);

@@ -2,6 +2,7 @@
 #include <mpi.h>
 
 #include <algorithm>
+#include <cmath>
 #include <csignal>
 #include <cstdlib>
 #include <chrono>
@@ -12,6 +13,7 @@
 #include <fstream>
 #include <functional>
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -21,9 +23,13 @@
 #include "ckpt/checkpoint.h"
 #include "model/flops.h"
 #include "parallel/process_grid.h"
+#include "app/fault.h"
 #include "runtime/errors.h"
+#include "runtime/flight_recorder.h"
 #include "runtime/metrics.h"
 #include "runtime/sgemm_peak.h"
+#include "runtime/stop_signal.h"
+#include "runtime/watchdog.h"
 
 namespace trainer {
 
@@ -159,11 +165,16 @@ struct Job {
   std::unique_ptr<TokenDataset> train, val;
   std::unique_ptr<TrainLoop> loop;
   std::unique_ptr<MetricsLog> metrics;
-  double peak_gflops = 0;  // per rank
+  std::unique_ptr<FlightRecorder> recorder;  // every communication call of this rank
+  std::unique_ptr<Watchdog> watchdog;
+  FaultPlan faults;          // injected faults for this rank and launch
+  double peak_gflops = 0;    // per rank
   std::string resumed_from;  // checkpoint step directory, or empty
+  long resumed_step = -1;
 
   // Users of the backend and communicators go first.
   void release() {
+    watchdog.reset();
     metrics.reset();
     loop.reset();
     val.reset();
@@ -172,6 +183,47 @@ struct Job {
     grid.reset();
   }
 };
+
+// Straggler report: every straggler_every steps all ranks share their mean
+// compute time per step (step time minus time in communication calls, which
+// is where fast ranks wait for slow ones). A rank slower than the median of
+// the ranks doing the same work (its pipeline stage, when that has 3 or more
+// ranks; else all ranks) by more than straggler_factor is named.
+struct StragglerReport {
+  std::vector<double> ranks, ms, ratios;  // world ranks named, their compute ms/step and ratio to their peers
+  double worst_ratio = 0, median_ms = 0;  // median: over all ranks
+};
+
+StragglerReport find_stragglers(Job& job, double my_compute_ms) {
+  const Recipe& r = job.recipe;
+  Communicator& world = job.grid->world();
+  const int n = world.size();
+  std::vector<float> all(n);
+  const float mine = (float)my_compute_ms;
+  world.allgather(&mine, all.data(), 1);
+  auto median = [](std::vector<float> v) {
+    std::sort(v.begin(), v.end());
+    const size_t m = v.size() / 2;
+    return v.size() % 2 ? (double)v[m] : 0.5 * ((double)v[m - 1] + v[m]);
+  };
+  const double global = median(all);
+  StragglerReport rep;
+  rep.median_ms = global;
+  for (int k = 0; k < n; k++) {
+    std::vector<float> peers;
+    for (int j = 0; j < n; j++)
+      if (grid_coords(r.grid, j).pp == grid_coords(r.grid, k).pp) peers.push_back(all[j]);
+    const double med = peers.size() >= 3 ? median(peers) : global;
+    const double ratio = med > 0 ? all[k] / med : 0;
+    rep.worst_ratio = std::max(rep.worst_ratio, ratio);
+    if (ratio > r.runtime.straggler_factor) {
+      rep.ranks.push_back(k);
+      rep.ms.push_back(all[k]);
+      rep.ratios.push_back(ratio);
+    }
+  }
+  return rep;
+}
 
 int run_training(Job& job, int world_rank, int world_size) {
   const Recipe& r = job.recipe;
@@ -194,53 +246,152 @@ int run_training(Job& job, int world_rank, int world_size) {
   const auto t_start = std::chrono::steady_clock::now();
   double last_loss = 0, last_val = -1;
   const CheckpointSection& ck = r.checkpoint;
-  // Fault injection for crash-safety tests: TRAINER_FAULT_CKPT=POINT:STEP makes
-  // this process SIGKILL itself at that point of the save at that step.
-  std::function<void(const char*)> fault;
-  if (const char* spec = std::getenv("TRAINER_FAULT_CKPT")) {
-    const std::string s = spec;
-    const size_t colon = s.find(':');
-    const std::string at = s.substr(0, colon);
-    const long at_step = colon == std::string::npos ? 0 : std::atol(s.c_str() + colon + 1);
-    fault = [&job, at, at_step](const char* p) {
-      if (at == p && (at_step == 0 || job.loop->steps_done() == at_step)) std::raise(SIGKILL);
-    };
-  }
-  const long first = job.loop->steps_done();
+  TrainLoop& loop = *job.loop;
+  Communicator& world = job.grid->world();
+  // ckpt_kill faults: this process SIGKILLs itself at that commit point.
+  const std::function<void(const char*)> fault = [&job](const char* p) {
+    for (const Fault* f : job.faults.at(Fault::CkptKill, job.loop->steps_done()))
+      if (f->point == p) std::raise(SIGKILL);
+  };
+  // Rank 0 touches <run.dir>/heartbeat after every step: `trainer supervise`
+  // reads its age to find a hung job.
+  const std::string heartbeat = r.run.dir + "/heartbeat";
+  auto beat = [&](long step) {
+    if (lead) write_file_atomically(heartbeat, std::to_string(step) + " " + std::to_string(wall_seconds()) + "\n");
+  };
+  beat(loop.steps_done());
+  const long first = loop.steps_done();
   const long end = r.training.exit_after > 0 ? std::min(r.training.steps, first + r.training.exit_after)
                                              : r.training.steps;
   if (first >= r.training.steps && lead)
     std::printf("nothing to train: the run is at step %ld of training.steps = %ld\n", first, r.training.steps);
-  for (long s = first; s < end; s++) {
+  long last_saved = job.resumed_step;  // a checkpoint of this step exists
+  int rollbacks_in_a_row = 0;
+  std::set<const Fault*> nan_fired;
+  double window_compute_ms = 0;
+  int window_steps = 0;
+  // Waits for a background save in flight, so the newest checkpoint is final.
+  auto finish_async = [&] {
+    if (!ck.async || !loop.async_save_pending()) return;
+    const std::string where = loop.poll_async_save(MPI_COMM_WORLD, true);
+    if (!where.empty() && lead) std::printf("checkpoint: %s committed\n", where.c_str());
+  };
+  while (loop.steps_done() < end) {
+    // Preemption: agree at the step boundary whether any rank got SIGTERM or
+    // SIGUSR1; if so all save a checkpoint (synchronously) and exit with the
+    // "requeue me" code.
+    double sig = stop_signal();
+    world.allreduce_max(&sig, 1);
+    if (sig > 0) {
+      try {
+        finish_async();
+        const long at = loop.steps_done();
+        std::string where = "(already saved)";
+        if (at != last_saved && at > 0)
+          where = loop.save_checkpoint(ck.dir, ck.keep, MPI_COMM_WORLD, recipe_to_toml(r), fault);
+        if (lead)
+          std::printf("preempted: %s received; checkpoint of step %ld %s; exiting with code %d (requeue me)\n",
+                      strsignal((int)sig), at, where.c_str(), kExitPreempted);
+      } catch (const UserError& e) {
+        abort_job(e.exit_code, std::string("preemption checkpoint failed: ") + e.what());
+      }
+      std::fflush(stdout);
+      return kExitPreempted;
+    }
+    // Injected faults for the step about to run (app/fault.h).
+    const long next = loop.steps_done() + 1;
+    if (!job.faults.empty()) {
+      if (!job.faults.at(Fault::Crash, next).empty()) {
+        std::fprintf(stderr, "fault injection: rank %d crashes at step %ld\n", world_rank, next);
+        std::fflush(stderr);
+        std::raise(SIGKILL);
+      }
+      if (!job.faults.at(Fault::Hang, next).empty()) {
+        std::fprintf(stderr, "fault injection: rank %d stops before its next collective in step %ld\n",
+                     world_rank, next);
+        job.recorder->hang_at_next_call();
+      }
+      // A NaN fires once per launch: a transient bad batch, which a rollback
+      // to an earlier step must not meet again.
+      for (const Fault* f : job.faults.at(Fault::Nan, next))
+        if (nan_fired.insert(f).second) loop.poison_next_step();
+      loop.set_extra_compute_ms(job.faults.slow_ms(next));
+    }
     StepStats st;
     double val = -1, ckpt_ms = -1;
+    StragglerReport slow;
+    bool straggler_report = false;
     try {
-      st = job.loop->step();
+      st = loop.step();
+      job.recorder->note_step(st.step);
+      beat(st.step);
+      if (st.nonfinite) {
+        const char* what = !std::isfinite(st.loss) ? "loss" : "gradient norm";
+        const double bad = !std::isfinite(st.loss) ? st.loss : st.grad_norm;
+        if (r.training.on_nan == TrainingSection::OnNan::Skip) {
+          if (lead) std::fprintf(stderr, "warning: step %ld: %s is %g; update skipped (training.on_nan = \"skip\")\n",
+                                 st.step, what, bad);
+        } else {
+          finish_async();
+          const std::string to = r.training.on_nan == TrainingSection::OnNan::Rollback
+                                     ? resolve_resume({.dir = ck.dir, .resume = "auto"}, world_rank)
+                                     : "";
+          if (to.empty() || ++rollbacks_in_a_row > 3) {
+            if (lead)
+              std::fprintf(stderr,
+                           "error: step %ld: %s is %g (NaN/Inf); the update was not applied. %s The newest "
+                           "checkpoint in %s is what to resume from; training.on_nan = \"skip\" or "
+                           "\"rollback\" continue past bad batches.\n",
+                           st.step, what, bad,
+                           r.training.on_nan == TrainingSection::OnNan::Stop
+                               ? "Stopping (training.on_nan = \"stop\")."
+                               : to.empty() ? "No checkpoint to roll back to: stopping."
+                                            : "Still non-finite after 3 rollbacks: stopping.",
+                           ck.dir.c_str());
+            return kExitNonFinite;
+          }
+          const long skipped = loop.rollback(to);
+          last_saved = loop.steps_done();
+          if (lead)
+            std::fprintf(stderr, "warning: step %ld: %s is %g; rolled back to %s (step %ld) and skipped the "
+                                 "%ld batch(es) since it (training.on_nan = \"rollback\")\n",
+                         st.step, what, bad, to.c_str(), loop.steps_done(), skipped);
+          continue;
+        }
+      }
       const bool last = st.step == r.training.steps;
       if (job.val && ((r.training.eval_every > 0 && st.step % r.training.eval_every == 0) || last))
-        val = job.loop->evaluate();
+        val = loop.evaluate();
+      if (r.runtime.straggler_factor > 0) {
+        window_compute_ms += st.step_ms - st.comm_ms();
+        if (++window_steps == r.runtime.straggler_every) {
+          slow = find_stragglers(job, window_compute_ms / window_steps);
+          straggler_report = true;
+          window_compute_ms = 0, window_steps = 0;
+        }
+      }
       const bool save_now = ck.every > 0 && (st.step % ck.every == 0 || last || st.step == end);
       const auto t0 = std::chrono::steady_clock::now();
       bool did = save_now;  // saved or committed this step: log ckpt_ms
       try {
         // Async: commit a finished background save; before the next one, and
         // at the end of the run, wait for it. ckpt_ms is the blocking part.
-        if (ck.async && job.loop->async_save_pending()) {
-          const std::string where = job.loop->poll_async_save(MPI_COMM_WORLD, save_now || st.step == end);
+        if (ck.async && loop.async_save_pending()) {
+          const std::string where = loop.poll_async_save(MPI_COMM_WORLD, save_now || st.step == end);
           if (!where.empty()) did = true;
           if (!where.empty() && lead) std::printf("checkpoint: %s committed (written in the background)\n", where.c_str());
         }
         if (save_now && ck.async) {
-          job.loop->start_async_save(ck.dir, ck.keep, MPI_COMM_WORLD, recipe_to_toml(r));
+          loop.start_async_save(ck.dir, ck.keep, MPI_COMM_WORLD, recipe_to_toml(r));
           if (st.step == end) {
-            const std::string where = job.loop->poll_async_save(MPI_COMM_WORLD, true);
+            const std::string where = loop.poll_async_save(MPI_COMM_WORLD, true);
             if (lead) std::printf("checkpoint: %s committed\n", where.c_str());
           }
         } else if (save_now) {
-          const std::string where =
-              job.loop->save_checkpoint(ck.dir, ck.keep, MPI_COMM_WORLD, recipe_to_toml(r), fault);
+          const std::string where = loop.save_checkpoint(ck.dir, ck.keep, MPI_COMM_WORLD, recipe_to_toml(r), fault);
           if (lead) std::printf("checkpoint: step %ld saved to %s\n", st.step, where.c_str());
         }
+        if (save_now) last_saved = st.step, rollbacks_in_a_row = 0;
         if (did) ckpt_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
       } catch (const CheckpointError& e) {
         if (ck.required) throw;
@@ -255,16 +406,29 @@ int run_training(Job& job, int world_rank, int world_size) {
     }
     last_loss = st.loss;
     if (val >= 0) last_val = val;
+    if (lead && straggler_report)
+      for (size_t i = 0; i < slow.ranks.size(); i++)
+        std::fprintf(stderr, "warning: step %ld: straggler: rank %d (dp %d, pp %d, tp %d) computed %.1f ms per step "
+                             "over the last %d steps, %.2fx the median of the ranks doing the same work "
+                             "(runtime.straggler_factor = %g; median of all ranks %.1f ms)\n",
+                     st.step, (int)slow.ranks[i], grid_coords(r.grid, (int)slow.ranks[i]).dp,
+                     grid_coords(r.grid, (int)slow.ranks[i]).pp, grid_coords(r.grid, (int)slow.ranks[i]).tp,
+                     slow.ms[i], r.runtime.straggler_every, slow.ratios[i], r.runtime.straggler_factor,
+                     slow.median_ms);
     const bool log = st.step % r.training.log_every == 0 || st.step == r.training.steps || st.step == 1;
-    if (!lead || (!log && val < 0 && ckpt_ms < 0)) continue;
+    if (!lead || (!log && val < 0 && ckpt_ms < 0 && !straggler_report && !st.nonfinite)) continue;
     const double tps = tokens_per_step / (st.step_ms / 1e3);
     const double mfu = peak_total > 0 ? flops_per_token * tps / peak_total : 0;
     JsonRecord rec;
     rec.add("step", st.step).add("loss", st.loss).add("lr", st.lr).add("grad_norm", st.grad_norm)
         .add("tokens_per_s", tps).add("mfu", mfu).add("step_ms", st.step_ms)
         .add("data_wait_ms", st.data_wait_ms);
+    if (st.nonfinite) rec.add("update_skipped", 1);
     if (val >= 0) rec.add("val_loss", val);
     if (ckpt_ms >= 0) rec.add("ckpt_ms", ckpt_ms);
+    if (straggler_report)
+      rec.add("stragglers", slow.ranks).add("straggler_compute_ms", slow.ms).add("straggler_ratio", slow.worst_ratio)
+          .add("compute_ms_median", slow.median_ms);
     // Per pipeline stage: compute time, time waiting on pipeline receives (the
     // bubble inside the schedule), wall time of the schedule, most
     // micro-batches holding activations.
@@ -316,6 +480,9 @@ int cmd_train(int argc, char** argv) {
   int rank = 0, size = 1;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &size);
+  install_stop_signals();  // from here on SIGTERM/SIGUSR1 mean "checkpoint and stop"
+  // Set by `trainer supervise`: which launch this is (0 when unsupervised).
+  const int launch = std::getenv("TRAINER_ATTEMPT") ? std::atoi(std::getenv("TRAINER_ATTEMPT")) : 0;
 
   TrainArgs args;
   Job job;
@@ -327,7 +494,12 @@ int cmd_train(int argc, char** argv) {
       stop_early = true;
       return;
     }
+    // Set by `trainer supervise`: every launch resumes from the newest valid checkpoint.
+    if (const char* resume = std::getenv("TRAINER_RESUME"))
+      args.overrides.push_back(std::string("checkpoint.resume=\"") + resume + "\"");
     job.recipe = load_recipe(args.recipe, args.overrides, size, true);
+    if (const char* spec = std::getenv("TRAINER_FAULT"))
+      for (Fault& f : parse_faults(spec, "TRAINER_FAULT")) job.recipe.faults.push_back(std::move(f));
     if (args.print_config) {
       if (rank == 0) std::fputs(recipe_to_toml(job.recipe).c_str(), stdout);
       stop_early = true;
@@ -342,12 +514,22 @@ int cmd_train(int argc, char** argv) {
       job.train = std::make_unique<TokenDataset>(r.data.train_files, r.model.seq_len, r.model.vocab_size);
       if (!r.data.val_files.empty())
         job.val = std::make_unique<TokenDataset>(r.data.val_files, r.model.seq_len, r.model.vocab_size);
-      job.grid = std::make_unique<ProcessGrid>(MPI_COMM_WORLD, r.grid);
+      job.faults = FaultPlan(r.faults, rank, launch);
+      // The flight recorder sees every call on every group; the job start
+      // time tells this job's dumps from older ones.
+      double job_start = wall_seconds();
+      MPI_Bcast(&job_start, 1, MPI_DOUBLE, 0, MPI_COMM_WORLD);
+      job.recorder = std::make_unique<FlightRecorder>(rank);
+      job.recorder->set_job(job_start, launch);
+      job.grid = std::make_unique<ProcessGrid>(MPI_COMM_WORLD, r.grid, job.recorder.get());
       job.backend = make_backend({r.runtime.backend, r.runtime.threads});
       job.loop = std::make_unique<TrainLoop>(*job.backend, groups_of(*job.grid), r, *job.train,
                                              job.val.get());
       job.resumed_from = resolve_resume(r.checkpoint, rank);
-      if (!job.resumed_from.empty()) job.loop->load_checkpoint(job.resumed_from);
+      if (!job.resumed_from.empty()) {
+        job.loop->load_checkpoint(job.resumed_from);
+        job.resumed_step = job.loop->steps_done();
+      }
       job.peak_gflops = r.runtime.peak_gflops;
       if (job.peak_gflops <= 0) {  // all ranks measure at once, as they will train
         double g = measure_sgemm_gflops(*job.backend, 1024, 0.3);
@@ -364,7 +546,13 @@ int cmd_train(int argc, char** argv) {
       }
     });
   }
-  if (code == 0 && !stop_early) code = run_training(job, rank, size);
+  if (code == 0 && !stop_early) {
+    char dump[64];
+    std::snprintf(dump, sizeof dump, "/flight/rank_%05d.json", rank);
+    job.watchdog = std::make_unique<Watchdog>(*job.recorder, job.recipe.runtime.comm_timeout,
+                                              job.recipe.run.dir + dump);
+    code = run_training(job, rank, size);
+  }
   job.release();  // free communicators before MPI_Finalize
   MPI_Finalize();
   return code;

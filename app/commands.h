@@ -8,5 +8,7 @@ int cmd_data(int argc, char** argv);
 int cmd_bench(int argc, char** argv);
 int cmd_plan(int argc, char** argv);
 int cmd_ckpt(int argc, char** argv);
+int cmd_diagnose(int argc, char** argv);
+int cmd_supervise(int argc, char** argv);
 
 }  // namespace trainer

@@ -17,6 +17,11 @@ const char* kUsage =
     "commands:\n"
     "  train RECIPE.toml [--set section.key=value ...] [--print-config]\n"
     "        train a model; launch with mpirun -np N (or srun) for data parallelism\n"
+    "  supervise RECIPE.toml [--set section.key=value ...] [-- LAUNCH COMMAND...]\n"
+    "        run the training job (mpirun or srun, from [launch]) and restart it from the\n"
+    "        newest checkpoint when it crashes or hangs; events in <run.dir>/events.jsonl\n"
+    "  diagnose RUN_DIR\n"
+    "        after a watchdog timeout: name the rank the others wait for (flight recorders)\n"
     "  data prepare --input FILES_OR_DIRS... --output DIR [--val-fraction F]\n"
     "        turn text files into byte-level token shards (vocabulary 256)\n"
     "  plan RECIPE.toml [--set section.key=value ...] [--ranks N]\n"
@@ -27,7 +32,9 @@ const char* kUsage =
     "        measure the sgemm peak and the model's tokens/s and MFU on this machine\n"
     "\n"
     "exit codes: 0 ok, 1 internal error, 2 recipe or usage error, 3 data error,\n"
-    "            4 checkpoint/HDF5 error\n"
+    "            4 checkpoint/HDF5 error, 5 communication timeout (watchdog),\n"
+    "            6 NaN/Inf loss or gradient, 7 supervise: restart budget used up,\n"
+    "            75 preempted (SIGTERM/SIGUSR1): checkpoint saved, requeue the job\n"
     "Run `trainer <command> --help` for a command's options.\n";
 // Settings the OpenBLAS and OpenMP runtimes read only when they load, so they
 // must be in the environment before the process starts: if they are missing,
@@ -71,6 +78,8 @@ int main(int argc, char** argv) {
     if (!std::strcmp(cmd, "bench")) return trainer::cmd_bench(argc - 2, argv + 2);
     if (!std::strcmp(cmd, "plan")) return trainer::cmd_plan(argc - 2, argv + 2);
     if (!std::strcmp(cmd, "ckpt")) return trainer::cmd_ckpt(argc - 2, argv + 2);
+    if (!std::strcmp(cmd, "diagnose")) return trainer::cmd_diagnose(argc - 2, argv + 2);
+    if (!std::strcmp(cmd, "supervise")) return trainer::cmd_supervise(argc - 2, argv + 2);
   } catch (const trainer::UserError& e) {
     std::fprintf(stderr, "error: %s\n", e.what());
     return e.exit_code;

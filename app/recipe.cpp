@@ -50,13 +50,16 @@ const std::vector<std::pair<std::string, std::vector<std::string>>> kSchema = {
                "seq_len", "tie_embeddings", "norm_eps", "rope_theta"}},
     {"data", {"train", "val", "prefetch"}},
     {"training", {"steps", "global_batch", "micro_batch", "grad_clip", "eval_every",
-                  "eval_batches", "log_every", "exit_after"}},
+                  "eval_batches", "log_every", "exit_after", "on_nan"}},
     {"optimizer", {"lr", "min_lr", "warmup_steps", "schedule", "weight_decay", "beta1",
                    "beta2", "eps"}},
     {"parallel", {"dp", "tp", "pp", "sequence_parallel", "schedule", "virtual_stages"}},
-    {"runtime", {"threads", "backend", "peak_gflops"}},
+    {"runtime", {"threads", "backend", "peak_gflops", "comm_timeout", "straggler_factor", "straggler_every"}},
     {"recompute", {"mode", "layers"}},
     {"checkpoint", {"every", "dir", "keep", "resume", "required", "async"}},
+    {"supervisor", {"max_restarts", "hang_timeout", "backoff", "backoff_max"}},
+    {"launch", {"launcher", "ranks", "args"}},
+    {"fault", {"inject"}},
 };
 
 class RecipeReader {
@@ -322,6 +325,9 @@ Recipe load_recipe(const std::string& path, const std::vector<std::string>& over
   if (t.eval_batches < 1) rd.fail("training", "eval_batches", "must be >= 1");
   if (t.log_every < 1) rd.fail("training", "log_every", "must be >= 1");
   if (t.exit_after < 0) rd.fail("training", "exit_after", "must be >= 0 (0: run to training.steps)");
+  const std::string on_nan = rd.get_choice("training", "on_nan", "stop", {"stop", "skip", "rollback"});
+  t.on_nan = on_nan == "stop" ? TrainingSection::OnNan::Stop
+             : on_nan == "skip" ? TrainingSection::OnNan::Skip : TrainingSection::OnNan::Rollback;
 
   // [optimizer]
   LrConfig& lr = r.lr;
@@ -370,6 +376,39 @@ Recipe load_recipe(const std::string& path, const std::vector<std::string>& over
   r.runtime.peak_gflops = rd.get_float("runtime", "peak_gflops", 0.0);
   if (r.runtime.threads < 1) rd.fail("runtime", "threads", "must be >= 1");
   if (r.runtime.peak_gflops < 0) rd.fail("runtime", "peak_gflops", "must be >= 0 (0: measure)");
+  r.runtime.comm_timeout = rd.get_float("runtime", "comm_timeout", r.runtime.comm_timeout);
+  r.runtime.straggler_factor = rd.get_float("runtime", "straggler_factor", r.runtime.straggler_factor);
+  r.runtime.straggler_every = (int)rd.get_int("runtime", "straggler_every", r.runtime.straggler_every);
+  if (r.runtime.comm_timeout < 0) rd.fail("runtime", "comm_timeout", "must be >= 0 seconds (0: no watchdog)");
+  if (r.runtime.straggler_factor != 0 && r.runtime.straggler_factor <= 1)
+    rd.fail("runtime", "straggler_factor", "must be > 1 (a ratio to the median), or 0 to turn the report off");
+  if (r.runtime.straggler_every < 1) rd.fail("runtime", "straggler_every", "must be >= 1");
+
+  // [supervisor], [launch]: read by `trainer supervise`, checked for everyone.
+  SupervisorSection& sv = r.supervisor;
+  sv.max_restarts = (int)rd.get_int("supervisor", "max_restarts", sv.max_restarts);
+  sv.hang_timeout = rd.get_float("supervisor", "hang_timeout", sv.hang_timeout);
+  sv.backoff = rd.get_float("supervisor", "backoff", sv.backoff);
+  sv.backoff_max = rd.get_float("supervisor", "backoff_max", sv.backoff_max);
+  if (sv.max_restarts < 0) rd.fail("supervisor", "max_restarts", "must be >= 0");
+  if (sv.hang_timeout < 0) rd.fail("supervisor", "hang_timeout", "must be >= 0 seconds (0: no hang detection)");
+  if (sv.backoff < 0) rd.fail("supervisor", "backoff", "must be >= 0 seconds");
+  if (sv.backoff_max < sv.backoff) rd.fail("supervisor", "backoff_max", "must be >= supervisor.backoff");
+  LaunchSection& la = r.launch;
+  la.launcher = rd.get_choice("launch", "launcher", la.launcher, {"mpirun", "srun"});
+  la.ranks = (int)rd.get_int("launch", "ranks", 0);
+  la.args = rd.get_strings("launch", "args");
+  if (la.ranks < 0) rd.fail("launch", "ranks", "must be >= 0 (0: parallel.dp * pp * tp)");
+
+  // [fault]: test-only fault injection (app/fault.h).
+  r.fault_specs = rd.get_strings("fault", "inject");
+  for (const std::string& spec : r.fault_specs) {
+    try {
+      for (Fault& f : parse_faults(spec, "")) r.faults.push_back(std::move(f));
+    } catch (const RecipeError& e) {
+      rd.fail("fault", "inject", std::string(e.what()).substr(2));  // drop parse_faults' empty "where: "
+    }
+  }
 
   // [data]
   r.data.train = rd.get_strings("data", "train");
@@ -432,7 +471,10 @@ std::string recipe_to_toml(const Recipe& r) {
                                {"eval_every", r.training.eval_every},
                                {"eval_batches", r.training.eval_batches},
                                {"log_every", r.training.log_every},
-                               {"exit_after", (int64_t)r.training.exit_after}}},
+                               {"exit_after", (int64_t)r.training.exit_after},
+                               {"on_nan", r.training.on_nan == TrainingSection::OnNan::Stop ? "stop"
+                                          : r.training.on_nan == TrainingSection::OnNan::Skip ? "skip"
+                                                                                               : "rollback"}}},
       {"optimizer", toml::table{{"lr", nice(r.lr.lr)},
                                 {"min_lr", nice(r.lr.min_lr)},
                                 {"warmup_steps", r.lr.warmup_steps},
@@ -451,8 +493,18 @@ std::string recipe_to_toml(const Recipe& r) {
                                  {"required", r.checkpoint.required}, {"async", r.checkpoint.async}}},
       {"runtime", toml::table{{"threads", r.runtime.threads},
                               {"backend", r.runtime.backend},
-                              {"peak_gflops", r.runtime.peak_gflops}}},
+                              {"peak_gflops", r.runtime.peak_gflops},
+                              {"comm_timeout", r.runtime.comm_timeout},
+                              {"straggler_factor", r.runtime.straggler_factor},
+                              {"straggler_every", r.runtime.straggler_every}}},
+      {"supervisor", toml::table{{"max_restarts", r.supervisor.max_restarts},
+                                 {"hang_timeout", r.supervisor.hang_timeout},
+                                 {"backoff", r.supervisor.backoff},
+                                 {"backoff_max", r.supervisor.backoff_max}}},
+      {"launch", toml::table{{"launcher", r.launch.launcher}, {"ranks", r.launch.ranks},
+                             {"args", list(r.launch.args)}}},
   };
+  if (!r.fault_specs.empty()) root.insert("fault", toml::table{{"inject", list(r.fault_specs)}});
   std::ostringstream os;
   os << "# Resolved recipe (defaults filled in, overrides applied) from " << r.path << "\n"
      << root << "\n";

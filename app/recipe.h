@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "app/fault.h"
 #include "model/adamw.h"
 #include "model/config.h"
 #include "model/lr_schedule.h"
@@ -36,12 +37,33 @@ struct TrainingSection {
   int eval_batches = 4;
   int log_every = 1;
   long exit_after = 0;  // stop this run after that many steps (0: run to `steps`)
+  // A NaN/Inf loss or gradient: stop (exit 6), skip the update, or reload the
+  // last checkpoint and skip the batches since it.
+  enum class OnNan { Stop, Skip, Rollback } on_nan = OnNan::Stop;
 };
 
 struct RuntimeSection {
   int threads = 1;
   std::string backend = "cpu";
   double peak_gflops = 0;  // per rank; 0: measure sgemm at start-up
+  double comm_timeout = 600;  // s a rank may sit in one collective (or idle) before the watchdog ends the job; 0: off
+  double straggler_factor = 1.5;  // a rank whose compute time exceeds the median by this factor is named; 0: off
+  int straggler_every = 10;       // steps between straggler reports
+};
+
+// `trainer supervise`: restarts and hang detection.
+struct SupervisorSection {
+  int max_restarts = 3;         // relaunches after a failure before giving up
+  double hang_timeout = 900;    // s without a heartbeat (a finished step) before the job is killed; 0: off
+  double backoff = 5;           // s before the first relaunch, doubling each time...
+  double backoff_max = 60;      // ...up to this
+};
+
+// How `trainer supervise` starts the job (unless a command follows `--`).
+struct LaunchSection {
+  std::string launcher = "mpirun";  // "mpirun" or "srun"
+  int ranks = 0;                    // 0: parallel.dp * pp * tp
+  std::vector<std::string> args;    // extra launcher arguments, e.g. ["--oversubscribe"]
 };
 
 struct CheckpointSection {
@@ -68,6 +90,10 @@ struct Recipe {
   RecomputeConfig recompute;                       // [recompute] mode, layers
   CheckpointSection checkpoint;
   RuntimeSection runtime;
+  SupervisorSection supervisor;
+  LaunchSection launch;
+  std::vector<std::string> fault_specs;  // [fault] inject, as written
+  std::vector<Fault> faults;             // the same, parsed
 
   int accum_steps() const { return training.global_batch / (training.micro_batch * grid.dp); }
 };

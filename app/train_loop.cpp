@@ -3,7 +3,9 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <limits>
 #include <stdexcept>
+#include <thread>
 #include <vector>
 
 #include "app/layout.h"
@@ -159,6 +161,21 @@ void TrainLoop::load_checkpoint(const std::string& step_dir) {
   make_loader(st.samples);
 }
 
+long TrainLoop::rollback(const std::string& step_dir) {
+  const uint64_t here = loader_->cursor();
+  load_checkpoint(step_dir);
+  const uint64_t there = loader_->cursor();
+  make_loader(here);
+  return (long)((here - there) / r_.training.global_batch);
+}
+
+double StepStats::comm_ms() const {
+  double t = 0;
+  for (const CommCounters* c : {&comm_dp, &comm_tp, &comm_pp})
+    for (int k = 0; k < CommCounters::kKinds; k++) t += c->ms[k];
+  return t;
+}
+
 TrainLoop::~TrainLoop() {
   for (auto& [key, buf] : messages_) be_.free(buf);
 }
@@ -287,6 +304,7 @@ double TrainLoop::compute_gradients(StepStats* stats) {
   // and DP ranks yields the gradient of the mean loss over the global batch.
   const float grad_scale = 1.0f / ((float)tokens_per_micro * accum * dp_.size());
   for (auto& m : chunks_) be_.zero(m->grads(), m->num_params());
+  if (extra_ms_ > 0) std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(extra_ms_));
   double loss_sum = 0;
   const auto t_sched = Clock::now();
   run_schedule(grad_scale, &loss_sum, &st);
@@ -300,6 +318,10 @@ double TrainLoop::compute_gradients(StepStats* stats) {
       const ParamInfo& p = m->registry().at("embed.tok");
       embed_->allreduce_sum(m->grads() + p.offset, p.numel);
     }
+  }
+  if (poison_) {
+    chunks_.front()->grads()[0] = std::numeric_limits<float>::quiet_NaN();
+    poison_ = false;
   }
   for (auto& m : chunks_) dp_.allreduce_sum(m->grads(), m->num_params());
   double loss = loss_sum / accum;  // nonzero on the last stage only
@@ -328,9 +350,13 @@ StepStats TrainLoop::step() {
   s.loss = compute_gradients(&s);
   s.grad_norm = std::sqrt(grad_sumsq());
   s.lr = lr_at(r_.lr, step_, r_.training.steps);
+  // Every rank sees the same loss and norm (both are reduced over all
+  // groups), so all skip together.
+  s.nonfinite = !std::isfinite(s.loss) || !std::isfinite(s.grad_norm);
   const float clip = clip_coefficient(s.grad_norm, r_.training.grad_clip);
-  for (size_t c = 0; c < chunks_.size(); c++)
-    opts_[c]->step(chunks_[c]->params(), chunks_[c]->grads(), (float)s.lr, clip);
+  if (!s.nonfinite)
+    for (size_t c = 0; c < chunks_.size(); c++)
+      opts_[c]->step(chunks_[c]->params(), chunks_[c]->grads(), (float)s.lr, clip);
   s.step = ++step_;
   s.step_ms = ms_since(t0);
   s.memory = be_.memory();

@@ -41,6 +41,11 @@ struct StepStats {
   // The same for every stage, in stage order (gathered over the pipeline).
   std::vector<double> stage_compute_ms, stage_wait_ms, stage_span_ms, stage_peak_in_flight;
   MemoryStats memory;  // this rank's backend allocations: current, and peaks since start
+  // The loss or gradient norm was NaN/Inf: the update was not applied (the
+  // step and its batch count as done; the caller decides what follows).
+  bool nonfinite = false;
+  // Time in this rank's communication calls (all groups), waits included.
+  double comm_ms() const;
 };
 
 // The groups a rank trains in. Null tp/pp/embed: that kind of parallelism is off.
@@ -80,6 +85,10 @@ class TrainLoop {
                               const std::string& recipe_text = "",
                               const std::function<void(const char*)>& at_point = {});
   void load_checkpoint(const std::string& step_dir);
+  // on_nan = "rollback": weights, AdamW state and step from step_dir, but the
+  // data continues where it is now, so the batches since that checkpoint
+  // (the offending one included) are skipped. Returns how many batches.
+  long rollback(const std::string& step_dir);
   // Asynchronous save: copies this rank's state to host memory and writes it
   // in the background (a previous pending save is finished first); poll once
   // per step (collective) to commit: returns the step directory when it did.
@@ -87,6 +96,12 @@ class TrainLoop {
                         const std::string& recipe_text);
   std::string poll_async_save(MPI_Comm world, bool wait) { return async_.poll(world, wait); }
   bool async_save_pending() const { return async_.pending(); }
+
+  // Fault injection (app/fault.h): a NaN enters this rank's gradients in the
+  // next step, before the data-parallel reduction; each step computes
+  // extra_ms longer.
+  void poison_next_step() { poison_ = true; }
+  void set_extra_compute_ms(double ms) { extra_ms_ = ms; }
 
  private:
   float* message_buffer(int kind, int mb, int chunk);
@@ -120,6 +135,8 @@ class TrainLoop {
   // once at start-up: first-touch page faults of 1.5 GB cost seconds in a VM.
   std::vector<float> snapshot_;
   long step_ = 0;
+  bool poison_ = false;
+  double extra_ms_ = 0;
 };
 
 }  // namespace trainer

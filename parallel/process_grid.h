@@ -1,13 +1,13 @@
 #pragma once
 // The process grid: world = dp * pp * tp, ranks ordered with tp fastest, then
 // pp, then dp, so tensor-parallel peers are neighbours (one node). Each group
-// kind gets its own sub-communicator. Only dp > 1 is used by training so far;
-// tp and pp groups exist so later layers can use them.
+// kind gets its own sub-communicator.
 #include <mpi.h>
 
 #include <memory>
 
 #include "parallel/mpi_communicator.h"
+#include "parallel/recording_communicator.h"
 
 namespace trainer {
 
@@ -25,28 +25,31 @@ GridCoords grid_coords(const GridShape& g, int world_rank);
 class ProcessGrid {
  public:
   // Collective over `world`; world size must equal dp*pp*tp (checked by caller).
-  ProcessGrid(MPI_Comm world, const GridShape& shape);
+  // With a flight recorder, every group's calls are logged into it.
+  ProcessGrid(MPI_Comm world, const GridShape& shape, FlightRecorder* recorder = nullptr);
   ~ProcessGrid();
   ProcessGrid(const ProcessGrid&) = delete;
   ProcessGrid& operator=(const ProcessGrid&) = delete;
 
   const GridShape& shape() const { return shape_; }
   const GridCoords& coords() const { return coords_; }
-  Communicator& world() { return *world_; }
-  Communicator& dp() { return *dp_; }
-  Communicator& pp() { return *pp_; }
-  Communicator& tp() { return *tp_; }
+  Communicator& world() { return *use_[0]; }
+  Communicator& dp() { return *use_[1]; }
+  Communicator& pp() { return *use_[2]; }
+  Communicator& tp() { return *use_[3]; }
   // The first and last pipeline stage of this rank's (dp, tp) column: where a
   // tied embedding's two copies live. Size 1 without pipeline parallelism
   // (and on middle stages, which hold no copy).
-  Communicator& embed() { return *embed_; }
+  Communicator& embed() { return *use_[4]; }
 
  private:
   GridShape shape_;
   GridCoords coords_;
   MPI_Comm dp_comm_ = MPI_COMM_NULL, pp_comm_ = MPI_COMM_NULL, tp_comm_ = MPI_COMM_NULL;
   MPI_Comm embed_comm_ = MPI_COMM_NULL;
-  std::unique_ptr<MpiCommunicator> world_, dp_, pp_, tp_, embed_;
+  std::unique_ptr<MpiCommunicator> mpi_[5];  // world, dp, pp, tp, embed
+  std::unique_ptr<RecordingCommunicator> recorded_[5];
+  Communicator* use_[5];  // the recorded ones when there is a recorder
 };
 
 }  // namespace trainer

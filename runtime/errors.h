@@ -1,6 +1,6 @@
 #pragma once
-// Error types and the process exit codes they map to. The supervisor (a later
-// issue) decides from the exit code whether a retry can help, so every
+// Error types and the process exit codes they map to. The supervisor
+// (app/cmd_supervise.cpp) decides from the exit code whether a retry can help, so every
 // failure path ends in one of these codes; README.md documents them.
 #include <stdexcept>
 #include <string>
@@ -14,6 +14,13 @@ enum ExitCode : int {
   kExitData = 3,       // bad or missing data file: fix the data, no retry
   kExitCheckpoint = 4, // unreadable or mismatched checkpoint / HDF5 file
 };
+
+// Exit codes of `trainer train` beyond errors (the job's outcome):
+constexpr int kExitCommTimeout = 5;  // watchdog: a rank stuck in (or before) a collective
+constexpr int kExitNonFinite = 6;    // NaN/Inf loss or gradient, training.on_nan = "stop"
+constexpr int kExitPreempted = 75;   // SIGTERM/SIGUSR1: checkpoint saved, requeue me (EX_TEMPFAIL)
+// `trainer supervise`: the restart budget ran out (the job's own code otherwise).
+constexpr int kExitGaveUp = 7;
 
 // A user-facing error: the message names the file, key or offset at fault.
 struct UserError : std::runtime_error {

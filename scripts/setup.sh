@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
 # Installs the Debian packages the trainer needs, skipping those present.
 #   scripts/setup.sh          build + run (compiler, CMake, MPI, HDF5, toml++, OpenBLAS)
-#   scripts/setup.sh test     also GoogleTest and the PyTorch/h5py reference stack
+#   scripts/setup.sh test     also GoogleTest, the PyTorch/h5py reference stack and
+#                             Slurm + munge (a real single-node Slurm for tests/slurm_check.sh)
 set -euo pipefail
 
 pkgs=(g++ cmake ninja-build openmpi-bin libopenmpi-dev libhdf5-openmpi-dev
-      libtomlplusplus-dev libopenblas-openmp-dev)
+      libtomlplusplus-dev libopenblas-openmp-dev nlohmann-json3-dev)
 if [[ "${1:-}" == "test" ]]; then
-  pkgs+=(libgtest-dev hdf5-tools python3-h5py python3-numpy python3-torch)
+  pkgs+=(libgtest-dev hdf5-tools python3-h5py python3-numpy python3-torch slurm-wlm munge)
 fi
 
 missing=()

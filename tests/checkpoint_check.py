@@ -38,13 +38,8 @@ import torch
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "reference"))
 import torch_model  # noqa: E402
 
-failures = []
-
-
-def check(ok, msg):
-    print(("ok   " if ok else "FAIL ") + msg)
-    if not ok:
-        failures.append(msg)
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from harness import check, failures, losses, tensors  # noqa: E402
 
 
 def main():
@@ -69,17 +64,6 @@ def main():
                 print(p.stdout, p.stderr)
                 raise SystemExit(f"trainer failed ({p.returncode}): {' '.join(cmd)}")
             return p.stdout + p.stderr
-
-        def losses(run):
-            return {r["step"]: r["loss"] for r in map(json.loads, open(os.path.join(run, "metrics.jsonl")))}
-
-        def tensors(step_dir):
-            out = {}
-            for f in sorted(glob.glob(os.path.join(step_dir, "*.h5"))):
-                with h5py.File(f, "r") as h:
-                    h.visititems(lambda n, d: out.__setitem__((os.path.basename(f), n), d[()])
-                                 if isinstance(d, h5py.Dataset) else None)
-            return out
 
         for name, np_, layout in [("1 process", 1, single), ("2x2x2", 8, [])]:
             a, b = os.path.join(tmp, f"straight_{np_}"), os.path.join(tmp, f"resumed_{np_}")
@@ -127,7 +111,7 @@ def main():
         train(straight, 2, dp2)
         for point in ["shards_written", "manifest_written", "renamed", "latest_written"]:
             run = os.path.join(tmp, "crash_" + point)
-            env = dict(os.environ, TRAINER_FAULT_CKPT=f"{point}:10")
+            env = dict(os.environ, TRAINER_FAULT=f"ckpt_kill point={point} step=10")
             p = subprocess.run([mpiexec, "-np", "2", trainer, "train", recipe, *base, *dp2, "--set", f"run.dir={run}",
                                 "--set", "checkpoint.every=5"], capture_output=True, text=True, env=env)
             latest = open(run + "/checkpoints/latest").read().strip()

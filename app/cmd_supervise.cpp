@@ -1,0 +1,283 @@
+// `trainer supervise RECIPE.toml`: launches the training job, watches it, and
+// relaunches it from the newest valid checkpoint when it crashes or hangs.
+// The supervisor never initialises MPI: it is a plain parent process of the
+// launcher (mpirun or srun), so it outlives every failure of the job.
+//
+// Decisions come from the job's exit code (runtime/errors.h): 0 is done; a
+// recipe, data, checkpoint or NaN error cannot be fixed by retrying; 75 means
+// the job was preempted and saved a checkpoint (the supervisor exits 75 too,
+// so the batch script can requeue); anything else (a crash, a signal, a
+// watchdog timeout) is retried with backoff up to supervisor.max_restarts.
+// A job whose rank 0 has not touched <run.dir>/heartbeat for
+// supervisor.hang_timeout seconds is killed and retried like a crash.
+#include <dirent.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <sys/types.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <ctime>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "app/commands.h"
+#include "app/recipe.h"
+#include "runtime/errors.h"
+#include "runtime/flight_recorder.h"
+#include "runtime/metrics.h"
+#include "runtime/stop_signal.h"
+
+namespace trainer {
+
+namespace {
+
+const char* kSuperviseUsage =
+    "usage: trainer supervise RECIPE.toml [--set section.key=value ...] [-- LAUNCH COMMAND...]\n"
+    "  Runs the training job and restarts it from the newest valid checkpoint when it\n"
+    "  crashes or hangs, up to [supervisor] max_restarts times, waiting [supervisor]\n"
+    "  backoff seconds (doubling, at most backoff_max) before each restart.\n"
+    "  The job is `mpirun -np N` or `srun --mpi=pmix -n N` (from [launch]: launcher, ranks,\n"
+    "  args) of `trainer train RECIPE.toml` with the same --set overrides, or the command\n"
+    "  after `--`. Every launch gets TRAINER_RESUME=auto (resume from the newest valid\n"
+    "  checkpoint) and TRAINER_ATTEMPT=<launch number> in its environment.\n"
+    "  A hang: rank 0 touches <run.dir>/heartbeat after every step; no touch for\n"
+    "  [supervisor] hang_timeout seconds and the job is killed and restarted.\n"
+    "  SIGTERM, SIGUSR1 or Ctrl-C: the job checkpoints and stops; the supervisor exits 75.\n"
+    "  Events: <run.dir>/events.jsonl and the console.\n"
+    "  Exit: 0 done; 2, 3, 4, 6 the job's error that a retry cannot fix; 7 restart\n"
+    "  budget used up; 75 preempted (requeue).\n";
+
+double now_s() { return wall_seconds(); }
+
+// "2026-11-30T12:40:01.123Z"
+std::string iso_time(double t) {
+  const time_t secs = (time_t)t;
+  struct tm tm {};
+  gmtime_r(&secs, &tm);
+  char b[64];
+  std::strftime(b, sizeof b, "%Y-%m-%dT%H:%M:%S", &tm);
+  char out[80];
+  std::snprintf(out, sizeof out, "%s.%03dZ", b, (int)((t - secs) * 1000));
+  return out;
+}
+
+std::string join(const std::vector<std::string>& v) {
+  std::string s;
+  for (const auto& x : v) s += (s.empty() ? "" : " ") + x;
+  return s;
+}
+
+// What an exit code means, for the event log and the console.
+std::string meaning(int code) {
+  switch (code) {
+    case kExitOk: return "success";
+    case kExitInternal: return "internal error";
+    case kExitUsage: return "recipe or usage error";
+    case kExitData: return "data error";
+    case kExitCheckpoint: return "checkpoint error";
+    case kExitCommTimeout: return "communication timeout (watchdog)";
+    case kExitNonFinite: return "NaN/Inf loss or gradient";
+    case kExitPreempted: return "preempted, checkpoint saved";
+  }
+  if (code > 128 && code < 128 + 65) return std::string("killed by signal ") + std::to_string(code - 128) + " (" + strsignal(code - 128) + ")";
+  return "failure";
+}
+
+// A retry cannot fix a wrong recipe, bad data, an unusable checkpoint, or a
+// NaN that on_nan = "stop" refused to train through.
+bool retryable(int code) {
+  return code != kExitUsage && code != kExitData && code != kExitCheckpoint && code != kExitNonFinite &&
+         code != kExitPreempted && code != kExitOk;
+}
+
+class EventLog {
+ public:
+  explicit EventLog(const std::string& path) : log_(path, false) {}
+  void write(const std::string& event, int launch, const std::string& text, JsonRecord extra = {}) {
+    JsonRecord r;
+    r.add("time", iso_time(now_s())).add("event", event).add("launch", launch).add("message", text).add(extra);
+    log_.write(r);
+    std::printf("supervise: %s\n", text.c_str());
+    std::fflush(stdout);
+  }
+
+ private:
+  MetricsLog log_;
+};
+
+// Every process of the job's session (the launcher and the ranks it started
+// locally), so a hung job is killed whole even when the launcher put its
+// ranks in process groups of their own.
+void kill_session(pid_t sid, int sig) {
+  if (DIR* d = opendir("/proc")) {
+    while (dirent* e = readdir(d)) {
+      const pid_t p = (pid_t)std::atoi(e->d_name);
+      if (p > 0 && p != getpid() && getsid(p) == sid) kill(p, sig);
+    }
+    closedir(d);
+  }
+  kill(sid, sig);
+}
+
+pid_t spawn(const std::vector<std::string>& cmd, int launch) {
+  const pid_t pid = fork();
+  if (pid < 0) throw std::runtime_error(std::string("fork: ") + std::strerror(errno));
+  if (pid == 0) {
+    setsid();  // a session of its own: signals to the supervisor's group do not hit it
+    setenv("TRAINER_ATTEMPT", std::to_string(launch).c_str(), 1);
+    setenv("TRAINER_RESUME", "auto", 1);
+    signal(SIGTERM, SIG_DFL), signal(SIGUSR1, SIG_DFL), signal(SIGINT, SIG_DFL);
+    std::vector<char*> argv;
+    for (const auto& a : cmd) argv.push_back(const_cast<char*>(a.c_str()));
+    argv.push_back(nullptr);
+    execvp(argv[0], argv.data());
+    std::fprintf(stderr, "supervise: cannot run %s: %s\n", argv[0], std::strerror(errno));
+    _exit(127);
+  }
+  return pid;
+}
+
+double mtime_s(const std::string& path) {
+  struct stat st {};
+  if (stat(path.c_str(), &st) != 0) return 0;
+  return (double)st.st_mtim.tv_sec + st.st_mtim.tv_nsec * 1e-9;
+}
+
+}  // namespace
+
+int cmd_supervise(int argc, char** argv) {
+  std::string recipe_path;
+  std::vector<std::string> overrides, command;
+  for (int i = 0; i < argc; i++) {
+    const std::string s = argv[i];
+    if (s == "--help" || s == "-h") {
+      std::fputs(kSuperviseUsage, stdout);
+      return kExitOk;
+    }
+    if (s == "--") {
+      for (int j = i + 1; j < argc; j++) command.push_back(argv[j]);
+      break;
+    }
+    if (s == "--set" && i + 1 < argc) overrides.push_back(argv[++i]);
+    else if (s.rfind("--set=", 0) == 0) overrides.push_back(s.substr(6));
+    else if (!s.empty() && s[0] == '-') throw RecipeError("supervise: unknown option \"" + s + "\"\n" + kSuperviseUsage);
+    else if (recipe_path.empty()) recipe_path = s;
+    else throw RecipeError("supervise: more than one recipe given (\"" + recipe_path + "\", \"" + s + "\")");
+  }
+  if (recipe_path.empty()) throw RecipeError(std::string("supervise: no recipe given\n") + kSuperviseUsage);
+  const Recipe r = load_recipe(recipe_path, overrides, 0, true);
+  const SupervisorSection& sv = r.supervisor;
+
+  if (command.empty()) {
+    char self[4096];
+    const ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+    if (n <= 0) throw std::runtime_error("cannot find this executable (/proc/self/exe)");
+    self[n] = 0;
+    const int ranks = r.launch.ranks > 0 ? r.launch.ranks : r.grid.dp * r.grid.pp * r.grid.tp;
+    if (r.launch.launcher == "mpirun") {
+      command = {"mpirun", "-np", std::to_string(ranks)};
+      for (const char* v : {"TRAINER_ATTEMPT", "TRAINER_RESUME", "TRAINER_FAULT"})  // to other nodes too
+        if (std::string(v) != "TRAINER_FAULT" || std::getenv(v)) command.insert(command.end(), {"-x", v});
+    } else {
+      command = {"srun", "--mpi=pmix", "-n", std::to_string(ranks)};
+    }
+    command.insert(command.end(), r.launch.args.begin(), r.launch.args.end());
+    command.insert(command.end(), {self, "train", recipe_path});
+    for (const auto& o : overrides) command.insert(command.end(), {"--set", o});
+  }
+  std::error_code ec;
+  std::filesystem::create_directories(r.run.dir, ec);
+  if (ec) throw UserError(kExitUsage, r.run.dir + ": cannot create run directory ([run] dir): " + ec.message());
+  EventLog events(r.run.dir + "/events.jsonl");
+  const std::string heartbeat = r.run.dir + "/heartbeat";
+  install_stop_signals(true);
+
+  int restarts = 0;
+  for (int launch = 0;; launch++) {
+    events.write("start", launch, "launch " + std::to_string(launch) + ": " + join(command),
+                 JsonRecord().add("command", join(command)));
+    const double t0 = now_s();
+    const pid_t pid = spawn(command, launch);
+    int status = 0;
+    bool hung = false;
+    int forwarded = 0;  // the stop signal passed on to the job
+    for (;;) {
+      const pid_t w = waitpid(pid, &status, WNOHANG);
+      if (w == pid) break;
+      if (const int sig = stop_signal(); sig && !forwarded) {
+        // The launcher passes SIGUSR1 on to every rank (mpirun and srun both
+        // forward it); the ranks checkpoint at the next step boundary.
+        forwarded = sig;
+        kill(pid, SIGUSR1);
+        events.write("signal", launch, std::string("received ") + strsignal(sig) +
+                                           ": asking the job to checkpoint and stop",
+                     JsonRecord().add("signal", sig));
+      }
+      const double beat = std::max(t0, mtime_s(heartbeat));
+      if (sv.hang_timeout > 0 && now_s() - beat > sv.hang_timeout) {
+        char b[160];
+        std::snprintf(b, sizeof b, "launch %d: no heartbeat for %.0f s (supervisor.hang_timeout = %g s): killing the job",
+                      launch, now_s() - beat, sv.hang_timeout);
+        events.write("hang", launch, b, JsonRecord().add("since_heartbeat_s", now_s() - beat));
+        kill_session(pid, SIGKILL);
+        waitpid(pid, &status, 0);
+        hung = true;
+        break;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    }
+    kill_session(pid, SIGKILL);  // ranks the launcher left behind
+    const int code = hung ? 128 + SIGKILL : WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    char b[256];
+    std::snprintf(b, sizeof b, "launch %d exited with code %d (%s) after %.1f s", launch, code,
+                  hung ? "hung, killed" : meaning(code).c_str(), now_s() - t0);
+    events.write("exit", launch, b, JsonRecord().add("code", code).add("seconds", now_s() - t0)
+                                        .add("meaning", hung ? std::string("hang") : meaning(code)));
+    if (code == kExitOk) {
+      events.write("done", launch, "training finished after " + std::to_string(launch + 1) + " launch(es)");
+      return kExitOk;
+    }
+    if (code == kExitPreempted || forwarded) {
+      events.write("preempted", launch, "the job stopped on a signal; exiting with " + std::to_string(kExitPreempted) +
+                                            " so the scheduler can requeue it");
+      return code == kExitPreempted ? kExitPreempted : code;
+    }
+    if (!retryable(code)) {
+      events.write("give_up", launch, "not restarting: " + meaning(code) + " (exit " + std::to_string(code) +
+                                          ") is not something a restart can fix; see the job's messages above",
+                   JsonRecord().add("code", code));
+      return code;
+    }
+    if (restarts >= sv.max_restarts) {
+      events.write("give_up", launch, "giving up: the job failed " + std::to_string(restarts + 1) +
+                                          " time(s) and supervisor.max_restarts = " + std::to_string(sv.max_restarts) +
+                                          " restarts are used up; the last failure: " + meaning(code),
+                   JsonRecord().add("code", code));
+      return kExitGaveUp;
+    }
+    const double delay = std::min(sv.backoff * std::pow(2.0, restarts), sv.backoff_max);
+    restarts++;
+    std::snprintf(b, sizeof b, "restart %d of %d in %.1f s, from the newest valid checkpoint", restarts,
+                  sv.max_restarts, delay);
+    events.write("restart", launch + 1, b, JsonRecord().add("restart", restarts).add("delay_s", delay));
+    for (const double until = now_s() + delay; now_s() < until;) {
+      if (stop_signal()) {
+        events.write("preempted", launch, "stop requested while waiting to restart; exiting with " +
+                                              std::to_string(kExitPreempted));
+        return kExitPreempted;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+  }
+}
+
+}  // namespace trainer

@@ -1,0 +1,50 @@
+#pragma once
+// Fault injection for the supervision tests: what to break, where and when.
+// Faults come from the recipe ([fault] inject = ["crash rank=3 step=7", ...])
+// and from the environment (TRAINER_FAULT="crash rank=3 step=7; nan step=5"),
+// one syntax for both:
+//   crash     rank=R step=K          rank R dies (SIGKILL) as it starts step K
+//   hang      rank=R step=K          rank R stops before its next collective in step K
+//   slow      rank=R ms=X [step=K]   rank R computes X ms longer per step (from step K)
+//   nan       step=K [rank=R]        a NaN enters rank R's gradients in step K (default rank 0),
+//                                    once per launch (a rollback does not meet it again)
+//   ckpt_kill point=P step=K         every rank dies at commit point P of the save at step K
+//                                    (P: shards_written, manifest_written, renamed, latest_written)
+// Every fault also takes launch=N (the supervisor's launch it fires in, from
+// 0; default 0: only the first launch) or launch=all. Steps count from 1.
+#include <string>
+#include <vector>
+
+namespace trainer {
+
+struct Fault {
+  enum Kind { Crash, Hang, Slow, Nan, CkptKill } kind = Crash;
+  int rank = 0;
+  long step = 0;       // 0: every step (slow) / any step (ckpt_kill)
+  double ms = 0;       // slow
+  std::string point;   // ckpt_kill
+  int launch = 0;      // -1: every launch
+  std::string text;    // as written, for messages
+};
+
+// Parses "kind key=value ..." items separated by ';'. Throws RecipeError
+// naming `where` and the offending item.
+std::vector<Fault> parse_faults(const std::string& spec, const std::string& where);
+
+// The faults that apply to this process: this launch (TRAINER_ATTEMPT, set by
+// the supervisor; 0 when unsupervised) and this world rank.
+class FaultPlan {
+ public:
+  FaultPlan() = default;
+  FaultPlan(std::vector<Fault> faults, int world_rank, int launch);
+  bool empty() const { return faults_.empty(); }
+  // The faults of `kind` that fire at `step` (step 0 in a fault: any step).
+  std::vector<const Fault*> at(Fault::Kind kind, long step) const;
+  // Extra compute per step for this rank from slow faults active at `step`.
+  double slow_ms(long step) const;
+
+ private:
+  std::vector<Fault> faults_;
+};
+
+}  // namespace trainer

@@ -1,0 +1,115 @@
+#include "runtime/flight_recorder.h"
+
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+
+#include "runtime/metrics.h"
+
+namespace trainer {
+
+double wall_seconds() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+FlightRecorder::FlightRecorder(int world_rank, size_t capacity)
+    : rank_(world_rank), ring_(capacity), last_progress_(wall_seconds()) {}
+
+int FlightRecorder::add_group(const std::string& name, const std::vector<int>& members) {
+  std::lock_guard<std::mutex> lock(mu_);
+  groups_.push_back({name, members, 0, 0});
+  return (int)groups_.size() - 1;
+}
+
+uint64_t FlightRecorder::begin(int group, const char* op, size_t bytes, int peer, Kind kind) {
+  if (hang_next_) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      hung_ = true;
+    }
+    for (;;) sleep(1);  // until the watchdog (or the launcher) ends the process
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  const double now = wall_seconds();
+  FlightGroup& g = groups_[group];
+  FlightEntry e;
+  e.seq = next_seq_++;
+  e.group = group;
+  if (kind == Collective) e.group_seq = ++g.started;
+  e.op = op;
+  e.bytes = bytes;
+  e.peer = peer;
+  e.t_start = now;
+  if (kind == Post) {
+    e.t_end = now;
+  } else {
+    in_call_ = true;
+    call_token_ = e.seq;
+    call_start_ = now;
+  }
+  ring_[e.seq % ring_.size()] = e;
+  last_progress_ = now;
+  return e.seq;
+}
+
+void FlightRecorder::end(uint64_t token) {
+  std::lock_guard<std::mutex> lock(mu_);
+  const double now = wall_seconds();
+  FlightEntry& e = ring_[token % ring_.size()];
+  if (e.seq == token && e.t_end == 0) {
+    e.t_end = now;
+    if (e.group_seq) groups_[e.group].completed++;
+  }
+  if (call_token_ == token) in_call_ = false;
+  last_progress_ = now;
+}
+
+void FlightRecorder::note_step(long step) {
+  std::lock_guard<std::mutex> lock(mu_);
+  step_ = step;
+  last_progress_ = wall_seconds();
+}
+
+FlightRecorder::Status FlightRecorder::status() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return {in_call_, call_start_, last_progress_, step_};
+}
+
+std::string FlightRecorder::to_json(const std::string& reason) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  char b[512];
+  std::string s = "{\"rank\": " + std::to_string(rank_) + ", \"pid\": " + std::to_string(getpid());
+  std::snprintf(b, sizeof b, ", \"job_start\": %.6f, \"launch\": %d, \"time\": %.6f, \"step\": %ld",
+                job_start_, launch_, wall_seconds(), step_);
+  s += b;
+  s += ", \"reason\": \"" + json_escape(reason) + "\"";
+  s += std::string(", \"stopped_by_fault_injection\": ") + (hung_ ? "true" : "false");
+  s += ", \"groups\": [";
+  for (size_t g = 0; g < groups_.size(); g++) {
+    const FlightGroup& G = groups_[g];
+    s += (g ? ", " : "") + std::string("{\"name\": \"") + G.name + "\", \"members\": [";
+    for (size_t i = 0; i < G.members.size(); i++) s += (i ? ", " : "") + std::to_string(G.members[i]);
+    s += "], \"started\": " + std::to_string(G.started) + ", \"completed\": " + std::to_string(G.completed) + "}";
+  }
+  s += "], \"calls\": [";
+  // Oldest first: the ring holds sequence numbers next_seq_ - size .. next_seq_ - 1.
+  const uint64_t n = ring_.size();
+  const uint64_t first = next_seq_ > n ? next_seq_ - n : 1;
+  bool comma = false;
+  for (uint64_t q = first; q < next_seq_; q++) {
+    const FlightEntry& e = ring_[q % n];
+    if (e.seq != q) continue;
+    std::snprintf(b, sizeof b,
+                  "%s\n  {\"seq\": %llu, \"group\": %d, \"group_seq\": %llu, \"op\": \"%s\", \"bytes\": %zu, "
+                  "\"peer\": %d, \"start\": %.6f, \"end\": %s}",
+                  comma ? "," : "", (unsigned long long)e.seq, e.group, (unsigned long long)e.group_seq, e.op,
+                  e.bytes, e.peer, e.t_start, e.t_end > 0 ? std::to_string(e.t_end).c_str() : "null");
+    s += b;
+    comma = true;
+  }
+  s += "]}\n";
+  return s;
+}
+
+}  // namespace trainer

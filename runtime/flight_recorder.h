@@ -1,0 +1,81 @@
+#pragma once
+// The flight recorder: a ring buffer of this rank's last communication calls
+// (collectives, point-to-point posts and waits), each with its group, the
+// group's sequence number, bytes and wall-clock start/end. The training
+// thread writes it; the watchdog thread (runtime/watchdog.h) reads it to see
+// whether a call has been stuck too long, and dumps it as JSON for
+// `trainer diagnose`. Every call takes one uncontended mutex: nothing next to
+// an MPI call.
+#include <cstddef>
+#include <cstdint>
+#include <mutex>
+#include <string>
+#include <vector>
+
+namespace trainer {
+
+struct FlightEntry {
+  uint64_t seq = 0;        // over all groups of this rank
+  int group = -1;          // index into the recorder's groups
+  uint64_t group_seq = 0;  // collectives: the n-th on that group (1-based), peers must agree; else 0
+  const char* op = "";     // "allreduce_sum", "irecv", "wait", ...
+  size_t bytes = 0;
+  int peer = -1;           // point-to-point: the peer's world rank
+  double t_start = 0, t_end = 0;  // seconds since the epoch; t_end 0: still running
+};
+
+struct FlightGroup {
+  std::string name;          // "world", "dp", "pp", "tp", "embed"
+  std::vector<int> members;  // world ranks, in group-rank order
+  uint64_t started = 0, completed = 0;  // collectives
+};
+
+class FlightRecorder {
+ public:
+  explicit FlightRecorder(int world_rank, size_t capacity = 512);
+  int world_rank() const { return rank_; }
+  // Which job this is (rank 0's start time, the same on every rank) and which
+  // supervisor launch: `trainer diagnose` reads only the newest job's dumps.
+  void set_job(double job_start, int launch) { job_start_ = job_start, launch_ = launch; }
+  int add_group(const std::string& name, const std::vector<int>& members);
+  // Collectives count in their group's sequence (every member must make the
+  // same n-th call); posting a point-to-point transfer does not block; waiting
+  // for one does, and stays "in flight" until end().
+  enum Kind { Collective, Post, Wait };
+  // Returns a token for end().
+  uint64_t begin(int group, const char* op, size_t bytes, int peer, Kind kind = Collective);
+  void end(uint64_t token);
+  // Progress outside communication (the training loop passes each step).
+  void note_step(long step);
+
+  struct Status {
+    bool in_call = false;
+    double call_start = 0;     // of the call in flight
+    double last_progress = 0;  // the latest begin, end or step
+    long step = 0;
+  };
+  Status status() const;
+  // Fault injection: the next begin() never returns, as a rank that stops
+  // before it joins a collective (its peers then wait in that collective).
+  void hang_at_next_call() { hang_next_ = true; }
+  // Everything as one JSON object (see docs/ARCHITECTURE.md, "Flight recorder").
+  std::string to_json(const std::string& reason) const;
+
+ private:
+  mutable std::mutex mu_;
+  int rank_;
+  std::vector<FlightEntry> ring_;
+  uint64_t next_seq_ = 1;
+  std::vector<FlightGroup> groups_;
+  bool in_call_ = false;
+  uint64_t call_token_ = 0;
+  double call_start_ = 0, last_progress_ = 0;
+  long step_ = 0;
+  double job_start_ = 0;
+  int launch_ = 0;
+  bool hang_next_ = false, hung_ = false;
+};
+
+double wall_seconds();  // seconds since the epoch, microsecond resolution
+
+}  // namespace trainer

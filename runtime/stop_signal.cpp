@@ -1,0 +1,24 @@
+#include "runtime/stop_signal.h"
+
+#include <csignal>
+
+namespace trainer {
+
+namespace {
+volatile std::sig_atomic_t g_stop_signal = 0;
+extern "C" void record_stop_signal(int sig) { g_stop_signal = sig; }
+}  // namespace
+
+void install_stop_signals(bool interrupt) {
+  struct sigaction sa {};
+  sa.sa_handler = record_stop_signal;
+  sigemptyset(&sa.sa_mask);
+  sa.sa_flags = SA_RESTART;  // MPI and file calls carry on; the loop checks between steps
+  sigaction(SIGTERM, &sa, nullptr);
+  sigaction(SIGUSR1, &sa, nullptr);
+  if (interrupt) sigaction(SIGINT, &sa, nullptr);
+}
+
+int stop_signal() { return g_stop_signal; }
+
+}  // namespace trainer

@@ -1,0 +1,64 @@
+#include "runtime/watchdog.h"
+
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+
+#include "runtime/errors.h"
+
+namespace trainer {
+
+bool write_file_atomically(const std::string& path, const std::string& text) {
+  std::error_code ec;
+  std::filesystem::create_directories(std::filesystem::path(path).parent_path(), ec);
+  const std::string tmp = path + ".tmp";
+  FILE* f = std::fopen(tmp.c_str(), "w");
+  if (!f) return false;
+  const bool ok = std::fwrite(text.data(), 1, text.size(), f) == text.size();
+  if (std::fclose(f) != 0 || !ok) return false;
+  return std::rename(tmp.c_str(), path.c_str()) == 0;
+}
+
+Watchdog::Watchdog(FlightRecorder& rec, double timeout_s, std::string dump_path, double grace_s)
+    : rec_(rec), timeout_s_(timeout_s), grace_s_(grace_s), dump_path_(std::move(dump_path)) {
+  if (timeout_s_ > 0) thread_ = std::thread([this] { run(); });
+}
+
+Watchdog::~Watchdog() {
+  stop_ = true;
+  if (thread_.joinable()) thread_.join();
+}
+
+void Watchdog::run() {
+  // Poll often enough that the abort comes within a fraction of a second of
+  // the timeout, rarely enough to cost nothing.
+  const auto period = std::chrono::milliseconds(timeout_s_ < 10 ? 100 : 500);
+  while (!stop_) {
+    std::this_thread::sleep_for(period);
+    const FlightRecorder::Status s = rec_.status();
+    const double now = wall_seconds();
+    char why[256];
+    if (s.in_call && now - s.call_start > timeout_s_)
+      std::snprintf(why, sizeof why, "a communication call has not returned for %.1f s (runtime.comm_timeout = %g s)",
+                    now - s.call_start, timeout_s_);
+    else if (!s.in_call && now - s.last_progress > timeout_s_)
+      std::snprintf(why, sizeof why,
+                    "no progress for %.1f s outside communication (runtime.comm_timeout = %g s)",
+                    now - s.last_progress, timeout_s_);
+    else
+      continue;
+    const bool dumped = write_file_atomically(dump_path_, rec_.to_json(why));
+    std::fprintf(stderr, "error (rank %d, step %ld): watchdog: %s; flight recorder %s %s; ending the job "
+                         "(exit %d). Run `trainer diagnose RUN_DIR` to see which rank is behind.\n",
+                 rec_.world_rank(), s.step + 1, why, dumped ? "written to" : "could NOT be written to",
+                 dump_path_.c_str(), kExitCommTimeout);
+    std::fflush(stderr);
+    std::this_thread::sleep_for(std::chrono::duration<double>(grace_s_));
+    std::fflush(stdout);
+    _exit(kExitCommTimeout);
+  }
+}
+
+}  // namespace trainer

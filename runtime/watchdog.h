@@ -1,0 +1,39 @@
+#pragma once
+// The watchdog: a thread beside the training thread that polls the flight
+// recorder. When a communication call has been in flight, or the rank has
+// made no progress at all (no call started or ended, no step finished), for
+// longer than the timeout, it writes the recorder to dump_path, says so on
+// stderr, gives the other ranks a moment to dump theirs, and ends the process
+// with kExitCommTimeout, which ends the job (mpirun and srun stop every rank
+// when one exits with an error) so a supervisor can restart it.
+#include <atomic>
+#include <string>
+#include <thread>
+
+#include "runtime/flight_recorder.h"
+
+namespace trainer {
+
+class Watchdog {
+ public:
+  // timeout_s <= 0: no watchdog. grace_s: how long to wait after dumping
+  // before exiting, so peers whose own timeouts fire a moment later dump too.
+  Watchdog(FlightRecorder& rec, double timeout_s, std::string dump_path, double grace_s = 3.0);
+  ~Watchdog();
+  Watchdog(const Watchdog&) = delete;
+  Watchdog& operator=(const Watchdog&) = delete;
+
+ private:
+  void run();
+  FlightRecorder& rec_;
+  double timeout_s_, grace_s_;
+  std::string dump_path_;
+  std::atomic<bool> stop_{false};
+  std::thread thread_;
+};
+
+// Writes text to path through a temporary file and a rename (readers never
+// see half a file). Returns false on failure.
+bool write_file_atomically(const std::string& path, const std::string& text);
+
+}  // namespace trainer

@@ -1,0 +1,34 @@
+"""Helpers shared by the end-to-end checks that drive the real binary."""
+import glob
+import json
+import os
+
+import h5py
+
+failures = []
+
+
+def check(ok, msg):
+    print(("ok   " if ok else "FAIL ") + msg, flush=True)
+    if not ok:
+        failures.append(msg)
+
+
+def losses(run):
+    """step -> loss from a run's metrics.jsonl (the last record of a step wins)."""
+    return {r["step"]: r["loss"] for r in map(json.loads, open(os.path.join(run, "metrics.jsonl")))}
+
+
+def tensors(step_dir):
+    """(file, dataset) -> array for every dataset of a checkpoint step directory."""
+    out = {}
+    for f in sorted(glob.glob(os.path.join(step_dir, "*.h5"))):
+        with h5py.File(f, "r") as h:
+            h.visititems(lambda n, d: out.__setitem__((os.path.basename(f), n), d[()])
+                         if isinstance(d, h5py.Dataset) else None)
+    return out
+
+
+def same_tensors(a, b):
+    import numpy as np
+    return len(a) > 0 and a.keys() == b.keys() and all(np.array_equal(a[k], b[k]) for k in a)

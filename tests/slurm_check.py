@@ -1,0 +1,166 @@
+#!/usr/bin/python3
+"""A real single-node Slurm (munge, slurmctld, slurmd from Debian's packages,
+started here and stopped at the end):
+- `srun --mpi=pmix -n 8` runs an 8-rank (2x2x2) training run to the end;
+- `sbatch scripts/slurm/train.sbatch` with SIGUSR1 sent to the job's steps
+  (what --signal=USR1@120 sends before the time limit): the ranks checkpoint
+  and exit 75, the script requeues the job, the job runs again, resumes and
+  finishes, with final weights bit-identical to the srun run.
+Exits 77 (skipped) only where it cannot run Slurm at all: not root, or the
+slurm-wlm / munge packages missing (scripts/setup.sh test installs them).
+
+usage: slurm_check.py TRAINER_BINARY
+"""
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from harness import check, failures, same_tensors, tensors  # noqa: E402
+
+ROOT = os.path.abspath(os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+
+
+def wait_for(pred, timeout, what):
+    end = time.time() + timeout
+    while time.time() < end:
+        if pred():
+            return True
+        time.sleep(0.25)
+    print(f"timed out after {timeout} s waiting for {what}")
+    return False
+
+
+def start_slurm(tmp, env):
+    """munged (if not running) + slurmctld + slurmd on this host; returns pid files."""
+    if subprocess.run(["pgrep", "-x", "munged"], capture_output=True).returncode != 0:
+        os.makedirs("/run/munge", exist_ok=True)
+        shutil.chown("/run/munge", "munge", "munge")
+        if not os.path.exists("/etc/munge/munge.key"):
+            subprocess.run(["runuser", "-u", "munge", "--", "/usr/sbin/mungekey", "--create"], check=True)
+        subprocess.run(["runuser", "-u", "munge", "--", "/usr/sbin/munged"], check=True)
+    host = socket.gethostname().split(".")[0]
+    for d in ("state", "spool"):
+        os.makedirs(os.path.join(tmp, d))
+    conf = os.path.join(tmp, "slurm.conf")
+    with open(conf, "w") as f:
+        f.write(f"""ClusterName=trainer-test
+SlurmctldHost={host}
+SlurmUser=root
+AuthType=auth/munge
+ProctrackType=proctrack/linuxproc
+TaskPlugin=task/none
+SelectType=select/cons_tres
+SelectTypeParameters=CR_CPU
+MpiDefault=pmix
+JobRequeue=1
+MailProg=/bin/true
+ReturnToService=2
+SlurmdParameters=config_overrides
+AccountingStorageType=accounting_storage/none
+JobCompType=jobcomp/none
+StateSaveLocation={tmp}/state
+SlurmdSpoolDir={tmp}/spool
+SlurmctldPidFile={tmp}/slurmctld.pid
+SlurmdPidFile={tmp}/slurmd.pid
+SlurmctldLogFile={tmp}/slurmctld.log
+SlurmdLogFile={tmp}/slurmd.log
+SlurmctldPort=16817
+SlurmdPort=16818
+NodeName={host} CPUs=8 State=UNKNOWN
+PartitionName=test Nodes={host} Default=YES MaxTime=INFINITE State=UP OverSubscribe=YES
+""")
+    env["SLURM_CONF"] = conf
+    subprocess.run(["slurmctld", "-f", conf], check=True, env=env)
+    subprocess.run(["slurmd", "-f", conf], check=True, env=env)
+    ok = wait_for(lambda: subprocess.run(["sinfo", "-h", "-o", "%T"], capture_output=True, text=True,
+                                         env=env).stdout.strip() == "idle", 60, "the node to be idle")
+    return ok, [os.path.join(tmp, "slurmctld.pid"), os.path.join(tmp, "slurmd.pid")]
+
+
+def stop_slurm(pidfiles):
+    for pf in pidfiles:
+        try:
+            os.kill(int(open(pf).read().strip()), 15)
+        except (OSError, ValueError):
+            pass
+
+
+def main():
+    trainer = os.path.abspath(sys.argv[1])
+    if os.geteuid() != 0 or not shutil.which("slurmctld") or not shutil.which("munged"):
+        print("skipped: needs root and Debian's slurm-wlm and munge (scripts/setup.sh test)")
+        sys.exit(77)
+    recipe = os.path.join(ROOT, "configs/demo.toml")
+    with tempfile.TemporaryDirectory() as tmp:
+        env = dict(os.environ, OMPI_MCA_mpi_yield_when_idle="1", TRAINER=trainer)
+        ok, pidfiles = start_slurm(tmp, env)
+        try:
+            check(ok, "single-node Slurm is up (slurmctld, slurmd, munge)")
+            if not ok:
+                print(open(os.path.join(tmp, "slurmctld.log")).read()[-3000:])
+                sys.exit(1)
+            data = os.path.join(tmp, "data")
+            subprocess.run([trainer, "data", "prepare", "--input", "/usr/share/common-licenses",
+                            "--output", data], check=True, stdout=subprocess.DEVNULL)
+            base = ["--set", f'data.train=["{data}/train_*.bin"]', "--set", "data.val=[]",
+                    "--set", "training.steps=40", "--set", "training.log_every=1",
+                    "--set", "optimizer.warmup_steps=2", "--set", "training.eval_every=0",
+                    "--set", "model.n_layers=4", "--set", "checkpoint.every=5",
+                    "--set", "runtime.peak_gflops=100"]
+
+            # srun: an 8-rank run.
+            run_a = os.path.join(tmp, "srun")
+            p = subprocess.run(["srun", "--mpi=pmix", "-n", "8", "--overcommit", trainer, "train", recipe, *base,
+                                "--set", f"run.dir={run_a}"], capture_output=True, text=True, env=env, timeout=600)
+            check(p.returncode == 0 and "dp=2 pp=2 tp=2" in p.stdout and "done: 40 steps" in p.stdout,
+                  f"srun --mpi=pmix -n 8: the 2x2x2 run finished (exit {p.returncode})")
+            if p.returncode:
+                print(p.stdout[-3000:], p.stderr[-3000:])
+
+            # sbatch + SIGUSR1: checkpoint, exit 75, requeue, resume, finish.
+            run_b = os.path.join(tmp, "sbatch")
+            log = os.path.join(tmp, "job.out")
+            p = subprocess.run(["sbatch", "--parsable", f"--output={log}", "--ntasks=8",
+                                os.path.join(ROOT, "scripts/slurm/train.sbatch"), recipe, *base,
+                                "--set", f"run.dir={run_b}"],
+                               capture_output=True, text=True, env=dict(env, TRAINER_SRUN_ARGS="--overcommit"),
+                               cwd=tmp)
+            job = p.stdout.strip().split(";")[0]
+            check(p.returncode == 0 and job.isdigit(), f"sbatch accepted the job ({job or p.stderr.strip()})")
+
+            def state():
+                out = subprocess.run(["scontrol", "show", "job", job], capture_output=True, text=True, env=env).stdout
+                fields = dict(kv.split("=", 1) for kv in out.split() if "=" in kv)
+                return fields.get("JobState", "?"), fields.get("Restarts", "0")
+
+            beat = os.path.join(run_b, "heartbeat")
+            wait_for(lambda: os.path.exists(beat) and int(open(beat).read().split()[0] or 0) >= 3, 180,
+                     "the job to reach step 3")
+            subprocess.run(["scancel", "--signal=USR1", job], check=True, env=env)
+            # The script requeues the job; Slurm holds a requeued job ~120 s
+            # (BeginTime), so release it once it is pending again.
+            wait_for(lambda: state()[1] != "0" and state()[0] == "PENDING", 180, "the requeue")
+            subprocess.run(["scontrol", "update", f"jobid={job}", "StartTime=now"], env=env)
+            wait_for(lambda: state()[0] in ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT"), 300, "the job to end")
+            st, restarts = state()
+            out = open(log).read() if os.path.exists(log) else ""
+            print("\n".join(l for l in out.splitlines() if not l.startswith("step ")))
+            check("preempted: User defined signal 1 received" in out and "requeueing job" in out,
+                  "sbatch: SIGUSR1 made the ranks checkpoint and exit 75, and the script requeued the job")
+            check(st == "COMPLETED" and restarts == "1" and "restart count 1" in out and "resumed from" in out
+                  and "done: 40 steps" in out, f"sbatch: the requeued job resumed and finished ({st}, restarts {restarts})")
+            check(same_tensors(tensors(os.path.join(run_a, "checkpoints", "step_00000040")),
+                               tensors(os.path.join(run_b, "checkpoints", "step_00000040"))),
+                  "sbatch: the final weights and AdamW state are bit-identical to the uninterrupted srun run's")
+        finally:
+            stop_slurm(pidfiles)
+    sys.exit(1 if failures else 0)
+
+
+if __name__ == "__main__":
+    main()

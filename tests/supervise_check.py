@@ -1,0 +1,196 @@
+#!/usr/bin/python3
+"""Supervision through the real binary, 8 ranks as dp 2 x pp 2 x tp 2:
+- crash: rank 3 dies at step 7 (checkpoints every 5); `trainer supervise`
+  relaunches from step 5 and the final weights and AdamW state are
+  bit-identical to an uninterrupted run's;
+- hang: rank 1 stops before a collective at step 7; every rank's watchdog
+  dumps its flight recorder and the job ends within comm_timeout + a few
+  seconds; `trainer diagnose` names rank 1; the supervisor restarts and
+  finishes, bit-identical;
+- a hang with the watchdog off is found by the supervisor's heartbeat;
+- preemption: SIGTERM to every rank at a random moment saves a checkpoint
+  and exits 75; a second launch finishes bit-identical; SIGTERM to the
+  supervisor does the same through it;
+- restart budget: a crash at every launch gives up after max_restarts with
+  exit 7 and a message;
+- NaN: on_nan stop exits 6 (and the supervisor does not retry it), skip
+  finishes without that update, rollback reloads and skips the batches;
+- a rank slowed by injection is named as a straggler; without it none is;
+- bad fault specs are recipe errors (exit 2).
+
+usage: supervise_check.py TRAINER_BINARY MPIEXEC
+"""
+import datetime
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from harness import check, failures, losses, same_tensors, tensors  # noqa: E402
+
+
+def main():
+    trainer, mpiexec = sys.argv[1], sys.argv[2]
+    root = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
+    recipe = os.path.join(root, "configs/demo.toml")
+    with tempfile.TemporaryDirectory() as tmp:
+        data = os.path.join(tmp, "data")
+        subprocess.run([trainer, "data", "prepare", "--input", "/usr/share/common-licenses",
+                        "--output", data], check=True, stdout=subprocess.DEVNULL)
+        base = ["--set", f'data.train=["{data}/train_*.bin"]', "--set", "data.val=[]",
+                "--set", "training.steps=12", "--set", "training.log_every=1",
+                "--set", "optimizer.warmup_steps=2", "--set", "training.eval_every=0",
+                "--set", "model.n_layers=4", "--set", "checkpoint.every=5",
+                "--set", "runtime.peak_gflops=100", "--set", "launch.ranks=8",
+                "--set", "supervisor.backoff=0.5"]
+
+        def run_cmd(cmd, ok_codes=(0,)):
+            p = subprocess.run(cmd, capture_output=True, text=True)
+            if p.returncode not in ok_codes:
+                print(p.stdout, p.stderr)
+                raise SystemExit(f"failed ({p.returncode}): {' '.join(cmd)}")
+            return p.returncode, p.stdout + p.stderr
+
+        def train(run, extra, ok_codes=(0,), np_=8):
+            return run_cmd([mpiexec, "-np", str(np_), trainer, "train", recipe, *base, "--set", f"run.dir={run}",
+                            *extra], ok_codes)
+
+        def supervise(run, extra, ok_codes=(0,)):
+            return run_cmd([trainer, "supervise", recipe, *base, "--set", f"run.dir={run}", *extra], ok_codes)
+
+        def events(run):
+            return [json.loads(l) for l in open(os.path.join(run, "events.jsonl"))]
+
+        def final(run):
+            return tensors(os.path.join(run, "checkpoints", "step_00000012"))
+
+        straight = os.path.join(tmp, "straight")
+        train(straight, [])
+        ref = final(straight)
+
+        # Crash.
+        run = os.path.join(tmp, "crash")
+        code, out = supervise(run, ["--set", 'fault.inject=["crash rank=3 step=7"]'])
+        ev = [(e["event"], e.get("code")) for e in events(run)]
+        check(code == 0 and ev == [("start", None), ("exit", 137), ("restart", None), ("start", None),
+                                   ("exit", 0), ("done", None)], f"crash: supervised run finished, events {ev}")
+        check("resumed from" in out and "step_00000005 at step 5" in out, "crash: relaunch resumed at step 5")
+        check(same_tensors(final(run), ref), f"crash: final weights and AdamW state bit-identical ({len(ref)} tensors)")
+
+        # Hang, found by the watchdog.
+        run = os.path.join(tmp, "hang")
+        timeout = 5
+        code, out = supervise(run, ["--set", 'fault.inject=["hang rank=1 step=7"]',
+                                    "--set", f"runtime.comm_timeout={timeout}"])
+        ev = events(run)
+        dumps = sorted(os.listdir(os.path.join(run, "flight")))
+        check(code == 0 and [e["event"] for e in ev][-2:] == ["exit", "done"] and ev[1]["code"] == 5,
+              f"hang: job ended with exit 5 (watchdog), supervisor restarted and finished")
+        check(dumps == [f"rank_{r:05d}.json" for r in range(8)], f"hang: all 8 ranks dumped their flight recorder")
+        d1 = json.load(open(os.path.join(run, "flight", "rank_00001.json")))
+        stopped = max(c["end"] for c in d1["calls"] if c["end"] is not None)  # rank 1's last progress
+        ended = datetime.datetime.strptime(ev[1]["time"], "%Y-%m-%dT%H:%M:%S.%fZ").replace(
+            tzinfo=datetime.timezone.utc).timestamp()
+        check(ended - stopped < timeout + 6, f"hang: job ended {ended - stopped:.1f} s after rank 1 stopped "
+                                             f"(comm_timeout {timeout} s)")
+        code, diag = run_cmd([trainer, "diagnose", run])
+        print(diag)
+        check(code == 0 and "verdict: rank 1 is behind." in diag and "which rank 1 has not joined" in diag,
+              "hang: `trainer diagnose` names rank 1 and the call the others wait in")
+        check(same_tensors(final(run), ref), "hang: final weights bit-identical after the restart")
+
+        # Hang with the watchdog off: the supervisor's heartbeat timeout.
+        run = os.path.join(tmp, "heartbeat")
+        code, out = supervise(run, ["--set", 'fault.inject=["hang rank=1 step=4"]', "--set", "runtime.comm_timeout=0",
+                                    "--set", "supervisor.hang_timeout=6"])
+        ev = [e["event"] for e in events(run)]
+        check(code == 0 and ev[:2] == ["start", "hang"] and ev[-1] == "done" and "no heartbeat" in out,
+              f"heartbeat: the hung job was killed and the restart finished ({ev})")
+        check(same_tensors(final(run), ref), "heartbeat: final weights bit-identical")
+
+        # Preemption: SIGTERM to every rank at a random moment of training.
+        run = os.path.join(tmp, "preempt")
+        p = subprocess.Popen([mpiexec, "-np", "8", trainer, "train", recipe, *base, "--set", f"run.dir={run}",
+                              "--set", "training.steps=12"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                             text=True)
+        while not os.path.exists(os.path.join(run, "heartbeat")):
+            time.sleep(0.05)
+        time.sleep(random.uniform(0, 1.0))
+        ranks = subprocess.run(["pgrep", "-P", str(p.pid)], capture_output=True, text=True).stdout.split()
+        for r in ranks:
+            os.kill(int(r), signal.SIGTERM)
+        out = p.communicate()[0]
+        saved = [l for l in out.splitlines() if l.startswith("preempted:")]
+        print("\n".join(saved))
+        check(p.returncode == 75 and len(ranks) == 8 and saved, f"preempt: exit code {p.returncode} (75) and a checkpoint")
+        code, out = train(run, [])
+        check("resumed from" in out and same_tensors(final(run), ref),
+              "preempt: the second launch resumed and ended bit-identical")
+
+        # Preemption through the supervisor.
+        run = os.path.join(tmp, "preempt_supervised")
+        p = subprocess.Popen([trainer, "supervise", recipe, *base, "--set", f"run.dir={run}"],
+                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        while not os.path.exists(os.path.join(run, "heartbeat")):
+            time.sleep(0.05)
+        time.sleep(random.uniform(0, 1.0))
+        p.send_signal(signal.SIGTERM)
+        out = p.communicate()[0]
+        ev = [e["event"] for e in events(run)]
+        check(p.returncode == 75 and "signal" in ev and ev[-1] == "preempted", f"supervised preempt: exit 75, events {ev}")
+        code, out = supervise(run, [])
+        check(same_tensors(final(run), ref), "supervised preempt: relaunch ended bit-identical")
+
+        # Restart budget.
+        run = os.path.join(tmp, "budget")
+        code, out = supervise(run, ["--set", 'fault.inject=["crash rank=0 step=2 launch=all"]',
+                                    "--set", "supervisor.max_restarts=2", "--set", "supervisor.backoff=0.2"],
+                              ok_codes=(7,))
+        ev = [e["event"] for e in events(run)]
+        check(code == 7 and ev.count("start") == 3 and ev[-1] == "give_up" and "restarts are used up" in out,
+              f"budget: gave up after 2 restarts with exit 7 ({ev.count('start')} launches)")
+
+        # NaN.
+        nan = ["--set", 'fault.inject=["nan step=8"]']
+        code, out = train(os.path.join(tmp, "nan_stop"), nan, ok_codes=(6,))
+        check(code == 6 and "step 8: gradient norm is nan" in out, "nan: on_nan = stop exits 6 with a message")
+        run = os.path.join(tmp, "nan_supervised")
+        code, out = supervise(run, nan, ok_codes=(6,))
+        check(code == 6 and [e["event"] for e in events(run)][-1] == "give_up", "nan: the supervisor does not retry exit 6")
+        run = os.path.join(tmp, "nan_skip")
+        code, out = train(run, nan + ["--set", 'training.on_nan="skip"'])
+        rec = [json.loads(l) for l in open(os.path.join(run, "metrics.jsonl"))]
+        check("update skipped" in out and any(r["step"] == 8 and r.get("update_skipped") for r in rec)
+              and not same_tensors(final(run), ref), "nan: on_nan = skip finishes without step 8's update")
+        run = os.path.join(tmp, "nan_rollback")
+        code, out = train(run, nan + ["--set", 'training.on_nan="rollback"'])
+        manifest = open(os.path.join(run, "checkpoints", "step_00000012", "manifest")).read()
+        check("rolled back to" in out and "skipped the 3 batch(es)" in out and "samples 240" in manifest,
+              "nan: on_nan = rollback reloads step 5 and skips batches 6-8 (240 samples consumed at step 12)")
+
+        # Straggler.
+        run = os.path.join(tmp, "straggler")
+        code, out = train(run, ["--set", 'fault.inject=["slow rank=2 ms=200"]', "--set", "runtime.straggler_every=4",
+                                "--set", "checkpoint.every=0"])
+        named = [l for l in out.splitlines() if "straggler:" in l]
+        print("\n".join(named))
+        rec = [json.loads(l) for l in open(os.path.join(run, "metrics.jsonl"))]
+        check(named and all("rank 2 " in l for l in named) and any(r.get("stragglers") == [2] for r in rec),
+              "straggler: rank 2, slowed by 200 ms per step, is named in the log and metrics.jsonl")
+        code, out = train(os.path.join(tmp, "no_straggler"), ["--set", "runtime.straggler_every=4",
+                                                              "--set", "checkpoint.every=0"])
+        check("straggler:" not in out, "straggler: none named without the slowdown")
+
+        # Bad fault specs.
+        code, out = train(os.path.join(tmp, "bad"), ["--set", 'fault.inject=["crash step=3"]'], ok_codes=(2,), np_=1)
+        check("needs rank=R and step=K" in out, "a fault without its rank is a recipe error (exit 2)")
+    sys.exit(1 if failures else 0)
+
+
+if __name__ == "__main__":
+    main()

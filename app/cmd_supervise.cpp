@@ -128,6 +128,20 @@ void kill_session(pid_t sid, int sig) {
   kill(sid, sig);
 }
 
+// Ends a hung job. srun's tasks run under slurmd, outside our session: two
+// SIGINTs within a second make srun kill the whole step; after that (and for
+// mpirun, whose ranks are in our session) everything left gets SIGKILL.
+void stop_job(pid_t pid, const std::string& launcher) {
+  if (std::filesystem::path(launcher).filename() == "srun") {
+    kill(pid, SIGINT);
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    kill(pid, SIGINT);
+    for (int i = 0; i < 100 && waitpid(pid, nullptr, WNOHANG) == 0; i++)
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  kill_session(pid, SIGKILL);
+}
+
 pid_t spawn(const std::vector<std::string>& cmd, int launch) {
   const pid_t pid = fork();
   if (pid < 0) throw std::runtime_error(std::string("fork: ") + std::strerror(errno));
@@ -228,7 +242,7 @@ int cmd_supervise(int argc, char** argv) {
         std::snprintf(b, sizeof b, "launch %d: no heartbeat for %.0f s (supervisor.hang_timeout = %g s): killing the job",
                       launch, now_s() - beat, sv.hang_timeout);
         events.write("hang", launch, b, JsonRecord().add("since_heartbeat_s", now_s() - beat));
-        kill_session(pid, SIGKILL);
+        stop_job(pid, command[0]);
         waitpid(pid, &status, 0);
         hung = true;
         break;

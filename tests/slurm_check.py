@@ -5,13 +5,16 @@ started here and stopped at the end):
 - `sbatch scripts/slurm/train.sbatch` with SIGUSR1 sent to the job's steps
   (what --signal=USR1@120 sends before the time limit): the ranks checkpoint
   and exit 75, the script requeues the job, the job runs again, resumes and
-  finishes, with final weights bit-identical to the srun run.
+  finishes, with final weights bit-identical to the srun run;
+- a hang under srun (rank 1 stops, watchdog off): the supervisor sees no
+  heartbeat, has srun cancel the step, relaunches, and the run finishes.
 Exits 77 (skipped) only where it cannot run Slurm at all: not root, or the
 slurm-wlm / munge packages missing (scripts/setup.sh test installs them).
 
 usage: slurm_check.py TRAINER_BINARY
 """
 import os
+import shlex
 import shutil
 import socket
 import subprocess
@@ -157,6 +160,25 @@ def main():
             check(same_tensors(tensors(os.path.join(run_a, "checkpoints", "step_00000040")),
                                tensors(os.path.join(run_b, "checkpoints", "step_00000040"))),
                   "sbatch: the final weights and AdamW state are bit-identical to the uninterrupted srun run's")
+
+            # A hang under srun: the supervisor (inside an allocation) finds
+            # the stale heartbeat, makes srun cancel the step, and relaunches.
+            run_c = os.path.join(tmp, "hang")
+            log = os.path.join(tmp, "hang.out")
+            sup = [trainer, "supervise", recipe, *base, "--set", f"run.dir={run_c}", "--set", 'launch.launcher="srun"',
+                   "--set", "launch.ranks=8", "--set", 'launch.args=["--overcommit"]', "--set", "supervisor.backoff=0.5",
+                   "--set", 'fault.inject=["hang rank=1 step=4"]', "--set", "runtime.comm_timeout=0",
+                   "--set", "supervisor.hang_timeout=5"]
+            p = subprocess.run(["sbatch", "--parsable", "--ntasks=8", f"--output={log}", "--wrap",
+                                " ".join(shlex.quote(a) for a in sup)], capture_output=True, text=True, env=env)
+            job = p.stdout.strip().split(";")[0]
+            wait_for(lambda: state()[0] in ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT"), 300, "the job to end")
+            out = open(log).read() if os.path.exists(log) else ""
+            print("\n".join(l for l in out.splitlines() if l.startswith(("supervise:", "srun:", "slurmstepd"))))
+            left = subprocess.run(["pgrep", "-f", f"run.dir={run_c}"], capture_output=True, text=True).stdout.split()
+            check(state()[0] == "COMPLETED" and "no heartbeat" in out and "CANCELLED" in out
+                  and "training finished after 2 launch(es)" in out and not left,
+                  "srun hang: the supervisor had the step cancelled, relaunched and finished; no rank left behind")
         finally:
             stop_slurm(pidfiles)
     sys.exit(1 if failures else 0)

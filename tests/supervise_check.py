@@ -187,7 +187,7 @@ def main():
         check("straggler:" not in out, "straggler: none named without the slowdown")
 
         # Bad fault specs.
-        code, out = train(os.path.join(tmp, "bad"), ["--set", 'fault.inject=["crash step=3"]'], ok_codes=(2,), np_=1)
+        code, out = train(os.path.join(tmp, "bad"), ["--set", 'fault.inject=["crash step=3"]'], ok_codes=(2,))
         check("needs rank=R and step=K" in out, "a fault without its rank is a recipe error (exit 2)")
     sys.exit(1 if failures else 0)
 

@@ -1,0 +1,199 @@
+// Supervision pieces on their own: fault specs, the flight recorder's
+// bookkeeping and JSON, the watchdog's exit, and `trainer diagnose` on
+// hand-written dumps (a rank behind, a collective-order mismatch). The whole
+// chain through mpirun and Slurm is tests/supervise_check.py and
+// tests/slurm_check.py.
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+#include <unistd.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+#include "app/fault.h"
+#include "runtime/errors.h"
+#include "runtime/flight_recorder.h"
+#include "runtime/watchdog.h"
+
+namespace trainer {
+namespace {
+
+TEST(Faults, ParsesEveryKindAndItsKeys) {
+  const auto f = parse_faults("crash rank=3 step=7; hang rank=1 step=4 launch=all;slow rank=2 ms=150 step=3;"
+                              " nan step=5; ckpt_kill point=renamed step=10 launch=2",
+                              "test");
+  ASSERT_EQ(f.size(), 5u);
+  EXPECT_EQ(f[0].kind, Fault::Crash);
+  EXPECT_EQ(f[0].rank, 3);
+  EXPECT_EQ(f[0].step, 7);
+  EXPECT_EQ(f[0].launch, 0);
+  EXPECT_EQ(f[1].kind, Fault::Hang);
+  EXPECT_EQ(f[1].launch, -1);
+  EXPECT_EQ(f[2].kind, Fault::Slow);
+  EXPECT_EQ(f[2].ms, 150);
+  EXPECT_EQ(f[3].kind, Fault::Nan);
+  EXPECT_EQ(f[3].rank, 0);
+  EXPECT_EQ(f[4].point, "renamed");
+  EXPECT_EQ(f[4].launch, 2);
+}
+
+TEST(Faults, RejectsBadSpecsWithTheItem) {
+  for (const char* bad : {"crash step=3", "explode rank=1", "hang rank=1 step=x", "slow rank=1",
+                          "ckpt_kill point=nowhere step=1", "nan step=0", "crash rank=1 step=2 colour=red"}) {
+    try {
+      parse_faults(bad, "TRAINER_FAULT");
+      ADD_FAILURE() << "accepted: " << bad;
+    } catch (const RecipeError& e) {
+      EXPECT_NE(std::string(e.what()).find("TRAINER_FAULT"), std::string::npos) << e.what();
+    }
+  }
+}
+
+TEST(Faults, PlanKeepsThisRankAndLaunch) {
+  auto f = parse_faults("crash rank=3 step=7; crash rank=1 step=2; slow rank=3 ms=10 step=4; "
+                        "slow rank=3 ms=5; hang rank=3 step=9 launch=1; ckpt_kill point=renamed step=5",
+                        "t");
+  const FaultPlan p(f, 3, 0);
+  EXPECT_EQ(p.at(Fault::Crash, 7).size(), 1u);
+  EXPECT_TRUE(p.at(Fault::Crash, 2).empty());        // rank 1's
+  EXPECT_TRUE(p.at(Fault::Hang, 9).empty());         // launch 1's
+  EXPECT_EQ(p.at(Fault::CkptKill, 5).size(), 1u);    // every rank
+  EXPECT_EQ(p.slow_ms(3), 5);
+  EXPECT_EQ(p.slow_ms(4), 15);
+  EXPECT_EQ(FaultPlan(f, 3, 1).at(Fault::Hang, 9).size(), 1u);
+  EXPECT_TRUE(FaultPlan(f, 3, 1).at(Fault::Crash, 7).empty());
+}
+
+TEST(FlightRecorder, CountsCollectivesPerGroupAndKeepsTheNewest) {
+  FlightRecorder rec(5, 4);
+  const int tp = rec.add_group("tp", {4, 5});
+  const int pp = rec.add_group("pp", {1, 5});
+  for (int i = 0; i < 5; i++) rec.end(rec.begin(tp, "allreduce_sum", 64, -1));
+  rec.begin(pp, "irecv", 32, 1, FlightRecorder::Post);
+  const uint64_t w = rec.begin(pp, "wait_recv", 32, 1, FlightRecorder::Wait);
+  const auto st = rec.status();
+  EXPECT_TRUE(st.in_call);
+  const nlohmann::json j = nlohmann::json::parse(rec.to_json("test"));
+  EXPECT_EQ(j["rank"], 5);
+  EXPECT_EQ(j["groups"][0]["started"], 5);
+  EXPECT_EQ(j["groups"][0]["completed"], 5);
+  EXPECT_EQ(j["groups"][1]["started"], 0);  // point-to-point is not in the collective sequence
+  ASSERT_EQ(j["calls"].size(), 4u);         // the ring's capacity: the newest four, oldest first
+  EXPECT_EQ(j["calls"][0]["seq"], 4);
+  EXPECT_EQ(j["calls"][1]["group_seq"], 5);
+  EXPECT_EQ(j["calls"][2]["op"], "irecv");
+  EXPECT_FALSE(j["calls"][2]["end"].is_null());  // posting does not block
+  EXPECT_TRUE(j["calls"][3]["end"].is_null());   // the wait is in flight
+  EXPECT_EQ(j["calls"][3]["peer"], 1);
+  rec.end(w);
+  EXPECT_FALSE(rec.status().in_call);
+}
+
+std::string temp_dir(const char* name) {
+  const std::string d = std::filesystem::temp_directory_path() / (std::string(name) + std::to_string(getpid()));
+  std::filesystem::remove_all(d);
+  std::filesystem::create_directories(d);
+  return d;
+}
+
+TEST(Watchdog, DumpsAndExitsWhenACallIsStuck) {
+  const std::string dir = temp_dir("watchdog");
+  EXPECT_EXIT(
+      {
+        FlightRecorder rec(0);
+        rec.begin(rec.add_group("world", {0, 1}), "barrier", 0, -1);  // never ends
+        Watchdog dog(rec, 0.3, dir + "/rank_00000.json", 0.0);
+        sleep(10);
+      },
+      testing::ExitedWithCode(kExitCommTimeout), "watchdog: a communication call has not returned");
+  const nlohmann::json j = nlohmann::json::parse(std::ifstream(dir + "/rank_00000.json"));
+  EXPECT_EQ(j["calls"][0]["op"], "barrier");
+  std::filesystem::remove_all(dir);
+}
+
+TEST(Watchdog, QuietWhileCallsComeAndGo) {
+  FlightRecorder rec(0);
+  const int g = rec.add_group("world", {0});
+  Watchdog dog(rec, 0.3, "/nonexistent/never_written.json", 0.0);
+  for (int i = 0; i < 20; i++) {
+    rec.end(rec.begin(g, "allreduce_sum", 8, -1));
+    usleep(50000);  // 1 s in all, each gap well under the timeout
+  }
+  SUCCEED();
+}
+
+// `trainer diagnose` on dumps written by hand.
+struct Dump {
+  int rank;
+  long tp_started;
+  std::string calls;  // JSON array body
+};
+
+std::string write_dumps(const char* name, const std::vector<Dump>& dumps) {
+  const std::string dir = temp_dir(name);
+  std::filesystem::create_directories(dir + "/flight");
+  for (const Dump& d : dumps) {
+    char path[256];
+    std::snprintf(path, sizeof path, "%s/flight/rank_%05d.json", dir.c_str(), d.rank);
+    std::ofstream(path) << "{\"rank\": " << d.rank << ", \"job_start\": 100, \"launch\": 0, \"time\": 200, "
+                        << "\"step\": 3, \"reason\": \"t\", \"stopped_by_fault_injection\": false, \"groups\": ["
+                        << "{\"name\": \"world\", \"members\": [0, 1, 2], \"started\": 0, \"completed\": 0}, "
+                        << "{\"name\": \"tp\", \"members\": [0, 1, 2], \"started\": " << d.tp_started
+                        << ", \"completed\": 0}], \"calls\": [" << d.calls << "]}\n";
+  }
+  return dir;
+}
+
+std::string call(long gseq, const char* op, long bytes, const char* end) {
+  return "{\"seq\": " + std::to_string(gseq) + ", \"group\": 1, \"group_seq\": " + std::to_string(gseq) +
+         ", \"op\": \"" + op + "\", \"bytes\": " + std::to_string(bytes) + ", \"peer\": -1, \"start\": 150, \"end\": " +
+         end + "}";
+}
+
+std::pair<int, std::string> diagnose(const std::string& dir) {
+  FILE* p = popen((std::string(TRAINER_BIN) + " diagnose " + dir + " 2>&1").c_str(), "r");
+  std::string out;
+  char buf[4096];
+  while (size_t n = fread(buf, 1, sizeof buf, p)) out.append(buf, n);
+  const int status = pclose(p);
+  return {WEXITSTATUS(status), out};
+}
+
+TEST(Diagnose, NamesTheRankBehindAndTheCall) {
+  // Ranks 0 and 2 wait in tp call #8; rank 1 finished #7 and never joined.
+  const std::string dir = write_dumps(
+      "diag_behind", {{0, 8, call(7, "allgather", 64, "160") + "," + call(8, "reduce_scatter_sum", 4096, "null")},
+                      {1, 7, call(7, "allgather", 64, "160")},
+                      {2, 8, call(7, "allgather", 64, "160") + "," + call(8, "reduce_scatter_sum", 4096, "null")}});
+  const auto [code, out] = diagnose(dir);
+  EXPECT_EQ(code, 0) << out;
+  EXPECT_NE(out.find("verdict: rank 1 is behind."), std::string::npos) << out;
+  EXPECT_NE(out.find("rank 0 waits in tp reduce_scatter_sum #8 (4096 bytes), which rank 1 has not joined"),
+            std::string::npos) << out;
+  std::filesystem::remove_all(dir);
+}
+
+TEST(Diagnose, ReportsCollectivesMadeInADifferentOrder) {
+  // Every rank is in call #8, but rank 2's #8 is another operation.
+  const std::string dir = write_dumps(
+      "diag_order", {{0, 8, call(8, "allreduce_sum", 64, "null")},
+                     {1, 8, call(8, "allreduce_sum", 64, "null")},
+                     {2, 8, call(8, "allgather", 64, "null")}});
+  const auto [code, out] = diagnose(dir);
+  EXPECT_NE(out.find("disagree on call #8"), std::string::npos) << out;
+  EXPECT_NE(out.find("no single rank is behind"), std::string::npos) << out;
+  std::filesystem::remove_all(dir);
+}
+
+TEST(Diagnose, WithoutDumpsSaysWhere) {
+  const std::string dir = temp_dir("diag_none");
+  const auto [code, out] = diagnose(dir);
+  EXPECT_EQ(code, kExitUsage);
+  EXPECT_NE(out.find("no flight recorder dumps"), std::string::npos) << out;
+  std::filesystem::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace trainer

@@ -87,16 +87,19 @@ std::string meaning(int code) {
     case kExitCommTimeout: return "communication timeout (watchdog)";
     case kExitNonFinite: return "NaN/Inf loss or gradient";
     case kExitPreempted: return "preempted, checkpoint saved";
+    case 126: return "the launch command cannot be executed";
+    case 127: return "the launch command was not found";
   }
   if (code > 128 && code < 128 + 65) return std::string("killed by signal ") + std::to_string(code - 128) + " (" + strsignal(code - 128) + ")";
   return "failure";
 }
 
-// A retry cannot fix a wrong recipe, bad data, an unusable checkpoint, or a
-// NaN that on_nan = "stop" refused to train through.
+// A retry cannot fix a wrong recipe, bad data, an unusable checkpoint, a NaN
+// that on_nan = "stop" refused to train through, or a launch command that
+// cannot be run at all (126, 127 from the shell's convention).
 bool retryable(int code) {
   return code != kExitUsage && code != kExitData && code != kExitCheckpoint && code != kExitNonFinite &&
-         code != kExitPreempted && code != kExitOk;
+         code != kExitPreempted && code != kExitOk && code != 126 && code != 127;
 }
 
 class EventLog {

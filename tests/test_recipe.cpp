@@ -173,6 +173,20 @@ TEST_F(RecipeErrors, RecomputeKeysAreChecked) {
                {"[recompute] layers", "positive number of layers"});
 }
 
+TEST_F(RecipeErrors, SupervisionKeysAreChecked) {
+  expect_error(train(write(base()), "--set training.on_nan=ignore"), 2,
+               {"--set training.on_nan", "\"ignore\" is not one of \"stop\", \"skip\", \"rollback\""});
+  expect_error(train(write(base()), "--set runtime.straggler_factor=0.5"), 2,
+               {"[runtime] straggler_factor", "must be > 1"});
+  expect_error(train(write(base()), "--set runtime.comm_timeout=-1"), 2, {"[runtime] comm_timeout", ">= 0"});
+  expect_error(train(write(base()), "--set supervisor.backoff_max=1 --set supervisor.backoff=2"), 2,
+               {"[supervisor] backoff_max", "must be >= supervisor.backoff"});
+  expect_error(train(write(base()), "--set launch.launcher=slurm"), 2,
+               {"--set launch.launcher", "\"slurm\" is not one of \"mpirun\", \"srun\""});
+  expect_error(train(write(base()), "--set 'fault.inject=[\"hang rank=1\"]'"), 2,
+               {"[fault] inject", "fault \"hang rank=1\" needs rank=R and step=K"});
+}
+
 TEST_F(RecipeErrors, PlanPrintsEveryModeWithoutMpi) {
   const Outcome o = run(std::string(TRAINER_BIN) + " plan " + write(base()) + " --ranks 2 --set parallel.pp=1");
   EXPECT_EQ(o.code, 0) << o.out;
@@ -252,13 +266,16 @@ TEST_F(RecipeErrors, TwoRanksMatchOneProcessEndToEnd) {
 
 TEST_F(RecipeErrors, PrintConfigRoundTrips) {
   const std::string p = write(base());
-  const Outcome o = train(p, "--print-config --set optimizer.warmup_steps=1", 1);
+  const Outcome o = train(p, "--print-config --set optimizer.warmup_steps=1 --set training.on_nan=rollback "
+                            "--set 'fault.inject=[\"slow rank=1 ms=5\"]' --set 'launch.args=[\"--bind-to\", \"none\"]'", 1);
   ASSERT_EQ(o.code, 0) << o.out;
   EXPECT_NE(o.out.find("warmup_steps = 1"), std::string::npos) << o.out;
   EXPECT_NE(o.out.find("dp = 1"), std::string::npos) << o.out;
   const std::string resolved = dir_ + "/resolved.toml";
   std::ofstream(resolved) << o.out;
-  const Recipe a = load_recipe(p, {"optimizer.warmup_steps=1"}, 1, true);
+  const Recipe a = load_recipe(p, {"optimizer.warmup_steps=1", "training.on_nan=\"rollback\"",
+                                   "fault.inject=[\"slow rank=1 ms=5\"]", "launch.args=[\"--bind-to\", \"none\"]"},
+                               1, true);
   const Recipe b = load_recipe(resolved, {}, 1, true);
   EXPECT_EQ(recipe_to_toml(a).substr(recipe_to_toml(a).find('\n')),
             recipe_to_toml(b).substr(recipe_to_toml(b).find('\n')));

@@ -52,7 +52,7 @@ def start_slurm(tmp, env):
     conf = os.path.join(tmp, "slurm.conf")
     with open(conf, "w") as f:
         f.write(f"""ClusterName=trainer-test
-SlurmctldHost={host}
+SlurmctldHost={host}(127.0.0.1)
 SlurmUser=root
 AuthType=auth/munge
 ProctrackType=proctrack/linuxproc
@@ -74,7 +74,7 @@ SlurmctldLogFile={tmp}/slurmctld.log
 SlurmdLogFile={tmp}/slurmd.log
 SlurmctldPort=16817
 SlurmdPort=16818
-NodeName={host} CPUs=8 State=UNKNOWN
+NodeName={host} NodeAddr=127.0.0.1 CPUs=8 State=UNKNOWN
 PartitionName=test Nodes={host} Default=YES MaxTime=INFINITE State=UP OverSubscribe=YES
 """)
     env["SLURM_CONF"] = conf

@@ -86,11 +86,22 @@ PartitionName=test Nodes={host} Default=YES MaxTime=INFINITE State=UP OverSubscr
 
 
 def stop_slurm(pidfiles):
+    """SIGTERM to each daemon, then wait until it is gone (it writes its state on the way out)."""
+    pids = []
     for pf in pidfiles:
         try:
-            os.kill(int(open(pf).read().strip()), 15)
+            pids.append(int(open(pf).read().strip()))
+            os.kill(pids[-1], 15)
         except (OSError, ValueError):
             pass
+
+    def alive(pid):
+        try:
+            os.kill(pid, 0)
+            return True
+        except OSError:
+            return False
+    wait_for(lambda: not any(alive(p) for p in pids), 30, "the Slurm daemons to stop")
 
 
 def main():
@@ -99,7 +110,7 @@ def main():
         print("skipped: needs root and Debian's slurm-wlm and munge (scripts/setup.sh test)")
         sys.exit(77)
     recipe = os.path.join(ROOT, "configs/demo.toml")
-    with tempfile.TemporaryDirectory() as tmp:
+    with tempfile.TemporaryDirectory(ignore_cleanup_errors=True) as tmp:
         env = dict(os.environ, OMPI_MCA_mpi_yield_when_idle="1", TRAINER=trainer)
         ok, pidfiles = start_slurm(tmp, env)
         try:

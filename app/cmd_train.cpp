@@ -27,6 +27,7 @@
 #include "runtime/errors.h"
 #include "runtime/flight_recorder.h"
 #include "runtime/metrics.h"
+#include "runtime/replace_file.h"
 #include "runtime/sgemm_peak.h"
 #include "runtime/stop_signal.h"
 #include "runtime/watchdog.h"
@@ -207,13 +208,16 @@ StragglerReport find_stragglers(Job& job, double my_compute_ms) {
     return v.size() % 2 ? (double)v[m] : 0.5 * ((double)v[m - 1] + v[m]);
   };
   const double global = median(all);
+  // Each pipeline stage's ranks, and the median they are compared with.
+  std::vector<std::vector<float>> stage_times(r.grid.pp);
+  for (int k = 0; k < n; k++) stage_times[grid_coords(r.grid, k).pp].push_back(all[k]);
+  std::vector<double> stage_median(r.grid.pp);
+  for (int p = 0; p < r.grid.pp; p++)
+    stage_median[p] = stage_times[p].size() >= 3 ? median(stage_times[p]) : global;
   StragglerReport rep;
   rep.median_ms = global;
   for (int k = 0; k < n; k++) {
-    std::vector<float> peers;
-    for (int j = 0; j < n; j++)
-      if (grid_coords(r.grid, j).pp == grid_coords(r.grid, k).pp) peers.push_back(all[j]);
-    const double med = peers.size() >= 3 ? median(peers) : global;
+    const double med = stage_median[grid_coords(r.grid, k).pp];
     const double ratio = med > 0 ? all[k] / med : 0;
     rep.worst_ratio = std::max(rep.worst_ratio, ratio);
     if (ratio > r.runtime.straggler_factor) {
@@ -257,7 +261,7 @@ int run_training(Job& job, int world_rank, int world_size) {
   // reads its age to find a hung job.
   const std::string heartbeat = r.run.dir + "/heartbeat";
   auto beat = [&](long step) {
-    if (lead) write_file_atomically(heartbeat, std::to_string(step) + " " + std::to_string(wall_seconds()) + "\n");
+    if (lead) replace_file(heartbeat, std::to_string(step) + " " + std::to_string(wall_seconds()) + "\n", false);
   };
   beat(loop.steps_done());
   const long first = loop.steps_done();

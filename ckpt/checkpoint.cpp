@@ -1,7 +1,5 @@
 #include "ckpt/checkpoint.h"
 
-#include <fcntl.h>
-#include <unistd.h>
 #include <zlib.h>
 
 #include <algorithm>
@@ -15,6 +13,7 @@
 
 #include "ckpt/hdf5_tensors.h"
 #include "runtime/errors.h"
+#include "runtime/replace_file.h"
 #include "runtime/version.h"
 
 namespace fs = std::filesystem;
@@ -25,13 +24,9 @@ namespace {
 
 constexpr const char* kManifestMagic = "trainer-checkpoint 1";
 
-void fsync_path(const std::string& path, bool directory) {
-  const int fd = ::open(path.c_str(), directory ? O_RDONLY | O_DIRECTORY : O_RDONLY);
-  if (fd < 0 || ::fsync(fd) != 0) {
-    if (fd >= 0) ::close(fd);
-    throw CheckpointError(path + ": fsync failed: " + std::strerror(errno));
-  }
-  ::close(fd);
+// The checkpoint's fsyncs fail the save.
+void fsync_or_throw(const std::string& path, bool directory) {
+  if (!fsync_path(path, directory)) throw CheckpointError(path + ": fsync failed: " + std::strerror(errno));
 }
 
 uint32_t file_crc32(const std::string& path, size_t* bytes) {
@@ -52,17 +47,7 @@ uint32_t file_crc32(const std::string& path, size_t* bytes) {
 
 // Writes a small text file durably: temporary name, fsync, rename, fsync dir.
 void write_atomically(const std::string& path, const std::string& text) {
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream f(tmp, std::ios::trunc);
-    f << text;
-    f.flush();
-    if (!f) throw CheckpointError(tmp + ": cannot write");
-  }
-  fsync_path(tmp, false);
-  if (std::rename(tmp.c_str(), path.c_str()) != 0)
-    throw CheckpointError(path + ": cannot replace: " + std::strerror(errno));
-  fsync_path(fs::path(path).parent_path().string(), true);
+  if (const std::string err = replace_file(path, text, true); !err.empty()) throw CheckpointError(err);
 }
 
 std::string step_name(long step) {
@@ -160,7 +145,7 @@ std::string write_shard(const std::string& tmp_dir, const std::string& file_name
         f.set_attr(name, "shard", {p.shard_dim, p.start});
       }
   }
-  fsync_path(path, false);
+  fsync_or_throw(path, false);
   size_t bytes = 0;
   const uint32_t crc = file_crc32(path, &bytes);
   char line[512];
@@ -216,13 +201,13 @@ std::string commit(const std::string& dir, const TrainingState& st, int keep, MP
       if (!recipe_line.empty()) m << recipe_line << "\n";
       m << "end\n";
       write_atomically(tmp_dir + "/manifest", m.str());
-      fsync_path(tmp_dir, true);
+      fsync_or_throw(tmp_dir, true);
       point("manifest_written");
       std::error_code ec;
       fs::remove_all(final_dir, ec);  // the same step saved again
       if (std::rename(tmp_dir.c_str(), final_dir.c_str()) != 0)
         throw CheckpointError(final_dir + ": cannot commit: " + std::strerror(errno));
-      fsync_path(dir, true);
+      fsync_or_throw(dir, true);
       point("renamed");
       write_atomically(dir + "/latest", step_name(st.step) + "\n");
       point("latest_written");

@@ -16,7 +16,6 @@ class JsonRecord {
   JsonRecord& add(const std::string& key, int v) { return add(key, (long)v); }
   JsonRecord& add(const std::string& key, const std::string& v);
   JsonRecord& add(const std::string& key, const std::vector<double>& v);
-  JsonRecord& add(const std::string& key, const char* v) { return add(key, std::string(v)); }
   // Appends every field of o.
   JsonRecord& add(const JsonRecord& o) {
     if (!o.body_.empty()) body_ += (body_.empty() ? "" : ", ") + o.body_;

@@ -7,19 +7,9 @@
 #include <filesystem>
 
 #include "runtime/errors.h"
+#include "runtime/replace_file.h"
 
 namespace trainer {
-
-bool write_file_atomically(const std::string& path, const std::string& text) {
-  std::error_code ec;
-  std::filesystem::create_directories(std::filesystem::path(path).parent_path(), ec);
-  const std::string tmp = path + ".tmp";
-  FILE* f = std::fopen(tmp.c_str(), "w");
-  if (!f) return false;
-  const bool ok = std::fwrite(text.data(), 1, text.size(), f) == text.size();
-  if (std::fclose(f) != 0 || !ok) return false;
-  return std::rename(tmp.c_str(), path.c_str()) == 0;
-}
 
 Watchdog::Watchdog(FlightRecorder& rec, double timeout_s, std::string dump_path, double grace_s)
     : rec_(rec), timeout_s_(timeout_s), grace_s_(grace_s), dump_path_(std::move(dump_path)) {
@@ -49,7 +39,9 @@ void Watchdog::run() {
                     now - s.last_progress, timeout_s_);
     else
       continue;
-    const bool dumped = write_file_atomically(dump_path_, rec_.to_json(why));
+    std::error_code ec;
+    std::filesystem::create_directories(std::filesystem::path(dump_path_).parent_path(), ec);
+    const bool dumped = replace_file(dump_path_, rec_.to_json(why), false).empty();
     std::fprintf(stderr, "error (rank %d, step %ld): watchdog: %s; flight recorder %s %s; ending the job "
                          "(exit %d). Run `trainer diagnose RUN_DIR` to see which rank is behind.\n",
                  rec_.world_rank(), s.step + 1, why, dumped ? "written to" : "could NOT be written to",

@@ -32,8 +32,4 @@ class Watchdog {
   std::thread thread_;
 };
 
-// Writes text to path through a temporary file and a rename (readers never
-// see half a file). Returns false on failure.
-bool write_file_atomically(const std::string& path, const std::string& text);
-
 }  // namespace trainer

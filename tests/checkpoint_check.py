@@ -39,21 +39,14 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "ref
 import torch_model  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from harness import check, failures, losses, tensors  # noqa: E402
+from harness import DEMO_RECIPE, check, failures, losses, small_demo, tensors  # noqa: E402
 
 
 def main():
     trainer, mpiexec = sys.argv[1], sys.argv[2]
-    root = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
-    recipe = os.path.join(root, "configs/demo.toml")
+    recipe = DEMO_RECIPE
     with tempfile.TemporaryDirectory() as tmp:
-        data = os.path.join(tmp, "data")
-        subprocess.run([trainer, "data", "prepare", "--input", "/usr/share/common-licenses",
-                        "--output", data], check=True, stdout=subprocess.DEVNULL)
-        base = ["--set", f'data.train=["{data}/train_*.bin"]', "--set", "data.val=[]",
-                "--set", "training.steps=20", "--set", "training.log_every=1",
-                "--set", "optimizer.warmup_steps=2", "--set", "training.eval_every=0",
-                "--set", "model.n_layers=4"]
+        data, base = small_demo(trainer, tmp, steps=20)
         single = ["--set", "parallel.tp=1", "--set", "parallel.pp=1", "--set", "parallel.sequence_parallel=false"]
 
         def train(run, np_, extra, ok_codes=(0,), env=None):

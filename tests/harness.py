@@ -32,3 +32,20 @@ def tensors(step_dir):
 def same_tensors(a, b):
     import numpy as np
     return len(a) > 0 and a.keys() == b.keys() and all(np.array_equal(a[k], b[k]) for k in a)
+
+
+DEMO_RECIPE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "configs", "demo.toml")
+
+
+def small_demo(trainer, tmp, steps):
+    """Prepares the demo's byte-level data under tmp and returns (data dir, --set
+    arguments for a short configs/demo.toml run: 4 layers, no validation, every
+    step logged, 2 warm-up steps)."""
+    import subprocess
+    data = os.path.join(tmp, "data")
+    subprocess.run([trainer, "data", "prepare", "--input", "/usr/share/common-licenses",
+                    "--output", data], check=True, stdout=subprocess.DEVNULL)
+    return data, ["--set", f'data.train=["{data}/train_*.bin"]', "--set", "data.val=[]",
+                  "--set", f"training.steps={steps}", "--set", "training.log_every=1",
+                  "--set", "optimizer.warmup_steps=2", "--set", "training.eval_every=0",
+                  "--set", "model.n_layers=4"]

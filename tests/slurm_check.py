@@ -23,7 +23,7 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from harness import check, failures, same_tensors, tensors  # noqa: E402
+from harness import DEMO_RECIPE, check, failures, same_tensors, small_demo, tensors  # noqa: E402
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
@@ -109,7 +109,7 @@ def main():
     if os.geteuid() != 0 or not shutil.which("slurmctld") or not shutil.which("munged"):
         print("skipped: needs root and Debian's slurm-wlm and munge (scripts/setup.sh test)")
         sys.exit(77)
-    recipe = os.path.join(ROOT, "configs/demo.toml")
+    recipe = DEMO_RECIPE
     with tempfile.TemporaryDirectory(ignore_cleanup_errors=True) as tmp:
         env = dict(os.environ, OMPI_MCA_mpi_yield_when_idle="1", TRAINER=trainer)
         ok, pidfiles = start_slurm(tmp, env)
@@ -118,14 +118,8 @@ def main():
             if not ok:
                 print(open(os.path.join(tmp, "slurmctld.log")).read()[-3000:])
                 sys.exit(1)
-            data = os.path.join(tmp, "data")
-            subprocess.run([trainer, "data", "prepare", "--input", "/usr/share/common-licenses",
-                            "--output", data], check=True, stdout=subprocess.DEVNULL)
-            base = ["--set", f'data.train=["{data}/train_*.bin"]', "--set", "data.val=[]",
-                    "--set", "training.steps=40", "--set", "training.log_every=1",
-                    "--set", "optimizer.warmup_steps=2", "--set", "training.eval_every=0",
-                    "--set", "model.n_layers=4", "--set", "checkpoint.every=5",
-                    "--set", "runtime.peak_gflops=100"]
+            data, base = small_demo(trainer, tmp, steps=40)
+            base += ["--set", "checkpoint.every=5", "--set", "runtime.peak_gflops=100"]
 
             # srun: an 8-rank run.
             run_a = os.path.join(tmp, "srun")

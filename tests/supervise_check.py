@@ -31,23 +31,16 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from harness import check, failures, losses, same_tensors, tensors  # noqa: E402
+from harness import DEMO_RECIPE, check, failures, same_tensors, small_demo, tensors  # noqa: E402
 
 
 def main():
     trainer, mpiexec = sys.argv[1], sys.argv[2]
-    root = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
-    recipe = os.path.join(root, "configs/demo.toml")
+    recipe = DEMO_RECIPE
     with tempfile.TemporaryDirectory() as tmp:
-        data = os.path.join(tmp, "data")
-        subprocess.run([trainer, "data", "prepare", "--input", "/usr/share/common-licenses",
-                        "--output", data], check=True, stdout=subprocess.DEVNULL)
-        base = ["--set", f'data.train=["{data}/train_*.bin"]', "--set", "data.val=[]",
-                "--set", "training.steps=12", "--set", "training.log_every=1",
-                "--set", "optimizer.warmup_steps=2", "--set", "training.eval_every=0",
-                "--set", "model.n_layers=4", "--set", "checkpoint.every=5",
-                "--set", "runtime.peak_gflops=100", "--set", "launch.ranks=8",
-                "--set", "supervisor.backoff=0.5"]
+        data, base = small_demo(trainer, tmp, steps=12)
+        base += ["--set", "checkpoint.every=5", "--set", "runtime.peak_gflops=100", "--set", "launch.ranks=8",
+                 "--set", "supervisor.backoff=0.5"]
 
         def run_cmd(cmd, ok_codes=(0,)):
             p = subprocess.run(cmd, capture_output=True, text=True)
@@ -90,8 +83,8 @@ def main():
         ev = events(run)
         dumps = sorted(os.listdir(os.path.join(run, "flight")))
         check(code == 0 and [e["event"] for e in ev][-2:] == ["exit", "done"] and ev[1]["code"] == 5,
-              f"hang: job ended with exit 5 (watchdog), supervisor restarted and finished")
-        check(dumps == [f"rank_{r:05d}.json" for r in range(8)], f"hang: all 8 ranks dumped their flight recorder")
+              "hang: job ended with exit 5 (watchdog), supervisor restarted and finished")
+        check(dumps == [f"rank_{r:05d}.json" for r in range(8)], "hang: all 8 ranks dumped their flight recorder")
         d1 = json.load(open(os.path.join(run, "flight", "rank_00001.json")))
         stopped = max(c["end"] for c in d1["calls"] if c["end"] is not None)  # rank 1's last progress
         ended = datetime.datetime.strptime(ev[1]["time"], "%Y-%m-%dT%H:%M:%S.%fZ").replace(

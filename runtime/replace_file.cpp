@@ -1,0 +1,37 @@
+#include "runtime/replace_file.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+
+namespace trainer {
+
+bool fsync_path(const std::string& path, bool directory) {
+  const int fd = ::open(path.c_str(), directory ? O_RDONLY | O_DIRECTORY : O_RDONLY);
+  if (fd < 0) return false;
+  const bool ok = ::fsync(fd) == 0;
+  const int err = errno;
+  ::close(fd);
+  errno = err;
+  return ok;
+}
+
+std::string replace_file(const std::string& path, const std::string& text, bool durable) {
+  const std::string tmp = path + ".tmp";
+  auto failed = [](const std::string& p, const char* what) { return p + ": " + what + ": " + std::strerror(errno); };
+  FILE* f = std::fopen(tmp.c_str(), "w");
+  if (!f) return failed(tmp, "cannot write");
+  const bool written = std::fwrite(text.data(), 1, text.size(), f) == text.size();
+  if (std::fclose(f) != 0 || !written) return failed(tmp, "cannot write");
+  if (durable && !fsync_path(tmp, false)) return failed(tmp, "fsync failed");
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) return failed(path, "cannot replace");
+  const std::string dir = std::filesystem::path(path).parent_path().string();
+  if (durable && !fsync_path(dir.empty() ? "." : dir, true)) return failed(dir, "fsync failed");
+  return "";
+}
+
+}  // namespace trainer

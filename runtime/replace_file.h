@@ -1,0 +1,16 @@
+#pragma once
+// Replacing a small file so that readers see the old contents or the new,
+// never half: write a temporary file, rename it over the path. Checkpoints
+// (the manifest, `latest`) want it durable too; a heartbeat rewritten every
+// step or a watchdog's dump do not pay for fsync.
+#include <string>
+
+namespace trainer {
+
+// fsync a file or directory; false (errno set) on failure.
+bool fsync_path(const std::string& path, bool directory);
+
+// Returns "" on success, else what failed (path and reason).
+std::string replace_file(const std::string& path, const std::string& text, bool durable);
+
+}  // namespace trainer

@@ -12,6 +12,7 @@ def check(ok, msg):
     print(("ok   " if ok else "FAIL ") + msg, flush=True)
     if not ok:
         failures.append(msg)
+    return ok
 
 
 def losses(run):

@@ -85,6 +85,16 @@ PartitionName=test Nodes={host} Default=YES MaxTime=INFINITE State=UP OverSubscr
     return ok, [os.path.join(tmp, "slurmctld.pid"), os.path.join(tmp, "slurmd.pid")]
 
 
+def print_logs(tmp, env, job):
+    """What Slurm said about a job that went wrong: its record and the daemons' log tails."""
+    print(subprocess.run(["scontrol", "show", "job", job], capture_output=True, text=True, env=env).stdout)
+    for name in ("slurmctld.log", "slurmd.log"):
+        path = os.path.join(tmp, name)
+        if os.path.exists(path):
+            print(f"--- {name} (last 40 lines)")
+            print("\n".join(open(path, errors="replace").read().splitlines()[-40:]))
+
+
 def stop_slurm(pidfiles):
     """SIGTERM to each daemon, then wait until it is gone (it writes its state on the way out)."""
     pids = []
@@ -152,7 +162,13 @@ def main():
             subprocess.run(["scancel", "--signal=USR1", job], check=True, env=env)
             # The script requeues the job; Slurm holds a requeued job ~120 s
             # (BeginTime), so release it once it is pending again.
+            # Release it only after the first run has left the node (its
+            # slurmstepd gone): slurmd refuses to start a job id it still runs
+            # or has just revoked, and the job would end FAILED.
             wait_for(lambda: state()[1] != "0" and state()[0] == "PENDING", 180, "the requeue")
+            wait_for(lambda: subprocess.run(["pgrep", "-f", rf"slurmstepd: \[{job}\."],
+                                            capture_output=True).returncode != 0, 60, "the first run's slurmstepd to end")
+            time.sleep(2)
             subprocess.run(["scontrol", "update", f"jobid={job}", "StartTime=now"], env=env)
             wait_for(lambda: state()[0] in ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT"), 300, "the job to end")
             st, restarts = state()
@@ -160,8 +176,10 @@ def main():
             print("\n".join(l for l in out.splitlines() if not l.startswith("step ")))
             check("preempted: User defined signal 1 received" in out and "requeueing job" in out,
                   "sbatch: SIGUSR1 made the ranks checkpoint and exit 75, and the script requeued the job")
-            check(st == "COMPLETED" and restarts == "1" and "restart count 1" in out and "resumed from" in out
-                  and "done: 40 steps" in out, f"sbatch: the requeued job resumed and finished ({st}, restarts {restarts})")
+            if not check(st == "COMPLETED" and restarts == "1" and "restart count 1" in out and "resumed from" in out
+                         and "done: 40 steps" in out,
+                         f"sbatch: the requeued job resumed and finished ({st}, restarts {restarts})"):
+                print_logs(tmp, env, job)
             check(same_tensors(tensors(os.path.join(run_a, "checkpoints", "step_00000040")),
                                tensors(os.path.join(run_b, "checkpoints", "step_00000040"))),
                   "sbatch: the final weights and AdamW state are bit-identical to the uninterrupted srun run's")

@@ -39,7 +39,7 @@ struct RankDump {
   long step = 0;
   double time = 0;
   bool fault = false;
-  std::string reason;
+  std::string reason, phase;  // phase: what it did between calls ("checkpoint save of step 10")
   json groups, calls;
   const json* in_flight = nullptr;  // the call not yet returned, if any
 };
@@ -92,6 +92,7 @@ int cmd_diagnose(int argc, char** argv) {
       d.time = j.at("time");
       d.fault = j.value("stopped_by_fault_injection", false);
       d.reason = j.value("reason", "");
+      d.phase = j.value("phase", "");
       d.groups = j.at("groups");
       d.calls = j.at("calls");
       all.push_back({j.at("job_start").get<double>(), std::move(d)});
@@ -153,7 +154,7 @@ int cmd_diagnose(int argc, char** argv) {
       const long q = c.at("group_seq");
       char b[64];
       std::snprintf(b, sizeof b, "waiting %.1f s in ", d.time - c.at("start").get<double>());
-      state = b + describe(d, c);
+      state = b + describe(d, c) + (d.phase.empty() ? "" : ", in " + d.phase);
       if (q > 0) {
         for (int m : g.at("members")) {
           const auto& st = started[members_key(g)];
@@ -163,7 +164,7 @@ int cmd_diagnose(int argc, char** argv) {
         waits_for[r].insert(c.at("peer").get<int>());
       }
     } else {
-      state = "not in a communication call";
+      state = "not in a communication call" + (d.phase.empty() ? "" : " (" + d.phase + ")");
       if (!d.calls.empty()) {
         const json& last = d.calls.back();
         char b[64];
@@ -204,13 +205,15 @@ int cmd_diagnose(int argc, char** argv) {
     for (auto& [r, t] : waits_for) {
       if (!t.count(b) || !dumps[r].in_flight) continue;
       const json& c = *dumps[r].in_flight;
-      std::printf("  rank %d waits in %s, %s\n", r, describe(dumps[r], c).c_str(),
+      std::printf("  rank %d waits in %s%s, %s\n", r, describe(dumps[r], c).c_str(),
+                  dumps[r].phase.empty() ? "" : (" (" + dumps[r].phase + ")").c_str(),
                   c.at("group_seq").get<long>() > 0 ? ("which rank " + std::to_string(b) + " has not joined").c_str()
                                                     : ("which needs rank " + std::to_string(b)).c_str());
     }
     if (!dumps.count(b)) std::printf("  rank %d left no flight recorder\n", b);
     else if (dumps[b].in_flight) std::printf("  rank %d is itself in %s\n", b, describe(dumps[b], *dumps[b].in_flight).c_str());
-    else std::printf("  rank %d is not in any communication call: computing, or stopped%s\n", b,
+    else std::printf("  rank %d is not in any communication call: %s, or stopped there%s\n", b,
+                     dumps[b].phase.empty() ? "computing" : ("in " + dumps[b].phase).c_str(),
                      dumps[b].fault ? " (here: by fault injection)" : "");
   }
   return kExitOk;

@@ -252,10 +252,21 @@ int run_training(Job& job, int world_rank, int world_size) {
   const CheckpointSection& ck = r.checkpoint;
   TrainLoop& loop = *job.loop;
   Communicator& world = job.grid->world();
-  // ckpt_kill faults: this process SIGKILLs itself at that commit point.
-  const std::function<void(const char*)> fault = [&job](const char* p) {
-    for (const Fault* f : job.faults.at(Fault::CkptKill, job.loop->steps_done()))
+  // ckpt_kill faults: this process SIGKILLs itself at that commit point;
+  // ckpt_hang: this rank stops before writing its file.
+  const std::function<void(const char*)> fault = [&job, world_rank](const char* p) {
+    const long at = job.loop->steps_done();
+    for (const Fault* f : job.faults.at(Fault::CkptKill, at))
       if (f->point == p) std::raise(SIGKILL);
+    if (std::string(p) == "writing" && !job.faults.at(Fault::CkptHang, at).empty()) {
+      std::fprintf(stderr, "fault injection: rank %d stops in the checkpoint save of step %ld\n", world_rank, at);
+      job.recorder->stop_here();
+    }
+  };
+  // What this rank does between communication calls, for the flight recorder
+  // (a rank that is behind is named with it).
+  auto phase = [&job](const std::string& what, long step) {
+    job.recorder->set_phase(step >= 0 ? what + " of step " + std::to_string(step) : what);
   };
   // Rank 0 touches <run.dir>/heartbeat after every step: `trainer supervise`
   // reads its age to find a hung job.
@@ -277,7 +288,7 @@ int run_training(Job& job, int world_rank, int world_size) {
   // Waits for a background save in flight, so the newest checkpoint is final.
   auto finish_async = [&] {
     if (!ck.async || !loop.async_save_pending()) return;
-    const std::string where = loop.poll_async_save(MPI_COMM_WORLD, true);
+    const std::string where = loop.poll_async_save(world, true);
     if (!where.empty() && lead) std::printf("checkpoint: %s committed\n", where.c_str());
   };
   while (loop.steps_done() < end) {
@@ -288,11 +299,12 @@ int run_training(Job& job, int world_rank, int world_size) {
     world.allreduce_max(&sig, 1);
     if (sig > 0) {
       try {
+        phase("preemption checkpoint", loop.steps_done());
         finish_async();
         const long at = loop.steps_done();
         std::string where = "(already saved)";
         if (at != last_saved && at > 0)
-          where = loop.save_checkpoint(ck.dir, ck.keep, MPI_COMM_WORLD, recipe_to_toml(r), fault);
+          where = loop.save_checkpoint(ck.dir, ck.keep, world, recipe_to_toml(r), fault);
         if (lead)
           std::printf("preempted: %s received; checkpoint of step %ld %s; exiting with code %d (requeue me)\n",
                       strsignal((int)sig), at, where.c_str(), kExitPreempted);
@@ -326,6 +338,7 @@ int run_training(Job& job, int world_rank, int world_size) {
     StragglerReport slow;
     bool straggler_report = false;
     try {
+      phase("training", next);
       st = loop.step();
       job.recorder->note_step(st.step);
       beat(st.step);
@@ -354,6 +367,7 @@ int run_training(Job& job, int world_rank, int world_size) {
                            ck.dir.c_str());
             return kExitNonFinite;
           }
+          phase("rollback", st.step);
           const long skipped = loop.rollback(to);
           last_saved = loop.steps_done();
           if (lead)
@@ -364,8 +378,10 @@ int run_training(Job& job, int world_rank, int world_size) {
         }
       }
       const bool last = st.step == r.training.steps;
-      if (job.val && ((r.training.eval_every > 0 && st.step % r.training.eval_every == 0) || last))
+      if (job.val && ((r.training.eval_every > 0 && st.step % r.training.eval_every == 0) || last)) {
+        phase("evaluation", st.step);
         val = loop.evaluate();
+      }
       if (r.runtime.straggler_factor > 0) {
         window_compute_ms += st.step_ms - st.comm_ms();
         if (++window_steps == r.runtime.straggler_every) {
@@ -377,22 +393,23 @@ int run_training(Job& job, int world_rank, int world_size) {
       const bool save_now = ck.every > 0 && (st.step % ck.every == 0 || last || st.step == end);
       const auto t0 = std::chrono::steady_clock::now();
       bool did = save_now;  // saved or committed this step: log ckpt_ms
+      if (save_now || loop.async_save_pending()) phase(save_now ? "checkpoint save" : "checkpoint commit", st.step);
       try {
         // Async: commit a finished background save; before the next one, and
         // at the end of the run, wait for it. ckpt_ms is the blocking part.
         if (ck.async && loop.async_save_pending()) {
-          const std::string where = loop.poll_async_save(MPI_COMM_WORLD, save_now || st.step == end);
+          const std::string where = loop.poll_async_save(world, save_now || st.step == end);
           if (!where.empty()) did = true;
           if (!where.empty() && lead) std::printf("checkpoint: %s committed (written in the background)\n", where.c_str());
         }
         if (save_now && ck.async) {
-          loop.start_async_save(ck.dir, ck.keep, MPI_COMM_WORLD, recipe_to_toml(r));
+          loop.start_async_save(ck.dir, ck.keep, world, recipe_to_toml(r));
           if (st.step == end) {
-            const std::string where = loop.poll_async_save(MPI_COMM_WORLD, true);
+            const std::string where = loop.poll_async_save(world, true);
             if (lead) std::printf("checkpoint: %s committed\n", where.c_str());
           }
         } else if (save_now) {
-          const std::string where = loop.save_checkpoint(ck.dir, ck.keep, MPI_COMM_WORLD, recipe_to_toml(r), fault);
+          const std::string where = loop.save_checkpoint(ck.dir, ck.keep, world, recipe_to_toml(r), fault);
           if (lead) std::printf("checkpoint: step %ld saved to %s\n", st.step, where.c_str());
         }
         if (save_now) last_saved = st.step, rollbacks_in_a_row = 0;

@@ -30,12 +30,13 @@ Fault parse_one(const std::string& item, const std::string& where) {
   f.text = item;
   const char* usage =
       " (kinds: crash rank=R step=K | hang rank=R step=K | slow rank=R ms=X [step=K] | nan step=K [rank=R] | "
-      "ckpt_kill point=P step=K; each may add launch=N or launch=all)";
+      "ckpt_kill point=P step=K | ckpt_hang rank=R step=K; each may add launch=N or launch=all)";
   if (kind == "crash") f.kind = Fault::Crash;
   else if (kind == "hang") f.kind = Fault::Hang;
   else if (kind == "slow") f.kind = Fault::Slow;
   else if (kind == "nan") f.kind = Fault::Nan;
   else if (kind == "ckpt_kill") f.kind = Fault::CkptKill;
+  else if (kind == "ckpt_hang") f.kind = Fault::CkptHang;
   else throw RecipeError(where + ": unknown fault \"" + kind + "\" in \"" + item + "\"" + usage);
   bool has_rank = false, has_step = false, has_ms = false;
   while (in >> kv) {
@@ -54,7 +55,8 @@ Fault parse_one(const std::string& item, const std::string& where) {
   };
   switch (f.kind) {
     case Fault::Crash:
-    case Fault::Hang: need(has_rank && has_step && f.step > 0, "rank=R and step=K (K >= 1)"); break;
+    case Fault::Hang:
+    case Fault::CkptHang: need(has_rank && has_step && f.step > 0, "rank=R and step=K (K >= 1)"); break;
     case Fault::Slow: need(has_rank && has_ms, "rank=R and ms=X"); break;
     case Fault::Nan: need(has_step && f.step > 0, "step=K (K >= 1)"); break;
     case Fault::CkptKill:

@@ -10,6 +10,8 @@
 //                                    once per launch (a rollback does not meet it again)
 //   ckpt_kill point=P step=K         every rank dies at commit point P of the save at step K
 //                                    (P: shards_written, manifest_written, renamed, latest_written)
+//   ckpt_hang rank=R step=K          rank R stops in the (synchronous) save at step K before
+//                                    writing its file, as on a stalled file system
 // Every fault also takes launch=N (the supervisor's launch it fires in, from
 // 0; default 0: only the first launch) or launch=all. Steps count from 1.
 #include <string>
@@ -18,7 +20,7 @@
 namespace trainer {
 
 struct Fault {
-  enum Kind { Crash, Hang, Slow, Nan, CkptKill } kind = Crash;
+  enum Kind { Crash, Hang, Slow, Nan, CkptKill, CkptHang } kind = Crash;
   int rank = 0;
   long step = 0;       // 0: every step (slow) / any step (ckpt_kill)
   double ms = 0;       // slow

@@ -115,7 +115,7 @@ std::string TrainLoop::shard_file() const {
   return "pp" + std::to_string(stage_) + "_tp" + std::to_string(tp_rank) + ".h5";
 }
 
-std::string TrainLoop::save_checkpoint(const std::string& dir, int keep, MPI_Comm world,
+std::string TrainLoop::save_checkpoint(const std::string& dir, int keep, Communicator& world,
                                        const std::string& recipe_text,
                                        const std::function<void(const char*)>& at_point) {
   return trainer::save_checkpoint(dir, training_state(), dp_.rank() == 0, shard_file(),
@@ -124,7 +124,7 @@ std::string TrainLoop::save_checkpoint(const std::string& dir, int keep, MPI_Com
                                   keep, world, recipe_text, at_point);
 }
 
-void TrainLoop::start_async_save(const std::string& dir, int keep, MPI_Comm world,
+void TrainLoop::start_async_save(const std::string& dir, int keep, Communicator& world,
                                  const std::string& recipe_text) {
   const bool writer = dp_.rank() == 0;
   // The snapshot: host copies of what this rank writes (nothing on others).

@@ -81,7 +81,7 @@ class TrainLoop {
   // (pp, tp) position) and returns the committed directory; load restores
   // them, the step, the AdamW step count and the data cursor from a
   // checkpoint of any layout.
-  std::string save_checkpoint(const std::string& dir, int keep, MPI_Comm world,
+  std::string save_checkpoint(const std::string& dir, int keep, Communicator& world,
                               const std::string& recipe_text = "",
                               const std::function<void(const char*)>& at_point = {});
   void load_checkpoint(const std::string& step_dir);
@@ -92,9 +92,9 @@ class TrainLoop {
   // Asynchronous save: copies this rank's state to host memory and writes it
   // in the background (a previous pending save is finished first); poll once
   // per step (collective) to commit: returns the step directory when it did.
-  void start_async_save(const std::string& dir, int keep, MPI_Comm world,
+  void start_async_save(const std::string& dir, int keep, Communicator& world,
                         const std::string& recipe_text);
-  std::string poll_async_save(MPI_Comm world, bool wait) { return async_.poll(world, wait); }
+  std::string poll_async_save(Communicator& world, bool wait) { return async_.poll(world, wait); }
   bool async_save_pending() const { return async_.pending(); }
 
   // Fault injection (app/fault.h): a NaN enters this rank's gradients in the

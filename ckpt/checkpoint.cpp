@@ -113,9 +113,8 @@ Manifest parse_manifest(const std::string& step_dir) {
 namespace {
 
 // Phase 1 (collective): rank 0 makes a fresh step_N.tmp directory.
-std::string prepare_dir(const std::string& dir, long step, MPI_Comm world) {
-  int rank = 0;
-  MPI_Comm_rank(world, &rank);
+std::string prepare_dir(const std::string& dir, long step, Communicator& world) {
+  const int rank = world.rank();
   const std::string tmp_dir = dir + "/" + step_name(step) + ".tmp";
   int ok = 1;
   std::string err;
@@ -126,7 +125,7 @@ std::string prepare_dir(const std::string& dir, long step, MPI_Comm world) {
     fs::create_directories(tmp_dir, ec);
     if (ec) ok = 0, err = tmp_dir + ": cannot create: " + ec.message();
   }
-  MPI_Bcast(&ok, 1, MPI_INT, 0, world);
+  world.broadcast(&ok, sizeof ok, 0);
   if (!ok) throw CheckpointError(rank == 0 ? err : "checkpoint directory could not be created");
   return tmp_dir;
 }
@@ -155,24 +154,23 @@ std::string write_shard(const std::string& tmp_dir, const std::string& file_name
 
 // Phase 3 (collective): agree every file is complete, then rank 0 writes the
 // manifest, renames the directory, replaces `latest` and applies retention.
-std::string commit(const std::string& dir, const TrainingState& st, int keep, MPI_Comm world,
+std::string commit(const std::string& dir, const TrainingState& st, int keep, Communicator& world,
                    const std::string& recipe_text, const std::function<void(const char*)>& at_point,
                    int ok, const std::string& my_err, const std::string& my_line) {
   auto point = [&](const char* p) {
     if (at_point) at_point(p);
   };
-  int rank = 0, size = 1;
-  MPI_Comm_rank(world, &rank);
-  MPI_Comm_size(world, &size);
+  const int rank = world.rank(), size = world.size();
   const std::string final_dir = dir + "/" + step_name(st.step);
   const std::string tmp_dir = final_dir + ".tmp";
   std::string err = my_err;
   char line[512] = {0};
   std::snprintf(line, sizeof line, "%s", my_line.c_str());
-  int all_ok = 0;
-  MPI_Allreduce(&ok, &all_ok, 1, MPI_INT, MPI_MIN, world);
-  std::vector<char> lines(rank == 0 ? (size_t)size * sizeof line : 0);
-  MPI_Gather(line, sizeof line, MPI_CHAR, lines.data(), sizeof line, MPI_CHAR, 0, world);
+  double failed = ok ? 0 : 1;  // on any rank
+  world.allreduce_max(&failed, 1);
+  const bool all_ok = failed == 0;
+  std::vector<char> lines((size_t)size * sizeof line);
+  world.allgather_bytes(line, lines.data(), sizeof line);
   point("shards_written");
   if (!all_ok) {
     if (rank == 0) fs::remove_all(tmp_dir);
@@ -225,7 +223,7 @@ std::string commit(const std::string& dir, const TrainingState& st, int keep, MP
       err = e.what();
     }
   }
-  MPI_Bcast(&ok, 1, MPI_INT, 0, world);
+  world.broadcast(&ok, sizeof ok, 0);
   if (!ok) throw CheckpointError(rank == 0 ? err : "checkpoint commit failed on rank 0");
   return final_dir;
 }
@@ -235,9 +233,10 @@ std::string commit(const std::string& dir, const TrainingState& st, int keep, MP
 
 std::string save_checkpoint(const std::string& dir, const TrainingState& st, bool writer,
                             const std::string& file_name, const SaveGroups& groups, int keep,
-                            MPI_Comm world, const std::string& recipe_text,
+                            Communicator& world, const std::string& recipe_text,
                             const std::function<void(const char*)>& at_point) {
   const std::string tmp_dir = prepare_dir(dir, st.step, world);
+  if (at_point) at_point("writing");
   int ok = 1;
   std::string err, line;
   if (writer) {
@@ -257,7 +256,7 @@ AsyncSaver::~AsyncSaver() {
 void AsyncSaver::start(const std::string& dir, const TrainingState& st, bool writer,
                        const std::string& file_name, SaveGroups groups,
                        std::vector<std::vector<float>> storage, int keep,
-                       const std::string& recipe_text, MPI_Comm world) {
+                       const std::string& recipe_text, Communicator& world) {
   tmp_dir_ = prepare_dir(dir, st.step, world);
   dir_ = dir, st_ = st, keep_ = keep, recipe_ = recipe_text;
   groups_ = std::move(groups);
@@ -276,12 +275,11 @@ void AsyncSaver::start(const std::string& dir, const TrainingState& st, bool wri
     });
 }
 
-std::string AsyncSaver::poll(MPI_Comm world, bool wait) {
+std::string AsyncSaver::poll(Communicator& world, bool wait) {
   if (!pending_) return "";
-  int done = done_ ? 1 : 0, all = 0;
-  if (wait) done = 1;
-  MPI_Allreduce(&done, &all, 1, MPI_INT, MPI_MIN, world);
-  if (!all) return "";
+  double writing = wait || done_ ? 0 : 1;  // on any rank
+  world.allreduce_max(&writing, 1);
+  if (writing > 0) return "";
   if (thread_.joinable()) thread_.join();
   pending_ = false;
   storage_.clear();

@@ -14,7 +14,6 @@
 // every file is complete, rank 0 writes the manifest, renames the directory,
 // fsyncs the parent and replaces `latest` by write + rename. A crash leaves
 // either the old or the new checkpoint as `latest`, never a broken one.
-#include <mpi.h>
 
 #include <cstdint>
 #include <atomic>
@@ -22,6 +21,8 @@
 #include <thread>
 #include <string>
 #include <vector>
+
+#include "parallel/communicator.h"
 
 namespace trainer {
 
@@ -42,17 +43,19 @@ struct TrainingState {
   int dp = 1, pp = 1, tp = 1;  // layout it was written under
 };
 
-// Collective over `world`. `writer`: this rank writes its file (first DP rank
+// Collective over `world` (the recorded world communicator in a job, so a
+// rank stuck in a save shows in the flight recorders). `writer`: this rank writes its file (first DP rank
 // of its (pp, tp) position); `file_name` names it. The groups (param, m, v)
 // are written under their prefixes. Returns the committed step directory.
 // Throws CheckpointError on any failure, leaving the previous checkpoint.
 // recipe_text: the resolved recipe, stored beside the manifest (recipe.toml).
-// at_point, if set, is called at each stage of the commit ("shards_written",
-// "manifest_written", "renamed", "latest_written") - the hook crash tests use.
+// at_point, if set, is called at each stage: "writing" (every rank, before its
+// file is written), then the commit's "shards_written", "manifest_written",
+// "renamed", "latest_written" - the hook fault injection uses.
 using SaveGroups = std::vector<std::pair<std::string, std::vector<TensorPiece>>>;
 std::string save_checkpoint(const std::string& dir, const TrainingState& st, bool writer,
                             const std::string& file_name, const SaveGroups& groups, int keep,
-                            MPI_Comm world, const std::string& recipe_text = "",
+                            Communicator& world, const std::string& recipe_text = "",
                             const std::function<void(const char*)>& at_point = {});
 
 // Asynchronous save: start() takes host copies of the pieces (the caller's
@@ -70,8 +73,8 @@ class AsyncSaver {
   void start(const std::string& dir, const TrainingState& st, bool writer,
              const std::string& file_name, SaveGroups groups,
              std::vector<std::vector<float>> storage, int keep, const std::string& recipe_text,
-             MPI_Comm world);
-  std::string poll(MPI_Comm world, bool wait);
+             Communicator& world);
+  std::string poll(Communicator& world, bool wait);
   bool pending() const { return pending_; }
 
  private:

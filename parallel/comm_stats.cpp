@@ -54,6 +54,9 @@ void CountingCommunicator::wait(Request r) {
   k_.ms[CommCounters::P2P] += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
 }
 
+void CountingCommunicator::allgather_bytes(const void* in, void* out, size_t bytes) {
+  timed(CommCounters::AllGather, ring_gather(bytes * size(), size()), [&] { c_.allgather_bytes(in, out, bytes); });
+}
 void CountingCommunicator::broadcast(void* data, size_t bytes, int root) {
   timed(CommCounters::Other, (double)bytes, [&] { c_.broadcast(data, bytes, root); });
 }

@@ -19,6 +19,8 @@ class Communicator {
   virtual void allreduce_max(double* x, size_t n) = 0;
   // out[size * n] = concatenation of every rank's in[n], in rank order.
   virtual void allgather(const float* in, float* out, size_t n) = 0;
+  // The same for raw bytes (small control messages: checkpoint manifest lines).
+  virtual void allgather_bytes(const void* in, void* out, size_t bytes) = 0;
   // out[n] = this rank's block of the element-wise sum of every in[size * n].
   virtual void reduce_scatter_sum(const float* in, float* out, size_t n) = 0;
   virtual void broadcast(void* data, size_t bytes, int root) = 0;

@@ -41,6 +41,14 @@ void MpiCommunicator::allgather(const float* in, float* out, size_t n) {
   if (n > kMaxChunk) throw std::length_error("allgather: block too large for one MPI call");
   MPI_Allgather(in, (int)n, MPI_FLOAT, out, (int)n, MPI_FLOAT, comm_);
 }
+void MpiCommunicator::allgather_bytes(const void* in, void* out, size_t bytes) {
+  if (size_ == 1) {
+    if (out != in) std::copy_n(static_cast<const char*>(in), bytes, static_cast<char*>(out));
+    return;
+  }
+  if (bytes > kMaxChunk) throw std::length_error("allgather_bytes: block too large for one MPI call");
+  MPI_Allgather(in, (int)bytes, MPI_BYTE, out, (int)bytes, MPI_BYTE, comm_);
+}
 void MpiCommunicator::reduce_scatter_sum(const float* in, float* out, size_t n) {
   if (size_ == 1) {
     if (out != in) std::copy(in, in + n, out);

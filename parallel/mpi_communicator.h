@@ -18,6 +18,7 @@ class MpiCommunicator final : public Communicator {
   void allreduce_max(float* x, size_t n) override;
   void allreduce_max(double* x, size_t n) override;
   void allgather(const float* in, float* out, size_t n) override;
+  void allgather_bytes(const void* in, void* out, size_t bytes) override;
   void reduce_scatter_sum(const float* in, float* out, size_t n) override;
   void broadcast(void* data, size_t bytes, int root) override;
   void barrier() override;

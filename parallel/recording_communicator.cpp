@@ -29,6 +29,9 @@ void RecordingCommunicator::allreduce_max(double* x, size_t n) {
 void RecordingCommunicator::allgather(const float* in, float* out, size_t n) {
   record("allgather", n * 4, -1, [&] { c_.allgather(in, out, n); });
 }
+void RecordingCommunicator::allgather_bytes(const void* in, void* out, size_t bytes) {
+  record("allgather_bytes", bytes, -1, [&] { c_.allgather_bytes(in, out, bytes); });
+}
 void RecordingCommunicator::reduce_scatter_sum(const float* in, float* out, size_t n) {
   record("reduce_scatter_sum", n * 4, -1, [&] { c_.reduce_scatter_sum(in, out, n); });
 }

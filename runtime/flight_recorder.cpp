@@ -23,13 +23,7 @@ int FlightRecorder::add_group(const std::string& name, const std::vector<int>& m
 }
 
 uint64_t FlightRecorder::begin(int group, const char* op, size_t bytes, int peer, Kind kind) {
-  if (hang_next_) {
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      hung_ = true;
-    }
-    for (;;) sleep(1);  // until the watchdog (or the launcher) ends the process
-  }
+  if (hang_next_) stop_here();
   std::lock_guard<std::mutex> lock(mu_);
   const double now = wall_seconds();
   FlightGroup& g = groups_[group];
@@ -71,9 +65,22 @@ void FlightRecorder::note_step(long step) {
   last_progress_ = wall_seconds();
 }
 
+void FlightRecorder::set_phase(std::string phase) {
+  std::lock_guard<std::mutex> lock(mu_);
+  phase_ = std::move(phase);
+}
+
+void FlightRecorder::stop_here() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    hung_ = true;
+  }
+  for (;;) sleep(1);  // until the watchdog (or the launcher) ends the process
+}
+
 FlightRecorder::Status FlightRecorder::status() const {
   std::lock_guard<std::mutex> lock(mu_);
-  return {in_call_, call_start_, last_progress_, step_};
+  return {in_call_, call_start_, last_progress_, step_, phase_};
 }
 
 std::string FlightRecorder::to_json(const std::string& reason) const {
@@ -84,6 +91,7 @@ std::string FlightRecorder::to_json(const std::string& reason) const {
                 job_start_, launch_, wall_seconds(), step_);
   s += b;
   s += ", \"reason\": \"" + json_escape(reason) + "\"";
+  s += ", \"phase\": \"" + json_escape(phase_) + "\"";
   s += std::string(", \"stopped_by_fault_injection\": ") + (hung_ ? "true" : "false");
   s += ", \"groups\": [";
   for (size_t g = 0; g < groups_.size(); g++) {

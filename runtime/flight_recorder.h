@@ -47,17 +47,23 @@ class FlightRecorder {
   void end(uint64_t token);
   // Progress outside communication (the training loop passes each step).
   void note_step(long step);
+  // What the rank does between calls ("training", "checkpoint save of step
+  // 10", ...): in the dump, so a rank that is behind is named with it.
+  void set_phase(std::string phase);
 
   struct Status {
     bool in_call = false;
     double call_start = 0;     // of the call in flight
     double last_progress = 0;  // the latest begin, end or step
     long step = 0;
+    std::string phase;
   };
   Status status() const;
   // Fault injection: the next begin() never returns, as a rank that stops
   // before it joins a collective (its peers then wait in that collective).
   void hang_at_next_call() { hang_next_ = true; }
+  // Fault injection: stop here, for good (marked in the dump).
+  [[noreturn]] void stop_here();
   // Everything as one JSON object (see docs/ARCHITECTURE.md, "Flight recorder").
   std::string to_json(const std::string& reason) const;
 
@@ -71,6 +77,7 @@ class FlightRecorder {
   uint64_t call_token_ = 0;
   double call_start_ = 0, last_progress_ = 0;
   long step_ = 0;
+  std::string phase_ = "starting";
   double job_start_ = 0;
   int launch_ = 0;
   bool hang_next_ = false, hung_ = false;

@@ -35,8 +35,8 @@ void Watchdog::run() {
                     now - s.call_start, timeout_s_);
     else if (!s.in_call && now - s.last_progress > timeout_s_)
       std::snprintf(why, sizeof why,
-                    "no progress for %.1f s outside communication (runtime.comm_timeout = %g s)",
-                    now - s.last_progress, timeout_s_);
+                    "no progress for %.1f s outside communication, in %s (runtime.comm_timeout = %g s)",
+                    now - s.last_progress, s.phase.c_str(), timeout_s_);
     else
       continue;
     std::error_code ec;

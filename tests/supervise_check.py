@@ -8,6 +8,7 @@
   seconds; `trainer diagnose` names rank 1; the supervisor restarts and
   finishes, bit-identical;
 - a hang with the watchdog off is found by the supervisor's heartbeat;
+- a rank stuck in its checkpoint save is named by diagnose, with its phase;
 - preemption: SIGTERM to every rank at a random moment saves a checkpoint
   and exits 75; a second launch finishes bit-identical; SIGTERM to the
   supervisor does the same through it;
@@ -105,6 +106,21 @@ def main():
         check(code == 0 and ev[:2] == ["start", "hang"] and ev[-1] == "done" and "no heartbeat" in out,
               f"heartbeat: the hung job was killed and the restart finished ({ev})")
         check(same_tensors(final(run), ref), "heartbeat: final weights bit-identical")
+
+        # A rank stuck in its checkpoint save (a stalled file system): the
+        # others wait in the save's agreement, which is recorded, so
+        # diagnose names the rank and what it was doing; nothing is committed.
+        run = os.path.join(tmp, "ckpt_stall")
+        code, out = train(run, ["--set", 'fault.inject=["ckpt_hang rank=2 step=5"]',
+                                "--set", f"runtime.comm_timeout={timeout}"], ok_codes=range(1, 256))
+        _, diag = run_cmd([trainer, "diagnose", run], ok_codes=(0, 1))
+        print(diag)
+        check(code == 5 and "verdict: rank 2 is behind." in diag
+              and "rank 2 is not in any communication call: in checkpoint save of step 5" in diag
+              and "world allreduce_max" in diag,
+              f"checkpoint stall: watchdog exit {code}; diagnose names rank 2, stuck in the save of step 5")
+        check(not os.path.exists(os.path.join(run, "checkpoints", "latest")),
+              "checkpoint stall: the unfinished save was not committed")
 
         # Preemption: SIGTERM to every rank at a random moment of training.
         run = os.path.join(tmp, "preempt")

@@ -22,9 +22,9 @@ namespace {
 
 TEST(Faults, ParsesEveryKindAndItsKeys) {
   const auto f = parse_faults("crash rank=3 step=7; hang rank=1 step=4 launch=all;slow rank=2 ms=150 step=3;"
-                              " nan step=5; ckpt_kill point=renamed step=10 launch=2",
+                              " nan step=5; ckpt_kill point=renamed step=10 launch=2; ckpt_hang rank=2 step=5",
                               "test");
-  ASSERT_EQ(f.size(), 5u);
+  ASSERT_EQ(f.size(), 6u);
   EXPECT_EQ(f[0].kind, Fault::Crash);
   EXPECT_EQ(f[0].rank, 3);
   EXPECT_EQ(f[0].step, 7);
@@ -37,11 +37,13 @@ TEST(Faults, ParsesEveryKindAndItsKeys) {
   EXPECT_EQ(f[3].rank, 0);
   EXPECT_EQ(f[4].point, "renamed");
   EXPECT_EQ(f[4].launch, 2);
+  EXPECT_EQ(f[5].kind, Fault::CkptHang);
+  EXPECT_EQ(f[5].rank, 2);
 }
 
 TEST(Faults, RejectsBadSpecsWithTheItem) {
   for (const char* bad : {"crash step=3", "explode rank=1", "hang rank=1 step=x", "slow rank=1",
-                          "ckpt_kill point=nowhere step=1", "nan step=0", "crash rank=1 step=2 colour=red"}) {
+                          "ckpt_kill point=nowhere step=1", "nan step=0", "ckpt_hang step=5", "crash rank=1 step=2 colour=red"}) {
     try {
       parse_faults(bad, "TRAINER_FAULT");
       ADD_FAILURE() << "accepted: " << bad;
@@ -75,8 +77,10 @@ TEST(FlightRecorder, CountsCollectivesPerGroupAndKeepsTheNewest) {
   const uint64_t w = rec.begin(pp, "wait_recv", 32, 1, FlightRecorder::Wait);
   const auto st = rec.status();
   EXPECT_TRUE(st.in_call);
+  rec.set_phase("checkpoint save of step 5");
   const nlohmann::json j = nlohmann::json::parse(rec.to_json("test"));
   EXPECT_EQ(j["rank"], 5);
+  EXPECT_EQ(j["phase"], "checkpoint save of step 5");
   EXPECT_EQ(j["groups"][0]["started"], 5);
   EXPECT_EQ(j["groups"][0]["completed"], 5);
   EXPECT_EQ(j["groups"][1]["started"], 0);  // point-to-point is not in the collective sequence
@@ -129,6 +133,7 @@ struct Dump {
   int rank;
   long tp_started;
   std::string calls;  // JSON array body
+  std::string phase = "training of step 4";
 };
 
 std::string write_dumps(const char* name, const std::vector<Dump>& dumps) {
@@ -138,7 +143,8 @@ std::string write_dumps(const char* name, const std::vector<Dump>& dumps) {
     char path[256];
     std::snprintf(path, sizeof path, "%s/flight/rank_%05d.json", dir.c_str(), d.rank);
     std::ofstream(path) << "{\"rank\": " << d.rank << ", \"job_start\": 100, \"launch\": 0, \"time\": 200, "
-                        << "\"step\": 3, \"reason\": \"t\", \"stopped_by_fault_injection\": false, \"groups\": ["
+                        << "\"step\": 3, \"reason\": \"t\", \"phase\": \"" << d.phase
+                        << "\", \"stopped_by_fault_injection\": false, \"groups\": ["
                         << "{\"name\": \"world\", \"members\": [0, 1, 2], \"started\": 0, \"completed\": 0}, "
                         << "{\"name\": \"tp\", \"members\": [0, 1, 2], \"started\": " << d.tp_started
                         << ", \"completed\": 0}], \"calls\": [" << d.calls << "]}\n";
@@ -170,8 +176,26 @@ TEST(Diagnose, NamesTheRankBehindAndTheCall) {
   const auto [code, out] = diagnose(dir);
   EXPECT_EQ(code, 0) << out;
   EXPECT_NE(out.find("verdict: rank 1 is behind."), std::string::npos) << out;
-  EXPECT_NE(out.find("rank 0 waits in tp reduce_scatter_sum #8 (4096 bytes), which rank 1 has not joined"),
+  EXPECT_NE(out.find("rank 0 waits in tp reduce_scatter_sum #8 (4096 bytes) (training of step 4), which rank 1 "
+                     "has not joined"),
             std::string::npos) << out;
+  std::filesystem::remove_all(dir);
+}
+
+TEST(Diagnose, SaysWhatTheRankBehindWasDoing) {
+  // Ranks 0 and 1 wait in call #8 (a checkpoint commit's agreement); rank 2
+  // never reached it: it was writing its checkpoint file.
+  const std::string dir = write_dumps(
+      "diag_phase", {{0, 8, call(7, "allgather", 64, "160") + "," + call(8, "allreduce_max", 8, "null"),
+                      "checkpoint save of step 5"},
+                     {1, 8, call(7, "allgather", 64, "160") + "," + call(8, "allreduce_max", 8, "null"),
+                      "checkpoint save of step 5"},
+                     {2, 7, call(7, "allgather", 64, "160"), "checkpoint save of step 5"}});
+  const auto [code, out] = diagnose(dir);
+  EXPECT_EQ(code, 0) << out;
+  EXPECT_NE(out.find("verdict: rank 2 is behind."), std::string::npos) << out;
+  EXPECT_NE(out.find("rank 2 is not in any communication call: in checkpoint save of step 5"), std::string::npos)
+      << out;
   std::filesystem::remove_all(dir);
 }
 

@@ -1,31 +1,16 @@
-// `trainer diagnose RUN_DIR`: reads the flight recorders the watchdog wrote
-// (<run.dir>/flight/rank_NNNNN.json, runtime/flight_recorder.h) and names the
-// rank the others are waiting for, and the call on which they disagree.
-//
-// Every collective has a per-group sequence number, so the members of a group
-// must make their n-th call on it together. A rank in flight in call n of a
-// group waits for every member that has started fewer than n calls there; a
-// rank waiting for a point-to-point transfer waits for its peer. Following
-// "waits for" from the stuck ranks ends at the rank(s) that are behind.
-#include <nlohmann/json.hpp>
-
-#include <algorithm>
+// `trainer diagnose RUN_DIR`: prints what app/diagnosis.h finds in the flight
+// recorders the watchdog wrote: the rank the others are waiting for, the call
+// on which they disagree, and what that rank was doing.
 #include <cstdio>
-#include <filesystem>
-#include <fstream>
-#include <map>
-#include <set>
 #include <string>
-#include <vector>
 
 #include "app/commands.h"
+#include "app/diagnosis.h"
 #include "runtime/errors.h"
 
 namespace trainer {
 
 namespace {
-
-using nlohmann::json;
 
 const char* kDiagnoseUsage =
     "usage: trainer diagnose RUN_DIR\n"
@@ -34,42 +19,6 @@ const char* kDiagnoseUsage =
     "  behind and the call the others wait in. Exit 0: a rank was named; 1: no single\n"
     "  culprit (the report says why); 2: no dumps or bad arguments.\n";
 
-struct RankDump {
-  int rank = -1;
-  long step = 0;
-  double time = 0;
-  bool fault = false;
-  std::string reason, phase;  // phase: what it did between calls ("checkpoint save of step 10")
-  json groups, calls;
-  const json* in_flight = nullptr;  // the call not yet returned, if any
-};
-
-std::string describe(const RankDump& d, const json& call) {
-  const json& g = d.groups.at(call.at("group").get<int>());
-  const std::string op = call.at("op");
-  char b[256];
-  if (call.at("group_seq").get<long>() > 0)
-    std::snprintf(b, sizeof b, "%s %s #%ld (%zu bytes)", g.at("name").get<std::string>().c_str(), op.c_str(),
-                  call.at("group_seq").get<long>(), call.at("bytes").get<size_t>());
-  else
-    std::snprintf(b, sizeof b, "%s %s %s rank %d (%zu bytes)", g.at("name").get<std::string>().c_str(), op.c_str(),
-                  op == "wait_recv" || op == "irecv" ? "from" : "to", call.at("peer").get<int>(),
-                  call.at("bytes").get<size_t>());
-  return b;
-}
-
-std::string members_key(const json& g) {
-  std::string k = g.at("name").get<std::string>() + ":";
-  for (int m : g.at("members")) k += std::to_string(m) + ",";
-  return k;
-}
-
-std::string rank_list(const std::set<int>& s) {
-  std::string out;
-  for (int r : s) out += (out.empty() ? "" : ", ") + std::to_string(r);
-  return out;
-}
-
 }  // namespace
 
 int cmd_diagnose(int argc, char** argv) {
@@ -77,146 +26,15 @@ int cmd_diagnose(int argc, char** argv) {
     std::fputs(kDiagnoseUsage, argc == 1 ? stdout : stderr);
     return argc == 1 ? kExitOk : kExitUsage;
   }
-  const std::string dir = std::string(argv[0]) + "/flight";
-  std::vector<std::pair<double, RankDump>> all;
-  std::error_code ec;
-  for (const auto& e : std::filesystem::directory_iterator(dir, ec)) {
-    const std::string n = e.path().filename().string();
-    if (n.rfind("rank_", 0) != 0 || e.path().extension() != ".json") continue;
-    try {
-      std::ifstream in(e.path());
-      const json j = json::parse(in);
-      RankDump d;
-      d.rank = j.at("rank");
-      d.step = j.at("step");
-      d.time = j.at("time");
-      d.fault = j.value("stopped_by_fault_injection", false);
-      d.reason = j.value("reason", "");
-      d.phase = j.value("phase", "");
-      d.groups = j.at("groups");
-      d.calls = j.at("calls");
-      all.push_back({j.at("job_start").get<double>(), std::move(d)});
-    } catch (const std::exception& ex) {
-      std::fprintf(stderr, "warning: %s: unreadable flight recorder, skipped: %s\n", e.path().c_str(), ex.what());
-    }
-  }
-  if (all.empty()) {
-    std::fprintf(stderr, "error: no flight recorder dumps in %s (the watchdog writes them when runtime.comm_timeout "
-                         "expires; is this the run's [run] dir?)\n", dir.c_str());
+  const Diagnosis d = diagnose_run(argv[0]);
+  for (const std::string& w : d.warnings) std::fprintf(stderr, "warning: %s\n", w.c_str());
+  if (d.dumps == 0) {
+    std::fprintf(stderr, "error: no flight recorder dumps in %s/flight (the watchdog writes them when "
+                         "runtime.comm_timeout expires; is this the run's [run] dir?)\n", argv[0]);
     return kExitUsage;
   }
-  // Only the newest job's dumps: older ones are from earlier launches.
-  double newest = 0;
-  for (auto& [start, d] : all) newest = std::max(newest, start);
-  std::map<int, RankDump> dumps;
-  for (auto& [start, d] : all)
-    if (start == newest) dumps[d.rank] = std::move(d);
-  for (auto& [r, d] : dumps)
-    for (const json& c : d.calls)
-      if (c.at("end").is_null() && c.at("op") != "isend" && c.at("op") != "irecv") d.in_flight = &c;
-  int world = 0;
-  for (auto& [r, d] : dumps)
-    for (const json& g : d.groups)
-      if (g.at("name") == "world") world = (int)g.at("members").size();
-  std::printf("flight recorders of %zu of %d ranks in %s\n", dumps.size(), world, dir.c_str());
-
-  // started[group instance][rank]: collectives each member began on it.
-  std::map<std::string, std::map<int, long>> started;
-  for (auto& [r, d] : dumps)
-    for (const json& g : d.groups) started[members_key(g)][r] = g.at("started");
-
-  // Calls on which members of one group disagree: the same sequence number
-  // with another operation or size (a collective-order bug, not a slow rank).
-  std::map<std::pair<std::string, long>, std::pair<int, const json*>> seen;
-  std::vector<std::string> mismatches;
-  for (auto& [r, d] : dumps)
-    for (const json& c : d.calls) {
-      const long q = c.at("group_seq");
-      if (q == 0) continue;
-      const std::string key = members_key(d.groups.at(c.at("group").get<int>()));
-      auto [it, fresh] = seen.insert({{key, q}, {r, &c}});
-      if (fresh) continue;
-      const json& o = *it->second.second;
-      if (o.at("op") != c.at("op") || o.at("bytes") != c.at("bytes"))
-        mismatches.push_back("ranks " + std::to_string(it->second.first) + " and " + std::to_string(r) +
-                             " disagree on call #" + std::to_string(q) + " of group " + key + ": " +
-                             describe(dumps[it->second.first], o) + " vs " + describe(d, c));
-    }
-
-  // Who waits for whom.
-  std::map<int, std::set<int>> waits_for;
-  std::printf("rank  step  state\n");
-  for (auto& [r, d] : dumps) {
-    std::string state;
-    if (d.in_flight) {
-      const json& c = *d.in_flight;
-      const json& g = d.groups.at(c.at("group").get<int>());
-      const long q = c.at("group_seq");
-      char b[64];
-      std::snprintf(b, sizeof b, "waiting %.1f s in ", d.time - c.at("start").get<double>());
-      state = b + describe(d, c) + (d.phase.empty() ? "" : ", in " + d.phase);
-      if (q > 0) {
-        for (int m : g.at("members")) {
-          const auto& st = started[members_key(g)];
-          if (m != r && (!st.count(m) || st.at(m) < q)) waits_for[r].insert(m);
-        }
-      } else if (c.at("peer").get<int>() >= 0) {
-        waits_for[r].insert(c.at("peer").get<int>());
-      }
-    } else {
-      state = "not in a communication call" + (d.phase.empty() ? "" : " (" + d.phase + ")");
-      if (!d.calls.empty()) {
-        const json& last = d.calls.back();
-        char b[64];
-        std::snprintf(b, sizeof b, " for %.1f s", d.time - last.value("end", last.at("start")).get<double>());
-        state += b + std::string("; last call ") + describe(d, last);
-      }
-      if (d.fault) state += " (stopped by fault injection)";
-    }
-    std::printf("%4d  %4ld  %s\n", r, d.step + 1, state.c_str());
-  }
-  for (int r = 0; r < world; r++)
-    if (!dumps.count(r)) std::printf("%4d     -  no flight recorder (the process ended before its watchdog fired)\n", r);
-
-  // Follow the waits from every waiting rank to the ranks that wait for no one.
-  std::set<int> behind;
-  for (auto& [r, targets] : waits_for) {
-    std::set<int> visited{r};
-    std::vector<int> todo(targets.begin(), targets.end());
-    while (!todo.empty()) {
-      const int x = todo.back();
-      todo.pop_back();
-      if (!visited.insert(x).second) continue;
-      if (!waits_for.count(x)) behind.insert(x);
-      else for (int y : waits_for[x]) todo.push_back(y);
-    }
-  }
-  for (const std::string& m : mismatches) std::printf("mismatch: %s\n", m.c_str());
-  if (behind.empty()) {
-    std::printf("verdict: no single rank is behind: %s\n",
-                waits_for.empty() ? "no rank is waiting on another (every member entered its call; look at "
-                                    "the network or the communication library)"
-                                  : "the waits form a cycle (ranks made collectives in different orders)");
-    return mismatches.empty() ? 1 : 0;
-  }
-  std::printf("verdict: rank %s %s behind.\n", rank_list(behind).c_str(), behind.size() == 1 ? "is" : "are");
-  for (int b : behind) {
-    // The calls the others wait in that this rank has not joined.
-    for (auto& [r, t] : waits_for) {
-      if (!t.count(b) || !dumps[r].in_flight) continue;
-      const json& c = *dumps[r].in_flight;
-      std::printf("  rank %d waits in %s%s, %s\n", r, describe(dumps[r], c).c_str(),
-                  dumps[r].phase.empty() ? "" : (" (" + dumps[r].phase + ")").c_str(),
-                  c.at("group_seq").get<long>() > 0 ? ("which rank " + std::to_string(b) + " has not joined").c_str()
-                                                    : ("which needs rank " + std::to_string(b)).c_str());
-    }
-    if (!dumps.count(b)) std::printf("  rank %d left no flight recorder\n", b);
-    else if (dumps[b].in_flight) std::printf("  rank %d is itself in %s\n", b, describe(dumps[b], *dumps[b].in_flight).c_str());
-    else std::printf("  rank %d is not in any communication call: %s, or stopped there%s\n", b,
-                     dumps[b].phase.empty() ? "computing" : ("in " + dumps[b].phase).c_str(),
-                     dumps[b].fault ? " (here: by fault injection)" : "");
-  }
-  return kExitOk;
+  std::fputs(d.report.c_str(), stdout);
+  return d.named ? kExitOk : 1;
 }
 
 }  // namespace trainer

@@ -30,6 +30,7 @@
 #include <vector>
 
 #include "app/commands.h"
+#include "app/diagnosis.h"
 #include "app/recipe.h"
 #include "runtime/errors.h"
 #include "runtime/flight_recorder.h"
@@ -52,7 +53,8 @@ const char* kSuperviseUsage =
     "  A hang: rank 0 touches <run.dir>/heartbeat after every step; no touch for\n"
     "  [supervisor] hang_timeout seconds and the job is killed and restarted.\n"
     "  SIGTERM, SIGUSR1 or Ctrl-C: the job checkpoints and stops; the supervisor exits 75.\n"
-    "  Events: <run.dir>/events.jsonl and the console.\n"
+    "  Events: <run.dir>/events.jsonl and the console; after a watchdog timeout, the\n"
+    "  flight recorders' verdict (as `trainer diagnose`) is an event too.\n"
     "  Exit: 0 done; 2, 3, 4, 6 the job's error that a retry cannot fix; 7 restart\n"
     "  budget used up; 75 preempted (requeue).\n";
 
@@ -259,6 +261,15 @@ int cmd_supervise(int argc, char** argv) {
                   hung ? "hung, killed" : meaning(code).c_str(), now_s() - t0);
     events.write("exit", launch, b, JsonRecord().add("code", code).add("seconds", now_s() - t0)
                                         .add("meaning", hung ? std::string("hang") : meaning(code)));
+    // The watchdogs of this launch left flight recorders: say who was behind.
+    if (code != kExitOk) {
+      const Diagnosis d = diagnose_run(r.run.dir, t0);
+      if (d.dumps > 0)
+        events.write("diagnosis", launch,
+                     "launch " + std::to_string(launch) + ": " + d.verdict + (d.culprit.empty() ? "" : " " + d.culprit) +
+                         " (the whole report: trainer diagnose " + r.run.dir + ")",
+                     JsonRecord().add("verdict", d.verdict).add("culprit", d.culprit).add("report", d.report));
+    }
     if (code == kExitOk) {
       events.write("done", launch, "training finished after " + std::to_string(launch + 1) + " launch(es)");
       return kExitOk;

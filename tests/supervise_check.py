@@ -96,6 +96,9 @@ def main():
         print(diag)
         check(code == 0 and "verdict: rank 1 is behind." in diag and "which rank 1 has not joined" in diag,
               "hang: `trainer diagnose` names rank 1 and the call the others wait in")
+        check(ev[2]["event"] == "diagnosis" and "rank 1 is behind." in ev[2]["message"]
+              and "rank 1 is not in any communication call: in training of step 7" in ev[2]["message"],
+              f"hang: the supervisor's event log carries the verdict: {ev[2]['message']}")
         check(same_tensors(final(run), ref), "hang: final weights bit-identical after the restart")
 
         # Hang with the watchdog off: the supervisor's heartbeat timeout.

@@ -1,0 +1,223 @@
+// Every collective has a per-group sequence number, so the members of a group
+// must make their n-th call on it together. A rank in flight in call n of a
+// group waits for every member that has started fewer than n calls there; a
+// rank waiting for a point-to-point transfer waits for its peer. Following
+// "waits for" from the stuck ranks ends at the rank(s) that are behind.
+#include "app/diagnosis.h"
+
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <cstdarg>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <set>
+
+namespace trainer {
+
+namespace {
+
+using nlohmann::json;
+
+struct RankDump {
+  int rank = -1;
+  long step = 0;
+  double time = 0;
+  bool fault = false;
+  std::string reason, phase;  // phase: what it did between calls ("checkpoint save of step 10")
+  json groups, calls;
+  const json* in_flight = nullptr;  // the call not yet returned, if any
+};
+
+std::string describe(const RankDump& d, const json& call) {
+  const json& g = d.groups.at(call.at("group").get<int>());
+  const std::string op = call.at("op");
+  char b[256];
+  if (call.at("group_seq").get<long>() > 0)
+    std::snprintf(b, sizeof b, "%s %s #%ld (%zu bytes)", g.at("name").get<std::string>().c_str(), op.c_str(),
+                  call.at("group_seq").get<long>(), call.at("bytes").get<size_t>());
+  else
+    std::snprintf(b, sizeof b, "%s %s %s rank %d (%zu bytes)", g.at("name").get<std::string>().c_str(), op.c_str(),
+                  op == "wait_recv" || op == "irecv" ? "from" : "to", call.at("peer").get<int>(),
+                  call.at("bytes").get<size_t>());
+  return b;
+}
+
+std::string members_key(const json& g) {
+  std::string k = g.at("name").get<std::string>() + ":";
+  for (int m : g.at("members")) k += std::to_string(m) + ",";
+  return k;
+}
+
+std::string rank_list(const std::set<int>& s) {
+  std::string out;
+  for (int r : s) out += (out.empty() ? "" : ", ") + std::to_string(r);
+  return out;
+}
+
+// printf into a string.
+std::string format(const char* fmt, ...) {
+  va_list ap, ap2;
+  va_start(ap, fmt);
+  va_copy(ap2, ap);
+  const int n = std::vsnprintf(nullptr, 0, fmt, ap);
+  va_end(ap);
+  std::string s((size_t)std::max(n, 0), '\0');
+  std::vsnprintf(s.data(), s.size() + 1, fmt, ap2);
+  va_end(ap2);
+  return s;
+}
+
+}  // namespace
+
+Diagnosis diagnose_run(const std::string& run_dir, double newer_than) {
+  Diagnosis out;
+  const std::string dir = run_dir + "/flight";
+  std::vector<std::pair<double, RankDump>> all;
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator(dir, ec)) {
+    const std::string n = e.path().filename().string();
+    if (n.rfind("rank_", 0) != 0 || e.path().extension() != ".json") continue;
+    try {
+      std::ifstream in(e.path());
+      const json j = json::parse(in);
+      RankDump d;
+      d.rank = j.at("rank");
+      d.step = j.at("step");
+      d.time = j.at("time");
+      d.fault = j.value("stopped_by_fault_injection", false);
+      d.reason = j.value("reason", "");
+      d.phase = j.value("phase", "");
+      d.groups = j.at("groups");
+      d.calls = j.at("calls");
+      const double start = j.at("job_start");
+      if (start > newer_than) all.push_back({start, std::move(d)});
+    } catch (const std::exception& ex) {
+      out.warnings.push_back(e.path().string() + ": unreadable flight recorder, skipped: " + ex.what());
+    }
+  }
+  if (all.empty()) return out;
+  // Only the newest job's dumps: older ones are from earlier launches.
+  double newest = 0;
+  for (auto& [start, d] : all) newest = std::max(newest, start);
+  std::map<int, RankDump> dumps;
+  for (auto& [start, d] : all)
+    if (start == newest) dumps[d.rank] = std::move(d);
+  out.dumps = (int)dumps.size();
+  for (auto& [r, d] : dumps)
+    for (const json& c : d.calls)
+      if (c.at("end").is_null() && c.at("op") != "isend" && c.at("op") != "irecv") d.in_flight = &c;
+  int world = 0;
+  for (auto& [r, d] : dumps)
+    for (const json& g : d.groups)
+      if (g.at("name") == "world") world = (int)g.at("members").size();
+  std::string& say = out.report;
+  say += format("flight recorders of %zu of %d ranks in %s\n", dumps.size(), world, dir.c_str());
+
+  // started[group instance][rank]: collectives each member began on it.
+  std::map<std::string, std::map<int, long>> started;
+  for (auto& [r, d] : dumps)
+    for (const json& g : d.groups) started[members_key(g)][r] = g.at("started");
+
+  // Calls on which members of one group disagree: the same sequence number
+  // with another operation or size (a collective-order bug, not a slow rank).
+  std::map<std::pair<std::string, long>, std::pair<int, const json*>> seen;
+  std::vector<std::string> mismatches;
+  for (auto& [r, d] : dumps)
+    for (const json& c : d.calls) {
+      const long q = c.at("group_seq");
+      if (q == 0) continue;
+      const std::string key = members_key(d.groups.at(c.at("group").get<int>()));
+      auto [it, fresh] = seen.insert({{key, q}, {r, &c}});
+      if (fresh) continue;
+      const json& o = *it->second.second;
+      if (o.at("op") != c.at("op") || o.at("bytes") != c.at("bytes"))
+        mismatches.push_back("ranks " + std::to_string(it->second.first) + " and " + std::to_string(r) +
+                             " disagree on call #" + std::to_string(q) + " of group " + key + ": " +
+                             describe(dumps[it->second.first], o) + " vs " + describe(d, c));
+    }
+
+  // Who waits for whom.
+  std::map<int, std::set<int>> waits_for;
+  say += "rank  step  state\n";
+  for (auto& [r, d] : dumps) {
+    std::string state;
+    if (d.in_flight) {
+      const json& c = *d.in_flight;
+      const json& g = d.groups.at(c.at("group").get<int>());
+      const long q = c.at("group_seq");
+      state = format("waiting %.1f s in ", d.time - c.at("start").get<double>()) + describe(d, c) +
+              (d.phase.empty() ? "" : ", in " + d.phase);
+      if (q > 0) {
+        for (int m : g.at("members")) {
+          const auto& st = started[members_key(g)];
+          if (m != r && (!st.count(m) || st.at(m) < q)) waits_for[r].insert(m);
+        }
+      } else if (c.at("peer").get<int>() >= 0) {
+        waits_for[r].insert(c.at("peer").get<int>());
+      }
+    } else {
+      state = "not in a communication call" + (d.phase.empty() ? "" : " (" + d.phase + ")");
+      if (!d.calls.empty()) {
+        const json& last = d.calls.back();
+        state += format(" for %.1f s", d.time - last.value("end", last.at("start")).get<double>()) +
+                 "; last call " + describe(d, last);
+      }
+      if (d.fault) state += " (stopped by fault injection)";
+    }
+    say += format("%4d  %4ld  %s\n", r, d.step + 1, state.c_str());
+  }
+  for (int r = 0; r < world; r++)
+    if (!dumps.count(r)) say += format("%4d     -  no flight recorder (the process ended before its watchdog fired)\n", r);
+
+  // Follow the waits from every waiting rank to the ranks that wait for no one.
+  std::set<int> behind;
+  for (auto& [r, targets] : waits_for) {
+    std::set<int> visited{r};
+    std::vector<int> todo(targets.begin(), targets.end());
+    while (!todo.empty()) {
+      const int x = todo.back();
+      todo.pop_back();
+      if (!visited.insert(x).second) continue;
+      if (!waits_for.count(x)) behind.insert(x);
+      else for (int y : waits_for[x]) todo.push_back(y);
+    }
+  }
+  for (const std::string& m : mismatches) say += "mismatch: " + m + "\n";
+  if (behind.empty()) {
+    out.verdict = std::string("no single rank is behind: ") +
+                  (waits_for.empty() ? "no rank is waiting on another (every member entered its call; look at "
+                                       "the network or the communication library)"
+                                     : "the waits form a cycle (ranks made collectives in different orders)");
+    out.named = !mismatches.empty();
+    say += "verdict: " + out.verdict + "\n";
+    return out;
+  }
+  out.named = true;
+  out.verdict = format("rank %s %s behind.", rank_list(behind).c_str(), behind.size() == 1 ? "is" : "are");
+  say += "verdict: " + out.verdict + "\n";
+  for (int b : behind) {
+    // The calls the others wait in that this rank has not joined.
+    for (auto& [r, t] : waits_for) {
+      if (!t.count(b) || !dumps[r].in_flight) continue;
+      const json& c = *dumps[r].in_flight;
+      say += format("  rank %d waits in %s%s, %s\n", r, describe(dumps[r], c).c_str(),
+                    dumps[r].phase.empty() ? "" : (" (" + dumps[r].phase + ")").c_str(),
+                    c.at("group_seq").get<long>() > 0 ? ("which rank " + std::to_string(b) + " has not joined").c_str()
+                                                      : ("which needs rank " + std::to_string(b)).c_str());
+    }
+    std::string what;
+    if (!dumps.count(b)) what = format("rank %d left no flight recorder", b);
+    else if (dumps[b].in_flight) what = format("rank %d is itself in %s", b, describe(dumps[b], *dumps[b].in_flight).c_str());
+    else what = format("rank %d is not in any communication call: %s, or stopped there%s", b,
+                       dumps[b].phase.empty() ? "computing" : ("in " + dumps[b].phase).c_str(),
+                       dumps[b].fault ? " (here: by fault injection)" : "");
+    say += "  " + what + "\n";
+    out.culprit += (out.culprit.empty() ? "" : "; ") + what;
+  }
+  return out;
+}
+
+}  // namespace trainer

@@ -1,0 +1,24 @@
+#pragma once
+// Reading the flight recorders the watchdog wrote (<run.dir>/flight/
+// rank_NNNNN.json, runtime/flight_recorder.h): which rank the others wait
+// for, on which call, and what it was doing. `trainer diagnose` prints the
+// report; `trainer supervise` puts the verdict in its event log.
+#include <string>
+#include <vector>
+
+namespace trainer {
+
+struct Diagnosis {
+  int dumps = 0;         // recorders read (of the newest job); 0: nothing to say
+  bool named = false;    // a rank behind, or collectives made in a different order, was found
+  std::string verdict;   // one line: "rank 1 is behind." / "no single rank is behind: ..."
+  std::string culprit;   // what the rank behind was doing (one line per rank), "" if none named
+  std::string report;    // the whole table and explanation
+  std::vector<std::string> warnings;  // unreadable dumps, skipped
+};
+
+// Reads run_dir/flight/rank_*.json; only the newest job's dumps, and only
+// dumps of jobs that started after `newer_than` (seconds since the epoch).
+Diagnosis diagnose_run(const std::string& run_dir, double newer_than = 0);
+
+}  // namespace trainer

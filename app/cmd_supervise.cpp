@@ -51,7 +51,8 @@ const char* kSuperviseUsage =
     "  after `--`. Every launch gets TRAINER_RESUME=auto (resume from the newest valid\n"
     "  checkpoint) and TRAINER_ATTEMPT=<launch number> in its environment.\n"
     "  A hang: rank 0 touches <run.dir>/heartbeat after every step; no touch for\n"
-    "  [supervisor] hang_timeout seconds and the job is killed and restarted.\n"
+    "  [supervisor] hang_timeout seconds and the job is killed and restarted (after a\n"
+    "  SIGUSR2 that makes every rank write its flight recorder).\n"
     "  SIGTERM, SIGUSR1 or Ctrl-C: the job checkpoints and stops; the supervisor exits 75.\n"
     "  Events: <run.dir>/events.jsonl and the console; after a watchdog timeout, the\n"
     "  flight recorders' verdict (as `trainer diagnose`) is an event too.\n"
@@ -247,6 +248,10 @@ int cmd_supervise(int argc, char** argv) {
         std::snprintf(b, sizeof b, "launch %d: no heartbeat for %.0f s (supervisor.hang_timeout = %g s): killing the job",
                       launch, now_s() - beat, sv.hang_timeout);
         events.write("hang", launch, b, JsonRecord().add("since_heartbeat_s", now_s() - beat));
+        // SIGUSR2 (mpirun and srun pass it on): every rank's watchdog writes
+        // its flight recorder, which the diagnosis below reads.
+        kill(pid, SIGUSR2);
+        std::this_thread::sleep_for(std::chrono::seconds(2));
         stop_job(pid, command[0]);
         waitpid(pid, &status, 0);
         hung = true;

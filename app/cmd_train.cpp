@@ -502,6 +502,7 @@ int cmd_train(int argc, char** argv) {
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &size);
   install_stop_signals();  // from here on SIGTERM/SIGUSR1 mean "checkpoint and stop"
+  install_dump_signal();   // and SIGUSR2 "write your flight recorder"
   // Set by `trainer supervise`: which launch this is (0 when unsupervised).
   const int launch = std::getenv("TRAINER_ATTEMPT") ? std::atoi(std::getenv("TRAINER_ATTEMPT")) : 0;
 
@@ -571,7 +572,7 @@ int cmd_train(int argc, char** argv) {
     char dump[64];
     std::snprintf(dump, sizeof dump, "/flight/rank_%05d.json", rank);
     job.watchdog = std::make_unique<Watchdog>(*job.recorder, job.recipe.runtime.comm_timeout,
-                                              job.recipe.run.dir + dump);
+                                              job.recipe.run.dir + dump, 3.0, dump_requests);
     code = run_training(job, rank, size);
   }
   job.release();  // free communicators before MPI_Finalize

@@ -11,4 +11,10 @@ namespace trainer {
 void install_stop_signals(bool interrupt = false);
 int stop_signal();            // the last one received, or 0
 
+// SIGUSR2 asks a rank to write its flight recorder now (the supervisor sends
+// it through the launcher before it kills a job it found hung); the watchdog
+// thread polls the count and dumps once per request.
+void install_dump_signal();
+int dump_requests();          // SIGUSR2s received so far
+
 }  // namespace trainer

@@ -11,9 +11,17 @@
 
 namespace trainer {
 
-Watchdog::Watchdog(FlightRecorder& rec, double timeout_s, std::string dump_path, double grace_s)
-    : rec_(rec), timeout_s_(timeout_s), grace_s_(grace_s), dump_path_(std::move(dump_path)) {
-  if (timeout_s_ > 0) thread_ = std::thread([this] { run(); });
+Watchdog::Watchdog(FlightRecorder& rec, double timeout_s, std::string dump_path, double grace_s,
+                   std::function<int()> dump_requests)
+    : rec_(rec), dump_requests_(std::move(dump_requests)), timeout_s_(timeout_s), grace_s_(grace_s),
+      dump_path_(std::move(dump_path)) {
+  if (timeout_s_ > 0 || dump_requests_) thread_ = std::thread([this] { run(); });
+}
+
+bool Watchdog::dump(const std::string& why) {
+  std::error_code ec;
+  std::filesystem::create_directories(std::filesystem::path(dump_path_).parent_path(), ec);
+  return replace_file(dump_path_, rec_.to_json(why), false).empty();
 }
 
 Watchdog::~Watchdog() {
@@ -25,10 +33,20 @@ void Watchdog::run() {
   // Poll often enough that the abort comes within a fraction of a second of
   // the timeout, rarely enough to cost nothing.
   const auto period = std::chrono::milliseconds(timeout_s_ < 10 ? 100 : 500);
+  int requests_seen = dump_requests_ ? dump_requests_() : 0;
   while (!stop_) {
     std::this_thread::sleep_for(period);
     const FlightRecorder::Status s = rec_.status();
     const double now = wall_seconds();
+    if (dump_requests_ && dump_requests_() != requests_seen) {
+      requests_seen = dump_requests_();
+      const bool dumped = dump("dump requested (SIGUSR2)");
+      std::fprintf(stderr, "rank %d (step %ld, %s): flight recorder %s %s on request\n", rec_.world_rank(),
+                   s.step + 1, s.phase.c_str(), dumped ? "written to" : "could NOT be written to", dump_path_.c_str());
+      std::fflush(stderr);
+      continue;
+    }
+    if (timeout_s_ <= 0) continue;
     char why[256];
     if (s.in_call && now - s.call_start > timeout_s_)
       std::snprintf(why, sizeof why, "a communication call has not returned for %.1f s (runtime.comm_timeout = %g s)",
@@ -39,9 +57,7 @@ void Watchdog::run() {
                     now - s.last_progress, s.phase.c_str(), timeout_s_);
     else
       continue;
-    std::error_code ec;
-    std::filesystem::create_directories(std::filesystem::path(dump_path_).parent_path(), ec);
-    const bool dumped = replace_file(dump_path_, rec_.to_json(why), false).empty();
+    const bool dumped = dump(why);
     std::fprintf(stderr, "error (rank %d, step %ld): watchdog: %s; flight recorder %s %s; ending the job "
                          "(exit %d). Run `trainer diagnose RUN_DIR` to see which rank is behind.\n",
                  rec_.world_rank(), s.step + 1, why, dumped ? "written to" : "could NOT be written to",

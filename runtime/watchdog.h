@@ -5,8 +5,11 @@
 // longer than the timeout, it writes the recorder to dump_path, says so on
 // stderr, gives the other ranks a moment to dump theirs, and ends the process
 // with kExitCommTimeout, which ends the job (mpirun and srun stop every rank
-// when one exits with an error) so a supervisor can restart it.
+// when one exits with an error) so a supervisor can restart it. It also
+// dumps on request (and carries on): whenever `dump_requests()` grows, which
+// the job wires to SIGUSR2 (runtime/stop_signal.h).
 #include <atomic>
+#include <functional>
 #include <string>
 #include <thread>
 
@@ -16,16 +19,21 @@ namespace trainer {
 
 class Watchdog {
  public:
-  // timeout_s <= 0: no watchdog. grace_s: how long to wait after dumping
-  // before exiting, so peers whose own timeouts fire a moment later dump too.
-  Watchdog(FlightRecorder& rec, double timeout_s, std::string dump_path, double grace_s = 3.0);
+  // timeout_s <= 0: no timeout (dumps on request only). grace_s: how long to
+  // wait after dumping before exiting, so peers whose own timeouts fire a
+  // moment later dump too. dump_requests: a count that grows by one per
+  // request; empty: none.
+  Watchdog(FlightRecorder& rec, double timeout_s, std::string dump_path, double grace_s = 3.0,
+           std::function<int()> dump_requests = {});
   ~Watchdog();
   Watchdog(const Watchdog&) = delete;
   Watchdog& operator=(const Watchdog&) = delete;
 
  private:
   void run();
+  bool dump(const std::string& why);
   FlightRecorder& rec_;
+  std::function<int()> dump_requests_;
   double timeout_s_, grace_s_;
   std::string dump_path_;
   std::atomic<bool> stop_{false};

@@ -7,7 +7,9 @@ started here and stopped at the end):
   and exit 75, the script requeues the job, the job runs again, resumes and
   finishes, with final weights bit-identical to the srun run;
 - a hang under srun (rank 1 stops, watchdog off): the supervisor sees no
-  heartbeat, has srun cancel the step, relaunches, and the run finishes.
+  heartbeat, asks the ranks (SIGUSR2 through srun) for their flight
+  recorders, whose verdict names rank 1, has srun cancel the step,
+  relaunches, and the run finishes.
 Exits 77 (skipped) only where it cannot run Slurm at all: not root, or the
 slurm-wlm / munge packages missing (scripts/setup.sh test installs them).
 
@@ -200,8 +202,10 @@ def main():
             print("\n".join(l for l in out.splitlines() if l.startswith(("supervise:", "srun:", "slurmstepd"))))
             left = subprocess.run(["pgrep", "-f", f"run.dir={run_c}"], capture_output=True, text=True).stdout.split()
             check(state()[0] == "COMPLETED" and "no heartbeat" in out and "CANCELLED" in out
+                  and "launch 0: rank 1 is behind." in out
                   and "training finished after 2 launch(es)" in out and not left,
-                  "srun hang: the supervisor had the step cancelled, relaunched and finished; no rank left behind")
+                  "srun hang: srun passed on SIGUSR2, the verdict names rank 1; the supervisor had the step "
+                  "cancelled, relaunched and finished; no rank left behind")
         finally:
             stop_slurm(pidfiles)
     sys.exit(1 if failures else 0)

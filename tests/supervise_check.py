@@ -7,7 +7,8 @@
   dumps its flight recorder and the job ends within comm_timeout + a few
   seconds; `trainer diagnose` names rank 1; the supervisor restarts and
   finishes, bit-identical;
-- a hang with the watchdog off is found by the supervisor's heartbeat;
+- a hang with the watchdog's timeout off is found by the supervisor's heartbeat,
+  which asks the ranks for their recorders (SIGUSR2) before the kill;
 - a rank stuck in its checkpoint save is named by diagnose, with its phase;
 - preemption: SIGTERM to every rank at a random moment saves a checkpoint
   and exits 75; a second launch finishes bit-identical; SIGTERM to the
@@ -105,9 +106,14 @@ def main():
         run = os.path.join(tmp, "heartbeat")
         code, out = supervise(run, ["--set", 'fault.inject=["hang rank=1 step=4"]', "--set", "runtime.comm_timeout=0",
                                     "--set", "supervisor.hang_timeout=6"])
-        ev = [e["event"] for e in events(run)]
+        evs = events(run)
+        ev = [e["event"] for e in evs]
         check(code == 0 and ev[:2] == ["start", "hang"] and ev[-1] == "done" and "no heartbeat" in out,
               f"heartbeat: the hung job was killed and the restart finished ({ev})")
+        diag = [e["message"] for e in evs if e["event"] == "diagnosis"]
+        check(len(diag) == 1 and "rank 1 is behind." in diag[0],
+              f"heartbeat: asked before the kill, the ranks wrote their recorders and the verdict names rank 1 "
+              f"({diag[0] if diag else 'no diagnosis event'})")
         check(same_tensors(final(run), ref), "heartbeat: final weights bit-identical")
 
         # A rank stuck in its checkpoint save (a stalled file system): the

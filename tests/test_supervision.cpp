@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 #include <unistd.h>
 
+#include <atomic>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -114,6 +115,25 @@ TEST(Watchdog, DumpsAndExitsWhenACallIsStuck) {
       testing::ExitedWithCode(kExitCommTimeout), "watchdog: a communication call has not returned");
   const nlohmann::json j = nlohmann::json::parse(std::ifstream(dir + "/rank_00000.json"));
   EXPECT_EQ(j["calls"][0]["op"], "barrier");
+  std::filesystem::remove_all(dir);
+}
+
+TEST(Watchdog, DumpsOnRequestAndCarriesOn) {
+  // The SIGUSR2 path: each new request writes the recorder; the process lives on.
+  const std::string dir = temp_dir("watchdog_req");
+  std::atomic<int> requests{0};
+  FlightRecorder rec(3);
+  rec.end(rec.begin(rec.add_group("world", {0, 1, 2, 3}), "allreduce_max", 8, -1));
+  rec.set_phase("training of step 2");
+  Watchdog dog(rec, 0, dir + "/rank_00003.json", 0.0, [&] { return requests.load(); });
+  usleep(300000);
+  EXPECT_FALSE(std::filesystem::exists(dir + "/rank_00003.json"));  // no request, no timeout: nothing
+  requests++;
+  for (int i = 0; i < 50 && !std::filesystem::exists(dir + "/rank_00003.json"); i++) usleep(20000);
+  const nlohmann::json j = nlohmann::json::parse(std::ifstream(dir + "/rank_00003.json"));
+  EXPECT_EQ(j["rank"], 3);
+  EXPECT_EQ(j["phase"], "training of step 2");
+  EXPECT_NE(j["reason"].get<std::string>().find("dump requested"), std::string::npos);
   std::filesystem::remove_all(dir);
 }
 

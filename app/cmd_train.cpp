@@ -327,6 +327,11 @@ int run_training(Job& job, int world_rank, int world_size) {
                      world_rank, next);
         job.recorder->hang_at_next_call();
       }
+      if (!job.faults.at(Fault::Freeze, next).empty()) {
+        std::fprintf(stderr, "fault injection: rank %d freezes (SIGSTOP) inside its next collective in step %ld\n",
+                     world_rank, next);
+        job.recorder->freeze_in_next_collective();
+      }
       // A NaN fires once per launch: a transient bad batch, which a rollback
       // to an earlier step must not meet again.
       for (const Fault* f : job.faults.at(Fault::Nan, next))

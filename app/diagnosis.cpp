@@ -25,6 +25,7 @@ struct RankDump {
   int rank = -1;
   long step = 0;
   double time = 0;
+  double stalled_s = 0;  // its process was stopped this long (the watchdog's polls stopped)
   bool fault = false;
   std::string reason, phase;  // phase: what it did between calls ("checkpoint save of step 10")
   json groups, calls;
@@ -90,6 +91,7 @@ Diagnosis diagnose_run(const std::string& run_dir, double newer_than) {
       d.fault = j.value("stopped_by_fault_injection", false);
       d.reason = j.value("reason", "");
       d.phase = j.value("phase", "");
+      d.stalled_s = j.value("process_stalled_s", 0.0);
       d.groups = j.at("groups");
       d.calls = j.at("calls");
       const double start = j.at("job_start");
@@ -167,6 +169,7 @@ Diagnosis diagnose_run(const std::string& run_dir, double newer_than) {
       }
       if (d.fault) state += " (stopped by fault injection)";
     }
+    if (d.stalled_s > 0) state += format(" [process stopped for %.1f s]", d.stalled_s);
     say += format("%4d  %4ld  %s\n", r, d.step + 1, state.c_str());
   }
   for (int r = 0; r < world; r++)
@@ -185,6 +188,12 @@ Diagnosis diagnose_run(const std::string& run_dir, double newer_than) {
       else for (int y : waits_for[x]) todo.push_back(y);
     }
   }
+  // Ranks inside the same call look alike; one whose whole process was
+  // stopped (its watchdog could not run) is what the others wait for.
+  std::set<int> stalled;
+  for (auto& [r, d] : dumps)
+    if (d.stalled_s > 0 && (behind.empty() ? d.in_flight != nullptr : behind.count(r) > 0)) stalled.insert(r);
+  if (!stalled.empty()) behind = stalled;
   for (const std::string& m : mismatches) say += "mismatch: " + m + "\n";
   if (behind.empty()) {
     out.verdict = std::string("no single rank is behind: ") +
@@ -210,6 +219,11 @@ Diagnosis diagnose_run(const std::string& run_dir, double newer_than) {
     }
     std::string what;
     if (!dumps.count(b)) what = format("rank %d left no flight recorder", b);
+    else if (dumps[b].stalled_s > 0)
+      what = format("rank %d's process was stopped for %.1f s (its watchdog could not run: SIGSTOP, a frozen "
+                    "driver call or heavy swapping)%s%s", b, dumps[b].stalled_s,
+                    dumps[b].in_flight ? (" inside " + describe(dumps[b], *dumps[b].in_flight)).c_str() : "",
+                    dumps[b].fault ? " (here: by fault injection)" : "");
     else if (dumps[b].in_flight) what = format("rank %d is itself in %s", b, describe(dumps[b], *dumps[b].in_flight).c_str());
     else what = format("rank %d is not in any communication call: %s, or stopped there%s", b,
                        dumps[b].phase.empty() ? "computing" : ("in " + dumps[b].phase).c_str(),

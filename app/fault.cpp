@@ -29,10 +29,11 @@ Fault parse_one(const std::string& item, const std::string& where) {
   Fault f;
   f.text = item;
   const char* usage =
-      " (kinds: crash rank=R step=K | hang rank=R step=K | slow rank=R ms=X [step=K] | nan step=K [rank=R] | "
+      " (kinds: crash rank=R step=K | hang rank=R step=K | freeze rank=R step=K | slow rank=R ms=X [step=K] | nan step=K [rank=R] | "
       "ckpt_kill point=P step=K | ckpt_hang rank=R step=K; each may add launch=N or launch=all)";
   if (kind == "crash") f.kind = Fault::Crash;
   else if (kind == "hang") f.kind = Fault::Hang;
+  else if (kind == "freeze") f.kind = Fault::Freeze;
   else if (kind == "slow") f.kind = Fault::Slow;
   else if (kind == "nan") f.kind = Fault::Nan;
   else if (kind == "ckpt_kill") f.kind = Fault::CkptKill;
@@ -56,6 +57,7 @@ Fault parse_one(const std::string& item, const std::string& where) {
   switch (f.kind) {
     case Fault::Crash:
     case Fault::Hang:
+    case Fault::Freeze:
     case Fault::CkptHang: need(has_rank && has_step && f.step > 0, "rank=R and step=K (K >= 1)"); break;
     case Fault::Slow: need(has_rank && has_ms, "rank=R and ms=X"); break;
     case Fault::Nan: need(has_step && f.step > 0, "step=K (K >= 1)"); break;

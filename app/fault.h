@@ -5,6 +5,8 @@
 // one syntax for both:
 //   crash     rank=R step=K          rank R dies (SIGKILL) as it starts step K
 //   hang      rank=R step=K          rank R stops before its next collective in step K
+//   freeze    rank=R step=K          rank R's process is stopped (SIGSTOP) inside its next
+//                                    collective in step K, watchdog and all: no dump from it
 //   slow      rank=R ms=X [step=K]   rank R computes X ms longer per step (from step K)
 //   nan       step=K [rank=R]        a NaN enters rank R's gradients in step K (default rank 0),
 //                                    once per launch (a rollback does not meet it again)
@@ -20,7 +22,7 @@
 namespace trainer {
 
 struct Fault {
-  enum Kind { Crash, Hang, Slow, Nan, CkptKill, CkptHang } kind = Crash;
+  enum Kind { Crash, Hang, Freeze, Slow, Nan, CkptKill, CkptHang } kind = Crash;
   int rank = 0;
   long step = 0;       // 0: every step (slow) / any step (ckpt_kill)
   double ms = 0;       // slow

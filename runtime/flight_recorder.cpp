@@ -2,6 +2,8 @@
 
 #include <unistd.h>
 
+#include <csignal>
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 
@@ -24,6 +26,19 @@ int FlightRecorder::add_group(const std::string& name, const std::vector<int>& m
 
 uint64_t FlightRecorder::begin(int group, const char* op, size_t bytes, int peer, Kind kind) {
   if (hang_next_) stop_here();
+  const uint64_t token = record_begin(group, op, bytes, peer, kind);
+  if (freeze_next_ && kind == Collective) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      freeze_next_ = false;
+      hung_ = true;
+    }
+    raise(SIGSTOP);
+  }
+  return token;
+}
+
+uint64_t FlightRecorder::record_begin(int group, const char* op, size_t bytes, int peer, Kind kind) {
   std::lock_guard<std::mutex> lock(mu_);
   const double now = wall_seconds();
   FlightGroup& g = groups_[group];
@@ -70,6 +85,11 @@ void FlightRecorder::set_phase(std::string phase) {
   phase_ = std::move(phase);
 }
 
+void FlightRecorder::note_stall(double seconds) {
+  std::lock_guard<std::mutex> lock(mu_);
+  stalled_s_ = std::max(stalled_s_, seconds);
+}
+
 void FlightRecorder::stop_here() {
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -92,6 +112,8 @@ std::string FlightRecorder::to_json(const std::string& reason) const {
   s += b;
   s += ", \"reason\": \"" + json_escape(reason) + "\"";
   s += ", \"phase\": \"" + json_escape(phase_) + "\"";
+  std::snprintf(b, sizeof b, ", \"process_stalled_s\": %.3f", stalled_s_);
+  s += b;
   s += std::string(", \"stopped_by_fault_injection\": ") + (hung_ ? "true" : "false");
   s += ", \"groups\": [";
   for (size_t g = 0; g < groups_.size(); g++) {

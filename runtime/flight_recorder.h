@@ -50,6 +50,10 @@ class FlightRecorder {
   // What the rank does between calls ("training", "checkpoint save of step
   // 10", ...): in the dump, so a rank that is behind is named with it.
   void set_phase(std::string phase);
+  // The watchdog saw its own polls stop for `seconds`: the whole process was
+  // stopped (SIGSTOP, a frozen driver call holding every thread, swapping).
+  // The longest such stall goes into the dump.
+  void note_stall(double seconds);
 
   struct Status {
     bool in_call = false;
@@ -62,12 +66,17 @@ class FlightRecorder {
   // Fault injection: the next begin() never returns, as a rank that stops
   // before it joins a collective (its peers then wait in that collective).
   void hang_at_next_call() { hang_next_ = true; }
+  // Fault injection: the next collective is recorded as entered, then the
+  // whole process stops (SIGSTOP), as one frozen by the OS or a driver
+  // inside the call: its watchdog is frozen too, so it writes no dump.
+  void freeze_in_next_collective() { freeze_next_ = true; }
   // Fault injection: stop here, for good (marked in the dump).
   [[noreturn]] void stop_here();
   // Everything as one JSON object (see docs/ARCHITECTURE.md, "Flight recorder").
   std::string to_json(const std::string& reason) const;
 
  private:
+  uint64_t record_begin(int group, const char* op, size_t bytes, int peer, Kind kind);
   mutable std::mutex mu_;
   int rank_;
   std::vector<FlightEntry> ring_;
@@ -78,9 +87,10 @@ class FlightRecorder {
   double call_start_ = 0, last_progress_ = 0;
   long step_ = 0;
   std::string phase_ = "starting";
+  double stalled_s_ = 0;
   double job_start_ = 0;
   int launch_ = 0;
-  bool hang_next_ = false, hung_ = false;
+  bool hang_next_ = false, hung_ = false, freeze_next_ = false;
 };
 
 double wall_seconds();  // seconds since the epoch, microsecond resolution

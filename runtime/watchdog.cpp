@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
@@ -34,8 +35,16 @@ void Watchdog::run() {
   // the timeout, rarely enough to cost nothing.
   const auto period = std::chrono::milliseconds(timeout_s_ < 10 ? 100 : 500);
   int requests_seen = dump_requests_ ? dump_requests_() : 0;
+  auto last_poll = std::chrono::steady_clock::now();
   while (!stop_) {
     std::this_thread::sleep_for(period);
+    // A poll that comes seconds late means the whole process was stopped
+    // (this thread included); the dump says so, since such a rank looks
+    // like its peers otherwise: inside the same call.
+    const auto polled = std::chrono::steady_clock::now();
+    const double gap = std::chrono::duration<double>(polled - last_poll).count();
+    last_poll = polled;
+    if (gap > std::max(2.0, 20 * std::chrono::duration<double>(period).count())) rec_.note_stall(gap);
     const FlightRecorder::Status s = rec_.status();
     const double now = wall_seconds();
     if (dump_requests_ && dump_requests_() != requests_seen) {

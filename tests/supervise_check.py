@@ -9,6 +9,8 @@
   finishes, bit-identical;
 - a hang with the watchdog's timeout off is found by the supervisor's heartbeat,
   which asks the ranks for their recorders (SIGUSR2) before the kill;
+- freeze: rank 1's process is SIGSTOPped inside a collective (no watchdog
+  of its own); the others' watchdogs end the job, the verdict names rank 1;
 - a rank stuck in its checkpoint save is named by diagnose, with its phase;
 - preemption: SIGTERM to every rank at a random moment saves a checkpoint
   and exits 75; a second launch finishes bit-identical; SIGTERM to the
@@ -101,6 +103,18 @@ def main():
               and "rank 1 is not in any communication call: in training of step 7" in ev[2]["message"],
               f"hang: the supervisor's event log carries the verdict: {ev[2]['message']}")
         check(same_tensors(final(run), ref), "hang: final weights bit-identical after the restart")
+
+        # Freeze: rank 1's whole process is stopped (SIGSTOP) inside a
+        # collective, its watchdog included; the others' watchdogs end the
+        # job, and the verdict still names rank 1.
+        run = os.path.join(tmp, "freeze")
+        code, out = supervise(run, ["--set", 'fault.inject=["freeze rank=1 step=7"]',
+                                    "--set", f"runtime.comm_timeout={timeout}"])
+        evs = events(run)
+        diag = [e["message"] for e in evs if e["event"] == "diagnosis"]
+        check(code == 0 and evs[1]["code"] == 5 and len(diag) == 1 and "rank 1 is behind." in diag[0],
+              f"freeze: exit 5, restarted, finished; verdict: {diag[0] if diag else 'none'}")
+        check(same_tensors(final(run), ref), "freeze: final weights bit-identical after the restart")
 
         # Hang with the watchdog off: the supervisor's heartbeat timeout.
         run = os.path.join(tmp, "heartbeat")

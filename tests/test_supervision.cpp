@@ -23,9 +23,10 @@ namespace {
 
 TEST(Faults, ParsesEveryKindAndItsKeys) {
   const auto f = parse_faults("crash rank=3 step=7; hang rank=1 step=4 launch=all;slow rank=2 ms=150 step=3;"
-                              " nan step=5; ckpt_kill point=renamed step=10 launch=2; ckpt_hang rank=2 step=5",
+                              " nan step=5; ckpt_kill point=renamed step=10 launch=2; ckpt_hang rank=2 step=5;"
+                              "freeze rank=1 step=3",
                               "test");
-  ASSERT_EQ(f.size(), 6u);
+  ASSERT_EQ(f.size(), 7u);
   EXPECT_EQ(f[0].kind, Fault::Crash);
   EXPECT_EQ(f[0].rank, 3);
   EXPECT_EQ(f[0].step, 7);
@@ -40,11 +41,13 @@ TEST(Faults, ParsesEveryKindAndItsKeys) {
   EXPECT_EQ(f[4].launch, 2);
   EXPECT_EQ(f[5].kind, Fault::CkptHang);
   EXPECT_EQ(f[5].rank, 2);
+  EXPECT_EQ(f[6].kind, Fault::Freeze);
+  EXPECT_EQ(f[6].step, 3);
 }
 
 TEST(Faults, RejectsBadSpecsWithTheItem) {
   for (const char* bad : {"crash step=3", "explode rank=1", "hang rank=1 step=x", "slow rank=1",
-                          "ckpt_kill point=nowhere step=1", "nan step=0", "ckpt_hang step=5", "crash rank=1 step=2 colour=red"}) {
+                          "ckpt_kill point=nowhere step=1", "nan step=0", "ckpt_hang step=5", "freeze rank=1", "crash rank=1 step=2 colour=red"}) {
     try {
       parse_faults(bad, "TRAINER_FAULT");
       ADD_FAILURE() << "accepted: " << bad;
@@ -154,6 +157,7 @@ struct Dump {
   long tp_started;
   std::string calls;  // JSON array body
   std::string phase = "training of step 4";
+  double stalled_s = 0;
 };
 
 std::string write_dumps(const char* name, const std::vector<Dump>& dumps) {
@@ -164,7 +168,8 @@ std::string write_dumps(const char* name, const std::vector<Dump>& dumps) {
     std::snprintf(path, sizeof path, "%s/flight/rank_%05d.json", dir.c_str(), d.rank);
     std::ofstream(path) << "{\"rank\": " << d.rank << ", \"job_start\": 100, \"launch\": 0, \"time\": 200, "
                         << "\"step\": 3, \"reason\": \"t\", \"phase\": \"" << d.phase
-                        << "\", \"stopped_by_fault_injection\": false, \"groups\": ["
+                        << "\", \"process_stalled_s\": " << d.stalled_s
+                        << ", \"stopped_by_fault_injection\": false, \"groups\": ["
                         << "{\"name\": \"world\", \"members\": [0, 1, 2], \"started\": 0, \"completed\": 0}, "
                         << "{\"name\": \"tp\", \"members\": [0, 1, 2], \"started\": " << d.tp_started
                         << ", \"completed\": 0}], \"calls\": [" << d.calls << "]}\n";
@@ -216,6 +221,20 @@ TEST(Diagnose, SaysWhatTheRankBehindWasDoing) {
   EXPECT_NE(out.find("verdict: rank 2 is behind."), std::string::npos) << out;
   EXPECT_NE(out.find("rank 2 is not in any communication call: in checkpoint save of step 5"), std::string::npos)
       << out;
+  std::filesystem::remove_all(dir);
+}
+
+TEST(Diagnose, NamesTheRankWhoseProcessWasStoppedInsideACall) {
+  // All three are inside tp call #8, so the waits point at no one; rank 1's
+  // watchdog saw its own polls stop for 8 s: its process was frozen.
+  const std::string dir = write_dumps(
+      "diag_stall", {{0, 8, call(8, "reduce_scatter_sum", 4096, "null")},
+                     {1, 8, call(8, "reduce_scatter_sum", 4096, "null"), "training of step 4", 8.0},
+                     {2, 8, call(8, "reduce_scatter_sum", 4096, "null")}});
+  const auto [code, out] = diagnose(dir);
+  EXPECT_EQ(code, 0) << out;
+  EXPECT_NE(out.find("verdict: rank 1 is behind."), std::string::npos) << out;
+  EXPECT_NE(out.find("rank 1's process was stopped for 8.0 s"), std::string::npos) << out;
   std::filesystem::remove_all(dir);
 }
 

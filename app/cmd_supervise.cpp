@@ -88,7 +88,7 @@ std::string meaning(int code) {
     case kExitData: return "data error";
     case kExitCheckpoint: return "checkpoint error";
     case kExitCommTimeout: return "communication timeout (watchdog)";
-    case kExitNonFinite: return "NaN/Inf loss or gradient";
+    case kExitBadStep: return "NaN/Inf loss or gradient, or a loss spike";
     case kExitPreempted: return "preempted, checkpoint saved";
     case 126: return "the launch command cannot be executed";
     case 127: return "the launch command was not found";
@@ -101,7 +101,7 @@ std::string meaning(int code) {
 // that on_nan = "stop" refused to train through, or a launch command that
 // cannot be run at all (126, 127 from the shell's convention).
 bool retryable(int code) {
-  return code != kExitUsage && code != kExitData && code != kExitCheckpoint && code != kExitNonFinite &&
+  return code != kExitUsage && code != kExitData && code != kExitCheckpoint && code != kExitBadStep &&
          code != kExitPreempted && code != kExitOk && code != 126 && code != 127;
 }
 

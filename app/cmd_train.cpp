@@ -9,9 +9,11 @@
 #include <climits>
 #include <cstdio>
 #include <cstring>
+#include <deque>
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <limits>
 #include <memory>
 #include <set>
 #include <string>
@@ -282,7 +284,8 @@ int run_training(Job& job, int world_rank, int world_size) {
     std::printf("nothing to train: the run is at step %ld of training.steps = %ld\n", first, r.training.steps);
   long last_saved = job.resumed_step;  // a checkpoint of this step exists
   int rollbacks_in_a_row = 0;
-  std::set<const Fault*> nan_fired;
+  std::set<const Fault*> nan_fired;  // nan and bad_batch faults: once per launch
+  std::deque<double> recent_losses;  // applied steps, for the spike limit
   double window_compute_ms = 0;
   int window_steps = 0;
   // Waits for a background save in flight, so the newest checkpoint is final.
@@ -336,6 +339,8 @@ int run_training(Job& job, int world_rank, int world_size) {
       // to an earlier step must not meet again.
       for (const Fault* f : job.faults.at(Fault::Nan, next))
         if (nan_fired.insert(f).second) loop.poison_next_step();
+      for (const Fault* f : job.faults.at(Fault::BadBatch, next))
+        if (nan_fired.insert(f).second) loop.corrupt_next_step();
       loop.set_extra_compute_ms(job.faults.slow_ms(next));
     }
     StepStats st;
@@ -344,41 +349,59 @@ int run_training(Job& job, int world_rank, int world_size) {
     bool straggler_report = false;
     try {
       phase("training", next);
+      // Loss spikes: a limit from the recent applied steps' median.
+      double median = 0;
+      if (r.training.spike_factor > 0 && (int)recent_losses.size() >= r.training.spike_window) {
+        std::vector<double> v(recent_losses.begin(), recent_losses.end());
+        std::nth_element(v.begin(), v.begin() + v.size() / 2, v.end());
+        median = v[v.size() / 2];
+      }
+      loop.set_loss_limit(median > 0 ? r.training.spike_factor * median : std::numeric_limits<double>::infinity());
       st = loop.step();
       job.recorder->note_step(st.step);
       beat(st.step);
-      if (st.nonfinite) {
-        const char* what = !std::isfinite(st.loss) ? "loss" : "gradient norm";
-        const double bad = !std::isfinite(st.loss) ? st.loss : st.grad_norm;
-        if (r.training.on_nan == TrainingSection::OnNan::Skip) {
-          if (lead) std::fprintf(stderr, "warning: step %ld: %s is %g; update skipped (training.on_nan = \"skip\")\n",
-                                 st.step, what, bad);
+      if (!st.nonfinite && !st.spike) {
+        recent_losses.push_back(st.loss);
+        if ((int)recent_losses.size() > r.training.spike_window) recent_losses.pop_front();
+      }
+      if (st.nonfinite || st.spike) {
+        // A bad step: its update was not applied; the recipe says what follows.
+        const auto policy = st.nonfinite ? r.training.on_nan : r.training.on_spike;
+        const char* key = st.nonfinite ? "training.on_nan" : "training.on_spike";
+        char what[256];
+        if (st.nonfinite)
+          std::snprintf(what, sizeof what, "%s is %g (NaN/Inf)", !std::isfinite(st.loss) ? "loss" : "gradient norm",
+                        !std::isfinite(st.loss) ? st.loss : st.grad_norm);
+        else
+          std::snprintf(what, sizeof what, "loss %.4f is a spike (above %g x %.4f, the median of the last %d steps; "
+                        "training.spike_factor)", st.loss, r.training.spike_factor, median, r.training.spike_window);
+        if (policy == TrainingSection::BadStep::Skip) {
+          if (lead) std::fprintf(stderr, "warning: step %ld: %s; update skipped (%s = \"skip\")\n", st.step, what, key);
         } else {
           finish_async();
-          const std::string to = r.training.on_nan == TrainingSection::OnNan::Rollback
+          const std::string to = policy == TrainingSection::BadStep::Rollback
                                      ? resolve_resume({.dir = ck.dir, .resume = "auto"}, world_rank)
                                      : "";
           if (to.empty() || ++rollbacks_in_a_row > 3) {
             if (lead)
               std::fprintf(stderr,
-                           "error: step %ld: %s is %g (NaN/Inf); the update was not applied. %s The newest "
-                           "checkpoint in %s is what to resume from; training.on_nan = \"skip\" or "
-                           "\"rollback\" continue past bad batches.\n",
-                           st.step, what, bad,
-                           r.training.on_nan == TrainingSection::OnNan::Stop
-                               ? "Stopping (training.on_nan = \"stop\")."
+                           "error: step %ld: %s; the update was not applied. %s The newest checkpoint in %s is "
+                           "what to resume from; %s = \"skip\" or \"rollback\" continue past bad batches.\n",
+                           st.step, what,
+                           policy == TrainingSection::BadStep::Stop
+                               ? (std::string("Stopping (") + key + " = \"stop\").").c_str()
                                : to.empty() ? "No checkpoint to roll back to: stopping."
-                                            : "Still non-finite after 3 rollbacks: stopping.",
-                           ck.dir.c_str());
-            return kExitNonFinite;
+                                            : "Still bad after 3 rollbacks: stopping.",
+                           ck.dir.c_str(), key);
+            return kExitBadStep;
           }
           phase("rollback", st.step);
           const long skipped = loop.rollback(to);
           last_saved = loop.steps_done();
           if (lead)
-            std::fprintf(stderr, "warning: step %ld: %s is %g; rolled back to %s (step %ld) and skipped the "
-                                 "%ld batch(es) since it (training.on_nan = \"rollback\")\n",
-                         st.step, what, bad, to.c_str(), loop.steps_done(), skipped);
+            std::fprintf(stderr, "warning: step %ld: %s; rolled back to %s (step %ld) and skipped the "
+                                 "%ld batch(es) since it (%s = \"rollback\")\n",
+                         st.step, what, to.c_str(), loop.steps_done(), skipped, key);
           continue;
         }
       }
@@ -442,14 +465,15 @@ int run_training(Job& job, int world_rank, int world_size) {
                      slow.ms[i], r.runtime.straggler_every, slow.ratios[i], r.runtime.straggler_factor,
                      slow.median_ms);
     const bool log = st.step % r.training.log_every == 0 || st.step == r.training.steps || st.step == 1;
-    if (!lead || (!log && val < 0 && ckpt_ms < 0 && !straggler_report && !st.nonfinite)) continue;
+    if (!lead || (!log && val < 0 && ckpt_ms < 0 && !straggler_report && !st.nonfinite && !st.spike)) continue;
     const double tps = tokens_per_step / (st.step_ms / 1e3);
     const double mfu = peak_total > 0 ? flops_per_token * tps / peak_total : 0;
     JsonRecord rec;
     rec.add("step", st.step).add("loss", st.loss).add("lr", st.lr).add("grad_norm", st.grad_norm)
         .add("tokens_per_s", tps).add("mfu", mfu).add("step_ms", st.step_ms)
         .add("data_wait_ms", st.data_wait_ms);
-    if (st.nonfinite) rec.add("update_skipped", 1);
+    if (st.nonfinite || st.spike) rec.add("update_skipped", 1);
+    if (st.spike) rec.add("loss_spike", 1);
     if (val >= 0) rec.add("val_loss", val);
     if (ckpt_ms >= 0) rec.add("ckpt_ms", ckpt_ms);
     if (straggler_report)

@@ -30,7 +30,7 @@ Fault parse_one(const std::string& item, const std::string& where) {
   f.text = item;
   const char* usage =
       " (kinds: crash rank=R step=K | hang rank=R step=K | freeze rank=R step=K | slow rank=R ms=X [step=K] | nan step=K [rank=R] | "
-      "ckpt_kill point=P step=K | ckpt_hang rank=R step=K; each may add launch=N or launch=all)";
+      "ckpt_kill point=P step=K | ckpt_hang rank=R step=K | bad_batch step=K; each may add launch=N or launch=all)";
   if (kind == "crash") f.kind = Fault::Crash;
   else if (kind == "hang") f.kind = Fault::Hang;
   else if (kind == "freeze") f.kind = Fault::Freeze;
@@ -38,6 +38,7 @@ Fault parse_one(const std::string& item, const std::string& where) {
   else if (kind == "nan") f.kind = Fault::Nan;
   else if (kind == "ckpt_kill") f.kind = Fault::CkptKill;
   else if (kind == "ckpt_hang") f.kind = Fault::CkptHang;
+  else if (kind == "bad_batch") f.kind = Fault::BadBatch;
   else throw RecipeError(where + ": unknown fault \"" + kind + "\" in \"" + item + "\"" + usage);
   bool has_rank = false, has_step = false, has_ms = false;
   while (in >> kv) {
@@ -60,7 +61,8 @@ Fault parse_one(const std::string& item, const std::string& where) {
     case Fault::Freeze:
     case Fault::CkptHang: need(has_rank && has_step && f.step > 0, "rank=R and step=K (K >= 1)"); break;
     case Fault::Slow: need(has_rank && has_ms, "rank=R and ms=X"); break;
-    case Fault::Nan: need(has_step && f.step > 0, "step=K (K >= 1)"); break;
+    case Fault::Nan:
+    case Fault::BadBatch: need(has_step && f.step > 0, "step=K (K >= 1)"); break;
     case Fault::CkptKill:
       need(f.point == "shards_written" || f.point == "manifest_written" || f.point == "renamed" ||
                f.point == "latest_written",
@@ -84,7 +86,7 @@ std::vector<Fault> parse_faults(const std::string& spec, const std::string& wher
 FaultPlan::FaultPlan(std::vector<Fault> faults, int world_rank, int launch) {
   for (Fault& f : faults) {
     if (f.launch >= 0 && f.launch != launch) continue;
-    if (f.kind != Fault::CkptKill && f.rank != world_rank) continue;
+    if (f.kind != Fault::CkptKill && f.kind != Fault::BadBatch && f.rank != world_rank) continue;
     faults_.push_back(std::move(f));
   }
 }

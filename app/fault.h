@@ -12,6 +12,8 @@
 //                                    once per launch (a rollback does not meet it again)
 //   ckpt_kill point=P step=K         every rank dies at commit point P of the save at step K
 //                                    (P: shards_written, manifest_written, renamed, latest_written)
+//   bad_batch step=K                 step K's batches arrive corrupted on every rank (target ids
+//                                    moved by vocab/2): a real loss spike; once per launch
 //   ckpt_hang rank=R step=K          rank R stops in the (synchronous) save at step K before
 //                                    writing its file, as on a stalled file system
 // Every fault also takes launch=N (the supervisor's launch it fires in, from
@@ -22,7 +24,7 @@
 namespace trainer {
 
 struct Fault {
-  enum Kind { Crash, Hang, Freeze, Slow, Nan, CkptKill, CkptHang } kind = Crash;
+  enum Kind { Crash, Hang, Freeze, Slow, Nan, BadBatch, CkptKill, CkptHang } kind = Crash;
   int rank = 0;
   long step = 0;       // 0: every step (slow) / any step (ckpt_kill)
   double ms = 0;       // slow

@@ -50,7 +50,8 @@ const std::vector<std::pair<std::string, std::vector<std::string>>> kSchema = {
                "seq_len", "tie_embeddings", "norm_eps", "rope_theta"}},
     {"data", {"train", "val", "prefetch"}},
     {"training", {"steps", "global_batch", "micro_batch", "grad_clip", "eval_every",
-                  "eval_batches", "log_every", "exit_after", "on_nan"}},
+                  "eval_batches", "log_every", "exit_after", "on_nan", "spike_factor",
+                  "spike_window", "on_spike"}},
     {"optimizer", {"lr", "min_lr", "warmup_steps", "schedule", "weight_decay", "beta1",
                    "beta2", "eps"}},
     {"parallel", {"dp", "tp", "pp", "sequence_parallel", "schedule", "virtual_stages"}},
@@ -325,9 +326,18 @@ Recipe load_recipe(const std::string& path, const std::vector<std::string>& over
   if (t.eval_batches < 1) rd.fail("training", "eval_batches", "must be >= 1");
   if (t.log_every < 1) rd.fail("training", "log_every", "must be >= 1");
   if (t.exit_after < 0) rd.fail("training", "exit_after", "must be >= 0 (0: run to training.steps)");
-  const std::string on_nan = rd.get_choice("training", "on_nan", "stop", {"stop", "skip", "rollback"});
-  t.on_nan = on_nan == "stop" ? TrainingSection::OnNan::Stop
-             : on_nan == "skip" ? TrainingSection::OnNan::Skip : TrainingSection::OnNan::Rollback;
+  auto bad_step = [&](const char* key, const char* def) {
+    const std::string v = rd.get_choice("training", key, def, {"stop", "skip", "rollback"});
+    return v == "stop" ? TrainingSection::BadStep::Stop
+           : v == "skip" ? TrainingSection::BadStep::Skip : TrainingSection::BadStep::Rollback;
+  };
+  t.on_nan = bad_step("on_nan", "stop");
+  t.on_spike = bad_step("on_spike", "skip");
+  t.spike_factor = rd.get_float("training", "spike_factor", t.spike_factor);
+  t.spike_window = (int)rd.get_int("training", "spike_window", t.spike_window);
+  if (t.spike_factor != 0 && t.spike_factor <= 1)
+    rd.fail("training", "spike_factor", "must be > 1 (a loss that many times the recent median is a spike), or 0: off");
+  if (t.spike_window < 5) rd.fail("training", "spike_window", "must be >= 5 steps");
 
   // [optimizer]
   LrConfig& lr = r.lr;
@@ -442,6 +452,9 @@ double nice(float f) {
   std::snprintf(b, sizeof b, "%.7g", f);
   return std::strtod(b, nullptr);
 }
+const char* bad_step_name(TrainingSection::BadStep b) {
+  return b == TrainingSection::BadStep::Stop ? "stop" : b == TrainingSection::BadStep::Skip ? "skip" : "rollback";
+}
 }  // namespace
 
 std::string recipe_to_toml(const Recipe& r) {
@@ -472,9 +485,10 @@ std::string recipe_to_toml(const Recipe& r) {
                                {"eval_batches", r.training.eval_batches},
                                {"log_every", r.training.log_every},
                                {"exit_after", (int64_t)r.training.exit_after},
-                               {"on_nan", r.training.on_nan == TrainingSection::OnNan::Stop ? "stop"
-                                          : r.training.on_nan == TrainingSection::OnNan::Skip ? "skip"
-                                                                                               : "rollback"}}},
+                               {"on_nan", bad_step_name(r.training.on_nan)},
+                               {"spike_factor", r.training.spike_factor},
+                               {"spike_window", r.training.spike_window},
+                               {"on_spike", bad_step_name(r.training.on_spike)}}},
       {"optimizer", toml::table{{"lr", nice(r.lr.lr)},
                                 {"min_lr", nice(r.lr.min_lr)},
                                 {"warmup_steps", r.lr.warmup_steps},

@@ -37,9 +37,14 @@ struct TrainingSection {
   int eval_batches = 4;
   int log_every = 1;
   long exit_after = 0;  // stop this run after that many steps (0: run to `steps`)
-  // A NaN/Inf loss or gradient: stop (exit 6), skip the update, or reload the
-  // last checkpoint and skip the batches since it.
-  enum class OnNan { Stop, Skip, Rollback } on_nan = OnNan::Stop;
+  // A NaN/Inf loss or gradient, or a loss spike: stop (exit 6), skip the
+  // update, or reload the last checkpoint and skip the batches since it.
+  enum class BadStep { Stop, Skip, Rollback } on_nan = BadStep::Stop;
+  // A loss spike: a loss above spike_factor x the median of the last
+  // spike_window applied steps (0: no spike check).
+  double spike_factor = 0;
+  int spike_window = 50;
+  BadStep on_spike = BadStep::Skip;
 };
 
 struct RuntimeSection {

@@ -205,6 +205,8 @@ void TrainLoop::run_schedule(float grad_scale, double* loss_sum, StepStats* st) 
       const auto t0 = Clock::now();
       batches[loaded++] = loader_->next();
       st->data_wait_ms += ms_since(t0);
+      if (corrupt_)
+        for (int32_t& t : batches[loaded - 1].targets) t = (t + r_.model.vocab_size / 2) % r_.model.vocab_size;
     }
     return batches[mb];
   };
@@ -353,8 +355,16 @@ StepStats TrainLoop::step() {
   // Every rank sees the same loss and norm (both are reduced over all
   // groups), so all skip together.
   s.nonfinite = !std::isfinite(s.loss) || !std::isfinite(s.grad_norm);
+  corrupt_ = false;
+  if (!s.nonfinite && std::isfinite(loss_limit_)) {
+    // Every rank holds the same loss; agreeing over tp (the one group the
+    // loss was not reduced over) keeps the decision identical regardless.
+    double over = s.loss > loss_limit_ ? 1 : 0;
+    if (tp_) tp_->allreduce_max(&over, 1);
+    s.spike = over > 0;
+  }
   const float clip = clip_coefficient(s.grad_norm, r_.training.grad_clip);
-  if (!s.nonfinite)
+  if (!s.nonfinite && !s.spike)
     for (size_t c = 0; c < chunks_.size(); c++)
       opts_[c]->step(chunks_[c]->params(), chunks_[c]->grads(), (float)s.lr, clip);
   s.step = ++step_;

@@ -5,6 +5,7 @@
 // clipping, AdamW, evaluation. Takes the typed Recipe and communicators; the
 // caller owns MPI, logging and files, so tests can drive steps directly.
 #include <functional>
+#include <limits>
 #include <map>
 #include <memory>
 #include <vector>
@@ -44,6 +45,8 @@ struct StepStats {
   // The loss or gradient norm was NaN/Inf: the update was not applied (the
   // step and its batch count as done; the caller decides what follows).
   bool nonfinite = false;
+  // The loss was above the limit set_loss_limit() gave: not applied either.
+  bool spike = false;
   // Time in this rank's communication calls (all groups), waits included.
   double comm_ms() const;
 };
@@ -102,6 +105,14 @@ class TrainLoop {
   // extra_ms longer.
   void poison_next_step() { poison_ = true; }
   void set_extra_compute_ms(double ms) { extra_ms_ = ms; }
+  // ... and the next step's batches arrive corrupted (every target id moved
+  // by half the vocabulary, as garbled data would be): a real loss spike.
+  void corrupt_next_step() { corrupt_ = true; }
+
+  // A step whose loss exceeds `limit` is a spike: its update is not applied
+  // (StepStats::spike). Infinity: no limit. The caller derives it from the
+  // recent losses (training.spike_factor).
+  void set_loss_limit(double limit) { loss_limit_ = limit; }
 
  private:
   float* message_buffer(int kind, int mb, int chunk);
@@ -135,8 +146,9 @@ class TrainLoop {
   // once at start-up: first-touch page faults of 1.5 GB cost seconds in a VM.
   std::vector<float> snapshot_;
   long step_ = 0;
-  bool poison_ = false;
+  bool poison_ = false, corrupt_ = false;
   double extra_ms_ = 0;
+  double loss_limit_ = std::numeric_limits<double>::infinity();
 };
 
 }  // namespace trainer

@@ -17,7 +17,7 @@ enum ExitCode : int {
 
 // Exit codes of `trainer train` beyond errors (the job's outcome):
 constexpr int kExitCommTimeout = 5;  // watchdog: a rank stuck in (or before) a collective
-constexpr int kExitNonFinite = 6;    // NaN/Inf loss or gradient, training.on_nan = "stop"
+constexpr int kExitBadStep = 6;      // NaN/Inf loss or gradient, or a loss spike, with on_nan / on_spike = "stop"
 constexpr int kExitPreempted = 75;   // SIGTERM/SIGUSR1: checkpoint saved, requeue me (EX_TEMPFAIL)
 // `trainer supervise`: the restart budget ran out (the job's own code otherwise).
 constexpr int kExitGaveUp = 7;

@@ -19,6 +19,9 @@
   exit 7 and a message;
 - NaN: on_nan stop exits 6 (and the supervisor does not retry it), skip
   finishes without that update, rollback reloads and skips the batches;
+- loss spike: a corrupted batch's loss above spike_factor x the recent
+  median is skipped (same final state as dropping that update by a NaN
+  skip), applied when the check is off, and stops the run with on_spike stop;
 - a rank slowed by injection is named as a straggler; without it none is;
 - bad fault specs are recipe errors (exit 2).
 
@@ -204,6 +207,29 @@ def main():
         manifest = open(os.path.join(run, "checkpoints", "step_00000012", "manifest")).read()
         check("rolled back to" in out and "skipped the 3 batch(es)" in out and "samples 240" in manifest,
               "nan: on_nan = rollback reloads step 5 and skips batches 6-8 (240 samples consumed at step 12)")
+
+        # Loss spike: step 10's batches arrive corrupted (a real loss jump).
+        # Detected and skipped, the run must end exactly like one whose step
+        # 10 update was dropped another way (a NaN there with on_nan = skip).
+        spike = ["--set", 'fault.inject=["bad_batch step=10"]', "--set", "training.spike_factor=1.5",
+                 "--set", "training.spike_window=5"]
+        run = os.path.join(tmp, "spike_skip")
+        code, out = train(run, spike)
+        rec = {r["step"]: r for r in map(json.loads, open(os.path.join(run, "metrics.jsonl")))}
+        print("\n".join(l for l in out.splitlines() if "spike" in l))
+        run_nan = os.path.join(tmp, "nan_skip_10")
+        train(run_nan, ["--set", 'fault.inject=["nan step=10"]', "--set", 'training.on_nan="skip"'])
+        check("step 10: loss" in out and "is a spike" in out and rec[10].get("loss_spike") == 1
+              and sum(1 for r in rec.values() if r.get("loss_spike")) == 1
+              and same_tensors(final(run), final(run_nan)),
+              f"spike: step 10's loss {rec[10]['loss']:.3f} (median before ~3.6) was skipped, and only it; final "
+              f"state bit-identical to dropping step 10's update by a NaN skip")
+        run = os.path.join(tmp, "spike_undetected")
+        train(run, ["--set", 'fault.inject=["bad_batch step=10"]'])
+        check(not same_tensors(final(run), final(run_nan)), "spike: without spike_factor the bad batch is applied")
+        code, out = train(os.path.join(tmp, "spike_stop"), spike + ["--set", 'training.on_spike="stop"'],
+                          ok_codes=(6,))
+        check(code == 6 and 'Stopping (training.on_spike = "stop")' in out, "spike: on_spike = stop exits 6")
 
         # Straggler.
         run = os.path.join(tmp, "straggler")

@@ -185,6 +185,10 @@ TEST_F(RecipeErrors, SupervisionKeysAreChecked) {
                {"--set launch.launcher", "\"slurm\" is not one of \"mpirun\", \"srun\""});
   expect_error(train(write(base()), "--set 'fault.inject=[\"hang rank=1\"]'"), 2,
                {"[fault] inject", "fault \"hang rank=1\" needs rank=R and step=K"});
+  expect_error(train(write(base()), "--set training.spike_factor=0.8"), 2, {"[training] spike_factor", "must be > 1"});
+  expect_error(train(write(base()), "--set training.spike_window=2"), 2, {"[training] spike_window", ">= 5"});
+  expect_error(train(write(base()), "--set training.on_spike=warn"), 2,
+               {"--set training.on_spike", "\"warn\" is not one of \"stop\", \"skip\", \"rollback\""});
 }
 
 TEST_F(RecipeErrors, PlanPrintsEveryModeWithoutMpi) {

@@ -2,9 +2,9 @@
 
 #include <unistd.h>
 
-#include <csignal>
 #include <algorithm>
 #include <chrono>
+#include <csignal>
 #include <cstdio>
 
 #include "runtime/metrics.h"

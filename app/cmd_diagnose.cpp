@@ -14,10 +14,10 @@ namespace {
 
 const char* kDiagnoseUsage =
     "usage: trainer diagnose RUN_DIR\n"
-    "  Reads RUN_DIR/flight/rank_*.json (written by the watchdog when a rank stays in a\n"
-    "  communication call longer than runtime.comm_timeout) and names the rank that is\n"
-    "  behind and the call the others wait in. Exit 0: a rank was named; 1: no single\n"
-    "  culprit (the report says why); 2: no dumps or bad arguments.\n";
+    "  Reads RUN_DIR/flight/rank_*.json (written by each rank's watchdog when a call stays\n"
+    "  in flight longer than runtime.comm_timeout, or on SIGUSR2) and names the rank that is\n"
+    "  behind, the call the others wait in, and what that rank was doing. Exit 0: a rank\n"
+    "  was named; 1: no single culprit (the report says why); 2: no dumps or bad arguments.\n";
 
 }  // namespace
 

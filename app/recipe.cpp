@@ -269,7 +269,16 @@ Recipe load_recipe(const std::string& path, const std::vector<std::string>& over
   if (r.grid.tp < 1) rd.fail("parallel", "tp", "must be >= 1");
   if (r.grid.pp < 1) rd.fail("parallel", "pp", "must be >= 1");
   const bool dp_given = rd.present("parallel", "dp");
-  r.grid.dp = (int)rd.get_int("parallel", "dp", world_size > 0 ? world_size / (r.grid.tp * r.grid.pp) : 1);
+  const int model_ranks = r.grid.tp * r.grid.pp;
+  if (!dp_given && world_size > 0 && world_size % model_ranks != 0) {
+    // dp is what the launch leaves: say how to launch rather than "dp = 0".
+    rd.fail("parallel", rd.present("parallel", "tp") ? "tp" : "pp",
+            "pp * tp = " + std::to_string(model_ranks) + " ranks hold one model copy, so the job needs a multiple of " +
+                std::to_string(model_ranks) + " ranks (dp = ranks / (pp * tp)); it was launched with " +
+                std::to_string(world_size) + ": use mpirun -np " + std::to_string(model_ranks) + " (or " +
+                std::to_string(2 * model_ranks) + ", ...), or lower parallel.pp / parallel.tp");
+  }
+  r.grid.dp = (int)rd.get_int("parallel", "dp", world_size > 0 ? world_size / model_ranks : 1);
   if (r.grid.dp < 1) rd.fail("parallel", "dp", "must be >= 1");
   if (world_size > 0 && r.grid.dp * r.grid.pp * r.grid.tp != world_size)
     rd.fail("parallel", dp_given ? "dp" : "tp",

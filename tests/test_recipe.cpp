@@ -144,6 +144,10 @@ TEST_F(RecipeErrors, MissingDataFile) {
 TEST_F(RecipeErrors, LayoutDoesNotMatchWorld) {
   const std::string p = write(base() + "[parallel]\ndp = 3\n");
   expect_error(train(p), 2, {p + ":21:", "[parallel] dp", "dp * pp * tp = 3 * 1 * 1 = 3", "2 ranks"});
+  // dp left to the launch: too few ranks for one model copy says how to launch.
+  const std::string q = write(base() + "[parallel]\npp = 4\n");
+  expect_error(train(q), 2, {q + ":21:", "[parallel] pp", "pp * tp = 4 ranks hold one model copy", "launched with 2",
+                             "mpirun -np 4"});
 }
 
 TEST_F(RecipeErrors, TensorParallelNeedsDivisibleShapes) {

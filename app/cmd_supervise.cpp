@@ -172,6 +172,17 @@ double mtime_s(const std::string& path) {
   return (double)st.st_mtim.tv_sec + st.st_mtim.tv_nsec * 1e-9;
 }
 
+// Flight recorder dumps (rank_*.json) written at or after time t.
+int dumps_since(const std::string& dir, double t) {
+  int n = 0;
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator(dir, ec)) {
+    const std::string name = e.path().filename().string();
+    if (name.rfind("rank_", 0) == 0 && e.path().extension() == ".json" && mtime_s(e.path().string()) >= t) n++;
+  }
+  return n;
+}
+
 }  // namespace
 
 int cmd_supervise(int argc, char** argv) {
@@ -197,12 +208,12 @@ int cmd_supervise(int argc, char** argv) {
   const Recipe r = load_recipe(recipe_path, overrides, 0, true);
   const SupervisorSection& sv = r.supervisor;
 
+  const int ranks = r.launch.ranks > 0 ? r.launch.ranks : r.grid.dp * r.grid.pp * r.grid.tp;
   if (command.empty()) {
     char self[4096];
     const ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
     if (n <= 0) throw std::runtime_error("cannot find this executable (/proc/self/exe)");
     self[n] = 0;
-    const int ranks = r.launch.ranks > 0 ? r.launch.ranks : r.grid.dp * r.grid.pp * r.grid.tp;
     if (r.launch.launcher == "mpirun") {
       command = {"mpirun", "-np", std::to_string(ranks)};
       for (const char* v : {"TRAINER_ATTEMPT", "TRAINER_RESUME", "TRAINER_FAULT"})  // to other nodes too
@@ -249,9 +260,13 @@ int cmd_supervise(int argc, char** argv) {
                       launch, now_s() - beat, sv.hang_timeout);
         events.write("hang", launch, b, JsonRecord().add("since_heartbeat_s", now_s() - beat));
         // SIGUSR2 (mpirun and srun pass it on): every rank's watchdog writes
-        // its flight recorder, which the diagnosis below reads.
+        // its flight recorder, which the diagnosis below reads. Wait until
+        // all have (at most 5 s: a rank frozen for good never will).
+        const double asked = now_s();
         kill(pid, SIGUSR2);
-        std::this_thread::sleep_for(std::chrono::seconds(2));
+        // (mtimes come from the kernel's coarse clock: allow a few ms)
+        while (now_s() - asked < 5 && dumps_since(r.run.dir + "/flight", asked - 0.05) < ranks)
+          std::this_thread::sleep_for(std::chrono::milliseconds(100));
         stop_job(pid, command[0]);
         waitpid(pid, &status, 0);
         hung = true;

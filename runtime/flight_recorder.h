@@ -72,7 +72,7 @@ class FlightRecorder {
   void freeze_in_next_collective() { freeze_next_ = true; }
   // Fault injection: stop here, for good (marked in the dump).
   [[noreturn]] void stop_here();
-  // Everything as one JSON object (see docs/ARCHITECTURE.md, "Flight recorder").
+  // Everything as one JSON object (docs/ARCHITECTURE.md, "Supervision": the dump).
   std::string to_json(const std::string& reason) const;
 
  private:

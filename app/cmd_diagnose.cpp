@@ -28,12 +28,14 @@ int cmd_diagnose(int argc, char** argv) {
   }
   const Diagnosis d = diagnose_run(argv[0]);
   for (const std::string& w : d.warnings) std::fprintf(stderr, "warning: %s\n", w.c_str());
-  if (d.dumps == 0) {
-    std::fprintf(stderr, "error: no flight recorder dumps in %s/flight (the watchdog writes them when "
-                         "runtime.comm_timeout expires; is this the run's [run] dir?)\n", argv[0]);
+  if (d.dumps == 0 && d.crashes.empty()) {
+    std::fprintf(stderr, "error: no flight recorder dumps or crash reports in %s/flight (the watchdog writes "
+                         "dumps when runtime.comm_timeout expires or on SIGUSR2, a rank that dies of a signal "
+                         "writes a crash report; is this the run's [run] dir?)\n", argv[0]);
     return kExitUsage;
   }
   std::fputs(d.report.c_str(), stdout);
+  if (d.dumps == 0) std::printf("verdict: %s %s\n", d.verdict.c_str(), d.culprit.c_str());
   return d.named ? kExitOk : 1;
 }
 

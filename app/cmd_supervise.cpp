@@ -281,9 +281,13 @@ int cmd_supervise(int argc, char** argv) {
                   hung ? "hung, killed" : meaning(code).c_str(), now_s() - t0);
     events.write("exit", launch, b, JsonRecord().add("code", code).add("seconds", now_s() - t0)
                                         .add("meaning", hung ? std::string("hang") : meaning(code)));
-    // The watchdogs of this launch left flight recorders: say who was behind.
+    // Ranks of this launch that died of a signal left crash reports, and
+    // watchdogs left flight recorders: say who crashed, who was behind.
     if (code != kExitOk) {
       const Diagnosis d = diagnose_run(r.run.dir, t0);
+      for (const CrashReport& c : d.crashes)
+        events.write("crash", launch, "launch " + std::to_string(launch) + ": " + c.summary + " (backtrace: " + c.path + ")",
+                     JsonRecord().add("rank", c.rank).add("summary", c.summary).add("file", c.path));
       if (d.dumps > 0)
         events.write("diagnosis", launch,
                      "launch " + std::to_string(launch) + ": " + d.verdict + (d.culprit.empty() ? "" : " " + d.culprit) +

@@ -27,6 +27,7 @@
 #include "parallel/process_grid.h"
 #include "app/fault.h"
 #include "runtime/errors.h"
+#include "runtime/crash_report.h"
 #include "runtime/flight_recorder.h"
 #include "runtime/metrics.h"
 #include "runtime/replace_file.h"
@@ -268,7 +269,9 @@ int run_training(Job& job, int world_rank, int world_size) {
   // What this rank does between communication calls, for the flight recorder
   // (a rank that is behind is named with it).
   auto phase = [&job](const std::string& what, long step) {
-    job.recorder->set_phase(step >= 0 ? what + " of step " + std::to_string(step) : what);
+    const std::string p = step >= 0 ? what + " of step " + std::to_string(step) : what;
+    job.recorder->set_phase(p);
+    crash_note(p);
   };
   // Rank 0 touches <run.dir>/heartbeat after every step: `trainer supervise`
   // reads its age to find a hung job.
@@ -324,6 +327,12 @@ int run_training(Job& job, int world_rank, int world_size) {
         std::fprintf(stderr, "fault injection: rank %d crashes at step %ld\n", world_rank, next);
         std::fflush(stderr);
         std::raise(SIGKILL);
+      }
+      if (!job.faults.at(Fault::Segv, next).empty()) {
+        phase("training", next);
+        std::fprintf(stderr, "fault injection: rank %d gets SIGSEGV at step %ld\n", world_rank, next);
+        std::fflush(stderr);
+        std::raise(SIGSEGV);
       }
       if (!job.faults.at(Fault::Hang, next).empty()) {
         std::fprintf(stderr, "fault injection: rank %d stops before its next collective in step %ld\n",
@@ -572,6 +581,9 @@ int cmd_train(int argc, char** argv) {
       MPI_Bcast(&job_start, 1, MPI_DOUBLE, 0, MPI_COMM_WORLD);
       job.recorder = std::make_unique<FlightRecorder>(rank);
       job.recorder->set_job(job_start, launch);
+      char crash_file[64];
+      std::snprintf(crash_file, sizeof crash_file, "/flight/crash_rank_%05d.txt", rank);
+      install_crash_report(r.run.dir + crash_file, rank, job_start);
       job.grid = std::make_unique<ProcessGrid>(MPI_COMM_WORLD, r.grid, job.recorder.get());
       job.backend = make_backend({r.runtime.backend, r.runtime.threads});
       job.loop = std::make_unique<TrainLoop>(*job.backend, groups_of(*job.grid), r, *job.train,

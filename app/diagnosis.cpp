@@ -8,7 +8,10 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdarg>
+#include <cstdlib>
+#include <cstring>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -77,9 +80,23 @@ Diagnosis diagnose_run(const std::string& run_dir, double newer_than) {
   Diagnosis out;
   const std::string dir = run_dir + "/flight";
   std::vector<std::pair<double, RankDump>> all;
+  std::vector<std::pair<double, CrashReport>> crashes;
   std::error_code ec;
   for (const auto& e : std::filesystem::directory_iterator(dir, ec)) {
     const std::string n = e.path().filename().string();
+    if (n.rfind("crash_rank_", 0) == 0 && e.path().extension() == ".txt") {
+      // Line 1: the summary; line 2: "job_start_us N"; then the backtrace.
+      std::ifstream in(e.path());
+      CrashReport c;
+      std::string key;
+      long long us = 0;
+      if (std::getline(in, c.summary) && (in >> key >> us) && key == "job_start_us" && us * 1e-6 > newer_than) {
+        c.rank = std::atoi(n.c_str() + std::strlen("crash_rank_"));
+        c.path = e.path().string();
+        crashes.push_back({us * 1e-6, c});
+      }
+      continue;
+    }
     if (n.rfind("rank_", 0) != 0 || e.path().extension() != ".json") continue;
     try {
       std::ifstream in(e.path());
@@ -100,14 +117,28 @@ Diagnosis diagnose_run(const std::string& run_dir, double newer_than) {
       out.warnings.push_back(e.path().string() + ": unreadable flight recorder, skipped: " + ex.what());
     }
   }
-  if (all.empty()) return out;
-  // Only the newest job's dumps: older ones are from earlier launches.
+  // Only the newest job's: older files are from earlier launches.
   double newest = 0;
   for (auto& [start, d] : all) newest = std::max(newest, start);
+  for (auto& [start, c] : crashes) newest = std::max(newest, start);
+  const auto same_job = [&](double start) { return std::abs(start - newest) < 1e-3; };
+  for (auto& [start, c] : crashes)
+    if (same_job(start)) out.crashes.push_back(c);
+  std::sort(out.crashes.begin(), out.crashes.end(),
+            [](const CrashReport& a, const CrashReport& b) { return a.rank < b.rank; });
+  for (const CrashReport& c : out.crashes) out.report += "crash: " + c.summary + " (backtrace: " + c.path + ")\n";
   std::map<int, RankDump> dumps;
   for (auto& [start, d] : all)
-    if (start == newest) dumps[d.rank] = std::move(d);
+    if (same_job(start)) dumps[d.rank] = std::move(d);
   out.dumps = (int)dumps.size();
+  if (dumps.empty()) {
+    if (!out.crashes.empty()) {
+      out.named = true;
+      out.verdict = out.crashes.front().summary + ".";
+      out.culprit = "backtrace in " + out.crashes.front().path;
+    }
+    return out;
+  }
   for (auto& [r, d] : dumps)
     for (const json& c : d.calls)
       if (c.at("end").is_null() && c.at("op") != "isend" && c.at("op") != "irecv") d.in_flight = &c;

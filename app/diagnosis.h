@@ -8,7 +8,15 @@
 
 namespace trainer {
 
+// A rank that died of a signal and left runtime/crash_report.h's file.
+struct CrashReport {
+  int rank = -1;
+  std::string summary;  // "rank 3 (pid 123) died of signal 11 (SIGSEGV, ...) in training of step 7"
+  std::string path;     // the file, with the backtrace
+};
+
 struct Diagnosis {
+  std::vector<CrashReport> crashes;  // of the newest job, by rank
   int dumps = 0;         // recorders read (of the newest job); 0: nothing to say
   bool named = false;    // a rank behind, or collectives made in a different order, was found
   std::string verdict;   // one line: "rank 1 is behind." / "no single rank is behind: ..."
@@ -17,8 +25,9 @@ struct Diagnosis {
   std::vector<std::string> warnings;  // unreadable dumps, skipped
 };
 
-// Reads run_dir/flight/rank_*.json; only the newest job's dumps, and only
-// dumps of jobs that started after `newer_than` (seconds since the epoch).
+// Reads run_dir/flight/rank_*.json and crash_rank_*.txt; only the newest
+// job's, and only of jobs that started after `newer_than` (seconds since the
+// epoch).
 Diagnosis diagnose_run(const std::string& run_dir, double newer_than = 0);
 
 }  // namespace trainer

@@ -29,9 +29,10 @@ Fault parse_one(const std::string& item, const std::string& where) {
   Fault f;
   f.text = item;
   const char* usage =
-      " (kinds: crash rank=R step=K | hang rank=R step=K | freeze rank=R step=K | slow rank=R ms=X [step=K] | nan step=K [rank=R] | "
+      " (kinds: crash rank=R step=K | segv rank=R step=K | hang rank=R step=K | freeze rank=R step=K | slow rank=R ms=X [step=K] | nan step=K [rank=R] | "
       "ckpt_kill point=P step=K | ckpt_hang rank=R step=K | bad_batch step=K; each may add launch=N or launch=all)";
   if (kind == "crash") f.kind = Fault::Crash;
+  else if (kind == "segv") f.kind = Fault::Segv;
   else if (kind == "hang") f.kind = Fault::Hang;
   else if (kind == "freeze") f.kind = Fault::Freeze;
   else if (kind == "slow") f.kind = Fault::Slow;
@@ -57,6 +58,7 @@ Fault parse_one(const std::string& item, const std::string& where) {
   };
   switch (f.kind) {
     case Fault::Crash:
+    case Fault::Segv:
     case Fault::Hang:
     case Fault::Freeze:
     case Fault::CkptHang: need(has_rank && has_step && f.step > 0, "rank=R and step=K (K >= 1)"); break;

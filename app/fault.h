@@ -4,6 +4,7 @@
 // and from the environment (TRAINER_FAULT="crash rank=3 step=7; nan step=5"),
 // one syntax for both:
 //   crash     rank=R step=K          rank R dies (SIGKILL) as it starts step K
+//   segv      rank=R step=K          rank R gets SIGSEGV as it starts step K (a crash report is written)
 //   hang      rank=R step=K          rank R stops before its next collective in step K
 //   freeze    rank=R step=K          rank R's process is stopped (SIGSTOP) inside its next
 //                                    collective in step K, watchdog and all: no dump from it
@@ -24,7 +25,7 @@
 namespace trainer {
 
 struct Fault {
-  enum Kind { Crash, Hang, Freeze, Slow, Nan, BadBatch, CkptKill, CkptHang } kind = Crash;
+  enum Kind { Crash, Segv, Hang, Freeze, Slow, Nan, BadBatch, CkptKill, CkptHang } kind = Crash;
   int rank = 0;
   long step = 0;       // 0: every step (slow) / any step (ckpt_kill)
   double ms = 0;       // slow

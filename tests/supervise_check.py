@@ -3,6 +3,8 @@
 - crash: rank 3 dies at step 7 (checkpoints every 5); `trainer supervise`
   relaunches from step 5 and the final weights and AdamW state are
   bit-identical to an uninterrupted run's;
+- segv: rank 3 dies of SIGSEGV at step 7: its crash report (signal, phase,
+  backtrace) becomes a supervisor event; the restart ends bit-identical;
 - hang: rank 1 stops before a collective at step 7; every rank's watchdog
   dumps its flight recorder and the job ends within comm_timeout + a few
   seconds; `trainer diagnose` names rank 1; the supervisor restarts and
@@ -81,6 +83,18 @@ def main():
                                    ("exit", 0), ("done", None)], f"crash: supervised run finished, events {ev}")
         check("resumed from" in out and "step_00000005 at step 5" in out, "crash: relaunch resumed at step 5")
         check(same_tensors(final(run), ref), f"crash: final weights and AdamW state bit-identical ({len(ref)} tensors)")
+
+        # A crash by a catchable signal leaves a report the supervisor names.
+        run = os.path.join(tmp, "segv")
+        code, out = supervise(run, ["--set", 'fault.inject=["segv rank=3 step=7"]'])
+        evs = events(run)
+        crash = [e for e in evs if e["event"] == "crash"]
+        report = open(os.path.join(run, "flight", "crash_rank_00003.txt")).read()
+        check(code == 0 and evs[1]["code"] == 139 and len(crash) == 1 and crash[0]["rank"] == 3
+              and "died of signal 11 (SIGSEGV" in crash[0]["message"] and "in training of step 7" in crash[0]["message"]
+              and "backtrace:" in report and "cmd_train" in report,
+              f"segv: exit 139, crash event: {crash[0]['message'] if crash else 'none'}; backtrace with names")
+        check(same_tensors(final(run), ref), "segv: final weights bit-identical after the restart")
 
         # Hang, found by the watchdog.
         run = os.path.join(tmp, "hang")

@@ -8,12 +8,15 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <csignal>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <string>
 
 #include "app/fault.h"
+#include "runtime/crash_report.h"
 #include "runtime/errors.h"
 #include "runtime/flight_recorder.h"
 #include "runtime/watchdog.h"
@@ -24,9 +27,9 @@ namespace {
 TEST(Faults, ParsesEveryKindAndItsKeys) {
   const auto f = parse_faults("crash rank=3 step=7; hang rank=1 step=4 launch=all;slow rank=2 ms=150 step=3;"
                               " nan step=5; ckpt_kill point=renamed step=10 launch=2; ckpt_hang rank=2 step=5;"
-                              "freeze rank=1 step=3",
+                              "freeze rank=1 step=3; segv rank=4 step=2",
                               "test");
-  ASSERT_EQ(f.size(), 7u);
+  ASSERT_EQ(f.size(), 8u);
   EXPECT_EQ(f[0].kind, Fault::Crash);
   EXPECT_EQ(f[0].rank, 3);
   EXPECT_EQ(f[0].step, 7);
@@ -43,6 +46,8 @@ TEST(Faults, ParsesEveryKindAndItsKeys) {
   EXPECT_EQ(f[5].rank, 2);
   EXPECT_EQ(f[6].kind, Fault::Freeze);
   EXPECT_EQ(f[6].step, 3);
+  EXPECT_EQ(f[7].kind, Fault::Segv);
+  EXPECT_EQ(f[7].rank, 4);
 }
 
 TEST(Faults, RejectsBadSpecsWithTheItem) {
@@ -137,6 +142,31 @@ TEST(Watchdog, DumpsOnRequestAndCarriesOn) {
   EXPECT_EQ(j["rank"], 3);
   EXPECT_EQ(j["phase"], "training of step 2");
   EXPECT_NE(j["reason"].get<std::string>().find("dump requested"), std::string::npos);
+  std::filesystem::remove_all(dir);
+}
+
+TEST(CrashReport, ASignalLeavesTheReportAndStillKills) {
+  const std::string dir = temp_dir("crash");
+  const std::string path = dir + "/flight/crash_rank_00004.txt";  // flight/ does not exist yet
+  EXPECT_EXIT(
+      {
+        install_crash_report(path, 4, 1234.5);
+        crash_note("checkpoint save of step 9");
+        std::raise(SIGSEGV);
+      },
+      testing::KilledBySignal(SIGSEGV), "rank 4\\): died of signal 11");
+  std::ifstream in(path);
+  std::string summary, key;
+  long long us = 0;
+  std::getline(in, summary);
+  in >> key >> us;
+  EXPECT_NE(summary.find("rank 4 (pid "), std::string::npos) << summary;
+  EXPECT_NE(summary.find("died of signal 11 (SIGSEGV"), std::string::npos) << summary;
+  EXPECT_NE(summary.find("in checkpoint save of step 9"), std::string::npos) << summary;
+  EXPECT_EQ(key, "job_start_us");
+  EXPECT_EQ(us, 1234500000LL);
+  const std::string rest((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT_NE(rest.find("backtrace:"), std::string::npos) << rest;
   std::filesystem::remove_all(dir);
 }
 
@@ -235,6 +265,22 @@ TEST(Diagnose, NamesTheRankWhoseProcessWasStoppedInsideACall) {
   EXPECT_EQ(code, 0) << out;
   EXPECT_NE(out.find("verdict: rank 1 is behind."), std::string::npos) << out;
   EXPECT_NE(out.find("rank 1's process was stopped for 8.0 s"), std::string::npos) << out;
+  std::filesystem::remove_all(dir);
+}
+
+TEST(Diagnose, ReportsACrashOfTheNewestJob) {
+  const std::string dir = temp_dir("diag_crash");
+  std::filesystem::create_directories(dir + "/flight");
+  std::ofstream(dir + "/flight/crash_rank_00002.txt")
+      << "rank 2 (pid 77) died of signal 6 (SIGABRT, abort) in evaluation of step 40\njob_start_us 300000000\n"
+         "backtrace:\n./trainer(main+0x1)[0x1]\n";
+  std::ofstream(dir + "/flight/crash_rank_00005.txt")  // an earlier launch's
+      << "rank 5 (pid 12) died of signal 11 (SIGSEGV) in training of step 3\njob_start_us 100000000\n";
+  const auto [code, out] = diagnose(dir);
+  EXPECT_EQ(code, 0) << out;
+  EXPECT_NE(out.find("crash: rank 2 (pid 77) died of signal 6"), std::string::npos) << out;
+  EXPECT_NE(out.find("verdict: rank 2 (pid 77) died"), std::string::npos) << out;
+  EXPECT_EQ(out.find("rank 5"), std::string::npos) << out;
   std::filesystem::remove_all(dir);
 }
 

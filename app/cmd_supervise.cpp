@@ -54,8 +54,9 @@ const char* kSuperviseUsage =
     "  [supervisor] hang_timeout seconds and the job is killed and restarted (after a\n"
     "  SIGUSR2 that makes every rank write its flight recorder).\n"
     "  SIGTERM, SIGUSR1 or Ctrl-C: the job checkpoints and stops; the supervisor exits 75.\n"
-    "  Events: <run.dir>/events.jsonl and the console; after a watchdog timeout, the\n"
-    "  flight recorders' verdict (as `trainer diagnose`) is an event too.\n"
+    "  Events: <run.dir>/events.jsonl and the console; after a failed launch, what its\n"
+    "  ranks left is summarised too: `crash` (a rank that died of a signal, with its\n"
+    "  backtrace file) and `diagnosis` (the flight recorders' verdict, as `trainer diagnose`).\n"
     "  Exit: 0 done; 2, 3, 4, 6 the job's error that a retry cannot fix; 7 restart\n"
     "  budget used up; 75 preempted (requeue).\n";
 

@@ -10,5 +10,6 @@ int cmd_plan(int argc, char** argv);
 int cmd_ckpt(int argc, char** argv);
 int cmd_diagnose(int argc, char** argv);
 int cmd_supervise(int argc, char** argv);
+int cmd_status(int argc, char** argv);
 
 }  // namespace trainer

@@ -20,8 +20,11 @@ const char* kUsage =
     "  supervise RECIPE.toml [--set section.key=value ...] [-- LAUNCH COMMAND...]\n"
     "        run the training job (mpirun or srun, from [launch]) and restart it from the\n"
     "        newest checkpoint when it crashes or hangs; events in <run.dir>/events.jsonl\n"
+    "  status RUN_DIR\n"
+    "        where a run stands: step, loss, time to go, heartbeat, checkpoint, restarts\n"
     "  diagnose RUN_DIR\n"
-    "        after a watchdog timeout: name the rank the others wait for (flight recorders)\n"
+    "        after a watchdog timeout or a crash: name the rank the others wait for\n"
+    "        (flight recorders) or the rank that crashed (crash reports)\n"
     "  data prepare --input FILES_OR_DIRS... --output DIR [--val-fraction F]\n"
     "        turn text files into byte-level token shards (vocabulary 256)\n"
     "  plan RECIPE.toml [--set section.key=value ...] [--ranks N]\n"
@@ -33,7 +36,8 @@ const char* kUsage =
     "\n"
     "exit codes: 0 ok, 1 internal error, 2 recipe or usage error, 3 data error,\n"
     "            4 checkpoint/HDF5 error, 5 communication timeout (watchdog),\n"
-    "            6 NaN/Inf loss or gradient, 7 supervise: restart budget used up,\n"
+    "            6 NaN/Inf loss or gradient, or a loss spike (on_nan / on_spike = stop),\n"
+    "            7 supervise: restart budget used up,\n"
     "            75 preempted (SIGTERM/SIGUSR1): checkpoint saved, requeue the job\n"
     "Run `trainer <command> --help` for a command's options.\n";
 // Settings the OpenBLAS and OpenMP runtimes read only when they load, so they
@@ -80,6 +84,7 @@ int main(int argc, char** argv) {
     if (!std::strcmp(cmd, "ckpt")) return trainer::cmd_ckpt(argc - 2, argv + 2);
     if (!std::strcmp(cmd, "diagnose")) return trainer::cmd_diagnose(argc - 2, argv + 2);
     if (!std::strcmp(cmd, "supervise")) return trainer::cmd_supervise(argc - 2, argv + 2);
+    if (!std::strcmp(cmd, "status")) return trainer::cmd_status(argc - 2, argv + 2);
   } catch (const trainer::UserError& e) {
     std::fprintf(stderr, "error: %s\n", e.what());
     return e.exit_code;

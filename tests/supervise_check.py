@@ -95,6 +95,12 @@ def main():
               and "backtrace:" in report and "cmd_train" in report,
               f"segv: exit 139, crash event: {crash[0]['message'] if crash else 'none'}; backtrace with names")
         check(same_tensors(final(run), ref), "segv: final weights bit-identical after the restart")
+        _, st = run_cmd([trainer, "status", run])
+        print(st)
+        check("step 12 of 12 (100%)" in st and "checkpoints/step_00000012" in st
+              and "2 launch(es), 1 restart(s); last event: done" in st
+              and "last failure: launch 0 exited with code 139" in st and "crash: launch 0: rank 3" in st,
+              "status: progress, checkpoint, launches and the last failure with its crash report")
 
         # Hang, found by the watchdog.
         run = os.path.join(tmp, "hang")

@@ -284,6 +284,40 @@ TEST(Diagnose, ReportsACrashOfTheNewestJob) {
   std::filesystem::remove_all(dir);
 }
 
+std::pair<int, std::string> status(const std::string& dir) {
+  FILE* p = popen((std::string(TRAINER_BIN) + " status " + dir + " 2>&1").c_str(), "r");
+  std::string out;
+  char buf[4096];
+  while (size_t n = fread(buf, 1, sizeof buf, p)) out.append(buf, n);
+  const int st = pclose(p);
+  return {WEXITSTATUS(st), out};
+}
+
+TEST(Status, ProgressTimeToGoAndTheLastFailure) {
+  const std::string dir = temp_dir("status");
+  std::ofstream(dir + "/recipe.resolved.toml") << "[training]\nsteps = 1000\n\n[checkpoint]\nevery = 0\n";
+  std::ofstream(dir + "/metrics.jsonl")
+      << "{\"step\": 90, \"loss\": 3.5, \"step_ms\": 200, \"tokens_per_s\": 1000, \"val_loss\": 3.75}\n"
+      << "{\"step\": 100, \"loss\": 3.25, \"step_ms\": 400, \"tokens_per_s\": 900}\n";
+  std::ofstream(dir + "/events.jsonl")
+      << "{\"time\": \"t0\", \"event\": \"start\", \"launch\": 0, \"message\": \"launch 0: mpirun\"}\n"
+      << "{\"time\": \"t1\", \"event\": \"exit\", \"launch\": 0, \"message\": \"launch 0 exited with code 139\", "
+         "\"code\": 139}\n"
+      << "{\"time\": \"t1\", \"event\": \"crash\", \"launch\": 0, \"message\": \"launch 0: rank 3 died\"}\n"
+      << "{\"time\": \"t2\", \"event\": \"restart\", \"launch\": 1, \"message\": \"restart 1 of 3\"}\n"
+      << "{\"time\": \"t3\", \"event\": \"start\", \"launch\": 1, \"message\": \"launch 1: mpirun\"}\n";
+  const auto [code, out] = status(dir);
+  EXPECT_EQ(code, 0) << out;
+  for (const char* want : {"step 100 of 1000 (10%), loss 3.2500, val loss 3.7500 (step 90)",
+                           // 900 steps left x mean(200, 400) ms = 270 s
+                           "900 steps, about 4.5 min at 300 ms per step", "checkpoint: off",
+                           "2 launch(es), 1 restart(s); last event: start", "last failure: launch 0 exited with code 139",
+                           "crash: launch 0: rank 3 died"})
+    EXPECT_NE(out.find(want), std::string::npos) << "missing \"" << want << "\" in:\n" << out;
+  std::filesystem::remove_all(dir);
+  EXPECT_EQ(status(dir).first, kExitUsage);
+}
+
 TEST(Diagnose, ReportsCollectivesMadeInADifferentOrder) {
   // Every rank is in call #8, but rank 2's #8 is another operation.
   const std::string dir = write_dumps(

@@ -1,0 +1,145 @@
+// `trainer status RUN_DIR`: where a run stands, from the files it keeps
+// current (no MPI, safe while it runs): progress and loss (metrics.jsonl),
+// how long to go, liveness (heartbeat), the newest checkpoint, and what the
+// supervisor saw (events.jsonl: launches, restarts, the last failure and its
+// crash or diagnosis event).
+#include <sys/stat.h>
+
+#include <nlohmann/json.hpp>
+#include <toml++/toml.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "app/commands.h"
+#include "ckpt/checkpoint.h"
+#include "runtime/errors.h"
+#include "runtime/flight_recorder.h"
+
+namespace trainer {
+
+namespace {
+
+using nlohmann::json;
+
+const char* kStatusUsage =
+    "usage: trainer status RUN_DIR\n"
+    "  Where a run stands, from its files (safe while it runs): step and loss\n"
+    "  (metrics.jsonl), time to go (mean step time of the last 20 logged steps x steps\n"
+    "  left), heartbeat age, newest checkpoint, and, under `trainer supervise`, launches,\n"
+    "  restarts and the last failure (events.jsonl). Exit 0; 2 if RUN_DIR has none of them.\n";
+
+std::vector<json> read_jsonl(const std::string& path) {
+  std::vector<json> out;
+  std::ifstream in(path);
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.empty()) continue;
+    try {
+      out.push_back(json::parse(line));
+    } catch (const std::exception&) {
+      // A line being written right now: skip it.
+    }
+  }
+  return out;
+}
+
+std::string duration(double s) {
+  char b[64];
+  if (s < 120) std::snprintf(b, sizeof b, "%.0f s", s);
+  else if (s < 7200) std::snprintf(b, sizeof b, "%.1f min", s / 60);
+  else std::snprintf(b, sizeof b, "%.1f h", s / 3600);
+  return b;
+}
+
+}  // namespace
+
+int cmd_status(int argc, char** argv) {
+  if (argc != 1 || std::string(argv[0]) == "--help" || std::string(argv[0]) == "-h") {
+    std::fputs(kStatusUsage, argc == 1 ? stdout : stderr);
+    return argc == 1 ? kExitOk : kExitUsage;
+  }
+  const std::string dir = argv[0];
+  const std::vector<json> metrics = read_jsonl(dir + "/metrics.jsonl");
+  const std::vector<json> events = read_jsonl(dir + "/events.jsonl");
+  struct stat hb {};
+  const bool has_heartbeat = stat((dir + "/heartbeat").c_str(), &hb) == 0;
+  if (metrics.empty() && events.empty() && !has_heartbeat) {
+    std::fprintf(stderr, "error: %s has no metrics.jsonl, events.jsonl or heartbeat: not a run directory "
+                         "(the recipe's [run] dir), or the run has not started\n", dir.c_str());
+    return kExitUsage;
+  }
+  // From the resolved recipe the run wrote: its length and checkpoints.
+  long steps = 0, ckpt_every = -1;
+  std::string ckpt_dir = dir + "/checkpoints";
+  try {
+    const toml::table t = toml::parse_file(dir + "/recipe.resolved.toml");
+    steps = t["training"]["steps"].value_or<int64_t>(0);
+    ckpt_every = t["checkpoint"]["every"].value_or<int64_t>(-1);
+    // Relative to where the run was launched, which may not be here.
+    const std::string d = t["checkpoint"]["dir"].value_or<std::string>("");
+    if (!d.empty() && std::filesystem::exists(d)) ckpt_dir = d;
+  } catch (const std::exception&) {
+  }
+  std::printf("run %s\n", dir.c_str());
+
+  if (!metrics.empty()) {
+    const json& last = metrics.back();
+    const long step = last.value("step", 0L);
+    std::printf("  progress:   step %ld", step);
+    if (steps > 0) std::printf(" of %ld (%.0f%%)", steps, 100.0 * step / steps);
+    std::printf(", loss %.4f", last.value("loss", 0.0));
+    for (auto it = metrics.rbegin(); it != metrics.rend(); ++it)
+      if (it->contains("val_loss")) {
+        std::printf(", val loss %.4f (step %ld)", (*it)["val_loss"].get<double>(), (*it)["step"].get<long>());
+        break;
+      }
+    std::printf(", %.0f tokens/s\n", last.value("tokens_per_s", 0.0));
+    // Time to go: the mean step time of the last 20 logged steps.
+    double ms = 0;
+    int n = 0;
+    for (auto it = metrics.rbegin(); it != metrics.rend() && n < 20; ++it, ++n) ms += it->value("step_ms", 0.0);
+    if (steps > step && n > 0)
+      std::printf("  to go:      %ld steps, about %s at %.0f ms per step\n", steps - step,
+                  duration((steps - step) * ms / n / 1e3).c_str(), ms / n);
+  }
+  if (has_heartbeat) {
+    std::ifstream in(dir + "/heartbeat");
+    long beat_step = 0;
+    in >> beat_step;
+    const double age = wall_seconds() - (hb.st_mtim.tv_sec + hb.st_mtim.tv_nsec * 1e-9);
+    std::printf("  heartbeat:  %s ago (after step %ld)\n", duration(age).c_str(), beat_step);
+  }
+  const std::string latest = latest_checkpoint(ckpt_dir);
+  std::printf("  checkpoint: %s\n", !latest.empty() ? latest.c_str()
+                                     : ckpt_every == 0 ? "off (checkpoint.every = 0)"
+                                                       : ("none yet in " + ckpt_dir).c_str());
+
+  if (!events.empty()) {
+    int launches = 0, restarts = 0;
+    const json* failure = nullptr;  // the last exit that was not a success
+    std::vector<const json*> explained;  // crash / diagnosis events of that launch
+    for (const json& e : events) {
+      const std::string ev = e.value("event", "");
+      if (ev == "start") launches++;
+      if (ev == "restart") restarts++;
+      if (ev == "exit" && e.value("code", 0) != 0) failure = &e, explained.clear();
+      if ((ev == "crash" || ev == "diagnosis") && failure && e.value("launch", -1) == failure->value("launch", -2))
+        explained.push_back(&e);
+    }
+    const json& last = events.back();
+    std::printf("  supervisor: %d launch(es), %d restart(s); last event: %s at %s: %s\n", launches, restarts,
+                last.value("event", "").c_str(), last.value("time", "").c_str(), last.value("message", "").c_str());
+    if (failure) {
+      std::printf("  last failure: %s\n", failure->value("message", "").c_str());
+      for (const json* e : explained) std::printf("    %s: %s\n", e->value("event", "").c_str(), e->value("message", "").c_str());
+    }
+  }
+  return kExitOk;
+}
+
+}  // namespace trainer

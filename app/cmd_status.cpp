@@ -6,7 +6,6 @@
 #include <sys/stat.h>
 
 #include <nlohmann/json.hpp>
-#include <toml++/toml.h>
 
 #include <algorithm>
 #include <cstdio>
@@ -16,6 +15,7 @@
 #include <vector>
 
 #include "app/commands.h"
+#include "app/recipe.h"
 #include "ckpt/checkpoint.h"
 #include "runtime/errors.h"
 #include "runtime/flight_recorder.h"
@@ -74,17 +74,12 @@ int cmd_status(int argc, char** argv) {
     return kExitUsage;
   }
   // From the resolved recipe the run wrote: its length and checkpoints.
-  long steps = 0, ckpt_every = -1;
-  std::string ckpt_dir = dir + "/checkpoints";
-  try {
-    const toml::table t = toml::parse_file(dir + "/recipe.resolved.toml");
-    steps = t["training"]["steps"].value_or<int64_t>(0);
-    ckpt_every = t["checkpoint"]["every"].value_or<int64_t>(-1);
-    // Relative to where the run was launched, which may not be here.
-    const std::string d = t["checkpoint"]["dir"].value_or<std::string>("");
-    if (!d.empty() && std::filesystem::exists(d)) ckpt_dir = d;
-  } catch (const std::exception&) {
-  }
+  const RunFacts facts = read_run_facts(dir + "/recipe.resolved.toml");
+  const long steps = facts.steps, ckpt_every = facts.checkpoint_every;
+  // checkpoint.dir is relative to where the run was launched, which may not be here.
+  const std::string ckpt_dir = !facts.checkpoint_dir.empty() && std::filesystem::exists(facts.checkpoint_dir)
+                                   ? facts.checkpoint_dir
+                                   : dir + "/checkpoints";
   std::printf("run %s\n", dir.c_str());
 
   if (!metrics.empty()) {

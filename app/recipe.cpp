@@ -466,6 +466,18 @@ const char* bad_step_name(TrainingSection::BadStep b) {
 }
 }  // namespace
 
+RunFacts read_run_facts(const std::string& path) {
+  RunFacts f;
+  try {
+    const toml::table t = toml::parse_file(path);
+    f.steps = t["training"]["steps"].value_or<int64_t>(0);
+    f.checkpoint_every = t["checkpoint"]["every"].value_or<int64_t>(-1);
+    f.checkpoint_dir = t["checkpoint"]["dir"].value_or<std::string>("");
+  } catch (const std::exception&) {
+  }
+  return f;
+}
+
 std::string recipe_to_toml(const Recipe& r) {
   auto list = [](const std::vector<std::string>& v) {
     toml::array a;

@@ -116,6 +116,16 @@ Recipe load_recipe(const std::string& path, const std::vector<std::string>& over
 // recipe.resolved.toml holds); loading it again gives the same recipe.
 std::string recipe_to_toml(const Recipe& r);
 
+// What `trainer status` needs from a run's recipe.resolved.toml, read
+// without validation (the data may have moved since). Missing keys keep
+// these defaults; an unreadable file gives all defaults.
+struct RunFacts {
+  long steps = 0;            // training.steps (0: unknown)
+  long checkpoint_every = -1;  // checkpoint.every (-1: unknown)
+  std::string checkpoint_dir;  // checkpoint.dir, as written (relative to where the run was launched)
+};
+RunFacts read_run_facts(const std::string& resolved_recipe_path);
+
 // Levenshtein distance (for "did you mean").
 int edit_distance(const std::string& a, const std::string& b);
 

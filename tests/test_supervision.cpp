@@ -213,14 +213,17 @@ std::string call(long gseq, const char* op, long bytes, const char* end) {
          end + "}";
 }
 
-std::pair<int, std::string> diagnose(const std::string& dir) {
-  FILE* p = popen((std::string(TRAINER_BIN) + " diagnose " + dir + " 2>&1").c_str(), "r");
+// `trainer COMMAND DIR`: exit code and output.
+std::pair<int, std::string> trainer_on(const char* command, const std::string& dir) {
+  FILE* p = popen((std::string(TRAINER_BIN) + " " + command + " " + dir + " 2>&1").c_str(), "r");
   std::string out;
   char buf[4096];
   while (size_t n = fread(buf, 1, sizeof buf, p)) out.append(buf, n);
-  const int status = pclose(p);
-  return {WEXITSTATUS(status), out};
+  const int st = pclose(p);
+  return {WEXITSTATUS(st), out};
 }
+std::pair<int, std::string> diagnose(const std::string& dir) { return trainer_on("diagnose", dir); }
+std::pair<int, std::string> status(const std::string& dir) { return trainer_on("status", dir); }
 
 TEST(Diagnose, NamesTheRankBehindAndTheCall) {
   // Ranks 0 and 2 wait in tp call #8; rank 1 finished #7 and never joined.
@@ -282,15 +285,6 @@ TEST(Diagnose, ReportsACrashOfTheNewestJob) {
   EXPECT_NE(out.find("verdict: rank 2 (pid 77) died"), std::string::npos) << out;
   EXPECT_EQ(out.find("rank 5"), std::string::npos) << out;
   std::filesystem::remove_all(dir);
-}
-
-std::pair<int, std::string> status(const std::string& dir) {
-  FILE* p = popen((std::string(TRAINER_BIN) + " status " + dir + " 2>&1").c_str(), "r");
-  std::string out;
-  char buf[4096];
-  while (size_t n = fread(buf, 1, sizeof buf, p)) out.append(buf, n);
-  const int st = pclose(p);
-  return {WEXITSTATUS(st), out};
 }
 
 TEST(Status, ProgressTimeToGoAndTheLastFailure) {

@@ -134,10 +134,6 @@ int cmd_bench(int argc, char** argv) {
   for (Runner& rn : runners) mems.push_back(rn.be->memory());
   peak = std::max(peak, measure_sgemm_gflops(*runners.front().be, 2048, 1.0));
 
-  auto median = [](std::vector<double> v) {
-    std::sort(v.begin(), v.end());
-    return v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
-  };
   std::printf("bench %s: %s, %zu params, micro-batch %d x %d, %d thread(s)\n", path.c_str(),
               arch_name(r.model.arch), runners.front().model->num_params(), r.training.micro_batch,
               r.model.seq_len, r.runtime.threads);
@@ -154,15 +150,15 @@ int cmd_bench(int argc, char** argv) {
     const char* mode = recompute_name(modes[k]);
     std::printf("  [recompute %s]\n", mode);
     std::printf("  step           %8.1f ms fastest, %.1f ms median of %d after %d warm-up (forward %.1f, backward %.1f, optimizer %.1f)\n",
-                best, median(rn.wall_ms), steps, warmup, median(rn.phase_ms[0]), median(rn.phase_ms[1]),
-                median(rn.phase_ms[2]));
+                best, median_of(rn.wall_ms), steps, warmup, median_of(rn.phase_ms[0]), median_of(rn.phase_ms[1]),
+                median_of(rn.phase_ms[2]));
     std::printf("  throughput     %8.1f tokens/s, %.1f GFLOP/s model FLOPs\n", tps, achieved);
     std::printf("  MFU            %8.1f%% of the measured sgemm peak\n", 100 * achieved / peak);
     std::printf("  activations    %8.1f MB peak, %.1f MB in all\n", act_mb, mem.total_peak / 1048576.0);
     JsonRecord rec;
     rec.add("bench", path).add("params", (long)rn.model->num_params()).add("threads", r.runtime.threads)
-        .add("sgemm_gflops", peak).add("step_ms", best).add("median_step_ms", median(rn.wall_ms))
-        .add("median_step_cpu_ms", median(rn.cpu_ms)).add("tokens_per_s", tps)
+        .add("sgemm_gflops", peak).add("step_ms", best).add("median_step_ms", median_of(rn.wall_ms))
+        .add("median_step_cpu_ms", median_of(rn.cpu_ms)).add("tokens_per_s", tps)
         .add("model_gflops", achieved).add("mfu", achieved / peak).add("loss", rn.loss)
         .add("recompute", std::string(mode)).add("activations_mb", act_mb);
     std::printf("%s\n", rec.str().c_str());

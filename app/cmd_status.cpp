@@ -3,8 +3,6 @@
 // how long to go, liveness (heartbeat), the newest checkpoint, and what the
 // supervisor saw (events.jsonl: launches, restarts, the last failure and its
 // crash or diagnosis event).
-#include <sys/stat.h>
-
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
@@ -19,6 +17,7 @@
 #include "ckpt/checkpoint.h"
 #include "runtime/errors.h"
 #include "runtime/flight_recorder.h"
+#include "runtime/replace_file.h"
 
 namespace trainer {
 
@@ -66,8 +65,8 @@ int cmd_status(int argc, char** argv) {
   const std::string dir = argv[0];
   const std::vector<json> metrics = read_jsonl(dir + "/metrics.jsonl");
   const std::vector<json> events = read_jsonl(dir + "/events.jsonl");
-  struct stat hb {};
-  const bool has_heartbeat = stat((dir + "/heartbeat").c_str(), &hb) == 0;
+  const double beat_time = mtime_seconds(dir + "/heartbeat");
+  const bool has_heartbeat = beat_time > 0;
   if (metrics.empty() && events.empty() && !has_heartbeat) {
     std::fprintf(stderr, "error: %s has no metrics.jsonl, events.jsonl or heartbeat: not a run directory "
                          "(the recipe's [run] dir), or the run has not started\n", dir.c_str());
@@ -106,7 +105,7 @@ int cmd_status(int argc, char** argv) {
     std::ifstream in(dir + "/heartbeat");
     long beat_step = 0;
     in >> beat_step;
-    const double age = wall_seconds() - (hb.st_mtim.tv_sec + hb.st_mtim.tv_nsec * 1e-9);
+    const double age = wall_seconds() - beat_time;
     std::printf("  heartbeat:  %s ago (after step %ld)\n", duration(age).c_str(), beat_step);
   }
   const std::string latest = latest_checkpoint(ckpt_dir);

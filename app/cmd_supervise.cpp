@@ -12,7 +12,6 @@
 // supervisor.hang_timeout seconds is killed and retried like a crash.
 #include <dirent.h>
 #include <signal.h>
-#include <sys/stat.h>
 #include <sys/types.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -35,6 +34,7 @@
 #include "runtime/errors.h"
 #include "runtime/flight_recorder.h"
 #include "runtime/metrics.h"
+#include "runtime/replace_file.h"
 #include "runtime/stop_signal.h"
 
 namespace trainer {
@@ -167,19 +167,13 @@ pid_t spawn(const std::vector<std::string>& cmd, int launch) {
   return pid;
 }
 
-double mtime_s(const std::string& path) {
-  struct stat st {};
-  if (stat(path.c_str(), &st) != 0) return 0;
-  return (double)st.st_mtim.tv_sec + st.st_mtim.tv_nsec * 1e-9;
-}
-
 // Flight recorder dumps (rank_*.json) written at or after time t.
 int dumps_since(const std::string& dir, double t) {
   int n = 0;
   std::error_code ec;
   for (const auto& e : std::filesystem::directory_iterator(dir, ec)) {
     const std::string name = e.path().filename().string();
-    if (name.rfind("rank_", 0) == 0 && e.path().extension() == ".json" && mtime_s(e.path().string()) >= t) n++;
+    if (name.rfind("rank_", 0) == 0 && e.path().extension() == ".json" && mtime_seconds(e.path().string()) >= t) n++;
   }
   return n;
 }
@@ -254,7 +248,7 @@ int cmd_supervise(int argc, char** argv) {
                                            ": asking the job to checkpoint and stop",
                      JsonRecord().add("signal", sig));
       }
-      const double beat = std::max(t0, mtime_s(heartbeat));
+      const double beat = std::max(t0, mtime_seconds(heartbeat));
       if (sv.hang_timeout > 0 && now_s() - beat > sv.hang_timeout) {
         char b[160];
         std::snprintf(b, sizeof b, "launch %d: no heartbeat for %.0f s (supervisor.hang_timeout = %g s): killing the job",

@@ -205,18 +205,13 @@ StragglerReport find_stragglers(Job& job, double my_compute_ms) {
   std::vector<float> all(n);
   const float mine = (float)my_compute_ms;
   world.allgather(&mine, all.data(), 1);
-  auto median = [](std::vector<float> v) {
-    std::sort(v.begin(), v.end());
-    const size_t m = v.size() / 2;
-    return v.size() % 2 ? (double)v[m] : 0.5 * ((double)v[m - 1] + v[m]);
-  };
-  const double global = median(all);
+  const double global = median_of(all);
   // Each pipeline stage's ranks, and the median they are compared with.
   std::vector<std::vector<float>> stage_times(r.grid.pp);
   for (int k = 0; k < n; k++) stage_times[grid_coords(r.grid, k).pp].push_back(all[k]);
   std::vector<double> stage_median(r.grid.pp);
   for (int p = 0; p < r.grid.pp; p++)
-    stage_median[p] = stage_times[p].size() >= 3 ? median(stage_times[p]) : global;
+    stage_median[p] = stage_times[p].size() >= 3 ? median_of(stage_times[p]) : global;
   StragglerReport rep;
   rep.median_ms = global;
   for (int k = 0; k < n; k++) {
@@ -268,10 +263,9 @@ int run_training(Job& job, int world_rank, int world_size) {
   };
   // What this rank does between communication calls, for the flight recorder
   // (a rank that is behind is named with it).
-  auto phase = [&job](const std::string& what, long step) {
-    const std::string p = step >= 0 ? what + " of step " + std::to_string(step) : what;
-    job.recorder->set_phase(p);
-    crash_note(p);
+  auto phase = [&job](const char* what, long step) {
+    job.recorder->set_phase(what, step);
+    crash_note(what, step);
   };
   // Rank 0 touches <run.dir>/heartbeat after every step: `trainer supervise`
   // reads its age to find a hung job.
@@ -287,7 +281,7 @@ int run_training(Job& job, int world_rank, int world_size) {
     std::printf("nothing to train: the run is at step %ld of training.steps = %ld\n", first, r.training.steps);
   long last_saved = job.resumed_step;  // a checkpoint of this step exists
   int rollbacks_in_a_row = 0;
-  std::set<const Fault*> nan_fired;  // nan and bad_batch faults: once per launch
+  std::set<const Fault*> fired_once;  // nan and bad_batch faults: once per launch
   std::deque<double> recent_losses;  // applied steps, for the spike limit
   double window_compute_ms = 0;
   int window_steps = 0;
@@ -320,8 +314,9 @@ int run_training(Job& job, int world_rank, int world_size) {
       std::fflush(stdout);
       return kExitPreempted;
     }
-    // Injected faults for the step about to run (app/fault.h).
     const long next = loop.steps_done() + 1;
+    phase("training", next);
+    // Injected faults for the step about to run (app/fault.h).
     if (!job.faults.empty()) {
       if (!job.faults.at(Fault::Crash, next).empty()) {
         std::fprintf(stderr, "fault injection: rank %d crashes at step %ld\n", world_rank, next);
@@ -329,7 +324,6 @@ int run_training(Job& job, int world_rank, int world_size) {
         std::raise(SIGKILL);
       }
       if (!job.faults.at(Fault::Segv, next).empty()) {
-        phase("training", next);
         std::fprintf(stderr, "fault injection: rank %d gets SIGSEGV at step %ld\n", world_rank, next);
         std::fflush(stderr);
         std::raise(SIGSEGV);
@@ -347,9 +341,9 @@ int run_training(Job& job, int world_rank, int world_size) {
       // A NaN fires once per launch: a transient bad batch, which a rollback
       // to an earlier step must not meet again.
       for (const Fault* f : job.faults.at(Fault::Nan, next))
-        if (nan_fired.insert(f).second) loop.poison_next_step();
+        if (fired_once.insert(f).second) loop.poison_next_step();
       for (const Fault* f : job.faults.at(Fault::BadBatch, next))
-        if (nan_fired.insert(f).second) loop.corrupt_next_step();
+        if (fired_once.insert(f).second) loop.corrupt_next_step();
       loop.set_extra_compute_ms(job.faults.slow_ms(next));
     }
     StepStats st;
@@ -357,14 +351,10 @@ int run_training(Job& job, int world_rank, int world_size) {
     StragglerReport slow;
     bool straggler_report = false;
     try {
-      phase("training", next);
       // Loss spikes: a limit from the recent applied steps' median.
-      double median = 0;
-      if (r.training.spike_factor > 0 && (int)recent_losses.size() >= r.training.spike_window) {
-        std::vector<double> v(recent_losses.begin(), recent_losses.end());
-        std::nth_element(v.begin(), v.begin() + v.size() / 2, v.end());
-        median = v[v.size() / 2];
-      }
+      const double median = r.training.spike_factor > 0 && (int)recent_losses.size() >= r.training.spike_window
+                                ? median_of(std::vector<double>(recent_losses.begin(), recent_losses.end()))
+                                : 0;
       loop.set_loss_limit(median > 0 ? r.training.spike_factor * median : std::numeric_limits<double>::infinity());
       st = loop.step();
       job.recorder->note_step(st.step);

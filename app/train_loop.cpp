@@ -353,16 +353,11 @@ StepStats TrainLoop::step() {
   s.grad_norm = std::sqrt(grad_sumsq());
   s.lr = lr_at(r_.lr, step_, r_.training.steps);
   // Every rank sees the same loss and norm (both are reduced over all
-  // groups), so all skip together.
+  // groups), and the caller gives every rank the same limit, so all skip
+  // together.
   s.nonfinite = !std::isfinite(s.loss) || !std::isfinite(s.grad_norm);
+  s.spike = !s.nonfinite && s.loss > loss_limit_;
   corrupt_ = false;
-  if (!s.nonfinite && std::isfinite(loss_limit_)) {
-    // Every rank holds the same loss; agreeing over tp (the one group the
-    // loss was not reduced over) keeps the decision identical regardless.
-    double over = s.loss > loss_limit_ ? 1 : 0;
-    if (tp_) tp_->allreduce_max(&over, 1);
-    s.spike = over > 0;
-  }
   const float clip = clip_coefficient(s.grad_norm, r_.training.grad_clip);
   if (!s.nonfinite && !s.spike)
     for (size_t c = 0; c < chunks_.size(); c++)

@@ -16,7 +16,8 @@ namespace {
 struct CrashState {
   char dir[4096] = {0};  // made on the way if missing (mkdir is async-signal-safe)
   char path[4096] = {0};
-  char phase[160] = "starting";
+  const char* volatile phase = "starting";  // a string literal
+  volatile long phase_step = -1;
   int rank = -1;
   long long job_start_us = 0;
 };
@@ -43,10 +44,13 @@ void write_all(int fd, const char* s, size_t n) {
 
 extern "C" void on_crash(int sig) {
   alarm(5);  // should anything below block, SIGALRM still ends the process
+  char phase[192];
+  const long step = g_crash.phase_step;
+  if (step >= 0) std::snprintf(phase, sizeof phase, "%s of step %ld", g_crash.phase, step);
+  else std::snprintf(phase, sizeof phase, "%s", g_crash.phase);
   char line[512];
   const int n = std::snprintf(line, sizeof line, "rank %d (pid %d) died of signal %d (%s) in %s\njob_start_us %lld\n",
-                              g_crash.rank, (int)getpid(), sig, signal_name(sig), g_crash.phase,
-                              g_crash.job_start_us);
+                              g_crash.rank, (int)getpid(), sig, signal_name(sig), phase, g_crash.job_start_us);
   mkdir(g_crash.dir, 0755);
   const int fd = open(g_crash.path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
   if (fd >= 0) {
@@ -58,7 +62,7 @@ extern "C" void on_crash(int sig) {
     close(fd);
   }
   const int m = std::snprintf(line, sizeof line, "error (rank %d): died of signal %d (%s) in %s; backtrace in %s\n",
-                              g_crash.rank, sig, signal_name(sig), g_crash.phase, g_crash.path);
+                              g_crash.rank, sig, signal_name(sig), phase, g_crash.path);
   write_all(2, line, (size_t)m);
   signal(sig, SIG_DFL);
   raise(sig);
@@ -87,10 +91,11 @@ void install_crash_report(const std::string& path, int rank, double job_start) {
   for (int sig : {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT}) sigaction(sig, &sa, nullptr);
 }
 
-void crash_note(const std::string& phase) {
-  // Another thread may crash while this copies: the handler then prints a
-  // mix of two phases, never past the buffer (the last byte stays 0).
-  std::snprintf(g_crash.phase, sizeof g_crash.phase - 1, "%s", phase.c_str());
+void crash_note(const char* what, long step) {
+  // A crash between the two stores reports the new phase with the old step
+  // (or the reverse): off by a step at worst, never an invalid pointer.
+  g_crash.phase = what;
+  g_crash.phase_step = step;
 }
 
 }  // namespace trainer

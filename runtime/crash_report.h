@@ -18,7 +18,8 @@ namespace trainer {
 // its directory is made then if missing). job_start: as FlightRecorder::set_job, so a
 // reader can tell this job's report from older ones.
 void install_crash_report(const std::string& path, int rank, double job_start);
-// What the rank is doing now ("training of step 7"); a fixed buffer, cheap.
-void crash_note(const std::string& phase);
+// What the rank is doing now, as FlightRecorder::set_phase: a string
+// literal and a step (< 0: none); two stores, no formatting.
+void crash_note(const char* what, long step);
 
 }  // namespace trainer

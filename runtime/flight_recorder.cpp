@@ -80,9 +80,13 @@ void FlightRecorder::note_step(long step) {
   last_progress_ = wall_seconds();
 }
 
-void FlightRecorder::set_phase(std::string phase) {
+void FlightRecorder::set_phase(const char* what, long step) {
   std::lock_guard<std::mutex> lock(mu_);
-  phase_ = std::move(phase);
+  phase_ = what, phase_step_ = step;
+}
+
+std::string phase_text(const char* what, long step) {
+  return step >= 0 ? std::string(what) + " of step " + std::to_string(step) : std::string(what);
 }
 
 void FlightRecorder::note_stall(double seconds) {
@@ -100,7 +104,7 @@ void FlightRecorder::stop_here() {
 
 FlightRecorder::Status FlightRecorder::status() const {
   std::lock_guard<std::mutex> lock(mu_);
-  return {in_call_, call_start_, last_progress_, step_, phase_};
+  return {in_call_, call_start_, last_progress_, step_, phase_, phase_step_};
 }
 
 std::string FlightRecorder::to_json(const std::string& reason) const {
@@ -111,7 +115,7 @@ std::string FlightRecorder::to_json(const std::string& reason) const {
                 job_start_, launch_, wall_seconds(), step_);
   s += b;
   s += ", \"reason\": \"" + json_escape(reason) + "\"";
-  s += ", \"phase\": \"" + json_escape(phase_) + "\"";
+  s += ", \"phase\": \"" + json_escape(phase_text(phase_, phase_step_)) + "\"";
   std::snprintf(b, sizeof b, ", \"process_stalled_s\": %.3f", stalled_s_);
   s += b;
   s += std::string(", \"stopped_by_fault_injection\": ") + (hung_ ? "true" : "false");

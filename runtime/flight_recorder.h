@@ -47,9 +47,11 @@ class FlightRecorder {
   void end(uint64_t token);
   // Progress outside communication (the training loop passes each step).
   void note_step(long step);
-  // What the rank does between calls ("training", "checkpoint save of step
-  // 10", ...): in the dump, so a rank that is behind is named with it.
-  void set_phase(std::string phase);
+  // What the rank does between calls, as a string literal and a step
+  // ("checkpoint save", 10; step < 0: none): in the dump as "checkpoint save
+  // of step 10", so a rank that is behind is named with it. Once per step
+  // at most, so it stores the pointer and formats only when asked.
+  void set_phase(const char* what, long step);
   // The watchdog saw its own polls stop for `seconds`: the whole process was
   // stopped (SIGSTOP, a frozen driver call holding every thread, swapping).
   // The longest such stall goes into the dump.
@@ -60,7 +62,8 @@ class FlightRecorder {
     double call_start = 0;     // of the call in flight
     double last_progress = 0;  // the latest begin, end or step
     long step = 0;
-    std::string phase;
+    const char* phase = "";
+    long phase_step = -1;
   };
   Status status() const;
   // Fault injection: the next begin() never returns, as a rank that stops
@@ -86,7 +89,8 @@ class FlightRecorder {
   uint64_t call_token_ = 0;
   double call_start_ = 0, last_progress_ = 0;
   long step_ = 0;
-  std::string phase_ = "starting";
+  const char* phase_ = "starting";
+  long phase_step_ = -1;
   double stalled_s_ = 0;
   double job_start_ = 0;
   int launch_ = 0;
@@ -94,5 +98,7 @@ class FlightRecorder {
 };
 
 double wall_seconds();  // seconds since the epoch, microsecond resolution
+// "checkpoint save of step 10" from ("checkpoint save", 10); step < 0: what alone.
+std::string phase_text(const char* what, long step);
 
 }  // namespace trainer

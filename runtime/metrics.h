@@ -1,6 +1,7 @@
 #pragma once
 // Run metrics: one JSON object per line in <run.dir>/metrics.jsonl, and a
 // console line for people. Written by one rank (rank 0).
+#include <algorithm>
 #include <cstdio>
 #include <string>
 #include <utility>
@@ -29,6 +30,15 @@ class JsonRecord {
 };
 
 std::string json_escape(const std::string& s);
+
+// The median of a non-empty sample (the mean of the middle two for an even
+// count): step times, straggler compute times, recent losses.
+template <class T>
+double median_of(std::vector<T> v) {
+  std::sort(v.begin(), v.end());
+  const size_t m = v.size() / 2;
+  return v.size() % 2 ? (double)v[m] : 0.5 * ((double)v[m - 1] + (double)v[m]);
+}
 
 class MetricsLog {
  public:

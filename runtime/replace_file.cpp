@@ -1,6 +1,7 @@
 #include "runtime/replace_file.h"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -32,6 +33,12 @@ std::string replace_file(const std::string& path, const std::string& text, bool 
   const std::string dir = std::filesystem::path(path).parent_path().string();
   if (durable && !fsync_path(dir.empty() ? "." : dir, true)) return failed(dir, "fsync failed");
   return "";
+}
+
+double mtime_seconds(const std::string& path) {
+  struct stat st {};
+  if (stat(path.c_str(), &st) != 0) return 0;
+  return (double)st.st_mtim.tv_sec + st.st_mtim.tv_nsec * 1e-9;
 }
 
 }  // namespace trainer

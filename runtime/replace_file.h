@@ -13,4 +13,8 @@ bool fsync_path(const std::string& path, bool directory);
 // Returns "" on success, else what failed (path and reason).
 std::string replace_file(const std::string& path, const std::string& text, bool durable);
 
+// When path was last replaced (seconds since the epoch; 0: it does not
+// exist): how readers tell a heartbeat's or a dump's age.
+double mtime_seconds(const std::string& path);
+
 }  // namespace trainer

@@ -51,7 +51,7 @@ void Watchdog::run() {
       requests_seen = dump_requests_();
       const bool dumped = dump("dump requested (SIGUSR2)");
       std::fprintf(stderr, "rank %d (step %ld, %s): flight recorder %s %s on request\n", rec_.world_rank(),
-                   s.step + 1, s.phase.c_str(), dumped ? "written to" : "could NOT be written to", dump_path_.c_str());
+                   s.step + 1, phase_text(s.phase, s.phase_step).c_str(), dumped ? "written to" : "could NOT be written to", dump_path_.c_str());
       std::fflush(stderr);
       continue;
     }
@@ -63,7 +63,7 @@ void Watchdog::run() {
     else if (!s.in_call && now - s.last_progress > timeout_s_)
       std::snprintf(why, sizeof why,
                     "no progress for %.1f s outside communication, in %s (runtime.comm_timeout = %g s)",
-                    now - s.last_progress, s.phase.c_str(), timeout_s_);
+                    now - s.last_progress, phase_text(s.phase, s.phase_step).c_str(), timeout_s_);
     else
       continue;
     const bool dumped = dump(why);

@@ -39,7 +39,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "ref
 import torch_model  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from harness import DEMO_RECIPE, check, failures, losses, small_demo, tensors  # noqa: E402
+from harness import DEMO_RECIPE, check, failures, losses, run as run_cmd, same_tensors, small_demo, tensors  # noqa: E402
 
 
 def main():
@@ -52,11 +52,7 @@ def main():
         def train(run, np_, extra, ok_codes=(0,), env=None):
             cmd = ([mpiexec, "-np", str(np_)] if np_ > 1 else []) + [trainer, "train", recipe, *base,
                                                                   "--set", f"run.dir={run}", *extra]
-            p = subprocess.run(cmd, capture_output=True, text=True, env=env)
-            if p.returncode not in ok_codes:
-                print(p.stdout, p.stderr)
-                raise SystemExit(f"trainer failed ({p.returncode}): {' '.join(cmd)}")
-            return p.stdout + p.stderr
+            return run_cmd(cmd, ok_codes, env)[1]
 
         for name, np_, layout in [("1 process", 1, single), ("2x2x2", 8, [])]:
             a, b = os.path.join(tmp, f"straight_{np_}"), os.path.join(tmp, f"resumed_{np_}")
@@ -67,8 +63,7 @@ def main():
             la, lb = losses(a), losses(b)
             check(all(la[s] == lb[s] for s in range(11, 21)), f"{name}: losses after the resume equal the straight run")
             ta, tb = tensors(a + "/checkpoints/step_00000020"), tensors(b + "/checkpoints/step_00000020")
-            same = ta.keys() == tb.keys() and all(np.array_equal(ta[k], tb[k]) for k in ta)
-            check(same and len(ta) > 0, f"{name}: final weights and AdamW state bit-identical ({len(ta)} tensors)")
+            check(same_tensors(ta, tb), f"{name}: final weights and AdamW state bit-identical ({len(ta)} tensors)")
 
         # A checkpoint of another model shape: refused, with the tensors named.
         step10 = os.path.join(tmp, "resumed_8", "checkpoints", "step_00000010")
@@ -83,7 +78,7 @@ def main():
         out = train(a, 8, ["--set", "checkpoint.every=5", "--set", "checkpoint.async=true"])
         check("at step 10" in out, "async: resumed at step 10")
         ta, tb = tensors(os.path.join(tmp, "straight_8", "checkpoints", "step_00000020")), tensors(a + "/checkpoints/step_00000020")
-        check(ta.keys() == tb.keys() and all(np.array_equal(ta[k], tb[k]) for k in ta),
+        check(same_tensors(ta, tb),
               "async: final checkpoint bit-identical to the straight run's blocking one")
         check(losses(a)[20] == losses(os.path.join(tmp, "straight_8"))[20], "async: same final loss")
 

@@ -35,6 +35,17 @@ def same_tensors(a, b):
     return len(a) > 0 and a.keys() == b.keys() and all(np.array_equal(a[k], b[k]) for k in a)
 
 
+def run(cmd, ok_codes=(0,), env=None):
+    """Runs cmd; an exit code outside ok_codes prints its output and stops the
+    check. Returns (exit code, stdout + stderr)."""
+    import subprocess
+    p = subprocess.run(cmd, capture_output=True, text=True, env=env)
+    if p.returncode not in ok_codes:
+        print(p.stdout, p.stderr)
+        raise SystemExit(f"failed ({p.returncode}): {' '.join(cmd)}")
+    return p.returncode, p.stdout + p.stderr
+
+
 DEMO_RECIPE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "configs", "demo.toml")
 
 

@@ -40,7 +40,7 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from harness import DEMO_RECIPE, check, failures, same_tensors, small_demo, tensors  # noqa: E402
+from harness import DEMO_RECIPE, check, failures, run as run_cmd, same_tensors, small_demo, tensors  # noqa: E402
 
 
 def main():
@@ -50,13 +50,6 @@ def main():
         data, base = small_demo(trainer, tmp, steps=12)
         base += ["--set", "checkpoint.every=5", "--set", "runtime.peak_gflops=100", "--set", "launch.ranks=8",
                  "--set", "supervisor.backoff=0.5"]
-
-        def run_cmd(cmd, ok_codes=(0,)):
-            p = subprocess.run(cmd, capture_output=True, text=True)
-            if p.returncode not in ok_codes:
-                print(p.stdout, p.stderr)
-                raise SystemExit(f"failed ({p.returncode}): {' '.join(cmd)}")
-            return p.returncode, p.stdout + p.stderr
 
         def train(run, extra, ok_codes=(0,), np_=8):
             return run_cmd([mpiexec, "-np", str(np_), trainer, "train", recipe, *base, "--set", f"run.dir={run}",

@@ -86,7 +86,7 @@ TEST(FlightRecorder, CountsCollectivesPerGroupAndKeepsTheNewest) {
   const uint64_t w = rec.begin(pp, "wait_recv", 32, 1, FlightRecorder::Wait);
   const auto st = rec.status();
   EXPECT_TRUE(st.in_call);
-  rec.set_phase("checkpoint save of step 5");
+  rec.set_phase("checkpoint save", 5);
   const nlohmann::json j = nlohmann::json::parse(rec.to_json("test"));
   EXPECT_EQ(j["rank"], 5);
   EXPECT_EQ(j["phase"], "checkpoint save of step 5");
@@ -132,7 +132,7 @@ TEST(Watchdog, DumpsOnRequestAndCarriesOn) {
   std::atomic<int> requests{0};
   FlightRecorder rec(3);
   rec.end(rec.begin(rec.add_group("world", {0, 1, 2, 3}), "allreduce_max", 8, -1));
-  rec.set_phase("training of step 2");
+  rec.set_phase("training", 2);
   Watchdog dog(rec, 0, dir + "/rank_00003.json", 0.0, [&] { return requests.load(); });
   usleep(300000);
   EXPECT_FALSE(std::filesystem::exists(dir + "/rank_00003.json"));  // no request, no timeout: nothing
@@ -151,7 +151,7 @@ TEST(CrashReport, ASignalLeavesTheReportAndStillKills) {
   EXPECT_EXIT(
       {
         install_crash_report(path, 4, 1234.5);
-        crash_note("checkpoint save of step 9");
+        crash_note("checkpoint save", 9);
         std::raise(SIGSEGV);
       },
       testing::KilledBySignal(SIGSEGV), "rank 4\\): died of signal 11");

@@ -31,6 +31,7 @@
 #include "app/commands.h"
 #include "app/diagnosis.h"
 #include "app/recipe.h"
+#include "app/resume.h"
 #include "runtime/errors.h"
 #include "runtime/flight_recorder.h"
 #include "runtime/metrics.h"
@@ -74,9 +75,19 @@ std::string iso_time(double t) {
   return out;
 }
 
+// Shell words: what can be pasted back into a shell to run the same command.
+std::string shell_quote(const std::string& w) {
+  if (!w.empty() && w.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-./=:,+@%") ==
+                        std::string::npos)
+    return w;
+  std::string q = "'";
+  for (char c : w) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return q + "'";
+}
+
 std::string join(const std::vector<std::string>& v) {
   std::string s;
-  for (const auto& x : v) s += (s.empty() ? "" : " ") + x;
+  for (const auto& x : v) s += (s.empty() ? "" : " ") + shell_quote(x);
   return s;
 }
 
@@ -211,7 +222,7 @@ int cmd_supervise(int argc, char** argv) {
     self[n] = 0;
     if (r.launch.launcher == "mpirun") {
       command = {"mpirun", "-np", std::to_string(ranks)};
-      for (const char* v : {"TRAINER_ATTEMPT", "TRAINER_RESUME", "TRAINER_FAULT"})  // to other nodes too
+      for (const char* v : {"TRAINER_ATTEMPT", "TRAINER_RESUME", "TRAINER_LOCK_TOKEN", "TRAINER_FAULT"})  // to other nodes too
         if (std::string(v) != "TRAINER_FAULT" || std::getenv(v)) command.insert(command.end(), {"-x", v});
     } else {
       command = {"srun", "--mpi=pmix", "-n", std::to_string(ranks)};
@@ -223,6 +234,11 @@ int cmd_supervise(int argc, char** argv) {
   std::error_code ec;
   std::filesystem::create_directories(r.run.dir, ec);
   if (ec) throw UserError(kExitUsage, r.run.dir + ": cannot create run directory ([run] dir): " + ec.message());
+  // The supervisor owns the run's directories across all its launches; each
+  // launch's rank 0 shares the lock through the token.
+  RunDirLocks locks;
+  lock_run_dirs(r, locks, "");
+  setenv("TRAINER_LOCK_TOKEN", locks.run.token().c_str(), 1);
   EventLog events(r.run.dir + "/events.jsonl");
   const std::string heartbeat = r.run.dir + "/heartbeat";
   install_stop_signals(true);

@@ -8,6 +8,7 @@
 #include <chrono>
 #include <climits>
 #include <cstdio>
+#include <cerrno>
 #include <cstring>
 #include <deque>
 #include <filesystem>
@@ -21,6 +22,7 @@
 
 #include "app/commands.h"
 #include "app/recipe.h"
+#include "app/resume.h"
 #include "app/train_loop.h"
 #include "ckpt/checkpoint.h"
 #include "model/flops.h"
@@ -41,16 +43,20 @@ namespace {
 
 const char* kTrainUsage =
     "usage: [mpirun -np N] trainer train RECIPE.toml [--set section.key=value ...]\n"
-    "                                   [--print-config]\n"
+    "                                   [--resume PATH] [--start-over] [--print-config]\n"
     "  --set K=V        override a recipe key, e.g. --set training.steps=50 (repeatable)\n"
     "  --print-config   print the resolved recipe and exit\n"
-    "  --resume PATH    resume from a checkpoint step directory (or auto / none)\n"
+    "  --resume PATH    resume from a checkpoint: a step directory, a checkpoint directory\n"
+    "                   (its newest), its `latest` file; or auto (default) / none\n"
+    "  --start-over     train from step 0 although [checkpoint] dir holds checkpoints: they\n"
+    "                   are moved to <dir>/previous/<time>/ (nothing is deleted)\n"
     "Writes <run.dir>/metrics.jsonl and <run.dir>/recipe.resolved.toml.\n";
 
 struct TrainArgs {
   std::string recipe;
   std::vector<std::string> overrides;
   bool print_config = false;
+  bool start_over = false;
   bool help = false;
 };
 
@@ -60,6 +66,7 @@ TrainArgs parse_args(int argc, char** argv) {
     const std::string s = argv[i];
     if (s == "--help" || s == "-h") a.help = true;
     else if (s == "--print-config") a.print_config = true;
+    else if (s == "--start-over") a.start_over = true;
     else if (s == "--set" && i + 1 < argc) a.overrides.push_back(argv[++i]);
     else if (s == "--resume" && i + 1 < argc) a.overrides.push_back(std::string("checkpoint.resume=\"") + argv[++i] + "\"");
     else if (s.rfind("--set=", 0) == 0) a.overrides.push_back(s.substr(6));
@@ -113,53 +120,26 @@ std::string human(double x) {
   return b;
 }
 
-// The checkpoint to resume from, decided by rank 0 and sent to every rank:
-// "none"; "auto" (the newest valid one in the directory: `latest`, else the
-// newest step directory whose manifest and checksums verify; a broken one is
-// reported and skipped); or a given step directory, which must verify.
-std::string resolve_resume(const CheckpointSection& ck, int rank) {
-  std::string chosen, err;
-  if (rank == 0 && ck.resume != "none") {
-    try {
-      if (ck.resume != "auto") {
-        read_manifest(ck.resume, true);
-        chosen = ck.resume;
-      } else {
-        std::vector<std::string> candidates;
-        if (const std::string l = latest_checkpoint(ck.dir); !l.empty()) candidates.push_back(l);
-        std::error_code ec;
-        std::vector<std::string> steps;
-        for (const auto& e : std::filesystem::directory_iterator(ck.dir, ec)) {
-          const std::string n = e.path().filename().string();
-          if (n.rfind("step_", 0) == 0 && n.find(".tmp") == std::string::npos) steps.push_back(e.path().string());
-        }
-        std::sort(steps.rbegin(), steps.rend());
-        for (const std::string& s : steps)  // `latest` names one of them: try it once
-          if (candidates.empty() || std::filesystem::path(s) != std::filesystem::path(candidates[0]))
-            candidates.push_back(s);
-        for (const std::string& c : candidates) {
-          try {
-            read_manifest(c, true);
-            chosen = c;
-            break;
-          } catch (const CheckpointError& e) {
-            std::fprintf(stderr, "warning: skipping checkpoint %s: %s\n", c.c_str(), e.what());
-          }
-        }
-      }
-    } catch (const CheckpointError& e) {
-      err = e.what();
-    }
-  }
-  // Rank 0's verdict to all: an error message, or the chosen path.
-  std::string msg = err.empty() ? chosen : "\x01" + err;
-  int n = (int)msg.size();
+// Rank 0's string, on every rank.
+std::string broadcast_string(std::string s) {
+  int n = (int)s.size();
   MPI_Bcast(&n, 1, MPI_INT, 0, MPI_COMM_WORLD);
-  msg.resize(n);
-  MPI_Bcast(msg.data(), n, MPI_CHAR, 0, MPI_COMM_WORLD);
-  if (!msg.empty() && msg[0] == '\x01')
-    throw CheckpointError("cannot resume: " + msg.substr(1));
-  return msg;
+  s.resize(n);
+  MPI_Bcast(s.data(), n, MPI_CHAR, 0, MPI_COMM_WORLD);
+  return s;
+}
+
+// A directory this run writes: created, and shown writable now rather than
+// at the first checkpoint (exit 2 naming the key).
+void ensure_writable_dir(const std::string& dir, const char* key) {
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec) throw RecipeError(dir + ": cannot create (" + key + "): " + ec.message());
+  const std::string probe = dir + "/.write_test";
+  FILE* f = std::fopen(probe.c_str(), "w");
+  if (!f) throw RecipeError(dir + ": not writable (" + key + "): " + std::strerror(errno));
+  std::fclose(f);
+  std::remove(probe.c_str());
 }
 
 struct Job {
@@ -173,6 +153,7 @@ struct Job {
   std::unique_ptr<Watchdog> watchdog;
   FaultPlan faults;          // injected faults for this rank and launch
   double peak_gflops = 0;    // per rank
+  RunDirLocks locks;  // rank 0: this run owns run.dir and checkpoint.dir
   std::string resumed_from;  // checkpoint step directory, or empty
   long resumed_step = -1;
 
@@ -379,7 +360,7 @@ int run_training(Job& job, int world_rank, int world_size) {
         } else {
           finish_async();
           const std::string to = policy == TrainingSection::BadStep::Rollback
-                                     ? resolve_resume({.dir = ck.dir, .resume = "auto"}, world_rank)
+                                     ? broadcast_string(lead ? newest_valid_checkpoint(ck.dir) : "")
                                      : "";
           if (to.empty() || ++rollbacks_in_a_row > 3) {
             if (lead)
@@ -555,12 +536,25 @@ int cmd_train(int argc, char** argv) {
       stop_early = true;
     }
   });
+  // Rank 0 takes the run's directories and decides where training starts;
+  // every rank then loads what it decided.
+  if (code == 0 && !stop_early) {
+    code = agree_on_failure(MPI_COMM_WORLD, [&] {
+      if (rank != 0) return;
+      const Recipe& r = job.recipe;
+      ensure_writable_dir(r.run.dir, "[run] dir");
+      if (r.checkpoint.every > 0) ensure_writable_dir(r.checkpoint.dir, "[checkpoint] dir");
+      const char* token = std::getenv("TRAINER_LOCK_TOKEN");  // set by `trainer supervise`
+      lock_run_dirs(r, job.locks, token ? token : "");
+      const ResumeDecision d = decide_resume(r, args.start_over);
+      for (const std::string& n : d.notes) std::fprintf(stderr, "%s\n", n.c_str());
+      job.resumed_from = d.from;
+    });
+    if (code == 0) job.resumed_from = broadcast_string(job.resumed_from);
+  }
   if (code == 0 && !stop_early) {
     code = agree_on_failure(MPI_COMM_WORLD, [&] {
       const Recipe& r = job.recipe;
-      std::error_code ec;
-      std::filesystem::create_directories(r.run.dir, ec);
-      if (ec) throw UserError(kExitUsage, r.run.dir + ": cannot create run directory ([run] dir): " + ec.message());
       job.train = std::make_unique<TokenDataset>(r.data.train_files, r.model.seq_len, r.model.vocab_size);
       if (!r.data.val_files.empty())
         job.val = std::make_unique<TokenDataset>(r.data.val_files, r.model.seq_len, r.model.vocab_size);
@@ -578,7 +572,6 @@ int cmd_train(int argc, char** argv) {
       job.backend = make_backend({r.runtime.backend, r.runtime.threads});
       job.loop = std::make_unique<TrainLoop>(*job.backend, groups_of(*job.grid), r, *job.train,
                                              job.val.get());
-      job.resumed_from = resolve_resume(r.checkpoint, rank);
       if (!job.resumed_from.empty()) {
         job.loop->load_checkpoint(job.resumed_from);
         job.resumed_step = job.loop->steps_done();

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <map>
 #include <set>
 #include <sstream>
 
@@ -57,7 +58,7 @@ const std::vector<std::pair<std::string, std::vector<std::string>>> kSchema = {
     {"parallel", {"dp", "tp", "pp", "sequence_parallel", "schedule", "virtual_stages"}},
     {"runtime", {"threads", "backend", "peak_gflops", "comm_timeout", "straggler_factor", "straggler_every"}},
     {"recompute", {"mode", "layers"}},
-    {"checkpoint", {"every", "dir", "keep", "resume", "required", "async"}},
+    {"checkpoint", {"every", "dir", "keep", "resume", "required", "async", "allow_changes"}},
     {"supervisor", {"max_restarts", "hang_timeout", "backoff", "backoff_max"}},
     {"launch", {"launcher", "ranks", "args"}},
     {"fault", {"inject"}},
@@ -385,6 +386,7 @@ Recipe load_recipe(const std::string& path, const std::vector<std::string>& over
   ck.resume = rd.get_string("checkpoint", "resume", "auto");
   ck.required = rd.get_bool("checkpoint", "required", false);
   ck.async = rd.get_bool("checkpoint", "async", false);
+  ck.allow_changes = rd.get_strings("checkpoint", "allow_changes");
   if (ck.every < 0) rd.fail("checkpoint", "every", "must be >= 0 (0: no checkpoints)");
   if (ck.keep < 0) rd.fail("checkpoint", "keep", "must be >= 0 (0: keep all)");
   if (ck.dir.empty()) rd.fail("checkpoint", "dir", "must not be empty");
@@ -478,6 +480,53 @@ RunFacts read_run_facts(const std::string& path) {
   return f;
 }
 
+namespace {
+// "section.key" -> value as TOML text, for the sections that define a run.
+std::map<std::string, std::string> flatten(const toml::table& t) {
+  static const std::set<std::string> skip_sections = {"checkpoint", "supervisor", "launch", "fault"};
+  static const std::set<std::string> skip_keys = {"run.name", "run.dir"};
+  std::map<std::string, std::string> out;
+  for (auto&& [sec, v] : t) {
+    if (skip_sections.count(std::string(sec.str())) || !v.is_table()) continue;
+    for (auto&& [key, val] : *v.as_table()) {
+      const std::string full = std::string(sec.str()) + "." + std::string(key.str());
+      if (skip_keys.count(full)) continue;
+      std::ostringstream os;
+      if (val.is_floating_point()) {
+        char b[40];
+        std::snprintf(b, sizeof b, "%.7g", val.as_floating_point()->get());  // as float32 holds it
+        os << b;
+      } else {
+        val.visit([&](auto&& n) { os << n; });
+      }
+      out[full] = os.str();
+    }
+  }
+  return out;
+}
+}  // namespace
+
+std::vector<RecipeChange> recipe_changes(const std::string& old_text, const Recipe& now) {
+  toml::table old_t, new_t;
+  try {
+    old_t = toml::parse(old_text);
+    std::string text = recipe_to_toml(now);
+    new_t = toml::parse(text);
+  } catch (const toml::parse_error& e) {
+    throw RecipeError(std::string("the checkpoint's recipe.toml is not readable TOML: ") + e.what());
+  }
+  const auto a = flatten(old_t), b = flatten(new_t);
+  std::vector<RecipeChange> out;
+  for (const auto& [k, v] : a) {
+    const auto it = b.find(k);
+    if (it == b.end()) out.push_back({k, v, "(absent)"});
+    else if (it->second != v) out.push_back({k, v, it->second});
+  }
+  for (const auto& [k, v] : b)
+    if (!a.count(k)) out.push_back({k, "(absent)", v});
+  return out;
+}
+
 std::string recipe_to_toml(const Recipe& r) {
   auto list = [](const std::vector<std::string>& v) {
     toml::array a;
@@ -525,7 +574,8 @@ std::string recipe_to_toml(const Recipe& r) {
       {"recompute", toml::table{{"mode", recompute_name(r.recompute.mode)}, {"layers", r.recompute.layers}}},
       {"checkpoint", toml::table{{"every", r.checkpoint.every}, {"dir", r.checkpoint.dir},
                                  {"keep", r.checkpoint.keep}, {"resume", r.checkpoint.resume},
-                                 {"required", r.checkpoint.required}, {"async", r.checkpoint.async}}},
+                                 {"required", r.checkpoint.required}, {"async", r.checkpoint.async},
+                                 {"allow_changes", list(r.checkpoint.allow_changes)}}},
       {"runtime", toml::table{{"threads", r.runtime.threads},
                               {"backend", r.runtime.backend},
                               {"peak_gflops", r.runtime.peak_gflops},

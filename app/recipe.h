@@ -78,6 +78,9 @@ struct CheckpointSection {
   std::string resume = "auto";  // "auto", "none" or a step directory
   bool required = false;     // a failed save stops training (else reported)
   bool async = false;        // write in the background from a host snapshot
+  // Recipe keys ("data.train", "model.*", "run.seed") allowed to differ from
+  // the checkpoint's recipe when resuming; others of those are refused.
+  std::vector<std::string> allow_changes;
 };
 
 struct Recipe {
@@ -125,6 +128,16 @@ struct RunFacts {
   std::string checkpoint_dir;  // checkpoint.dir, as written (relative to where the run was launched)
 };
 RunFacts read_run_facts(const std::string& resolved_recipe_path);
+
+// Keys whose value differs between a recorded resolved recipe (a
+// checkpoint's recipe.toml) and this one, as "section.key" with both values
+// as TOML text ("(absent)" when one side lacks the key). Sections that only
+// say how to run ([checkpoint], [supervisor], [launch], [fault]) and run.name
+// and run.dir are not compared. Throws RecipeError if old_text is not TOML.
+struct RecipeChange {
+  std::string key, was, now;
+};
+std::vector<RecipeChange> recipe_changes(const std::string& old_text, const Recipe& now);
 
 // Levenshtein distance (for "did you mean").
 int edit_distance(const std::string& a, const std::string& b);

@@ -3,6 +3,7 @@
 #include <zlib.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -209,14 +210,15 @@ std::string commit(const std::string& dir, const TrainingState& st, int keep, Co
       point("renamed");
       write_atomically(dir + "/latest", step_name(st.step) + "\n");
       point("latest_written");
-      if (keep > 0) {  // older committed checkpoints beyond `keep`, oldest first
-        std::vector<std::string> steps;
-        for (const auto& e : fs::directory_iterator(dir)) {
-          const std::string n = e.path().filename().string();
-          if (n.rfind("step_", 0) == 0 && n.find(".tmp") == std::string::npos) steps.push_back(n);
-        }
-        std::sort(steps.begin(), steps.end());
-        for (size_t i = 0; i + keep < steps.size(); i++) fs::remove_all(dir + "/" + steps[i], ec);
+      if (keep > 0) {
+        // Older committed checkpoints beyond `keep`, oldest first. Only steps
+        // before this one: at start-up the run made sure every checkpoint in
+        // dir is its own or one it continues (app/resume.cpp), so nothing
+        // newer exists, and the one just written is never the one removed.
+        std::vector<std::string> older;
+        for (const std::string& s : committed_checkpoints(dir))
+          if (checkpoint_step(s) < st.step) older.push_back(s);
+        for (size_t i = 0; i + keep < older.size() + 1; i++) fs::remove_all(older[i], ec);
       }
     } catch (const std::exception& e) {
       ok = 0;
@@ -292,6 +294,70 @@ std::string latest_checkpoint(const std::string& dir) {
   std::string name;
   if (!f || !(f >> name)) return "";
   return dir + "/" + name;
+}
+
+long checkpoint_step(const std::string& step_dir) {
+  const std::string n = fs::path(step_dir).lexically_normal().filename().string();
+  if (n.rfind("step_", 0) != 0 || n.size() <= 5 || n.find(".tmp") != std::string::npos) return -1;
+  char* end = nullptr;
+  const long s = std::strtol(n.c_str() + 5, &end, 10);
+  return end && *end == 0 ? s : -1;
+}
+
+std::vector<std::string> committed_checkpoints(const std::string& dir) {
+  std::vector<std::pair<long, std::string>> found;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(dir, ec)) {
+    const long s = checkpoint_step(e.path().string());
+    if (s >= 0 && e.is_directory(ec)) found.push_back({s, e.path().string()});
+  }
+  std::sort(found.begin(), found.end());
+  std::vector<std::string> out;
+  for (auto& f : found) out.push_back(std::move(f.second));
+  return out;
+}
+
+std::string find_checkpoint(const std::string& path_in) {
+  std::string path = path_in;
+  while (path.size() > 1 && path.back() == '/') path.pop_back();
+  std::error_code ec;
+  if (!fs::exists(path, ec)) throw CheckpointError("not a checkpoint: " + path + " does not exist");
+  if (fs::is_regular_file(path, ec) && fs::path(path).filename() == "latest") {
+    const std::string l = latest_checkpoint(fs::path(path).parent_path().string());
+    if (l.empty()) throw CheckpointError("not a checkpoint: " + path + " names no step directory");
+    return l;
+  }
+  if (!fs::is_directory(path, ec))
+    throw CheckpointError("not a checkpoint: " + path + " is a file; give a step directory (step_N) or the "
+                          "checkpoint directory that holds them");
+  if (fs::exists(path + "/manifest", ec)) return path;
+  if (const std::string l = latest_checkpoint(path); !l.empty()) return l;
+  const std::vector<std::string> steps = committed_checkpoints(path);
+  if (!steps.empty()) return steps.back();
+  std::string there;
+  for (const auto& e : fs::directory_iterator(path, ec)) {
+    if (there.size() > 200) { there += " ..."; break; }
+    there += (there.empty() ? "" : ", ") + e.path().filename().string();
+  }
+  if (checkpoint_step(path) >= 0 || fs::exists(path + ".tmp", ec) ||
+      fs::path(path).filename().string().find(".tmp") != std::string::npos)
+    throw CheckpointError(path + ": no manifest: this checkpoint was never committed (a save that did not finish)");
+  throw CheckpointError("not a checkpoint: no manifest in " + path + " and no step directories; " +
+                        (there.empty() ? std::string("it is empty") : "it holds: " + there));
+}
+
+std::string checkpoint_recipe(const std::string& step_dir) {
+  std::ifstream f(step_dir + "/recipe.toml");
+  if (!f) return "";
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+size_t checkpoint_bytes(const std::string& step_dir) {
+  size_t n = 0;
+  for (const FileEntry& e : parse_manifest(step_dir).files) n += e.bytes;
+  return n;
 }
 
 TrainingState read_manifest(const std::string& step_dir, bool verify_files) {

@@ -100,6 +100,21 @@ std::string manifest_version(const std::string& step_dir);
 // The committed checkpoint `latest` names in dir, or "" if there is none.
 std::string latest_checkpoint(const std::string& dir);
 
+// Committed step directories in dir (step_N, not step_N.tmp), oldest first;
+// none when dir does not exist.
+std::vector<std::string> committed_checkpoints(const std::string& dir);
+// The step a step directory's name carries (step_00000010 -> 10), or -1.
+long checkpoint_step(const std::string& step_dir);
+// What a user may give as a checkpoint: a step directory, a checkpoint
+// directory (its `latest`, else its newest step directory) or a `latest`
+// file. Returns the step directory; throws CheckpointError saying what the
+// path is instead ("not a checkpoint: no manifest in X; checkpoints there: ...").
+std::string find_checkpoint(const std::string& path);
+// The resolved recipe a checkpoint recorded (recipe.toml), or "" if none.
+std::string checkpoint_recipe(const std::string& step_dir);
+// Bytes of the files a checkpoint lists (its size on disk, roughly).
+size_t checkpoint_bytes(const std::string& step_dir);
+
 // Reads and checks the manifest (and, with verify_files, every file's size
 // and CRC-32). Throws CheckpointError naming the problem.
 TrainingState read_manifest(const std::string& step_dir, bool verify_files);

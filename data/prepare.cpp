@@ -1,6 +1,8 @@
 #include "data/prepare.h"
 
 #include <algorithm>
+#include <cerrno>
+#include <cstring>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -41,37 +43,78 @@ std::vector<fs::path> collect_files(const std::vector<std::string>& inputs) {
 }
 }  // namespace
 
+// Shards of an earlier `data prepare` in dir (and their temporary files).
+std::vector<fs::path> existing_shards(const std::string& dir) {
+  std::vector<fs::path> out;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(dir, ec)) {
+    const std::string n = e.path().filename().string();
+    const bool named = n.rfind("train_", 0) == 0 || n.rfind("val_", 0) == 0;
+    auto ends = [&](const std::string& x) { return n.size() > x.size() && n.substr(n.size() - x.size()) == x; };
+    if (named && (ends(".bin") || ends(".bin.tmp") || ends(".bin.new") || ends(".bin.new.tmp")))
+      out.push_back(e.path());
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
 PrepareResult prepare_bytes(const PrepareConfig& cfg) {
-  if (cfg.val_fraction < 0 || cfg.val_fraction >= 1)
-    throw RecipeError("--val-fraction must be in [0, 1), got " + std::to_string(cfg.val_fraction));
+  if (!(cfg.val_fraction >= 0 && cfg.val_fraction < 1))
+    throw RecipeError("--val-fraction must be a number in [0, 1), got " + std::to_string(cfg.val_fraction));
   PrepareResult res;
+  const std::vector<fs::path> old = existing_shards(cfg.output_dir);
+  if (!old.empty() && !cfg.overwrite)
+    throw DataError(cfg.output_dir + " already holds token shards (" + old.front().filename().string() +
+                    (old.size() > 1 ? " and " + std::to_string(old.size() - 1) + " more" : std::string()) +
+                    "); writing a new set there would mix with them. Choose another --output, or add "
+                    "--overwrite to remove the old set first.");
   std::vector<uint32_t> tokens;
   for (const fs::path& p : collect_files(cfg.inputs)) {
     std::ifstream f(p, std::ios::binary);
     if (!f) throw DataError(p.string() + ": cannot read");
     std::string bytes((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+    if (bytes.empty()) {
+      res.empty_files.push_back(p.string());
+      continue;
+    }
     for (unsigned char c : bytes) tokens.push_back(c);
     tokens.push_back('\n');  // keep documents apart
     res.files++;
   }
+  if (tokens.empty())
+    throw DataError("the --input files are all empty (0 bytes): there is no text to make tokens from");
   const size_t n_val = (size_t)(tokens.size() * cfg.val_fraction);
   const size_t n_train = tokens.size() - n_val;
   std::error_code ec;
   fs::create_directories(cfg.output_dir, ec);
   if (ec) throw DataError(cfg.output_dir + ": cannot create directory: " + ec.message());
-  char name[64];
-  for (size_t off = 0, k = 0; off < n_train; off += cfg.shard_tokens, k++) {
-    const size_t end = std::min(n_train, off + cfg.shard_tokens);
-    std::snprintf(name, sizeof(name), "train_%06zu.bin", k);
+  // The new set goes to temporary names first; only when all of it is
+  // written does the old set (with --overwrite) make way for it.
+  std::vector<std::string> written;
+  auto write = [&](const std::string& name, size_t from, size_t to, std::vector<std::string>& list) {
     const std::string path = (fs::path(cfg.output_dir) / name).string();
-    write_token_shard(path, std::vector<uint32_t>(tokens.begin() + off, tokens.begin() + end));
-    res.train_shards.push_back(path);
+    write_token_shard(path + ".new", std::vector<uint32_t>(tokens.begin() + from, tokens.begin() + to));
+    written.push_back(path);
+    list.push_back(path);
+  };
+  try {
+    char name[64];
+    for (size_t off = 0, k = 0; off < n_train; off += cfg.shard_tokens, k++) {
+      std::snprintf(name, sizeof(name), "train_%06zu.bin", k);
+      write(name, off, std::min(n_train, off + cfg.shard_tokens), res.train_shards);
+    }
+    if (n_val > 0) write("val_000000.bin", n_train, tokens.size(), res.val_shards);
+  } catch (const DataError&) {
+    for (const std::string& w : written) fs::remove(w + ".new", ec);
+    throw;
   }
-  if (n_val > 0) {
-    const std::string path = (fs::path(cfg.output_dir) / "val_000000.bin").string();
-    write_token_shard(path, std::vector<uint32_t>(tokens.begin() + n_train, tokens.end()));
-    res.val_shards.push_back(path);
+  for (const fs::path& p : old) {  // --overwrite: the old set goes as a whole
+    if (!fs::remove(p, ec) || ec) throw DataError(p.string() + ": cannot remove: " + ec.message());
+    res.removed_shards++;
   }
+  for (const std::string& w : written)
+    if (std::rename((w + ".new").c_str(), w.c_str()) != 0)
+      throw DataError(w + ": cannot rename into place: " + std::strerror(errno));
   res.train_tokens = n_train;
   res.val_tokens = n_val;
   return res;

@@ -1,0 +1,161 @@
+#include "app/resume.h"
+
+#include <cstdio>
+#include <ctime>
+#include <filesystem>
+
+#include "ckpt/checkpoint.h"
+#include "runtime/errors.h"
+
+namespace fs = std::filesystem;
+
+namespace trainer {
+
+namespace {
+
+std::string names(const std::vector<std::string>& steps) {
+  std::string s;
+  for (size_t i = 0; i < steps.size(); i++) {
+    if (i == 4 && steps.size() > 6) {
+      s += ", ... (" + std::to_string(steps.size() - 5) + " more)";
+      i = steps.size() - 1;
+    }
+    s += (s.empty() ? "" : ", ") + fs::path(steps[i]).filename().string();
+  }
+  return s;
+}
+
+// Moves step directories (and `latest` when it names one of them) into
+// dir/previous/<UTC time>/; returns that folder.
+std::string move_aside(const std::string& dir, const std::vector<std::string>& steps) {
+  char stamp[32];
+  const time_t t = time(nullptr);
+  struct tm tm {};
+  gmtime_r(&t, &tm);
+  std::strftime(stamp, sizeof stamp, "%Y%m%dT%H%M%SZ", &tm);
+  std::string to = dir + "/previous/" + stamp;
+  std::error_code ec;
+  for (int k = 1; fs::exists(to, ec); k++) to = dir + "/previous/" + stamp + "_" + std::to_string(k);
+  fs::create_directories(to, ec);
+  if (ec) throw CheckpointError(to + ": cannot create: " + ec.message());
+  const std::string latest = latest_checkpoint(dir);
+  for (const std::string& s : steps) {
+    fs::rename(s, to + "/" + fs::path(s).filename().string(), ec);
+    if (ec) throw CheckpointError(s + ": cannot move to " + to + ": " + ec.message());
+    if (!latest.empty() && fs::path(latest) == fs::path(s)) fs::rename(dir + "/latest", to + "/latest", ec);
+  }
+  return to;
+}
+
+bool refused_key(const std::string& key) {
+  return key.rfind("model.", 0) == 0 || key == "run.seed" || key == "data.train";
+}
+
+bool allowed(const std::string& key, const std::vector<std::string>& allow) {
+  for (const std::string& a : allow) {
+    if (a == key || a == "all") return true;
+    if (a.size() > 2 && a.substr(a.size() - 2) == ".*" && key.rfind(a.substr(0, a.size() - 1), 0) == 0) return true;
+  }
+  return false;
+}
+
+// Compares the checkpoint's recorded recipe with this run's.
+void compare_recipes(const std::string& from, const Recipe& r, ResumeDecision& d) {
+  const std::string text = checkpoint_recipe(from);
+  if (text.empty()) {
+    d.notes.push_back("note: " + from + " records no recipe; the recipe was not compared");
+    return;
+  }
+  std::string refused, accepted;
+  for (const RecipeChange& c : recipe_changes(text, r)) {
+    const std::string line = c.key + " " + c.was + " -> " + c.now;
+    if (refused_key(c.key) && !allowed(c.key, r.checkpoint.allow_changes)) refused += "\n  " + line;
+    else accepted += (accepted.empty() ? "" : "; ") + line;
+  }
+  if (!refused.empty())
+    throw RecipeError("cannot resume from " + from + ": the recipe differs from the checkpoint's in what the "
+                      "run means (model shape, seed or training data):" + refused +
+                      "\nResume with the checkpoint's values (its recipe is " + from + "/recipe.toml), train "
+                      "a new run with another [checkpoint] dir, or accept the change explicitly with "
+                      "--set checkpoint.allow_changes='[\"KEY\", ...]'.");
+  if (!accepted.empty()) d.notes.push_back("note: resuming with recipe changes: " + accepted);
+}
+
+}  // namespace
+
+void lock_run_dirs(const Recipe& r, RunDirLocks& locks, const std::string& token) {
+  if (std::string e = locks.run.acquire(r.run.dir, token); !e.empty()) throw RecipeError(e);
+  std::error_code ec;
+  const std::string& ck = r.checkpoint.dir;
+  if (fs::is_directory(ck, ec) && !fs::equivalent(ck, r.run.dir, ec))
+    if (std::string e = locks.ckpt.acquire(ck, locks.run.token()); !e.empty()) throw RecipeError(e);
+}
+
+std::string newest_valid_checkpoint(const std::string& dir) {
+  std::vector<std::string> steps = committed_checkpoints(dir);
+  for (auto it = steps.rbegin(); it != steps.rend(); ++it) {
+    try {
+      read_manifest(*it, true);
+      return *it;
+    } catch (const CheckpointError&) {
+    }
+  }
+  return "";
+}
+
+ResumeDecision decide_resume(const Recipe& r, bool start_over) {
+  const CheckpointSection& ck = r.checkpoint;
+  const std::vector<std::string> existing = committed_checkpoints(ck.dir);
+  ResumeDecision d;
+  std::vector<std::string> foreign;  // what this run would overwrite or delete
+  if (start_over) {
+    foreign = existing;
+  } else if (ck.resume == "none") {
+    foreign = existing;
+  } else if (ck.resume == "auto") {
+    std::string failures;
+    std::vector<std::string> broken;
+    for (auto it = existing.rbegin(); it != existing.rend() && d.from.empty(); ++it) {
+      try {
+        read_manifest(*it, true);
+        d.from = *it;
+      } catch (const CheckpointError& e) {
+        failures += "\n  " + fs::path(*it).filename().string() + ": " + e.what();
+        broken.push_back(*it);
+      }
+    }
+    if (d.from.empty() && !existing.empty())
+      throw CheckpointError(ck.dir + " holds " + std::to_string(existing.size()) +
+                            " checkpoint(s) and none verifies; nothing was trained:" + failures +
+                            "\nRestore or repair one (trainer ckpt verify PATH), resume from one explicitly "
+                            "(--resume PATH), or train from step 0 with `trainer train --start-over` (which "
+                            "moves them to " + ck.dir + "/previous/, deleting nothing).");
+    if (!broken.empty()) {
+      // Newer than the one resumed and unreadable: kept, out of the way.
+      const std::string to = move_aside(ck.dir, broken);
+      d.notes.push_back("warning: newer checkpoint(s) did not verify and were moved to " + to + ":" + failures);
+    }
+  } else {
+    d.from = find_checkpoint(ck.resume);
+    read_manifest(d.from, true);
+    std::error_code ec;
+    const bool same_dir = fs::equivalent(fs::path(d.from).parent_path(), ck.dir, ec);
+    for (const std::string& s : existing)
+      if (!same_dir || checkpoint_step(s) > checkpoint_step(d.from)) foreign.push_back(s);
+  }
+  if (!foreign.empty() && !start_over) {
+    const std::string what = ck.resume == "none" ? "training from step 0 (resume = \"none\")"
+                                                 : "resuming from " + d.from;
+    throw RecipeError("[checkpoint] dir " + ck.dir + " holds checkpoints this run did not write (" +
+                      names(foreign) + "); " + what + " would overwrite or delete them. Give this run "
+                      "another [checkpoint] dir (or [run] dir), resume them with resume = \"auto\", or start "
+                      "over with `trainer train --start-over`, which moves them to " + ck.dir +
+                      "/previous/ (nothing is deleted).");
+  }
+  if (!foreign.empty())
+    d.notes.push_back("start over: moved " + names(foreign) + " to " + move_aside(ck.dir, foreign));
+  if (!d.from.empty()) compare_recipes(d.from, r, d);
+  return d;
+}
+
+}  // namespace trainer

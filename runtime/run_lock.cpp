@@ -1,0 +1,84 @@
+#include "runtime/run_lock.h"
+
+#include <fcntl.h>
+#include <sys/file.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <ctime>
+#include <fstream>
+#include <random>
+#include <sstream>
+
+namespace trainer {
+
+namespace {
+std::string host_name() {
+  char h[256] = {0};
+  gethostname(h, sizeof h - 1);
+  return h;
+}
+
+std::string new_token() {
+  std::random_device rd;
+  char b[40];
+  std::snprintf(b, sizeof b, "%08x%08x%08x", rd(), rd(), rd());
+  return b;
+}
+
+// "key value" lines of a lock file.
+std::string field(const std::string& text, const std::string& key) {
+  std::istringstream is(text);
+  std::string line;
+  while (std::getline(is, line))
+    if (line.rfind(key + " ", 0) == 0) return line.substr(key.size() + 1);
+  return "";
+}
+}  // namespace
+
+RunLock::~RunLock() {
+  if (fd_ >= 0) close(fd_);  // releases the flock; the file stays as a record
+}
+
+std::string RunLock::acquire(const std::string& dir, const std::string& token) {
+  token_ = token.empty() ? new_token() : token;
+  const std::string path = dir + "/.lock";
+  const int fd = open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  if (fd < 0) return path + ": cannot open the lock file: " + std::strerror(errno);
+  if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+    const int err = errno;
+    std::ifstream f(path);
+    std::stringstream ss;
+    ss << f.rdbuf();
+    const std::string held = ss.str();
+    close(fd);
+    if (err != EWOULDBLOCK)
+      return path + ": cannot lock: " + std::strerror(err) +
+             " (the file system may not support flock; use a local or lock-capable one)";
+    if (field(held, "token") == token_) return "";
+    return dir + " is in use by another run: host " + field(held, "host") + ", pid " + field(held, "pid") +
+           ", since " + field(held, "started") + " (" + path +
+           "). Two runs writing one directory corrupt each other's checkpoints and metrics: wait for it, "
+           "stop it, or give this run another [run] dir / [checkpoint] dir. The lock is released when that "
+           "process exits; if it hangs, kill it (a lock never outlives its process, so deleting " +
+           path + " is not needed and does not help while it runs).";
+  }
+  char started[64];
+  const time_t t = time(nullptr);
+  struct tm tm {};
+  gmtime_r(&t, &tm);
+  std::strftime(started, sizeof started, "%Y-%m-%dT%H:%M:%SZ", &tm);
+  const std::string text = "host " + host_name() + "\npid " + std::to_string(getpid()) + "\nstarted " +
+                           started + "\ntoken " + token_ + "\n";
+  if (ftruncate(fd, 0) != 0 || pwrite(fd, text.data(), text.size(), 0) != (ssize_t)text.size()) {
+    const int err = errno;
+    close(fd);
+    return path + ": cannot write the lock file: " + std::strerror(err);
+  }
+  fd_ = fd;
+  return "";
+}
+
+}  // namespace trainer

@@ -1,4 +1,5 @@
 // `trainer ckpt inspect|verify|export`: look into checkpoints without MPI.
+#include <cerrno>
 #include <cstdio>
 #include <cstring>
 #include <map>
@@ -18,13 +19,10 @@ const char* kCkptUsage =
     "usage: trainer ckpt inspect PATH              layout, step, files and tensors\n"
     "       trainer ckpt verify PATH               every checksum, and every tensor complete\n"
     "       trainer ckpt export PATH --output F.h5 one HDF5 file, Hugging Face names\n"
-    "  PATH: a step directory (run/checkpoints/step_00000100) or a checkpoint\n"
-    "  directory (its `latest` is used). Exit 4 when the checkpoint is broken.\n";
+    "  PATH: a step directory (run/checkpoints/step_00000100), a checkpoint directory\n"
+    "  (its `latest`, else its newest step) or its `latest` file. Exit 4 when the\n"
+    "  checkpoint is broken or PATH is not a checkpoint, or the export cannot be written.\n";
 
-std::string resolve(const std::string& path) {
-  if (!latest_checkpoint(path).empty()) return latest_checkpoint(path);
-  return path;
-}
 
 struct GlobalTensor {
   std::vector<int> shape;
@@ -61,9 +59,14 @@ std::string join(const std::vector<int>& v) {
 }
 
 // Hugging Face names and layouts (see docs/ARCHITECTURE.md, "Export").
+// Written to OUT.tmp and renamed when whole: a failed export (a full disk)
+// leaves no file that looks like a model.
 void export_hf(const std::map<std::string, GlobalTensor>& t, const std::string& out_path) {
   const bool llama = !t.count("embed.pos");
-  H5File f(out_path, H5File::Create);
+  size_t bytes = 0;
+  for (const auto& [name, g] : t) bytes += g.data.size() * sizeof(float);
+  const std::string tmp = out_path + ".tmp";
+  H5File f(tmp, H5File::Create, bytes);
   auto put = [&](const std::string& name, const std::vector<float>& data, std::vector<int> shape) {
     f.write(name, data.data(), shape);
   };
@@ -138,6 +141,12 @@ void export_hf(const std::map<std::string, GlobalTensor>& t, const std::string& 
   f.set_string_attr("/", "format",
                     llama ? "Hugging Face LlamaForCausalLM names; Linear weights [out, in]; rotate-half RoPE"
                           : "Hugging Face GPT2LMHeadModel names; Conv1D weights [in, out], c_attn = [q k v]");
+  f.close();
+  if (std::rename(tmp.c_str(), out_path.c_str()) != 0) {
+    const int err = errno;
+    std::remove(tmp.c_str());
+    throw CheckpointError(out_path + ": cannot rename " + tmp + " into place: " + std::strerror(err));
+  }
 }
 
 }  // namespace
@@ -147,7 +156,10 @@ int cmd_ckpt(int argc, char** argv) {
     std::fputs(kCkptUsage, argc < 2 && !(argc == 1 && argv[0][0] == '-') ? stderr : stdout);
     return argc < 2 && !(argc == 1 && argv[0][0] == '-') ? kExitUsage : 0;
   }
-  const std::string cmd = argv[0], dir = resolve(argv[1]);
+  const std::string cmd = argv[0];
+  if (cmd != "inspect" && cmd != "verify" && cmd != "export")
+    throw RecipeError("ckpt: unknown subcommand \"" + cmd + "\"\n" + kCkptUsage);
+  const std::string dir = find_checkpoint(argv[1]);
   if (cmd == "inspect") {
     const TrainingState st = read_manifest(dir, false);
     std::printf("%s: step %ld, %llu samples consumed, AdamW step %ld, saved as dp %d x pp %d x tp %d by trainer %s\n",

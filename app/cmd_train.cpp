@@ -208,6 +208,29 @@ StragglerReport find_stragglers(Job& job, double my_compute_ms) {
   return rep;
 }
 
+// At start-up: can checkpoint.dir hold keep + 1 checkpoints (the kept ones
+// and the one being written)? Only a warning: space may be freed later, and
+// a failed save is reported when it happens.
+void warn_checkpoint_space(Job& job) {
+  const CheckpointSection& ck = job.recipe.checkpoint;
+  if (ck.every <= 0) return;
+  double bytes = (double)job.loop->checkpoint_file_bytes();
+  job.grid->world().allreduce_sum(&bytes, 1);
+  if (job.grid->world().rank() != 0) return;
+  const double free = (double)free_bytes(ck.dir);
+  const long steps_to_save = job.recipe.training.steps / ck.every + 1;
+  const long at_once = ck.keep > 0 ? std::min<long>(ck.keep + 1, steps_to_save) : steps_to_save;
+  const long there = (long)committed_checkpoints(ck.dir).size();  // already on the disk
+  const long more = std::max(1L, at_once - there);
+  if (free >= more * bytes) return;
+  std::fprintf(stderr,
+               "warning: [checkpoint] dir %s has %.1f MB free; a checkpoint takes %.1f MB and this run holds up to "
+               "%ld at once (checkpoint.keep = %d, plus the one being written), %ld more than now: %s\n",
+               ck.dir.c_str(), free / 1e6, bytes / 1e6, at_once, ck.keep, more,
+               free < bytes ? "not even the first one fits; saves will fail until space is freed"
+                            : "later saves will fail unless space is freed (or lower checkpoint.keep)");
+}
+
 int run_training(Job& job, int world_rank, int world_size) {
   const Recipe& r = job.recipe;
   const bool lead = world_rank == 0;
@@ -423,10 +446,15 @@ int run_training(Job& job, int world_rank, int world_size) {
         if (save_now) last_saved = st.step, rollbacks_in_a_row = 0;
         if (did) ckpt_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
       } catch (const CheckpointError& e) {
-        if (ck.required) throw;
-        if (lead)
-          std::fprintf(stderr, "warning: checkpoint at step %ld failed, training continues "
-                               "(checkpoint.required = true makes this fatal): %s\n", st.step, e.what());
+        if (ck.required)
+          throw CheckpointError("checkpoint of step " + std::to_string(st.step) + " failed (checkpoint.required = true): " + e.what());
+        if (lead) {
+          const std::vector<std::string> have = committed_checkpoints(ck.dir);
+          std::fprintf(stderr, "warning: checkpoint of step %ld failed: %s. Training continues (checkpoint.required = "
+                               "true makes this fatal); %s\n", st.step, e.what(),
+                       have.empty() ? "no checkpoint of this run is committed yet"
+                                    : ("the newest committed checkpoint is " + have.back()).c_str());
+        }
       }
     } catch (const UserError& e) {
       abort_job(e.exit_code, e.what());
@@ -576,6 +604,7 @@ int cmd_train(int argc, char** argv) {
         job.loop->load_checkpoint(job.resumed_from);
         job.resumed_step = job.loop->steps_done();
       }
+      warn_checkpoint_space(job);
       job.peak_gflops = r.runtime.peak_gflops;
       if (job.peak_gflops <= 0) {  // all ranks measure at once, as they will train
         double g = measure_sgemm_gflops(*job.backend, 1024, 0.3);

@@ -147,6 +147,11 @@ void TrainLoop::start_async_save(const std::string& dir, int keep, Communicator&
   async_.start(dir, training_state(), writer, shard_file(), std::move(groups), {}, keep, recipe_text, world);
 }
 
+size_t TrainLoop::checkpoint_file_bytes() {
+  if (dp_.rank() != 0) return 0;
+  return trainer::shard_bytes({{"param", pieces(0, false)}, {"adam_m", pieces(1, false)}, {"adam_v", pieces(2, false)}});
+}
+
 void TrainLoop::load_checkpoint(const std::string& step_dir) {
   const TrainingState st = read_manifest(step_dir, true);
   if (st.samples % r_.training.global_batch != 0 && st.step > 0)

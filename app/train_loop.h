@@ -88,6 +88,8 @@ class TrainLoop {
                               const std::string& recipe_text = "",
                               const std::function<void(const char*)>& at_point = {});
   void load_checkpoint(const std::string& step_dir);
+  // Bytes this rank's file of a checkpoint takes (0 on ranks that write none).
+  size_t checkpoint_file_bytes();
   // on_nan = "rollback": weights, AdamW state and step from step_dir, but the
   // data continues where it is now, so the batches since that checkpoint
   // (the offending one included) are skipped. Returns how many batches.

@@ -1,8 +1,10 @@
 #include "ckpt/checkpoint.h"
 
+#include <sys/statvfs.h>
 #include <zlib.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <cstdlib>
 #include <cstdio>
 #include <cstring>
@@ -131,12 +133,33 @@ std::string prepare_dir(const std::string& dir, long step, Communicator& world) 
   return tmp_dir;
 }
 
+}  // namespace
+
+size_t shard_bytes(const SaveGroups& groups) {
+  size_t bytes = 0;
+  for (const auto& g : groups)
+    for (const TensorPiece& p : g.second) bytes += p.numel * sizeof(float) + 512;  // + HDF5's headers
+  return bytes + 4096;
+}
+
+size_t free_bytes(const std::string& dir) {
+  struct statvfs v {};
+  if (::statvfs(dir.c_str(), &v) != 0) return SIZE_MAX;  // unknown: let the write tell
+  return (size_t)v.f_bavail * v.f_frsize;
+}
+
+namespace {
+
 // Phase 2 (a writer, no MPI; may run on a background thread): the file, its
 // fsync and its manifest line "file NAME BYTES CRC".
 std::string write_shard(const std::string& tmp_dir, const std::string& file_name, const SaveGroups& groups) {
   const std::string path = tmp_dir + "/" + file_name;
   {
-    H5File f(path, H5File::Create);
+    const size_t bytes = shard_bytes(groups);
+    // A save that cannot fit fails before it builds anything.
+    if (free_bytes(tmp_dir) < bytes)
+      throw CheckpointError(path + ": not enough space on the device (" + free_space_text(path, bytes) + ")");
+    H5File f(path, H5File::Create, bytes);
     for (const auto& [prefix, pieces] : groups)
       for (const TensorPiece& p : pieces) {
         const std::string name = prefix + "/" + p.name;
@@ -144,6 +167,7 @@ std::string write_shard(const std::string& tmp_dir, const std::string& file_name
         f.set_attr(name, "global_shape", p.global_shape);
         f.set_attr(name, "shard", {p.shard_dim, p.start});
       }
+    f.close();
   }
   fsync_or_throw(path, false);
   size_t bytes = 0;
@@ -174,9 +198,9 @@ std::string commit(const std::string& dir, const TrainingState& st, int keep, Co
   world.allgather_bytes(line, lines.data(), sizeof line);
   point("shards_written");
   if (!all_ok) {
-    if (rank == 0) fs::remove_all(tmp_dir);
-    throw CheckpointError(err.empty() ? "checkpoint write failed on another rank; the previous checkpoint is kept"
-                                      : err + "; the previous checkpoint is kept");
+    std::error_code ec;
+    if (rank == 0) fs::remove_all(tmp_dir, ec);  // the partial save must not keep the disk full
+    throw CheckpointError(err.empty() ? "the write failed on another rank (its message is on that rank's output)" : err);
   }
   // Rank 0 commits: manifest, rename, `latest`, retention.
   ok = 1;
@@ -223,6 +247,8 @@ std::string commit(const std::string& dir, const TrainingState& st, int keep, Co
     } catch (const std::exception& e) {
       ok = 0;
       err = e.what();
+      std::error_code ec;
+      fs::remove_all(tmp_dir, ec);  // not committed: nothing of it stays
     }
   }
   world.broadcast(&ok, sizeof ok, 0);

@@ -1,10 +1,33 @@
 #include "ckpt/hdf5_tensors.h"
 
+#include <fcntl.h>
+#include <sys/statvfs.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <filesystem>
 
 #include "runtime/errors.h"
 
 namespace trainer {
+
+// HDF5's innermost error message, plus the system's when there was one.
+std::string hdf5_error_text(int err) {
+  std::string inner;
+  H5Ewalk2(H5E_DEFAULT, H5E_WALK_DOWNWARD,
+           [](unsigned, const H5E_error2_t* e, void* out) -> herr_t {
+             if (e->desc && *e->desc) *static_cast<std::string*>(out) = e->desc;
+             return 0;
+           },
+           &inner);
+  H5Eclear2(H5E_DEFAULT);
+  if (err) return std::strerror(err);
+  return inner.empty() ? "HDF5 error" : inner;
+}
 
 namespace {
 size_t dataset_extent(hid_t ds, std::vector<int>* shape) {
@@ -23,17 +46,120 @@ size_t dataset_extent(hid_t ds, std::vector<int>* shape) {
 }
 }  // namespace
 
-H5File::H5File(const std::string& path, Mode mode) : path_(path) {
+// A file being created lives in memory (HDF5's core driver) and reaches the
+// disk only in close(), by plain writes whose every error we see. HDF5 1.10
+// cannot survive a failed close of a disk file (a full disk): it keeps the
+// broken file and crashes when the library shuts down. The memory image is
+// ours (these callbacks), so close() writes it without copying it again.
+struct H5File::Image {
+  void* mem = nullptr;  // HDF5's file image; ours once the file is closed
+  size_t size = 0;      // its size: on close HDF5 shrinks it to the file's end
+};
+
+namespace {
+void* image_malloc(size_t size, H5FD_file_image_op_t, void* u) {
+  auto* img = static_cast<H5File::Image*>(u);
+  img->size = size;
+  return img->mem = std::malloc(size);
+}
+void* image_realloc(void* p, size_t size, H5FD_file_image_op_t, void* u) {
+  void* q = std::realloc(p, size);
+  if (q) static_cast<H5File::Image*>(u)->mem = q, static_cast<H5File::Image*>(u)->size = size;
+  return q;
+}
+void* image_memcpy(void* dst, const void* src, size_t n, H5FD_file_image_op_t, void*) {
+  return std::memcpy(dst, src, n);
+}
+herr_t image_free(void* p, H5FD_file_image_op_t op, void* u) {
+  auto* img = static_cast<H5File::Image*>(u);
+  if (op == H5FD_FILE_IMAGE_OP_FILE_CLOSE && p == img->mem) return 0;  // close() writes, then frees it
+  if (p == img->mem) img->mem = nullptr;
+  std::free(p);
+  return 0;
+}
+void* udata_copy(void* u) { return u; }
+herr_t udata_free(void*) { return 0; }
+
+// Writes n bytes to path durably; "" or the reason it failed.
+std::string write_file(const std::string& path, const char* data, size_t n) {
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) return std::strerror(errno);
+  for (size_t done = 0; done < n;) {
+    const ssize_t w = ::write(fd, data + done, n - done);
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) {
+      const int err = w < 0 ? errno : ENOSPC;
+      ::close(fd);
+      ::unlink(path.c_str());
+      return std::strerror(err);
+    }
+    done += (size_t)w;
+  }
+  if (::fsync(fd) != 0 || ::close(fd) != 0) {
+    const int err = errno;
+    ::unlink(path.c_str());
+    return std::strerror(err);
+  }
+  return "";
+}
+}  // namespace
+
+std::string free_space_text(const std::string& path, size_t need) {
+  struct statvfs v {};
+  const std::string dir = std::filesystem::path(path).parent_path().string();
+  char b[128];
+  if (::statvfs(dir.empty() ? "." : dir.c_str(), &v) != 0) {
+    std::snprintf(b, sizeof b, "needs %.1f MB", need / 1e6);
+  } else {
+    std::snprintf(b, sizeof b, "needs %.1f MB, %.1f MB free", need / 1e6, (double)v.f_bavail * v.f_frsize / 1e6);
+  }
+  return b;
+}
+
+H5File::H5File(const std::string& path, Mode mode, size_t size_hint) : path_(path) {
   H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);  // we report errors ourselves
-  file_ = mode == Create ? H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT)
-                         : H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
+  errno = 0;
+  if (mode == Create) {
+    image_ = std::make_unique<Image>();
+    const hid_t fapl = H5Pcreate(H5P_FILE_ACCESS);
+    H5Pset_fapl_core(fapl, std::max<size_t>(size_hint + (1 << 20), 1 << 20), 0);
+    H5FD_file_image_callbacks_t cb = {image_malloc, image_memcpy, image_realloc, image_free,
+                                      udata_copy,   udata_free,   image_.get()};
+    H5Pset_file_image_callbacks(fapl, &cb);
+    file_ = H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl);
+    H5Pclose(fapl);
+  } else {
+    file_ = H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
+  }
   if (file_ < 0)
     throw CheckpointError(path + ": cannot " + (mode == Create ? "create" : "open") +
-                          " HDF5 file");
+                          " HDF5 file: " + hdf5_error_text(errno));
 }
 
 H5File::~H5File() {
   if (file_ >= 0) H5Fclose(file_);
+  if (image_ && image_->mem) std::free(image_->mem);
+}
+
+void H5File::close() {
+  if (file_ < 0) return;
+  // The file's true size (the image beyond it is room to grow); asking with
+  // no buffer copies nothing.
+  const ssize_t eoa = image_ ? H5Fget_file_image(file_, nullptr, 0) : 0;
+  const bool sized = eoa >= 0;
+  const herr_t closed = H5Fclose(file_);  // in memory: the image stays with us
+  file_ = -1;
+  if (!sized || closed < 0) throw CheckpointError(path_ + ": cannot finish the HDF5 file: " + hdf5_error_text(0));
+  if (!image_) return;
+  const size_t size = std::min((size_t)eoa, image_->size);
+  const std::string err = write_file(path_, static_cast<const char*>(image_->mem), (size_t)size);
+  std::free(image_->mem);
+  image_->mem = nullptr;
+  if (!err.empty()) {
+    const std::string space = err == std::strerror(ENOSPC) || err == std::strerror(EDQUOT)
+                                  ? " (" + free_space_text(path_, (size_t)size) + ")" : "";
+    throw CheckpointError(path_ + ": " + err + space);
+  }
 }
 
 namespace {
@@ -47,6 +173,7 @@ hid_t intermediate_groups() {
 
 void H5File::write_raw(const std::string& name, hid_t type, const void* data,
                        const std::vector<int>& shape) {
+  errno = 0;
   std::vector<hsize_t> dims(shape.begin(), shape.end());
   const hid_t space = H5Screate_simple((int)dims.size(), dims.data(), nullptr);
   const hid_t lcpl = intermediate_groups();
@@ -55,7 +182,7 @@ void H5File::write_raw(const std::string& name, hid_t type, const void* data,
   const herr_t rc = ds < 0 ? -1 : H5Dwrite(ds, type, H5S_ALL, H5S_ALL, H5P_DEFAULT, data);
   if (ds >= 0) H5Dclose(ds);
   H5Sclose(space);
-  if (rc < 0) throw CheckpointError(path_ + ": cannot write dataset " + name);
+  if (rc < 0) throw CheckpointError(path_ + ": cannot write dataset " + name + ": " + hdf5_error_text(errno));
 }
 
 void H5File::write(const std::string& name, const float* data, const std::vector<int>& shape) {
@@ -74,7 +201,7 @@ void H5File::write_scalar(const std::string& name, double value) {
   const herr_t rc = ds < 0 ? -1 : H5Dwrite(ds, H5T_NATIVE_DOUBLE, H5S_ALL, H5S_ALL, H5P_DEFAULT, &value);
   if (ds >= 0) H5Dclose(ds);
   H5Sclose(space);
-  if (rc < 0) throw CheckpointError(path_ + ": cannot write dataset " + name);
+  if (rc < 0) throw CheckpointError(path_ + ": cannot write dataset " + name + ": " + hdf5_error_text(errno));
 }
 
 void H5File::set_attr(const std::string& dataset, const std::string& attr, const std::vector<int>& v) {
@@ -86,7 +213,7 @@ void H5File::set_attr(const std::string& dataset, const std::string& attr, const
   if (a >= 0) H5Aclose(a);
   H5Sclose(space);
   if (ds >= 0) H5Dclose(ds);
-  if (rc < 0) throw CheckpointError(path_ + ": cannot write attribute " + attr + " of " + dataset);
+  if (rc < 0) throw CheckpointError(path_ + ": cannot write attribute " + attr + " of " + dataset + ": " + hdf5_error_text(errno));
 }
 
 std::vector<int> H5File::get_attr(const std::string& dataset, const std::string& attr) {
@@ -161,7 +288,7 @@ void H5File::set_string_attr(const std::string& object, const std::string& attr,
   H5Sclose(space);
   H5Tclose(type);
   if (obj >= 0) H5Oclose(obj);
-  if (rc < 0) throw CheckpointError(path_ + ": cannot write attribute " + attr);
+  if (rc < 0) throw CheckpointError(path_ + ": cannot write attribute " + attr + ": " + hdf5_error_text(errno));
 }
 
 bool H5File::has(const std::string& name) const {

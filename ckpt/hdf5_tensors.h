@@ -5,6 +5,7 @@
 #include <hdf5.h>
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -13,8 +14,15 @@ namespace trainer {
 class H5File {
  public:
   enum Mode { Read, Create };
-  H5File(const std::string& path, Mode mode);  // throws CheckpointError
-  ~H5File();
+  // Throws CheckpointError. Create builds the file in memory (size_hint:
+  // bytes expected, to grow the image rarely); close() writes it.
+  H5File(const std::string& path, Mode mode, size_t size_hint = 0);
+  ~H5File();  // a created file that was not close()d is discarded
+  // Writes a created file to disk (durably) and closes it; throws
+  // CheckpointError with the reason, e.g. "No space left on device (needs
+  // 12.3 MB, 4.1 MB free)", leaving no file behind.
+  void close();
+  struct Image;
   H5File(const H5File&) = delete;
   H5File& operator=(const H5File&) = delete;
 
@@ -43,6 +51,10 @@ class H5File {
                 std::vector<int>* shape);
   std::string path_;
   hid_t file_ = -1;
+  std::unique_ptr<Image> image_;
 };
+
+// "needs X MB, Y MB free" for writing `need` bytes at path.
+std::string free_space_text(const std::string& path, size_t need);
 
 }  // namespace trainer

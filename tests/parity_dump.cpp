@@ -74,5 +74,6 @@ int main(int argc, char** argv) {
   }
   for (const ParamInfo& p : model.registry().all())
     f.write("after3/" + p.name, model.params() + p.offset, p.shape);
+  f.close();
   return 0;
 }

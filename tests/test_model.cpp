@@ -141,6 +141,7 @@ TEST(Hdf5, NamedTensorsRoundTrip) {
     H5File f(path, H5File::Create);
     f.write("layers.0/attn.wq", w.data(), {2, 3});
     f.write("tokens", tok.data(), {5});
+    f.close();
   }
   H5File f(path, H5File::Read);
   std::vector<int> shape;

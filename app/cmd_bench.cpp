@@ -12,6 +12,7 @@
 
 #include "app/commands.h"
 #include "app/recipe.h"
+#include "app/recipe_args.h"
 #include "model/adamw.h"
 #include "model/flops.h"
 #include "model/init.h"
@@ -37,27 +38,19 @@ const char* kBenchUsage =
 }
 
 int cmd_bench(int argc, char** argv) {
-  std::string path;
-  std::vector<std::string> overrides;
-  int steps = 3, warmup = 1;
-  bool compare_recompute = false;
-  for (int i = 0; i < argc; i++) {
-    const std::string a = argv[i];
-    if (a == "--help" || a == "-h") {
-      std::fputs(kBenchUsage, stdout);
-      return 0;
-    } else if (a == "--blas-core") {  // for scripts/bench.sh: the kernels we would force
+  for (int i = 0; i < argc; i++)
+    if (!std::strcmp(argv[i], "--blas-core")) {  // for scripts/bench.sh: the kernels we would force
       const char* core = blas_core_upgrade();
       std::printf("%s\n", core ? core : "");
       return 0;
-    } else if (a == "--set" && i + 1 < argc) overrides.push_back(argv[++i]);
-    else if (a == "--steps" && i + 1 < argc) steps = std::max(1, std::atoi(argv[++i]));
-    else if (a == "--warmup" && i + 1 < argc) warmup = std::max(0, std::atoi(argv[++i]));
-    else if (a == "--compare-recompute") compare_recompute = true;
-    else if (a[0] != '-' && path.empty()) path = a;
-    else throw RecipeError("bench: unexpected argument \"" + a + "\"\n" + kBenchUsage);
-  }
-  if (path.empty()) throw RecipeError(std::string("bench: no recipe given\n") + kBenchUsage);
+    }
+  const RecipeArgs args =
+      parse_recipe_args({"bench", kBenchUsage, {"--compare-recompute"}, {"--steps", "--warmup"}}, argc, argv);
+  if (args.help) return std::fputs(kBenchUsage, stdout), 0;
+  const std::string& path = args.recipe;
+  std::vector<std::string> overrides = args.overrides;
+  const int steps = (int)args.integer("--steps", 3, 1), warmup = (int)args.integer("--warmup", 1, 0);
+  const bool compare_recompute = args.has("--compare-recompute");
   // One process: the recipe's parallel layout does not apply.
   overrides.insert(overrides.begin(), {"parallel.tp=1", "parallel.pp=1", "parallel.dp=1",
                                        "parallel.sequence_parallel=false", "parallel.schedule=1f1b",

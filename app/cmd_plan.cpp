@@ -8,6 +8,7 @@
 #include "app/commands.h"
 #include "app/layout.h"
 #include "app/recipe.h"
+#include "app/recipe_args.h"
 #include "model/flops.h"
 #include "runtime/errors.h"
 
@@ -24,21 +25,11 @@ const char* kPlanUsage =
 }
 
 int cmd_plan(int argc, char** argv) {
-  std::string path;
-  std::vector<std::string> overrides;
-  int ranks = 0;
-  for (int i = 0; i < argc; i++) {
-    const std::string a = argv[i];
-    if (a == "--help" || a == "-h") {
-      std::fputs(kPlanUsage, stdout);
-      return 0;
-    } else if (a == "--set" && i + 1 < argc) overrides.push_back(argv[++i]);
-    else if (a == "--ranks" && i + 1 < argc) ranks = std::atoi(argv[++i]);
-    else if (a[0] != '-' && path.empty()) path = a;
-    else throw RecipeError("plan: unexpected argument \"" + a + "\"\n" + kPlanUsage);
-  }
-  if (path.empty()) throw RecipeError(std::string("plan: no recipe given\n") + kPlanUsage);
-  const Recipe r = load_recipe(path, overrides, ranks, false);
+  const RecipeArgs args = parse_recipe_args({"plan", kPlanUsage, {}, {"--ranks"}}, argc, argv);
+  if (args.help) return std::fputs(kPlanUsage, stdout), 0;
+  const std::string& path = args.recipe;
+  int ranks = (int)args.integer("--ranks", 0, 1);
+  const Recipe r = load_recipe(path, args.overrides, ranks, false);
   ranks = r.grid.dp * r.grid.pp * r.grid.tp;
   const double step_flops = train_flops_per_token(r.model) * r.training.global_batch * r.model.seq_len;
   std::printf("plan %s: %s, %d ranks = dp %d x pp %d x tp %d%s, micro-batch %d x %d, %d micro-batches per step\n",

@@ -31,6 +31,7 @@
 #include "app/commands.h"
 #include "app/diagnosis.h"
 #include "app/recipe.h"
+#include "app/recipe_args.h"
 #include "app/resume.h"
 #include "runtime/errors.h"
 #include "runtime/flight_recorder.h"
@@ -192,25 +193,11 @@ int dumps_since(const std::string& dir, double t) {
 }  // namespace
 
 int cmd_supervise(int argc, char** argv) {
-  std::string recipe_path;
-  std::vector<std::string> overrides, command;
-  for (int i = 0; i < argc; i++) {
-    const std::string s = argv[i];
-    if (s == "--help" || s == "-h") {
-      std::fputs(kSuperviseUsage, stdout);
-      return kExitOk;
-    }
-    if (s == "--") {
-      for (int j = i + 1; j < argc; j++) command.push_back(argv[j]);
-      break;
-    }
-    if (s == "--set" && i + 1 < argc) overrides.push_back(argv[++i]);
-    else if (s.rfind("--set=", 0) == 0) overrides.push_back(s.substr(6));
-    else if (!s.empty() && s[0] == '-') throw RecipeError("supervise: unknown option \"" + s + "\"\n" + kSuperviseUsage);
-    else if (recipe_path.empty()) recipe_path = s;
-    else throw RecipeError("supervise: more than one recipe given (\"" + recipe_path + "\", \"" + s + "\")");
-  }
-  if (recipe_path.empty()) throw RecipeError(std::string("supervise: no recipe given\n") + kSuperviseUsage);
+  const RecipeArgs args = parse_recipe_args({"supervise", kSuperviseUsage, {}, {}, false, true}, argc, argv);
+  if (args.help) return std::fputs(kSuperviseUsage, stdout), kExitOk;
+  const std::string& recipe_path = args.recipe;
+  const std::vector<std::string>& overrides = args.overrides;
+  std::vector<std::string> command = args.after_dashes;
   const Recipe r = load_recipe(recipe_path, overrides, 0, true);
   const SupervisorSection& sv = r.supervisor;
 

@@ -22,6 +22,8 @@
 
 #include "app/commands.h"
 #include "app/recipe.h"
+#include "app/recipe_args.h"
+#include "app/recipe_keys.h"
 #include "app/resume.h"
 #include "app/train_loop.h"
 #include "ckpt/checkpoint.h"
@@ -44,38 +46,48 @@ namespace {
 const char* kTrainUsage =
     "usage: [mpirun -np N] trainer train RECIPE.toml [--set section.key=value ...]\n"
     "                                   [--resume PATH] [--start-over] [--print-config]\n"
-    "  --set K=V        override a recipe key, e.g. --set training.steps=50 (repeatable)\n"
-    "  --print-config   print the resolved recipe and exit\n"
+    "       trainer train --keys | --keys-markdown\n"
+    "  --set K=V        override a recipe key, e.g. --set training.steps=50 (repeatable;\n"
+    "                   also --set=K=V, or --training.steps 50 as torchtitan spells it)\n"
     "  --resume PATH    resume from a checkpoint: a step directory, a checkpoint directory\n"
     "                   (its newest), its `latest` file; or auto (default) / none\n"
     "  --start-over     train from step 0 although [checkpoint] dir holds checkpoints: they\n"
     "                   are moved to <dir>/previous/<time>/ (nothing is deleted)\n"
+    "  --print-config   print the resolved recipe, with notes on what would stop a launch,\n"
+    "                   and exit (no mpirun or data needed)\n"
+    "  --keys           every recipe key: default, allowed values, meaning\n"
     "Writes <run.dir>/metrics.jsonl and <run.dir>/recipe.resolved.toml.\n";
 
-struct TrainArgs {
-  std::string recipe;
-  std::vector<std::string> overrides;
-  bool print_config = false;
-  bool start_over = false;
-  bool help = false;
-};
+const RecipeArgsSpec kTrainArgs = {"train", kTrainUsage, {"--print-config", "--start-over", "--keys", "--keys-markdown"},
+                                   {"--resume"}};
 
-TrainArgs parse_args(int argc, char** argv) {
-  TrainArgs a;
-  for (int i = 0; i < argc; i++) {
-    const std::string s = argv[i];
-    if (s == "--help" || s == "-h") a.help = true;
-    else if (s == "--print-config") a.print_config = true;
-    else if (s == "--start-over") a.start_over = true;
-    else if (s == "--set" && i + 1 < argc) a.overrides.push_back(argv[++i]);
-    else if (s == "--resume" && i + 1 < argc) a.overrides.push_back(std::string("checkpoint.resume=\"") + argv[++i] + "\"");
-    else if (s.rfind("--set=", 0) == 0) a.overrides.push_back(s.substr(6));
-    else if (!s.empty() && s[0] == '-') throw RecipeError("train: unknown option \"" + s + "\"\n" + kTrainUsage);
-    else if (a.recipe.empty()) a.recipe = s;
-    else throw RecipeError("train: more than one recipe given (\"" + a.recipe + "\", \"" + s + "\")");
-  }
-  if (a.recipe.empty() && !a.help) throw RecipeError(std::string("train: no recipe given\n") + kTrainUsage);
+RecipeArgs parse_args(int argc, char** argv) {
+  RecipeArgsSpec spec = kTrainArgs;
+  for (int i = 0; i < argc; i++)
+    if (!std::strcmp(argv[i], "--keys") || !std::strcmp(argv[i], "--keys-markdown")) spec.recipe_optional = true;
+  RecipeArgs a = parse_recipe_args(spec, argc, argv);
+  if (a.has("--resume")) a.overrides.push_back("checkpoint.resume=" + toml_text(a.options["--resume"], KeyType::String));
   return a;
+}
+
+// --print-config, --keys and --help: no MPI, no data, no files written.
+// A recipe error still fails (exit 2); what would stop a launch later (data
+// files, the world size) is printed as a note.
+int describe_only(const RecipeArgs& args) {
+  if (args.help) return std::fputs(kTrainUsage, stdout), kExitOk;
+  if (args.has("--keys") || args.has("--keys-markdown"))
+    return std::fputs(describe_keys(args.has("--keys-markdown")).c_str(), stdout), kExitOk;
+  const Recipe r = load_recipe(args.recipe, args.overrides, 0, false);
+  std::fputs(recipe_to_toml(r).c_str(), stdout);
+  for (const std::string& w : r.warnings) std::printf("# warning: %s\n", w.c_str());
+  try {
+    load_recipe(args.recipe, args.overrides, 0, true);
+  } catch (const UserError& e) {
+    std::printf("# note: a launch would stop here (exit %d): %s\n", e.exit_code, e.what());
+  }
+  std::printf("# launch: mpirun -np %d (dp %d x pp %d x tp %d)\n", r.grid.dp * r.grid.pp * r.grid.tp, r.grid.dp,
+              r.grid.pp, r.grid.tp);
+  return kExitOk;
 }
 
 // Runs fn on every rank. If any rank fails, the lowest failing rank prints its
@@ -533,6 +545,9 @@ int run_training(Job& job, int world_rank, int world_size) {
 }  // namespace
 
 int cmd_train(int argc, char** argv) {
+  for (int i = 0; i < argc; i++)
+    for (const char* f : {"--print-config", "--keys", "--keys-markdown", "--help", "-h"})
+      if (!std::strcmp(argv[i], f)) return describe_only(parse_args(argc, argv));
   int provided = 0;
   MPI_Init_thread(nullptr, nullptr, MPI_THREAD_FUNNELED, &provided);
   int rank = 0, size = 1;
@@ -543,30 +558,22 @@ int cmd_train(int argc, char** argv) {
   // Set by `trainer supervise`: which launch this is (0 when unsupervised).
   const int launch = std::getenv("TRAINER_ATTEMPT") ? std::atoi(std::getenv("TRAINER_ATTEMPT")) : 0;
 
-  TrainArgs args;
+  RecipeArgs args;
   Job job;
-  bool stop_early = false;
   int code = agree_on_failure(MPI_COMM_WORLD, [&] {
     args = parse_args(argc, argv);
-    if (args.help) {
-      if (rank == 0) std::fputs(kTrainUsage, stdout);
-      stop_early = true;
-      return;
-    }
     // Set by `trainer supervise`: every launch resumes from the newest valid checkpoint.
     if (const char* resume = std::getenv("TRAINER_RESUME"))
       args.overrides.push_back(std::string("checkpoint.resume=\"") + resume + "\"");
     job.recipe = load_recipe(args.recipe, args.overrides, size, true);
     if (const char* spec = std::getenv("TRAINER_FAULT"))
       for (Fault& f : parse_faults(spec, "TRAINER_FAULT")) job.recipe.faults.push_back(std::move(f));
-    if (args.print_config) {
-      if (rank == 0) std::fputs(recipe_to_toml(job.recipe).c_str(), stdout);
-      stop_early = true;
-    }
+    if (rank == 0)
+      for (const std::string& w : job.recipe.warnings) std::fprintf(stderr, "warning: %s\n", w.c_str());
   });
   // Rank 0 takes the run's directories and decides where training starts;
   // every rank then loads what it decided.
-  if (code == 0 && !stop_early) {
+  if (code == 0) {
     code = agree_on_failure(MPI_COMM_WORLD, [&] {
       if (rank != 0) return;
       const Recipe& r = job.recipe;
@@ -574,13 +581,13 @@ int cmd_train(int argc, char** argv) {
       if (r.checkpoint.every > 0) ensure_writable_dir(r.checkpoint.dir, "[checkpoint] dir");
       const char* token = std::getenv("TRAINER_LOCK_TOKEN");  // set by `trainer supervise`
       lock_run_dirs(r, job.locks, token ? token : "");
-      const ResumeDecision d = decide_resume(r, args.start_over);
+      const ResumeDecision d = decide_resume(r, args.has("--start-over"));
       for (const std::string& n : d.notes) std::fprintf(stderr, "%s\n", n.c_str());
       job.resumed_from = d.from;
     });
     if (code == 0) job.resumed_from = broadcast_string(job.resumed_from);
   }
-  if (code == 0 && !stop_early) {
+  if (code == 0) {
     code = agree_on_failure(MPI_COMM_WORLD, [&] {
       const Recipe& r = job.recipe;
       job.train = std::make_unique<TokenDataset>(r.data.train_files, r.model.seq_len, r.model.vocab_size);
@@ -621,7 +628,7 @@ int cmd_train(int argc, char** argv) {
       }
     });
   }
-  if (code == 0 && !stop_early) {
+  if (code == 0) {
     char dump[64];
     std::snprintf(dump, sizeof dump, "/flight/rank_%05d.json", rank);
     job.watchdog = std::make_unique<Watchdog>(*job.recorder, job.recipe.runtime.comm_timeout,

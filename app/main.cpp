@@ -15,8 +15,9 @@ const char* kUsage =
     "usage: trainer <command> [options]\n"
     "\n"
     "commands:\n"
-    "  train RECIPE.toml [--set section.key=value ...] [--print-config]\n"
-    "        train a model; launch with mpirun -np N (or srun) for data parallelism\n"
+    "  train RECIPE.toml [--set section.key=value ...] [--resume PATH] [--start-over]\n"
+    "        [--print-config] [--keys]\n"
+    "        train a model; launch with mpirun -np N (or srun) for 3D parallelism\n"
     "  supervise RECIPE.toml [--set section.key=value ...] [-- LAUNCH COMMAND...]\n"
     "        run the training job (mpirun or srun, from [launch]) and restart it from the\n"
     "        newest checkpoint when it crashes or hangs; events in <run.dir>/events.jsonl\n"
@@ -25,13 +26,13 @@ const char* kUsage =
     "  diagnose RUN_DIR\n"
     "        after a watchdog timeout or a crash: name the rank the others wait for\n"
     "        (flight recorders) or the rank that crashed (crash reports)\n"
-    "  data prepare --input FILES_OR_DIRS... --output DIR [--val-fraction F]\n"
+    "  data prepare --input FILES_OR_DIRS... --output DIR [--val-fraction F] [--overwrite]\n"
     "        turn text files into byte-level token shards (vocabulary 256)\n"
     "  plan RECIPE.toml [--set section.key=value ...] [--ranks N]\n"
     "        predicted memory per rank by category for each recompute mode\n"
     "  ckpt inspect|verify|export PATH [--output FILE.h5]\n"
     "        look into, check, or export a checkpoint (Hugging Face names)\n"
-    "  bench [RECIPE.toml] [--set section.key=value ...] [--steps N]\n"
+    "  bench RECIPE.toml [--set section.key=value ...] [--steps N]\n"
     "        measure the sgemm peak and the model's tokens/s and MFU on this machine\n"
     "\n"
     "exit codes: 0 ok, 1 internal error, 2 recipe or usage error, 3 data error,\n"
@@ -39,7 +40,7 @@ const char* kUsage =
     "            6 NaN/Inf loss or gradient, or a loss spike (on_nan / on_spike = stop),\n"
     "            7 supervise: restart budget used up,\n"
     "            75 preempted (SIGTERM/SIGUSR1): checkpoint saved, requeue the job\n"
-    "Run `trainer <command> --help` for a command's options.\n";
+    "Run `trainer <command> --help` for a command's options; `trainer --version`.\n";
 // Settings the OpenBLAS and OpenMP runtimes read only when they load, so they
 // must be in the environment before the process starts: if they are missing,
 // set them and restart this same process image (before MPI is initialised).
@@ -63,7 +64,12 @@ void tune_runtime_environment(char** argv) {
   }
   if (!changed) return;
   setenv("TRAINER_REEXECED", "1", 1);
-  execv("/proc/self/exe", argv);  // returns only on failure: carry on as we are
+  // By the executable's real path, not /proc/self/exe: the kernel names the
+  // process after the file it runs, and ps/top/pgrep should say "trainer".
+  char self[4096];
+  const ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+  if (n > 0) self[n] = 0;
+  execv(n > 0 ? self : "/proc/self/exe", argv);  // returns only on failure: carry on as we are
 }
 
 }  // namespace
@@ -76,6 +82,7 @@ int main(int argc, char** argv) {
     return argc < 2 ? trainer::kExitUsage : 0;
   }
   const char* cmd = argv[1];
+  if (!std::strcmp(cmd, "--version") || !std::strcmp(cmd, "version")) return trainer::cmd_version();
   try {
     if (!std::strcmp(cmd, "train")) return trainer::cmd_train(argc - 2, argv + 2);
     if (!std::strcmp(cmd, "data")) return trainer::cmd_data(argc - 2, argv + 2);

@@ -2,12 +2,14 @@
 // unknown keys (typos) are found by comparing what the file has with what was
 // read, and the nearest known name is suggested.
 #include "app/recipe.h"
+#include "app/recipe_keys.h"
 
 #include <toml++/toml.h>
 
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <map>
 #include <set>
 #include <sstream>
@@ -17,6 +19,10 @@
 #include "runtime/errors.h"
 
 namespace trainer {
+
+std::string toml_library_version() {
+  return std::to_string(TOML_LIB_MAJOR) + "." + std::to_string(TOML_LIB_MINOR) + "." + std::to_string(TOML_LIB_PATCH);
+}
 
 int edit_distance(const std::string& a, const std::string& b) {
   std::vector<int> prev(b.size() + 1), cur(b.size() + 1);
@@ -43,27 +49,6 @@ std::string nearest(const std::string& word, const std::vector<std::string>& opt
   return best_d <= limit ? best : "";
 }
 
-// Every section and key a recipe may hold. Checked before any value is read,
-// so a typo is reported as a typo rather than as the default it left behind.
-const std::vector<std::pair<std::string, std::vector<std::string>>> kSchema = {
-    {"run", {"name", "dir", "seed"}},
-    {"model", {"arch", "vocab_size", "d_model", "n_layers", "n_heads", "n_kv_heads", "d_ff",
-               "seq_len", "tie_embeddings", "norm_eps", "rope_theta"}},
-    {"data", {"train", "val", "prefetch"}},
-    {"training", {"steps", "global_batch", "micro_batch", "grad_clip", "eval_every",
-                  "eval_batches", "log_every", "exit_after", "on_nan", "spike_factor",
-                  "spike_window", "on_spike"}},
-    {"optimizer", {"lr", "min_lr", "warmup_steps", "schedule", "weight_decay", "beta1",
-                   "beta2", "eps"}},
-    {"parallel", {"dp", "tp", "pp", "sequence_parallel", "schedule", "virtual_stages"}},
-    {"runtime", {"threads", "backend", "peak_gflops", "comm_timeout", "straggler_factor", "straggler_every"}},
-    {"recompute", {"mode", "layers"}},
-    {"checkpoint", {"every", "dir", "keep", "resume", "required", "async", "allow_changes"}},
-    {"supervisor", {"max_restarts", "hang_timeout", "backoff", "backoff_max"}},
-    {"launch", {"launcher", "ranks", "args"}},
-    {"fault", {"inject"}},
-};
-
 class RecipeReader {
  public:
   RecipeReader(toml::table& root, std::string file, std::set<std::string> overridden)
@@ -87,73 +72,58 @@ class RecipeReader {
     throw RecipeError(where(sec, key) + ": [" + sec + "] " + key + ": " + msg);
   }
 
-  const toml::node* node(const std::string& sec, const std::string& key) {
+  const toml::node* node(const std::string& sec, const std::string& key) const {
     const toml::node* s = root_.get(sec);
     return s ? s->as_table()->get(key) : nullptr;
   }
 
-  long get_int(const std::string& sec, const std::string& key, long def) {
-    const toml::node* n = node(sec, key);
-    if (!n) return def;
-    if (!n->is_integer()) fail(sec, key, "expected an integer, got " + type_name(*n));
-    return (long)n->as_integer()->get();
-  }
-  double get_float(const std::string& sec, const std::string& key, double def) {
-    const toml::node* n = node(sec, key);
-    if (!n) return def;
-    if (n->is_integer()) return (double)n->as_integer()->get();
-    if (!n->is_floating_point()) fail(sec, key, "expected a number, got " + type_name(*n));
-    return n->as_floating_point()->get();
-  }
-  bool get_bool(const std::string& sec, const std::string& key, bool def) {
-    const toml::node* n = node(sec, key);
-    if (!n) return def;
-    if (!n->is_boolean()) fail(sec, key, "expected true or false, got " + type_name(*n));
-    return n->as_boolean()->get();
-  }
-  std::string get_string(const std::string& sec, const std::string& key, const std::string& def) {
-    const toml::node* n = node(sec, key);
-    if (!n) return def;
-    if (!n->is_string()) fail(sec, key, "expected a string, got " + type_name(*n));
-    return n->as_string()->get();
-  }
-  std::string get_choice(const std::string& sec, const std::string& key, const std::string& def,
-                         const std::vector<std::string>& choices) {
-    const std::string v = get_string(sec, key, def);
-    if (std::find(choices.begin(), choices.end(), v) != choices.end()) return v;
-    std::string list;
-    for (const auto& c : choices) list += (list.empty() ? "\"" : ", \"") + c + "\"";
-    const std::string near = nearest(v, choices);
-    fail(sec, key, "\"" + v + "\" is not one of " + list +
-                       (near.empty() ? "" : " (did you mean \"" + near + "\"?)"));
-  }
-  std::vector<std::string> get_strings(const std::string& sec, const std::string& key) {
-    const toml::node* n = node(sec, key);
-    std::vector<std::string> out;
-    if (!n) return out;
-    if (n->is_string()) return {n->as_string()->get()};
-    if (!n->is_array()) fail(sec, key, "expected a list of paths, got " + type_name(*n));
-    for (const toml::node& e : *n->as_array()) {
-      if (!e.is_string()) fail(sec, key, "expected a list of strings, found " + type_name(e));
-      out.push_back(e.as_string()->get());
+  // The value a recipe gives for a key, type-checked (not range-checked).
+  KeyValue read(const RecipeKey& k, const toml::node& n) const {
+    const std::string &sec = k.section, &key = k.name;
+    switch (k.type) {
+      case KeyType::Int:
+        if (!n.is_integer()) fail(sec, key, "expected an integer, got " + type_name(n));
+        return (long)n.as_integer()->get();
+      case KeyType::Float:
+        if (n.is_integer()) return (double)n.as_integer()->get();
+        if (!n.is_floating_point()) fail(sec, key, "expected a number, got " + type_name(n));
+        return n.as_floating_point()->get();
+      case KeyType::Bool:
+        if (!n.is_boolean()) fail(sec, key, "expected true or false, got " + type_name(n));
+        return n.as_boolean()->get();
+      case KeyType::String:
+        if (!n.is_string()) fail(sec, key, "expected a string, got " + type_name(n));
+        return n.as_string()->get();
+      case KeyType::Choice: {
+        if (!n.is_string()) fail(sec, key, "expected a string, got " + type_name(n));
+        const std::string v = n.as_string()->get();
+        if (std::find(k.choices.begin(), k.choices.end(), v) != k.choices.end()) return v;
+        const std::string near = nearest(v, k.choices);
+        fail(sec, key, "\"" + v + "\" is not one of " + k.allowed() +
+                           (near.empty() ? "" : " (did you mean \"" + near + "\"?)"));
+      }
+      case KeyType::List: {
+        if (n.is_string()) return std::vector<std::string>{n.as_string()->get()};
+        if (!n.is_array()) fail(sec, key, "expected a list of strings, got " + type_name(n));
+        std::vector<std::string> out;
+        for (const toml::node& e : *n.as_array()) {
+          if (!e.is_string()) fail(sec, key, "expected a list of strings, found " + type_name(e));
+          out.push_back(e.as_string()->get());
+        }
+        return out;
+      }
     }
-    return out;
+    return 0L;
   }
-  bool present(const std::string& sec, const std::string& key) {
-    node(sec, key);
-    const toml::node* s = root_.get(sec);
-    return s && s->is_table() && s->as_table()->contains(key);
-  }
+  bool present(const std::string& sec, const std::string& key) const { return node(sec, key) != nullptr; }
+  bool overridden(const std::string& sec, const std::string& key) const { return overridden_.count(sec + "." + key) > 0; }
 
   // Unknown sections and keys: the first one found is an error.
   void check_unknown() const {
-    std::vector<std::string> sections;
-    for (const auto& [name, keys] : kSchema) sections.push_back(name);
+    const std::vector<std::string>& sections = recipe_sections();
     for (auto&& [k, v] : root_) {
       const std::string sec(k.str());
-      const auto it = std::find_if(kSchema.begin(), kSchema.end(),
-                                   [&](const auto& e) { return e.first == sec; });
-      if (it == kSchema.end()) {
+      if (std::find(sections.begin(), sections.end(), sec) == sections.end()) {
         const std::string near = nearest(sec, sections);
         const int line = v.source().begin.line;
         throw RecipeError((line > 0 ? file_ + ":" + std::to_string(line) : file_) +
@@ -162,7 +132,9 @@ class RecipeReader {
       }
       if (!v.is_table())
         throw RecipeError(file_ + ": \"" + sec + "\" must be a table ([" + sec + "])");
-      const std::vector<std::string>& known = it->second;
+      std::vector<std::string> known;
+      for (const RecipeKey& rk : recipe_keys())
+        if (rk.section == sec) known.push_back(rk.name);
       for (auto&& [kk, vv] : *v.as_table()) {
         const std::string key(kk.str());
         if (std::find(known.begin(), known.end(), key) != known.end()) continue;
@@ -215,6 +187,98 @@ std::set<std::string> apply_overrides(toml::table& root, const std::vector<std::
   return done;
 }
 
+// Rules between keys, in the order a reader would fix them.
+void check_rules(Recipe& r, RecipeReader& rd, int world_size) {
+  const ModelConfig& m = r.model;
+  if (r.run.dir.empty()) rd.fail("run", "dir", "must not be empty");
+  if (m.arch == Arch::GPT2 && rd.present("model", "n_kv_heads") && m.n_kv_heads != m.n_heads)
+    rd.fail("model", "n_kv_heads", "grouped-query attention needs arch = \"llama\" (gpt2 uses n_heads)");
+  for (const auto& [key, msg] : validate(m)) rd.fail("model", key, msg);
+
+  // [parallel]: dp is what the launch leaves when not given.
+  const bool dp_given = rd.present("parallel", "dp");
+  const int model_ranks = r.grid.tp * r.grid.pp;
+  // The key a layout problem is blamed on: the one the user set (a --set
+  // override before a line of the file), tp before pp.
+  auto layout_key = [&]() -> std::string {
+    for (const char* k : {"tp", "pp"})
+      if (rd.overridden("parallel", k)) return k;
+    return rd.present("parallel", "tp") ? "tp" : "pp";
+  };
+  if (!dp_given && world_size > 0 && world_size % model_ranks != 0)
+    rd.fail("parallel", layout_key(),
+            "pp * tp = " + std::to_string(model_ranks) + " ranks hold one model copy, so the job needs a multiple of " +
+                std::to_string(model_ranks) + " ranks (dp = ranks / (pp * tp)); it was launched with " +
+                std::to_string(world_size) + ": use mpirun -np " + std::to_string(model_ranks) + " (or " +
+                std::to_string(2 * model_ranks) + ", ...), or lower parallel.pp / parallel.tp");
+  if (world_size > 0 && r.grid.dp * r.grid.pp * r.grid.tp != world_size)
+    rd.fail("parallel", dp_given ? "dp" : layout_key(),
+            "dp * pp * tp = " + std::to_string(r.grid.dp) + " * " + std::to_string(r.grid.pp) + " * " +
+                std::to_string(r.grid.tp) + " = " + std::to_string(r.grid.dp * r.grid.pp * r.grid.tp) +
+                " does not match the " + std::to_string(world_size) + " ranks this job was launched with");
+  for (const auto& [key, msg] : validate_tp(m, r.grid.tp)) rd.fail("model", key, msg);
+  if (r.sequence_parallel && m.seq_len % r.grid.tp != 0)
+    rd.fail("parallel", "sequence_parallel",
+            "needs model.seq_len = " + std::to_string(m.seq_len) + " divisible by tp = " + std::to_string(r.grid.tp));
+  if (r.schedule == ScheduleKind::OneFOneB && r.virtual_stages != 1)
+    rd.fail("parallel", "virtual_stages", "the \"1f1b\" schedule has one chunk per stage; use schedule = \"interleaved\" for virtual_stages > 1");
+  if (r.schedule == ScheduleKind::Interleaved && (r.virtual_stages < 2 || r.grid.pp < 2))
+    rd.fail("parallel", "virtual_stages", "the interleaved schedule needs pp >= 2 and virtual_stages >= 2");
+  if (m.n_layers % (r.grid.pp * r.virtual_stages) != 0)
+    rd.fail("parallel", rd.overridden("parallel", "virtual_stages") ? "virtual_stages" : "pp",
+            "n_layers = " + std::to_string(m.n_layers) + " must be divisible by pp * virtual_stages = " +
+                std::to_string(r.grid.pp) + " * " + std::to_string(r.virtual_stages));
+
+  // [training], [optimizer]
+  const TrainingSection& t = r.training;
+  if (t.global_batch % (t.micro_batch * r.grid.dp) != 0)
+    rd.fail("training", "global_batch",
+            std::to_string(t.global_batch) + " is not divisible by micro_batch * dp = " +
+                std::to_string(t.micro_batch) + " * " + std::to_string(r.grid.dp) + " = " +
+                std::to_string(t.micro_batch * r.grid.dp) +
+                " (gradient accumulation needs a whole number of micro-batches per rank)");
+  if (r.schedule == ScheduleKind::Interleaved && r.accum_steps() % r.grid.pp != 0)
+    rd.fail("training", "global_batch",
+            "the interleaved schedule needs the micro-batches per step, global_batch / (micro_batch * dp) = " +
+                std::to_string(r.accum_steps()) + ", to be a multiple of pp = " + std::to_string(r.grid.pp));
+  if (r.lr.min_lr > r.lr.lr) rd.fail("optimizer", "min_lr", "must be in [0, lr]: at most lr = " + toml_text((double)r.lr.lr, KeyType::Float));
+  if (r.lr.warmup_steps > t.steps)  // legal (the run never reaches the peak rate), rarely meant
+    r.warnings.push_back(rd.where("optimizer", "warmup_steps") + ": [optimizer] warmup_steps = " +
+                         std::to_string(r.lr.warmup_steps) + " is more than training.steps = " + std::to_string(t.steps) +
+                         ": the learning rate never reaches its peak " + toml_text((double)r.lr.lr, KeyType::Float));
+  if (r.recompute.layers == 0)
+    rd.fail("recompute", "layers", "must be a positive number of layers per chunk (or -1: all)");
+  if (r.checkpoint.dir.empty()) rd.fail("checkpoint", "dir", "must not be empty");
+  if (r.supervisor.backoff_max < r.supervisor.backoff) rd.fail("supervisor", "backoff_max", "must be >= supervisor.backoff");
+  if (t.exit_after > 0 && r.checkpoint.every == 0)
+    r.warnings.push_back(rd.where("training", "exit_after") + ": [training] exit_after = " + std::to_string(t.exit_after) +
+                         " stops this launch early, but checkpoint.every = 0 saves nothing to resume from");
+  if (t.eval_every > 0 && r.data.val.empty())
+    rd.fail("training", "eval_every", "evaluation every " + std::to_string(t.eval_every) +
+                                          " steps needs validation data: set [data] val, or eval_every = 0");
+}
+
+// [data]: the files the globs name exist now.
+void check_data(Recipe& r, RecipeReader& rd) {
+  if (r.data.train.empty()) rd.fail("data", "train", "no training data: give a list of token shard paths or globs");
+  try {
+    r.data.train_files = expand_paths(r.data.train);
+  } catch (const DataError& e) {
+    throw DataError(rd.where("data", "train") + ": [data] train: " + e.what());
+  }
+  try {
+    if (!r.data.val.empty()) r.data.val_files = expand_paths(r.data.val);
+  } catch (const DataError& e) {
+    throw DataError(rd.where("data", "val") + ": [data] val: " + e.what());
+  }
+  std::error_code ec;
+  for (const std::string& v : r.data.val_files)
+    for (const std::string& t : r.data.train_files)
+      if (std::filesystem::equivalent(v, t, ec))
+        r.warnings.push_back(rd.where("data", "val") + ": [data] val: " + v +
+                             " is also a training shard: the validation loss will measure memorisation, not generalisation");
+}
+
 }  // namespace
 
 Recipe load_recipe(const std::string& path, const std::vector<std::string>& overrides,
@@ -236,237 +300,26 @@ Recipe load_recipe(const std::string& path, const std::vector<std::string>& over
   rd.check_unknown();
   Recipe r;
   r.path = path;
-
-  // [run]
-  r.run.name = rd.get_string("run", "name", r.run.name);
-  r.run.dir = rd.get_string("run", "dir", "runs/" + r.run.name);
-  const long seed = rd.get_int("run", "seed", (long)r.run.seed);
-  if (seed < 0) rd.fail("run", "seed", "must be >= 0");
-  r.run.seed = (uint64_t)seed;
-  if (r.run.dir.empty()) rd.fail("run", "dir", "must not be empty");
-
-  // [model]
-  ModelConfig& m = r.model;
-  m.arch = rd.get_choice("model", "arch", "gpt2", {"gpt2", "llama"}) == "gpt2" ? Arch::GPT2 : Arch::Llama;
-  m.vocab_size = (int)rd.get_int("model", "vocab_size", m.vocab_size);
-  m.d_model = (int)rd.get_int("model", "d_model", m.d_model);
-  m.n_layers = (int)rd.get_int("model", "n_layers", m.n_layers);
-  m.n_heads = (int)rd.get_int("model", "n_heads", m.n_heads);
-  m.n_kv_heads = (int)rd.get_int("model", "n_kv_heads", m.n_heads);
-  if (m.arch == Arch::GPT2 && rd.present("model", "n_kv_heads") && m.n_kv_heads != m.n_heads)
-    rd.fail("model", "n_kv_heads", "grouped-query attention needs arch = \"llama\" (gpt2 uses n_heads)");
-  m.d_ff = (int)rd.get_int("model", "d_ff", 4L * m.d_model);
-  m.seq_len = (int)rd.get_int("model", "seq_len", m.seq_len);
-  m.tie_embeddings = rd.get_bool("model", "tie_embeddings", m.arch == Arch::GPT2);
-  m.norm_eps = (float)rd.get_float("model", "norm_eps", m.arch == Arch::GPT2 ? 1e-5 : 1e-6);
-  m.rope_theta = (float)rd.get_float("model", "rope_theta", 10000.0);
-  for (const auto& [key, msg] : validate(m)) rd.fail("model", key, msg);
-  if (m.norm_eps <= 0) rd.fail("model", "norm_eps", "must be > 0");
-  if (m.rope_theta <= 1) rd.fail("model", "rope_theta", "must be > 1");
-
-  // [parallel]
-  r.grid.tp = (int)rd.get_int("parallel", "tp", 1);
-  r.grid.pp = (int)rd.get_int("parallel", "pp", 1);
-  if (r.grid.tp < 1) rd.fail("parallel", "tp", "must be >= 1");
-  if (r.grid.pp < 1) rd.fail("parallel", "pp", "must be >= 1");
-  const bool dp_given = rd.present("parallel", "dp");
-  const int model_ranks = r.grid.tp * r.grid.pp;
-  if (!dp_given && world_size > 0 && world_size % model_ranks != 0) {
-    // dp is what the launch leaves: say how to launch rather than "dp = 0".
-    rd.fail("parallel", rd.present("parallel", "tp") ? "tp" : "pp",
-            "pp * tp = " + std::to_string(model_ranks) + " ranks hold one model copy, so the job needs a multiple of " +
-                std::to_string(model_ranks) + " ranks (dp = ranks / (pp * tp)); it was launched with " +
-                std::to_string(world_size) + ": use mpirun -np " + std::to_string(model_ranks) + " (or " +
-                std::to_string(2 * model_ranks) + ", ...), or lower parallel.pp / parallel.tp");
+  // Every key in table order (a default may follow keys read before it);
+  // a value the recipe gives must be of the key's type and in its range.
+  for (const RecipeKey& k : recipe_keys()) {
+    const toml::node* n = rd.node(k.section, k.name);
+    KeyValue v = n ? rd.read(k, *n) : k.def(r, world_size);
+    if (n)
+      if (const std::string why = k.check(v); !why.empty()) rd.fail(k.section, k.name, why);
+    k.set(r, v);
   }
-  r.grid.dp = (int)rd.get_int("parallel", "dp", world_size > 0 ? world_size / model_ranks : 1);
-  if (r.grid.dp < 1) rd.fail("parallel", "dp", "must be >= 1");
-  if (world_size > 0 && r.grid.dp * r.grid.pp * r.grid.tp != world_size)
-    rd.fail("parallel", dp_given ? "dp" : "tp",
-            "dp * pp * tp = " + std::to_string(r.grid.dp) + " * " + std::to_string(r.grid.pp) +
-                " * " + std::to_string(r.grid.tp) + " = " +
-                std::to_string(r.grid.dp * r.grid.pp * r.grid.tp) +
-                " does not match the " + std::to_string(world_size) +
-                " ranks this job was launched with");
-
-  for (const auto& [key, msg] : validate_tp(m, r.grid.tp)) rd.fail("model", key, msg);
-  r.sequence_parallel = rd.get_bool("parallel", "sequence_parallel", false);
-  if (r.sequence_parallel && m.seq_len % r.grid.tp != 0)
-    rd.fail("parallel", "sequence_parallel",
-            "needs model.seq_len = " + std::to_string(m.seq_len) + " divisible by tp = " +
-                std::to_string(r.grid.tp));
-
-  r.schedule = rd.get_choice("parallel", "schedule", "1f1b", {"1f1b", "interleaved"}) == "1f1b"
-                   ? ScheduleKind::OneFOneB
-                   : ScheduleKind::Interleaved;
-  r.virtual_stages = (int)rd.get_int("parallel", "virtual_stages", r.schedule == ScheduleKind::Interleaved ? 2 : 1);
-  if (r.schedule == ScheduleKind::OneFOneB && r.virtual_stages != 1)
-    rd.fail("parallel", "virtual_stages", "the \"1f1b\" schedule has one chunk per stage; use schedule = \"interleaved\" for virtual_stages > 1");
-  if (r.schedule == ScheduleKind::Interleaved && (r.virtual_stages < 2 || r.grid.pp < 2))
-    rd.fail("parallel", "virtual_stages", "the interleaved schedule needs pp >= 2 and virtual_stages >= 2");
-  if (m.n_layers % (r.grid.pp * r.virtual_stages) != 0)
-    rd.fail("parallel", "pp", "n_layers = " + std::to_string(m.n_layers) + " must be divisible by pp * virtual_stages = " +
-                                  std::to_string(r.grid.pp) + " * " + std::to_string(r.virtual_stages));
-
-  // [training]
-  TrainingSection& t = r.training;
-  t.steps = rd.get_int("training", "steps", t.steps);
-  t.micro_batch = (int)rd.get_int("training", "micro_batch", t.micro_batch);
-  t.global_batch = (int)rd.get_int("training", "global_batch", (long)t.micro_batch * r.grid.dp);
-  t.grad_clip = (float)rd.get_float("training", "grad_clip", t.grad_clip);
-  t.eval_every = (int)rd.get_int("training", "eval_every", t.eval_every);
-  t.eval_batches = (int)rd.get_int("training", "eval_batches", t.eval_batches);
-  t.log_every = (int)rd.get_int("training", "log_every", t.log_every);
-  t.exit_after = rd.get_int("training", "exit_after", 0);
-  if (t.steps < 1) rd.fail("training", "steps", "must be >= 1");
-  if (t.micro_batch < 1) rd.fail("training", "micro_batch", "must be >= 1");
-  if (t.global_batch < 1) rd.fail("training", "global_batch", "must be >= 1");
-  if (t.global_batch % (t.micro_batch * r.grid.dp) != 0)
-    rd.fail("training", "global_batch",
-            std::to_string(t.global_batch) + " is not divisible by micro_batch * dp = " +
-                std::to_string(t.micro_batch) + " * " + std::to_string(r.grid.dp) + " = " +
-                std::to_string(t.micro_batch * r.grid.dp) +
-                " (gradient accumulation needs a whole number of micro-batches per rank)");
-  if (t.grad_clip < 0) rd.fail("training", "grad_clip", "must be >= 0 (0 disables clipping)");
-  if (r.schedule == ScheduleKind::Interleaved && r.accum_steps() % r.grid.pp != 0)
-    rd.fail("training", "global_batch",
-            "the interleaved schedule needs the micro-batches per step, global_batch / (micro_batch * dp) = " +
-                std::to_string(r.accum_steps()) + ", to be a multiple of pp = " + std::to_string(r.grid.pp));
-  if (t.eval_every < 0) rd.fail("training", "eval_every", "must be >= 0");
-  if (t.eval_batches < 1) rd.fail("training", "eval_batches", "must be >= 1");
-  if (t.log_every < 1) rd.fail("training", "log_every", "must be >= 1");
-  if (t.exit_after < 0) rd.fail("training", "exit_after", "must be >= 0 (0: run to training.steps)");
-  auto bad_step = [&](const char* key, const char* def) {
-    const std::string v = rd.get_choice("training", key, def, {"stop", "skip", "rollback"});
-    return v == "stop" ? TrainingSection::BadStep::Stop
-           : v == "skip" ? TrainingSection::BadStep::Skip : TrainingSection::BadStep::Rollback;
-  };
-  t.on_nan = bad_step("on_nan", "stop");
-  t.on_spike = bad_step("on_spike", "skip");
-  t.spike_factor = rd.get_float("training", "spike_factor", t.spike_factor);
-  t.spike_window = (int)rd.get_int("training", "spike_window", t.spike_window);
-  if (t.spike_factor != 0 && t.spike_factor <= 1)
-    rd.fail("training", "spike_factor", "must be > 1 (a loss that many times the recent median is a spike), or 0: off");
-  if (t.spike_window < 5) rd.fail("training", "spike_window", "must be >= 5 steps");
-
-  // [optimizer]
-  LrConfig& lr = r.lr;
-  lr.lr = (float)rd.get_float("optimizer", "lr", lr.lr);
-  lr.min_lr = (float)rd.get_float("optimizer", "min_lr", lr.lr * 0.1);
-  lr.warmup_steps = (int)rd.get_int("optimizer", "warmup_steps", 0);
-  const std::string sched = rd.get_choice("optimizer", "schedule", "cosine", {"cosine", "linear", "constant"});
-  lr.schedule = sched == "cosine" ? LrSchedule::Cosine : sched == "linear" ? LrSchedule::Linear : LrSchedule::Constant;
-  r.adamw.weight_decay = (float)rd.get_float("optimizer", "weight_decay", r.adamw.weight_decay);
-  r.adamw.beta1 = (float)rd.get_float("optimizer", "beta1", r.adamw.beta1);
-  r.adamw.beta2 = (float)rd.get_float("optimizer", "beta2", r.adamw.beta2);
-  r.adamw.eps = (float)rd.get_float("optimizer", "eps", r.adamw.eps);
-  if (!(lr.lr > 0)) rd.fail("optimizer", "lr", "must be > 0");
-  if (lr.min_lr < 0 || lr.min_lr > lr.lr) rd.fail("optimizer", "min_lr", "must be in [0, lr]");
-  if (lr.warmup_steps < 0) rd.fail("optimizer", "warmup_steps", "must be >= 0");
-  if (lr.warmup_steps > t.steps)
-    rd.fail("optimizer", "warmup_steps", std::to_string(lr.warmup_steps) + " is more than training.steps = " + std::to_string(t.steps));
-  if (r.adamw.weight_decay < 0) rd.fail("optimizer", "weight_decay", "must be >= 0");
-  if (r.adamw.beta1 < 0 || r.adamw.beta1 >= 1) rd.fail("optimizer", "beta1", "must be in [0, 1)");
-  if (r.adamw.beta2 < 0 || r.adamw.beta2 >= 1) rd.fail("optimizer", "beta2", "must be in [0, 1)");
-  if (!(r.adamw.eps > 0)) rd.fail("optimizer", "eps", "must be > 0");
-
-  // [recompute]
-  const std::string rmode = rd.get_choice("recompute", "mode", "none", {"none", "selective", "full"});
-  r.recompute.mode = rmode == "none" ? RecomputeMode::None
-                     : rmode == "selective" ? RecomputeMode::Selective : RecomputeMode::Full;
-  r.recompute.layers = (int)rd.get_int("recompute", "layers", -1);
-  if (r.recompute.layers < -1 || r.recompute.layers == 0)
-    rd.fail("recompute", "layers", "must be a positive number of layers per chunk (or -1: all)");
-
-  // [checkpoint]
-  CheckpointSection& ck = r.checkpoint;
-  ck.every = (int)rd.get_int("checkpoint", "every", 0);
-  ck.dir = rd.get_string("checkpoint", "dir", r.run.dir + "/checkpoints");
-  ck.keep = (int)rd.get_int("checkpoint", "keep", 3);
-  ck.resume = rd.get_string("checkpoint", "resume", "auto");
-  ck.required = rd.get_bool("checkpoint", "required", false);
-  ck.async = rd.get_bool("checkpoint", "async", false);
-  ck.allow_changes = rd.get_strings("checkpoint", "allow_changes");
-  if (ck.every < 0) rd.fail("checkpoint", "every", "must be >= 0 (0: no checkpoints)");
-  if (ck.keep < 0) rd.fail("checkpoint", "keep", "must be >= 0 (0: keep all)");
-  if (ck.dir.empty()) rd.fail("checkpoint", "dir", "must not be empty");
-
-  // [runtime]
-  r.runtime.threads = (int)rd.get_int("runtime", "threads", r.runtime.threads);
-  r.runtime.backend = rd.get_choice("runtime", "backend", "cpu", {"cpu"});
-  r.runtime.peak_gflops = rd.get_float("runtime", "peak_gflops", 0.0);
-  if (r.runtime.threads < 1) rd.fail("runtime", "threads", "must be >= 1");
-  if (r.runtime.peak_gflops < 0) rd.fail("runtime", "peak_gflops", "must be >= 0 (0: measure)");
-  r.runtime.comm_timeout = rd.get_float("runtime", "comm_timeout", r.runtime.comm_timeout);
-  r.runtime.straggler_factor = rd.get_float("runtime", "straggler_factor", r.runtime.straggler_factor);
-  r.runtime.straggler_every = (int)rd.get_int("runtime", "straggler_every", r.runtime.straggler_every);
-  if (r.runtime.comm_timeout < 0) rd.fail("runtime", "comm_timeout", "must be >= 0 seconds (0: no watchdog)");
-  if (r.runtime.straggler_factor != 0 && r.runtime.straggler_factor <= 1)
-    rd.fail("runtime", "straggler_factor", "must be > 1 (a ratio to the median), or 0 to turn the report off");
-  if (r.runtime.straggler_every < 1) rd.fail("runtime", "straggler_every", "must be >= 1");
-
-  // [supervisor], [launch]: read by `trainer supervise`, checked for everyone.
-  SupervisorSection& sv = r.supervisor;
-  sv.max_restarts = (int)rd.get_int("supervisor", "max_restarts", sv.max_restarts);
-  sv.hang_timeout = rd.get_float("supervisor", "hang_timeout", sv.hang_timeout);
-  sv.backoff = rd.get_float("supervisor", "backoff", sv.backoff);
-  sv.backoff_max = rd.get_float("supervisor", "backoff_max", sv.backoff_max);
-  if (sv.max_restarts < 0) rd.fail("supervisor", "max_restarts", "must be >= 0");
-  if (sv.hang_timeout < 0) rd.fail("supervisor", "hang_timeout", "must be >= 0 seconds (0: no hang detection)");
-  if (sv.backoff < 0) rd.fail("supervisor", "backoff", "must be >= 0 seconds");
-  if (sv.backoff_max < sv.backoff) rd.fail("supervisor", "backoff_max", "must be >= supervisor.backoff");
-  LaunchSection& la = r.launch;
-  la.launcher = rd.get_choice("launch", "launcher", la.launcher, {"mpirun", "srun"});
-  la.ranks = (int)rd.get_int("launch", "ranks", 0);
-  la.args = rd.get_strings("launch", "args");
-  if (la.ranks < 0) rd.fail("launch", "ranks", "must be >= 0 (0: parallel.dp * pp * tp)");
-
-  // [fault]: test-only fault injection (app/fault.h).
-  r.fault_specs = rd.get_strings("fault", "inject");
-  for (const std::string& spec : r.fault_specs) {
+  check_rules(r, rd, world_size);
+  for (const std::string& spec : r.fault_specs) {  // [fault]: test-only fault injection (app/fault.h)
     try {
       for (Fault& f : parse_faults(spec, "")) r.faults.push_back(std::move(f));
     } catch (const RecipeError& e) {
       rd.fail("fault", "inject", std::string(e.what()).substr(2));  // drop parse_faults' empty "where: "
     }
   }
-
-  // [data]
-  r.data.train = rd.get_strings("data", "train");
-  r.data.val = rd.get_strings("data", "val");
-  r.data.prefetch = (int)rd.get_int("data", "prefetch", r.data.prefetch);
-  if (r.data.prefetch < 0) rd.fail("data", "prefetch", "must be >= 0 (0: load on the training thread)");
-
-  if (!need_data) return r;
-
-  if (r.data.train.empty()) rd.fail("data", "train", "no training data: give a list of token shard paths or globs");
-  if (r.training.eval_every > 0 && r.data.val.empty())
-    rd.fail("training", "eval_every", "evaluation every " + std::to_string(r.training.eval_every) +
-                                          " steps needs validation data: set [data] val, or eval_every = 0");
-  try {
-    r.data.train_files = expand_paths(r.data.train);
-  } catch (const DataError& e) {
-    rd.fail("data", "train", e.what());
-  }
-  try {
-    if (!r.data.val.empty()) r.data.val_files = expand_paths(r.data.val);
-  } catch (const DataError& e) {
-    rd.fail("data", "val", e.what());
-  }
+  if (need_data) check_data(r, rd);
   return r;
 }
-
-namespace {
-// float -> the double with the same short decimal form (3e-4f prints as 0.0003).
-double nice(float f) {
-  char b[32];
-  std::snprintf(b, sizeof b, "%.7g", f);
-  return std::strtod(b, nullptr);
-}
-const char* bad_step_name(TrainingSection::BadStep b) {
-  return b == TrainingSection::BadStep::Stop ? "stop" : b == TrainingSection::BadStep::Skip ? "skip" : "rollback";
-}
-}  // namespace
 
 RunFacts read_run_facts(const std::string& path) {
   RunFacts f;
@@ -528,71 +381,14 @@ std::vector<RecipeChange> recipe_changes(const std::string& old_text, const Reci
 }
 
 std::string recipe_to_toml(const Recipe& r) {
-  auto list = [](const std::vector<std::string>& v) {
-    toml::array a;
-    for (const auto& s : v) a.push_back(s);
-    return a;
-  };
-  const ModelConfig& m = r.model;
-  toml::table model{{"arch", arch_name(m.arch)},  {"vocab_size", m.vocab_size},
-                    {"d_model", m.d_model},       {"n_layers", m.n_layers},
-                    {"n_heads", m.n_heads},       {"d_ff", m.d_ff},
-                    {"seq_len", m.seq_len},       {"tie_embeddings", m.tie_embeddings},
-                    {"norm_eps", nice(m.norm_eps)}};
-  if (m.arch == Arch::Llama) {
-    model.insert("n_kv_heads", m.n_kv_heads);
-    model.insert("rope_theta", nice(m.rope_theta));
-  }
-  toml::table root{
-      {"run", toml::table{{"name", r.run.name}, {"dir", r.run.dir}, {"seed", (int64_t)r.run.seed}}},
-      {"model", model},
-      {"data", toml::table{{"train", list(r.data.train)}, {"val", list(r.data.val)}, {"prefetch", r.data.prefetch}}},
-      {"training", toml::table{{"steps", (int64_t)r.training.steps},
-                               {"global_batch", r.training.global_batch},
-                               {"micro_batch", r.training.micro_batch},
-                               {"grad_clip", nice(r.training.grad_clip)},
-                               {"eval_every", r.training.eval_every},
-                               {"eval_batches", r.training.eval_batches},
-                               {"log_every", r.training.log_every},
-                               {"exit_after", (int64_t)r.training.exit_after},
-                               {"on_nan", bad_step_name(r.training.on_nan)},
-                               {"spike_factor", r.training.spike_factor},
-                               {"spike_window", r.training.spike_window},
-                               {"on_spike", bad_step_name(r.training.on_spike)}}},
-      {"optimizer", toml::table{{"lr", nice(r.lr.lr)},
-                                {"min_lr", nice(r.lr.min_lr)},
-                                {"warmup_steps", r.lr.warmup_steps},
-                                {"schedule", schedule_name(r.lr.schedule)},
-                                {"weight_decay", nice(r.adamw.weight_decay)},
-                                {"beta1", nice(r.adamw.beta1)},
-                                {"beta2", nice(r.adamw.beta2)},
-                                {"eps", nice(r.adamw.eps)}}},
-      {"parallel", toml::table{{"dp", r.grid.dp}, {"pp", r.grid.pp}, {"tp", r.grid.tp},
-                               {"sequence_parallel", r.sequence_parallel},
-                               {"schedule", r.schedule == ScheduleKind::OneFOneB ? "1f1b" : "interleaved"},
-                               {"virtual_stages", r.virtual_stages}}},
-      {"recompute", toml::table{{"mode", recompute_name(r.recompute.mode)}, {"layers", r.recompute.layers}}},
-      {"checkpoint", toml::table{{"every", r.checkpoint.every}, {"dir", r.checkpoint.dir},
-                                 {"keep", r.checkpoint.keep}, {"resume", r.checkpoint.resume},
-                                 {"required", r.checkpoint.required}, {"async", r.checkpoint.async},
-                                 {"allow_changes", list(r.checkpoint.allow_changes)}}},
-      {"runtime", toml::table{{"threads", r.runtime.threads},
-                              {"backend", r.runtime.backend},
-                              {"peak_gflops", r.runtime.peak_gflops},
-                              {"comm_timeout", r.runtime.comm_timeout},
-                              {"straggler_factor", r.runtime.straggler_factor},
-                              {"straggler_every", r.runtime.straggler_every}}},
-      {"supervisor", toml::table{{"max_restarts", r.supervisor.max_restarts},
-                                 {"hang_timeout", r.supervisor.hang_timeout},
-                                 {"backoff", r.supervisor.backoff},
-                                 {"backoff_max", r.supervisor.backoff_max}}},
-      {"launch", toml::table{{"launcher", r.launch.launcher}, {"ranks", r.launch.ranks},
-                             {"args", list(r.launch.args)}}},
-  };
-  if (!r.fault_specs.empty()) root.insert("fault", toml::table{{"inject", list(r.fault_specs)}});
   std::ostringstream os;
-  os << "# Resolved recipe (defaults filled in, overrides applied) from " << r.path << "\n"
-     << root << "\n";
+  os << "# Resolved recipe (defaults filled in, overrides applied) from " << r.path << "\n";
+  for (const std::string& sec : recipe_sections()) {
+    std::string lines;
+    for (const RecipeKey& k : recipe_keys())
+      if (k.section == sec && (!k.shown || k.shown(r))) lines += k.name + " = " + toml_text(k.get(r), k.type) + "\n";
+    if (!lines.empty()) os << "\n[" << sec << "]\n" << lines;
+  }
   return os.str();
 }
 

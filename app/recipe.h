@@ -102,6 +102,9 @@ struct Recipe {
   LaunchSection launch;
   std::vector<std::string> fault_specs;  // [fault] inject, as written
   std::vector<Fault> faults;             // the same, parsed
+  // What is legal but likely unintended (file:line: key: why), for rank 0 to
+  // print; not part of the recipe.
+  std::vector<std::string> warnings;
 
   int accum_steps() const { return training.global_batch / (training.micro_batch * grid.dp); }
 };
@@ -138,6 +141,9 @@ struct RecipeChange {
   std::string key, was, now;
 };
 std::vector<RecipeChange> recipe_changes(const std::string& old_text, const Recipe& now);
+
+// "3.3.0": the TOML library's version, for `trainer --version`.
+std::string toml_library_version();
 
 // Levenshtein distance (for "did you mean").
 int edit_distance(const std::string& a, const std::string& b);

@@ -138,7 +138,7 @@ TEST_F(RecipeErrors, KvHeadsMustDivideHeads) {
 
 TEST_F(RecipeErrors, MissingDataFile) {
   const std::string p = write(edit(base(), dir_ + "/train.bin", dir_ + "/nope_*.bin"));
-  expect_error(train(p), 2, {p + ":13:", "[data] train", dir_ + "/nope_*.bin", "no such file"});
+  expect_error(train(p), 3, {p + ":13:", "[data] train", dir_ + "/nope_*.bin", "no such file"});
 }
 
 TEST_F(RecipeErrors, LayoutDoesNotMatchWorld) {

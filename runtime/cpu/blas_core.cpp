@@ -20,4 +20,10 @@ const char* blas_core_upgrade() {
   return nullptr;
 }
 
+std::string blas_library_version() {
+  std::string c = openblas_get_config();  // "OpenBLAS 0.3.21 DYNAMIC_ARCH NO_AFFINITY Haswell MAX_THREADS=64"
+  while (!c.empty() && c.back() == ' ') c.pop_back();
+  return c + (openblas_get_corename() ? std::string(" (running ") + openblas_get_corename() + " kernels)" : "");
+}
+
 }  // namespace trainer

@@ -1,4 +1,5 @@
 #pragma once
+#include <string>
 // OpenBLAS picks its kernels at load time from the CPU id. Debian's 0.3.21
 // does not know some newer CPUs (seen: Sapphire Rapids under a hypervisor)
 // and falls back to its "Prescott" SSE3 kernels, about 8x slower than the
@@ -10,5 +11,8 @@ namespace trainer {
 // A better kernel set for this CPU when OpenBLAS fell back to a generic one,
 // else nullptr.
 const char* blas_core_upgrade();
+
+// "OpenBLAS 0.3.21 (DYNAMIC_ARCH ... core)", for `trainer --version`.
+std::string blas_library_version();
 
 }  // namespace trainer

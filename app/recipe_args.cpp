@@ -1,0 +1,72 @@
+#include "app/recipe_args.h"
+
+#include <algorithm>
+#include <cstdlib>
+
+#include "app/recipe_keys.h"
+#include "runtime/errors.h"
+
+namespace trainer {
+
+namespace {
+bool contains(const std::vector<std::string>& v, const std::string& s) {
+  return std::find(v.begin(), v.end(), s) != v.end();
+}
+// "--training.steps" names a recipe section: an override in torchtitan's spelling.
+bool is_key_option(const std::string& opt) {
+  const size_t dot = opt.find('.');
+  return dot != std::string::npos && contains(recipe_sections(), opt.substr(2, dot - 2));
+}
+}  // namespace
+
+long RecipeArgs::integer(const std::string& opt, long def, long lo) const {
+  const auto it = options.find(opt);
+  if (it == options.end()) return def;
+  char* end = nullptr;
+  const long v = std::strtol(it->second.c_str(), &end, 10);
+  if (it->second.empty() || *end || v < lo)
+    throw RecipeError(opt + " " + it->second + ": expected a whole number >= " + std::to_string(lo));
+  return v;
+}
+
+RecipeArgs parse_recipe_args(const RecipeArgsSpec& spec, int argc, char** argv) {
+  RecipeArgs a;
+  const std::string cmd = spec.command;
+  auto usage_error = [&](const std::string& msg) { throw RecipeError(cmd + ": " + msg + "\n" + spec.usage); };
+  for (int i = 0; i < argc; i++) {
+    const std::string s = argv[i];
+    const size_t eq = s.find('=');
+    const std::string opt = s.substr(0, eq);
+    const bool inline_value = eq != std::string::npos && s.rfind("--", 0) == 0;
+    auto value = [&]() -> std::string {
+      if (inline_value) return s.substr(eq + 1);
+      if (i + 1 >= argc) usage_error(opt + " needs a value");
+      return argv[++i];
+    };
+    if (s == "--help" || s == "-h") {
+      a.help = true;
+    } else if (s == "--" && spec.dashes) {
+      a.after_dashes.assign(argv + i + 1, argv + argc);
+      break;
+    } else if (opt == "--set") {
+      a.overrides.push_back(value());
+    } else if (s.rfind("--", 0) == 0 && is_key_option(opt)) {
+      a.overrides.push_back(opt.substr(2) + "=" + value());
+    } else if (contains(spec.valued, opt)) {
+      a.options[opt] = value();
+    } else if (contains(spec.flags, s)) {
+      a.options[s] = "";
+    } else if (!s.empty() && s[0] == '-') {
+      usage_error("unknown option \"" + s + "\"" +
+                  (s.find('.') != std::string::npos ? " (recipe keys are set with --set section.key=value)" : ""));
+    } else if (a.recipe.empty()) {
+      a.recipe = s;
+    } else {
+      usage_error("more than one recipe given (\"" + a.recipe + "\", \"" + s + "\")");
+    }
+  }
+  if (a.recipe.empty() && !a.help && !spec.recipe_optional) usage_error("no recipe given");
+  return a;
+}
+
+}  // namespace trainer

@@ -1,0 +1,37 @@
+#pragma once
+// One command-line parser for every subcommand that takes
+// `RECIPE.toml [--set section.key=value ...]` (train, supervise, plan, bench).
+// Overrides may be spelled --set K=V, --set=K=V, or torchtitan's
+// --section.key V / --section.key=V for any recipe section. Each command
+// names its own options: flags (no value) and valued options (one value);
+// anything else is a usage error (exit 2) that names the command's usage.
+#include <map>
+#include <string>
+#include <vector>
+
+namespace trainer {
+
+struct RecipeArgs {
+  std::string recipe;
+  std::vector<std::string> overrides;          // "section.key=value"
+  std::map<std::string, std::string> options;  // "--steps" -> "10"; a flag -> ""
+  std::vector<std::string> after_dashes;       // what follows `--` (supervise's launch command)
+  bool help = false;
+
+  bool has(const std::string& opt) const { return options.count(opt) > 0; }
+  // A valued option as a whole number >= lo (RecipeError naming it otherwise).
+  long integer(const std::string& opt, long def, long lo) const;
+};
+
+struct RecipeArgsSpec {
+  const char* command;                  // "train", for messages
+  const char* usage;                    // printed with every usage error
+  std::vector<std::string> flags;       // e.g. "--print-config"
+  std::vector<std::string> valued;      // e.g. "--resume", "--steps"
+  bool recipe_optional = false;         // (help-like flags need none either)
+  bool dashes = false;                  // accepts `-- COMMAND...`
+};
+
+RecipeArgs parse_recipe_args(const RecipeArgsSpec& spec, int argc, char** argv);
+
+}  // namespace trainer

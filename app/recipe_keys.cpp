@@ -1,0 +1,352 @@
+// The recipe key table. Each entry binds one key to its field in Recipe;
+// everything else about the key is said here once.
+#include "app/recipe_keys.h"
+
+#include <charconv>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+
+namespace trainer {
+
+namespace {
+
+// Field <-> KeyValue. Floats come back as the double with the float's
+// shortest decimal form (3e-4f as 0.0003), so they print as written.
+KeyValue to_value(int x) { return (long)x; }
+KeyValue to_value(long x) { return x; }
+KeyValue to_value(uint64_t x) { return (long)x; }
+KeyValue to_value(double x) { return x; }
+KeyValue to_value(float x) {
+  char b[32];
+  std::snprintf(b, sizeof b, "%.9g", x);
+  for (int p = 1; p <= 9; p++) {  // the shortest that reads back as this float
+    std::snprintf(b, sizeof b, "%.*g", p, x);
+    if (std::strtof(b, nullptr) == x) break;
+  }
+  return std::strtod(b, nullptr);
+}
+KeyValue to_value(bool x) { return x; }
+KeyValue to_value(const std::string& x) { return x; }
+KeyValue to_value(const std::vector<std::string>& x) { return x; }
+
+void from_value(int& d, const KeyValue& v) { d = (int)std::get<long>(v); }
+void from_value(long& d, const KeyValue& v) { d = std::get<long>(v); }
+void from_value(uint64_t& d, const KeyValue& v) { d = (uint64_t)std::get<long>(v); }
+void from_value(double& d, const KeyValue& v) { d = std::get<double>(v); }
+void from_value(float& d, const KeyValue& v) { d = (float)std::get<double>(v); }
+void from_value(bool& d, const KeyValue& v) { d = std::get<bool>(v); }
+void from_value(std::string& d, const KeyValue& v) { d = std::get<std::string>(v); }
+void from_value(std::vector<std::string>& d, const KeyValue& v) { d = std::get<std::vector<std::string>>(v); }
+
+// set and get of a Recipe field: AT(training.steps)
+#define AT(field)                                                          \
+  [](Recipe& r, const KeyValue& v) { from_value(r.field, v); },           \
+      [](const Recipe& r) { return to_value(r.field); }
+
+// An enum field spelled as one of `names` (in enum order).
+#define ENUM(field, Type, ...)                                                                 \
+  [](Recipe& r, const KeyValue& v) {                                                           \
+    const std::vector<std::string> n = {__VA_ARGS__};                                         \
+    for (size_t i = 0; i < n.size(); i++)                                                      \
+      if (n[i] == std::get<std::string>(v)) r.field = (Type)i;                                 \
+  },                                                                                           \
+      [](const Recipe& r) { return KeyValue(std::vector<std::string>{__VA_ARGS__}[(size_t)r.field]); }
+
+using Setter = std::function<void(Recipe&, const KeyValue&)>;
+using Getter = std::function<KeyValue(const Recipe&)>;
+
+// Builder: K(section, name, type, help, set, get).def(...).at_least(...)...
+struct K {
+  RecipeKey k;
+  K(const char* sec, const char* name, KeyType t, const char* help, Setter set, Getter get) {
+    k.section = sec, k.name = name, k.type = t, k.help = help, k.set = std::move(set), k.get = std::move(get);
+  }
+  K& def(KeyValue v) {
+    k.default_text = toml_text(v, k.type);
+    k.def = [v](const Recipe&, int) { return v; };
+    return *this;
+  }
+  K& def(std::function<KeyValue(const Recipe&, int)> f, const char* text) {
+    k.def = std::move(f), k.default_text = text;
+    return *this;
+  }
+  K& at_least(double lo) { return k.lo = lo, *this; }
+  K& above(double lo) { return k.lo = lo, k.lo_open = true, *this; }
+  K& below(double hi) { return k.hi = hi, k.hi_open = true, *this; }
+  K& at_most(double hi) { return k.hi = hi, *this; }
+  K& or_zero_off() { return k.zero_off = true, *this; }
+  K& wide() { return k.int_max = 9007199254740992L, *this; }  // long fields (2^53: exact in a double too)
+  K& choose(std::vector<std::string> c) { return k.choices = std::move(c), *this; }
+  K& shown_if(std::function<bool(const Recipe&)> f) { return k.shown = std::move(f), *this; }
+  operator RecipeKey() const { return k; }
+};
+
+constexpr KeyType Int = KeyType::Int, Float = KeyType::Float, Bool = KeyType::Bool,
+                  String = KeyType::String, List = KeyType::List, Choice = KeyType::Choice;
+using Strings = std::vector<std::string>;
+
+std::vector<RecipeKey> make_keys() {
+  using BS = TrainingSection::BadStep;
+  const auto llama = [](const Recipe& r) { return r.model.arch == Arch::Llama; };
+  return {
+      // [run]
+      K("run", "name", String, "name of the run, in logs", AT(run.name)).def(std::string("run")),
+      K("run", "dir", String, "where the run writes (metrics, resolved recipe, checkpoints); owned by one run at a time", AT(run.dir))
+          .def([](const Recipe& r, int) { return KeyValue("runs/" + r.run.name); }, "\"runs/NAME\""),
+      K("run", "seed", Int, "seed of the initial weights and the data order", AT(run.seed)).def(1234L).at_least(0).wide(),
+      // [model]
+      K("model", "arch", Choice, "model family", ENUM(model.arch, Arch, "gpt2", "llama"))
+          .def(std::string("gpt2")).choose({"gpt2", "llama"}),
+      K("model", "vocab_size", Int, "vocabulary size (tokens are ids below it)", AT(model.vocab_size)).def(256L).at_least(1),
+      K("model", "d_model", Int, "width", AT(model.d_model)).def(128L).at_least(1),
+      K("model", "n_layers", Int, "transformer layers", AT(model.n_layers)).def(4L).at_least(1),
+      K("model", "n_heads", Int, "attention (query) heads; d_model must divide by it", AT(model.n_heads)).def(4L).at_least(1),
+      K("model", "n_kv_heads", Int, "key/value heads (grouped-query attention; llama only)", AT(model.n_kv_heads))
+          .def([](const Recipe& r, int) { return KeyValue((long)r.model.n_heads); }, "n_heads")
+          .at_least(1).shown_if(llama),
+      K("model", "d_ff", Int, "MLP hidden width", AT(model.d_ff))
+          .def([](const Recipe& r, int) { return KeyValue(4L * r.model.d_model); }, "4 * d_model").at_least(1),
+      K("model", "seq_len", Int, "tokens per sequence", AT(model.seq_len)).def(128L).at_least(1),
+      K("model", "tie_embeddings", Bool, "the LM head shares the token embedding", AT(model.tie_embeddings))
+          .def([](const Recipe& r, int) { return KeyValue(r.model.arch == Arch::GPT2); }, "true for gpt2, false for llama"),
+      K("model", "norm_eps", Float, "epsilon of LayerNorm / RMSNorm", AT(model.norm_eps))
+          .def([](const Recipe& r, int) { return KeyValue(r.model.arch == Arch::GPT2 ? 1e-5 : 1e-6); }, "1e-5 gpt2, 1e-6 llama")
+          .above(0).below(1),
+      K("model", "rope_theta", Float, "RoPE base (llama only)", AT(model.rope_theta)).def(10000.0).above(1).shown_if(llama),
+      // [parallel]
+      K("parallel", "tp", Int, "tensor-parallel ranks; n_heads, n_kv_heads, d_ff and vocab_size must divide by it", AT(grid.tp))
+          .def(1L).at_least(1),
+      K("parallel", "pp", Int, "pipeline stages; n_layers must divide by pp * virtual_stages", AT(grid.pp)).def(1L).at_least(1),
+      K("parallel", "dp", Int, "data-parallel replicas", AT(grid.dp))
+          .def([](const Recipe& r, int world) { return KeyValue(world > 0 ? (long)world / (r.grid.tp * r.grid.pp) : 1L); },
+               "world size / (tp * pp)")
+          .at_least(1),
+      K("parallel", "sequence_parallel", Bool, "shard activations along the sequence between TP regions (needs seq_len divisible by tp)",
+        AT(sequence_parallel)).def(false),
+      K("parallel", "schedule", Choice, "pipeline schedule", ENUM(schedule, ScheduleKind, "1f1b", "interleaved"))
+          .def(std::string("1f1b")).choose({"1f1b", "interleaved"}),
+      K("parallel", "virtual_stages", Int, "model chunks per pipeline stage (interleaved: >= 2; micro-batches per step must be a multiple of pp)",
+        AT(virtual_stages))
+          .def([](const Recipe& r, int) { return KeyValue(r.schedule == ScheduleKind::Interleaved ? 2L : 1L); },
+               "1; 2 for interleaved")
+          .at_least(1),
+      // [training]
+      K("training", "steps", Int, "optimizer steps of the whole run", AT(training.steps)).def(100L).at_least(1).wide(),
+      K("training", "micro_batch", Int, "sequences per micro-batch and rank", AT(training.micro_batch)).def(1L).at_least(1),
+      K("training", "global_batch", Int, "sequences per optimizer step, all ranks (accumulation = global_batch / (micro_batch * dp))",
+        AT(training.global_batch))
+          .def([](const Recipe& r, int) { return KeyValue((long)r.training.micro_batch * r.grid.dp); }, "micro_batch * dp")
+          .at_least(1),
+      K("training", "grad_clip", Float, "global gradient-norm clip", AT(training.grad_clip)).def(1.0).at_least(0),
+      K("training", "eval_every", Int, "steps between evaluations (0: only at the end, with val data)", AT(training.eval_every))
+          .def(0L).at_least(0),
+      K("training", "eval_batches", Int, "validation micro-batches per rank and evaluation", AT(training.eval_batches)).def(4L).at_least(1),
+      K("training", "log_every", Int, "steps between log lines and metrics records (the first and last step, evaluations, checkpoints and warnings are always logged)",
+        AT(training.log_every)).def(1L).at_least(1),
+      K("training", "exit_after", Int, "stop this launch after that many steps, to resume later (0: run to steps)",
+        AT(training.exit_after)).def(0L).at_least(0).wide(),
+      K("training", "on_nan", Choice, "a NaN/Inf loss or gradient: stop (exit 6), skip the update, or rollback to the newest checkpoint and skip the batches since",
+        ENUM(training.on_nan, BS, "stop", "skip", "rollback")).def(std::string("stop")).choose({"stop", "skip", "rollback"}),
+      K("training", "spike_factor", Float, "a loss above this x the median of the last spike_window steps is a spike",
+        AT(training.spike_factor)).def(0.0).above(1).or_zero_off(),
+      K("training", "spike_window", Int, "applied steps the spike median looks back over", AT(training.spike_window)).def(50L).at_least(5),
+      K("training", "on_spike", Choice, "a loss spike: as on_nan", ENUM(training.on_spike, BS, "stop", "skip", "rollback"))
+          .def(std::string("skip")).choose({"stop", "skip", "rollback"}),
+      // [optimizer]
+      K("optimizer", "lr", Float, "peak learning rate", AT(lr.lr)).def(3e-4).above(0),
+      K("optimizer", "min_lr", Float, "learning rate at the last step (at most lr)", AT(lr.min_lr))
+          .def([](const Recipe& r, int) { return KeyValue(std::get<double>(to_value(r.lr.lr)) / 10); }, "lr / 10")
+          .at_least(0),
+      K("optimizer", "warmup_steps", Int, "linear warm-up steps", AT(lr.warmup_steps)).def(0L).at_least(0),
+      K("optimizer", "schedule", Choice, "decay after warm-up", ENUM(lr.schedule, LrSchedule, "cosine", "linear", "constant"))
+          .def(std::string("cosine")).choose({"cosine", "linear", "constant"}),
+      K("optimizer", "weight_decay", Float, "AdamW weight decay (matrices and embeddings only)", AT(adamw.weight_decay))
+          .def(0.1).at_least(0),
+      K("optimizer", "beta1", Float, "AdamW beta1", AT(adamw.beta1)).def(0.9).at_least(0).below(1),
+      K("optimizer", "beta2", Float, "AdamW beta2", AT(adamw.beta2)).def(0.95).at_least(0).below(1),
+      K("optimizer", "eps", Float, "AdamW epsilon", AT(adamw.eps)).def(1e-8).above(0),
+      // [recompute]
+      K("recompute", "mode", Choice, "activation recomputation: selective drops softmax and MLP activation; full keeps only layer inputs",
+        ENUM(recompute.mode, RecomputeMode, "none", "selective", "full"))
+          .def(std::string("none")).choose({"none", "selective", "full"}),
+      K("recompute", "layers", Int, "recompute the first K layers of each pipeline chunk (-1: all)", AT(recompute.layers))
+          .def(-1L).at_least(-1),
+      // [checkpoint]
+      K("checkpoint", "every", Int, "steps between checkpoints (0: none; the last step of a launch is saved too)", AT(checkpoint.every))
+          .def(0L).at_least(0),
+      K("checkpoint", "dir", String, "where checkpoints go; owned by one run at a time", AT(checkpoint.dir))
+          .def([](const Recipe& r, int) { return KeyValue(r.run.dir + "/checkpoints"); }, "\"RUN_DIR/checkpoints\""),
+      K("checkpoint", "keep", Int, "newest checkpoints kept (0: all); only this run's own are ever deleted", AT(checkpoint.keep))
+          .def(3L).at_least(0),
+      K("checkpoint", "resume", String, "\"auto\" (newest valid in dir), \"none\" (refused if dir holds checkpoints), or a checkpoint path",
+        AT(checkpoint.resume)).def(std::string("auto")),
+      K("checkpoint", "required", Bool, "a failed save stops training (exit 4) instead of a warning", AT(checkpoint.required)).def(false),
+      K("checkpoint", "async", Bool, "write checkpoints in the background from a host snapshot", AT(checkpoint.async)).def(false),
+      K("checkpoint", "allow_changes", List, "keys (\"data.train\", \"model.*\", \"run.seed\", or \"all\") allowed to differ from the resumed checkpoint's recipe",
+        AT(checkpoint.allow_changes)).def(Strings{}),
+      // [runtime]
+      K("runtime", "threads", Int, "CPU threads per rank", AT(runtime.threads)).def(1L).at_least(1).at_most(1024),
+      K("runtime", "backend", Choice, "compute backend", AT(runtime.backend)).def(std::string("cpu")).choose({"cpu"}),
+      K("runtime", "peak_gflops", Float, "peak GFLOP/s per rank for MFU (0: measured once per machine and cached)",
+        AT(runtime.peak_gflops)).def(0.0).at_least(0),
+      K("runtime", "comm_timeout", Float, "seconds a rank may sit in one communication call (or make no progress) before its watchdog ends the job (exit 5; 0: off)",
+        AT(runtime.comm_timeout)).def(600.0).at_least(0),
+      K("runtime", "straggler_factor", Float, "name a rank whose compute time exceeds its peers' median by this factor",
+        AT(runtime.straggler_factor)).def(1.5).above(1).or_zero_off(),
+      K("runtime", "straggler_every", Int, "steps between straggler reports", AT(runtime.straggler_every)).def(10L).at_least(1),
+      // [supervisor]
+      K("supervisor", "max_restarts", Int, "relaunches after failures before `supervise` gives up (exit 7)", AT(supervisor.max_restarts))
+          .def(3L).at_least(0),
+      K("supervisor", "hang_timeout", Float, "seconds without a finished step (set-up included) before `supervise` kills the job (0: off)",
+        AT(supervisor.hang_timeout)).def(900.0).at_least(0),
+      K("supervisor", "backoff", Float, "seconds before the first relaunch, doubling each time", AT(supervisor.backoff)).def(5.0).at_least(0),
+      K("supervisor", "backoff_max", Float, "longest wait between relaunches (>= backoff)", AT(supervisor.backoff_max)).def(60.0).at_least(0),
+      // [launch]
+      K("launch", "launcher", Choice, "how `supervise` starts the job", AT(launch.launcher))
+          .def(std::string("mpirun")).choose({"mpirun", "srun"}),
+      K("launch", "ranks", Int, "ranks `supervise` launches (0: dp * pp * tp)", AT(launch.ranks)).def(0L).at_least(0),
+      K("launch", "args", List, "extra launcher arguments", AT(launch.args)).def(Strings{}),
+      // [fault]
+      K("fault", "inject", List, "test-only fault injection (app/fault.h), e.g. \"crash rank=1 step=7\"", AT(fault_specs))
+          .def(Strings{}).shown_if([](const Recipe& r) { return !r.fault_specs.empty(); }),
+      // [data]
+      K("data", "train", List, "training token shards: paths or globs", AT(data.train)).def(Strings{}),
+      K("data", "val", List, "validation token shards: paths or globs", AT(data.val)).def(Strings{}),
+      K("data", "prefetch", Int, "micro-batches a background thread keeps ready (0: load on the training thread)", AT(data.prefetch))
+          .def(2L).at_least(0).at_most(64),
+  };
+}
+
+std::string number(double x, KeyType t) {
+  if (t == KeyType::Int || (x == std::floor(x) && std::fabs(x) < 1e15)) return std::to_string((long)x);
+  return toml_text(x, KeyType::Float);
+}
+
+}  // namespace
+
+const std::vector<RecipeKey>& recipe_keys() {
+  static const std::vector<RecipeKey> keys = make_keys();
+  return keys;
+}
+
+const std::vector<std::string>& recipe_sections() {
+  static const std::vector<std::string> s = {"run", "model", "data", "training", "optimizer", "parallel", "recompute",
+                                             "checkpoint", "runtime", "supervisor", "launch", "fault"};
+  return s;
+}
+
+namespace {
+// ">= 1", "in [0, 1)", "> 1, or 0 (off)": a number key's range in words.
+std::string bounds(const RecipeKey& k) {
+  const bool has_lo = k.lo > -1e299, has_hi = k.hi < 1e299;
+  std::string s;
+  if (has_lo && has_hi)
+    s = std::string("in ") + (k.lo_open ? "(" : "[") + number(k.lo, k.type) + ", " + number(k.hi, k.type) +
+        (k.hi_open ? ")" : "]");
+  else if (has_lo)
+    s = (k.lo_open ? "> " : ">= ") + number(k.lo, k.type);
+  else if (has_hi)
+    s = (k.hi_open ? "< " : "<= ") + number(k.hi, k.type);
+  if (k.zero_off) s += ", or 0 (off)";
+  return s;
+}
+}  // namespace
+
+std::string RecipeKey::allowed() const {
+  switch (type) {
+    case KeyType::Bool: return "true or false";
+    case KeyType::String: return "a string";
+    case KeyType::List: return "a list of strings";
+    case KeyType::Choice: {
+      std::string s;
+      for (const auto& c : choices) s += (s.empty() ? "\"" : ", \"") + c + "\"";
+      return s;
+    }
+    default: break;
+  }
+  const std::string b = bounds(*this);
+  return std::string(type == KeyType::Int ? "an integer" : "a number") + (b.empty() ? "" : " " + b);
+}
+
+std::string RecipeKey::check(const KeyValue& v) const {
+  double x = 0;
+  if (type == KeyType::Int) {
+    const long i = std::get<long>(v);
+    if ((i > int_max || i < -int_max - 1) && (double)i >= lo && (double)i <= hi)
+      return std::to_string(i) + " is out of range: must be " + bounds(*this) + " and fit in " +
+             (int_max > 2147483647L ? "53 bits" : "32 bits (at most 2147483647)");
+    x = (double)i;
+    if (i > int_max || i < -int_max - 1) return "must be " + bounds(*this) + ", got " + std::to_string(i);
+  } else if (type == KeyType::Float) {
+    x = std::get<double>(v);
+    if (!std::isfinite(x)) return "must be a finite number " + bounds(*this) + ", got " + std::string(std::isnan(x) ? "nan" : "inf");
+  } else if (type == KeyType::Choice) {
+    for (const auto& c : choices)
+      if (c == std::get<std::string>(v)) return "";
+    return "must be one of " + allowed();
+  } else {
+    return "";
+  }
+  if (zero_off && x == 0) return "";
+  const bool ok = (lo_open ? x > lo : x >= lo) && (hi_open ? x < hi : x <= hi);
+  return ok ? "" : "must be " + bounds(*this) + ", got " + number(x, type);
+}
+
+std::string toml_text(const KeyValue& v, KeyType type) {
+  struct Visitor {
+    KeyType type;
+    std::string operator()(long x) const { return std::to_string(x); }
+    std::string operator()(bool x) const { return x ? "true" : "false"; }
+    std::string operator()(double x) const {
+      char b[40];
+      const auto res = std::to_chars(b, b + sizeof b - 1, x);  // shortest that reads back the same
+      *res.ptr = 0;
+      std::string s = b;
+      if (s.find_first_of(".eni") == std::string::npos) s += ".0";  // stays a TOML float
+      return s;
+    }
+    std::string operator()(const std::string& s) const {
+      std::string q = "\"";
+      for (unsigned char c : s) {
+        if (c == '"' || c == '\\') q += '\\', q += (char)c;
+        else if (c == '\n') q += "\\n";
+        else if (c == '\t') q += "\\t";
+        else if (c < 0x20 || c == 0x7f) {
+          char b[8];
+          std::snprintf(b, sizeof b, "\\u%04x", c);
+          q += b;
+        } else {
+          q += (char)c;
+        }
+      }
+      return q + "\"";
+    }
+    std::string operator()(const std::vector<std::string>& l) const {
+      std::string s = "[";
+      for (size_t i = 0; i < l.size(); i++) s += (i ? ", " : "") + (*this)(l[i]);
+      return s + "]";
+    }
+  };
+  return std::visit(Visitor{type}, v);
+}
+
+std::string describe_keys(bool markdown) {
+  std::string out;
+  if (markdown) out = "| key | default | allowed | meaning |\n|---|---|---|---|\n";
+  for (const std::string& sec : recipe_sections())
+    for (const RecipeKey& k : recipe_keys()) {
+      if (k.section != sec) continue;
+      if (markdown) {
+        std::string def = k.default_text, allowed = k.allowed();
+        for (std::string* s : {&def, &allowed})
+          for (size_t p = 0; (p = s->find('|', p)) != std::string::npos; p += 2) s->replace(p, 1, "\\|");
+        out += "| `" + k.full() + "` | " + def + " | " + allowed + " | " + k.help + " |\n";
+      } else {
+        out += k.full() + " = " + k.default_text + "  (" + k.allowed() + ")\n    " + k.help + "\n";
+      }
+    }
+  return out;
+}
+
+}  // namespace trainer

@@ -1,0 +1,57 @@
+#pragma once
+// Every recipe key, declared once: its section and name, type, default,
+// allowed range or choices, help text, and where it lives in Recipe.
+// Reading and validating a recipe (app/recipe.cpp), printing the resolved
+// recipe (--print-config, recipe.resolved.toml, a checkpoint's recipe.toml),
+// `trainer train --keys` and the README's table all come from this list.
+// Rules between keys (divisibility, min_lr <= lr, ...) stay in recipe.cpp.
+#include <functional>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "app/recipe.h"
+
+namespace trainer {
+
+using KeyValue = std::variant<long, double, bool, std::string, std::vector<std::string>>;
+
+enum class KeyType { Int, Float, Bool, String, List, Choice };
+
+struct RecipeKey {
+  std::string section, name;
+  KeyType type = KeyType::Int;
+  std::string help;
+  // Default, from the keys read before this one and the job's world size
+  // (0: no job); default_text says it in words where it is computed.
+  std::function<KeyValue(const Recipe&, int world_size)> def;
+  std::string default_text;
+  std::function<void(Recipe&, const KeyValue&)> set;
+  std::function<KeyValue(const Recipe&)> get;
+  // Numbers: allowed range, an open end excludes the bound; zero_off: 0 is
+  // allowed outside the range and means "off". Ints also fit their field.
+  double lo = -1e300, hi = 1e300;
+  bool lo_open = false, hi_open = false, zero_off = false;
+  long int_max = 2147483647;  // int fields; long fields raise it
+  std::vector<std::string> choices;
+  // Printed only when this holds (keys one architecture ignores).
+  std::function<bool(const Recipe&)> shown;
+
+  std::string full() const { return section + "." + name; }
+  // "" when v is allowed, else why not ("must be >= 1").
+  std::string check(const KeyValue& v) const;
+  // What is allowed, in words ("an integer >= 1", "a number in [0, 1)").
+  std::string allowed() const;
+};
+
+const std::vector<RecipeKey>& recipe_keys();
+const std::vector<std::string>& recipe_sections();
+
+// A value as TOML text; floats in their shortest form that reads back the same.
+std::string toml_text(const KeyValue& v, KeyType type);
+
+// `trainer train --keys [markdown]`: every key with type, default, allowed
+// values and help, as a plain list or as the README's markdown table.
+std::string describe_keys(bool markdown);
+
+}  // namespace trainer

@@ -7,6 +7,7 @@
 
 #include "app/commands.h"
 #include "app/layout.h"
+#include "app/memory_fit.h"
 #include "app/recipe.h"
 #include "app/recipe_args.h"
 #include "model/flops.h"
@@ -21,11 +22,13 @@ const char* kPlanUsage =
     "  activations, communication buffers, temporaries) for every pipeline stage\n"
     "  and recompute mode (none, selective, full; [recompute] layers applies),\n"
     "  and the forward FLOPs recomputation adds. --ranks N is the world size\n"
-    "  the job will have (default: dp * pp * tp with dp from the recipe, or 1).\n";
+    "  the job will have (default: dp * pp * tp with dp from the recipe, or 1).\n"
+    "  Last, whether the worst rank fits in this machine's memory shared by\n"
+    "  --ranks-per-node ranks (default: all of them), as `trainer train` checks.\n";
 }
 
 int cmd_plan(int argc, char** argv) {
-  const RecipeArgs args = parse_recipe_args({"plan", kPlanUsage, {}, {"--ranks"}}, argc, argv);
+  const RecipeArgs args = parse_recipe_args({"plan", kPlanUsage, {}, {"--ranks", "--ranks-per-node"}}, argc, argv);
   if (args.help) return std::fputs(kPlanUsage, stdout), 0;
   const std::string& path = args.recipe;
   int ranks = (int)args.integer("--ranks", 0, 1);
@@ -53,6 +56,11 @@ int cmd_plan(int argc, char** argv) {
                   100 * extra / (step_flops / ranks));
     }
   }
+  // The same verdict `trainer train` gives before it allocates, for this
+  // machine with the job's ranks on it (--ranks-per-node, default all).
+  const int per_node = (int)args.integer("--ranks-per-node", ranks, 1);
+  const MemoryFit fit = check_memory_fit(r, -1, true, per_node);
+  std::printf("%s on this machine: %s\n", fit.fits ? "fits" : "does NOT fit", fit.message.c_str());
   return 0;
 }
 

@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "app/commands.h"
+#include "app/memory_fit.h"
 #include "app/recipe.h"
 #include "app/recipe_args.h"
 #include "app/recipe_keys.h"
@@ -35,6 +36,7 @@
 #include "runtime/flight_recorder.h"
 #include "runtime/metrics.h"
 #include "runtime/replace_file.h"
+#include "runtime/peak_cache.h"
 #include "runtime/sgemm_peak.h"
 #include "runtime/stop_signal.h"
 #include "runtime/watchdog.h"
@@ -165,6 +167,7 @@ struct Job {
   std::unique_ptr<Watchdog> watchdog;
   FaultPlan faults;          // injected faults for this rank and launch
   double peak_gflops = 0;    // per rank
+  std::string peak_source;   // where it came from, for the run header
   RunDirLocks locks;  // rank 0: this run owns run.dir and checkpoint.dir
   std::string resumed_from;  // checkpoint step directory, or empty
   long resumed_step = -1;
@@ -220,6 +223,51 @@ StragglerReport find_stragglers(Job& job, double my_compute_ms) {
   return rep;
 }
 
+// What rank 0 says the moment a stop signal arrives (runtime/stop_signal.h).
+void note_newest_checkpoint(const std::string& newest) {
+  set_stop_note("trainer: stop signal received: the ranks save a checkpoint at the end of this step and exit 75. "
+                "If they are killed first (mpirun kills its ranks about a second after SIGTERM or Ctrl-C; send "
+                "SIGUSR1 to mpirun to give them the time), " +
+                (newest.empty() ? std::string("no checkpoint of this run was committed yet, so none is lost")
+                                : "the newest committed checkpoint, " + newest + ", is intact: resume from it") +
+                ".\n");
+}
+
+// Ranks of this job on this node (they share its cores and memory).
+int ranks_on_node() {
+  MPI_Comm node;
+  int n = 1;
+  MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node);
+  MPI_Comm_size(node, &n);
+  MPI_Comm_free(&node);
+  return n;
+}
+
+// The per-rank sgemm peak MFU is relative to: runtime.peak_gflops, else the
+// cached measurement for this machine and launch shape, else measured now
+// (all ranks at once, as they will train; best of 1 s) and cached.
+void find_peak(Job& job) {
+  const Recipe& r = job.recipe;
+  Communicator& world = job.grid->world();
+  if (r.runtime.peak_gflops > 0) {
+    job.peak_gflops = r.runtime.peak_gflops, job.peak_source = "runtime.peak_gflops";
+    return;
+  }
+  const std::string key = peak_cache_key(r.runtime.threads, ranks_on_node());
+  std::string when;
+  double cached = world.rank() == 0 ? read_cached_peak(key, &when) : 0;
+  world.broadcast(&cached, sizeof cached, 0);
+  if (cached > 0) {
+    job.peak_gflops = cached, job.peak_source = "cached " + when + " in " + peak_cache_path();
+    return;
+  }
+  double g = measure_sgemm_gflops(*job.backend, 1024, 1.0);
+  world.allreduce_sum(&g, 1);
+  job.peak_gflops = g / world.size();
+  const bool saved = world.rank() == 0 && write_cached_peak(key, job.peak_gflops);
+  job.peak_source = std::string("measured now") + (saved ? ", cached in " + peak_cache_path() : "");
+}
+
 // At start-up: can checkpoint.dir hold keep + 1 checkpoints (the kept ones
 // and the one being written)? Only a warning: space may be freed later, and
 // a failed save is reported when it happens.
@@ -253,12 +301,12 @@ int run_training(Job& job, int world_rank, int world_size) {
   for (auto& m : job.loop->chunks()) params_here += m->num_params();
   if (lead) {
     std::printf("trainer: %s | %s, %s params/rank | dp=%d pp=%d tp=%d%s%s | global batch %d x %d tokens, "
-                "micro-batch %d, %d accumulation step(s) | %zu train samples | peak %.1f GFLOP/s/rank\n",
+                "micro-batch %d, %d accumulation step(s) | %zu train samples | peak %.1f GFLOP/s/rank (%s)\n",
                 r.run.name.c_str(), arch_name(r.model.arch), human((double)params_here).c_str(),
                 r.grid.dp, r.grid.pp, r.grid.tp, r.sequence_parallel ? " (sequence parallel)" : "",
                 r.grid.pp == 1 ? "" : r.schedule == ScheduleKind::OneFOneB ? " 1f1b" : " interleaved",
                 r.training.global_batch, r.model.seq_len,
-                r.training.micro_batch, r.accum_steps(), job.train->num_samples(), job.peak_gflops);
+                r.training.micro_batch, r.accum_steps(), job.train->num_samples(), job.peak_gflops, job.peak_source.c_str());
     std::fflush(stdout);
   }
   const auto t_start = std::chrono::steady_clock::now();
@@ -457,6 +505,10 @@ int run_training(Job& job, int world_rank, int world_size) {
         }
         if (save_now) last_saved = st.step, rollbacks_in_a_row = 0;
         if (did) ckpt_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+        if (did && lead) {
+          const std::vector<std::string> have = committed_checkpoints(ck.dir);
+          note_newest_checkpoint(have.empty() ? "" : have.back());
+        }
       } catch (const CheckpointError& e) {
         if (ck.required)
           throw CheckpointError("checkpoint of step " + std::to_string(st.step) + " failed (checkpoint.required = true): " + e.what());
@@ -485,7 +537,8 @@ int run_training(Job& job, int world_rank, int world_size) {
                      slow.ms[i], r.runtime.straggler_every, slow.ratios[i], r.runtime.straggler_factor,
                      slow.median_ms);
     const bool log = st.step % r.training.log_every == 0 || st.step == r.training.steps || st.step == 1;
-    if (!lead || (!log && val < 0 && ckpt_ms < 0 && !straggler_report && !st.nonfinite && !st.spike)) continue;
+    const bool named = straggler_report && !slow.ranks.empty();  // a quiet report does not force a line
+    if (!lead || (!log && val < 0 && ckpt_ms < 0 && !named && !st.nonfinite && !st.spike)) continue;
     const double tps = tokens_per_step / (st.step_ms / 1e3);
     const double mfu = peak_total > 0 ? flops_per_token * tps / peak_total : 0;
     JsonRecord rec;
@@ -496,7 +549,7 @@ int run_training(Job& job, int world_rank, int world_size) {
     if (st.spike) rec.add("loss_spike", 1);
     if (val >= 0) rec.add("val_loss", val);
     if (ckpt_ms >= 0) rec.add("ckpt_ms", ckpt_ms);
-    if (straggler_report)
+    if (named)
       rec.add("stragglers", slow.ranks).add("straggler_compute_ms", slow.ms).add("straggler_ratio", slow.worst_ratio)
           .add("compute_ms_median", slow.median_ms);
     // Per pipeline stage: compute time, time waiting on pipeline receives (the
@@ -553,7 +606,7 @@ int cmd_train(int argc, char** argv) {
   int rank = 0, size = 1;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &size);
-  install_stop_signals();  // from here on SIGTERM/SIGUSR1 mean "checkpoint and stop"
+  install_stop_signals(true);  // from here on SIGTERM/SIGUSR1/SIGINT mean "checkpoint and stop"
   install_dump_signal();   // and SIGUSR2 "write your flight recorder"
   // Set by `trainer supervise`: which launch this is (0 when unsupervised).
   const int launch = std::getenv("TRAINER_ATTEMPT") ? std::atoi(std::getenv("TRAINER_ATTEMPT")) : 0;
@@ -584,12 +637,20 @@ int cmd_train(int argc, char** argv) {
       const ResumeDecision d = decide_resume(r, args.has("--start-over"));
       for (const std::string& n : d.notes) std::fprintf(stderr, "%s\n", n.c_str());
       job.resumed_from = d.from;
+      note_newest_checkpoint(d.from);
     });
     if (code == 0) job.resumed_from = broadcast_string(job.resumed_from);
   }
   if (code == 0) {
     code = agree_on_failure(MPI_COMM_WORLD, [&] {
       const Recipe& r = job.recipe;
+      if (r.runtime.memory_check) {  // before anything big is allocated
+        const GridCoords at = grid_coords(r.grid, rank);
+        const MemoryFit fit = check_memory_fit(r, at.pp, at.dp == 0, ranks_on_node());
+        if (!fit.fits)
+          throw RecipeError("rank " + std::to_string(rank) + " (pipeline stage " + std::to_string(at.pp) + ") " +
+                            fit.message + " (runtime.memory_check = false skips this check)");
+      }
       job.train = std::make_unique<TokenDataset>(r.data.train_files, r.model.seq_len, r.model.vocab_size);
       if (!r.data.val_files.empty())
         job.val = std::make_unique<TokenDataset>(r.data.val_files, r.model.seq_len, r.model.vocab_size);
@@ -612,12 +673,7 @@ int cmd_train(int argc, char** argv) {
         job.resumed_step = job.loop->steps_done();
       }
       warn_checkpoint_space(job);
-      job.peak_gflops = r.runtime.peak_gflops;
-      if (job.peak_gflops <= 0) {  // all ranks measure at once, as they will train
-        double g = measure_sgemm_gflops(*job.backend, 1024, 0.3);
-        job.grid->world().allreduce_sum(&g, 1);
-        job.peak_gflops = g / size;
-      }
+      find_peak(job);
       job.backend->reset_memory_peaks();  // the sgemm measurement is not training
       if (rank == 0) {
         std::ofstream(r.run.dir + "/recipe.resolved.toml") << recipe_to_toml(r);

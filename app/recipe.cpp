@@ -284,6 +284,9 @@ void check_data(Recipe& r, RecipeReader& rd) {
 Recipe load_recipe(const std::string& path, const std::vector<std::string>& overrides,
                    int world_size, bool need_data) {
   toml::table root;
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec))
+    throw RecipeError(path + ": is a directory; give a recipe file (e.g. configs/demo.toml)");
   try {
     root = toml::parse_file(path);
   } catch (const toml::parse_error& e) {

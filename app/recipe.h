@@ -54,6 +54,7 @@ struct RuntimeSection {
   double comm_timeout = 600;  // s a rank may sit in one collective (or idle) before the watchdog ends the job; 0: off
   double straggler_factor = 1.5;  // a rank whose compute time exceeds the median by this factor is named; 0: off
   int straggler_every = 10;       // steps between straggler reports
+  bool memory_check = true;       // stop before allocating when the plan does not fit (app/memory_fit.h)
 };
 
 // `trainer supervise`: restarts and hang detection.

@@ -195,6 +195,8 @@ std::vector<RecipeKey> make_keys() {
       K("runtime", "straggler_factor", Float, "name a rank whose compute time exceeds its peers' median by this factor",
         AT(runtime.straggler_factor)).def(1.5).above(1).or_zero_off(),
       K("runtime", "straggler_every", Int, "steps between straggler reports", AT(runtime.straggler_every)).def(10L).at_least(1),
+      K("runtime", "memory_check", Bool, "stop before allocating (exit 2) when the predicted memory per rank exceeds its share of the node's",
+        AT(runtime.memory_check)).def(true),
       // [supervisor]
       K("supervisor", "max_restarts", Int, "relaunches after failures before `supervise` gives up (exit 7)", AT(supervisor.max_restarts))
           .def(3L).at_least(0),

@@ -105,8 +105,18 @@ std::string newest_valid_checkpoint(const std::string& dir) {
 
 ResumeDecision decide_resume(const Recipe& r, bool start_over) {
   const CheckpointSection& ck = r.checkpoint;
-  const std::vector<std::string> existing = committed_checkpoints(ck.dir);
   ResumeDecision d;
+  // Saves that never committed (the job was killed mid-save): never a
+  // checkpoint, only disk space; the lock says no other run is writing them.
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(ck.dir, ec)) {
+    const std::string n = e.path().filename().string();
+    if (n.rfind("step_", 0) == 0 && n.size() > 4 && n.substr(n.size() - 4) == ".tmp" && e.is_directory(ec)) {
+      fs::remove_all(e.path(), ec);
+      d.notes.push_back("note: removed " + e.path().string() + ", a save that was interrupted before it committed");
+    }
+  }
+  const std::vector<std::string> existing = committed_checkpoints(ck.dir);
   std::vector<std::string> foreign;  // what this run would overwrite or delete
   if (start_over) {
     foreign = existing;
@@ -138,7 +148,6 @@ ResumeDecision decide_resume(const Recipe& r, bool start_over) {
   } else {
     d.from = find_checkpoint(ck.resume);
     read_manifest(d.from, true);
-    std::error_code ec;
     const bool same_dir = fs::equivalent(fs::path(d.from).parent_path(), ck.dir, ec);
     for (const std::string& s : existing)
       if (!same_dir || checkpoint_step(s) > checkpoint_step(d.from)) foreign.push_back(s);

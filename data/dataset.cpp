@@ -30,6 +30,11 @@ TokenDataset::TokenDataset(const std::vector<std::string>& files, int seq_len, i
     : T_(seq_len), V_(vocab_size) {
   for (const std::string& f : files) {
     TokenShard s(f);
+    size_t at = 0;
+    if (const uint32_t top = s.max_token(); top >= (uint32_t)vocab_size && s.max_token(&at))
+      throw DataError(f + ": token id " + std::to_string(top) + " at token " + std::to_string(at) + " (byte offset " +
+                      std::to_string(s.byte_offset(at)) + ") is >= vocab_size " + std::to_string(vocab_size) +
+                      ": the shard was made for a larger vocabulary (model.vocab_size) or is corrupt");
     const size_t n = s.size() > (size_t)T_ ? (s.size() - 1) / T_ : 0;
     first_.push_back(total_);
     total_ += n;

@@ -19,6 +19,11 @@ TokenShard::TokenShard(const std::string& path) : path_(path) {
   if (fd < 0) throw DataError(path + ": cannot open token shard: " + std::strerror(errno));
   struct stat st {};
   ::fstat(fd, &st);
+  if (S_ISDIR(st.st_mode)) {
+    ::close(fd);
+    throw DataError(path + ": is a directory, not a token shard; name the shard files, e.g. \"" + path +
+                    "/train_*.bin\"");
+  }
   const size_t bytes = (size_t)st.st_size;
   if (bytes < kShardHeaderBytes) {
     ::close(fd);
@@ -51,7 +56,30 @@ TokenShard::TokenShard(const std::string& path) : path_(path) {
                     std::to_string(count_) + " tokens (" + std::to_string(want) +
                     " bytes) but the file has " + std::to_string(bytes) + " bytes; data ends at token " +
                     std::to_string((bytes - kShardHeaderBytes) / width_));
+  if (bytes > want)
+    throw DataError(path + ": the header at byte offset 8 says " + std::to_string(count_) + " tokens (" +
+                    std::to_string(want) + " bytes) but the file has " + std::to_string(bytes) +
+                    " bytes: the count is wrong or the file was appended to; rewrite the shard");
   data_ = static_cast<const unsigned char*>(map_) + kShardHeaderBytes;
+}
+
+uint32_t TokenShard::max_token(size_t* where) const {
+  // A plain max over the typed array (vectorised: ~GB/s), then one pass for
+  // the place of the largest.
+  auto top_of = [&](const auto* p) {
+    uint32_t best = 0;
+    for (size_t i = 0; i < count_; i++) best = std::max<uint32_t>(best, p[i]);
+    return best;
+  };
+  const uint32_t best = width_ == 2 ? top_of(reinterpret_cast<const uint16_t*>(data_))
+                                    : top_of(reinterpret_cast<const uint32_t*>(data_));
+  if (where)
+    for (size_t i = 0; i < count_; i++)
+      if (token(i) == best) {
+        *where = i;
+        break;
+      }
+  return best;
 }
 
 TokenShard::TokenShard(TokenShard&& o) noexcept

@@ -30,6 +30,9 @@ class TokenShard {
     return width_ == 2 ? reinterpret_cast<const uint16_t*>(data_)[i]
                        : reinterpret_cast<const uint32_t*>(data_)[i];
   }
+  // The largest token id and (where) its index: a shard checked once
+  // against the vocabulary at start-up, not only where a sample reads.
+  uint32_t max_token(size_t* where = nullptr) const;
   // Byte offset in the file of token i (for error messages).
   size_t byte_offset(size_t i) const { return kShardHeaderBytes + i * width_; }
 

@@ -1,13 +1,29 @@
 #include "runtime/stop_signal.h"
 
+#include <unistd.h>
+
+#include <atomic>
 #include <csignal>
+#include <cstdio>
+#include <cstring>
 
 namespace trainer {
 
 namespace {
 volatile std::sig_atomic_t g_stop_signal = 0;
 volatile std::sig_atomic_t g_dump_requests = 0;
-extern "C" void record_stop_signal(int sig) { g_stop_signal = sig; }
+// Two note buffers: the writer fills the one not in use, then publishes it.
+char g_notes[2][2048];
+std::atomic<int> g_note{-1};
+extern "C" void record_stop_signal(int sig) {
+  const bool first = g_stop_signal == 0;
+  g_stop_signal = sig;
+  const int i = g_note.load();
+  if (first && i >= 0) {  // write(2) and strlen are async-signal-safe
+    const ssize_t ignored = write(2, g_notes[i], strlen(g_notes[i]));
+    (void)ignored;
+  }
+}
 extern "C" void record_dump_request(int) { g_dump_requests = g_dump_requests + 1; }
 }  // namespace
 
@@ -22,6 +38,12 @@ void install_stop_signals(bool interrupt) {
 }
 
 int stop_signal() { return g_stop_signal; }
+
+void set_stop_note(const std::string& text) {
+  const int next = g_note.load() == 0 ? 1 : 0;
+  std::snprintf(g_notes[next], sizeof g_notes[next], "%s", text.c_str());
+  g_note.store(text.empty() ? -1 : next);
+}
 
 void install_dump_signal() {
   struct sigaction sa {};

@@ -4,12 +4,20 @@
 // for; the training loop polls it at step boundaries, where all ranks agree
 // on it and save a checkpoint. The recorded signal is process-wide by nature
 // (a signal handler can reach nothing else).
+#include <string>
+
 namespace trainer {
 
 // SIGTERM and SIGUSR1; with interrupt, SIGINT too (the supervisor: Ctrl-C
 // stops the job with a checkpoint).
 void install_stop_signals(bool interrupt = false);
 int stop_signal();            // the last one received, or 0
+
+// Text the handler writes to stderr, at once, when a stop signal arrives:
+// rank 0 keeps it naming the newest committed checkpoint, so a user whose
+// launcher kills the ranks before they can save (mpirun does, about a second
+// after SIGTERM or Ctrl-C) still learns what is safe. "" writes nothing.
+void set_stop_note(const std::string& text);
 
 // SIGUSR2 asks a rank to write its flight recorder now (the supervisor sends
 // it through the launcher before it kills a job it found hung); the watchdog

@@ -8,7 +8,9 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
+#include <cstdio>
 #include <cstring>
+#include <stdexcept>
 #include <new>
 #include <vector>
 
@@ -47,7 +49,13 @@ CpuBackend::~CpuBackend() { free(scratch_); }
 float* CpuBackend::alloc(size_t n, Mem kind) {
   const size_t bytes = ((n * sizeof(float) + 63) / 64) * 64 + 64;
   void* p = std::aligned_alloc(64, bytes);
-  if (!p) throw std::bad_alloc();
+  if (!p) {
+    char b[200];
+    std::snprintf(b, sizeof b, "out of memory: allocating %.1f MB of %s failed (%.1f MB allocated so far); "
+                  "`trainer plan RECIPE` shows what each category needs", bytes / 1048576.0, mem_name(kind),
+                  mem_.stats().total_current / 1048576.0);
+    throw std::runtime_error(b);
+  }
   std::memset(p, 0, n * sizeof(float));
   mem_.add(p, bytes, kind);
   return static_cast<float*>(p);

@@ -1,0 +1,28 @@
+#pragma once
+// The memory pre-flight: before a run allocates anything, each rank compares
+// what `trainer plan` predicts for it (model/memory_plan.h, plus the
+// checkpoint buffers and the process itself) with its share of the memory it
+// can get (runtime/host_memory.h, divided among the ranks on the node). A
+// run that cannot fit stops with exit 2 and says what would make it fit,
+// instead of being killed by the OOM killer with no word.
+#include <string>
+
+#include "app/recipe.h"
+#include "model/memory_plan.h"
+
+namespace trainer {
+
+struct MemoryFit {
+  MemoryPlan plan;         // the stage checked
+  double checkpoint = 0;   // bytes of checkpoint buffers (file image, async snapshot)
+  double process = 0;      // the process itself: libraries, MPI buffers
+  double need = 0;         // all of it, per rank
+  double available = 0;    // this rank's share
+  bool fits = true;
+  std::string message;     // "needs 2.40 GB per rank (params ...), 0.90 GB available (...): try ..."
+};
+
+// stage < 0: the stage that needs most; writer: the rank writes checkpoint files.
+MemoryFit check_memory_fit(const Recipe& r, int stage, bool writer, int ranks_on_node);
+
+}  // namespace trainer

@@ -1,0 +1,20 @@
+#pragma once
+// How much memory this process may use: the kernel's MemAvailable, capped by
+// a cgroup limit (v2 memory.max, or v1 limit_in_bytes) less what the cgroup
+// already uses. Before a run allocates, the trainer compares its predicted
+// need with its share of this (the memory pre-flight in app/memory_fit.h).
+#include <cstddef>
+#include <string>
+
+namespace trainer {
+
+struct HostMemory {
+  size_t available = 0;     // bytes this process could still get (min of the two below)
+  size_t mem_available = 0; // /proc/meminfo MemAvailable
+  size_t cgroup_room = 0;   // cgroup limit - usage; 0: no limit found
+  std::string describe() const;  // "7.2 GB MemAvailable" (+ "cgroup limit: 4.0 GB free of it")
+};
+
+HostMemory host_memory();
+
+}  // namespace trainer

@@ -1,0 +1,76 @@
+#include "runtime/peak_cache.h"
+
+#include <unistd.h>
+
+#include <cstdlib>
+#include <ctime>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <vector>
+
+#include "runtime/replace_file.h"
+
+namespace trainer {
+
+namespace {
+std::string cpu_model() {
+  std::ifstream f("/proc/cpuinfo");
+  std::string line;
+  while (std::getline(f, line))
+    if (line.rfind("model name", 0) == 0) return line.substr(line.find(':') + 2);
+  return "unknown cpu";
+}
+}  // namespace
+
+std::string peak_cache_path() {
+  if (const char* d = std::getenv("TRAINER_CACHE_DIR")) return std::string(d) + "/peak_gflops";
+  if (const char* x = std::getenv("XDG_CACHE_HOME"); x && *x) return std::string(x) + "/trainer/peak_gflops";
+  if (const char* h = std::getenv("HOME"); h && *h) return std::string(h) + "/.cache/trainer/peak_gflops";
+  return "";
+}
+
+std::string peak_cache_key(int threads, int ranks_on_node) {
+  char host[256] = {0};
+  gethostname(host, sizeof host - 1);
+  const char* core = std::getenv("OPENBLAS_CORETYPE");
+  std::string key = std::string(host) + "|" + cpu_model() + "|blas " + (core ? core : "auto") + "|threads " +
+                    std::to_string(threads) + "|ranks " + std::to_string(ranks_on_node);
+  for (char& c : key)
+    if (c == '\t' || c == '\n') c = ' ';
+  return key;
+}
+
+double read_cached_peak(const std::string& key, std::string* when) {
+  std::ifstream f(peak_cache_path());
+  std::string line;
+  while (std::getline(f, line)) {
+    std::istringstream is(line);
+    std::string k, g, w;
+    if (std::getline(is, k, '\t') && std::getline(is, g, '\t') && std::getline(is, w) && k == key) {
+      if (when) *when = w;
+      return std::strtod(g.c_str(), nullptr);
+    }
+  }
+  return 0;
+}
+
+bool write_cached_peak(const std::string& key, double gflops) {
+  const std::string path = peak_cache_path();
+  if (path.empty()) return false;
+  std::error_code ec;
+  std::filesystem::create_directories(std::filesystem::path(path).parent_path(), ec);
+  std::string text, line;
+  std::ifstream f(path);
+  while (std::getline(f, line))
+    if (line.rfind(key + "\t", 0) != 0) text += line + "\n";
+  char when[32];
+  const time_t t = time(nullptr);
+  struct tm tm {};
+  gmtime_r(&t, &tm);
+  std::strftime(when, sizeof when, "%Y-%m-%d %H:%M UTC", &tm);
+  text += key + "\t" + std::to_string(gflops) + "\t" + when + "\n";
+  return replace_file(path, text, false).empty();
+}
+
+}  // namespace trainer

@@ -1,0 +1,25 @@
+#pragma once
+// The sgemm peak MFU is measured against, measured once per machine and
+// launch shape and kept in a small cache file, so MFU does not swing with
+// the noise of a short measurement at every start (55-100 GFLOP/s per rank
+// were seen on one shared machine). The file is
+// ${TRAINER_CACHE_DIR:-${XDG_CACHE_HOME:-~/.cache}/trainer}/peak_gflops, one
+// line per key: "KEY<TAB>GFLOPS<TAB>WHEN". Delete it to measure again.
+#include <string>
+
+namespace trainer {
+
+// Where the cache lives ("" when no home or cache directory is known).
+std::string peak_cache_path();
+
+// The key of this machine and launch shape: host, CPU model, BLAS kernels,
+// threads per rank and ranks on this node (they share the cores).
+std::string peak_cache_key(int threads, int ranks_on_node);
+
+// The cached peak (GFLOP/s per rank) and when it was measured; 0 if none.
+double read_cached_peak(const std::string& key, std::string* when);
+
+// Adds or replaces the key's line; false (silently) when the file cannot be written.
+bool write_cached_peak(const std::string& key, double gflops);
+
+}  // namespace trainer

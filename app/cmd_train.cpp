@@ -29,6 +29,7 @@
 #include "app/train_loop.h"
 #include "ckpt/checkpoint.h"
 #include "model/flops.h"
+#include "model/param_registry.h"
 #include "parallel/process_grid.h"
 #include "app/fault.h"
 #include "runtime/errors.h"
@@ -300,9 +301,10 @@ int run_training(Job& job, int world_rank, int world_size) {
   size_t params_here = 0;
   for (auto& m : job.loop->chunks()) params_here += m->num_params();
   if (lead) {
-    std::printf("trainer: %s | %s, %s params/rank | dp=%d pp=%d tp=%d%s%s | global batch %d x %d tokens, "
+    std::printf("trainer: %s | %s, %s params (%s/rank) | dp=%d pp=%d tp=%d%s%s | global batch %d x %d tokens, "
                 "micro-batch %d, %d accumulation step(s) | %zu train samples | peak %.1f GFLOP/s/rank (%s)\n",
-                r.run.name.c_str(), arch_name(r.model.arch), human((double)params_here).c_str(),
+                r.run.name.c_str(), arch_name(r.model.arch), human((double)build_params(r.model).reg.total()).c_str(),
+                human((double)params_here).c_str(),
                 r.grid.dp, r.grid.pp, r.grid.tp, r.sequence_parallel ? " (sequence parallel)" : "",
                 r.grid.pp == 1 ? "" : r.schedule == ScheduleKind::OneFOneB ? " 1f1b" : " interleaved",
                 r.training.global_batch, r.model.seq_len,
@@ -588,7 +590,11 @@ int run_training(Job& job, int world_rank, int world_size) {
   }
   if (lead && first < r.training.steps) {
     const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_start).count();
-    std::printf("done: %ld steps in %.1f s | final loss %.4f", end, secs, last_loss);
+    if (end < r.training.steps)
+      std::printf("stopped after %ld steps (training.exit_after = %ld; %ld of %ld done) in %.1f s | loss %.4f", end - first,
+                  r.training.exit_after, end, r.training.steps, secs, last_loss);
+    else
+      std::printf("done: %ld steps in %.1f s | final loss %.4f", end, secs, last_loss);
     if (last_val >= 0) std::printf(" | val loss %.4f", last_val);
     std::printf(" | metrics in %s/metrics.jsonl\n", r.run.dir.c_str());
   }

@@ -26,12 +26,12 @@ std::vector<std::string> expand_paths(const std::vector<std::string>& patterns) 
   return out;
 }
 
-TokenDataset::TokenDataset(const std::vector<std::string>& files, int seq_len, int vocab_size)
+TokenDataset::TokenDataset(const std::vector<std::string>& files, int seq_len, int vocab_size, bool check_vocab)
     : T_(seq_len), V_(vocab_size) {
   for (const std::string& f : files) {
     TokenShard s(f);
     size_t at = 0;
-    if (const uint32_t top = s.max_token(); top >= (uint32_t)vocab_size && s.max_token(&at))
+    if (const uint32_t top = check_vocab ? s.max_token() : 0; top >= (uint32_t)vocab_size && s.max_token(&at))
       throw DataError(f + ": token id " + std::to_string(top) + " at token " + std::to_string(at) + " (byte offset " +
                       std::to_string(s.byte_offset(at)) + ") is >= vocab_size " + std::to_string(vocab_size) +
                       ": the shard was made for a larger vocabulary (model.vocab_size) or is corrupt");

@@ -16,7 +16,10 @@ std::vector<std::string> expand_paths(const std::vector<std::string>& patterns);
 
 class TokenDataset {
  public:
-  TokenDataset(const std::vector<std::string>& files, int seq_len, int vocab_size);
+  // Checks every token of every shard against the vocabulary up front
+  // (check_vocab): a token id that no sample would read is still a sign of
+  // data made for another vocabulary. read_sample checks what it reads too.
+  TokenDataset(const std::vector<std::string>& files, int seq_len, int vocab_size, bool check_vocab = true);
   size_t num_samples() const { return total_; }
   int seq_len() const { return T_; }
   // Copies sample k into inputs[T] and targets[T]; throws DataError naming the

@@ -8,7 +8,7 @@ cd "$(dirname "$0")/.."
 scripts/setup.sh
 scripts/build.sh
 . scripts/mpi_env.sh
-if ! compgen -G "data/demo/train_*.bin" >/dev/null; then
-  build/trainer data prepare --input /usr/share/common-licenses --output data/demo --val-fraction 0.1
+if ! compgen -G "datasets/demo/train_*.bin" >/dev/null; then
+  build/trainer data prepare --input /usr/share/common-licenses --output datasets/demo --val-fraction 0.1
 fi
 exec mpirun -np "${RANKS:-8}" build/trainer train configs/demo.toml "$@"

@@ -98,7 +98,11 @@ TEST(Dataset, TokenBeyondVocabNamesFileAndOffset) {
   std::vector<uint32_t> t(100, 7);
   t[42] = 300;
   write_token_shard(d.file("v.bin"), t);
-  TokenDataset ds({d.file("v.bin")}, 10, 256);
+  // Up front: the whole shard is checked when the dataset opens.
+  const std::string first = error_of([&] { TokenDataset({d.file("v.bin")}, 10, 256); });
+  EXPECT_NE(first.find("token id 300 at token 42 (byte offset 1108)"), std::string::npos) << first;
+  // And where a sample reads it, when the up-front check is off.
+  TokenDataset ds({d.file("v.bin")}, 10, 256, false);
   std::vector<int32_t> in(10), tg(10);
   ds.read_sample(3, in.data(), tg.data());  // tokens 30..40: fine
   const std::string e = error_of([&] { ds.read_sample(4, in.data(), tg.data()); });
@@ -216,7 +220,7 @@ TEST(Loader, WorkerErrorReachesTheCaller) {
   std::vector<uint32_t> t(400, 1);
   t[350] = 999;
   write_token_shard(d.file("e.bin"), t);
-  TokenDataset ds({d.file("e.bin")}, 10, 256);
+  TokenDataset ds({d.file("e.bin")}, 10, 256, false);  // the error must come from the worker
   LoaderConfig c;
   c.global_batch = 39;
   c.micro_batch = 39;

@@ -1,0 +1,416 @@
+"""Faults and bad inputs through the real binary: each case of
+docs/RELIABILITY.md that needs a process, a second run, a signal or a
+file system. Committed checkpoints are compared before and after with
+`trainer ckpt verify` and file checksums, so "nothing lost" is measured,
+not assumed. The full-disk cases mount a small tmpfs (root only; skipped,
+and said so, elsewhere).
+
+usage: reliability_check.py TRAINER MPIEXEC
+"""
+import glob
+import hashlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from harness import check, failures  # noqa: E402
+
+ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
+
+TINY = """[run]
+name = "tiny"
+dir = "{run}"
+[model]
+arch = "gpt2"
+vocab_size = 256
+d_model = 32
+n_layers = 2
+n_heads = 4
+d_ff = 64
+seq_len = 16
+[data]
+train = ["{data}/train_*.bin"]
+[training]
+steps = 20
+global_batch = 4
+micro_batch = 1
+log_every = 5
+[optimizer]
+lr = 1e-3
+[checkpoint]
+every = 5
+[runtime]
+peak_gflops = 50
+"""
+
+
+class Env:
+    def __init__(self, trainer, mpiexec, tmp):
+        self.trainer, self.mpiexec, self.tmp = trainer, mpiexec, tmp
+        self.data = os.path.join(tmp, "data")
+        self.sh([trainer, "data", "prepare", "--input", "/usr/share/common-licenses", "--output", self.data])
+
+    def sh(self, cmd, env=None, timeout=300):
+        p = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=timeout)
+        return p.returncode, p.stdout + p.stderr
+
+    def recipe(self, name, run=None, extra=""):
+        path = os.path.join(self.tmp, name + ".toml")
+        with open(path, "w") as f:
+            f.write(TINY.format(run=run or os.path.join(self.tmp, name), data=self.data) + extra)
+        return path
+
+    def train(self, recipe, *args, np_=1, env=None):
+        cmd = ([self.mpiexec, "-np", str(np_)] if np_ > 1 else []) + [self.trainer, "train", recipe, *args]
+        return self.sh(cmd, env=env)
+
+
+def digest(directory):
+    """File name -> sha256 of every file under a directory (what "intact"
+    means), but the lock file, which names whoever took the directory last."""
+    out = {}
+    for root, _, files in os.walk(directory):
+        for f in files:
+            if f == ".lock":
+                continue
+            p = os.path.join(root, f)
+            out[os.path.relpath(p, directory)] = hashlib.sha256(open(p, "rb").read()).hexdigest()
+    return out
+
+
+def verifies(e, path):
+    return e.sh([e.trainer, "ckpt", "verify", path])[0] == 0
+
+
+def steps_of(d):
+    return sorted(os.path.basename(p) for p in glob.glob(os.path.join(d, "step_*")))
+
+
+def case_lock(e):
+    r = e.recipe("lock", extra="")
+    slow = ["--set", "training.steps=100000", "--set", "checkpoint.every=100000"]
+    first = subprocess.Popen([e.trainer, "train", r, *slow], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    time.sleep(2.0)
+    code, out = e.train(r)
+    check(code == 2 and "is in use by another run" in out and f"pid {first.pid}" in out and "host " in out,
+          "1 lock: a second run on the same run.dir exits 2 naming the holder's host and pid")
+    other = e.recipe("lock_other")
+    code, out = e.train(other, "--set", f'checkpoint.dir="{e.tmp}/lock/checkpoints"')
+    check(code == 2 and "in use by another run" in out,
+          "1 lock: another run.dir with the same checkpoint.dir exits 2 too")
+    first.send_signal(signal.SIGKILL)
+    first.wait()
+    code, out = e.train(r, "--set", "training.steps=5")
+    check(code == 0, "1 lock: after the holder is SIGKILLed the lock is gone: the next run starts (no stale lock)")
+
+
+def case_retention(e):
+    r = e.recipe("retain")
+    e.train(r)
+    ck = os.path.join(e.tmp, "retain", "checkpoints")
+    before = digest(ck)
+    code, out = e.train(r, "--set", "checkpoint.resume=none", "--set", "training.steps=5")
+    check(code == 2 and "holds checkpoints this run did not write" in out and "--start-over" in out
+          and digest(ck) == before,
+          "2 retention: resume = none on a directory with checkpoints is refused (exit 2); every file unchanged")
+    code, out = e.train(r, "--set", "checkpoint.resume=none", "--set", "training.steps=5", "--start-over")
+    moved = glob.glob(ck + "/previous/*/step_*")
+    check(code == 0 and len(moved) == 3 and all(verifies(e, m) for m in moved) and steps_of(ck) == ["step_00000005"],
+          "2 retention: --start-over moves the old checkpoints aside (all 3 verify) and trains from step 0")
+
+
+def case_all_corrupt(e):
+    r = e.recipe("corrupt")
+    e.train(r)
+    ck = os.path.join(e.tmp, "corrupt", "checkpoints")
+    for s in glob.glob(ck + "/step_*/*.h5"):
+        with open(s, "r+b") as f:
+            f.seek(os.path.getsize(s) // 2)
+            b = f.read(1)
+            f.seek(-1, 1)
+            f.write(bytes([b[0] ^ 0xFF]))
+    before = digest(ck)
+    code, out = e.train(r, "--set", "training.steps=30")
+    check(code == 4 and out.count("checksum mismatch") == 3 and "none verifies" in out and digest(ck) == before,
+          "3 all checkpoints corrupt: resume = auto exits 4 listing each failure; nothing deleted or trained")
+
+
+def case_recipe_changes(e):
+    r = e.recipe("changes")
+    e.train(r, "--set", "training.exit_after=10")
+    code, out = e.train(r, "--set", f'data.train=["{e.data}/val_*.bin"]')
+    check(code == 2 and "data.train" in out and "allow_changes" in out, "4 changed data.train is refused (exit 2)")
+    code, out = e.train(r, "--set", "run.seed=7")
+    check(code == 2 and "run.seed 1234 -> 7" in out, "4 changed seed is refused naming old and new values")
+    code, out = e.train(r, "--set", "model.d_ff=128")
+    check(code == 2 and "model.d_ff 64 -> 128" in out, "4 changed model shape is refused")
+    code, out = e.train(r, "--set", "training.steps=25", "--set", "training.log_every=1")
+    check(code == 0 and "note: resuming with recipe changes: " in out
+          and "training.log_every 5 -> 1; training.steps 20 -> 25" in out,
+          "4 harmless changes (steps, cadence) are accepted with a one-line note")
+
+
+def case_data_prepare(e):
+    out_dir = os.path.join(e.tmp, "prep")
+    e.sh([e.trainer, "data", "prepare", "--input", "/usr/share/common-licenses", "--output", out_dir])
+    open(os.path.join(out_dir, "train_000001.bin"), "wb").write(b"old")  # a leftover of a bigger set
+    before = digest(out_dir)
+    code, out = e.sh([e.trainer, "data", "prepare", "--input", "/usr/share/common-licenses/GPL-3", "--output", out_dir])
+    check(code == 3 and "already holds token shards" in out and digest(out_dir) == before,
+          "5 data prepare into a directory with shards is refused (exit 3), nothing touched")
+    code, out = e.sh([e.trainer, "data", "prepare", "--input", "/usr/share/common-licenses/GPL-3", "--output", out_dir,
+                      "--overwrite"])
+    check(code == 0 and sorted(os.listdir(out_dir)) == ["train_000000.bin", "val_000000.bin"],
+          "5 --overwrite replaces the whole set: no old shard or temporary file left")
+
+
+class Tmpfs:
+    """A small tmpfs the test mounts itself (root only)."""
+
+    def __init__(self, path, kb):
+        self.path = path
+        os.makedirs(path, exist_ok=True)
+        self.ok = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={kb}k", "tmpfs", path],
+                                 capture_output=True).returncode == 0
+
+    def fill(self, leave_kb):
+        st = os.statvfs(self.path)
+        free = st.f_bavail * st.f_frsize
+        with open(os.path.join(self.path, "filler"), "wb") as f:
+            f.write(b"\0" * max(0, free - leave_kb * 1024))
+
+    def readonly(self):
+        subprocess.run(["mount", "-o", "remount,ro", self.path], check=True)
+
+    def __del__(self):
+        if self.ok:
+            subprocess.run(["umount", "-l", self.path], capture_output=True)
+
+
+def case_full_disk(e):
+    fs = Tmpfs(os.path.join(e.tmp, "small"), 1200)
+    if not check(fs.ok or os.geteuid() != 0, "6 full disk: a tmpfs could be mounted"):
+        return
+    if not fs.ok:
+        print("skip 6, 7: not root, no tmpfs to fill")
+        return
+    ck = os.path.join(fs.path, "ck")
+    r = e.recipe("full", extra="")
+    code, out = e.train(r, "--set", f'checkpoint.dir="{ck}"', "--set", "training.steps=5")
+    check(code == 0 and "step_00000005" in steps_of(ck), "6 full disk: a first checkpoint fits")
+    first = digest(os.path.join(ck, "step_00000005"))
+    fs.fill(leave_kb=100)
+    code, out = e.train(r, "--set", f'checkpoint.dir="{ck}"', "--set", "training.steps=15")
+    check(code == 0 and "has 0.1 MB free" in out and "warning: checkpoint of step 10 failed" in out
+          and "not enough space on the device (needs 0.4 MB" in out
+          and "the newest committed checkpoint is " + ck + "/step_00000005" in out and "done: 15 steps" in out,
+          "6 full disk: start-up warning, each failed save reported with need and free space, training finishes")
+    check(not glob.glob(ck + "/*.tmp") and digest(os.path.join(ck, "step_00000005")) == first
+          and verifies(e, ck + "/step_00000005"),
+          "6 full disk: no step_N.tmp left behind; the committed checkpoint is untouched and verifies")
+    code, out = e.train(r, "--set", f'checkpoint.dir="{ck}"', "--set", "training.steps=25",
+                        "--set", "checkpoint.required=true")
+    check(code == 4 and "checkpoint.required = true" in out, "6 full disk with required = true: exit 4")
+    # The first save of a run failing says there is no checkpoint yet, never "the previous one is kept".
+    fresh = os.path.join(fs.path, "fresh")
+    code, out = e.train(e.recipe("fresh"), "--set", f'checkpoint.dir="{fresh}"', "--set", "training.steps=5")
+    check(code == 0 and "no checkpoint of this run is committed yet" in out and "previous checkpoint is kept" not in out,
+          "6 full disk: a first save that fails says no checkpoint exists yet")
+    # Export onto the full file system.
+    target = os.path.join(fs.path, "model.h5")
+    code, out = e.sh([e.trainer, "ckpt", "export", ck, "--output", target])
+    check(code == 4 and "No space left on device" in out and not os.path.exists(target)
+          and not os.path.exists(target + ".tmp") and "exported" not in out,
+          "7 export onto a full disk: exit 4 with the reason, no file left")
+    # A read-only checkpoint or run directory: start-up errors naming the key.
+    os.remove(os.path.join(fs.path, "filler"))
+    fs.readonly()
+    code, out = e.train(r, "--set", f'checkpoint.dir="{fs.path}/new_ck"', "--set", "training.steps=5")
+    check(code == 2 and "[checkpoint] dir" in out and "step " not in out,
+          "6 unwritable checkpoint directory: exit 2 naming the key, before training")
+    code, out = e.train(r, "--set", f'run.dir="{fs.path}"', "--set", "training.steps=5")
+    check(code == 2 and "[run] dir" in out, "11 read-only run directory: exit 2 naming the key")
+
+
+def case_memory(e):
+    r = e.recipe("memory")
+    huge = ["--set", "model.d_model=2048", "--set", "model.n_layers=24", "--set", "model.n_heads=16",
+            "--set", "model.seq_len=2048", "--set", "training.micro_batch=32", "--set", "training.global_batch=32"]
+    code, out = e.train(r, *huge)
+    check(code == 2 and "needs " in out and "available per rank" in out and "Try:" in out
+          and 'recompute.mode = "full"' in out and "step " not in out,
+          "8 memory: a model that cannot fit stops with exit 2 before allocating, saying what would fit")
+    code, out = e.sh([e.trainer, "plan", r, *huge])
+    check(code == 0 and "does NOT fit on this machine" in out, "8 memory: trainer plan gives the same verdict")
+
+
+def case_signals(e):
+    r = e.recipe("signals", extra="")
+    args = ["--set", "training.steps=100000", "--set", "checkpoint.every=100000", "--set", "training.log_every=100"]
+    for sig, name in [(signal.SIGUSR1, "SIGUSR1"), (signal.SIGTERM, "SIGTERM")]:
+        run = os.path.join(e.tmp, "signals_" + name)
+        p = subprocess.Popen([e.mpiexec, "-np", "2", e.trainer, "train", r, *args, "--set", f'run.dir="{run}"'],
+                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        time.sleep(4)
+        p.send_signal(sig)
+        out, _ = p.communicate(timeout=60)
+        committed = [s for s in steps_of(run + "/checkpoints") if verifies(e, run + "/checkpoints/" + s)]
+        saved = "exiting with code 75" in out and len(committed) == 1
+        told = "stop signal received" in out
+        if sig == signal.SIGUSR1:
+            check(p.returncode == 75 and saved, f"9 {name} to mpirun: checkpoint committed and mpirun exits 75")
+        else:
+            check(told and (saved or not committed),
+                  f"9 {name} to mpirun: rank 0 says at once what is safe; then either a committed checkpoint "
+                  f"(here: {saved}) or none lost (mpirun exit {p.returncode})")
+
+
+def case_bad_values(e):
+    r = e.recipe("values")
+    for kv, why in [("optimizer.lr=inf", "must be a finite number"), ("optimizer.min_lr=nan", "must be a finite number"),
+                    ("training.grad_clip=nan", "must be a finite number"),
+                    ("model.d_model=4294967360", "fit in 32 bits"), ("training.steps=-3", "must be >= 1")]:
+        code, out = e.sh([e.trainer, "train", r, "--set", kv, "--print-config"])
+        check(code == 2 and why in out, f"10 {kv}: exit 2 ({why})")
+    code, out = e.sh([e.trainer, "data", "prepare", "--input", "/usr/share/common-licenses/GPL-3", "--output",
+                      os.path.join(e.tmp, "vf"), "--val-fraction", "nan"])
+    check(code == 2 and "--val-fraction" in out, "10 data prepare --val-fraction nan: exit 2, no crash")
+
+
+def case_exit_codes(e):
+    r = e.recipe("codes")
+    code, out = e.train(r, "--set", 'data.train=["/nonexistent/train_*.bin"]')
+    check(code == 3 and "no such file" in out, "11 a missing data file is a data error: exit 3")
+    blocker = os.path.join(e.tmp, "a_file")
+    open(blocker, "w").close()
+    code, out = e.train(r, "--set", f'run.dir="{blocker}/run"')
+    check(code == 2 and "[run] dir" in out, "11 a run directory that cannot be created: exit 2")
+
+
+def case_resume_paths(e):
+    r = e.recipe("paths")
+    e.train(r, "--set", "training.exit_after=10")
+    ck = os.path.join(e.tmp, "paths", "checkpoints")
+    for name, path in [("the checkpoints directory", ck), ("its latest file", ck + "/latest"),
+                       ("a step directory", ck + "/step_00000010")]:
+        code, out = e.train(r, "--resume", path, "--set", "training.exit_after=0", "--set", "training.steps=10")
+        check(code == 0 and "step_00000010" in out, f"12 --resume takes {name}")
+    code, out = e.train(r, "--resume", e.data)
+    check(code == 4 and "not a checkpoint: no manifest in " + e.data in out and "train_000000.bin" in out,
+          "12 --resume of a directory that is no checkpoint says so and what it holds")
+    for verb in ["inspect", "verify"]:
+        code, out = e.sh([e.trainer, "ckpt", verb, ck + "/latest"])
+        check(code == 0, f"12 ckpt {verb} takes a latest file")
+    code, out = e.sh([e.trainer, "ckpt", "verify", e.data])
+    check(code == 4 and "not a checkpoint" in out, "12 ckpt verify of a non-checkpoint says so (exit 4)")
+
+
+def case_print_config(e):
+    code, out = e.sh([e.trainer, "train", os.path.join(ROOT, "configs/gpt2_124m.toml"), "--print-config"])
+    check(code == 0 and "# note: a launch would stop here (exit 3)" in out and "beta1 = 0.9\n" in out
+          and "0.90000" not in out, "13 --print-config without mpirun or data: the recipe, notes, floats as written")
+    printed = os.path.join(e.tmp, "printed.toml")
+    open(printed, "w").write("\n".join(l for l in out.splitlines() if not l.startswith("# ")))
+    code2, again = e.sh([e.trainer, "train", printed, "--print-config"])
+    strip = lambda t: [l for l in t.splitlines() if not l.startswith("#")]
+    check(code2 == 0 and strip(again) == strip(out), "13 the printed recipe reads back to the same recipe")
+
+
+def case_messages(e):
+    r = e.recipe("msgs")
+    code, out = e.sh([e.trainer, "train", e.tmp, "--print-config"])
+    check(code == 2 and "is a directory; give a recipe file" in out, "14 a recipe path that is a directory")
+    code, out = e.train(r, "--set", f'data.train=["{e.data}"]')
+    check(code == 3 and "is a directory, not a token shard" in out, "14 a shard path that is a directory")
+    code, out = e.train(r, "--set", "parallel.pp=2", np_=1)
+    check(code == 2 and "--set parallel.pp" in out, "14 a pp from --set is blamed on --set, not on the file")
+    code, out = e.train(r, "--set", f'data.val=["{e.data}/train_000000.bin"]', "--set", "training.steps=2")
+    check(code == 0 and "is also a training shard" in out, "14 the same file as train and val: a warning")
+    empty = os.path.join(e.tmp, "empty.txt")
+    open(empty, "w").close()
+    code, out = e.sh([e.trainer, "data", "prepare", "--input", empty, "--output", os.path.join(e.tmp, "e0")])
+    check(code == 3 and "all empty" in out, "14 a 0-byte input to data prepare")
+    hdr = [20240520, 1, 100] + [0] * 253
+    import struct
+    long_shard = os.path.join(e.tmp, "long.bin")
+    open(long_shard, "wb").write(struct.pack("<256i", *hdr) + bytes(400))
+    code, out = e.train(e.recipe("msgs_long"), "--set", f'data.train=["{long_shard}"]')
+    check(code == 3 and "says 100 tokens" in out, "14 a header token count smaller than the file")
+    toks = [65] * 1000
+    toks[999] = 300  # the last token: no sample of 17 tokens reads it
+    hdr[2] = 1000
+    oov = os.path.join(e.tmp, "oov.bin")
+    open(oov, "wb").write(struct.pack("<256i", *hdr) + struct.pack("<1000H", *toks))
+    code, out = e.train(e.recipe("msgs_oov"), "--set", f'data.train=["{oov}"]')
+    check(code == 3 and "token id 300 at token 999" in out, "14 an out-of-vocabulary token never sampled")
+
+
+def case_warmup(e):
+    r = e.recipe("warmup")
+    code, out = e.train(r, "--set", "optimizer.warmup_steps=20", "--set", "training.steps=5")
+    check(code == 0 and "never reaches its peak" in out, "15 warm-up longer than the run: a warning, the run goes on")
+
+
+def case_logging(e):
+    r = e.recipe("logging")
+    code, out = e.train(r, "--set", "training.steps=60", "--set", "training.log_every=20",
+                        "--set", "runtime.straggler_every=10", "--set", "checkpoint.every=0",
+                        "--set", "runtime.peak_gflops=0", np_=2)
+    steps = [json.loads(l)["step"] for l in open(os.path.join(e.tmp, "logging", "metrics.jsonl"))]
+    check(code == 0 and steps == [1, 20, 40, 60], f"16 log_every = 20 is honoured: logged steps {steps}")
+    check("GFLOP/s/rank (measured now" in out or "GFLOP/s/rank (cached" in out, "16 the header says which peak was used")
+    code, out = e.train(r, "--set", "training.steps=2", "--set", "runtime.peak_gflops=0", np_=2)
+    check("GFLOP/s/rank (cached" in out, "16 the second run uses the cached peak")
+
+
+def case_process_name(e):
+    r = e.recipe("pname")
+    p = subprocess.Popen([e.trainer, "train", r, "--set", "training.steps=100000", "--set", "checkpoint.every=0"],
+                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    time.sleep(1.5)
+    comm = open(f"/proc/{p.pid}/comm").read().strip()
+    p.kill()
+    p.wait()
+    check(comm == "trainer", f"17 the rank's process name is {comm!r}")
+
+
+def case_newcomer(e):
+    code, out = e.sh([e.trainer, "--version"])
+    check(code == 0 and "trainer " in out and "git " in out and "backends: cpu" in out and "HDF5" in out
+          and "Open MPI" in out, "18 trainer --version: version, commit, backends, libraries")
+    code, out = e.sh([e.trainer, "--help"])
+    check("--resume PATH" in out and "bench RECIPE.toml" in out, "18 usage lists --resume; bench needs a recipe")
+    r = e.recipe("newcomer")
+    code, out = e.sh([e.trainer, "train", r, "--training.steps", "3", "--print-config"])
+    check(code == 0 and "steps = 3\n" in out, "18 --training.steps 3 works as --set")
+    code, out = e.train(r, "--set", "training.exit_after=4", "--set", "checkpoint.every=0")
+    check(code == 0 and "saves nothing to resume from" in out and "stopped after 4 steps (training.exit_after" in out
+          and "params (" in out, "18 exit_after without checkpoints warns; the last line says stopped; total params")
+    run = os.path.join(e.tmp, "quoted")
+    code, out = e.sh([e.trainer, "supervise", r, "--set", f'run.dir="{run}"', "--set", 'run.name="a b"',
+                      "--set", "training.steps=2", "--set", "launch.ranks=1"], env=dict(os.environ))
+    start = [json.loads(l) for l in open(os.path.join(run, "events.jsonl")) if '"start"' in l]
+    check(code == 0 and start and "'run.name=\"a b\"'" in start[0]["command"],
+          "18 the supervisor's launch command is shell-quoted")
+
+
+def main():
+    trainer, mpiexec = sys.argv[1], sys.argv[2]
+    only = sys.argv[3:]
+    with tempfile.TemporaryDirectory() as tmp:
+        os.environ["TRAINER_CACHE_DIR"] = os.path.join(tmp, "cache")  # a fresh peak cache
+        e = Env(trainer, mpiexec, tmp)
+        for name, fn in list(globals().items()):
+            if name.startswith("case_") and (not only or name[5:] in only):
+                print(f"--- {name[5:]}", flush=True)
+                fn(e)
+    sys.exit(1 if failures else 0)
+
+
+if __name__ == "__main__":
+    main()

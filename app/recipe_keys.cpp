@@ -232,6 +232,12 @@ const std::vector<RecipeKey>& recipe_keys() {
   return keys;
 }
 
+Recipe default_recipe(int world_size) {
+  Recipe r;
+  for (const RecipeKey& k : recipe_keys()) k.set(r, k.def(r, world_size));
+  return r;
+}
+
 const std::vector<std::string>& recipe_sections() {
   static const std::vector<std::string> s = {"run", "model", "data", "training", "optimizer", "parallel", "recompute",
                                              "checkpoint", "runtime", "supervisor", "launch", "fault"};

@@ -21,7 +21,7 @@ namespace {
 std::string g_data;  // shard path shared by all ranks
 
 Recipe small_recipe(Arch arch, int dp) {
-  Recipe r;
+  Recipe r = default_recipe();
   r.model.arch = arch;
   r.model.vocab_size = 256;
   r.model.d_model = 32;

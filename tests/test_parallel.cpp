@@ -40,7 +40,7 @@ std::string layout_name(const Layout& l) {
 }
 
 Recipe recipe(const Layout& l) {
-  Recipe r;
+  Recipe r = default_recipe();
   r.model.arch = l.arch;
   r.model.vocab_size = 256;
   r.model.d_model = 32;

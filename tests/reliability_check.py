@@ -107,6 +107,16 @@ def case_lock(e):
     first.wait()
     code, out = e.train(r, "--set", "training.steps=5")
     check(code == 0, "1 lock: after the holder is SIGKILLed the lock is gone: the next run starts (no stale lock)")
+    # A supervisor owns the directories across its launches; its job shares the lock.
+    sup = subprocess.Popen([e.trainer, "supervise", r, *slow, "--set", "launch.ranks=1"],
+                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    time.sleep(4.0)
+    code, out = e.train(r)
+    sup.send_signal(signal.SIGTERM)
+    sup_out, _ = sup.communicate(timeout=120)
+    check(code == 2 and f"pid {sup.pid}" in out and sup.returncode == 75 and "trainer: tiny" in sup_out,
+          "1 lock: while `trainer supervise` runs a job (which shares its lock), a second run exits 2 naming the "
+          "supervisor; the supervised job trained and stopped with 75")
 
 
 def case_retention(e):

@@ -89,6 +89,8 @@ void lock_run_dirs(const Recipe& r, RunDirLocks& locks, const std::string& token
   const std::string& ck = r.checkpoint.dir;
   if (fs::is_directory(ck, ec) && !fs::equivalent(ck, r.run.dir, ec))
     if (std::string e = locks.ckpt.acquire(ck, locks.run.token()); !e.empty()) throw RecipeError(e);
+  for (const RunLock* l : {&locks.run, &locks.ckpt})
+    if (!l->warning().empty()) std::fprintf(stderr, "warning: %s\n", l->warning().c_str());
 }
 
 std::string newest_valid_checkpoint(const std::string& dir) {

@@ -54,9 +54,12 @@ std::string RunLock::acquire(const std::string& dir, const std::string& token) {
     ss << f.rdbuf();
     const std::string held = ss.str();
     close(fd);
-    if (err != EWOULDBLOCK)
-      return path + ": cannot lock: " + std::strerror(err) +
-             " (the file system may not support flock; use a local or lock-capable one)";
+    if (err == ENOSYS || err == EOPNOTSUPP || err == ENOLCK) {  // e.g. Lustre mounted without flock
+      warning_ = path + ": this file system cannot lock (" + std::strerror(err) +
+                 "): a second run on the same directory will not be detected";
+      return "";
+    }
+    if (err != EWOULDBLOCK) return path + ": cannot lock: " + std::strerror(err);
     if (field(held, "token") == token_) return "";
     return dir + " is in use by another run: host " + field(held, "host") + ", pid " + field(held, "pid") +
            ", since " + field(held, "started") + " (" + path +

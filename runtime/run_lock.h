@@ -26,10 +26,13 @@ class RunLock {
   // our own supervisor, or the run's other directory.
   std::string acquire(const std::string& dir, const std::string& token = "");
   const std::string& token() const { return token_; }
+  // Set when the file system cannot lock (no flock support): the run goes on
+  // unprotected, and this says so.
+  const std::string& warning() const { return warning_; }
 
  private:
   int fd_ = -1;
-  std::string token_;
+  std::string token_, warning_;
 };
 
 }  // namespace trainer

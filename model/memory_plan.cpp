@@ -2,6 +2,9 @@
 
 #include <algorithm>
 
+#include "runtime/backend.h"
+#include "runtime/cpu/cpu_backend.h"
+
 namespace trainer {
 
 double MemoryPlan::total() const {
@@ -35,9 +38,12 @@ MemoryPlan plan_memory(const ModelConfig& c, const RankLayout& l, const Recomput
   // What one layer keeps for backward, split into its input, the matrix-
   // product outputs and norms, and the softmax + MLP activation.
   const double input = x.R * x.d;
-  const double products = x.M * x.d + 2 * x.R + x.M * x.Q + x.M * x.att + x.R * x.d + x.M * x.d +
+  // Attention keeps per-row statistics (kAttentionStats floats per query
+  // row and head), never the T x T probabilities.
+  const double stats = x.B * x.H * x.T * Backend::kAttentionStats;
+  const double products = x.M * x.d + 2 * x.R + x.M * x.Q + stats + x.M * x.att + x.R * x.d + x.M * x.d +
                           2 * x.R + x.M * x.din;
-  const double dropped_by_selective = x.B * x.H * x.T * x.T + x.M * x.F;
+  const double dropped_by_selective = x.M * x.F;
   for (const ChunkLayout& ch : l.chunks) {
     const ModelParams mp = build_params(c, l.tp, 0, ch.spec);
     const double n = (double)mp.reg.total();
@@ -69,8 +75,11 @@ MemoryPlan plan_memory(const ModelConfig& c, const RankLayout& l, const Recomput
       p.bytes[(int)Mem::Comm] += kinds * l.micro_batches * x.R * x.d * f;
     }
   }
-  // Attention backward's per-thread T x T buffer (and RoPE tables within it).
-  p.bytes[(int)Mem::Temporaries] += l.threads * x.T * x.T * f;
+  // Attention backward's per-thread buffers: probabilities and their
+  // gradient for a block of query rows against up to T keys (RoPE's tables
+  // fit within them).
+  const double block = std::min<double>(x.T, CpuBackend::kAttentionBlock);
+  p.bytes[(int)Mem::Temporaries] += l.threads * 2 * block * x.T * f;
   return p;
 }
 
@@ -85,8 +94,9 @@ double recompute_extra_flops(const ModelConfig& c, const RankLayout& l, const Re
     const int layers = ch.spec.last_layer - ch.spec.first_layer;
     for (int i = 0; i < layers; i++) {
       if (!rc.applies(i)) continue;
-      // Full reruns all but the MLP's output product; selective the attention core.
-      extra += rc.mode == RecomputeMode::Full ? qkv + attn_core + out_proj + mlp_in : attn_core;
+      // Full reruns all but the MLP's output product; selective only an
+      // elementwise activation (no products).
+      if (rc.mode == RecomputeMode::Full) extra += qkv + attn_core + out_proj + mlp_in;
     }
   }
   return extra * l.micro_batches;

@@ -2,10 +2,11 @@
 // Activation recomputation: which saved activations a layer drops after its
 // forward pass and rebuilds during backward.
 //   None:      keep everything the backward needs.
-//   Selective: keep the matrix-product outputs; drop the attention softmax
-//              (B x heads x T x T, the largest) and the MLP activation output,
-//              and recompute them from the kept q|k|v and pre-activation
-//              (Megatron's selective recomputation).
+//   Selective: keep the matrix-product outputs; drop the MLP activation
+//              output and recompute it from the kept pre-activation. (Megatron's
+//              selective recomputation also drops the attention softmax,
+//              B x heads x T x T; the flash-style attention contract never
+//              keeps it, so the MLP activation is what is left worth dropping.)
 //   Full:      keep only the layer's input; rerun the whole layer forward
 //              (but its last product) before its backward.
 // `layers` is how many of each chunk's layers recompute, from its first

@@ -57,7 +57,7 @@ Transformer::Transformer(Backend& be, const ModelConfig& cfg, int micro_batch, T
     a.mean1 = own(0) ? c.take(R) : shared.mean1;
     a.rstd1 = own(0) ? c.take(R) : shared.rstd1;
     a.qkv = own(0) ? c.take(M * Q_) : shared.qkv;
-    a.probs = own(1) ? c.take((size_t)B_ * H_ * T * T) : shared.probs;
+    a.stats = own(0) ? c.take((size_t)B_ * H_ * T * Backend::kAttentionStats) : shared.stats;
     a.att = own(0) ? c.take(M * att) : shared.att;
     a.resid_mid = own(0) ? c.take(R * d) : shared.resid_mid;
     a.norm2 = own(0) ? c.take(M * d) : shared.norm2;
@@ -69,7 +69,7 @@ Transformer::Transformer(Backend& be, const ModelConfig& cfg, int micro_batch, T
   auto carve = [&](Carver& c, Carver& tmp, Carver& com) {
     work_ = {};
     // The workspace holds what the recomputing layers drop: everything but
-    // the input for full recomputation, softmax and activation for selective.
+    // the input for full recomputation, the MLP activation for selective.
     if (any_recompute)
       carve_layer(c, work_, work_, [&](int cls) { return rc_.mode == RecomputeMode::Full || cls == 1; });
     for (Slot& sl : slots_) {
@@ -78,7 +78,7 @@ Transformer::Transformer(Backend& be, const ModelConfig& cfg, int micro_batch, T
         LayerActs& a = sl.layers[l];
         a.resid_in = c.take(R * d);
         const RecomputeMode mode = rc_.applies((int)l) ? rc_.mode : RecomputeMode::None;
-        // field class 0: matrix-product outputs and norms; 1: softmax and MLP activation
+        // field class 0: matrix-product outputs, norms, attention statistics; 1: MLP activation
         carve_layer(c, a, work_, [&](int cls) {
           return mode == RecomputeMode::None || (mode == RecomputeMode::Selective && cls == 0);
         });
@@ -215,8 +215,7 @@ void Transformer::layer_fwd(LayerActs& a, const LayerParams& lp, float* out, Upt
     if (gpt2) be_.gelu_fwd(a.h_act, a.h_in, (size_t)M * F);
     else be_.swiglu_fwd(a.h_act, a.h_in, M, F);
   };
-  if (upto == Upto::DroppedOnly) {  // selective: softmax and activation only
-    be_.attention_fwd(a.att, a.probs, a.qkv, as);  // rewrites att with the same values
+  if (upto == Upto::DroppedOnly) {  // selective: the MLP activation only
     activation();
     return;
   }
@@ -225,7 +224,7 @@ void Transformer::layer_fwd(LayerActs& a, const LayerParams& lp, float* out, Upt
   be_.matmul(false, true, M, Q, d, 1.f, a.norm1, P + lp.wqkv, 0.f, a.qkv);
   if (gpt2) be_.add_bias(a.qkv, P + lp.bqkv, M, Q);
   else be_.rope(a.qkv, as, c.rope_theta, false);
-  be_.attention_fwd(a.att, a.probs, a.qkv, as);
+  be_.attention_fwd(a.att, a.stats, a.qkv, as);
   row_parallel(a.resid_mid, a.resid_in, a.att, H_ * hd, lp.wo, lp.bo, gpt2);
   // MLP block
   norm_to_full(a.norm2, a.mean2, a.rstd2, a.resid_mid, lp.norm2_w, lp.norm2_b);
@@ -326,7 +325,7 @@ void Transformer::backward(int slot, const float* grad_out) {
     gf = grad_rows_to_full(g_resid_);
     be_.matmul(false, false, M, A, d, 1.f, gf, P + lp.wo, 0.f, g_att_);
     be_.matmul(true, false, d, A, M, 1.f, gf, a.att, 1.f, G + lp.wo);
-    be_.attention_bwd(g_qkv_, g_att_, a.qkv, a.probs, as);
+    be_.attention_bwd(g_qkv_, g_att_, a.qkv, a.stats, as);
     if (!gpt2) be_.rope(g_qkv_, as, c.rope_theta, true);
     be_.matmul(false, false, M, d, Q, 1.f, g_qkv_, P + lp.wqkv, 0.f, g_norm_);
     be_.matmul(true, false, Q, d, M, 1.f, g_qkv_, a.norm1, 1.f, G + lp.wqkv);

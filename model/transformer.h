@@ -86,7 +86,7 @@ class Transformer {
 
  private:
   struct LayerActs {
-    float *resid_in, *norm1, *mean1, *rstd1, *qkv, *probs, *att, *resid_mid;
+    float *resid_in, *norm1, *mean1, *rstd1, *qkv, *stats, *att, *resid_mid;
     float *norm2, *mean2, *rstd2, *h_in, *h_act;
   };
   // One micro-batch's saved activations.
@@ -98,7 +98,7 @@ class Transformer {
   };
   // How far layer_fwd runs: the whole layer, or only what backward needs
   // rebuilt (full recomputation: all but the last product; selective: the
-  // softmax and the MLP activation).
+  // MLP activation).
   enum class Upto { Output, BackwardInputs, DroppedOnly };
   void layer_fwd(LayerActs& a, const LayerParams& lp, float* out, Upto upto);
   void norm_fwd(float* out, float* mean, float* rstd, const float* x, size_t w, size_t b);

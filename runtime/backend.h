@@ -90,12 +90,17 @@ class Backend {
   virtual void rope(float* qkv, const AttentionShape& s, float theta, bool inverse) = 0;
 
   // Causal softmax attention over packed q|k|v rows [B*T, row]; out [B*T, H*hd].
-  // probs [B,H,T,T] keeps the softmax for backward.
-  virtual void attention_fwd(float* out, float* probs, const float* qkv,
+  // Flash-style contract: the probabilities are never kept. stats
+  // [B,H,T,kAttentionStats] keeps per-row softmax statistics (the row's max
+  // and its sum of exponentials; cuDNN's log-sum-exp is max + log(sum)), and
+  // the backward rebuilds the probabilities block by block from q, k and
+  // them. Memory grows with T, not T^2.
+  static constexpr int kAttentionStats = 2;
+  virtual void attention_fwd(float* out, float* stats, const float* qkv,
                              const AttentionShape& s) = 0;
   // dqkv (overwritten) from dout.
   virtual void attention_bwd(float* dqkv, const float* dout, const float* qkv,
-                             const float* probs, const AttentionShape& s) = 0;
+                             const float* stats, const AttentionShape& s) = 0;
 
   // Cross entropy over logits [rows, V] that may be one vocabulary shard
   // (token ids [vocab_offset, vocab_offset + V)), in three steps with

@@ -314,17 +314,39 @@ TEST_F(Fixture, RopeForwardAndInverseIsBackward) {
   expect_close(bwd, numeric_grad(f, to_d(x)), 1e-4, 1e-5, "rope bwd");
 }
 
+// Against a double-precision reference (forward) and finite differences
+// (backward), with the whole sequence in one block and in blocks of 2 and 4
+// query rows (the path long sequences take). The statistics are each row's
+// max and sum of exponentials, checked against the reference's scores.
 TEST_F(Fixture, CausalGqaAttentionForwardBackward) {
-  AttentionShape s{2, 6, 4, 2, 4, 0};  // 4 query heads share 2 kv heads
+  AttentionShape s{2, 7, 4, 2, 4, 0};  // 4 query heads share 2 kv heads; 7 rows: a short last block
   s.row = (s.H + 2 * s.KVH) * s.hd;
   const size_t n_in = (size_t)s.B * s.T * s.row, n_out = (size_t)s.B * s.T * s.H * s.hd;
   auto qkv = randn(n_in, 1), R = randn(n_out, 2);
-  std::vector<float> out(n_out), probs((size_t)s.B * s.H * s.T * s.T), dqkv(n_in, 123.f);
-  be.attention_fwd(out.data(), probs.data(), qkv.data(), s);
-  expect_close(out, ref_attention(to_d(qkv), s), 1e-5, 1e-6, "attention fwd");
-  be.attention_bwd(dqkv.data(), R.data(), qkv.data(), probs.data(), s);
   auto f = [&](const Vec& v) { return dot(ref_attention(v, s), to_d(R)); };
-  expect_close(dqkv, numeric_grad(f, to_d(qkv)), 1e-4, 1e-5, "attention bwd");
+  const Vec grad_ref = numeric_grad(f, to_d(qkv));
+  for (int block : {CpuBackend::kAttentionBlock, 4, 2}) {
+    be.set_attention_block(block);
+    std::vector<float> out(n_out), stats((size_t)s.B * s.H * s.T * Backend::kAttentionStats), dqkv(n_in, 123.f);
+    be.attention_fwd(out.data(), stats.data(), qkv.data(), s);
+    expect_close(out, ref_attention(to_d(qkv), s), 1e-5, 1e-6, ("attention fwd, block " + std::to_string(block)).c_str());
+    // Row 3 of head 1 (kv head 0), batch 0: max and sum of exp over its 4 visible scores.
+    double mx = -1e30, sum = 0;
+    std::vector<double> sc(4, 0.0);
+    for (int j = 0; j < 4; j++) {
+      for (int e = 0; e < s.hd; e++)
+        sc[j] += (double)qkv[(size_t)3 * s.row + 1 * s.hd + e] * qkv[(size_t)j * s.row + (s.H + 0) * s.hd + e];
+      sc[j] /= std::sqrt((double)s.hd);
+      mx = std::max(mx, sc[j]);
+    }
+    for (int j = 0; j < 4; j++) sum += std::exp(sc[j] - mx);
+    const float* st = stats.data() + ((size_t)1 * s.T + 3) * Backend::kAttentionStats;
+    EXPECT_NEAR(st[0], mx, 1e-5) << "block " << block;
+    EXPECT_NEAR(st[1], sum, 1e-5 * sum) << "block " << block;
+    be.attention_bwd(dqkv.data(), R.data(), qkv.data(), stats.data(), s);
+    expect_close(dqkv, grad_ref, 1e-4, 1e-5, ("attention bwd, block " + std::to_string(block)).c_str());
+  }
+  be.set_attention_block(CpuBackend::kAttentionBlock);
 }
 
 // The three cross-entropy steps, run over the whole vocabulary or over two

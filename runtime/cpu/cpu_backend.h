@@ -53,10 +53,17 @@ class CpuBackend final : public Backend {
                   int F) override;
   void rope(float* qkv, const AttentionShape& s, float theta, bool inverse) override;
 
-  void attention_fwd(float* out, float* probs, const float* qkv,
+  void attention_fwd(float* out, float* stats, const float* qkv,
                      const AttentionShape& s) override;
-  void attention_bwd(float* dqkv, const float* dout, const float* qkv, const float* probs,
+  void attention_bwd(float* dqkv, const float* dout, const float* qkv, const float* stats,
                      const AttentionShape& s) override;
+  // Query rows per attention block: each thread holds a block x T slice of
+  // scores (two in backward). At T <= block the whole head is one block, the
+  // same products as an unblocked kernel. Tests lower it to reach the
+  // multi-block path on short sequences.
+  static constexpr int kAttentionBlock = 256;
+  void set_attention_block(int rows) { attention_block_ = rows; }
+  int attention_block() const { return attention_block_; }
 
   void row_max(float* max, const float* logits, int rows, int V) override;
   void ce_exp_sum(float* sum, float* target, float* logits, const int32_t* targets,
@@ -78,6 +85,7 @@ class CpuBackend final : public Backend {
   // A scratch buffer of at least n floats kept between calls (attention).
   float* scratch(size_t n);
   int threads_;
+  int attention_block_ = kAttentionBlock;
   MemoryTracker mem_;
   float* scratch_ = nullptr;
   size_t scratch_n_ = 0;

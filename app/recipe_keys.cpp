@@ -167,7 +167,7 @@ std::vector<RecipeKey> make_keys() {
       K("optimizer", "beta2", Float, "AdamW beta2", AT(adamw.beta2)).def(0.95).at_least(0).below(1),
       K("optimizer", "eps", Float, "AdamW epsilon", AT(adamw.eps)).def(1e-8).above(0),
       // [recompute]
-      K("recompute", "mode", Choice, "activation recomputation: selective drops softmax and MLP activation; full keeps only layer inputs",
+      K("recompute", "mode", Choice, "activation recomputation: selective drops the MLP activation (attention keeps only per-row statistics anyway); full keeps only layer inputs",
         ENUM(recompute.mode, RecomputeMode, "none", "selective", "full"))
           .def(std::string("none")).choose({"none", "selective", "full"}),
       K("recompute", "layers", Int, "recompute the first K layers of each pipeline chunk (-1: all)", AT(recompute.layers))

@@ -3,7 +3,6 @@
 #include <algorithm>
 
 #include "runtime/backend.h"
-#include "runtime/cpu/cpu_backend.h"
 
 namespace trainer {
 
@@ -78,7 +77,7 @@ MemoryPlan plan_memory(const ModelConfig& c, const RankLayout& l, const Recomput
   // Attention backward's per-thread buffers: probabilities and their
   // gradient for a block of query rows against up to T keys (RoPE's tables
   // fit within them).
-  const double block = std::min<double>(x.T, CpuBackend::kAttentionBlock);
+  const double block = std::min<double>(x.T, Backend::kAttentionBlock);
   p.bytes[(int)Mem::Temporaries] += l.threads * 2 * block * x.T * f;
   return p;
 }

@@ -96,6 +96,10 @@ class Backend {
   // the backward rebuilds the probabilities block by block from q, k and
   // them. Memory grows with T, not T^2.
   static constexpr int kAttentionStats = 2;
+  // Query rows a kernel works on at once: its scratch is at most two
+  // block x T score buffers per thread (what the memory plan counts). At
+  // T <= block a head is one block.
+  static constexpr int kAttentionBlock = 256;
   virtual void attention_fwd(float* out, float* stats, const float* qkv,
                              const AttentionShape& s) = 0;
   // dqkv (overwritten) from dout.

@@ -325,7 +325,7 @@ TEST_F(Fixture, CausalGqaAttentionForwardBackward) {
   auto qkv = randn(n_in, 1), R = randn(n_out, 2);
   auto f = [&](const Vec& v) { return dot(ref_attention(v, s), to_d(R)); };
   const Vec grad_ref = numeric_grad(f, to_d(qkv));
-  for (int block : {CpuBackend::kAttentionBlock, 4, 2}) {
+  for (int block : {Backend::kAttentionBlock, 4, 2}) {
     be.set_attention_block(block);
     std::vector<float> out(n_out), stats((size_t)s.B * s.H * s.T * Backend::kAttentionStats), dqkv(n_in, 123.f);
     be.attention_fwd(out.data(), stats.data(), qkv.data(), s);
@@ -346,7 +346,7 @@ TEST_F(Fixture, CausalGqaAttentionForwardBackward) {
     be.attention_bwd(dqkv.data(), R.data(), qkv.data(), stats.data(), s);
     expect_close(dqkv, grad_ref, 1e-4, 1e-5, ("attention bwd, block " + std::to_string(block)).c_str());
   }
-  be.set_attention_block(CpuBackend::kAttentionBlock);
+  be.set_attention_block(Backend::kAttentionBlock);
 }
 
 // The three cross-entropy steps, run over the whole vocabulary or over two

@@ -61,7 +61,6 @@ class CpuBackend final : public Backend {
   // scores (two in backward). At T <= block the whole head is one block, the
   // same products as an unblocked kernel. Tests lower it to reach the
   // multi-block path on short sequences.
-  static constexpr int kAttentionBlock = 256;
   void set_attention_block(int rows) { attention_block_ = rows; }
   int attention_block() const { return attention_block_; }
 

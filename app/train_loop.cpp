@@ -368,6 +368,7 @@ StepStats TrainLoop::step() {
     for (size_t c = 0; c < chunks_.size(); c++)
       opts_[c]->step(chunks_[c]->params(), chunks_[c]->grads(), (float)s.lr, clip);
   s.step = ++step_;
+  be_.synchronize();  // the step's work is done before its time is read
   s.step_ms = ms_since(t0);
   s.memory = be_.memory();
   s.comm_dp = dp_.counters();

@@ -346,9 +346,11 @@ void Transformer::reduce_sequence_parallel_grads() {
 }
 
 double Transformer::grad_sumsq() {
-  double sums[2] = {0, 0};  // sharded, replicated
+  double sums[2] = {0, 0};  // sharded, replicated: one backend call, one read
+  std::vector<Backend::SumSpan> spans;
   for (const ParamInfo& p : mp_.reg.all())
-    if (!p.tied_copy) sums[p.sharding == Sharding::Replicated] += be_.sumsq(grads_ + p.offset, p.numel);
+    if (!p.tied_copy) spans.push_back({grads_ + p.offset, p.numel, p.sharding == Sharding::Replicated ? 1 : 0});
+  be_.sumsq_groups(spans, sums, 2);
   if (tp_.size() > 1) tp_.comm->allreduce_sum(&sums[0], 1);
   return sums[0] + sums[1];
 }

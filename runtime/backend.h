@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "runtime/memory.h"
 
@@ -125,6 +126,22 @@ class Backend {
 
   // Sum of squares of x (accumulated in double, deterministic order).
   virtual double sumsq(const float* x, size_t n) = 0;
+  // Sums of squares of many tensors at once, each span adding into
+  // sums[span.group] in span order: the gradient norm is one call and one
+  // read of `groups` doubles per step, however many tensors there are (a
+  // device backend reduces on the device and copies the sums back once,
+  // instead of one host round-trip per tensor). sums is host memory.
+  struct SumSpan {
+    const float* x;
+    size_t n;
+    int group;
+  };
+  virtual void sumsq_groups(const std::vector<SumSpan>& spans, double* sums, int groups) = 0;
+  // Waits until every operation issued so far has finished. Work is
+  // synchronous on the CPU (nothing to wait for); timings that need completed
+  // work (step time, the sgemm peak) call it, so they stay true where
+  // kernels are queued.
+  virtual void synchronize() {}
   // One AdamW step on n parameters (PyTorch's AdamW formula) with gradient
   // g * grad_scale: clipping is folded in rather than a separate pass.
   virtual void adamw(float* p, const float* g, float* m, float* v, size_t n, float lr,

@@ -23,6 +23,7 @@ double measure_sgemm_gflops(Backend& be, int n, double seconds) {
   do {
     const auto t0 = std::chrono::steady_clock::now();
     be.matmul(false, false, n, n, n, 1.f, a, b, 0.f, c);
+    be.synchronize();
     const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     best = std::max(best, 2.0 * n * (double)n * n / dt / 1e9);
     reps++;

@@ -405,6 +405,13 @@ TEST_F(Fixture, Sumsq) {
   double want = 0;
   for (float v : x) want += (double)v * v;
   EXPECT_NEAR(be.sumsq(x.data(), n), want, 1e-9 * want);
+  // Grouped: spans add into their group, each as one sumsq would (bit for bit).
+  const size_t a = 1000, b = 5000;
+  double sums[2] = {-1, -1};
+  be.sumsq_groups({{x.data(), a, 1}, {x.data() + a, b, 0}, {x.data() + a + b, n - a - b, 1}}, sums, 2);
+  EXPECT_EQ(sums[0], be.sumsq(x.data() + a, b));
+  EXPECT_EQ(sums[1], be.sumsq(x.data(), a) + be.sumsq(x.data() + a + b, n - a - b));
+  EXPECT_NEAR(sums[0] + sums[1], want, 1e-9 * want);
 }
 
 TEST_F(Fixture, AdamWMatchesTheFormula) {

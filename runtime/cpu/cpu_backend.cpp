@@ -394,6 +394,11 @@ double CpuBackend::sumsq(const float* x, size_t n) {
   return total;
 }
 
+void CpuBackend::sumsq_groups(const std::vector<SumSpan>& spans, double* sums, int groups) {
+  std::fill(sums, sums + groups, 0.0);
+  for (const SumSpan& sp : spans) sums[sp.group] += sumsq(sp.x, sp.n);
+}
+
 void CpuBackend::adamw(float* p, const float* g, float* m, float* v, size_t n, float lr,
                        float beta1, float beta2, float eps, float weight_decay,
                        float bias_corr1, float bias_corr2, float grad_scale) {

@@ -120,6 +120,9 @@ ResumeDecision decide_resume(const Recipe& r, bool start_over) {
   }
   const std::vector<std::string> existing = committed_checkpoints(ck.dir);
   std::vector<std::string> foreign;  // what this run would overwrite or delete
+  if (start_over && ck.resume != "auto" && ck.resume != "none")
+    throw RecipeError("--start-over trains from step 0 and cannot be combined with resuming from " + ck.resume +
+                      "; use one or the other");
   if (start_over) {
     foreign = existing;
   } else if (ck.resume == "none") {

@@ -128,6 +128,9 @@ def case_retention(e):
     check(code == 2 and "holds checkpoints this run did not write" in out and "--start-over" in out
           and digest(ck) == before,
           "2 retention: resume = none on a directory with checkpoints is refused (exit 2); every file unchanged")
+    code, out = e.train(r, "--resume", ck, "--start-over")
+    check(code == 2 and "cannot be combined" in out and digest(ck) == before,
+          "2 retention: --start-over with --resume PATH is refused as contradictory, nothing touched")
     code, out = e.train(r, "--set", "checkpoint.resume=none", "--set", "training.steps=5", "--start-over")
     moved = glob.glob(ck + "/previous/*/step_*")
     check(code == 0 and len(moved) == 3 and all(verifies(e, m) for m in moved) and steps_of(ck) == ["step_00000005"],

@@ -38,6 +38,7 @@
 #include "runtime/metrics.h"
 #include "runtime/replace_file.h"
 #include "runtime/stop_signal.h"
+#include "runtime/utc_time.h"
 
 namespace trainer {
 
@@ -67,12 +68,8 @@ double now_s() { return wall_seconds(); }
 // "2026-11-30T12:40:01.123Z"
 std::string iso_time(double t) {
   const time_t secs = (time_t)t;
-  struct tm tm {};
-  gmtime_r(&secs, &tm);
-  char b[64];
-  std::strftime(b, sizeof b, "%Y-%m-%dT%H:%M:%S", &tm);
   char out[80];
-  std::snprintf(out, sizeof out, "%s.%03dZ", b, (int)((t - secs) * 1000));
+  std::snprintf(out, sizeof out, "%s.%03dZ", utc_time("%Y-%m-%dT%H:%M:%S", secs).c_str(), (int)((t - secs) * 1000));
   return out;
 }
 
@@ -218,9 +215,7 @@ int cmd_supervise(int argc, char** argv) {
     command.insert(command.end(), {self, "train", recipe_path});
     for (const auto& o : overrides) command.insert(command.end(), {"--set", o});
   }
-  std::error_code ec;
-  std::filesystem::create_directories(r.run.dir, ec);
-  if (ec) throw UserError(kExitUsage, r.run.dir + ": cannot create run directory ([run] dir): " + ec.message());
+  ensure_writable_dir(r.run.dir, "[run] dir");
   // The supervisor owns the run's directories across all its launches; each
   // launch's rank 0 shares the lock through the token.
   RunDirLocks locks;

@@ -28,6 +28,7 @@
 #include "app/resume.h"
 #include "app/train_loop.h"
 #include "ckpt/checkpoint.h"
+#include "ckpt/hdf5_tensors.h"
 #include "model/flops.h"
 #include "model/param_registry.h"
 #include "parallel/process_grid.h"
@@ -62,13 +63,10 @@ const char* kTrainUsage =
     "Writes <run.dir>/metrics.jsonl and <run.dir>/recipe.resolved.toml.\n";
 
 const RecipeArgsSpec kTrainArgs = {"train", kTrainUsage, {"--print-config", "--start-over", "--keys", "--keys-markdown"},
-                                   {"--resume"}};
+                                   {"--resume"}, false, false, {"--keys", "--keys-markdown"}};
 
 RecipeArgs parse_args(int argc, char** argv) {
-  RecipeArgsSpec spec = kTrainArgs;
-  for (int i = 0; i < argc; i++)
-    if (!std::strcmp(argv[i], "--keys") || !std::strcmp(argv[i], "--keys-markdown")) spec.recipe_optional = true;
-  RecipeArgs a = parse_recipe_args(spec, argc, argv);
+  RecipeArgs a = parse_recipe_args(kTrainArgs, argc, argv);
   if (a.has("--resume")) a.overrides.push_back("checkpoint.resume=" + toml_text(a.options["--resume"], KeyType::String));
   return a;
 }
@@ -142,19 +140,6 @@ std::string broadcast_string(std::string s) {
   s.resize(n);
   MPI_Bcast(s.data(), n, MPI_CHAR, 0, MPI_COMM_WORLD);
   return s;
-}
-
-// A directory this run writes: created, and shown writable now rather than
-// at the first checkpoint (exit 2 naming the key).
-void ensure_writable_dir(const std::string& dir, const char* key) {
-  std::error_code ec;
-  std::filesystem::create_directories(dir, ec);
-  if (ec) throw RecipeError(dir + ": cannot create (" + key + "): " + ec.message());
-  const std::string probe = dir + "/.write_test";
-  FILE* f = std::fopen(probe.c_str(), "w");
-  if (!f) throw RecipeError(dir + ": not writable (" + key + "): " + std::strerror(errno));
-  std::fclose(f);
-  std::remove(probe.c_str());
 }
 
 struct Job {
@@ -346,6 +331,14 @@ int run_training(Job& job, int world_rank, int world_size) {
   if (first >= r.training.steps && lead)
     std::printf("nothing to train: the run is at step %ld of training.steps = %ld\n", first, r.training.steps);
   long last_saved = job.resumed_step;  // a checkpoint of this step exists
+  // The newest committed checkpoint, for messages and the stop note: at
+  // start-up every checkpoint in ck.dir is the resumed one or older.
+  std::string newest = job.resumed_from;
+  auto committed = [&](const std::string& where) {
+    if (where.empty()) return;
+    newest = where;
+    if (lead) note_newest_checkpoint(newest);
+  };
   int rollbacks_in_a_row = 0;
   std::set<const Fault*> fired_once;  // nan and bad_batch faults: once per launch
   std::deque<double> recent_losses;  // applied steps, for the spike limit
@@ -355,6 +348,7 @@ int run_training(Job& job, int world_rank, int world_size) {
   auto finish_async = [&] {
     if (!ck.async || !loop.async_save_pending()) return;
     const std::string where = loop.poll_async_save(world, true);
+    committed(where);
     if (!where.empty() && lead) std::printf("checkpoint: %s committed\n", where.c_str());
   };
   while (loop.steps_done() < end) {
@@ -493,34 +487,31 @@ int run_training(Job& job, int world_rank, int world_size) {
         if (ck.async && loop.async_save_pending()) {
           const std::string where = loop.poll_async_save(world, save_now || st.step == end);
           if (!where.empty()) did = true;
+          committed(where);
           if (!where.empty() && lead) std::printf("checkpoint: %s committed (written in the background)\n", where.c_str());
         }
         if (save_now && ck.async) {
           loop.start_async_save(ck.dir, ck.keep, world, recipe_to_toml(r));
           if (st.step == end) {
             const std::string where = loop.poll_async_save(world, true);
+            committed(where);
             if (lead) std::printf("checkpoint: %s committed\n", where.c_str());
           }
         } else if (save_now) {
           const std::string where = loop.save_checkpoint(ck.dir, ck.keep, world, recipe_to_toml(r), fault);
+          committed(where);
           if (lead) std::printf("checkpoint: step %ld saved to %s\n", st.step, where.c_str());
         }
         if (save_now) last_saved = st.step, rollbacks_in_a_row = 0;
         if (did) ckpt_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-        if (did && lead) {
-          const std::vector<std::string> have = committed_checkpoints(ck.dir);
-          note_newest_checkpoint(have.empty() ? "" : have.back());
-        }
       } catch (const CheckpointError& e) {
         if (ck.required)
           throw CheckpointError("checkpoint of step " + std::to_string(st.step) + " failed (checkpoint.required = true): " + e.what());
-        if (lead) {
-          const std::vector<std::string> have = committed_checkpoints(ck.dir);
+        if (lead)
           std::fprintf(stderr, "warning: checkpoint of step %ld failed: %s. Training continues (checkpoint.required = "
                                "true makes this fatal); %s\n", st.step, e.what(),
-                       have.empty() ? "no checkpoint of this run is committed yet"
-                                    : ("the newest committed checkpoint is " + have.back()).c_str());
-        }
+                       newest.empty() ? "no checkpoint of this run is committed yet"
+                                      : ("the newest committed checkpoint is " + newest).c_str());
       }
     } catch (const UserError& e) {
       abort_job(e.exit_code, e.what());

@@ -65,7 +65,9 @@ RecipeArgs parse_recipe_args(const RecipeArgsSpec& spec, int argc, char** argv) 
       usage_error("more than one recipe given (\"" + a.recipe + "\", \"" + s + "\")");
     }
   }
-  if (a.recipe.empty() && !a.help && !spec.recipe_optional) usage_error("no recipe given");
+  const bool standalone =
+      std::any_of(spec.standalone.begin(), spec.standalone.end(), [&](const std::string& f) { return a.has(f); });
+  if (a.recipe.empty() && !a.help && !spec.recipe_optional && !standalone) usage_error("no recipe given");
   return a;
 }
 

@@ -19,11 +19,7 @@ KeyValue to_value(uint64_t x) { return (long)x; }
 KeyValue to_value(double x) { return x; }
 KeyValue to_value(float x) {
   char b[32];
-  std::snprintf(b, sizeof b, "%.9g", x);
-  for (int p = 1; p <= 9; p++) {  // the shortest that reads back as this float
-    std::snprintf(b, sizeof b, "%.*g", p, x);
-    if (std::strtof(b, nullptr) == x) break;
-  }
+  *std::to_chars(b, b + sizeof b - 1, x).ptr = 0;  // the shortest text that reads back as this float
   return std::strtod(b, nullptr);
 }
 KeyValue to_value(bool x) { return x; }

@@ -1,11 +1,14 @@
 #include "app/resume.h"
 
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <ctime>
 #include <filesystem>
 
 #include "ckpt/checkpoint.h"
 #include "runtime/errors.h"
+#include "runtime/utc_time.h"
 
 namespace fs = std::filesystem;
 
@@ -28,11 +31,7 @@ std::string names(const std::vector<std::string>& steps) {
 // Moves step directories (and `latest` when it names one of them) into
 // dir/previous/<UTC time>/; returns that folder.
 std::string move_aside(const std::string& dir, const std::vector<std::string>& steps) {
-  char stamp[32];
-  const time_t t = time(nullptr);
-  struct tm tm {};
-  gmtime_r(&t, &tm);
-  std::strftime(stamp, sizeof stamp, "%Y%m%dT%H%M%SZ", &tm);
+  const std::string stamp = utc_time("%Y%m%dT%H%M%SZ");
   std::string to = dir + "/previous/" + stamp;
   std::error_code ec;
   for (int k = 1; fs::exists(to, ec); k++) to = dir + "/previous/" + stamp + "_" + std::to_string(k);
@@ -83,6 +82,17 @@ void compare_recipes(const std::string& from, const Recipe& r, ResumeDecision& d
 
 }  // namespace
 
+void ensure_writable_dir(const std::string& dir, const char* key) {
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec) throw RecipeError(dir + ": cannot create (" + key + "): " + ec.message());
+  const std::string probe = dir + "/.write_test";
+  FILE* f = std::fopen(probe.c_str(), "w");
+  if (!f) throw RecipeError(dir + ": not writable (" + key + "): " + std::strerror(errno));
+  std::fclose(f);
+  std::remove(probe.c_str());
+}
+
 void lock_run_dirs(const Recipe& r, RunDirLocks& locks, const std::string& token) {
   if (std::string e = locks.run.acquire(r.run.dir, token); !e.empty()) throw RecipeError(e);
   std::error_code ec;
@@ -93,13 +103,15 @@ void lock_run_dirs(const Recipe& r, RunDirLocks& locks, const std::string& token
     if (!l->warning().empty()) std::fprintf(stderr, "warning: %s\n", l->warning().c_str());
 }
 
-std::string newest_valid_checkpoint(const std::string& dir) {
+std::string newest_valid_checkpoint(const std::string& dir, std::vector<std::string>* broken, std::string* why) {
   std::vector<std::string> steps = committed_checkpoints(dir);
   for (auto it = steps.rbegin(); it != steps.rend(); ++it) {
     try {
       read_manifest(*it, true);
       return *it;
-    } catch (const CheckpointError&) {
+    } catch (const CheckpointError& e) {
+      if (broken) broken->push_back(*it);
+      if (why) *why += "\n  " + fs::path(*it).filename().string() + ": " + e.what();
     }
   }
   return "";
@@ -130,15 +142,7 @@ ResumeDecision decide_resume(const Recipe& r, bool start_over) {
   } else if (ck.resume == "auto") {
     std::string failures;
     std::vector<std::string> broken;
-    for (auto it = existing.rbegin(); it != existing.rend() && d.from.empty(); ++it) {
-      try {
-        read_manifest(*it, true);
-        d.from = *it;
-      } catch (const CheckpointError& e) {
-        failures += "\n  " + fs::path(*it).filename().string() + ": " + e.what();
-        broken.push_back(*it);
-      }
-    }
+    d.from = newest_valid_checkpoint(ck.dir, &broken, &failures);
     if (d.from.empty() && !existing.empty())
       throw CheckpointError(ck.dir + " holds " + std::to_string(existing.size()) +
                             " checkpoint(s) and none verifies; nothing was trained:" + failures +

@@ -15,6 +15,10 @@
 
 namespace trainer {
 
+// A directory a run writes: created, and shown writable now rather than at
+// the first file written there. Throws RecipeError (exit 2) naming the key.
+void ensure_writable_dir(const std::string& dir, const char* key);
+
 // The directories a run writes ([run] dir, and [checkpoint] dir when it
 // exists apart from it), locked for the lifetime of the locks (runtime/run_lock.h).
 // `token`: a supervisor's lock token our job may share. Throws RecipeError
@@ -35,8 +39,10 @@ struct ResumeDecision {
 // checkpoints there or the given one do not verify.
 ResumeDecision decide_resume(const Recipe& r, bool start_over);
 
-// on_nan / on_spike = "rollback": the newest checkpoint in dir that verifies,
-// or "" (this run's own checkpoints; nothing is compared or moved).
-std::string newest_valid_checkpoint(const std::string& dir);
+// The newest checkpoint in dir that verifies, or "" (on_nan / on_spike =
+// "rollback" uses it as it is: nothing is compared or moved). broken gets the
+// newer ones that did not verify, why a line for each.
+std::string newest_valid_checkpoint(const std::string& dir, std::vector<std::string>* broken = nullptr,
+                                    std::string* why = nullptr);
 
 }  // namespace trainer

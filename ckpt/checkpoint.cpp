@@ -1,10 +1,8 @@
 #include "ckpt/checkpoint.h"
 
-#include <sys/statvfs.h>
 #include <zlib.h>
 
 #include <algorithm>
-#include <cstdint>
 #include <cstdlib>
 #include <cstdio>
 #include <cstring>
@@ -140,12 +138,6 @@ size_t shard_bytes(const SaveGroups& groups) {
   for (const auto& g : groups)
     for (const TensorPiece& p : g.second) bytes += p.numel * sizeof(float) + 512;  // + HDF5's headers
   return bytes + 4096;
-}
-
-size_t free_bytes(const std::string& dir) {
-  struct statvfs v {};
-  if (::statvfs(dir.c_str(), &v) != 0) return SIZE_MAX;  // unknown: let the write tell
-  return (size_t)v.f_bavail * v.f_frsize;
 }
 
 namespace {

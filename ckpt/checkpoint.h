@@ -59,10 +59,8 @@ std::string save_checkpoint(const std::string& dir, const TrainingState& st, boo
                             const std::function<void(const char*)>& at_point = {});
 
 // Bytes a writer's shard of these pieces takes on disk (a little above the
-// data, for HDF5's headers), and bytes free for an unprivileged writer in dir
-// (SIZE_MAX when unknown). Saves check one against the other first.
+// data, for HDF5's headers); saves check it against free_bytes first.
 size_t shard_bytes(const SaveGroups& groups);
-size_t free_bytes(const std::string& dir);
 
 // Asynchronous save: start() takes host copies of the pieces (the caller's
 // snapshot, owned here) and writes this rank's file on a background thread

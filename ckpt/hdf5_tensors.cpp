@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -104,15 +105,18 @@ std::string write_file(const std::string& path, const char* data, size_t n) {
 }
 }  // namespace
 
-std::string free_space_text(const std::string& path, size_t need) {
+size_t free_bytes(const std::string& dir) {
   struct statvfs v {};
+  if (::statvfs(dir.c_str(), &v) != 0) return SIZE_MAX;  // unknown: let the write tell
+  return (size_t)v.f_bavail * v.f_frsize;
+}
+
+std::string free_space_text(const std::string& path, size_t need) {
   const std::string dir = std::filesystem::path(path).parent_path().string();
+  const size_t free = free_bytes(dir.empty() ? "." : dir);
   char b[128];
-  if (::statvfs(dir.empty() ? "." : dir.c_str(), &v) != 0) {
-    std::snprintf(b, sizeof b, "needs %.1f MB", need / 1e6);
-  } else {
-    std::snprintf(b, sizeof b, "needs %.1f MB, %.1f MB free", need / 1e6, (double)v.f_bavail * v.f_frsize / 1e6);
-  }
+  if (free == SIZE_MAX) std::snprintf(b, sizeof b, "needs %.1f MB", need / 1e6);
+  else std::snprintf(b, sizeof b, "needs %.1f MB, %.1f MB free", need / 1e6, free / 1e6);
   return b;
 }
 

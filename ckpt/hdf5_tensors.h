@@ -54,7 +54,9 @@ class H5File {
   std::unique_ptr<Image> image_;
 };
 
+// Bytes free for an unprivileged writer in dir (SIZE_MAX when unknown), and
 // "needs X MB, Y MB free" for writing `need` bytes at path.
+size_t free_bytes(const std::string& dir);
 std::string free_space_text(const std::string& path, size_t need);
 
 }  // namespace trainer

@@ -42,6 +42,10 @@ Transformer::Transformer(Backend& be, const ModelConfig& cfg, int micro_batch, T
 
   params_ = be_.alloc(mp_.reg.total(), Mem::Params);
   grads_ = be_.alloc(mp_.reg.total(), Mem::Grads);
+  // The gradient norm's spans, grouped sharded (0) / replicated (1); a tied
+  // copy is counted once, with its original.
+  for (const ParamInfo& p : mp_.reg.all())
+    if (!p.tied_copy) grad_spans_.push_back({grads_ + p.offset, p.numel, p.sharding == Sharding::Replicated ? 1 : 0});
   const size_t M = M_, R = R_, d = cfg.d_model, L = mp_.layers.size(), T = cfg.seq_len;
   const size_t din = cfg.arch == Arch::Llama ? 2 * (size_t)F_ : F_, att = (size_t)H_ * cfg.head_dim();
   const bool head = mp_.chunk.head;
@@ -347,10 +351,7 @@ void Transformer::reduce_sequence_parallel_grads() {
 
 double Transformer::grad_sumsq() {
   double sums[2] = {0, 0};  // sharded, replicated: one backend call, one read
-  std::vector<Backend::SumSpan> spans;
-  for (const ParamInfo& p : mp_.reg.all())
-    if (!p.tied_copy) spans.push_back({grads_ + p.offset, p.numel, p.sharding == Sharding::Replicated ? 1 : 0});
-  be_.sumsq_groups(spans, sums, 2);
+  be_.sumsq_groups(grad_spans_, sums, 2);
   if (tp_.size() > 1) tp_.comm->allreduce_sum(&sums[0], 1);
   return sums[0] + sums[1];
 }

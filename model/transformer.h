@@ -126,6 +126,7 @@ class Transformer {
   float* comm_ = nullptr;     // collective buffers (tensor parallelism)
   std::vector<Slot> slots_;
   RecomputeConfig rc_;
+  std::vector<Backend::SumSpan> grad_spans_;  // grad_sumsq's tensors, built once
   LayerActs work_{};  // one layer's rebuilt activations, shared by recomputing layers
   // backward and communication scratch
   float *g_resid_, *g_norm_, *g_rows_, *g_full_, *g_att_, *g_qkv_, *g_hin_, *g_act_;

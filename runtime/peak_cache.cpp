@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "runtime/replace_file.h"
+#include "runtime/utc_time.h"
 
 namespace trainer {
 
@@ -64,12 +65,7 @@ bool write_cached_peak(const std::string& key, double gflops) {
   std::ifstream f(path);
   while (std::getline(f, line))
     if (line.rfind(key + "\t", 0) != 0) text += line + "\n";
-  char when[32];
-  const time_t t = time(nullptr);
-  struct tm tm {};
-  gmtime_r(&t, &tm);
-  std::strftime(when, sizeof when, "%Y-%m-%d %H:%M UTC", &tm);
-  text += key + "\t" + std::to_string(gflops) + "\t" + when + "\n";
+  text += key + "\t" + std::to_string(gflops) + "\t" + utc_time("%Y-%m-%d %H:%M UTC") + "\n";
   return replace_file(path, text, false).empty();
 }
 

@@ -12,6 +12,8 @@
 #include <random>
 #include <sstream>
 
+#include "runtime/utc_time.h"
+
 namespace trainer {
 
 namespace {
@@ -68,11 +70,7 @@ std::string RunLock::acquire(const std::string& dir, const std::string& token) {
            "process exits; if it hangs, kill it (a lock never outlives its process, so deleting " +
            path + " is not needed and does not help while it runs).";
   }
-  char started[64];
-  const time_t t = time(nullptr);
-  struct tm tm {};
-  gmtime_r(&t, &tm);
-  std::strftime(started, sizeof started, "%Y-%m-%dT%H:%M:%SZ", &tm);
+  const std::string started = utc_time("%Y-%m-%dT%H:%M:%SZ");
   const std::string text = "host " + host_name() + "\npid " + std::to_string(getpid()) + "\nstarted " +
                            started + "\ntoken " + token_ + "\n";
   if (ftruncate(fd, 0) != 0 || pwrite(fd, text.data(), text.size(), 0) != (ssize_t)text.size()) {

@@ -13,14 +13,11 @@
 #include "app/commands.h"
 #include "app/recipe.h"
 #include "app/recipe_args.h"
-#include "model/adamw.h"
+#include "engine/throughput_bench.h"
 #include "model/flops.h"
-#include "model/init.h"
-#include "model/transformer.h"
 #include "runtime/cpu/blas_core.h"
 #include "runtime/errors.h"
 #include "runtime/metrics.h"
-#include "runtime/rng.h"
 #include "runtime/sgemm_peak.h"
 
 namespace trainer {
@@ -35,6 +32,40 @@ const char* kBenchUsage =
     "  steps taken round-robin; a summary and JSON line for each.\n"
     "  --blas-core: print the OpenBLAS kernel set the trainer forces on this CPU\n"
     "  (empty when OpenBLAS's own choice is kept) and exit.\n";
+
+// A summary and a JSON line per recompute mode.
+void print_bench(const Recipe& r, const std::string& path, const std::vector<BenchRun>& runs, double peak, int steps,
+                 int warmup) {
+  const int BT = r.training.micro_batch * r.model.seq_len;
+  std::printf("bench %s: %s, %zu params, micro-batch %d x %d, %d thread(s), %s\n", path.c_str(),
+              arch_name(r.model.arch), runs.front().params, r.training.micro_batch, r.model.seq_len,
+              r.runtime.threads, dtype_name(r.training.precision));
+  std::printf("  sgemm peak     %8.1f GFLOP/s\n", peak);
+  for (const BenchRun& rn : runs) {
+    // Shared machines only ever slow a step down, so the fastest step is the
+    // least noisy estimate of one configuration; medians compare several.
+    const double best = *std::min_element(rn.wall_ms.begin(), rn.wall_ms.end());
+    const double tps = BT / (best / 1e3);
+    const double achieved = train_flops_per_token(r.model) * tps / 1e9;
+    const double act_mb = rn.memory.peak[(int)Mem::Activations] / 1048576.0;
+    const char* mode = recompute_name(rn.mode);
+    std::printf("  [recompute %s]\n", mode);
+    std::printf("  step           %8.1f ms fastest, %.1f ms median of %d after %d warm-up (forward %.1f, backward %.1f, optimizer %.1f)\n",
+                best, median_of(rn.wall_ms), steps, warmup, median_of(rn.phase_ms[0]), median_of(rn.phase_ms[1]),
+                median_of(rn.phase_ms[2]));
+    std::printf("  throughput     %8.1f tokens/s, %.1f GFLOP/s model FLOPs\n", tps, achieved);
+    std::printf("  MFU            %8.1f%% of the measured sgemm peak\n", 100 * achieved / peak);
+    std::printf("  activations    %8.1f MB peak, %.1f MB in all\n", act_mb, rn.memory.total_peak / 1048576.0);
+    JsonRecord rec;
+    rec.add("bench", path).add("params", (long)rn.params).add("threads", r.runtime.threads)
+        .add("sgemm_gflops", peak).add("step_ms", best).add("median_step_ms", median_of(rn.wall_ms))
+        .add("median_step_cpu_ms", median_of(rn.cpu_ms)).add("tokens_per_s", tps)
+        .add("model_gflops", achieved).add("mfu", achieved / peak).add("loss", rn.loss)
+        .add("recompute", std::string(mode)).add("activations_mb", act_mb)
+        .add("precision", std::string(dtype_name(r.training.precision)));
+    std::printf("%s\n", rec.str().c_str());
+  }
+}
 }
 
 int cmd_bench(int argc, char** argv) {
@@ -61,101 +92,12 @@ int cmd_bench(int argc, char** argv) {
   // keep the better one (a higher peak can only lower the reported MFU).
   double peak = measure_sgemm_gflops(*be, 2048, 1.0);
 
-  const int BT = r.training.micro_batch * r.model.seq_len;
-  std::vector<int32_t> tokens(BT + 1);
-  Rng rng(r.run.seed, "bench");
-  for (auto& t : tokens) t = (int32_t)rng.below(r.model.vocab_size);
-
-  // One model per recompute mode compared (each with its own backend, so its
-  // memory is counted apart); steps run round-robin across them, so a slow
-  // spell of the shared machine hits every mode alike.
+  // One model per recompute mode compared.
   std::vector<RecomputeMode> modes = {r.recompute.mode};
   if (compare_recompute) modes = {RecomputeMode::None, RecomputeMode::Selective, RecomputeMode::Full};
-  struct Runner {
-    std::unique_ptr<Backend> be;
-    std::unique_ptr<Transformer> model;
-    std::unique_ptr<AdamW> opt;
-    std::vector<double> wall_ms, cpu_ms, phase_ms[3];
-    double loss = 0;
-  };
-  std::vector<Runner> runners;
-  for (RecomputeMode m : modes) {
-    Runner rn;
-    rn.be = runners.empty() ? std::move(be) : make_backend({r.runtime.backend, r.runtime.threads});
-    rn.be->reset_memory_peaks();
-    rn.model = std::make_unique<Transformer>(*rn.be, r.model, r.training.micro_batch, TensorParallel{},
-                                             ChunkSpec{}, 1, RecomputeConfig{m, r.recompute.layers});
-    rn.opt = std::make_unique<AdamW>(*rn.be, rn.model->registry(), r.adamw);
-    std::vector<float> host(rn.model->num_params());
-    init_params(rn.model->layout(), r.model, r.run.seed, host.data());
-    rn.be->from_host(rn.model->params(), host.data(), host.size());
-    runners.push_back(std::move(rn));
-  }
-  using clock = std::chrono::steady_clock;
-  auto ms = [](clock::time_point a, clock::time_point b) {
-    return std::chrono::duration<double, std::milli>(b - a).count();
-  };
-  // Process CPU time (all threads) per step: it does not count time the
-  // shared host takes the cores away.
-  auto cpu_ms = [] {
-    timespec ts{};
-    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
-    return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
-  };
-  for (int s = 0; s < warmup + steps; s++)
-    for (Runner& rn : runners) {
-      Transformer& model = *rn.model;
-      const auto t0 = clock::now();
-      const double c0 = cpu_ms();
-      // Phases: forward (with the loss gradient), backward, optimizer.
-      rn.loss = model.forward(tokens.data(), tokens.data() + 1, 1.0f / BT);
-      const auto t1 = clock::now();
-      model.backward();
-      const auto t2 = clock::now();
-      const double norm = std::sqrt(model.grad_sumsq());
-      rn.opt->step(model.params(), model.grads(), r.lr.lr, clip_coefficient(norm, r.training.grad_clip));
-      rn.be->zero(model.grads(), model.num_params());
-      const auto t3 = clock::now();
-      if (s < warmup) continue;
-      rn.wall_ms.push_back(ms(t0, t3));
-      rn.cpu_ms.push_back(cpu_ms() - c0);
-      rn.phase_ms[0].push_back(ms(t0, t1));
-      rn.phase_ms[1].push_back(ms(t1, t2));
-      rn.phase_ms[2].push_back(ms(t2, t3));
-    }
-  std::vector<MemoryStats> mems;  // before the closing sgemm measurement allocates
-  for (Runner& rn : runners) mems.push_back(rn.be->memory());
-  peak = std::max(peak, measure_sgemm_gflops(*runners.front().be, 2048, 1.0));
-
-  std::printf("bench %s: %s, %zu params, micro-batch %d x %d, %d thread(s)\n", path.c_str(),
-              arch_name(r.model.arch), runners.front().model->num_params(), r.training.micro_batch,
-              r.model.seq_len, r.runtime.threads);
-  std::printf("  sgemm peak     %8.1f GFLOP/s\n", peak);
-  for (size_t k = 0; k < runners.size(); k++) {
-    Runner& rn = runners[k];
-    // Shared machines only ever slow a step down, so the fastest step is the
-    // least noisy estimate of one configuration; medians compare several.
-    const double best = *std::min_element(rn.wall_ms.begin(), rn.wall_ms.end());
-    const double tps = BT / (best / 1e3);
-    const double achieved = train_flops_per_token(r.model) * tps / 1e9;
-    const MemoryStats& mem = mems[k];
-    const double act_mb = mem.peak[(int)Mem::Activations] / 1048576.0;
-    const char* mode = recompute_name(modes[k]);
-    std::printf("  [recompute %s]\n", mode);
-    std::printf("  step           %8.1f ms fastest, %.1f ms median of %d after %d warm-up (forward %.1f, backward %.1f, optimizer %.1f)\n",
-                best, median_of(rn.wall_ms), steps, warmup, median_of(rn.phase_ms[0]), median_of(rn.phase_ms[1]),
-                median_of(rn.phase_ms[2]));
-    std::printf("  throughput     %8.1f tokens/s, %.1f GFLOP/s model FLOPs\n", tps, achieved);
-    std::printf("  MFU            %8.1f%% of the measured sgemm peak\n", 100 * achieved / peak);
-    std::printf("  activations    %8.1f MB peak, %.1f MB in all\n", act_mb, mem.total_peak / 1048576.0);
-    JsonRecord rec;
-    rec.add("bench", path).add("params", (long)rn.model->num_params()).add("threads", r.runtime.threads)
-        .add("sgemm_gflops", peak).add("step_ms", best).add("median_step_ms", median_of(rn.wall_ms))
-        .add("median_step_cpu_ms", median_of(rn.cpu_ms)).add("tokens_per_s", tps)
-        .add("model_gflops", achieved).add("mfu", achieved / peak).add("loss", rn.loss)
-        .add("recompute", std::string(mode)).add("activations_mb", act_mb);
-    std::printf("%s\n", rec.str().c_str());
-  }
+  const std::vector<BenchRun> runs = bench_training(r, modes, steps, warmup, be);
+  peak = std::max(peak, measure_sgemm_gflops(*be, 2048, 1.0));
+  print_bench(r, path, runs, peak, steps, warmup);
   return 0;
 }
 

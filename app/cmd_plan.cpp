@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "app/commands.h"
-#include "app/layout.h"
+#include "engine/layout.h"
 #include "app/memory_fit.h"
 #include "app/recipe.h"
 #include "app/recipe_args.h"
@@ -35,10 +35,14 @@ int cmd_plan(int argc, char** argv) {
   const Recipe r = load_recipe(path, args.overrides, ranks, false);
   ranks = r.grid.dp * r.grid.pp * r.grid.tp;
   const double step_flops = train_flops_per_token(r.model) * r.training.global_batch * r.model.seq_len;
-  std::printf("plan %s: %s, %d ranks = dp %d x pp %d x tp %d%s, micro-batch %d x %d, %d micro-batches per step\n",
+  std::printf("plan %s: %s, %d ranks = dp %d x pp %d x tp %d%s, micro-batch %d x %d, %d micro-batches per step, %s\n",
               path.c_str(), arch_name(r.model.arch), ranks, r.grid.dp, r.grid.pp, r.grid.tp,
               r.sequence_parallel ? " (sequence parallel)" : "", r.training.micro_batch,
-              r.model.seq_len, r.accum_steps());
+              r.model.seq_len, r.accum_steps(), dtype_name(r.training.precision));
+  if (r.training.precision != DType::F32)
+    std::printf("%s: params = fp32 master weights + their %s copy; activations, messages and the data-parallel "
+                "gradient copy in %s; gradients and optimizer state fp32\n",
+                dtype_name(r.training.precision), dtype_name(r.training.precision), dtype_name(r.training.precision));
   std::printf("memory per rank in MB (the recipe's mode is marked *); extra forward FLOPs per step and rank\n");
   std::printf("%-6s %-11s %9s %9s %9s %11s %9s %11s %9s %16s\n", "stage", "recompute", "params",
               "grads", "optimizer", "activations", "comm", "temporaries", "total", "extra fwd FLOPs");

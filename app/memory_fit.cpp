@@ -2,7 +2,7 @@
 
 #include <cstdio>
 
-#include "app/layout.h"
+#include "engine/layout.h"
 #include "runtime/host_memory.h"
 
 namespace trainer {
@@ -15,10 +15,11 @@ constexpr double kProcessBytes = 150e6;  // libraries, MPI and HDF5 buffers, loa
 MemoryFit need_of(const Recipe& r, int stage, bool writer) {
   MemoryFit f;
   f.plan = plan_memory(r.model, rank_layout(r, stage), r.recompute);
-  // A checkpoint writer builds its file in memory (params + AdamW m, v); an
-  // async save also keeps a snapshot of the same size.
-  const double state = f.plan.bytes[(int)Mem::Params] * 3;
-  if (r.checkpoint.every > 0 && writer) f.checkpoint = state * (r.checkpoint.async ? 2 : 1);
+  // A checkpoint writer copies its fp32 state (master weights + AdamW m, v:
+  // three times the fp32 gradients' size) to a host snapshot, then builds
+  // its file from it in memory: twice the state, blocking or async.
+  const double state = f.plan.bytes[(int)Mem::Grads] * 3;
+  if (r.checkpoint.every > 0 && writer) f.checkpoint = state * 2;
   f.process = kProcessBytes;
   f.need = f.plan.total() + f.checkpoint + f.process;
   return f;
@@ -64,11 +65,6 @@ std::string suggestions(const Recipe& r, int stage, bool writer, double avail) {
     Recipe a = r;
     a.grid.pp *= 2;
     consider(a, "parallel.pp = " + std::to_string(a.grid.pp) + " (twice the ranks per model copy)");
-  }
-  if (r.checkpoint.async && writer) {
-    Recipe a = r;
-    a.checkpoint.async = false;
-    consider(a, "checkpoint.async = false");
   }
   return out;
 }

@@ -313,7 +313,7 @@ Recipe load_recipe(const std::string& path, const std::vector<std::string>& over
     k.set(r, v);
   }
   check_rules(r, rd, world_size);
-  for (const std::string& spec : r.fault_specs) {  // [fault]: test-only fault injection (app/fault.h)
+  for (const std::string& spec : r.fault_specs) {  // [fault]: test-only fault injection (engine/fault.h)
     try {
       for (Fault& f : parse_faults(spec, "")) r.faults.push_back(std::move(f));
     } catch (const RecipeError& e) {

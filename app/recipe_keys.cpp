@@ -134,6 +134,10 @@ std::vector<RecipeKey> make_keys() {
         AT(training.global_batch))
           .def([](const Recipe& r, int) { return KeyValue((long)r.training.micro_batch * r.grid.dp); }, "micro_batch * dp")
           .at_least(1),
+      K("training", "precision", Choice,
+        "fp32, or bf16: bf16 weights in products, activations and gradient communication; fp32 master weights, "
+        "gradient accumulation, optimizer state, loss and softmax statistics",
+        ENUM(training.precision, DType, "fp32", "bf16")).def(std::string("fp32")).choose({"fp32", "bf16"}),
       K("training", "grad_clip", Float, "global gradient-norm clip", AT(training.grad_clip)).def(1.0).at_least(0),
       K("training", "eval_every", Int, "steps between evaluations (0: only at the end, with val data)", AT(training.eval_every))
           .def(0L).at_least(0),
@@ -206,7 +210,7 @@ std::vector<RecipeKey> make_keys() {
       K("launch", "ranks", Int, "ranks `supervise` launches (0: dp * pp * tp)", AT(launch.ranks)).def(0L).at_least(0),
       K("launch", "args", List, "extra launcher arguments", AT(launch.args)).def(Strings{}),
       // [fault]
-      K("fault", "inject", List, "test-only fault injection (app/fault.h), e.g. \"crash rank=1 step=7\"", AT(fault_specs))
+      K("fault", "inject", List, "test-only fault injection (engine/fault.h), e.g. \"crash rank=1 step=7\"", AT(fault_specs))
           .def(Strings{}).shown_if([](const Recipe& r) { return !r.fault_specs.empty(); }),
       // [data]
       K("data", "train", List, "training token shards: paths or globs", AT(data.train)).def(Strings{}),

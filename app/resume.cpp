@@ -103,20 +103,6 @@ void lock_run_dirs(const Recipe& r, RunDirLocks& locks, const std::string& token
     if (!l->warning().empty()) std::fprintf(stderr, "warning: %s\n", l->warning().c_str());
 }
 
-std::string newest_valid_checkpoint(const std::string& dir, std::vector<std::string>* broken, std::string* why) {
-  std::vector<std::string> steps = committed_checkpoints(dir);
-  for (auto it = steps.rbegin(); it != steps.rend(); ++it) {
-    try {
-      read_manifest(*it, true);
-      return *it;
-    } catch (const CheckpointError& e) {
-      if (broken) broken->push_back(*it);
-      if (why) *why += "\n  " + fs::path(*it).filename().string() + ": " + e.what();
-    }
-  }
-  return "";
-}
-
 ResumeDecision decide_resume(const Recipe& r, bool start_over) {
   const CheckpointSection& ck = r.checkpoint;
   ResumeDecision d;

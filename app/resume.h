@@ -39,10 +39,4 @@ struct ResumeDecision {
 // checkpoints there or the given one do not verify.
 ResumeDecision decide_resume(const Recipe& r, bool start_over);
 
-// The newest checkpoint in dir that verifies, or "" (on_nan / on_spike =
-// "rollback" uses it as it is: nothing is compared or moved). broken gets the
-// newer ones that did not verify, why a line for each.
-std::string newest_valid_checkpoint(const std::string& dir, std::vector<std::string>* broken = nullptr,
-                                    std::string* why = nullptr);
-
 }  // namespace trainer

@@ -114,7 +114,7 @@ Manifest parse_manifest(const std::string& step_dir) {
 namespace {
 
 // Phase 1 (collective): rank 0 makes a fresh step_N.tmp directory.
-std::string prepare_dir(const std::string& dir, long step, Communicator& world) {
+std::string prepare_dir(const std::string& dir, long step, ControlComm& world) {
   const int rank = world.rank();
   const std::string tmp_dir = dir + "/" + step_name(step) + ".tmp";
   int ok = 1;
@@ -171,7 +171,7 @@ std::string write_shard(const std::string& tmp_dir, const std::string& file_name
 
 // Phase 3 (collective): agree every file is complete, then rank 0 writes the
 // manifest, renames the directory, replaces `latest` and applies retention.
-std::string commit(const std::string& dir, const TrainingState& st, int keep, Communicator& world,
+std::string commit(const std::string& dir, const TrainingState& st, int keep, ControlComm& world,
                    const std::string& recipe_text, const std::function<void(const char*)>& at_point,
                    int ok, const std::string& my_err, const std::string& my_line) {
   auto point = [&](const char* p) {
@@ -253,7 +253,7 @@ std::string commit(const std::string& dir, const TrainingState& st, int keep, Co
 
 std::string save_checkpoint(const std::string& dir, const TrainingState& st, bool writer,
                             const std::string& file_name, const SaveGroups& groups, int keep,
-                            Communicator& world, const std::string& recipe_text,
+                            ControlComm& world, const std::string& recipe_text,
                             const std::function<void(const char*)>& at_point) {
   const std::string tmp_dir = prepare_dir(dir, st.step, world);
   if (at_point) at_point("writing");
@@ -276,7 +276,7 @@ AsyncSaver::~AsyncSaver() {
 void AsyncSaver::start(const std::string& dir, const TrainingState& st, bool writer,
                        const std::string& file_name, SaveGroups groups,
                        std::vector<std::vector<float>> storage, int keep,
-                       const std::string& recipe_text, Communicator& world) {
+                       const std::string& recipe_text, ControlComm& world) {
   tmp_dir_ = prepare_dir(dir, st.step, world);
   dir_ = dir, st_ = st, keep_ = keep, recipe_ = recipe_text;
   groups_ = std::move(groups);
@@ -295,7 +295,7 @@ void AsyncSaver::start(const std::string& dir, const TrainingState& st, bool wri
     });
 }
 
-std::string AsyncSaver::poll(Communicator& world, bool wait) {
+std::string AsyncSaver::poll(ControlComm& world, bool wait) {
   if (!pending_) return "";
   double writing = wait || done_ ? 0 : 1;  // on any rank
   world.allreduce_max(&writing, 1);
@@ -471,6 +471,20 @@ void load_pieces(const std::string& step_dir, const std::string& prefix,
     for (const auto& s : problems) list += "\n  " + s;
     throw CheckpointError(step_dir + ": the checkpoint does not match the model (" + prefix + "):" + list);
   }
+}
+
+std::string newest_valid_checkpoint(const std::string& dir, std::vector<std::string>* broken, std::string* why) {
+  std::vector<std::string> steps = committed_checkpoints(dir);
+  for (auto it = steps.rbegin(); it != steps.rend(); ++it) {
+    try {
+      read_manifest(*it, true);
+      return *it;
+    } catch (const CheckpointError& e) {
+      if (broken) broken->push_back(*it);
+      if (why) *why += "\n  " + fs::path(*it).filename().string() + ": " + e.what();
+    }
+  }
+  return "";
 }
 
 }  // namespace trainer

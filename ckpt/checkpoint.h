@@ -55,7 +55,7 @@ struct TrainingState {
 using SaveGroups = std::vector<std::pair<std::string, std::vector<TensorPiece>>>;
 std::string save_checkpoint(const std::string& dir, const TrainingState& st, bool writer,
                             const std::string& file_name, const SaveGroups& groups, int keep,
-                            Communicator& world, const std::string& recipe_text = "",
+                            ControlComm& world, const std::string& recipe_text = "",
                             const std::function<void(const char*)>& at_point = {});
 
 // Bytes a writer's shard of these pieces takes on disk (a little above the
@@ -77,8 +77,8 @@ class AsyncSaver {
   void start(const std::string& dir, const TrainingState& st, bool writer,
              const std::string& file_name, SaveGroups groups,
              std::vector<std::vector<float>> storage, int keep, const std::string& recipe_text,
-             Communicator& world);
-  std::string poll(Communicator& world, bool wait);
+             ControlComm& world);
+  std::string poll(ControlComm& world, bool wait);
   bool pending() const { return pending_; }
 
  private:
@@ -127,5 +127,11 @@ TrainingState read_manifest(const std::string& step_dir, bool verify_files);
 // Throws CheckpointError listing tensors that are missing or shaped otherwise.
 void load_pieces(const std::string& step_dir, const std::string& prefix,
                  const std::vector<TensorPiece>& pieces);
+
+// The newest checkpoint in dir that verifies, or "" (on_nan / on_spike =
+// "rollback" uses it as it is: nothing is compared or moved). broken gets the
+// newer ones that did not verify, why a line for each.
+std::string newest_valid_checkpoint(const std::string& dir, std::vector<std::string>* broken = nullptr,
+                                    std::string* why = nullptr);
 
 }  // namespace trainer

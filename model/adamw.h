@@ -14,23 +14,22 @@ struct AdamWConfig {
 class AdamW {
  public:
   AdamW(Backend& be, const ParamRegistry& reg, const AdamWConfig& cfg);
-  ~AdamW();
   AdamW(const AdamW&) = delete;
   AdamW& operator=(const AdamW&) = delete;
-  // One update with learning rate lr on gradients grads * grad_scale (the
-  // clipping coefficient); the step count advances by one.
-  void step(float* params, const float* grads, float lr, float grad_scale = 1.f);
+  // One update of the fp32 master weights with learning rate lr on gradients
+  // grads * grad_scale (the clipping coefficient); the step count advances
+  // by one.
+  void step(Buffer& params, const Buffer& grads, float lr, float grad_scale = 1.f);
   long steps_taken() const { return t_; }
   void set_steps_taken(long t) { t_ = t; }  // when resuming
-  float* m() { return m_; }
-  float* v() { return v_; }
+  Buffer& m() { return m_; }
+  Buffer& v() { return v_; }
 
  private:
   Backend& be_;
   const ParamRegistry& reg_;
   AdamWConfig cfg_;
-  float* m_;
-  float* v_;
+  Buffer m_, v_;  // fp32, laid out as the registry
   long t_ = 0;
 };
 

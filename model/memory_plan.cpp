@@ -30,51 +30,64 @@ Dims dims(const ModelConfig& c, const RankLayout& l) {
 }
 }  // namespace
 
-MemoryPlan plan_memory(const ModelConfig& c, const RankLayout& l, const RecomputeConfig& rc) {
-  MemoryPlan p;
-  const Dims x = dims(c, l);
-  const double f = 4;  // bytes per float
-  // What one layer keeps for backward, split into its input, the matrix-
-  // product outputs and norms, and the softmax + MLP activation.
-  const double input = x.R * x.d;
+namespace {
+// What one layer keeps for backward, in elements of the compute type (c) and
+// fp32 (f): its input, the matrix-product outputs and norms, and the MLP
+// activation that selective recomputation drops.
+struct LayerKeeps {
+  double input, products_c, products_f, dropped;
+};
+LayerKeeps layer_keeps(const Dims& x) {
   // Attention keeps per-row statistics (kAttentionStats floats per query
   // row and head), never the T x T probabilities.
   const double stats = x.B * x.H * x.T * Backend::kAttentionStats;
-  const double products = x.M * x.d + 2 * x.R + x.M * x.Q + stats + x.M * x.att + x.R * x.d + x.M * x.d +
-                          2 * x.R + x.M * x.din;
-  const double dropped_by_selective = x.M * x.F;
+  return {x.R * x.d,
+          x.M * x.d + x.M * x.Q + x.M * x.att + x.R * x.d + x.M * x.d + x.M * x.din,
+          4 * x.R + stats,  // norm means and rstds, attention statistics
+          x.M * x.F};
+}
+}  // namespace
+
+MemoryPlan plan_memory(const ModelConfig& c, const RankLayout& l, const RecomputeConfig& rc) {
+  MemoryPlan p;
+  const Dims x = dims(c, l);
+  const double f = 4, e = (double)dtype_size(l.compute);  // bytes: fp32, compute type
+  const bool narrow = l.compute != DType::F32;
+  const LayerKeeps k = layer_keeps(x);
   for (const ChunkLayout& ch : l.chunks) {
-    const ModelParams mp = build_params(c, l.tp, 0, ch.spec);
-    const double n = (double)mp.reg.total();
-    p.bytes[(int)Mem::Params] += n * f;
+    const double n = (double)build_params(c, l.tp, 0, ch.spec).reg.total();
+    // fp32 master weights (+ the compute copy), gradients, AdamW m and v.
+    p.bytes[(int)Mem::Params] += n * f + (narrow ? n * e : 0);
     p.bytes[(int)Mem::Grads] += n * f;
     p.bytes[(int)Mem::Optimizer] += 2 * n * f;
+    // Data-parallel gradient traffic in the compute type goes through a copy.
+    if (narrow && l.dp > 1) p.bytes[(int)Mem::Comm] += n * e;
     const int layers = ch.spec.last_layer - ch.spec.first_layer;
     double per_slot = 0, workspace = 0;
     for (int i = 0; i < layers; i++) {
       const RecomputeMode m = rc.applies(i) ? rc.mode : RecomputeMode::None;
-      per_slot += input;
-      if (m == RecomputeMode::None) per_slot += products + dropped_by_selective;
-      if (m == RecomputeMode::Selective) per_slot += products;
-      if (m == RecomputeMode::Full) workspace = products + dropped_by_selective;
-      if (m == RecomputeMode::Selective) workspace = dropped_by_selective;
+      per_slot += k.input * e;
+      if (m != RecomputeMode::Full) per_slot += k.products_c * e + k.products_f * f;
+      if (m == RecomputeMode::None) per_slot += k.dropped * e;
+      if (m == RecomputeMode::Full) workspace = (k.products_c + k.dropped) * e + k.products_f * f;
+      if (m == RecomputeMode::Selective) workspace = k.dropped * e;
     }
-    per_slot += x.R * x.d;  // the chunk's output
-    if (ch.spec.head) per_slot += x.M * x.d + 2 * x.R + x.M * x.V + 4 * x.M;
-    const double tokens = 2 * x.M;  // inputs and targets (int32)
-    p.bytes[(int)Mem::Activations] += (ch.slots * (per_slot + tokens) + workspace) * f;
+    per_slot += x.R * x.d * e;  // the chunk's output
+    // Head: final norm output; its statistics, fp32 logits, losses, cross-entropy terms.
+    if (ch.spec.head) per_slot += x.M * x.d * e + (2 * x.R + x.M * x.V + 4 * x.M) * f;
+    const double tokens = 2 * x.M * 4;  // inputs and targets (int32)
+    p.bytes[(int)Mem::Activations] += ch.slots * (per_slot + tokens) + workspace;
     // Backward scratch; tensor-parallel collective buffers.
-    p.bytes[(int)Mem::Temporaries] += (x.R * x.d + x.M * x.d + x.M * x.att + x.M * x.Q +
-                                       x.M * x.din + x.M * x.F) * f;
-    if (l.tp > 1) p.bytes[(int)Mem::Comm] += x.M * x.d * f;
-    if (l.tp > 1 && l.sequence_parallel) p.bytes[(int)Mem::Comm] += (2 * x.R * x.d + x.M * x.d) * f;
+    p.bytes[(int)Mem::Temporaries] += (x.R * x.d + x.M * x.d + x.M * x.att + x.M * x.Q + x.M * x.din + x.M * x.F) * e;
+    if (l.tp > 1) p.bytes[(int)Mem::Comm] += x.M * x.d * e;
+    if (l.tp > 1 && l.sequence_parallel) p.bytes[(int)Mem::Comm] += (2 * x.R * x.d + x.M * x.d) * e;
     // Pipeline messages: received activations and gradients, sent gradients.
     if (l.pipelined) {
       const double kinds = (ch.spec.embed ? 0 : 2) + (ch.spec.head ? 0 : 1);
-      p.bytes[(int)Mem::Comm] += kinds * l.micro_batches * x.R * x.d * f;
+      p.bytes[(int)Mem::Comm] += kinds * l.micro_batches * x.R * x.d * e;
     }
   }
-  // Attention backward's per-thread buffers: probabilities and their
+  // Attention backward's per-thread fp32 buffers: probabilities and their
   // gradient for a block of query rows against up to T keys (RoPE's tables
   // fit within them).
   const double block = std::min<double>(x.T, Backend::kAttentionBlock);

@@ -8,6 +8,7 @@
 #include "model/config.h"
 #include "model/param_registry.h"
 #include "model/recompute.h"
+#include "runtime/dtype.h"
 #include "runtime/memory.h"
 
 namespace trainer {
@@ -18,8 +19,9 @@ struct ChunkLayout {
 };
 
 struct RankLayout {
-  int micro_batch = 1, tp = 1, micro_batches = 1, threads = 1;
+  int micro_batch = 1, tp = 1, dp = 1, micro_batches = 1, threads = 1;
   bool sequence_parallel = false, pipelined = false;
+  DType compute = DType::F32;  // training.precision: activations, messages, the weights products read
   std::vector<ChunkLayout> chunks;
 };
 

@@ -27,7 +27,8 @@
 namespace trainer {
 
 struct TensorParallel {
-  Communicator* comm = nullptr;  // null: no tensor parallelism
+  DataComm* comm = nullptr;        // activations and gradients; null: no tensor parallelism
+  ControlComm* control = nullptr;  // the gradient norm's partial sum (with comm)
   bool sequence_parallel = false;
   int size() const { return comm ? comm->size() : 1; }
   int rank() const { return comm ? comm->rank() : 0; }
@@ -37,8 +38,13 @@ class Transformer {
  public:
   // micro_batch: sequences per forward/backward; activations are sized for
   // it, `slots` times (micro-batches whose backward is still to come).
+  // compute: the element type of activations, their gradients, tensor- and
+  // pipeline-parallel messages and the weights the products read (a bf16
+  // copy of the fp32 master weights, refreshed by sync_compute_weights()).
+  // Parameters, gradients, statistics, logits and losses stay fp32.
   Transformer(Backend& be, const ModelConfig& cfg, int micro_batch, TensorParallel tp = {},
-              ChunkSpec chunk = {}, int slots = 1, RecomputeConfig recompute = {});
+              ChunkSpec chunk = {}, int slots = 1, RecomputeConfig recompute = {},
+              DType compute = DType::F32);
   ~Transformer();
   Transformer(const Transformer&) = delete;
   Transformer& operator=(const Transformer&) = delete;
@@ -47,23 +53,31 @@ class Transformer {
   const ModelParams& layout() const { return mp_; }
   const ParamRegistry& registry() const { return mp_.reg; }
   size_t num_params() const { return mp_.reg.total(); }  // this rank's
-  float* params() { return params_; }
-  float* grads() { return grads_; }
+  // The fp32 master weights and gradients (registry offsets, this rank's pieces).
+  Buffer& params() { return params_; }
+  Buffer& grads() { return grads_; }
+  DType compute_type() const { return compute_; }
+  // After the master weights change (initialisation, an optimizer step, a
+  // checkpoint load): the bf16 copy the products read follows them. No-op
+  // in fp32.
+  void sync_compute_weights();
   int micro_batch() const { return B_; }
+  int slots() const { return (int)slots_.size(); }  // micro-batches it can hold in flight
 
   const ChunkSpec& chunk() const { return mp_.chunk; }
   // Rows of the activations a chunk passes on: [rows, d_model] (this rank's
   // share under sequence parallelism).
-  size_t boundary_floats() const { return (size_t)R_ * cfg_.d_model; }
+  // Elements of the compute type.
+  size_t boundary_elems() const { return (size_t)R_ * cfg_.d_model; }
 
   // Runs the forward pass on [B, T] inputs/targets (host int32 arrays) and
   // returns the mean loss. With grad_scale != 0 the loss gradient (scaled by
   // grad_scale per token) is prepared for backward().
   double forward(const int32_t* inputs, const int32_t* targets, float grad_scale) {
-    return forward(0, inputs, targets, nullptr, grad_scale);
+    return forward(0, inputs, targets, CRef(), grad_scale);
   }
   // Accumulates parameter gradients into grads() for the last forward().
-  void backward() { backward(0, nullptr); }
+  void backward() { backward(0, CRef()); }
 
   // Pipeline form. forward: a chunk with the embedding reads `inputs`, others
   // read act_in [boundary_floats()]; a chunk with the head reads `targets` and
@@ -71,11 +85,10 @@ class Transformer {
   // backward(slot, grad_out), where a chunk without the head takes the
   // gradient of its output. output(slot) is what forward passes on;
   // input_grad() what backward passes back (chunks without the embedding).
-  double forward(int slot, const int32_t* inputs, const int32_t* targets, const float* act_in,
-                 float grad_scale);
-  void backward(int slot, const float* grad_out);
-  const float* output(int slot) const { return slots_[slot].out; }
-  const float* input_grad() const { return g_resid_; }
+  double forward(int slot, const int32_t* inputs, const int32_t* targets, CRef act_in, float grad_scale);
+  void backward(int slot, CRef grad_out);
+  CRef output(int slot) const { return slots_[slot].out; }
+  CRef input_grad() const { return g_resid_; }
   // Under sequence parallelism, sums the partial gradients of replicated
   // tensors over the TP group; call once per step, after the last backward().
   void reduce_sequence_parallel_grads();
@@ -85,52 +98,60 @@ class Transformer {
   double grad_sumsq();
 
  private:
+  // Saved activations: Ref fields in the compute type, float* ones fp32.
   struct LayerActs {
-    float *resid_in, *norm1, *mean1, *rstd1, *qkv, *stats, *att, *resid_mid;
-    float *norm2, *mean2, *rstd2, *h_in, *h_act;
+    Ref resid_in, norm1, qkv, att, resid_mid, norm2, h_in, h_act;
+    float *mean1, *rstd1, *stats, *mean2, *rstd2;
   };
   // One micro-batch's saved activations.
   struct Slot {
     std::vector<LayerActs> layers;
-    float* out;  // the chunk's output rows (the head's input)
-    float *normf, *meanf, *rstdf, *logits, *losses, *ce_max, *ce_stats;  // head only
-    int32_t *inputs, *targets;
+    Ref out;    // the chunk's output rows (the head's input)
+    Ref normf;  // head only, as the rest
+    float *meanf, *rstdf, *logits, *losses, *ce_max, *ce_stats;
+    Buffer inputs, targets;  // int32 token ids
   };
   // How far layer_fwd runs: the whole layer, or only what backward needs
   // rebuilt (full recomputation: all but the last product; selective: the
   // MLP activation).
   enum class Upto { Output, BackwardInputs, DroppedOnly };
-  void layer_fwd(LayerActs& a, const LayerParams& lp, float* out, Upto upto);
-  void norm_fwd(float* out, float* mean, float* rstd, const float* x, size_t w, size_t b);
-  void norm_bwd(float* dx, const float* dout, const float* x, size_t w, size_t b,
-                const float* mean, const float* rstd);
-  void norm_to_full(float* full, float* mean, float* rstd, const float* x, size_t w, size_t b);
-  void row_parallel(float* out, const float* resid, const float* in, int K, size_t w,
-                    size_t b, bool has_bias);
-  const float* grad_rows_to_full(const float* g);
-  const float* reduce_input_grad(float* g_partial);
+  void layer_fwd(LayerActs& a, const LayerParams& lp, Ref out, Upto upto);
+  void norm_fwd(Ref out, float* mean, float* rstd, CRef x, size_t w, size_t b);
+  void norm_bwd(Ref dx, CRef dout, CRef x, size_t w, size_t b, const float* mean, const float* rstd);
+  void norm_to_full(Ref full, float* mean, float* rstd, CRef x, size_t w, size_t b);
+  void row_parallel(Ref out, CRef resid, CRef in, int K, size_t w, size_t b, bool has_bias);
+  CRef grad_rows_to_full(CRef g);
+  CRef reduce_input_grad(Ref g_partial);
+  void embed_fwd(Slot& sl, const int32_t* inputs, Ref x0);
+  double head_fwd(Slot& sl, const int32_t* targets, float grad_scale);
+  void head_bwd(Slot& sl);
+  void layer_bwd(LayerActs& a, const LayerParams& lp, int l);
+  void allocate_activations(int slots);
   AttentionShape attn_shape() const;
+  CRef W(size_t offset) const { return (compute_ == DType::F32 ? params_.ref() : cparams_.ref()) + offset; }
+  float* G(size_t offset) { return grads_.ref(offset).f32(); }
 
   Backend& be_;
   ModelConfig cfg_;
   TensorParallel tp_;
   ModelParams mp_;
+  DType compute_;
   int B_, M_, R_;        // sequences, token rows, rows this rank keeps (M_/tp with SP)
   int row_offset_;       // first token row of this rank's share
   int H_, KV_, F_, V_;   // this rank's heads, kv heads, hidden units, vocabulary rows
   int Q_, vocab_offset_;
-  float* params_ = nullptr;
-  float* grads_ = nullptr;
-  float* acts_ = nullptr;     // saved activations, all slots
-  float* scratch_ = nullptr;  // backward temporaries
-  float* comm_ = nullptr;     // collective buffers (tensor parallelism)
+  Buffer params_, grads_;  // fp32
+  Buffer cparams_;         // the compute copy (bf16 runs only)
+  Buffer acts_, acts32_;   // saved activations, all slots: compute type, fp32
+  Buffer scratch_;         // backward temporaries
+  Buffer comm_;            // collective buffers (tensor parallelism)
   std::vector<Slot> slots_;
   RecomputeConfig rc_;
   std::vector<Backend::SumSpan> grad_spans_;  // grad_sumsq's tensors, built once
   LayerActs work_{};  // one layer's rebuilt activations, shared by recomputing layers
   // backward and communication scratch
-  float *g_resid_, *g_norm_, *g_rows_, *g_full_, *g_att_, *g_qkv_, *g_hin_, *g_act_;
-  float *part_, *rows_tmp_;
+  Ref g_resid_, g_norm_, g_rows_, g_full_, g_att_, g_qkv_, g_hin_, g_act_;
+  Ref part_, rows_tmp_;
   std::vector<float> host_losses_;
 };
 

@@ -7,58 +7,51 @@ const char* CommCounters::name(int k) {
   return names[k];
 }
 
-template <class F>
-void CountingCommunicator::timed(CommCounters::Kind kind, double bytes, F&& f) {
-  const auto t0 = std::chrono::steady_clock::now();
-  f();
-  k_.ms[kind] += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-  k_.bytes[kind] += c_.size() > 1 ? bytes : 0;
-  k_.calls[kind]++;
-}
-
 namespace {
 double ring_allreduce(size_t bytes, int p) { return 2.0 * (p - 1) / p * bytes; }
 double ring_gather(size_t full_bytes, int p) { return (double)(p - 1) / p * full_bytes; }
+double ms_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+}
 }  // namespace
 
-void CountingCommunicator::allreduce_sum(float* x, size_t n) {
-  timed(CommCounters::AllReduce, ring_allreduce(n * 4, size()), [&] { c_.allreduce_sum(x, n); });
-}
-void CountingCommunicator::allreduce_sum(double* x, size_t n) {
-  timed(CommCounters::AllReduce, ring_allreduce(n * 8, size()), [&] { c_.allreduce_sum(x, n); });
-}
-void CountingCommunicator::allreduce_max(float* x, size_t n) {
-  timed(CommCounters::AllReduce, ring_allreduce(n * 4, size()), [&] { c_.allreduce_max(x, n); });
-}
-void CountingCommunicator::allreduce_max(double* x, size_t n) {
-  timed(CommCounters::AllReduce, ring_allreduce(n * 8, size()), [&] { c_.allreduce_max(x, n); });
-}
-void CountingCommunicator::allgather(const float* in, float* out, size_t n) {
-  timed(CommCounters::AllGather, ring_gather(n * 4 * size(), size()), [&] { c_.allgather(in, out, n); });
-}
-void CountingCommunicator::reduce_scatter_sum(const float* in, float* out, size_t n) {
-  timed(CommCounters::ReduceScatter, ring_gather(n * 4 * size(), size()),
-        [&] { c_.reduce_scatter_sum(in, out, n); });
-}
-Communicator::Request CountingCommunicator::isend(const float* data, size_t n, int peer, int tag) {
-  Request r = 0;
-  timed(CommCounters::P2P, (double)n * 4, [&] { r = c_.isend(data, n, peer, tag); });
-  return r;
-}
-Communicator::Request CountingCommunicator::irecv(float* data, size_t n, int peer, int tag) {
-  return c_.irecv(data, n, peer, tag);
-}
-void CountingCommunicator::wait(Request r) {
+template <class F>
+DataComm::Handle CountingDataComm::timed(CommCounters::Kind kind, double bytes, F&& f) {
   const auto t0 = std::chrono::steady_clock::now();
-  c_.wait(r);
-  k_.ms[CommCounters::P2P] += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  const Handle h = f();
+  k_.ms[kind] += ms_since(t0);
+  k_.bytes[kind] += c_.size() > 1 ? bytes : 0;
+  k_.calls[kind]++;
+  kind_of_[h] = kind;
+  return h;
 }
 
-void CountingCommunicator::allgather_bytes(const void* in, void* out, size_t bytes) {
-  timed(CommCounters::AllGather, ring_gather(bytes * size(), size()), [&] { c_.allgather_bytes(in, out, bytes); });
+DataComm::Handle CountingDataComm::start_allreduce(Ref x, size_t n, ReduceOp op) {
+  return timed(CommCounters::AllReduce, ring_allreduce(n * dtype_size(x.dt), size()),
+               [&] { return c_.start_allreduce(x, n, op); });
 }
-void CountingCommunicator::broadcast(void* data, size_t bytes, int root) {
-  timed(CommCounters::Other, (double)bytes, [&] { c_.broadcast(data, bytes, root); });
+DataComm::Handle CountingDataComm::start_reduce_scatter(CRef in, Ref out, size_t n) {
+  return timed(CommCounters::ReduceScatter, ring_gather(n * dtype_size(in.dt) * size(), size()),
+               [&] { return c_.start_reduce_scatter(in, out, n); });
+}
+DataComm::Handle CountingDataComm::start_allgather(CRef in, Ref out, size_t n) {
+  return timed(CommCounters::AllGather, ring_gather(n * dtype_size(in.dt) * size(), size()),
+               [&] { return c_.start_allgather(in, out, n); });
+}
+DataComm::Handle CountingDataComm::isend(CRef data, size_t n, int peer, int tag) {
+  return timed(CommCounters::P2P, (double)n * dtype_size(data.dt), [&] { return c_.isend(data, n, peer, tag); });
+}
+DataComm::Handle CountingDataComm::irecv(Ref data, size_t n, int peer, int tag) {
+  const Handle h = c_.irecv(data, n, peer, tag);
+  kind_of_[h] = CommCounters::P2P;
+  return h;
+}
+void CountingDataComm::wait(Handle h) {
+  const auto t0 = std::chrono::steady_clock::now();
+  c_.wait(h);
+  const auto it = kind_of_.find(h);
+  k_.ms[it != kind_of_.end() ? it->second : CommCounters::Other] += ms_since(t0);
+  if (it != kind_of_.end()) kind_of_.erase(it);
 }
 
 }  // namespace trainer

@@ -1,9 +1,10 @@
 #pragma once
-// Per-rank communication accounting: a Communicator decorator that counts
+// Per-rank communication accounting: a DataComm decorator that counts
 // calls, bytes and wall time per collective kind. "Bytes" are what a ring
 // algorithm moves per rank: all-reduce 2(p-1)/p of the buffer, all-gather and
 // reduce-scatter (p-1)/p of the full buffer. Groups of size 1 move nothing.
 #include <chrono>
+#include <map>
 #include <string>
 
 #include "parallel/communicator.h"
@@ -20,30 +21,28 @@ struct CommCounters {
   static const char* name(int k);
 };
 
-class CountingCommunicator final : public Communicator {
+// Counts a data communicator's traffic. A non-blocking operation's time is
+// the time spent starting it plus the time its wait() blocked: what the
+// host lost to it.
+class CountingDataComm final : public DataComm {
  public:
-  explicit CountingCommunicator(Communicator& inner) : c_(inner) {}
+  explicit CountingDataComm(DataComm& inner) : c_(inner) {}
   int rank() const override { return c_.rank(); }
   int size() const override { return c_.size(); }
-  void allreduce_sum(float* x, size_t n) override;
-  void allreduce_sum(double* x, size_t n) override;
-  void allreduce_max(float* x, size_t n) override;
-  void allreduce_max(double* x, size_t n) override;
-  void allgather(const float* in, float* out, size_t n) override;
-  void allgather_bytes(const void* in, void* out, size_t bytes) override;
-  void reduce_scatter_sum(const float* in, float* out, size_t n) override;
-  void broadcast(void* data, size_t bytes, int root) override;
-  void barrier() override { c_.barrier(); }
-  Request isend(const float* data, size_t n, int peer, int tag) override;
-  Request irecv(float* data, size_t n, int peer, int tag) override;
-  void wait(Request r) override;
+  Handle start_allreduce(Ref x, size_t n, ReduceOp op) override;
+  Handle start_reduce_scatter(CRef in, Ref out, size_t n) override;
+  Handle start_allgather(CRef in, Ref out, size_t n) override;
+  Handle isend(CRef data, size_t n, int peer, int tag) override;
+  Handle irecv(Ref data, size_t n, int peer, int tag) override;
+  void wait(Handle h) override;
   CommCounters& counters() { return k_; }
 
  private:
   template <class F>
-  void timed(CommCounters::Kind kind, double bytes, F&& f);
-  Communicator& c_;
+  Handle timed(CommCounters::Kind kind, double bytes, F&& f);
+  DataComm& c_;
   CommCounters k_;
+  std::map<Handle, CommCounters::Kind> kind_of_;
 };
 
 }  // namespace trainer

@@ -13,28 +13,36 @@ ProcessGrid::ProcessGrid(MPI_Comm world, const GridShape& shape, FlightRecorder*
   coords_ = grid_coords(shape, rank);
   const GridCoords& c = coords_;
   // Peers of a group share every coordinate but the group's own.
-  MPI_Comm_split(world, c.pp * shape.tp + c.tp, c.dp, &dp_comm_);
-  MPI_Comm_split(world, c.dp * shape.tp + c.tp, c.pp, &pp_comm_);
-  MPI_Comm_split(world, c.dp * shape.pp + c.pp, c.tp, &tp_comm_);
+  comms_[World] = world;
+  MPI_Comm_split(world, c.pp * shape.tp + c.tp, c.dp, &comms_[Dp]);
+  MPI_Comm_split(world, c.dp * shape.tp + c.tp, c.pp, &comms_[Pp]);
+  MPI_Comm_split(world, c.dp * shape.pp + c.pp, c.tp, &comms_[Tp]);
   const bool end_stage = c.pp == 0 || c.pp == shape.pp - 1;
   const int column = c.dp * shape.tp + c.tp;
-  MPI_Comm_split(world, end_stage ? column : shape.dp * shape.tp + rank, c.pp, &embed_comm_);
-  const MPI_Comm comms[5] = {world, dp_comm_, pp_comm_, tp_comm_, embed_comm_};
-  const char* names[5] = {"world", "dp", "pp", "tp", "embed"};
-  for (int g = 0; g < 5; g++) {
-    mpi_[g] = std::make_unique<MpiCommunicator>(comms[g]);
-    use_[g] = mpi_[g].get();
+  MPI_Comm_split(world, end_stage ? column : shape.dp * shape.tp + rank, c.pp, &comms_[Embed]);
+  const char* names[kGroups] = {"world", "dp", "pp", "tp", "embed"};
+  for (int g = 0; g < kGroups; g++) {
+    mpi_control_[g] = std::make_unique<MpiControlComm>(comms_[g]);
+    mpi_data_[g] = std::make_unique<MpiDataComm>(comms_[g]);
+    control_[g] = mpi_control_[g].get();
+    data_[g] = mpi_data_[g].get();
     if (!recorder) continue;
-    std::vector<int> members(mpi_[g]->size());  // world rank of each group rank
-    MPI_Allgather(&rank, 1, MPI_INT, members.data(), 1, MPI_INT, comms[g]);
-    recorded_[g] = std::make_unique<RecordingCommunicator>(*mpi_[g], *recorder, names[g], members);
-    use_[g] = recorded_[g].get();
+    std::vector<int> members(mpi_control_[g]->size());  // world rank of each group rank
+    MPI_Allgather(&rank, 1, MPI_INT, members.data(), 1, MPI_INT, comms_[g]);
+    // One recorder group for both kinds: their calls share the group's
+    // sequence, which every member makes in the same order.
+    const int id = recorder->add_group(names[g], members);
+    rec_control_[g] = std::make_unique<RecordingControlComm>(*mpi_control_[g], *recorder, id, members);
+    rec_data_[g] = std::make_unique<RecordingDataComm>(*mpi_data_[g], *recorder, id, members);
+    control_[g] = rec_control_[g].get();
+    data_[g] = rec_data_[g].get();
   }
 }
 
 ProcessGrid::~ProcessGrid() {
-  for (MPI_Comm* c : {&dp_comm_, &pp_comm_, &tp_comm_, &embed_comm_})
-    if (*c != MPI_COMM_NULL) MPI_Comm_free(c);
+  for (int g = 0; g < kGroups; g++) mpi_data_[g].reset();  // their duplicates first
+  for (int g = Dp; g < kGroups; g++)
+    if (comms_[g] != MPI_COMM_NULL) MPI_Comm_free(&comms_[g]);
 }
 
 }  // namespace trainer

@@ -22,6 +22,8 @@ struct GridCoords {
 // Pure arithmetic, testable without MPI.
 GridCoords grid_coords(const GridShape& g, int world_rank);
 
+// Each group has a control communicator (host values) and a data
+// communicator (backend buffers) over the same ranks.
 class ProcessGrid {
  public:
   // Collective over `world`; world size must equal dp*pp*tp (checked by caller).
@@ -31,25 +33,26 @@ class ProcessGrid {
   ProcessGrid(const ProcessGrid&) = delete;
   ProcessGrid& operator=(const ProcessGrid&) = delete;
 
+  enum Group { World, Dp, Pp, Tp, Embed, kGroups };
   const GridShape& shape() const { return shape_; }
   const GridCoords& coords() const { return coords_; }
-  Communicator& world() { return *use_[0]; }
-  Communicator& dp() { return *use_[1]; }
-  Communicator& pp() { return *use_[2]; }
-  Communicator& tp() { return *use_[3]; }
-  // The first and last pipeline stage of this rank's (dp, tp) column: where a
-  // tied embedding's two copies live. Size 1 without pipeline parallelism
-  // (and on middle stages, which hold no copy).
-  Communicator& embed() { return *use_[4]; }
+  ControlComm& control(Group g) { return *control_[g]; }
+  DataComm& data(Group g) { return *data_[g]; }
+  ControlComm& world() { return control(World); }
+  // Embed: the first and last pipeline stage of this rank's (dp, tp) column:
+  // where a tied embedding's two copies live. Size 1 without pipeline
+  // parallelism (and on middle stages, which hold no copy).
 
  private:
   GridShape shape_;
   GridCoords coords_;
-  MPI_Comm dp_comm_ = MPI_COMM_NULL, pp_comm_ = MPI_COMM_NULL, tp_comm_ = MPI_COMM_NULL;
-  MPI_Comm embed_comm_ = MPI_COMM_NULL;
-  std::unique_ptr<MpiCommunicator> mpi_[5];  // world, dp, pp, tp, embed
-  std::unique_ptr<RecordingCommunicator> recorded_[5];
-  Communicator* use_[5];  // the recorded ones when there is a recorder
+  MPI_Comm comms_[kGroups] = {MPI_COMM_NULL, MPI_COMM_NULL, MPI_COMM_NULL, MPI_COMM_NULL, MPI_COMM_NULL};
+  std::unique_ptr<MpiControlComm> mpi_control_[kGroups];
+  std::unique_ptr<MpiDataComm> mpi_data_[kGroups];
+  std::unique_ptr<RecordingControlComm> rec_control_[kGroups];
+  std::unique_ptr<RecordingDataComm> rec_data_[kGroups];
+  ControlComm* control_[kGroups];  // the recorded ones when there is a recorder
+  DataComm* data_[kGroups];
 };
 
 }  // namespace trainer

@@ -1,7 +1,14 @@
 #pragma once
-// A Communicator decorator that logs every call into the rank's flight
+// Decorators that log every call of a communicator into the rank's flight
 // recorder (runtime/flight_recorder.h) under one named group, so a call that
-// never returns is visible to the watchdog and to `trainer diagnose`.
+// never completes is visible to the watchdog and to `trainer diagnose`.
+//
+// Control calls block: recorded from entry to return. Data collectives are
+// recorded when they are enqueued and again (the same entry's end) when
+// wait() sees them complete: a queued GPU collective does not block the
+// host, so whether it is stuck is judged on completion. Point-to-point posts
+// are recorded as done at once; the wait() that completes one is the call
+// that can block, recorded with the posted op's peer and bytes.
 #include <map>
 #include <string>
 #include <vector>
@@ -11,11 +18,10 @@
 
 namespace trainer {
 
-class RecordingCommunicator final : public Communicator {
+class RecordingControlComm final : public ControlComm {
  public:
   // members: the world rank of each group rank (for peers and diagnosis).
-  RecordingCommunicator(Communicator& inner, FlightRecorder& rec, const std::string& name,
-                        const std::vector<int>& members);
+  RecordingControlComm(ControlComm& inner, FlightRecorder& rec, int group, const std::vector<int>& members);
   int rank() const override { return c_.rank(); }
   int size() const override { return c_.size(); }
   void allreduce_sum(float* x, size_t n) override;
@@ -24,27 +30,45 @@ class RecordingCommunicator final : public Communicator {
   void allreduce_max(double* x, size_t n) override;
   void allgather(const float* in, float* out, size_t n) override;
   void allgather_bytes(const void* in, void* out, size_t bytes) override;
-  void reduce_scatter_sum(const float* in, float* out, size_t n) override;
   void broadcast(void* data, size_t bytes, int root) override;
   void barrier() override;
-  Request isend(const float* data, size_t n, int peer, int tag) override;
-  Request irecv(float* data, size_t n, int peer, int tag) override;
-  void wait(Request r) override;
 
  private:
   template <class F>
-  void record(const char* op, size_t bytes, int peer, F&& f,
-              FlightRecorder::Kind kind = FlightRecorder::Collective);
-  Communicator& c_;
+  void record(const char* op, size_t bytes, int peer, F&& f);
+  ControlComm& c_;
   FlightRecorder& rec_;
   int group_;
   std::vector<int> members_;
-  struct Posted {
-    const char* op;
+};
+
+class RecordingDataComm final : public DataComm {
+ public:
+  RecordingDataComm(DataComm& inner, FlightRecorder& rec, int group, const std::vector<int>& members);
+  int rank() const override { return c_.rank(); }
+  int size() const override { return c_.size(); }
+  Handle start_allreduce(Ref x, size_t n, ReduceOp op) override;
+  Handle start_reduce_scatter(CRef in, Ref out, size_t n) override;
+  Handle start_allgather(CRef in, Ref out, size_t n) override;
+  Handle isend(CRef data, size_t n, int peer, int tag) override;
+  Handle irecv(Ref data, size_t n, int peer, int tag) override;
+  void wait(Handle h) override;
+
+ private:
+  template <class F>
+  Handle enqueue(const char* op, size_t bytes, F&& f);
+  Handle posted(Handle h, const char* op, const char* wait_op, size_t bytes, int peer);
+  DataComm& c_;
+  FlightRecorder& rec_;
+  int group_;
+  std::vector<int> members_;
+  struct Pending {
+    uint64_t token;  // collectives: the entry that completes at wait(); 0: a point-to-point post
+    const char* op;  // point-to-point: the wait's name
     size_t bytes;
     int peer;
   };
-  std::map<Request, Posted> posted_;  // what a wait() completes
+  std::map<Handle, Pending> pending_;
 };
 
 }  // namespace trainer

@@ -13,7 +13,9 @@
 #include <string>
 #include <vector>
 
+#include "runtime/buffer.h"
 #include "runtime/memory.h"
+#include "runtime/tensor_ref.h"
 
 namespace trainer {
 
@@ -24,90 +26,110 @@ struct AttentionShape {
   int row;       // floats per token row of the packed q|k|v buffer
 };
 
+// Element types: activations, activation gradients and the weights products
+// read come as Ref/CRef in the run's compute type (fp32 or bf16); parameter
+// gradients, norm and softmax statistics, logits, losses and optimizer state
+// are always fp32 (float*). A backend computes bf16 in fp32 and rounds each
+// result once.
 class Backend {
  public:
   virtual ~Backend() = default;
   virtual std::string name() const = 0;
 
   // Memory. Buffers are zero-initialised and counted under `kind`.
-  virtual float* alloc(size_t n, Mem kind) = 0;
-  virtual void free(float* p) = 0;
+  Buffer alloc(size_t n, DType dt, Mem kind, Space space = Space::Device);
   virtual const MemoryStats& memory() const = 0;
   virtual void reset_memory_peaks() = 0;
-  virtual void zero(float* p, size_t n) = 0;
-  virtual void copy(float* dst, const float* src, size_t n) = 0;
-  virtual void to_host(float* host, const float* dev, size_t n) = 0;
-  virtual void from_host(float* dev, const float* host, size_t n) = 0;
+  virtual void zero(Ref p, size_t n) = 0;
+  // Same element type; convert() changes it (rounding to nearest even).
+  virtual void copy(Ref dst, CRef src, size_t n) = 0;
+  virtual void convert(Ref dst, CRef src, size_t n) = 0;
+  // Explicit copies between backend memory and host memory (n elements of
+  // the buffer's type). The only way host code sees backend data.
+  virtual void to_host(void* host, CRef src, size_t n) = 0;
+  virtual void from_host(Ref dst, const void* host, size_t n) = 0;
+
+  // Streams and events. Work issued on one stream runs in order; an event
+  // marks a point in a stream that the host or another stream can wait for.
+  // The CPU backend runs everything at once on one stream, so these are
+  // no-ops there; they exist so that code written for it orders work as a
+  // device needs (compute and communication on separate streams).
+  using Stream = int;
+  static constexpr Stream kComputeStream = 0, kCommStream = 1;
+  struct Event {
+    Stream stream = kComputeStream;
+    uint64_t id = 0;
+  };
+  virtual Event record_event(Stream s) { return {s, ++events_}; }
+  virtual void wait_event(Stream /*waiter*/, const Event& /*e*/) {}  // later work on waiter waits for e
+  virtual void synchronize_event(const Event& /*e*/) {}            // the host waits for e
+  // Waits until every operation issued so far has finished. Timings that
+  // need completed work (step time, the sgemm peak) call it, so they stay
+  // true where kernels are queued.
+  virtual void synchronize() {}
 
   // C[M,N] = alpha * op(A) * op(B) + beta * C, with op(A) [M,K], op(B) [K,N].
-  virtual void matmul(bool transA, bool transB, int M, int N, int K, float alpha,
-                      const float* A, const float* B, float beta, float* C) = 0;
+  virtual void matmul(bool transA, bool transB, int M, int N, int K, float alpha, CRef A, CRef B,
+                      float beta, Ref C) = 0;
   // y[r,:] += b for every row r.
-  virtual void add_bias(float* y, const float* b, int rows, int cols) = 0;
+  virtual void add_bias(Ref y, CRef b, int rows, int cols) = 0;
   // db += sum over rows of dy.
-  virtual void bias_bwd(float* db, const float* dy, int rows, int cols) = 0;
-  // out = a + b (elementwise, n floats).
-  virtual void add(float* out, const float* a, const float* b, size_t n) = 0;
+  virtual void bias_bwd(float* db, CRef dy, int rows, int cols) = 0;
+  // out = a + b (elementwise, n elements).
+  virtual void add(Ref out, CRef a, CRef b, size_t n) = 0;
 
   // Token embedding from a vocabulary shard holding token ids
   // [vocab_offset, vocab_offset + vocab_rows): out[r] = wte[tok - offset] for
   // tokens in the shard, zero for the others (a TP all-reduce completes it).
-  virtual void embedding_fwd(float* out, const int32_t* tokens, int rows, const float* wte,
-                             int vocab_offset, int vocab_rows, int C) = 0;
+  virtual void embedding_fwd(Ref out, const int32_t* tokens, int rows, CRef wte, int vocab_offset,
+                             int vocab_rows, int C) = 0;
   // dwte[tok - offset] += dout[r] for tokens in the shard.
-  virtual void embedding_bwd(float* dwte, const float* dout, const int32_t* tokens, int rows,
-                             int vocab_offset, int vocab_rows, int C) = 0;
+  virtual void embedding_bwd(float* dwte, CRef dout, const int32_t* tokens, int rows, int vocab_offset,
+                             int vocab_rows, int C) = 0;
   // Learned positions on rows [row_offset, row_offset + rows) of [B*T] token
   // rows: out[r] += wpe[(row_offset + r) % T]; backward dwpe[...] += dout[r].
-  virtual void position_fwd(float* out, const float* wpe, int rows, int row_offset, int T,
-                            int C) = 0;
-  virtual void position_bwd(float* dwpe, const float* dout, int rows, int row_offset, int T,
-                            int C) = 0;
+  virtual void position_fwd(Ref out, CRef wpe, int rows, int row_offset, int T, int C) = 0;
+  virtual void position_bwd(float* dwpe, CRef dout, int rows, int row_offset, int T, int C) = 0;
 
   // LayerNorm (bias may be null) and RMSNorm; stats saved for backward.
-  virtual void layernorm_fwd(float* out, float* mean, float* rstd, const float* x,
-                             const float* w, const float* b, int rows, int C, float eps) = 0;
+  virtual void layernorm_fwd(Ref out, float* mean, float* rstd, CRef x, CRef w, CRef b, int rows, int C,
+                             float eps) = 0;
   // dx += ..., dw += ..., db += ...
-  virtual void layernorm_bwd(float* dx, float* dw, float* db, const float* dout,
-                             const float* x, const float* w, const float* mean,
+  virtual void layernorm_bwd(Ref dx, float* dw, float* db, CRef dout, CRef x, CRef w, const float* mean,
                              const float* rstd, int rows, int C) = 0;
-  virtual void rmsnorm_fwd(float* out, float* rstd, const float* x, const float* w,
-                           int rows, int C, float eps) = 0;
-  virtual void rmsnorm_bwd(float* dx, float* dw, const float* dout, const float* x,
-                           const float* w, const float* rstd, int rows, int C) = 0;
+  virtual void rmsnorm_fwd(Ref out, float* rstd, CRef x, CRef w, int rows, int C, float eps) = 0;
+  virtual void rmsnorm_bwd(Ref dx, float* dw, CRef dout, CRef x, CRef w, const float* rstd, int rows,
+                           int C) = 0;
 
   // GELU (tanh approximation). out = gelu(x); dx = gelu'(x) * dout (overwrites).
-  virtual void gelu_fwd(float* out, const float* x, size_t n) = 0;
-  virtual void gelu_bwd(float* dx, const float* x, const float* dout, size_t n) = 0;
+  virtual void gelu_fwd(Ref out, CRef x, size_t n) = 0;
+  virtual void gelu_bwd(Ref dx, CRef x, CRef dout, size_t n) = 0;
   // SwiGLU on a row of [gate(F) | up(F)]: out = silu(gate) * up, [rows, F].
-  virtual void swiglu_fwd(float* out, const float* gate_up, int rows, int F) = 0;
+  virtual void swiglu_fwd(Ref out, CRef gate_up, int rows, int F) = 0;
   // dgate_up (overwritten) from dout.
-  virtual void swiglu_bwd(float* dgate_up, const float* gate_up, const float* dout,
-                          int rows, int F) = 0;
+  virtual void swiglu_bwd(Ref dgate_up, CRef gate_up, CRef dout, int rows, int F) = 0;
 
   // Rotary embedding applied in place to the q and k heads of a packed q|k|v
   // buffer (rotate-half convention, positions 0..T-1). inverse=true applies
   // the transpose rotation, which is the backward pass.
-  virtual void rope(float* qkv, const AttentionShape& s, float theta, bool inverse) = 0;
+  virtual void rope(Ref qkv, const AttentionShape& s, float theta, bool inverse) = 0;
 
   // Causal softmax attention over packed q|k|v rows [B*T, row]; out [B*T, H*hd].
   // Flash-style contract: the probabilities are never kept. stats
-  // [B,H,T,kAttentionStats] keeps per-row softmax statistics (the row's max
-  // and its sum of exponentials; cuDNN's log-sum-exp is max + log(sum)), and
-  // the backward rebuilds the probabilities block by block from q, k and
-  // them. Memory grows with T, not T^2.
+  // [B,H,T,kAttentionStats] keeps per-row softmax statistics in fp32 (the
+  // row's max and its sum of exponentials; cuDNN's log-sum-exp is max +
+  // log(sum)), and the backward rebuilds the probabilities block by block
+  // from q, k and them. Memory grows with T, not T^2.
   static constexpr int kAttentionStats = 2;
   // Query rows a kernel works on at once: its scratch is at most two
   // block x T score buffers per thread (what the memory plan counts). At
   // T <= block a head is one block.
   static constexpr int kAttentionBlock = 256;
-  virtual void attention_fwd(float* out, float* stats, const float* qkv,
-                             const AttentionShape& s) = 0;
+  virtual void attention_fwd(Ref out, float* stats, CRef qkv, const AttentionShape& s) = 0;
   // dqkv (overwritten) from dout.
-  virtual void attention_bwd(float* dqkv, const float* dout, const float* qkv,
-                             const float* stats, const AttentionShape& s) = 0;
+  virtual void attention_bwd(Ref dqkv, CRef dout, CRef qkv, const float* stats, const AttentionShape& s) = 0;
 
-  // Cross entropy over logits [rows, V] that may be one vocabulary shard
+  // Cross entropy over fp32 logits [rows, V] that may be one vocabulary shard
   // (token ids [vocab_offset, vocab_offset + V)), in three steps with
   // reductions across shards in between (none when V is the whole vocabulary):
   // 1. row_max: max[r] = max of the row (then all-reduce MAX).
@@ -124,35 +146,41 @@ class Backend {
                          const float* max, const float* sum, const float* target, int rows,
                          int V, int vocab_offset, float grad_scale) = 0;
 
-  // Sum of squares of x (accumulated in double, deterministic order).
-  virtual double sumsq(const float* x, size_t n) = 0;
-  // Sums of squares of many tensors at once, each span adding into
-  // sums[span.group] in span order: the gradient norm is one call and one
-  // read of `groups` doubles per step, however many tensors there are (a
-  // device backend reduces on the device and copies the sums back once,
-  // instead of one host round-trip per tensor). sums is host memory.
+  // Sums of squares of many fp32 tensors at once, each span adding into
+  // sums[span.group] in span order (accumulated in double, deterministic
+  // order): the gradient norm is one call and one read of `groups` doubles
+  // per step, however many tensors there are (a device backend reduces on
+  // the device and copies the sums back once, instead of one host
+  // round-trip per tensor). sums is host memory.
   struct SumSpan {
     const float* x;
     size_t n;
     int group;
   };
   virtual void sumsq_groups(const std::vector<SumSpan>& spans, double* sums, int groups) = 0;
-  // Waits until every operation issued so far has finished. Work is
-  // synchronous on the CPU (nothing to wait for); timings that need completed
-  // work (step time, the sgemm peak) call it, so they stay true where
-  // kernels are queued.
-  virtual void synchronize() {}
-  // One AdamW step on n parameters (PyTorch's AdamW formula) with gradient
-  // g * grad_scale: clipping is folded in rather than a separate pass.
+  double sumsq(const float* x, size_t n) {
+    double s = 0;
+    sumsq_groups({{x, n, 0}}, &s, 1);
+    return s;
+  }
+  // One AdamW step on n fp32 master parameters (PyTorch's AdamW formula) with
+  // gradient g * grad_scale: clipping is folded in rather than a separate
+  // pass.
   virtual void adamw(float* p, const float* g, float* m, float* v, size_t n, float lr,
                      float beta1, float beta2, float eps, float weight_decay,
                      float bias_corr1, float bias_corr2, float grad_scale) = 0;
 
-  // Token buffers (int32) for inputs and targets.
-  virtual int32_t* alloc_tokens(size_t n) = 0;
-  virtual void free_tokens(int32_t* p) = 0;
-  virtual void tokens_from_host(int32_t* dev, const int32_t* host, size_t n) = 0;
+ protected:
+  friend class Buffer;
+  virtual void* allocate(size_t bytes, Mem kind, Space space) = 0;  // zeroed
+  virtual void release(void* p) = 0;
+
+ private:
+  uint64_t events_ = 0;
 };
+
+// A host copy of n fp32 elements of backend memory (tests and tools).
+std::vector<float> host_copy(Backend& be, CRef src, size_t n);
 
 struct BackendOptions {
   std::string kind = "cpu";

@@ -27,7 +27,7 @@ int FlightRecorder::add_group(const std::string& name, const std::vector<int>& m
 uint64_t FlightRecorder::begin(int group, const char* op, size_t bytes, int peer, Kind kind) {
   if (hang_next_) stop_here();
   const uint64_t token = record_begin(group, op, bytes, peer, kind);
-  if (freeze_next_ && kind == Collective) {
+  if (freeze_next_ && (kind == Collective || kind == Enqueued)) {
     {
       std::lock_guard<std::mutex> lock(mu_);
       freeze_next_ = false;
@@ -45,18 +45,14 @@ uint64_t FlightRecorder::record_begin(int group, const char* op, size_t bytes, i
   FlightEntry e;
   e.seq = next_seq_++;
   e.group = group;
-  if (kind == Collective) e.group_seq = ++g.started;
+  if (kind == Collective || kind == Enqueued) e.group_seq = ++g.started;
   e.op = op;
   e.bytes = bytes;
   e.peer = peer;
   e.t_start = now;
-  if (kind == Post) {
-    e.t_end = now;
-  } else {
-    in_call_ = true;
-    call_token_ = e.seq;
-    call_start_ = now;
-  }
+  e.queued = kind == Enqueued;
+  if (kind == Post) e.t_end = now;
+  else in_flight_[e.seq] = now;
   ring_[e.seq % ring_.size()] = e;
   last_progress_ = now;
   return e.seq;
@@ -70,7 +66,7 @@ void FlightRecorder::end(uint64_t token) {
     e.t_end = now;
     if (e.group_seq) groups_[e.group].completed++;
   }
-  if (call_token_ == token) in_call_ = false;
+  in_flight_.erase(token);
   last_progress_ = now;
 }
 
@@ -104,7 +100,8 @@ void FlightRecorder::stop_here() {
 
 FlightRecorder::Status FlightRecorder::status() const {
   std::lock_guard<std::mutex> lock(mu_);
-  return {in_call_, call_start_, last_progress_, step_, phase_, phase_step_};
+  const bool in_call = !in_flight_.empty();  // tokens grow with time: the first is the oldest
+  return {in_call, in_call ? in_flight_.begin()->second : 0.0, last_progress_, step_, phase_, phase_step_};
 }
 
 std::string FlightRecorder::to_json(const std::string& reason) const {
@@ -136,9 +133,10 @@ std::string FlightRecorder::to_json(const std::string& reason) const {
     if (e.seq != q) continue;
     std::snprintf(b, sizeof b,
                   "%s\n  {\"seq\": %llu, \"group\": %d, \"group_seq\": %llu, \"op\": \"%s\", \"bytes\": %zu, "
-                  "\"peer\": %d, \"start\": %.6f, \"end\": %s}",
+                  "\"peer\": %d, \"start\": %.6f, \"end\": %s%s}",
                   comma ? "," : "", (unsigned long long)e.seq, e.group, (unsigned long long)e.group_seq, e.op,
-                  e.bytes, e.peer, e.t_start, e.t_end > 0 ? std::to_string(e.t_end).c_str() : "null");
+                  e.bytes, e.peer, e.t_start, e.t_end > 0 ? std::to_string(e.t_end).c_str() : "null",
+                  e.queued ? ", \"queued\": true" : "");
     s += b;
     comma = true;
   }

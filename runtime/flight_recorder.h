@@ -8,6 +8,7 @@
 // an MPI call.
 #include <cstddef>
 #include <cstdint>
+#include <map>
 #include <mutex>
 #include <string>
 #include <vector>
@@ -21,6 +22,7 @@ struct FlightEntry {
   const char* op = "";     // "allreduce_sum", "irecv", "wait", ...
   size_t bytes = 0;
   int peer = -1;           // point-to-point: the peer's world rank
+  bool queued = false;     // enqueued without blocking the host; t_end is its completion
   double t_start = 0, t_end = 0;  // seconds since the epoch; t_end 0: still running
 };
 
@@ -39,9 +41,14 @@ class FlightRecorder {
   void set_job(double job_start, int launch) { job_start_ = job_start, launch_ = launch; }
   int add_group(const std::string& name, const std::vector<int>& members);
   // Collectives count in their group's sequence (every member must make the
-  // same n-th call); posting a point-to-point transfer does not block; waiting
-  // for one does, and stays "in flight" until end().
-  enum Kind { Collective, Post, Wait };
+  // same n-th call). Collective: a blocking call, in flight until end().
+  // Enqueued: a collective started without blocking the host (a data
+  // collective), in flight until end() records its completion; the oldest
+  // one not completed counts as the call in flight, so a queued collective
+  // that never completes is as visible as a blocking one that never returns.
+  // Post: a point-to-point transfer posted (done at once); Wait: waiting for
+  // one, in flight until end().
+  enum Kind { Collective, Enqueued, Post, Wait };
   // Returns a token for end().
   uint64_t begin(int group, const char* op, size_t bytes, int peer, Kind kind = Collective);
   void end(uint64_t token);
@@ -58,8 +65,8 @@ class FlightRecorder {
   void note_stall(double seconds);
 
   struct Status {
-    bool in_call = false;
-    double call_start = 0;     // of the call in flight
+    bool in_call = false;      // a blocking call, or an enqueued collective not completed
+    double call_start = 0;     // of the call in flight (the oldest)
     double last_progress = 0;  // the latest begin, end or step
     long step = 0;
     const char* phase = "";
@@ -85,9 +92,8 @@ class FlightRecorder {
   std::vector<FlightEntry> ring_;
   uint64_t next_seq_ = 1;
   std::vector<FlightGroup> groups_;
-  bool in_call_ = false;
-  uint64_t call_token_ = 0;
-  double call_start_ = 0, last_progress_ = 0;
+  std::map<uint64_t, double> in_flight_;  // token -> start, of calls not yet ended
+  double last_progress_ = 0;
   long step_ = 0;
   const char* phase_ = "starting";
   long phase_step_ = -1;

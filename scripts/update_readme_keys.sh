@@ -3,7 +3,7 @@
 # (the table in app/recipe_keys.cpp); tests/readme_keys_check.py holds them equal.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-table=$(build/trainer train --keys-markdown)
+table=$("${TRAINER:-build/trainer}" train --keys-markdown)
 /usr/bin/python3 - "$table" <<'PY'
 import sys
 table = sys.argv[1] + "\n"

@@ -1,6 +1,6 @@
 // What the flight recorder costs: the same 8-byte all-reduce (the cheapest
-// collective the trainer makes) through a plain MpiCommunicator and through a
-// RecordingCommunicator, in alternating rounds, plus the recorder alone.
+// collective the trainer makes) through a plain MpiControlComm and through a
+// RecordingControlComm, in alternating rounds, plus the recorder alone.
 // Run by scripts/bench_supervision.sh under mpirun -np 2.
 #include <mpi.h>
 
@@ -21,15 +21,15 @@ int main(int argc, char** argv) {
   MPI_Comm_size(MPI_COMM_WORLD, &size);
   std::vector<int> members(size);
   for (int i = 0; i < size; i++) members[i] = i;
-  trainer::MpiCommunicator plain(MPI_COMM_WORLD);
+  trainer::MpiControlComm plain(MPI_COMM_WORLD);
   trainer::FlightRecorder rec(rank);
-  trainer::RecordingCommunicator recorded(plain, rec, "world", members);
+  trainer::RecordingControlComm recorded(plain, rec, rec.add_group("world", members), members);
   const int calls = 20000, rounds = 7;
   std::vector<double> t_plain, t_rec;
   double x = 1;
   for (int r = 0; r < rounds; r++) {
     for (int which = 0; which < 2; which++) {
-      trainer::Communicator& c = which ? (trainer::Communicator&)recorded : plain;
+      trainer::ControlComm& c = which ? (trainer::ControlComm&)recorded : plain;
       c.barrier();
       const auto t0 = Clock::now();
       for (int i = 0; i < calls; i++) c.allreduce_sum(&x, 1);

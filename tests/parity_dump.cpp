@@ -40,7 +40,11 @@ int main(int argc, char** argv) {
 
   CpuBackend be(1);
   Transformer model(be, c, B);
-  init_params(model.layout(), c, 7, model.params());
+  {
+    std::vector<float> init(model.num_params());
+    init_params(model.layout(), c, 7, init.data());
+    be.from_host(model.params().ref(), init.data(), init.size());
+  }
   std::vector<int32_t> tokens(BT + 1);
   Rng rng(11);
   for (auto& t : tokens) t = (int32_t)rng.below(c.vocab_size);
@@ -57,23 +61,23 @@ int main(int argc, char** argv) {
   f.write("targets", tokens.data() + 1, {B, c.seq_len});
   // The batch is [B, T] of one token stream: row b holds tokens b*T..b*T+T.
   for (const ParamInfo& p : model.registry().all())
-    f.write("init/" + p.name, model.params() + p.offset, p.shape);
+    f.write("init/" + p.name, host_copy(be, model.params().ref(p.offset), p.numel).data(), p.shape);
 
   AdamW opt(be, model.registry(), ac);
   for (int step = 0; step < 3; step++) {
-    be.zero(model.grads(), model.num_params());
+    be.zero(model.grads().ref(), model.num_params());
     const double loss = model.forward(tokens.data(), tokens.data() + 1, 1.0f / BT);
     model.backward();
     if (step == 0) {
       f.write_scalar("loss", loss);
       for (const ParamInfo& p : model.registry().all())
-        f.write("grad/" + p.name, model.grads() + p.offset, p.shape);
+        f.write("grad/" + p.name, host_copy(be, model.grads().ref(p.offset), p.numel).data(), p.shape);
     }
     const double norm = std::sqrt(model.grad_sumsq());
     opt.step(model.params(), model.grads(), lr, clip_coefficient(norm, clip));
   }
   for (const ParamInfo& p : model.registry().all())
-    f.write("after3/" + p.name, model.params() + p.offset, p.shape);
+    f.write("after3/" + p.name, host_copy(be, model.params().ref(p.offset), p.numel).data(), p.shape);
   f.close();
   return 0;
 }

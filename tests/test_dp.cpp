@@ -9,7 +9,8 @@
 #include <cstring>
 #include <filesystem>
 
-#include "app/train_loop.h"
+#include "app/recipe.h"
+#include "engine/train_loop.h"
 #include "tests/mpi_test_main.h"
 #include "parallel/mpi_communicator.h"
 #include "runtime/cpu/cpu_backend.h"
@@ -54,12 +55,15 @@ TrainResult train(Arch arch, MPI_Comm comm) {
   MPI_Comm_size(comm, &size);
   const Recipe r = small_recipe(arch, size);
   CpuBackend be(1);
-  MpiCommunicator dp(comm);
+  MpiDataComm dp(comm);
+  MpiControlComm dp_control(comm);
   TokenDataset ds({g_data}, r.model.seq_len, r.model.vocab_size);
-  TrainLoop loop(be, ParallelGroups{&dp}, r, ds, nullptr);
+  ParallelGroups groups;
+  groups.dp = {&dp, &dp_control};
+  TrainLoop loop(be, groups, r, ds, nullptr);
   TrainResult out;
   for (int s = 0; s < r.training.steps; s++) out.losses.push_back(loop.step().loss);
-  out.params.assign(loop.model().params(), loop.model().params() + loop.model().num_params());
+  out.params = host_copy(be, loop.model().params().ref(), loop.model().num_params());
   return out;
 }
 

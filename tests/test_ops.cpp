@@ -4,6 +4,8 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdint>
+#include <cstring>
 #include <functional>
 #include <random>
 #include <vector>
@@ -428,4 +430,76 @@ TEST_F(Fixture, AdamWMatchesTheFormula) {
   }
   be.adamw(p.data(), g.data(), m.data(), v.data(), n, lr, b1, b2, eps, wd, bc1, bc2, gs);
   expect_close(p, wp, 1e-5, 1e-6, "adamw");
+}
+
+namespace {
+// bf16 by another route than runtime/dtype.h: the two bf16 neighbours of x
+// (its top 16 bits, and the next value up in magnitude), the nearer one in
+// double arithmetic, an even last bit on a tie.
+float ref_round_bf16(float x) {
+  uint32_t u;
+  std::memcpy(&u, &x, 4);
+  const uint32_t lo = u & 0xffff0000u, hi = lo + 0x10000u;
+  float flo, fhi;
+  std::memcpy(&flo, &lo, 4);
+  std::memcpy(&fhi, &hi, 4);
+  const double dlo = std::fabs((double)x - flo), dhi = std::fabs((double)fhi - x);
+  if (dlo != dhi) return dlo < dhi ? flo : fhi;
+  return ((lo >> 16) & 1) ? fhi : flo;
+}
+std::vector<bf16> to_bf16_vec(const std::vector<float>& v) {
+  std::vector<bf16> o(v.size());
+  for (size_t i = 0; i < v.size(); i++) o[i] = to_bf16(v[i]);
+  return o;
+}
+std::vector<float> widen(const std::vector<bf16>& v) {
+  std::vector<float> o(v.size());
+  for (size_t i = 0; i < v.size(); i++) o[i] = from_bf16(v[i]);
+  return o;
+}
+}  // namespace
+
+TEST(Bf16, RoundsToNearestEven) {
+  const float ulp = std::ldexp(1.f, -7);  // bf16's spacing at 1.0
+  EXPECT_EQ(from_bf16(to_bf16(1.f + ulp / 2)), 1.f);                    // tie: to the even 1.0
+  EXPECT_EQ(from_bf16(to_bf16(1.f + 3 * ulp / 2)), 1.f + 2 * ulp);      // tie: to the even 1 + 2 ulp
+  EXPECT_EQ(from_bf16(to_bf16(1.f + ulp / 2 + 1e-6f)), 1.f + ulp);      // just above the tie
+  EXPECT_TRUE(std::isinf(from_bf16(to_bf16(3.4028235e38f))));           // rounds past the largest bf16
+  EXPECT_TRUE(std::isnan(from_bf16(to_bf16(std::nanf("")))));
+  EXPECT_EQ(from_bf16(to_bf16(-0.f)), 0.f);
+  for (float x : randn(100000, 41, 3.f)) ASSERT_EQ(from_bf16(to_bf16(x)), ref_round_bf16(x)) << x;
+}
+
+// A bf16 kernel call is the fp32 computation on the widened inputs, rounded
+// once: checked against the double references of the fp32 tests.
+TEST_F(Fixture, Bf16ArgumentsComputeInFp32AndRoundOnce) {
+  const int M = 7, N = 9, K = 33;
+  const std::vector<bf16> A = to_bf16_vec(randn(M * K, 42)), B = to_bf16_vec(randn(K * N, 43));
+  std::vector<bf16> C(M * N);
+  be.matmul(false, false, M, N, K, 1.f, A.data(), B.data(), 0.f, C.data());
+  const std::vector<float> a = widen(A), b = widen(B);
+  for (int i = 0; i < M; i++)
+    for (int j = 0; j < N; j++) {
+      double s = 0;
+      for (int k = 0; k < K; k++) s += (double)a[i * K + k] * b[k * N + j];
+      // fp32 accumulation then one rounding: within one bf16 ulp of the exact sum.
+      ASSERT_NEAR(from_bf16(C[i * N + j]), s, std::fabs(s) * std::ldexp(1.0, -7) + 1e-5) << i << "," << j;
+    }
+  // Mixed: bf16 inputs accumulating into an fp32 output (a weight gradient).
+  std::vector<float> acc(M * N, 1.f);
+  be.matmul(false, false, M, N, K, 1.f, A.data(), B.data(), 1.f, acc.data());
+  for (int i = 0; i < M * N; i++) {
+    double s = 1;
+    for (int k = 0; k < K; k++) s += (double)a[(i / N) * K + k] * b[k * N + i % N];
+    ASSERT_NEAR(acc[i], s, 1e-4 * std::max(1.0, std::fabs(s)));
+  }
+  // Elementwise: GELU of bf16 is round(gelu(widened x)).
+  const std::vector<bf16> x = to_bf16_vec(randn(1000, 44));
+  std::vector<bf16> y(x.size());
+  be.gelu_fwd(y.data(), x.data(), x.size());
+  for (size_t i = 0; i < x.size(); i++) {
+    const double v = from_bf16(x[i]);
+    const double g = 0.5 * v * (1 + std::tanh(0.7978845608028654 * (v + 0.044715 * v * v * v)));
+    ASSERT_NEAR(from_bf16(y[i]), g, std::fabs(g) * std::ldexp(1.0, -8) + 1e-6) << v;
+  }
 }

@@ -13,8 +13,9 @@
 #include <filesystem>
 #include <map>
 
-#include "app/layout.h"
-#include "app/train_loop.h"
+#include "app/recipe.h"
+#include "engine/layout.h"
+#include "engine/train_loop.h"
 #include "tests/mpi_test_main.h"
 #include "parallel/process_grid.h"
 #include "runtime/cpu/cpu_backend.h"
@@ -31,12 +32,14 @@ struct Layout {
   bool sp;
   int pp = 1, virtual_stages = 1;
   RecomputeConfig recompute = {};
+  DType precision = DType::F32;
 };
 
 std::string layout_name(const Layout& l) {
   return std::string(arch_name(l.arch)) + "_dp" + std::to_string(l.dp) + "_pp" +
          std::to_string(l.pp) + "_tp" + std::to_string(l.tp) + (l.sp ? "_sp" : "") +
-         (l.virtual_stages > 1 ? "_v" + std::to_string(l.virtual_stages) : "");
+         (l.virtual_stages > 1 ? "_v" + std::to_string(l.virtual_stages) : "") +
+         (l.precision == DType::BF16 ? "_bf16" : "");
 }
 
 Recipe recipe(const Layout& l) {
@@ -61,6 +64,7 @@ Recipe recipe(const Layout& l) {
   r.virtual_stages = l.virtual_stages;
   r.schedule = l.virtual_stages > 1 ? ScheduleKind::Interleaved : ScheduleKind::OneFOneB;
   r.recompute = l.recompute;
+  r.training.precision = l.precision;
   r.data.prefetch = 1;
   r.run.seed = 5;
   return r;
@@ -77,16 +81,16 @@ struct Result {
 };
 
 // Gathers this rank's piece of every gradient to the tensor's global shape.
-void global_grads(Transformer& m, Communicator& tp, std::map<std::string, std::vector<float>>& out) {
+void global_grads(Backend& be, Transformer& m, ControlComm& tp, std::map<std::string, std::vector<float>>& out) {
   for (const ParamInfo& p : m.registry().all()) {
     if (p.tied_copy) continue;  // the first stage's original stands for it
-    const float* g = m.grads() + p.offset;
+    const std::vector<float> g = host_copy(be, m.grads().ref(p.offset), p.numel);
     if (p.sharding == Sharding::Replicated) {
-      out[p.name].assign(g, g + p.numel);
+      out[p.name] = g;
       continue;
     }
     std::vector<float> all(p.numel * tp.size());
-    tp.allgather(g, all.data(), p.numel);
+    tp.allgather(g.data(), all.data(), p.numel);
     if (p.sharding == Sharding::Dim0) {
       out[p.name] = all;
       continue;
@@ -103,11 +107,11 @@ void global_grads(Transformer& m, Communicator& tp, std::map<std::string, std::v
 // Every gradient of the model in global shape on every rank of `comm`: the
 // pieces of each pipeline stage (from its first dp and tp rank) are summed
 // into zero-filled buffers, which copies them exactly.
-std::map<std::string, std::vector<float>> model_grads(TrainLoop& loop, ProcessGrid& grid,
+std::map<std::string, std::vector<float>> model_grads(Backend& be, TrainLoop& loop, ProcessGrid& grid,
                                                       const std::map<std::string, std::vector<float>>& shapes,
                                                       MPI_Comm comm) {
   std::map<std::string, std::vector<float>> mine;
-  for (auto& m : loop.chunks()) global_grads(*m, grid.tp(), mine);
+  for (auto& m : loop.chunks()) global_grads(be, *m, grid.control(ProcessGrid::Tp), mine);
   const bool contributes = grid.coords().dp == 0 && grid.coords().tp == 0;
   std::map<std::string, std::vector<float>> out;
   for (const auto& [name, ref] : shapes) {
@@ -141,9 +145,9 @@ Result run(const Layout& l, MPI_Comm world) {
       TrainLoop grads_only(be, groups_of(grid), r, ds, nullptr);
       grads_only.compute_gradients();
       if (g_shapes.empty()) {  // the one-process reference defines the names
-        for (auto& m : grads_only.chunks()) global_grads(*m, grid.tp(), g_shapes);
+        for (auto& m : grads_only.chunks()) global_grads(be, *m, grid.control(ProcessGrid::Tp), g_shapes);
       }
-      res.grads = model_grads(grads_only, grid, g_shapes, comm);
+      res.grads = model_grads(be, grads_only, grid, g_shapes, comm);
       res.grad_norm = std::sqrt(grads_only.grad_sumsq());
       res.params_per_rank = grads_only.model().num_params();
     }
@@ -191,6 +195,71 @@ void expect_equivalent(const Result& got, const Result& ref, const std::string& 
                 got.losses.back(), ref.losses.back(), worst);
 }
 
+// bf16 layouts against the one-process bf16 run. Rounding happens at
+// different points (a row-parallel sum is rounded after the reduction, a
+// pipeline message is already bf16), so the bound is statistical: per
+// tensor, the relative Frobenius error of the gradient below 0.08, and the
+// losses within 1e-2 relative. A gradient that is zero in exact arithmetic
+// (GPT-2's key bias: softmax ignores a constant added to a row's scores) is
+// rounding noise in both runs, so the norm it is relative to is at least
+// 1e-2 of the model's RMS gradient entry.
+void expect_close_bf16(const Result& got, const Result& ref, const std::string& what) {
+  ASSERT_EQ(got.losses.size(), ref.losses.size());
+  for (size_t i = 0; i < ref.losses.size(); i++)
+    EXPECT_NEAR(got.losses[i], ref.losses[i], 1e-2 * ref.losses[i]) << what << " step " << i + 1;
+  double all_sq = 0, all_n = 0;
+  for (const auto& [name, want] : ref.grads)
+    for (float x : want) all_sq += (double)x * x, all_n++;
+  const double rms = std::sqrt(all_sq / std::max(all_n, 1.0));
+  double worst = 0;
+  std::string worst_name;
+  for (const auto& [name, want] : ref.grads) {
+    const auto it = got.grads.find(name);
+    ASSERT_NE(it, got.grads.end()) << what << ": no gradient " << name;
+    ASSERT_EQ(it->second.size(), want.size()) << what << ": " << name;
+    double diff = 0, norm = 0;
+    for (size_t i = 0; i < want.size(); i++) {
+      diff += std::pow((double)it->second[i] - want[i], 2);
+      norm += std::pow((double)want[i], 2);
+    }
+    const double rel = std::sqrt(diff) / std::max(std::sqrt(norm), 1e-2 * rms * std::sqrt((double)want.size()));
+    if (rel > worst) worst = rel, worst_name = name;
+    EXPECT_LT(rel, 0.08) << what << ": gradient " << name;
+  }
+  int rank = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  if (rank == 0)
+    std::printf("  %-26s loss step 5 %.5f vs %.5f, worst gradient rel Frobenius err %.2e (%s)\n", what.c_str(),
+                got.losses.back(), ref.losses.back(), worst, worst_name.c_str());
+}
+
+class Bf16Equivalence : public ::testing::TestWithParam<Arch> {};
+
+TEST_P(Bf16Equivalence, EveryLayoutMatchesOneProcessBf16) {
+  Layout one{GetParam(), 1, 1, false};
+  one.precision = DType::BF16;
+  g_shapes.clear();
+  const Result ref = run(one, MPI_COMM_SELF);
+  const Result fp32 = run({GetParam(), 1, 1, false}, MPI_COMM_SELF);
+  for (size_t i = 0; i < ref.losses.size(); i++)  // bf16 is not fp32: it differs, a little
+    EXPECT_NEAR(ref.losses[i], fp32.losses[i], 0.05 * fp32.losses[i]) << "bf16 vs fp32, step " << i + 1;
+  Layout layouts[] = {
+      {GetParam(), 2, 1, false},        // tp 2
+      {GetParam(), 4, 2, true},         // tp 4 x dp 2, sequence parallel
+      {GetParam(), 1, 2, false},        // dp 2
+      {GetParam(), 1, 1, false, 4, 1},  // pp 4
+      {GetParam(), 2, 2, true, 2, 1},   // 2 x 2 x 2, sequence parallel
+      {GetParam(), 2, 1, false, 2, 2},  // (1, 2, 2) interleaved, 2 virtual stages
+  };
+  for (Layout& l : layouts) {
+    l.precision = DType::BF16;
+    expect_close_bf16(run(l, MPI_COMM_WORLD), ref, layout_name(l));
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Archs, Bf16Equivalence, ::testing::Values(Arch::GPT2, Arch::Llama),
+                         [](const auto& info) { return std::string(arch_name(info.param)); });
+
 class TensorParallelEquivalence : public ::testing::TestWithParam<Arch> {};
 
 TEST_P(TensorParallelEquivalence, EveryLayoutMatchesOneProcess) {
@@ -225,11 +294,14 @@ TEST_P(PipelineParallelEquivalence, EveryLayoutMatchesOneProcess) {
 class RecomputeBitIdentical : public ::testing::TestWithParam<Arch> {};
 
 TEST_P(RecomputeBitIdentical, SelectiveAndFullEqualNone) {
+  const Layout bf16_one = {GetParam(), 1, 1, false, 1, 1, {}, DType::BF16};
   const Layout layouts[] = {
       {GetParam(), 1, 1, false, 1, 1},  // one process
       {GetParam(), 1, 1, false, 2, 1},  // pp = 2, 1F1B
       {GetParam(), 2, 2, true, 2, 1},   // 2 x 2 x 2, sequence parallel
       {GetParam(), 2, 1, false, 2, 2},  // (1, 2, 2) interleaved, 2 virtual stages
+      bf16_one,                         // bf16: one process
+      {GetParam(), 2, 2, true, 2, 1, {}, DType::BF16},  // bf16: 2 x 2 x 2, sequence parallel
   };
   g_shapes.clear();
   run(layouts[0], MPI_COMM_SELF);  // the one-process model defines the gradient names
@@ -258,7 +330,8 @@ TEST(MemoryPlan, PredictsMeasuredActivationPeakWithin10Percent) {
   int wrank = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &wrank);
   for (Arch arch : {Arch::GPT2, Arch::Llama}) {
-    const Layout layouts[] = {{arch, 1, 1, false, 1, 1}, {arch, 1, 1, false, 2, 1}, {arch, 2, 2, true, 2, 1}};
+    const Layout layouts[] = {{arch, 1, 1, false, 1, 1}, {arch, 1, 1, false, 2, 1}, {arch, 2, 2, true, 2, 1},
+                              {arch, 1, 1, false, 1, 1, {}, DType::BF16}, {arch, 2, 2, true, 2, 1, {}, DType::BF16}};
     g_shapes.clear();
     run(layouts[0], MPI_COMM_SELF);
     for (Layout l : layouts)
@@ -295,20 +368,24 @@ INSTANTIATE_TEST_SUITE_P(Archs, TensorParallelEquivalence,
 TEST(TensorParallelComm, BytesMatchTheAnalyticCount) {
   g_shapes.clear();
   run({Arch::GPT2, 1, 1, false}, MPI_COMM_SELF);  // gradient names of this model
+  for (DType dt : {DType::F32, DType::BF16})
   for (bool sp : {false, true}) {
-    const Layout l{Arch::GPT2, 2, 2, sp};
+    Layout l{Arch::GPT2, 2, 2, sp};
+    l.precision = dt;
     const Recipe r = recipe(l);
     const Result res = run(l, MPI_COMM_WORLD);
     const double p = l.tp, M = r.training.micro_batch * r.model.seq_len, d = r.model.d_model;
     const double L = r.model.n_layers, a = r.accum_steps();
-    const double act = M * d * 4;  // one activation tensor [b*s, h] in bytes
+    const double es = dtype_size(dt);  // activations and the gradient traffic: the compute type
+    const double act = M * d * es;  // one activation tensor [b*s, h] in bytes
     const double ar = 2 * (p - 1) / p, ag = (p - 1) / p;
-    const double ce = 3 * M * 4;  // vocab-parallel loss: max, sum-exp, target logit
-    const double norm = 8;        // the squared gradient norm of the sharded tensors
+    const double ce = 3 * M * 4;  // vocab-parallel loss: max, sum-exp, target logit (fp32)
+    // Host values (the gradient norm's partial sums, the loss, the data wait)
+    // go over the control communicator, which is not counted here.
     if (!sp) {
       // all-reduce: embedding + 2 per layer forward, LM head + 2 per layer backward
       EXPECT_DOUBLE_EQ(res.comm_tp.bytes[CommCounters::AllReduce],
-                       a * ((2 + 4 * L) * act + ce) * ar + norm * ar) << "tp all-reduce";
+                       a * ((2 + 4 * L) * act + ce) * ar) << "tp all-reduce " << layout_name(l);
       EXPECT_EQ(res.comm_tp.bytes[CommCounters::AllGather], 0);
     } else {
       double seq_partial = 0;  // replicated tensors whose gradients are partial
@@ -316,11 +393,12 @@ TEST(TensorParallelComm, BytesMatchTheAnalyticCount) {
         if (pi.seq_partial_grad) seq_partial += pi.numel * 4.0;
       EXPECT_DOUBLE_EQ(res.comm_tp.bytes[CommCounters::AllGather], a * (2 + 4 * L) * act * ag);
       EXPECT_DOUBLE_EQ(res.comm_tp.bytes[CommCounters::ReduceScatter], a * (2 + 4 * L) * act * ag);
-      EXPECT_DOUBLE_EQ(res.comm_tp.bytes[CommCounters::AllReduce], (a * ce + seq_partial + norm) * ar);
+      // the partial gradients of replicated tensors stay fp32
+      EXPECT_DOUBLE_EQ(res.comm_tp.bytes[CommCounters::AllReduce], (a * ce + seq_partial) * ar) << layout_name(l);
     }
-    // DP: the gradient of this rank's shard, the loss and the data wait.
-    const double shard = build_params(r.model, 2, 0).reg.total() * 4.0;
-    EXPECT_DOUBLE_EQ(res.comm_dp.bytes[CommCounters::AllReduce], (shard + 16) * (2.0 * (l.dp - 1) / l.dp));
+    // DP: the gradient of this rank's shard, in the compute type.
+    const double shard = build_params(r.model, 2, 0).reg.total() * es;
+    EXPECT_DOUBLE_EQ(res.comm_dp.bytes[CommCounters::AllReduce], shard * (2.0 * (l.dp - 1) / l.dp)) << layout_name(l);
   }
 }
 

@@ -15,7 +15,7 @@
 #include <iterator>
 #include <string>
 
-#include "app/fault.h"
+#include "engine/fault.h"
 #include "runtime/crash_report.h"
 #include "runtime/errors.h"
 #include "runtime/flight_recorder.h"
@@ -75,6 +75,31 @@ TEST(Faults, PlanKeepsThisRankAndLaunch) {
   EXPECT_EQ(p.slow_ms(4), 15);
   EXPECT_EQ(FaultPlan(f, 3, 1).at(Fault::Hang, 9).size(), 1u);
   EXPECT_TRUE(FaultPlan(f, 3, 1).at(Fault::Crash, 7).empty());
+}
+
+// A data collective queued without blocking the host stays "in flight" (the
+// watchdog's measure) from its enqueue until wait() sees it complete, even
+// while other calls start and finish.
+TEST(FlightRecorder, AnEnqueuedCollectiveIsInFlightUntilItCompletes) {
+  FlightRecorder rec(0);
+  const int dp = rec.add_group("dp", {0, 1});
+  const uint64_t queued = rec.begin(dp, "allreduce_sum", 1024, -1, FlightRecorder::Enqueued);
+  const double enqueued_at = rec.status().call_start;
+  EXPECT_TRUE(rec.status().in_call);
+  usleep(2000);
+  rec.end(rec.begin(dp, "allreduce_sum", 8, -1));  // a control call comes and goes meanwhile
+  EXPECT_TRUE(rec.status().in_call);
+  EXPECT_EQ(rec.status().call_start, enqueued_at);  // the oldest one not completed
+  nlohmann::json j = nlohmann::json::parse(rec.to_json("test"));
+  EXPECT_EQ(j["calls"][0]["queued"], true);
+  EXPECT_TRUE(j["calls"][0]["end"].is_null());
+  EXPECT_EQ(j["groups"][0]["started"], 2);
+  EXPECT_EQ(j["groups"][0]["completed"], 1);
+  rec.end(queued);
+  EXPECT_FALSE(rec.status().in_call);
+  j = nlohmann::json::parse(rec.to_json("test"));
+  EXPECT_FALSE(j["calls"][0]["end"].is_null());
+  EXPECT_EQ(j["groups"][0]["completed"], 2);
 }
 
 TEST(FlightRecorder, CountsCollectivesPerGroupAndKeepsTheNewest) {

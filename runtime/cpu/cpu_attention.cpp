@@ -48,7 +48,7 @@ void scores(float* S, const float* qkv, const HeadView& hv, const AttentionShape
 }
 }  // namespace
 
-void CpuBackend::attention_fwd(float* out, float* stats, const float* qkv, const AttentionShape& s) {
+void CpuBackend::f32_attention_fwd(float* out, float* stats, const float* qkv, const AttentionShape& s) {
   const int T = s.T, hd = s.hd, out_row = s.H * s.hd, block = std::min(T, attention_block_);
   const float scale = 1.0f / std::sqrt((float)hd);
   float* P_all = scratch((size_t)omp_get_max_threads() * block * T);
@@ -77,7 +77,7 @@ void CpuBackend::attention_fwd(float* out, float* stats, const float* qkv, const
   }
 }
 
-void CpuBackend::attention_bwd(float* dqkv, const float* dout, const float* qkv, const float* stats,
+void CpuBackend::f32_attention_bwd(float* dqkv, const float* dout, const float* qkv, const float* stats,
                                const AttentionShape& s) {
   const int T = s.T, hd = s.hd, out_row = s.H * s.hd, group = s.H / s.KVH, block = std::min(T, attention_block_);
   const float scale = 1.0f / std::sqrt((float)hd);

@@ -1,6 +1,7 @@
 #include "runtime/cpu/cpu_backend.h"
 
 #include "runtime/cpu/cpu_kernels.h"
+#include "runtime/cpu/f32_args.h"
 
 #include <cblas.h>
 #include <omp.h>
@@ -44,10 +45,12 @@ CpuBackend::CpuBackend(int threads) : threads_(std::max(1, threads)) {
   set_cpu_threads(threads_);
 }
 
-CpuBackend::~CpuBackend() { free(scratch_); }
+CpuBackend::~CpuBackend() = default;
 
-float* CpuBackend::alloc(size_t n, Mem kind) {
-  const size_t bytes = ((n * sizeof(float) + 63) / 64) * 64 + 64;
+// Staging buffers are host memory outside the device's categories (on a GPU
+// they are pinned host memory, not device memory): not counted.
+void* CpuBackend::allocate(size_t bytes_wanted, Mem kind, Space space) {
+  const size_t bytes = ((bytes_wanted + 63) / 64) * 64 + 64;
   void* p = std::aligned_alloc(64, bytes);
   if (!p) {
     char b[200];
@@ -56,52 +59,48 @@ float* CpuBackend::alloc(size_t n, Mem kind) {
                   mem_.stats().total_current / 1048576.0);
     throw std::runtime_error(b);
   }
-  std::memset(p, 0, n * sizeof(float));
-  mem_.add(p, bytes, kind);
-  return static_cast<float*>(p);
+  std::memset(p, 0, bytes_wanted);
+  if (space == Space::Device) mem_.add(p, bytes, kind);
+  return p;
 }
-void CpuBackend::free(float* p) {
+void CpuBackend::release(void* p) {
   if (!p) return;
   mem_.remove(p);
   std::free(p);
 }
 
 float* CpuBackend::scratch(size_t n) {
-  if (n > scratch_n_) {
-    free(scratch_);
-    scratch_ = alloc(n, Mem::Temporaries);
-    scratch_n_ = n;
-  }
-  return scratch_;
+  if (n > scratch_.count()) scratch_ = alloc(n, DType::F32, Mem::Temporaries);
+  return scratch_.ref().f32();
 }
-void CpuBackend::zero(float* p, size_t n) { std::memset(p, 0, n * sizeof(float)); }
-void CpuBackend::copy(float* dst, const float* src, size_t n) {
-  if (n) std::memcpy(dst, src, n * sizeof(float));
+void CpuBackend::zero(Ref p, size_t n) {
+  if (n) std::memset(p.p, 0, n * dtype_size(p.dt));
 }
-
-int32_t* CpuBackend::alloc_tokens(size_t n) {
-  const size_t bytes = ((n * 4 + 63) / 64) * 64 + 64;
-  auto* p = static_cast<int32_t*>(std::aligned_alloc(64, bytes));
-  if (!p) throw std::bad_alloc();
-  mem_.add(p, bytes, Mem::Activations);
-  return p;
+void CpuBackend::copy(Ref dst, CRef src, size_t n) {
+  if (dst.dt != src.dt) throw std::logic_error("Backend::copy between element types (use convert)");
+  if (n) std::memmove(dst.p, src.p, n * dtype_size(dst.dt));
 }
-void CpuBackend::free_tokens(int32_t* p) {
-  mem_.remove(p);
-  std::free(p);
+void CpuBackend::convert(Ref dst, CRef src, size_t n) {
+  if (dst.dt == src.dt) return copy(dst, src, n);
+  if (dst.dt == DType::BF16 && src.dt == DType::F32) return narrow_to(dst.b16(), src.f32(), n);
+  if (dst.dt == DType::F32 && src.dt == DType::BF16) return widen_to(dst.f32(), src.b16(), n);
+  throw std::logic_error("Backend::convert: unsupported element types");
 }
-void CpuBackend::tokens_from_host(int32_t* dev, const int32_t* host, size_t n) {
-  std::memcpy(dev, host, n * sizeof(int32_t));
+void CpuBackend::to_host(void* host, CRef src, size_t n) {
+  if (n) std::memcpy(host, src.p, n * dtype_size(src.dt));
+}
+void CpuBackend::from_host(Ref dst, const void* host, size_t n) {
+  if (n) std::memcpy(dst.p, host, n * dtype_size(dst.dt));
 }
 
-void CpuBackend::matmul(bool transA, bool transB, int M, int N, int K, float alpha,
+void CpuBackend::f32_matmul(bool transA, bool transB, int M, int N, int K, float alpha,
                         const float* A, const float* B, float beta, float* C) {
   cblas_sgemm(CblasRowMajor, transA ? CblasTrans : CblasNoTrans,
               transB ? CblasTrans : CblasNoTrans, M, N, K, alpha, A, transA ? M : K, B,
               transB ? K : N, beta, C, N);
 }
 
-void CpuBackend::add_bias(float* y, const float* b, int rows, int cols) {
+void CpuBackend::f32_add_bias(float* y, const float* b, int rows, int cols) {
 #pragma omp parallel for schedule(static)
   for (int r = 0; r < rows; r++) {
     float* yr = y + (size_t)r * cols;
@@ -110,7 +109,7 @@ void CpuBackend::add_bias(float* y, const float* b, int rows, int cols) {
   }
 }
 
-void CpuBackend::bias_bwd(float* db, const float* dy, int rows, int cols) {
+void CpuBackend::f32_bias_bwd(float* db, const float* dy, int rows, int cols) {
   const int nblk = (cols + kColBlock - 1) / kColBlock;
 #pragma omp parallel for schedule(static)
   for (int blk = 0; blk < nblk; blk++) {
@@ -124,12 +123,12 @@ void CpuBackend::bias_bwd(float* db, const float* dy, int rows, int cols) {
   }
 }
 
-void CpuBackend::add(float* out, const float* a, const float* b, size_t n) {
+void CpuBackend::f32_add(float* out, const float* a, const float* b, size_t n) {
 #pragma omp parallel for simd schedule(static)
   for (size_t i = 0; i < n; i++) out[i] = a[i] + b[i];
 }
 
-void CpuBackend::embedding_fwd(float* out, const int32_t* tokens, int rows, const float* wte,
+void CpuBackend::f32_embedding_fwd(float* out, const int32_t* tokens, int rows, const float* wte,
                                int vocab_offset, int vocab_rows, int C) {
 #pragma omp parallel for schedule(static)
   for (int r = 0; r < rows; r++) {
@@ -140,7 +139,7 @@ void CpuBackend::embedding_fwd(float* out, const int32_t* tokens, int rows, cons
   }
 }
 
-void CpuBackend::embedding_bwd(float* dwte, const float* dout, const int32_t* tokens, int rows,
+void CpuBackend::f32_embedding_bwd(float* dwte, const float* dout, const int32_t* tokens, int rows,
                                int vocab_offset, int vocab_rows, int C) {
   // Rows of dwte may repeat (same token twice), so walk tokens in order.
   for (int r = 0; r < rows; r++) {
@@ -153,7 +152,7 @@ void CpuBackend::embedding_bwd(float* dwte, const float* dout, const int32_t* to
   }
 }
 
-void CpuBackend::position_fwd(float* out, const float* wpe, int rows, int row_offset, int T,
+void CpuBackend::f32_position_fwd(float* out, const float* wpe, int rows, int row_offset, int T,
                               int C) {
 #pragma omp parallel for schedule(static)
   for (int r = 0; r < rows; r++) {
@@ -164,7 +163,7 @@ void CpuBackend::position_fwd(float* out, const float* wpe, int rows, int row_of
   }
 }
 
-void CpuBackend::position_bwd(float* dwpe, const float* dout, int rows, int row_offset, int T,
+void CpuBackend::f32_position_bwd(float* dwpe, const float* dout, int rows, int row_offset, int T,
                               int C) {
   // Each position's rows are summed in row order; positions run in parallel.
 #pragma omp parallel for schedule(static)
@@ -179,7 +178,7 @@ void CpuBackend::position_bwd(float* dwpe, const float* dout, int rows, int row_
   }
 }
 
-void CpuBackend::layernorm_fwd(float* out, float* mean, float* rstd, const float* x,
+void CpuBackend::f32_layernorm_fwd(float* out, float* mean, float* rstd, const float* x,
                                const float* w, const float* b, int rows, int C, float eps) {
 #pragma omp parallel for schedule(static)
   for (int r = 0; r < rows; r++) {
@@ -206,7 +205,7 @@ void CpuBackend::layernorm_fwd(float* out, float* mean, float* rstd, const float
   }
 }
 
-void CpuBackend::layernorm_bwd(float* dx, float* dw, float* db, const float* dout,
+void CpuBackend::f32_layernorm_bwd(float* dx, float* dw, float* db, const float* dout,
                                const float* x, const float* w, const float* mean,
                                const float* rstd, int rows, int C) {
 #pragma omp parallel for schedule(static)
@@ -251,7 +250,7 @@ void CpuBackend::layernorm_bwd(float* dx, float* dw, float* db, const float* dou
   }
 }
 
-void CpuBackend::rmsnorm_fwd(float* out, float* rstd, const float* x, const float* w,
+void CpuBackend::f32_rmsnorm_fwd(float* out, float* rstd, const float* x, const float* w,
                              int rows, int C, float eps) {
 #pragma omp parallel for schedule(static)
   for (int r = 0; r < rows; r++) {
@@ -267,7 +266,7 @@ void CpuBackend::rmsnorm_fwd(float* out, float* rstd, const float* x, const floa
   }
 }
 
-void CpuBackend::rmsnorm_bwd(float* dx, float* dw, const float* dout, const float* x,
+void CpuBackend::f32_rmsnorm_bwd(float* dx, float* dw, const float* dout, const float* x,
                              const float* w, const float* rstd, int rows, int C) {
 #pragma omp parallel for schedule(static)
   for (int r = 0; r < rows; r++) {
@@ -296,15 +295,15 @@ void CpuBackend::rmsnorm_bwd(float* dx, float* dw, const float* dout, const floa
   }
 }
 
-void CpuBackend::gelu_fwd(float* out, const float* x, size_t n) {
+void CpuBackend::f32_gelu_fwd(float* out, const float* x, size_t n) {
   parallel_chunks(n, [&](size_t a, size_t b) { cpu::gelu_fwd(out + a, x + a, b - a); });
 }
 
-void CpuBackend::gelu_bwd(float* dx, const float* x, const float* dout, size_t n) {
+void CpuBackend::f32_gelu_bwd(float* dx, const float* x, const float* dout, size_t n) {
   parallel_chunks(n, [&](size_t a, size_t b) { cpu::gelu_bwd(dx + a, x + a, dout + a, b - a); });
 }
 
-void CpuBackend::swiglu_fwd(float* out, const float* gate_up, int rows, int F) {
+void CpuBackend::f32_swiglu_fwd(float* out, const float* gate_up, int rows, int F) {
 #pragma omp parallel for schedule(static)
   for (int r = 0; r < rows; r++) {
     const float* g = gate_up + (size_t)r * 2 * F;
@@ -312,7 +311,7 @@ void CpuBackend::swiglu_fwd(float* out, const float* gate_up, int rows, int F) {
   }
 }
 
-void CpuBackend::swiglu_bwd(float* dgate_up, const float* gate_up, const float* dout,
+void CpuBackend::f32_swiglu_bwd(float* dgate_up, const float* gate_up, const float* dout,
                             int rows, int F) {
 #pragma omp parallel for schedule(static)
   for (int r = 0; r < rows; r++) {
@@ -322,7 +321,7 @@ void CpuBackend::swiglu_bwd(float* dgate_up, const float* gate_up, const float* 
   }
 }
 
-void CpuBackend::rope(float* qkv, const AttentionShape& s, float theta, bool inverse) {
+void CpuBackend::f32_rope(float* qkv, const AttentionShape& s, float theta, bool inverse) {
   const int half = s.hd / 2;
   float* cs = scratch(2 * (size_t)s.T * half);
   float* sn = cs + (size_t)s.T * half;
@@ -381,7 +380,7 @@ void CpuBackend::ce_finish(float* losses, float* logits, const int32_t* targets,
   }
 }
 
-double CpuBackend::sumsq(const float* x, size_t n) {
+double CpuBackend::f32_sumsq(const float* x, size_t n) {
   const size_t nchunk = (n + kSumChunk - 1) / kSumChunk;
   std::vector<double> part(nchunk, 0.0);
 #pragma omp parallel for schedule(static)
@@ -396,7 +395,7 @@ double CpuBackend::sumsq(const float* x, size_t n) {
 
 void CpuBackend::sumsq_groups(const std::vector<SumSpan>& spans, double* sums, int groups) {
   std::fill(sums, sums + groups, 0.0);
-  for (const SumSpan& sp : spans) sums[sp.group] += sumsq(sp.x, sp.n);
+  for (const SumSpan& sp : spans) sums[sp.group] += f32_sumsq(sp.x, sp.n);
 }
 
 void CpuBackend::adamw(float* p, const float* g, float* m, float* v, size_t n, float lr,

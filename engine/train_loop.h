@@ -1,9 +1,10 @@
 #pragma once
-// The training loop of one rank: micro-batches through this rank's pipeline
-// stage (a schedule from parallel/pipeline_schedule.h; one stage without
-// pipeline parallelism), data-parallel gradient averaging, global-norm
-// clipping, AdamW, evaluation. Takes the typed Recipe and communicators; the
-// caller owns MPI, logging and files, so tests can drive steps directly.
+// One rank's optimizer step: the micro-batches through this rank's pipeline
+// stage (engine/pipeline_executor.h), the gradient reductions
+// (engine/grad_reduce.h), global-norm clipping, AdamW; evaluation; and its
+// checkpoints (engine/checkpoint_staging.h). Takes the typed Recipe and
+// communicators; the step loop (engine/step_loop.h) owns policy, logging and
+// files, so tests can drive steps directly.
 #include <functional>
 #include <limits>
 #include <map>
@@ -12,7 +13,9 @@
 
 #include <mpi.h>
 
-#include "app/recipe.h"
+#include "engine/checkpoint_staging.h"
+#include "engine/pipeline_executor.h"
+#include "engine/recipe.h"
 #include "ckpt/checkpoint.h"
 #include "data/dataset.h"
 #include "data/loader.h"
@@ -20,6 +23,7 @@
 #include "model/transformer.h"
 #include "parallel/comm_stats.h"
 #include "parallel/communicator.h"
+#include "runtime/buffer.h"
 #include "parallel/pipeline_schedule.h"
 
 namespace trainer {
@@ -51,12 +55,15 @@ struct StepStats {
   double comm_ms() const;
 };
 
+// One group's communicators: backend buffers and host values.
+struct GroupComms {
+  DataComm* data = nullptr;
+  ControlComm* control = nullptr;
+};
 // The groups a rank trains in. Null tp/pp/embed: that kind of parallelism is off.
 struct ParallelGroups {
-  Communicator* dp = nullptr;
-  Communicator* tp = nullptr;
-  Communicator* pp = nullptr;
-  Communicator* embed = nullptr;  // first + last stage, for tied embeddings
+  GroupComms dp, tp, pp;
+  DataComm* embed = nullptr;  // first + last stage, for tied embeddings
 };
 ParallelGroups groups_of(ProcessGrid& grid);
 
@@ -84,7 +91,7 @@ class TrainLoop {
   // (pp, tp) position) and returns the committed directory; load restores
   // them, the step, the AdamW step count and the data cursor from a
   // checkpoint of any layout.
-  std::string save_checkpoint(const std::string& dir, int keep, Communicator& world,
+  std::string save_checkpoint(const std::string& dir, int keep, ControlComm& world,
                               const std::string& recipe_text = "",
                               const std::function<void(const char*)>& at_point = {});
   void load_checkpoint(const std::string& step_dir);
@@ -97,12 +104,12 @@ class TrainLoop {
   // Asynchronous save: copies this rank's state to host memory and writes it
   // in the background (a previous pending save is finished first); poll once
   // per step (collective) to commit: returns the step directory when it did.
-  void start_async_save(const std::string& dir, int keep, Communicator& world,
+  void start_async_save(const std::string& dir, int keep, ControlComm& world,
                         const std::string& recipe_text);
-  std::string poll_async_save(Communicator& world, bool wait) { return async_.poll(world, wait); }
-  bool async_save_pending() const { return async_.pending(); }
+  std::string poll_async_save(ControlComm& world, bool wait) { return staging_->poll_async(world, wait); }
+  bool async_save_pending() const { return staging_->async_pending(); }
 
-  // Fault injection (app/fault.h): a NaN enters this rank's gradients in the
+  // Fault injection (engine/fault.h): a NaN enters this rank's gradients in the
   // next step, before the data-parallel reduction; each step computes
   // extra_ms longer.
   void poison_next_step() { poison_ = true; }
@@ -117,36 +124,30 @@ class TrainLoop {
   void set_loss_limit(double limit) { loss_limit_ = limit; }
 
  private:
-  float* message_buffer(int kind, int mb, int chunk);
-  int take_slot(int chunk, int mb);
-  void run_schedule(float grad_scale, double* loss_sum, StepStats* st);
-  // This rank's pieces of params (0), AdamW m (1) or v (2); tied copies of
-  // the embedding only when loading.
-  std::vector<TensorPiece> pieces(int which, bool loading);
   void make_loader(uint64_t start_position);
   TrainingState training_state() const;  // what a checkpoint records now
-  std::string shard_file() const;        // this rank's file name in a checkpoint
+  const Batch& next_batch(std::map<int, Batch>& batches, int mb, double* wait_ms);
+  void record_stage_times(StepStats& s);
 
   Backend& be_;
-  CountingCommunicator dp_;
-  std::unique_ptr<CountingCommunicator> tp_, pp_;
-  Communicator* embed_;
+  CountingDataComm dp_;  // data communicators, counted per step
+  std::unique_ptr<CountingDataComm> tp_, pp_;
+  ControlComm* dp_control_;
+  ControlComm* pp_control_;  // null without pipeline parallelism
+  ControlComm* tp_control_;
+  DataComm* embed_;
+  DType compute_;             // training.precision
+  Buffer grad_wire_;          // gradients in the compute type for the data-parallel reduction (bf16 runs)
   const Recipe& r_;
   const TokenDataset& train_;
   const TokenDataset* val_;
   PipelineSpec pipe_;
   int stage_ = 0;
-  std::vector<PipeAction> schedule_;  // this stage's
-  std::vector<std::unique_ptr<Transformer>> chunks_;
+  Chunks chunks_;
   std::vector<std::unique_ptr<AdamW>> opts_;
-  std::vector<std::vector<int>> free_slots_;
-  std::vector<std::map<int, int>> slot_of_mb_;
-  std::map<std::tuple<int, int, int>, float*> messages_;  // (kind, mb, chunk) buffers
+  std::unique_ptr<PipelineExecutor> executor_;
+  std::unique_ptr<CheckpointStaging> staging_;
   std::unique_ptr<Loader> loader_;
-  AsyncSaver async_;
-  // Host copy an async save writes from, allocated (and its pages touched)
-  // once at start-up: first-touch page faults of 1.5 GB cost seconds in a VM.
-  std::vector<float> snapshot_;
   long step_ = 0;
   bool poison_ = false, corrupt_ = false;
   double extra_ms_ = 0;

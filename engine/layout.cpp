@@ -1,4 +1,4 @@
-#include "app/layout.h"
+#include "engine/layout.h"
 
 #include <algorithm>
 
@@ -19,6 +19,8 @@ RankLayout rank_layout(const Recipe& r, int stage) {
   RankLayout l;
   l.micro_batch = r.training.micro_batch;
   l.tp = r.grid.tp;
+  l.dp = r.grid.dp;
+  l.compute = r.training.precision;
   l.micro_batches = pipe.micro_batches;
   l.threads = r.runtime.threads;
   l.sequence_parallel = r.sequence_parallel;

@@ -1,4 +1,4 @@
-#include "app/fault.h"
+#include "engine/fault.h"
 
 #include <cstdlib>
 #include <sstream>

@@ -1,0 +1,137 @@
+#include "ckpt/hf_export.h"
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+
+#include "ckpt/checkpoint.h"
+#include "ckpt/hdf5_tensors.h"
+#include "runtime/errors.h"
+
+namespace trainer {
+
+// Every model tensor of the checkpoint assembled to its global shape
+// (load_pieces checks each is complete and consistent).
+std::map<std::string, GlobalTensor> assemble_checkpoint(const std::string& dir) {
+  std::map<std::string, std::vector<int>> shapes;
+  for (const ManifestFile& f : manifest_files(dir)) {
+    if (f.name.size() < 3 || f.name.substr(f.name.size() - 3) != ".h5") continue;
+    H5File h(dir + "/" + f.name, H5File::Read);
+    for (const std::string& n : h.list("param")) shapes[n] = h.get_attr("param/" + n, "global_shape");
+  }
+  std::map<std::string, GlobalTensor> out;
+  std::vector<TensorPiece> pieces;
+  for (const auto& [name, shape] : shapes) {
+    GlobalTensor& t = out[name];
+    t.shape = shape;
+    size_t n = 1;
+    for (int x : shape) n *= x;
+    t.data.assign(n, 0.f);
+    pieces.push_back({name, shape, -1, 0, t.data.data(), n});
+  }
+  load_pieces(dir, "param", pieces);
+  return out;
+}
+
+namespace {
+
+// Writes tensors of the checkpoint under Hugging Face names.
+struct HfWriter {
+  const std::map<std::string, GlobalTensor>& t;
+  H5File& f;
+  const GlobalTensor& get(const std::string& n) const {
+    const auto it = t.find(n);
+    if (it == t.end()) throw CheckpointError("checkpoint has no tensor " + n);
+    return it->second;
+  }
+  void put(const std::string& name, const std::vector<float>& data, const std::vector<int>& shape) {
+    f.write(name, data.data(), shape);
+  }
+  void copy(const std::string& hf, const std::string& ours) { put(hf, get(ours).data, get(ours).shape); }
+  // [rows, cols] -> [cols, rows] (GPT-2's Conv1D stores [in, out]).
+  void transposed(const std::string& hf, const GlobalTensor& g) {
+    const int r = g.shape[0], c = g.shape[1];
+    std::vector<float> o((size_t)r * c);
+    for (int i = 0; i < r; i++)
+      for (int j = 0; j < c; j++) o[(size_t)j * r + i] = g.data[(size_t)i * c + j];
+    put(hf, o, {c, r});
+  }
+  const GlobalTensor& head() const { return t.count("lm_head.weight") ? get("lm_head.weight") : get("embed.tok"); }
+};
+
+void gpt2_layer(HfWriter& w, int l) {
+  const std::string p = "layers." + std::to_string(l) + ".", h = "transformer.h." + std::to_string(l) + ".";
+  w.copy(h + "ln_1.weight", p + "attn_norm.weight");
+  w.copy(h + "ln_1.bias", p + "attn_norm.bias");
+  // c_attn: [d, 3d] = [wq; wk; wv]^T, bias [bq bk bv]
+  GlobalTensor qkv;
+  qkv.shape = {0, w.get(p + "attn.wq").shape[1]};
+  std::vector<float> b;
+  for (const char* x : {"q", "k", "v"}) {
+    const GlobalTensor& g = w.get(p + "attn.w" + std::string(x));
+    qkv.data.insert(qkv.data.end(), g.data.begin(), g.data.end());
+    qkv.shape[0] += g.shape[0];
+    const GlobalTensor& gb = w.get(p + "attn.b" + std::string(x));
+    b.insert(b.end(), gb.data.begin(), gb.data.end());
+  }
+  w.transposed(h + "attn.c_attn.weight", qkv);
+  w.put(h + "attn.c_attn.bias", b, {(int)b.size()});
+  w.transposed(h + "attn.c_proj.weight", w.get(p + "attn.wo"));
+  w.copy(h + "attn.c_proj.bias", p + "attn.bo");
+  w.copy(h + "ln_2.weight", p + "mlp_norm.weight");
+  w.copy(h + "ln_2.bias", p + "mlp_norm.bias");
+  w.transposed(h + "mlp.c_fc.weight", w.get(p + "mlp.w_fc"));
+  w.copy(h + "mlp.c_fc.bias", p + "mlp.b_fc");
+  w.transposed(h + "mlp.c_proj.weight", w.get(p + "mlp.w_proj"));
+  w.copy(h + "mlp.c_proj.bias", p + "mlp.b_proj");
+}
+
+void gpt2(HfWriter& w, int layers) {
+  w.copy("transformer.wte.weight", "embed.tok");
+  w.copy("transformer.wpe.weight", "embed.pos");
+  for (int l = 0; l < layers; l++) gpt2_layer(w, l);
+  w.copy("transformer.ln_f.weight", "final_norm.weight");
+  w.copy("transformer.ln_f.bias", "final_norm.bias");
+  w.put("lm_head.weight", w.head().data, w.head().shape);
+}
+
+void llama(HfWriter& w, int layers) {
+  w.copy("model.embed_tokens.weight", "embed.tok");
+  const std::map<std::string, std::string> names = {
+      {"attn_norm.weight", "input_layernorm.weight"}, {"attn.wq", "self_attn.q_proj.weight"},
+      {"attn.wk", "self_attn.k_proj.weight"},         {"attn.wv", "self_attn.v_proj.weight"},
+      {"attn.wo", "self_attn.o_proj.weight"},         {"mlp_norm.weight", "post_attention_layernorm.weight"},
+      {"mlp.w_gate", "mlp.gate_proj.weight"},         {"mlp.w_up", "mlp.up_proj.weight"},
+      {"mlp.w_down", "mlp.down_proj.weight"}};
+  for (int l = 0; l < layers; l++)
+    for (const auto& [ours, hf] : names)
+      w.copy("model.layers." + std::to_string(l) + "." + hf, "layers." + std::to_string(l) + "." + ours);
+  w.copy("model.norm.weight", "final_norm.weight");
+  w.put("lm_head.weight", w.head().data, w.head().shape);
+}
+
+}  // namespace
+
+void export_hf(const std::map<std::string, GlobalTensor>& t, const std::string& out_path) {
+  const bool is_llama = !t.count("embed.pos");
+  size_t bytes = 0;
+  for (const auto& [name, g] : t) bytes += g.data.size() * sizeof(float);
+  const std::string tmp = out_path + ".tmp";
+  H5File f(tmp, H5File::Create, bytes);
+  HfWriter w{t, f};
+  int layers = 0;
+  while (t.count("layers." + std::to_string(layers) + ".attn.wq")) layers++;
+  if (is_llama) llama(w, layers);
+  else gpt2(w, layers);
+  f.set_string_attr("/", "format",
+                    is_llama ? "Hugging Face LlamaForCausalLM names; Linear weights [out, in]; rotate-half RoPE"
+                             : "Hugging Face GPT2LMHeadModel names; Conv1D weights [in, out], c_attn = [q k v]");
+  f.close();
+  if (std::rename(tmp.c_str(), out_path.c_str()) != 0) {
+    const int err = errno;
+    std::remove(tmp.c_str());
+    throw CheckpointError(out_path + ": cannot rename " + tmp + " into place: " + std::strerror(err));
+  }
+}
+
+}  // namespace trainer

@@ -1,0 +1,110 @@
+#include "engine/checkpoint_staging.h"
+
+namespace trainer {
+
+namespace {
+const char* kGroupNames[3] = {"param", "adam_m", "adam_v"};
+}
+
+CheckpointStaging::CheckpointStaging(Backend& be, Chunks& chunks, std::vector<std::unique_ptr<AdamW>>& opts,
+                                     int stage, int tp_rank, bool writer, bool async)
+    : be_(be), chunks_(chunks), opts_(opts), stage_(stage), tp_rank_(tp_rank), writer_(writer) {
+  if (async && writer) this->stage();
+}
+
+std::vector<CheckpointStaging::Piece> CheckpointStaging::pieces(int which, bool loading) {
+  std::vector<Piece> out;
+  for (size_t c = 0; c < chunks_.size(); c++) {
+    Transformer& m = *chunks_[c];
+    Buffer& base = which == 0 ? m.params() : which == 1 ? opts_[c]->m() : opts_[c]->v();
+    for (const ParamInfo& p : m.registry().all()) {
+      if (p.tied_copy && !loading) continue;  // the first stage saves the original
+      Piece x;
+      x.t.name = p.name;
+      x.t.global_shape = p.global_shape;
+      x.t.shard_dim = p.sharding == Sharding::Dim0 ? 0 : p.sharding == Sharding::Dim1 ? 1 : -1;
+      x.t.start = x.t.shard_dim >= 0 ? tp_rank_ * p.shape[x.t.shard_dim] : 0;
+      x.t.numel = p.numel;
+      x.dev = base.ref(p.offset);
+      out.push_back(std::move(x));
+    }
+  }
+  return out;
+}
+
+SaveGroups CheckpointStaging::stage() {
+  SaveGroups gs;
+  if (!writer_) return gs;
+  std::vector<Piece> all[3];
+  size_t n = 0;
+  for (int w = 0; w < 3; w++) {
+    all[w] = pieces(w, false);
+    for (const Piece& p : all[w]) n += p.t.numel;
+  }
+  if (snapshot_.count() < n) snapshot_ = be_.alloc(n, DType::F32, Mem::Temporaries, Space::Staging);
+  float* host = static_cast<float*>(snapshot_.host());
+  size_t off = 0;
+  for (int w = 0; w < 3; w++) {
+    std::vector<TensorPiece> ts;
+    for (Piece& p : all[w]) {
+      be_.to_host(host + off, p.dev, p.t.numel);
+      p.t.data = host + off;
+      off += p.t.numel;
+      ts.push_back(std::move(p.t));
+    }
+    gs.push_back({kGroupNames[w], std::move(ts)});
+  }
+  be_.synchronize();  // the copies are complete before anything reads the snapshot
+  return gs;
+}
+
+std::string CheckpointStaging::shard_file() const {
+  return "pp" + std::to_string(stage_) + "_tp" + std::to_string(tp_rank_) + ".h5";
+}
+
+std::string CheckpointStaging::save(const std::string& dir, const TrainingState& st, int keep,
+                                    ControlComm& world, const std::string& recipe_text,
+                                    const std::function<void(const char*)>& at_point) {
+  return save_checkpoint(dir, st, writer_, shard_file(), stage(), keep, world, recipe_text, at_point);
+}
+
+void CheckpointStaging::start_async(const std::string& dir, const TrainingState& st, int keep,
+                                    ControlComm& world, const std::string& recipe_text) {
+  // The previous async save has been committed (the caller waits for it), so
+  // the snapshot is free to overwrite.
+  async_.start(dir, st, writer_, shard_file(), stage(), {}, keep, recipe_text, world);
+}
+
+size_t CheckpointStaging::file_bytes() {
+  if (!writer_) return 0;
+  SaveGroups gs;
+  for (int w = 0; w < 3; w++) {
+    std::vector<TensorPiece> ts;
+    for (Piece& p : pieces(w, false)) ts.push_back(std::move(p.t));
+    gs.push_back({kGroupNames[w], std::move(ts)});
+  }
+  return shard_bytes(gs);
+}
+
+// Read into host staging, then copied to the backend.
+void CheckpointStaging::load(const std::string& step_dir) {
+  for (int w = 0; w < 3; w++) {
+    std::vector<Piece> ps = pieces(w, true);
+    size_t n = 0;
+    for (const Piece& p : ps) n += p.t.numel;
+    Buffer host = be_.alloc(n, DType::F32, Mem::Temporaries, Space::Staging);
+    float* h = static_cast<float*>(host.host());
+    std::vector<TensorPiece> ts;
+    size_t off = 0;
+    for (Piece& p : ps) {
+      p.t.data = h + off;
+      off += p.t.numel;
+      ts.push_back(p.t);
+    }
+    load_pieces(step_dir, kGroupNames[w], ts);
+    for (const Piece& p : ps) be_.from_host(p.dev, p.t.data, p.t.numel);
+  }
+  be_.synchronize();
+}
+
+}  // namespace trainer

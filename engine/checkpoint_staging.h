@@ -1,0 +1,70 @@
+#pragma once
+// What a checkpoint holds of one rank and how it gets there: this rank's
+// pieces of the fp32 master weights and of AdamW's m and v (ckpt/checkpoint.h
+// names and slices them), written by the first data-parallel rank of each
+// (pipeline stage, tensor-parallel rank) position; and the way back when
+// resuming.
+//
+// One path for both kinds of save: the pieces are copied from the backend
+// into a host staging buffer (pinned memory on a GPU), then written from
+// there, on this thread (blocking save) or on a background thread
+// (checkpoint.async). ckpt/ only ever sees host memory.
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "ckpt/checkpoint.h"
+#include "engine/grad_reduce.h"
+#include "model/adamw.h"
+#include "runtime/backend.h"
+
+namespace trainer {
+
+class CheckpointStaging {
+ public:
+  // writer: this rank writes its position's file; async: allocate the host
+  // snapshot now (touching 1.5 GB of new pages costs seconds in a VM, better
+  // at start-up than at the first save); else at the first save.
+  CheckpointStaging(Backend& be, Chunks& chunks, std::vector<std::unique_ptr<AdamW>>& opts, int stage,
+                    int tp_rank, bool writer, bool async);
+
+  // Blocking save, collective over world; returns the committed step directory.
+  std::string save(const std::string& dir, const TrainingState& st, int keep, ControlComm& world,
+                   const std::string& recipe_text, const std::function<void(const char*)>& at_point);
+  // Snapshot now, write in the background (the previous async save must be
+  // committed); poll once per step to commit.
+  void start_async(const std::string& dir, const TrainingState& st, int keep, ControlComm& world,
+                   const std::string& recipe_text);
+  std::string poll_async(ControlComm& world, bool wait) { return async_.poll(world, wait); }
+  bool async_pending() const { return async_.pending(); }
+  // Bytes this rank's file takes (0 on ranks that write none).
+  size_t file_bytes();
+  // Master weights and AdamW state from a checkpoint of any layout (the
+  // caller refreshes the compute copies).
+  void load(const std::string& step_dir);
+
+ private:
+  // One tensor piece: where it lives in the backend, and how the checkpoint
+  // names and slices it (its host pointer set when staged).
+  struct Piece {
+    TensorPiece t;
+    Ref dev;
+  };
+  // This rank's pieces of params (0), AdamW m (1) or v (2); tied copies of
+  // the embedding only when loading.
+  std::vector<Piece> pieces(int which, bool loading);
+  // Copies the saved pieces to the host snapshot; returns them pointing there.
+  SaveGroups stage();
+  std::string shard_file() const;
+
+  Backend& be_;
+  Chunks& chunks_;
+  std::vector<std::unique_ptr<AdamW>>& opts_;
+  int stage_, tp_rank_;
+  bool writer_;
+  AsyncSaver async_;
+  Buffer snapshot_;  // host staging, fp32: what a save writes from
+};
+
+}  // namespace trainer

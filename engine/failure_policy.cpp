@@ -1,0 +1,60 @@
+// A step whose loss or gradient norm is not finite, or whose loss spiked: its
+// update was not applied (TrainLoop::step); training.on_nan / on_spike say
+// what follows. Every rank holds the same loss, norm and limit, so all
+// decide alike without talking.
+#include <cmath>
+#include <cstdio>
+
+#include "engine/step_loop.h"
+#include "runtime/errors.h"
+
+namespace trainer {
+
+std::string StepLoop::describe_bad_step(const StepStats& st, double median) const {
+  char what[256];
+  if (st.nonfinite)
+    std::snprintf(what, sizeof what, "%s is %g (NaN/Inf)", !std::isfinite(st.loss) ? "loss" : "gradient norm",
+                  !std::isfinite(st.loss) ? st.loss : st.grad_norm);
+  else
+    std::snprintf(what, sizeof what,
+                  "loss %.4f is a spike (above %g x %.4f, the median of the last %d steps; training.spike_factor)",
+                  st.loss, r_.training.spike_factor, median, r_.training.spike_window);
+  return what;
+}
+
+StepLoop::Next StepLoop::on_bad_step(const StepStats& st, double median) {
+  using BadStep = TrainingSection::BadStep;
+  const BadStep policy = st.nonfinite ? r_.training.on_nan : r_.training.on_spike;
+  const char* key = st.nonfinite ? "training.on_nan" : "training.on_spike";
+  const std::string what = describe_bad_step(st, median);
+  if (policy == BadStep::Skip) {
+    if (lead_) std::fprintf(stderr, "warning: step %ld: %s; update skipped (%s = \"skip\")\n", st.step, what.c_str(), key);
+    return Next::Continue;  // the step and its batch count as done
+  }
+  finish_async();
+  const CheckpointSection& ck = r_.checkpoint;
+  const std::string to =
+      policy == BadStep::Rollback ? broadcast_string(lead_ ? newest_valid_checkpoint(ck.dir) : "") : "";
+  if (to.empty() || ++rollbacks_in_a_row_ > 3) {
+    const std::string why = policy == BadStep::Stop ? std::string("Stopping (") + key + " = \"stop\")."
+                            : to.empty()            ? "No checkpoint to roll back to: stopping."
+                                                    : "Still bad after 3 rollbacks: stopping.";
+    if (lead_)
+      std::fprintf(stderr,
+                   "error: step %ld: %s; the update was not applied. %s The newest checkpoint in %s is what to "
+                   "resume from; %s = \"skip\" or \"rollback\" continue past bad batches.\n",
+                   st.step, what.c_str(), why.c_str(), ck.dir.c_str(), key);
+    return Next::Stop;
+  }
+  phase("rollback", st.step);
+  const long skipped = loop_.rollback(to);
+  last_saved_ = loop_.steps_done();
+  if (lead_)
+    std::fprintf(stderr,
+                 "warning: step %ld: %s; rolled back to %s (step %ld) and skipped the %ld batch(es) since it "
+                 "(%s = \"rollback\")\n",
+                 st.step, what.c_str(), to.c_str(), loop_.steps_done(), skipped, key);
+  return Next::Retry;
+}
+
+}  // namespace trainer

@@ -1,0 +1,34 @@
+#pragma once
+// The gradient reductions between a step's last backward and the optimizer,
+// in the order they must happen, and the global gradient norm.
+#include <memory>
+#include <vector>
+
+#include "model/transformer.h"
+#include "parallel/communicator.h"
+
+namespace trainer {
+
+using Chunks = std::vector<std::unique_ptr<Transformer>>;
+
+// Within one model replica: under sequence parallelism the partial gradients
+// of replicated tensors are summed over TP; a tied embedding's two copies
+// (first and last pipeline stage, group `embed`) each get the sum of both
+// gradients, so they stay identical. embed null or of size 1: no copies.
+// Both in fp32 (they are small, or, for the tied embedding, one tensor).
+void reduce_replica_grads(Chunks& chunks, DataComm* embed, bool tied_embeddings);
+
+// Over data-parallel replicas: a SUM, because each token's loss gradient was
+// pre-scaled by 1 / (tokens in the global batch). The fp32 gradients travel
+// in the run's compute type: a bf16 run (wire_buf non-empty: bf16, as many
+// elements as all chunks' gradients) rounds them into wire_buf, reduces that
+// and widens the result back, halving the traffic as llm.c does; an fp32 run
+// (wire_buf null or empty) reduces in place. Every piece's reduction is
+// started before the first is waited for.
+void reduce_data_parallel_grads(Backend& be, Chunks& chunks, DataComm& dp, Buffer* wire_buf);
+
+// The squared global gradient norm: each chunk's tensors once over TP,
+// summed over the pipeline (pp null: one stage). Same value on every rank.
+double global_grad_sumsq(Chunks& chunks, ControlComm* pp);
+
+}  // namespace trainer

@@ -1,0 +1,158 @@
+#include "engine/job.h"
+
+#include <mpi.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+
+#include "ckpt/checkpoint.h"
+#include "ckpt/hdf5_tensors.h"
+#include "runtime/crash_report.h"
+#include "runtime/peak_cache.h"
+#include "runtime/sgemm_peak.h"
+#include "runtime/stop_signal.h"
+
+namespace trainer {
+
+namespace {
+
+// The per-rank sgemm peak MFU is relative to: runtime.peak_gflops, else the
+// cached measurement for this machine and launch shape, else measured now
+// (all ranks at once, as they will train; best of 1 s) and cached.
+void find_peak(Job& job) {
+  const Recipe& r = job.recipe;
+  ControlComm& world = job.grid->world();
+  if (r.runtime.peak_gflops > 0) {
+    job.peak_gflops = r.runtime.peak_gflops, job.peak_source = "runtime.peak_gflops";
+    return;
+  }
+  const std::string key = peak_cache_key(r.runtime.threads, ranks_on_node());
+  std::string when;
+  double cached = world.rank() == 0 ? read_cached_peak(key, &when) : 0;
+  world.broadcast(&cached, sizeof cached, 0);
+  if (cached > 0) {
+    job.peak_gflops = cached, job.peak_source = "cached " + when + " in " + peak_cache_path();
+    return;
+  }
+  double g = measure_sgemm_gflops(*job.backend, 1024, 1.0);
+  world.allreduce_sum(&g, 1);
+  job.peak_gflops = g / world.size();
+  const bool saved = world.rank() == 0 && write_cached_peak(key, job.peak_gflops);
+  job.peak_source = std::string("measured now") + (saved ? ", cached in " + peak_cache_path() : "");
+}
+
+// At start-up: can checkpoint.dir hold keep + 1 checkpoints (the kept ones
+// and the one being written)? Only a warning: space may be freed later, and
+// a failed save is reported when it happens.
+void warn_checkpoint_space(Job& job) {
+  const CheckpointSection& ck = job.recipe.checkpoint;
+  if (ck.every <= 0) return;
+  double bytes = (double)job.loop->checkpoint_file_bytes();
+  job.grid->world().allreduce_sum(&bytes, 1);
+  if (job.grid->world().rank() != 0) return;
+  const double free = (double)free_bytes(ck.dir);
+  const long steps_to_save = job.recipe.training.steps / ck.every + 1;
+  const long at_once = ck.keep > 0 ? std::min<long>(ck.keep + 1, steps_to_save) : steps_to_save;
+  const long there = (long)committed_checkpoints(ck.dir).size();  // already on the disk
+  const long more = std::max(1L, at_once - there);
+  if (free >= more * bytes) return;
+  std::fprintf(stderr,
+               "warning: [checkpoint] dir %s has %.1f MB free; a checkpoint takes %.1f MB and this run holds up to "
+               "%ld at once (checkpoint.keep = %d, plus the one being written), %ld more than now: %s\n",
+               ck.dir.c_str(), free / 1e6, bytes / 1e6, at_once, ck.keep, more,
+               free < bytes ? "not even the first one fits; saves will fail until space is freed"
+                            : "later saves will fail unless space is freed (or lower checkpoint.keep)");
+}
+
+// The flight recorder sees every call on every group; the job start time
+// (rank 0's) tells this job's dumps from older ones.
+void start_recording(Job& job, int rank, int launch) {
+  double job_start = wall_seconds();
+  MPI_Bcast(&job_start, 1, MPI_DOUBLE, 0, MPI_COMM_WORLD);
+  job.recorder = std::make_unique<FlightRecorder>(rank);
+  job.recorder->set_job(job_start, launch);
+  char crash_file[64];
+  std::snprintf(crash_file, sizeof crash_file, "/flight/crash_rank_%05d.txt", rank);
+  install_crash_report(job.recipe.run.dir + crash_file, rank, job_start);
+}
+
+}  // namespace
+
+void Job::release() {
+  watchdog.reset();
+  metrics.reset();
+  loop.reset();
+  val.reset();
+  train.reset();
+  backend.reset();
+  grid.reset();
+}
+
+void set_up_job(Job& job, int rank, int launch) {
+  const Recipe& r = job.recipe;
+  job.train = std::make_unique<TokenDataset>(r.data.train_files, r.model.seq_len, r.model.vocab_size);
+  if (!r.data.val_files.empty())
+    job.val = std::make_unique<TokenDataset>(r.data.val_files, r.model.seq_len, r.model.vocab_size);
+  job.faults = FaultPlan(r.faults, rank, launch);
+  start_recording(job, rank, launch);
+  job.grid = std::make_unique<ProcessGrid>(MPI_COMM_WORLD, r.grid, job.recorder.get());
+  job.backend = make_backend({r.runtime.backend, r.runtime.threads});
+  job.loop = std::make_unique<TrainLoop>(*job.backend, groups_of(*job.grid), r, *job.train, job.val.get());
+  if (!job.resumed_from.empty()) {
+    job.loop->load_checkpoint(job.resumed_from);
+    job.resumed_step = job.loop->steps_done();
+  }
+  warn_checkpoint_space(job);
+  find_peak(job);
+  job.backend->reset_memory_peaks();  // the sgemm measurement is not training
+  if (rank != 0) return;
+  // A resumed run appends to the log of the run it continues.
+  job.metrics = std::make_unique<MetricsLog>(r.run.dir + "/metrics.jsonl", job.resumed_from.empty());
+  if (!job.resumed_from.empty())
+    std::printf("resumed from %s at step %ld\n", job.resumed_from.c_str(), job.loop->steps_done());
+}
+
+void start_watchdog(Job& job, int rank) {
+  char dump[64];
+  std::snprintf(dump, sizeof dump, "/flight/rank_%05d.json", rank);
+  job.watchdog = std::make_unique<Watchdog>(*job.recorder, job.recipe.runtime.comm_timeout,
+                                            job.recipe.run.dir + dump, 3.0, dump_requests);
+}
+
+int ranks_on_node() {
+  MPI_Comm node;
+  int n = 1;
+  MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node);
+  MPI_Comm_size(node, &n);
+  MPI_Comm_free(&node);
+  return n;
+}
+
+std::string broadcast_string(std::string s) {
+  int n = (int)s.size();
+  MPI_Bcast(&n, 1, MPI_INT, 0, MPI_COMM_WORLD);
+  s.resize(n);
+  MPI_Bcast(s.data(), n, MPI_CHAR, 0, MPI_COMM_WORLD);
+  return s;
+}
+
+void abort_job(int code, const std::string& msg) {
+  int rank = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  std::fprintf(stderr, "error (rank %d): %s\n", rank, msg.c_str());
+  std::fflush(stderr);
+  MPI_Abort(MPI_COMM_WORLD, code);
+  std::_Exit(code);
+}
+
+void note_newest_checkpoint(const std::string& newest) {
+  set_stop_note("trainer: stop signal received: the ranks save a checkpoint at the end of this step and exit 75. "
+                "If they are killed first (mpirun kills its ranks about a second after SIGTERM or Ctrl-C; send "
+                "SIGUSR1 to mpirun to give them the time), " +
+                (newest.empty() ? std::string("no checkpoint of this run was committed yet, so none is lost")
+                                : "the newest committed checkpoint, " + newest + ", is intact: resume from it") +
+                ".\n");
+}
+
+}  // namespace trainer

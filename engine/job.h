@@ -1,0 +1,59 @@
+#pragma once
+// One rank's training job: what `trainer train` builds before its first step
+// (app/cmd_train.cpp decides where the run starts and sets it up; the step
+// loop, engine/step_loop.h, runs it), and the job-wide MPI helpers both use.
+#include <memory>
+#include <string>
+
+#include "data/dataset.h"
+#include "engine/fault.h"
+#include "engine/recipe.h"
+#include "engine/train_loop.h"
+#include "parallel/process_grid.h"
+#include "runtime/backend.h"
+#include "runtime/flight_recorder.h"
+#include "runtime/metrics.h"
+#include "runtime/watchdog.h"
+
+namespace trainer {
+
+struct Job {
+  Recipe recipe;
+  std::string recipe_text;  // the resolved recipe (TOML), stored with every checkpoint
+  std::unique_ptr<ProcessGrid> grid;
+  std::unique_ptr<Backend> backend;
+  std::unique_ptr<TokenDataset> train, val;
+  std::unique_ptr<TrainLoop> loop;
+  std::unique_ptr<MetricsLog> metrics;       // rank 0
+  std::unique_ptr<FlightRecorder> recorder;  // every communication call of this rank
+  std::unique_ptr<Watchdog> watchdog;
+  FaultPlan faults;          // injected faults for this rank and launch
+  double peak_gflops = 0;    // per rank
+  std::string peak_source;   // where it came from, for the run header
+  std::string resumed_from;  // checkpoint step directory, or empty
+  long resumed_step = -1;
+
+  // Users of the backend and communicators go first.
+  void release();
+};
+
+// Builds the job on every rank (collective): data, flight recorder and crash
+// report, process grid, backend, model and optimizer, the resumed state, the
+// sgemm peak, rank 0's metrics log. job.recipe, recipe_text and resumed_from
+// are set by the caller. Throws UserError.
+void set_up_job(Job& job, int world_rank, int launch);
+// Starts the watchdog over the flight recorder (after set-up, which makes no
+// recorded calls).
+void start_watchdog(Job& job, int world_rank);
+
+// Ranks of this job on this node (they share its cores and memory).
+int ranks_on_node();
+// Rank 0's string, on every rank (MPI_COMM_WORLD).
+std::string broadcast_string(std::string s);
+// A failure inside the training loop may hit one rank only (its slice of the
+// data); the others would wait in a collective forever, so abort the job.
+[[noreturn]] void abort_job(int code, const std::string& msg);
+// What rank 0 says the moment a stop signal arrives (runtime/stop_signal.h).
+void note_newest_checkpoint(const std::string& newest);
+
+}  // namespace trainer

@@ -1,0 +1,121 @@
+#pragma once
+// The recipe: the typed, validated form of a TOML recipe plus command-line
+// overrides. The engine and everything else take these structs; only app/
+// reads TOML (app/recipe.cpp) and declares the keys (app/recipe_keys.cpp).
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "engine/fault.h"
+#include "model/adamw.h"
+#include "model/config.h"
+#include "model/lr_schedule.h"
+#include "model/recompute.h"
+#include "parallel/pipeline_schedule.h"
+#include "parallel/process_grid.h"
+#include "runtime/dtype.h"
+
+namespace trainer {
+
+// The recipe's sections. Their defaults, ranges and meaning are declared
+// once, in app/recipe_keys.cpp; default_recipe() applies them. The members
+// here start zeroed.
+struct RunSection {
+  std::string name{};
+  std::string dir{};
+  uint64_t seed{};
+};
+
+struct DataSection {
+  std::vector<std::string> train, val;           // as written (paths or globs)
+  std::vector<std::string> train_files, val_files;  // expanded
+  int prefetch{};
+};
+
+struct TrainingSection {
+  long steps{};
+  int global_batch{};
+  int micro_batch{};
+  // Compute type: fp32, or bf16 (fp32 master weights, gradients and
+  // optimizer state; bf16 products, activations and gradient traffic).
+  DType precision{};
+  float grad_clip{};
+  int eval_every{};  // 0: only at the end (if val data is given)
+  int eval_batches{};
+  int log_every{};
+  long exit_after{};  // stop this run after that many steps (0: run to `steps`)
+  // A NaN/Inf loss or gradient, or a loss spike: stop (exit 6), skip the
+  // update, or reload the last checkpoint and skip the batches since it.
+  enum class BadStep { Stop, Skip, Rollback };
+  BadStep on_nan{};
+  // A loss spike: a loss above spike_factor x the median of the last
+  // spike_window applied steps (0: no spike check).
+  double spike_factor{};
+  int spike_window{};
+  BadStep on_spike{};
+};
+
+struct RuntimeSection {
+  int threads{};
+  std::string backend{};
+  double peak_gflops{};  // per rank; 0: measure sgemm at start-up
+  double comm_timeout{};  // s a rank may sit in one collective (or idle) before the watchdog ends the job; 0: off
+  double straggler_factor{};  // a rank whose compute time exceeds the median by this factor is named; 0: off
+  int straggler_every{};       // steps between straggler reports
+  bool memory_check{};       // stop before allocating when the plan does not fit (app/memory_fit.h)
+};
+
+// `trainer supervise`: restarts and hang detection.
+struct SupervisorSection {
+  int max_restarts{};         // relaunches after a failure before giving up
+  double hang_timeout{};    // s without a heartbeat (a finished step) before the job is killed; 0: off
+  double backoff{};           // s before the first relaunch, doubling each time...
+  double backoff_max{};      // ...up to this
+};
+
+// How `trainer supervise` starts the job (unless a command follows `--`).
+struct LaunchSection {
+  std::string launcher{};  // "mpirun" or "srun"
+  int ranks{};                    // 0: parallel.dp * pp * tp
+  std::vector<std::string> args;    // extra launcher arguments, e.g. ["--oversubscribe"]
+};
+
+struct CheckpointSection {
+  int every{};             // steps between saves; 0: no checkpoints
+  std::string dir;           // default <run.dir>/checkpoints
+  int keep{};              // newest committed checkpoints kept; 0: all
+  std::string resume{};  // "auto", "none" or a step directory
+  bool required{};     // a failed save stops training (else reported)
+  bool async{};        // write in the background from a host snapshot
+  // Recipe keys ("data.train", "model.*", "run.seed") allowed to differ from
+  // the checkpoint's recipe when resuming; others of those are refused.
+  std::vector<std::string> allow_changes;
+};
+
+struct Recipe {
+  std::string path;  // the recipe file
+  RunSection run;
+  ModelConfig model;
+  DataSection data;
+  TrainingSection training;
+  LrConfig lr;
+  AdamWConfig adamw;
+  GridShape grid;
+  bool sequence_parallel{};  // [parallel] sequence_parallel (with tp > 1)
+  ScheduleKind schedule{};   // [parallel] schedule (with pp > 1)
+  int virtual_stages{};      // [parallel] virtual_stages
+  RecomputeConfig recompute;                       // [recompute] mode, layers
+  CheckpointSection checkpoint;
+  RuntimeSection runtime;
+  SupervisorSection supervisor;
+  LaunchSection launch;
+  std::vector<std::string> fault_specs;  // [fault] inject, as written
+  std::vector<Fault> faults;             // the same, parsed
+  // What is legal but likely unintended (file:line: key: why), for rank 0 to
+  // print; not part of the recipe.
+  std::vector<std::string> warnings;
+
+  int accum_steps() const { return training.global_batch / (training.micro_batch * grid.dp); }
+};
+
+}  // namespace trainer

@@ -1,0 +1,104 @@
+// What the step loop tells people: the run's header, one metrics.jsonl
+// record and one line per logged step, and the summary at the end.
+#include <cstdio>
+
+#include "engine/step_loop.h"
+#include "model/flops.h"
+#include "model/param_registry.h"
+
+namespace trainer {
+
+namespace {
+
+std::string human(double x) {
+  char b[32];
+  if (x >= 1e9) std::snprintf(b, sizeof b, "%.2fG", x / 1e9);
+  else if (x >= 1e6) std::snprintf(b, sizeof b, "%.2fM", x / 1e6);
+  else if (x >= 1e3) std::snprintf(b, sizeof b, "%.1fk", x / 1e3);
+  else std::snprintf(b, sizeof b, "%.0f", x);
+  return b;
+}
+
+// Per pipeline stage and per group and kind of collective (rank 0's view;
+// every rank of a group moves the same bytes); peak memory per category.
+void add_breakdown(JsonRecord& rec, const StepStats& st) {
+  rec.add("pp_compute_ms", st.stage_compute_ms).add("pp_wait_ms", st.stage_wait_ms)
+      .add("pp_span_ms", st.stage_span_ms).add("pp_peak_in_flight", st.stage_peak_in_flight);
+  for (const auto& [group, cc] :
+       {std::pair{"dp", &st.comm_dp}, std::pair{"tp", &st.comm_tp}, std::pair{"pp", &st.comm_pp}})
+    for (int k = 0; k < CommCounters::Other; k++) {
+      const std::string key = std::string("comm_") + group + "_" + CommCounters::name(k);
+      rec.add(key + "_bytes", cc->bytes[k]).add(key + "_ms", cc->ms[k]);
+    }
+  for (int k = 0; k < kMemKinds; k++)
+    rec.add(std::string("mem_peak_") + mem_name((Mem)k) + "_mb", st.memory.peak[k] / 1048576.0);
+}
+
+}  // namespace
+
+void StepLoop::print_header() const {
+  if (!lead_) return;
+  size_t here = 0;
+  for (auto& m : loop_.chunks()) here += m->num_params();
+  std::printf("trainer: %s | %s, %s params (%s/rank), %s | dp=%d pp=%d tp=%d%s%s | global batch %d x %d tokens, "
+              "micro-batch %d, %d accumulation step(s) | %zu train samples | peak %.1f GFLOP/s/rank (%s)\n",
+              r_.run.name.c_str(), arch_name(r_.model.arch), human((double)build_params(r_.model).reg.total()).c_str(),
+              human((double)here).c_str(), dtype_name(r_.training.precision), r_.grid.dp, r_.grid.pp, r_.grid.tp,
+              r_.sequence_parallel ? " (sequence parallel)" : "",
+              r_.grid.pp == 1 ? "" : r_.schedule == ScheduleKind::OneFOneB ? " 1f1b" : " interleaved",
+              r_.training.global_batch, r_.model.seq_len, r_.training.micro_batch, r_.accum_steps(),
+              job_.train->num_samples(), job_.peak_gflops, job_.peak_source.c_str());
+  std::fflush(stdout);
+}
+
+void StepLoop::log_step(const StepStats& st, const StepExtras& x) {
+  const bool log = st.step % r_.training.log_every == 0 || st.step == r_.training.steps || st.step == 1;
+  const bool named = x.straggler_report && !x.slow.ranks.empty();  // a quiet report does not force a line
+  if (!lead_ || (!log && x.val < 0 && x.ckpt_ms < 0 && !named && !st.nonfinite && !st.spike)) return;
+  const double tps = (double)r_.training.global_batch * r_.model.seq_len / (st.step_ms / 1e3);
+  const double peak_total = job_.peak_gflops * 1e9 * world_.size();
+  const double mfu = peak_total > 0 ? train_flops_per_token(r_.model) * tps / peak_total : 0;
+  JsonRecord rec;
+  rec.add("step", st.step).add("loss", st.loss).add("lr", st.lr).add("grad_norm", st.grad_norm)
+      .add("tokens_per_s", tps).add("mfu", mfu).add("step_ms", st.step_ms).add("data_wait_ms", st.data_wait_ms)
+      .add("precision", std::string(dtype_name(r_.training.precision)));
+  if (st.nonfinite || st.spike) rec.add("update_skipped", 1);
+  if (st.spike) rec.add("loss_spike", 1);
+  if (x.val >= 0) rec.add("val_loss", x.val);
+  if (x.ckpt_ms >= 0) rec.add("ckpt_ms", x.ckpt_ms);
+  if (named)
+    rec.add("stragglers", x.slow.ranks).add("straggler_compute_ms", x.slow.ms)
+        .add("straggler_ratio", x.slow.worst_ratio).add("compute_ms_median", x.slow.median_ms);
+  add_breakdown(rec, st);
+  job_.metrics->write(rec);
+  std::printf("step %5ld/%ld | loss %.4f | lr %.2e | grad norm %.3f | %s tok/s | mfu %.1f%% | %.0f ms | data wait %.2f ms",
+              st.step, r_.training.steps, st.loss, st.lr, st.grad_norm, human(tps).c_str(), 100 * mfu, st.step_ms,
+              st.data_wait_ms);
+  if (x.val >= 0) std::printf(" | val loss %.4f", x.val);
+  std::printf("\n");
+  std::fflush(stdout);
+}
+
+// Collective: the memory summary is the largest peak of any rank.
+void StepLoop::print_summary() {
+  double peaks[kMemKinds + 1];
+  const MemoryStats& ms = job_.backend->memory();
+  for (int k = 0; k < kMemKinds; k++) peaks[k] = (double)ms.peak[k];
+  peaks[kMemKinds] = (double)ms.total_peak;
+  world_.allreduce_max(peaks, kMemKinds + 1);
+  if (!lead_) return;
+  std::printf("memory per rank (peak, largest over ranks):");
+  for (int k = 0; k < kMemKinds; k++) std::printf(" %s %.1f MB", mem_name((Mem)k), peaks[k] / 1048576.0);
+  std::printf(" | total %.1f MB\n", peaks[kMemKinds] / 1048576.0);
+  if (first_ >= r_.training.steps) return;
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_start_).count();
+  if (end_ < r_.training.steps)
+    std::printf("stopped after %ld steps (training.exit_after = %ld; %ld of %ld done) in %.1f s | loss %.4f",
+                end_ - first_, r_.training.exit_after, end_, r_.training.steps, secs, last_loss_);
+  else
+    std::printf("done: %ld steps in %.1f s | final loss %.4f", end_, secs, last_loss_);
+  if (last_val_ >= 0) std::printf(" | val loss %.4f", last_val_);
+  std::printf(" | metrics in %s/metrics.jsonl\n", r_.run.dir.c_str());
+}
+
+}  // namespace trainer

@@ -1,0 +1,161 @@
+#include "engine/step_loop.h"
+
+#include <algorithm>
+#include <csignal>
+#include <cstdio>
+#include <cstring>
+#include <limits>
+
+#include "runtime/crash_report.h"
+#include "runtime/errors.h"
+#include "runtime/replace_file.h"
+#include "runtime/stop_signal.h"
+
+namespace trainer {
+
+int run_step_loop(Job& job) { return StepLoop(job).run(); }
+
+StepLoop::StepLoop(Job& job)
+    : job_(job), r_(job.recipe), loop_(*job.loop), world_(job.grid->world()), lead_(world_.rank() == 0),
+      rank_(world_.rank()), last_saved_(job.resumed_step), newest_(job.resumed_from) {
+  first_ = loop_.steps_done();
+  end_ = r_.training.exit_after > 0 ? std::min(r_.training.steps, first_ + r_.training.exit_after)
+                                    : r_.training.steps;
+}
+
+int StepLoop::run() {
+  print_header();
+  t_start_ = std::chrono::steady_clock::now();
+  beat(loop_.steps_done());
+  if (first_ >= r_.training.steps && lead_)
+    std::printf("nothing to train: the run is at step %ld of training.steps = %ld\n", first_, r_.training.steps);
+  while (loop_.steps_done() < end_) {
+    if (const int sig = preemption_signal()) return save_for_preemption(sig);
+    const long next = loop_.steps_done() + 1;
+    phase("training", next);
+    inject_faults(next);
+    StepStats st;
+    StepExtras x;
+    try {
+      const double median = spike_median();
+      st = one_step(median);
+      if (st.nonfinite || st.spike) {
+        const Next n = on_bad_step(st, median);
+        if (n == Next::Stop) return kExitBadStep;
+        if (n == Next::Retry) continue;
+      }
+      x.val = maybe_evaluate(st);
+      track_stragglers(st, x);
+      x.ckpt_ms = save_or_commit(st);
+    } catch (const UserError& e) {
+      abort_job(e.exit_code, e.what());
+    } catch (const std::exception& e) {
+      abort_job(kExitInternal, std::string("internal error: ") + e.what());
+    }
+    last_loss_ = st.loss;
+    if (x.val >= 0) last_val_ = x.val;
+    if (lead_ && x.straggler_report) print_stragglers(st, x.slow);
+    log_step(st, x);
+  }
+  print_summary();
+  return kExitOk;
+}
+
+// Preemption: the ranks agree at the step boundary whether any got SIGTERM
+// or SIGUSR1 (the signal, or 0).
+int StepLoop::preemption_signal() {
+  double sig = stop_signal();
+  world_.allreduce_max(&sig, 1);
+  return (int)sig;
+}
+
+// Every rank saves a checkpoint (blocking) and the job exits with the
+// "requeue me" code.
+int StepLoop::save_for_preemption(int sig) {
+  try {
+    phase("preemption checkpoint", loop_.steps_done());
+    finish_async();
+    const long at = loop_.steps_done();
+    std::string where = "(already saved)";
+    if (at != last_saved_ && at > 0)
+      where = loop_.save_checkpoint(r_.checkpoint.dir, r_.checkpoint.keep, world_, job_.recipe_text,
+                                    [this](const char* p) { fault_at_commit_point(p); });
+    if (lead_)
+      std::printf("preempted: %s received; checkpoint of step %ld %s; exiting with code %d (requeue me)\n",
+                  strsignal(sig), at, where.c_str(), kExitPreempted);
+  } catch (const UserError& e) {
+    abort_job(e.exit_code, std::string("preemption checkpoint failed: ") + e.what());
+  }
+  std::fflush(stdout);
+  return kExitPreempted;
+}
+
+// Injected faults for the step about to run (engine/fault.h).
+void StepLoop::inject_faults(long next) {
+  const FaultPlan& f = job_.faults;
+  if (f.empty()) return;
+  auto say = [&](const char* what) {
+    std::fprintf(stderr, "fault injection: rank %d %s step %ld\n", rank_, what, next);
+    std::fflush(stderr);
+  };
+  if (!f.at(Fault::Crash, next).empty()) say("crashes at"), std::raise(SIGKILL);
+  if (!f.at(Fault::Segv, next).empty()) say("gets SIGSEGV at"), std::raise(SIGSEGV);
+  if (!f.at(Fault::Hang, next).empty()) {
+    say("stops before its next collective in");
+    job_.recorder->hang_at_next_call();
+  }
+  if (!f.at(Fault::Freeze, next).empty()) {
+    say("freezes (SIGSTOP) inside its next collective in");
+    job_.recorder->freeze_in_next_collective();
+  }
+  // A NaN fires once per launch: a transient bad batch, which a rollback to
+  // an earlier step must not meet again.
+  for (const Fault* x : f.at(Fault::Nan, next))
+    if (fired_once_.insert(x).second) loop_.poison_next_step();
+  for (const Fault* x : f.at(Fault::BadBatch, next))
+    if (fired_once_.insert(x).second) loop_.corrupt_next_step();
+  loop_.set_extra_compute_ms(f.slow_ms(next));
+}
+
+// The median loss of the recent applied steps, 0 until there are enough
+// (training.spike_window) or with spike detection off.
+double StepLoop::spike_median() const {
+  if (r_.training.spike_factor <= 0 || (int)recent_losses_.size() < r_.training.spike_window) return 0;
+  return median_of(std::vector<double>(recent_losses_.begin(), recent_losses_.end()));
+}
+
+StepStats StepLoop::one_step(double median) {
+  loop_.set_loss_limit(median > 0 ? r_.training.spike_factor * median : std::numeric_limits<double>::infinity());
+  StepStats st = loop_.step();
+  job_.recorder->note_step(st.step);
+  beat(st.step);
+  if (!st.nonfinite && !st.spike) {
+    recent_losses_.push_back(st.loss);
+    if ((int)recent_losses_.size() > r_.training.spike_window) recent_losses_.pop_front();
+  }
+  return st;
+}
+
+double StepLoop::maybe_evaluate(const StepStats& st) {
+  const bool last = st.step == r_.training.steps;
+  if (!job_.val || !((r_.training.eval_every > 0 && st.step % r_.training.eval_every == 0) || last)) return -1;
+  phase("evaluation", st.step);
+  return loop_.evaluate();
+}
+
+// What this rank does between communication calls, for the flight recorder
+// (a rank that is behind is named with it) and crash reports.
+void StepLoop::phase(const char* what, long step) {
+  job_.recorder->set_phase(what, step);
+  crash_note(what, step);
+}
+
+// Rank 0 touches <run.dir>/heartbeat after every step: `trainer supervise`
+// reads its age to find a hung job.
+void StepLoop::beat(long step) {
+  if (lead_)
+    replace_file(r_.run.dir + "/heartbeat", std::to_string(step) + " " + std::to_string(wall_seconds()) + "\n",
+                 false);
+}
+
+}  // namespace trainer

@@ -1,0 +1,89 @@
+#pragma once
+// The step loop of `trainer train`: from the resumed step to training.steps
+// (or training.exit_after), one optimizer step at a time, with what happens
+// around a step split by what it does:
+//   engine/step_loop.cpp       the loop, preemption, injected faults, evaluation
+//   engine/failure_policy.cpp  a NaN/Inf or spiking step: skip, roll back or stop
+//   engine/step_saves.cpp      checkpoint saves and commits (blocking or async)
+//   engine/stragglers.cpp      naming ranks that compute slower than their peers
+//   engine/step_log.cpp        metrics.jsonl, the step line, the run's header and summary
+#include <chrono>
+#include <deque>
+#include <functional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "engine/job.h"
+
+namespace trainer {
+
+// Runs the job's steps; returns the process exit code (0, 6 after a bad step
+// the policy does not survive, 75 after a preemption checkpoint). Errors
+// inside a step abort the job (abort_job).
+int run_step_loop(Job& job);
+
+// Ranks whose compute time per step exceeds the median of the ranks doing
+// the same work (their pipeline stage, with 3 or more ranks there; else all
+// ranks) by runtime.straggler_factor.
+struct StragglerReport {
+  std::vector<double> ranks, ms, ratios;  // world ranks named, their compute ms/step and ratio to their peers
+  double worst_ratio = 0, median_ms = 0;  // median: over all ranks
+};
+// Collective over the world group; my_compute_ms: this rank's mean.
+StragglerReport find_stragglers(ControlComm& world, const GridShape& grid, double factor, double my_compute_ms);
+
+class StepLoop {
+ public:
+  explicit StepLoop(Job& job);
+  int run();
+
+ private:
+  // What one step produced besides its StepStats, for the log.
+  struct StepExtras {
+    double val = -1, ckpt_ms = -1;
+    bool straggler_report = false;
+    StragglerReport slow;
+  };
+  enum class Next { Continue, Retry, Stop };  // after a bad step
+
+  int preemption_signal();
+  int save_for_preemption(int sig);
+  void inject_faults(long next);
+  double spike_median() const;
+  StepStats one_step(double median);
+  Next on_bad_step(const StepStats& st, double median);
+  std::string describe_bad_step(const StepStats& st, double median) const;
+  double maybe_evaluate(const StepStats& st);
+  void track_stragglers(const StepStats& st, StepExtras& x);
+  double save_or_commit(const StepStats& st);
+  void commit_async(bool wait, bool saving_now, bool* did);
+  void finish_async();
+  void committed(const std::string& where);
+  void phase(const char* what, long step);
+  void beat(long step);
+  void fault_at_commit_point(const char* point);
+  void log_step(const StepStats& st, const StepExtras& x);
+  void print_stragglers(const StepStats& st, const StragglerReport& slow) const;
+  void print_header() const;
+  void print_summary();
+
+  Job& job_;
+  const Recipe& r_;
+  TrainLoop& loop_;
+  ControlComm& world_;
+  const bool lead_;
+  const int rank_;
+  long first_ = 0, end_ = 0;
+  long last_saved_;      // a checkpoint of this step exists
+  std::string newest_;   // the newest committed checkpoint, for messages and the stop note
+  int rollbacks_in_a_row_ = 0;
+  std::set<const Fault*> fired_once_;  // nan and bad_batch faults: once per launch
+  std::deque<double> recent_losses_;   // applied steps, for the spike limit
+  double window_compute_ms_ = 0;
+  int window_steps_ = 0;
+  double last_loss_ = 0, last_val_ = -1;
+  std::chrono::steady_clock::time_point t_start_;
+};
+
+}  // namespace trainer

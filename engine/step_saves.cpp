@@ -1,0 +1,87 @@
+// Checkpoints during the step loop: every checkpoint.every steps, at the last
+// step and where the run stops (exit_after); blocking, or snapshotted and
+// written in the background (checkpoint.async) and committed at a later step
+// boundary. A failed save is fatal only with checkpoint.required.
+#include <csignal>
+#include <cstdio>
+
+#include "engine/step_loop.h"
+#include "runtime/errors.h"
+
+namespace trainer {
+
+void StepLoop::committed(const std::string& where) {
+  if (where.empty()) return;
+  newest_ = where;
+  if (lead_) note_newest_checkpoint(newest_);
+}
+
+// Waits for a background save in flight, so the newest checkpoint is final.
+void StepLoop::finish_async() {
+  if (!r_.checkpoint.async || !loop_.async_save_pending()) return;
+  const std::string where = loop_.poll_async_save(world_, true);
+  committed(where);
+  if (!where.empty() && lead_) std::printf("checkpoint: %s committed\n", where.c_str());
+}
+
+// ckpt_kill faults: this process SIGKILLs itself at that commit point;
+// ckpt_hang: this rank stops before writing its file.
+void StepLoop::fault_at_commit_point(const char* point) {
+  const long at = loop_.steps_done();
+  for (const Fault* f : job_.faults.at(Fault::CkptKill, at))
+    if (f->point == point) std::raise(SIGKILL);
+  if (std::string(point) == "writing" && !job_.faults.at(Fault::CkptHang, at).empty()) {
+    std::fprintf(stderr, "fault injection: rank %d stops in the checkpoint save of step %ld\n", rank_, at);
+    job_.recorder->stop_here();
+  }
+}
+
+// Commits a finished background save (waiting for it when `wait`).
+void StepLoop::commit_async(bool wait, bool saving_now, bool* did) {
+  const std::string where = loop_.poll_async_save(world_, wait);
+  if (!where.empty()) *did = true;
+  committed(where);
+  if (!where.empty() && lead_)
+    std::printf("checkpoint: %s committed%s\n", where.c_str(), saving_now ? "" : " (written in the background)");
+}
+
+// Returns the blocking time of a save or commit this step (ms), else -1.
+double StepLoop::save_or_commit(const StepStats& st) {
+  const CheckpointSection& ck = r_.checkpoint;
+  const bool at_end = st.step == end_;
+  const bool save_now = ck.every > 0 && (st.step % ck.every == 0 || st.step == r_.training.steps || at_end);
+  if (!save_now && !loop_.async_save_pending()) return -1;
+  const auto t0 = std::chrono::steady_clock::now();
+  bool did = save_now;
+  phase(save_now ? "checkpoint save" : "checkpoint commit", st.step);
+  try {
+    // Before the next save, and at the end of the run, wait for the pending one.
+    if (ck.async && loop_.async_save_pending()) commit_async(save_now || at_end, false, &did);
+    if (save_now && ck.async) {
+      loop_.start_async_save(ck.dir, ck.keep, world_, job_.recipe_text);
+      if (at_end) commit_async(true, true, &did);
+    } else if (save_now) {
+      const std::string where = loop_.save_checkpoint(ck.dir, ck.keep, world_, job_.recipe_text,
+                                                      [this](const char* p) { fault_at_commit_point(p); });
+      committed(where);
+      if (lead_) std::printf("checkpoint: step %ld saved to %s\n", st.step, where.c_str());
+    }
+    if (save_now) last_saved_ = st.step, rollbacks_in_a_row_ = 0;
+  } catch (const CheckpointError& e) {
+    if (ck.required)
+      throw CheckpointError("checkpoint of step " + std::to_string(st.step) +
+                            " failed (checkpoint.required = true): " + e.what());
+    if (lead_)
+      std::fprintf(stderr,
+                   "warning: checkpoint of step %ld failed: %s. Training continues (checkpoint.required = true "
+                   "makes this fatal); %s\n",
+                   st.step, e.what(),
+                   newest_.empty() ? "no checkpoint of this run is committed yet"
+                                   : ("the newest committed checkpoint is " + newest_).c_str());
+    return -1;
+  }
+  if (!did) return -1;
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+}
+
+}  // namespace trainer

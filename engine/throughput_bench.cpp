@@ -1,0 +1,99 @@
+#include "engine/throughput_bench.h"
+
+#include <chrono>
+#include <cmath>
+#include <ctime>
+
+#include "model/adamw.h"
+#include "model/init.h"
+#include "model/transformer.h"
+#include "runtime/rng.h"
+
+namespace trainer {
+
+namespace {
+
+struct Runner {
+  std::unique_ptr<Backend> be;
+  std::unique_ptr<Transformer> model;
+  std::unique_ptr<AdamW> opt;
+  BenchRun out;
+};
+
+Runner make_runner(const Recipe& r, RecomputeMode m, std::unique_ptr<Backend> be) {
+  Runner rn;
+  rn.be = std::move(be);
+  rn.be->reset_memory_peaks();
+  rn.model = std::make_unique<Transformer>(*rn.be, r.model, r.training.micro_batch, TensorParallel{}, ChunkSpec{}, 1,
+                                           RecomputeConfig{m, r.recompute.layers}, r.training.precision);
+  rn.opt = std::make_unique<AdamW>(*rn.be, rn.model->registry(), r.adamw);
+  std::vector<float> host(rn.model->num_params());
+  init_params(rn.model->layout(), r.model, r.run.seed, host.data());
+  rn.be->from_host(rn.model->params().ref(), host.data(), host.size());
+  rn.model->sync_compute_weights();
+  rn.out.mode = m;
+  rn.out.params = rn.model->num_params();
+  return rn;
+}
+
+// Process CPU time (all threads): it does not count time the shared host
+// takes the cores away.
+double cpu_ms() {
+  timespec ts{};
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+}
+
+void one_step(Runner& rn, const Recipe& r, const std::vector<int32_t>& tokens, bool timed) {
+  using clock = std::chrono::steady_clock;
+  auto ms = [](clock::time_point a, clock::time_point b) {
+    return std::chrono::duration<double, std::milli>(b - a).count();
+  };
+  Transformer& model = *rn.model;
+  const int BT = r.training.micro_batch * r.model.seq_len;
+  const auto t0 = clock::now();
+  const double c0 = cpu_ms();
+  rn.out.loss = model.forward(tokens.data(), tokens.data() + 1, 1.0f / BT);
+  rn.be->synchronize();
+  const auto t1 = clock::now();
+  model.backward();
+  rn.be->synchronize();
+  const auto t2 = clock::now();
+  const double norm = std::sqrt(model.grad_sumsq());
+  rn.opt->step(model.params(), model.grads(), r.lr.lr, clip_coefficient(norm, r.training.grad_clip));
+  model.sync_compute_weights();
+  rn.be->zero(model.grads().ref(), model.num_params());
+  rn.be->synchronize();
+  const auto t3 = clock::now();
+  if (!timed) return;
+  rn.out.wall_ms.push_back(ms(t0, t3));
+  rn.out.cpu_ms.push_back(cpu_ms() - c0);
+  rn.out.phase_ms[0].push_back(ms(t0, t1));
+  rn.out.phase_ms[1].push_back(ms(t1, t2));
+  rn.out.phase_ms[2].push_back(ms(t2, t3));
+}
+
+}  // namespace
+
+std::vector<BenchRun> bench_training(const Recipe& r, const std::vector<RecomputeMode>& modes, int steps,
+                                     int warmup, std::unique_ptr<Backend>& first) {
+  const int BT = r.training.micro_batch * r.model.seq_len;
+  std::vector<int32_t> tokens(BT + 1);
+  Rng rng(r.run.seed, "bench");
+  for (auto& t : tokens) t = (int32_t)rng.below(r.model.vocab_size);
+  std::vector<Runner> runners;
+  for (RecomputeMode m : modes)
+    runners.push_back(make_runner(r, m, runners.empty() ? std::move(first)
+                                                        : make_backend({r.runtime.backend, r.runtime.threads})));
+  for (int s = 0; s < warmup + steps; s++)
+    for (Runner& rn : runners) one_step(rn, r, tokens, s >= warmup);
+  std::vector<BenchRun> out;
+  for (Runner& rn : runners) {
+    rn.out.memory = rn.be->memory();
+    out.push_back(std::move(rn.out));
+  }
+  first = std::move(runners.front().be);
+  return out;
+}
+
+}  // namespace trainer

@@ -1,0 +1,250 @@
+#include "engine/train_loop.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <limits>
+#include <stdexcept>
+#include <thread>
+#include <vector>
+
+#include "engine/layout.h"
+#include "model/init.h"
+#include "model/lr_schedule.h"
+#include "parallel/process_grid.h"
+#include "runtime/errors.h"
+
+namespace trainer {
+
+namespace {
+using Clock = std::chrono::steady_clock;
+double ms_since(Clock::time_point t0) {
+  return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+}
+std::unique_ptr<CountingDataComm> counted(DataComm* c) {
+  return c && c->size() > 1 ? std::make_unique<CountingDataComm>(*c) : nullptr;
+}
+}  // namespace
+
+ParallelGroups groups_of(ProcessGrid& g) {
+  using G = ProcessGrid;
+  return {{&g.data(G::Dp), &g.control(G::Dp)},
+          {&g.data(G::Tp), &g.control(G::Tp)},
+          {&g.data(G::Pp), &g.control(G::Pp)},
+          &g.data(G::Embed)};
+}
+
+TrainLoop::TrainLoop(Backend& be, ParallelGroups groups, const Recipe& r,
+                     const TokenDataset& train, const TokenDataset* val)
+    : be_(be), dp_(*groups.dp.data), tp_(counted(groups.tp.data)), pp_(counted(groups.pp.data)),
+      dp_control_(groups.dp.control), pp_control_(pp_ ? groups.pp.control : nullptr),
+      tp_control_(tp_ ? groups.tp.control : nullptr), embed_(groups.embed), compute_(r.training.precision),
+      r_(r), train_(train), val_(val) {
+  pipe_ = pipeline_spec(r);
+  if ((pp_ ? pp_->size() : 1) != pipe_.stages) throw std::invalid_argument("pp group size differs from the recipe");
+  if (const std::string why = check_pipeline(pipe_); !why.empty()) throw std::invalid_argument(why);
+  stage_ = pp_ ? pp_->rank() : 0;
+  std::vector<float> host;
+  size_t total = 0;
+  for (const ChunkLayout& ch : rank_layout(r, stage_).chunks) {
+    chunks_.push_back(std::make_unique<Transformer>(
+        be, r.model, r.training.micro_batch, TensorParallel{tp_.get(), tp_control_, r.sequence_parallel}, ch.spec,
+        ch.slots, r.recompute, compute_));
+    Transformer& m = *chunks_.back();
+    // Every replica and layout draws the same initial weights from the run seed.
+    host.assign(m.num_params(), 0.f);
+    init_params(m.layout(), r.model, r.run.seed, host.data());
+    be_.from_host(m.params().ref(), host.data(), host.size());
+    m.sync_compute_weights();
+    opts_.push_back(std::make_unique<AdamW>(be, m.registry(), r.adamw));
+    total += m.num_params();
+  }
+  if (compute_ != DType::F32 && dp_.size() > 1) grad_wire_ = be.alloc(total, compute_, Mem::Comm);
+  executor_ = std::make_unique<PipelineExecutor>(be, pipe_, stage_, pp_.get(), chunks_);
+  staging_ = std::make_unique<CheckpointStaging>(be, chunks_, opts_, stage_, tp_ ? tp_->rank() : 0,
+                                                 dp_.rank() == 0, r.checkpoint.async);
+  make_loader(0);
+}
+
+TrainLoop::~TrainLoop() = default;
+
+void TrainLoop::make_loader(uint64_t start_position) {
+  LoaderConfig lc;
+  lc.global_batch = r_.training.global_batch;
+  lc.micro_batch = r_.training.micro_batch;
+  lc.dp_rank = dp_.rank();
+  lc.dp_size = dp_.size();
+  lc.prefetch = r_.data.prefetch;
+  lc.seed = r_.run.seed;
+  lc.start_position = start_position;
+  loader_.reset();  // stop the old prefetch thread first
+  loader_ = std::make_unique<Loader>(train_, lc);
+}
+
+TrainingState TrainLoop::training_state() const {
+  TrainingState st;
+  st.step = step_;
+  st.samples = loader_->cursor();
+  st.adam_steps = opts_.front()->steps_taken();
+  st.dp = dp_.size(), st.pp = pipe_.stages, st.tp = tp_ ? tp_->size() : 1;
+  return st;
+}
+
+std::string TrainLoop::save_checkpoint(const std::string& dir, int keep, ControlComm& world,
+                                       const std::string& recipe_text,
+                                       const std::function<void(const char*)>& at_point) {
+  return staging_->save(dir, training_state(), keep, world, recipe_text, at_point);
+}
+
+void TrainLoop::start_async_save(const std::string& dir, int keep, ControlComm& world,
+                                 const std::string& recipe_text) {
+  staging_->start_async(dir, training_state(), keep, world, recipe_text);
+}
+
+size_t TrainLoop::checkpoint_file_bytes() { return staging_->file_bytes(); }
+
+void TrainLoop::load_checkpoint(const std::string& step_dir) {
+  const TrainingState st = read_manifest(step_dir, true);
+  if (st.samples % r_.training.global_batch != 0 && st.step > 0)
+    throw CheckpointError(step_dir + ": its data cursor (" + std::to_string(st.samples) +
+                          " samples) is not a whole number of global batches of " +
+                          std::to_string(r_.training.global_batch));
+  staging_->load(step_dir);
+  for (auto& m : chunks_) m->sync_compute_weights();
+  for (auto& o : opts_) o->set_steps_taken(st.adam_steps);
+  step_ = st.step;
+  make_loader(st.samples);
+}
+
+long TrainLoop::rollback(const std::string& step_dir) {
+  const uint64_t here = loader_->cursor();
+  load_checkpoint(step_dir);
+  const uint64_t there = loader_->cursor();
+  make_loader(here);
+  return (long)((here - there) / r_.training.global_batch);
+}
+
+double StepStats::comm_ms() const {
+  double t = 0;
+  for (const CommCounters* c : {&comm_dp, &comm_tp, &comm_pp})
+    for (int k = 0; k < CommCounters::kKinds; k++) t += c->ms[k];
+  return t;
+}
+
+// Micro-batches are first needed in order; the wait on the loader is timed.
+const Batch& TrainLoop::next_batch(std::map<int, Batch>& batches, int mb, double* wait_ms) {
+  while ((int)batches.size() <= mb) {
+    const int k = (int)batches.size();
+    const auto t0 = Clock::now();
+    Batch& b = batches[k] = loader_->next();
+    *wait_ms += ms_since(t0);
+    if (corrupt_)
+      for (int32_t& t : b.targets) t = (t + r_.model.vocab_size / 2) % r_.model.vocab_size;
+  }
+  return batches[mb];
+}
+
+double TrainLoop::compute_gradients(StepStats* stats) {
+  StepStats local;
+  StepStats& st = stats ? *stats : local;
+  const int accum = r_.accum_steps();
+  const int tokens_per_micro = r_.training.micro_batch * r_.model.seq_len;
+  // Each token's loss gradient is pre-scaled so that summing over micro-batches
+  // and DP ranks yields the gradient of the mean loss over the global batch.
+  const float grad_scale = 1.0f / ((float)tokens_per_micro * accum * dp_.size());
+  for (auto& m : chunks_) be_.zero(m->grads().ref(), m->num_params());
+  if (extra_ms_ > 0) std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(extra_ms_));
+  std::map<int, Batch> batches;
+  ScheduleTimes times;
+  const auto t_sched = Clock::now();
+  const double loss_sum = executor_->run_step(
+      [&](int mb) -> const Batch& { return next_batch(batches, mb, &st.data_wait_ms); }, grad_scale, &times);
+  st.span_ms = ms_since(t_sched);
+  st.compute_ms = times.compute_ms, st.pipe_wait_ms = times.pipe_wait_ms;
+  st.peak_in_flight = times.peak_in_flight;
+  reduce_replica_grads(chunks_, embed_, r_.model.tie_embeddings);
+  if (poison_) {  // fault injection: a NaN enters before the data-parallel reduction
+    const float nan = std::numeric_limits<float>::quiet_NaN();
+    be_.from_host(chunks_.front()->grads().ref(), &nan, 1);
+    poison_ = false;
+  }
+  reduce_data_parallel_grads(be_, chunks_, dp_, &grad_wire_);
+  double loss = loss_sum / accum;  // nonzero on the last stage only
+  dp_control_->allreduce_sum(&loss, 1);
+  dp_control_->allreduce_max(&st.data_wait_ms, 1);
+  if (pp_control_) {
+    pp_control_->allreduce_sum(&loss, 1);
+    pp_control_->allreduce_max(&st.data_wait_ms, 1);
+  }
+  return loss / dp_.size();
+}
+
+double TrainLoop::grad_sumsq() { return global_grad_sumsq(chunks_, pp_control_); }
+
+StepStats TrainLoop::step() {
+  const auto t0 = Clock::now();
+  dp_.counters().reset();
+  if (tp_) tp_->counters().reset();
+  if (pp_) pp_->counters().reset();
+  StepStats s;
+  s.loss = compute_gradients(&s);
+  s.grad_norm = std::sqrt(grad_sumsq());
+  s.lr = lr_at(r_.lr, step_, r_.training.steps);
+  // Every rank sees the same loss and norm (both are reduced over all
+  // groups), and the caller gives every rank the same limit, so all skip
+  // together.
+  s.nonfinite = !std::isfinite(s.loss) || !std::isfinite(s.grad_norm);
+  s.spike = !s.nonfinite && s.loss > loss_limit_;
+  corrupt_ = false;
+  const float clip = clip_coefficient(s.grad_norm, r_.training.grad_clip);
+  if (!s.nonfinite && !s.spike)
+    for (size_t c = 0; c < chunks_.size(); c++) {
+      opts_[c]->step(chunks_[c]->params(), chunks_[c]->grads(), (float)s.lr, clip);
+      chunks_[c]->sync_compute_weights();
+    }
+  s.step = ++step_;
+  be_.synchronize();  // the step's work is done before its time is read
+  s.step_ms = ms_since(t0);
+  s.memory = be_.memory();
+  s.comm_dp = dp_.counters();
+  if (tp_) s.comm_tp = tp_->counters();
+  if (pp_) s.comm_pp = pp_->counters();
+  record_stage_times(s);
+  return s;
+}
+
+// Every stage's compute, wait, span and peak in flight, in stage order.
+void TrainLoop::record_stage_times(StepStats& s) {
+  const float mine[4] = {(float)s.compute_ms, (float)s.pipe_wait_ms, (float)s.span_ms,
+                         (float)s.peak_in_flight};
+  std::vector<float> all(4 * pipe_.stages);
+  if (pp_control_) pp_control_->allgather(mine, all.data(), 4);
+  else std::copy(mine, mine + 4, all.begin());
+  for (int st = 0; st < pipe_.stages; st++) {
+    s.stage_compute_ms.push_back(all[4 * st]);
+    s.stage_wait_ms.push_back(all[4 * st + 1]);
+    s.stage_span_ms.push_back(all[4 * st + 2]);
+    s.stage_peak_in_flight.push_back(all[4 * st + 3]);
+  }
+}
+
+// Forward only, one micro-batch at a time through the virtual pipeline.
+double TrainLoop::evaluate() {
+  if (!val_) return 0;
+  LoaderConfig lc;
+  lc.micro_batch = r_.training.micro_batch;
+  lc.global_batch = r_.training.eval_batches * lc.micro_batch * dp_.size();
+  lc.dp_rank = dp_.rank();
+  lc.dp_size = dp_.size();
+  lc.prefetch = 0;
+  lc.shuffle = false;  // the same validation samples every time
+  Loader ld(*val_, lc);
+  double sum = 0;
+  for (int k = 0; k < r_.training.eval_batches; k++) sum += executor_->forward_only(ld.next());
+  sum /= r_.training.eval_batches;
+  dp_control_->allreduce_sum(&sum, 1);
+  if (pp_control_) pp_control_->allreduce_sum(&sum, 1);
+  return sum / dp_.size();
+}
+
+}  // namespace trainer

@@ -1,0 +1,131 @@
+// The CPU backend's typed entry points: each hands its fp32 kernel fp32 views
+// of the arguments (runtime/cpu/f32_args.h), so fp32 calls run the kernels
+// directly and bf16 ones widen, compute and round back once.
+#include "runtime/cpu/cpu_backend.h"
+#include "runtime/cpu/f32_args.h"
+
+namespace trainer {
+
+void CpuBackend::matmul(bool transA, bool transB, int M, int N, int K, float alpha, CRef A, CRef B, float beta,
+                        Ref C) {
+  F32Args f;
+  const size_t mn = (size_t)M * N;
+  f32_matmul(transA, transB, M, N, K, alpha, f.in(A, (size_t)M * K), f.in(B, (size_t)K * N), beta,
+             beta != 0.f ? f.inout(C, mn) : f.out(C, mn));
+}
+
+void CpuBackend::add_bias(Ref y, CRef b, int rows, int cols) {
+  F32Args f;
+  f32_add_bias(f.inout(y, (size_t)rows * cols), f.in(b, cols), rows, cols);
+}
+
+void CpuBackend::bias_bwd(float* db, CRef dy, int rows, int cols) {
+  F32Args f;
+  f32_bias_bwd(db, f.in(dy, (size_t)rows * cols), rows, cols);
+}
+
+void CpuBackend::add(Ref out, CRef a, CRef b, size_t n) {
+  F32Args f;
+  const float *fa = f.in(a, n), *fb = f.in(b, n);
+  f32_add(f.out(out, n), fa, fb, n);
+}
+
+void CpuBackend::embedding_fwd(Ref out, const int32_t* tokens, int rows, CRef wte, int vocab_offset,
+                               int vocab_rows, int C) {
+  F32Args f;
+  const float* w = f.in(wte, (size_t)vocab_rows * C);
+  f32_embedding_fwd(f.out(out, (size_t)rows * C), tokens, rows, w, vocab_offset, vocab_rows, C);
+}
+
+void CpuBackend::embedding_bwd(float* dwte, CRef dout, const int32_t* tokens, int rows, int vocab_offset,
+                               int vocab_rows, int C) {
+  F32Args f;
+  f32_embedding_bwd(dwte, f.in(dout, (size_t)rows * C), tokens, rows, vocab_offset, vocab_rows, C);
+}
+
+void CpuBackend::position_fwd(Ref out, CRef wpe, int rows, int row_offset, int T, int C) {
+  F32Args f;
+  const float* w = f.in(wpe, (size_t)T * C);
+  f32_position_fwd(f.inout(out, (size_t)rows * C), w, rows, row_offset, T, C);
+}
+
+void CpuBackend::position_bwd(float* dwpe, CRef dout, int rows, int row_offset, int T, int C) {
+  F32Args f;
+  f32_position_bwd(dwpe, f.in(dout, (size_t)rows * C), rows, row_offset, T, C);
+}
+
+void CpuBackend::layernorm_fwd(Ref out, float* mean, float* rstd, CRef x, CRef w, CRef b, int rows, int C,
+                               float eps) {
+  F32Args f;
+  const size_t n = (size_t)rows * C;
+  const float *fx = f.in(x, n), *fw = f.in(w, C), *fb = f.in(b, C);
+  f32_layernorm_fwd(f.out(out, n), mean, rstd, fx, fw, fb, rows, C, eps);
+}
+
+void CpuBackend::layernorm_bwd(Ref dx, float* dw, float* db, CRef dout, CRef x, CRef w, const float* mean,
+                               const float* rstd, int rows, int C) {
+  F32Args f;
+  const size_t n = (size_t)rows * C;
+  const float *fd = f.in(dout, n), *fx = f.in(x, n), *fw = f.in(w, C);
+  f32_layernorm_bwd(f.inout(dx, n), dw, db, fd, fx, fw, mean, rstd, rows, C);
+}
+
+void CpuBackend::rmsnorm_fwd(Ref out, float* rstd, CRef x, CRef w, int rows, int C, float eps) {
+  F32Args f;
+  const size_t n = (size_t)rows * C;
+  const float *fx = f.in(x, n), *fw = f.in(w, C);
+  f32_rmsnorm_fwd(f.out(out, n), rstd, fx, fw, rows, C, eps);
+}
+
+void CpuBackend::rmsnorm_bwd(Ref dx, float* dw, CRef dout, CRef x, CRef w, const float* rstd, int rows,
+                             int C) {
+  F32Args f;
+  const size_t n = (size_t)rows * C;
+  const float *fd = f.in(dout, n), *fx = f.in(x, n), *fw = f.in(w, C);
+  f32_rmsnorm_bwd(f.inout(dx, n), dw, fd, fx, fw, rstd, rows, C);
+}
+
+void CpuBackend::gelu_fwd(Ref out, CRef x, size_t n) {
+  F32Args f;
+  const float* fx = f.in(x, n);
+  f32_gelu_fwd(f.out(out, n), fx, n);
+}
+
+void CpuBackend::gelu_bwd(Ref dx, CRef x, CRef dout, size_t n) {
+  F32Args f;
+  const float *fx = f.in(x, n), *fd = f.in(dout, n);
+  f32_gelu_bwd(f.out(dx, n), fx, fd, n);
+}
+
+void CpuBackend::swiglu_fwd(Ref out, CRef gate_up, int rows, int F) {
+  F32Args f;
+  const float* g = f.in(gate_up, (size_t)rows * 2 * F);
+  f32_swiglu_fwd(f.out(out, (size_t)rows * F), g, rows, F);
+}
+
+void CpuBackend::swiglu_bwd(Ref dgate_up, CRef gate_up, CRef dout, int rows, int F) {
+  F32Args f;
+  const float *g = f.in(gate_up, (size_t)rows * 2 * F), *d = f.in(dout, (size_t)rows * F);
+  f32_swiglu_bwd(f.out(dgate_up, (size_t)rows * 2 * F), g, d, rows, F);
+}
+
+void CpuBackend::rope(Ref qkv, const AttentionShape& s, float theta, bool inverse) {
+  F32Args f;
+  f32_rope(f.inout(qkv, (size_t)s.B * s.T * s.row), s, theta, inverse);
+}
+
+void CpuBackend::attention_fwd(Ref out, float* stats, CRef qkv, const AttentionShape& s) {
+  F32Args f;
+  const size_t rows = (size_t)s.B * s.T;
+  const float* q = f.in(qkv, rows * s.row);
+  f32_attention_fwd(f.out(out, rows * s.H * s.hd), stats, q, s);
+}
+
+void CpuBackend::attention_bwd(Ref dqkv, CRef dout, CRef qkv, const float* stats, const AttentionShape& s) {
+  F32Args f;
+  const size_t rows = (size_t)s.B * s.T;
+  const float *d = f.in(dout, rows * s.H * s.hd), *q = f.in(qkv, rows * s.row);
+  f32_attention_bwd(f.out(dqkv, rows * s.row), d, q, stats, s);
+}
+
+}  // namespace trainer

@@ -131,12 +131,17 @@ std::string FlightRecorder::to_json(const std::string& reason) const {
   for (uint64_t q = first; q < next_seq_; q++) {
     const FlightEntry& e = ring_[q % n];
     if (e.seq != q) continue;
+    const std::string end = e.t_end > 0 ? std::to_string(e.t_end) : "null";
+    // A queued data collective: when the host enqueued it and when it
+    // completed (null: not yet), under their own names as well.
+    const std::string queued = e.queued ? ", \"queued\": true, \"enqueued\": " + std::to_string(e.t_start) +
+                                              ", \"completed\": " + end
+                                        : "";
     std::snprintf(b, sizeof b,
                   "%s\n  {\"seq\": %llu, \"group\": %d, \"group_seq\": %llu, \"op\": \"%s\", \"bytes\": %zu, "
                   "\"peer\": %d, \"start\": %.6f, \"end\": %s%s}",
                   comma ? "," : "", (unsigned long long)e.seq, e.group, (unsigned long long)e.group_seq, e.op,
-                  e.bytes, e.peer, e.t_start, e.t_end > 0 ? std::to_string(e.t_end).c_str() : "null",
-                  e.queued ? ", \"queued\": true" : "");
+                  e.bytes, e.peer, e.t_start, end.c_str(), queued.c_str());
     s += b;
     comma = true;
   }

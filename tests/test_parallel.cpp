@@ -243,14 +243,17 @@ TEST_P(Bf16Equivalence, EveryLayoutMatchesOneProcessBf16) {
   const Result fp32 = run({GetParam(), 1, 1, false}, MPI_COMM_SELF);
   for (size_t i = 0; i < ref.losses.size(); i++)  // bf16 is not fp32: it differs, a little
     EXPECT_NEAR(ref.losses[i], fp32.losses[i], 0.05 * fp32.losses[i]) << "bf16 vs fp32, step " << i + 1;
-  Layout layouts[] = {
-      {GetParam(), 2, 1, false},        // tp 2
-      {GetParam(), 4, 2, true},         // tp 4 x dp 2, sequence parallel
-      {GetParam(), 1, 2, false},        // dp 2
-      {GetParam(), 1, 1, false, 4, 1},  // pp 4
-      {GetParam(), 2, 2, true, 2, 1},   // 2 x 2 x 2, sequence parallel
-      {GetParam(), 2, 1, false, 2, 2},  // (1, 2, 2) interleaved, 2 virtual stages
-  };
+  // Every layout the fp32 tests below run: tensor (x data, +- sequence)
+  // parallel, and the pipeline ones.
+  std::vector<Layout> layouts;
+  for (int tp : {2, 4})
+    for (int dp : {1, 2})
+      for (bool sp : {false, true}) layouts.push_back({GetParam(), tp, dp, sp});
+  layouts.push_back({GetParam(), 1, 1, false, 2, 1});
+  layouts.push_back({GetParam(), 1, 1, false, 4, 1});
+  layouts.push_back({GetParam(), 2, 2, false, 2, 1});
+  layouts.push_back({GetParam(), 2, 2, true, 2, 1});
+  layouts.push_back({GetParam(), 2, 1, false, 2, 2});
   for (Layout& l : layouts) {
     l.precision = DType::BF16;
     expect_close_bf16(run(l, MPI_COMM_WORLD), ref, layout_name(l));

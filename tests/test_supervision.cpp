@@ -93,12 +93,15 @@ TEST(FlightRecorder, AnEnqueuedCollectiveIsInFlightUntilItCompletes) {
   nlohmann::json j = nlohmann::json::parse(rec.to_json("test"));
   EXPECT_EQ(j["calls"][0]["queued"], true);
   EXPECT_TRUE(j["calls"][0]["end"].is_null());
+  EXPECT_TRUE(j["calls"][0]["completed"].is_null());
+  EXPECT_EQ(j["calls"][0]["enqueued"], j["calls"][0]["start"]);
   EXPECT_EQ(j["groups"][0]["started"], 2);
   EXPECT_EQ(j["groups"][0]["completed"], 1);
   rec.end(queued);
   EXPECT_FALSE(rec.status().in_call);
   j = nlohmann::json::parse(rec.to_json("test"));
   EXPECT_FALSE(j["calls"][0]["end"].is_null());
+  EXPECT_EQ(j["calls"][0]["completed"], j["calls"][0]["end"]);
   EXPECT_EQ(j["groups"][0]["completed"], 2);
 }
 

@@ -19,7 +19,9 @@ namespace {
 const char* kCkptUsage =
     "usage: trainer ckpt inspect PATH              layout, step, files and tensors\n"
     "       trainer ckpt verify PATH               every checksum, and every tensor complete\n"
-    "       trainer ckpt export PATH --output F.h5 one HDF5 file, Hugging Face names\n"
+    "       trainer ckpt export PATH --output F.h5 [--dtype fp32|bf16]\n"
+    "                                              one HDF5 file, Hugging Face names; fp32 (default)\n"
+    "                                              or rounded to bf16 (an HDF5 float type of its own)\n"
     "  PATH: a step directory (run/checkpoints/step_00000100), a checkpoint directory\n"
     "  (its `latest`, else its newest step) or its `latest` file. Exit 4 when the\n"
     "  checkpoint is broken or PATH is not a checkpoint, or the export cannot be written.\n";
@@ -70,13 +72,18 @@ int cmd_ckpt(int argc, char** argv) {
     return 0;
   }
   if (cmd == "export") {
-    std::string out;
-    for (int i = 2; i < argc; i++)
+    std::string out, dtype = "fp32";
+    for (int i = 2; i < argc; i++) {
       if (!std::strcmp(argv[i], "--output") && i + 1 < argc) out = argv[++i];
+      else if (!std::strcmp(argv[i], "--dtype") && i + 1 < argc) dtype = argv[++i];
+      else throw RecipeError(std::string("ckpt export: unexpected argument \"") + argv[i] + "\"\n" + kCkptUsage);
+    }
     if (out.empty()) throw RecipeError(std::string("ckpt export needs --output FILE.h5\n") + kCkptUsage);
+    if (dtype != "fp32" && dtype != "bf16")
+      throw RecipeError("ckpt export --dtype must be fp32 or bf16, got \"" + dtype + "\"\n" + kCkptUsage);
     read_manifest(dir, true);
-    export_hf(assemble_checkpoint(dir), out);
-    std::printf("exported %s to %s\n", dir.c_str(), out.c_str());
+    export_hf(assemble_checkpoint(dir), out, dtype == "bf16" ? DType::BF16 : DType::F32);
+    std::printf("exported %s to %s (%s)\n", dir.c_str(), out.c_str(), dtype.c_str());
     return 0;
   }
   throw RecipeError("ckpt: unknown subcommand \"" + cmd + "\"\n" + kCkptUsage);

@@ -187,111 +187,122 @@ int dumps_since(const std::string& dir, double t) {
   return n;
 }
 
-}  // namespace
-
-int cmd_supervise(int argc, char** argv) {
-  const RecipeArgs args = parse_recipe_args({"supervise", kSuperviseUsage, {}, {}, false, true}, argc, argv);
-  if (args.help) return std::fputs(kSuperviseUsage, stdout), kExitOk;
-  const std::string& recipe_path = args.recipe;
-  const std::vector<std::string>& overrides = args.overrides;
-  std::vector<std::string> command = args.after_dashes;
-  const Recipe r = load_recipe(recipe_path, overrides, 0, true);
-  const SupervisorSection& sv = r.supervisor;
-
-  const int ranks = r.launch.ranks > 0 ? r.launch.ranks : r.grid.dp * r.grid.pp * r.grid.tp;
-  if (command.empty()) {
-    char self[4096];
-    const ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
-    if (n <= 0) throw std::runtime_error("cannot find this executable (/proc/self/exe)");
-    self[n] = 0;
-    if (r.launch.launcher == "mpirun") {
-      command = {"mpirun", "-np", std::to_string(ranks)};
-      for (const char* v : {"TRAINER_ATTEMPT", "TRAINER_RESUME", "TRAINER_LOCK_TOKEN", "TRAINER_FAULT"})  // to other nodes too
-        if (std::string(v) != "TRAINER_FAULT" || std::getenv(v)) command.insert(command.end(), {"-x", v});
-    } else {
-      command = {"srun", "--mpi=pmix", "-n", std::to_string(ranks)};
-    }
-    command.insert(command.end(), r.launch.args.begin(), r.launch.args.end());
-    command.insert(command.end(), {self, "train", recipe_path});
-    for (const auto& o : overrides) command.insert(command.end(), {"--set", o});
+// The launcher command for the recipe's ranks (mpirun or srun) running this
+// executable's `train`.
+std::vector<std::string> launch_command(const Recipe& r, const std::string& recipe_path,
+                                        const std::vector<std::string>& overrides, int ranks) {
+  char self[4096];
+  const ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+  if (n <= 0) throw std::runtime_error("cannot find this executable (/proc/self/exe)");
+  self[n] = 0;
+  std::vector<std::string> command;
+  if (r.launch.launcher == "mpirun") {
+    command = {"mpirun", "-np", std::to_string(ranks)};
+    for (const char* v : {"TRAINER_ATTEMPT", "TRAINER_RESUME", "TRAINER_LOCK_TOKEN", "TRAINER_FAULT"})  // to other nodes too
+      if (std::string(v) != "TRAINER_FAULT" || std::getenv(v)) command.insert(command.end(), {"-x", v});
+  } else {
+    command = {"srun", "--mpi=pmix", "-n", std::to_string(ranks)};
   }
-  ensure_writable_dir(r.run.dir, "[run] dir");
-  // The supervisor owns the run's directories across all its launches; each
-  // launch's rank 0 shares the lock through the token.
-  RunDirLocks locks;
-  lock_run_dirs(r, locks, "");
-  setenv("TRAINER_LOCK_TOKEN", locks.run.token().c_str(), 1);
-  EventLog events(r.run.dir + "/events.jsonl");
-  const std::string heartbeat = r.run.dir + "/heartbeat";
-  install_stop_signals(true);
+  command.insert(command.end(), r.launch.args.begin(), r.launch.args.end());
+  command.insert(command.end(), {self, "train", recipe_path});
+  for (const auto& o : overrides) command.insert(command.end(), {"--set", o});
+  return command;
+}
 
+struct Supervisor {
+  const Recipe& r;
+  std::vector<std::string> command;
+  int ranks;
+  EventLog& events;
   int restarts = 0;
-  for (int launch = 0;; launch++) {
-    events.write("start", launch, "launch " + std::to_string(launch) + ": " + join(command),
-                 JsonRecord().add("command", join(command)));
-    const double t0 = now_s();
-    const pid_t pid = spawn(command, launch);
-    int status = 0;
+
+  struct Outcome {
+    int code = 0;
     bool hung = false;
     int forwarded = 0;  // the stop signal passed on to the job
+    double t0 = 0;
+  };
+
+  // A hung job: SIGUSR2 (mpirun and srun pass it on) makes every rank's
+  // watchdog write its flight recorder, which the diagnosis reads; wait
+  // until all have (at most 5 s: a rank frozen for good never will), then
+  // kill the job.
+  void kill_hung(pid_t pid, int* status) {
+    const double asked = now_s();
+    kill(pid, SIGUSR2);
+    // (mtimes come from the kernel's coarse clock: allow a few ms)
+    while (now_s() - asked < 5 && dumps_since(r.run.dir + "/flight", asked - 0.05) < ranks)
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    stop_job(pid, command[0]);
+    waitpid(pid, status, 0);
+  }
+
+  // Runs one launch to its end: forwards a stop signal, kills it when the
+  // heartbeat stops.
+  Outcome run_launch(int launch) {
+    events.write("start", launch, "launch " + std::to_string(launch) + ": " + join(command),
+                 JsonRecord().add("command", join(command)));
+    Outcome o;
+    o.t0 = now_s();
+    const pid_t pid = spawn(command, launch);
+    int status = 0;
     for (;;) {
-      const pid_t w = waitpid(pid, &status, WNOHANG);
-      if (w == pid) break;
-      if (const int sig = stop_signal(); sig && !forwarded) {
+      if (waitpid(pid, &status, WNOHANG) == pid) break;
+      if (const int sig = stop_signal(); sig && !o.forwarded) {
         // The launcher passes SIGUSR1 on to every rank (mpirun and srun both
         // forward it); the ranks checkpoint at the next step boundary.
-        forwarded = sig;
+        o.forwarded = sig;
         kill(pid, SIGUSR1);
         events.write("signal", launch, std::string("received ") + strsignal(sig) +
                                            ": asking the job to checkpoint and stop",
                      JsonRecord().add("signal", sig));
       }
-      const double beat = std::max(t0, mtime_seconds(heartbeat));
-      if (sv.hang_timeout > 0 && now_s() - beat > sv.hang_timeout) {
+      const double beat = std::max(o.t0, mtime_seconds(r.run.dir + "/heartbeat"));
+      const double hang_timeout = r.supervisor.hang_timeout;
+      if (hang_timeout > 0 && now_s() - beat > hang_timeout) {
         char b[160];
         std::snprintf(b, sizeof b, "launch %d: no heartbeat for %.0f s (supervisor.hang_timeout = %g s): killing the job",
-                      launch, now_s() - beat, sv.hang_timeout);
+                      launch, now_s() - beat, hang_timeout);
         events.write("hang", launch, b, JsonRecord().add("since_heartbeat_s", now_s() - beat));
-        // SIGUSR2 (mpirun and srun pass it on): every rank's watchdog writes
-        // its flight recorder, which the diagnosis below reads. Wait until
-        // all have (at most 5 s: a rank frozen for good never will).
-        const double asked = now_s();
-        kill(pid, SIGUSR2);
-        // (mtimes come from the kernel's coarse clock: allow a few ms)
-        while (now_s() - asked < 5 && dumps_since(r.run.dir + "/flight", asked - 0.05) < ranks)
-          std::this_thread::sleep_for(std::chrono::milliseconds(100));
-        stop_job(pid, command[0]);
-        waitpid(pid, &status, 0);
-        hung = true;
+        kill_hung(pid, &status);
+        o.hung = true;
         break;
       }
       std::this_thread::sleep_for(std::chrono::milliseconds(200));
     }
     kill_session(pid, SIGKILL);  // ranks the launcher left behind
-    const int code = hung ? 128 + SIGKILL : WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    o.code = o.hung ? 128 + SIGKILL : WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    return o;
+  }
+
+  // The exit event; after a failure, who crashed (crash reports) and who was
+  // behind (flight recorders).
+  void report(int launch, const Outcome& o) {
     char b[256];
-    std::snprintf(b, sizeof b, "launch %d exited with code %d (%s) after %.1f s", launch, code,
-                  hung ? "hung, killed" : meaning(code).c_str(), now_s() - t0);
-    events.write("exit", launch, b, JsonRecord().add("code", code).add("seconds", now_s() - t0)
-                                        .add("meaning", hung ? std::string("hang") : meaning(code)));
-    // Ranks of this launch that died of a signal left crash reports, and
-    // watchdogs left flight recorders: say who crashed, who was behind.
-    if (code != kExitOk) {
-      const Diagnosis d = diagnose_run(r.run.dir, t0);
-      for (const CrashReport& c : d.crashes)
-        events.write("crash", launch, "launch " + std::to_string(launch) + ": " + c.summary + " (backtrace: " + c.path + ")",
-                     JsonRecord().add("rank", c.rank).add("summary", c.summary).add("file", c.path));
-      if (d.dumps > 0)
-        events.write("diagnosis", launch,
-                     "launch " + std::to_string(launch) + ": " + d.verdict + (d.culprit.empty() ? "" : " " + d.culprit) +
-                         " (the whole report: trainer diagnose " + r.run.dir + ")",
-                     JsonRecord().add("verdict", d.verdict).add("culprit", d.culprit).add("report", d.report));
-    }
+    std::snprintf(b, sizeof b, "launch %d exited with code %d (%s) after %.1f s", launch, o.code,
+                  o.hung ? "hung, killed" : meaning(o.code).c_str(), now_s() - o.t0);
+    events.write("exit", launch, b, JsonRecord().add("code", o.code).add("seconds", now_s() - o.t0)
+                                        .add("meaning", o.hung ? std::string("hang") : meaning(o.code)));
+    if (o.code == kExitOk) return;
+    const Diagnosis d = diagnose_run(r.run.dir, o.t0);
+    for (const CrashReport& c : d.crashes)
+      events.write("crash", launch, "launch " + std::to_string(launch) + ": " + c.summary + " (backtrace: " + c.path + ")",
+                   JsonRecord().add("rank", c.rank).add("summary", c.summary).add("file", c.path));
+    if (d.dumps > 0)
+      events.write("diagnosis", launch,
+                   "launch " + std::to_string(launch) + ": " + d.verdict + (d.culprit.empty() ? "" : " " + d.culprit) +
+                       " (the whole report: trainer diagnose " + r.run.dir + ")",
+                   JsonRecord().add("verdict", d.verdict).add("culprit", d.culprit).add("report", d.report));
+  }
+
+  // The supervisor's exit code after this launch, or -1 to restart.
+  int decide(int launch, const Outcome& o) {
+    const int code = o.code;
     if (code == kExitOk) {
       events.write("done", launch, "training finished after " + std::to_string(launch + 1) + " launch(es)");
       return kExitOk;
     }
-    if (code == kExitPreempted || forwarded) {
+    if (code == kExitPreempted || o.forwarded) {
       events.write("preempted", launch, "the job stopped on a signal; exiting with " + std::to_string(kExitPreempted) +
                                             " so the scheduler can requeue it");
       return code == kExitPreempted ? kExitPreempted : code;
@@ -302,15 +313,23 @@ int cmd_supervise(int argc, char** argv) {
                    JsonRecord().add("code", code));
       return code;
     }
-    if (restarts >= sv.max_restarts) {
+    if (restarts >= r.supervisor.max_restarts) {
       events.write("give_up", launch, "giving up: the job failed " + std::to_string(restarts + 1) +
-                                          " time(s) and supervisor.max_restarts = " + std::to_string(sv.max_restarts) +
+                                          " time(s) and supervisor.max_restarts = " +
+                                          std::to_string(r.supervisor.max_restarts) +
                                           " restarts are used up; the last failure: " + meaning(code),
                    JsonRecord().add("code", code));
       return kExitGaveUp;
     }
+    return -1;
+  }
+
+  // Waits out the backoff before the next launch; false if a stop signal came.
+  bool back_off(int launch) {
+    const SupervisorSection& sv = r.supervisor;
     const double delay = std::min(sv.backoff * std::pow(2.0, restarts), sv.backoff_max);
     restarts++;
+    char b[160];
     std::snprintf(b, sizeof b, "restart %d of %d in %.1f s, from the newest valid checkpoint", restarts,
                   sv.max_restarts, delay);
     events.write("restart", launch + 1, b, JsonRecord().add("restart", restarts).add("delay_s", delay));
@@ -318,10 +337,37 @@ int cmd_supervise(int argc, char** argv) {
       if (stop_signal()) {
         events.write("preempted", launch, "stop requested while waiting to restart; exiting with " +
                                               std::to_string(kExitPreempted));
-        return kExitPreempted;
+        return false;
       }
       std::this_thread::sleep_for(std::chrono::milliseconds(50));
     }
+    return true;
+  }
+};
+
+}  // namespace
+
+int cmd_supervise(int argc, char** argv) {
+  const RecipeArgs args = parse_recipe_args({"supervise", kSuperviseUsage, {}, {}, false, true}, argc, argv);
+  if (args.help) return std::fputs(kSuperviseUsage, stdout), kExitOk;
+  const Recipe r = load_recipe(args.recipe, args.overrides, 0, true);
+  const int ranks = r.launch.ranks > 0 ? r.launch.ranks : r.grid.dp * r.grid.pp * r.grid.tp;
+  std::vector<std::string> command = args.after_dashes;
+  if (command.empty()) command = launch_command(r, args.recipe, args.overrides, ranks);
+  ensure_writable_dir(r.run.dir, "[run] dir");
+  // The supervisor owns the run's directories across all its launches; each
+  // launch's rank 0 shares the lock through the token.
+  RunDirLocks locks;
+  lock_run_dirs(r, locks, "");
+  setenv("TRAINER_LOCK_TOKEN", locks.run.token().c_str(), 1);
+  EventLog events(r.run.dir + "/events.jsonl");
+  install_stop_signals(true);
+  Supervisor sup{r, command, ranks, events};
+  for (int launch = 0;; launch++) {
+    const Supervisor::Outcome o = sup.run_launch(launch);
+    sup.report(launch, o);
+    if (const int code = sup.decide(launch, o); code >= 0) return code;
+    if (!sup.back_off(launch)) return kExitPreempted;
   }
 }
 

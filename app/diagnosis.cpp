@@ -74,88 +74,88 @@ std::string format(const char* fmt, ...) {
   return s;
 }
 
-}  // namespace
-
-Diagnosis diagnose_run(const std::string& run_dir, double newer_than) {
-  Diagnosis out;
-  const std::string dir = run_dir + "/flight";
-  std::vector<std::pair<double, RankDump>> all;
+// What the flight directory holds: dumps and crash reports, each with the
+// start time of the job that wrote it.
+struct FlightFiles {
+  std::vector<std::pair<double, RankDump>> dumps;
   std::vector<std::pair<double, CrashReport>> crashes;
+};
+
+// Line 1: the summary; line 2: "job_start_us N"; then the backtrace.
+void read_crash_report(const std::filesystem::path& path, double newer_than, FlightFiles& f) {
+  std::ifstream in(path);
+  CrashReport c;
+  std::string key;
+  long long us = 0;
+  if (std::getline(in, c.summary) && (in >> key >> us) && key == "job_start_us" && us * 1e-6 > newer_than) {
+    c.rank = std::atoi(path.filename().string().c_str() + std::strlen("crash_rank_"));
+    c.path = path.string();
+    f.crashes.push_back({us * 1e-6, c});
+  }
+}
+
+void read_dump(const std::filesystem::path& path, double newer_than, FlightFiles& f) {
+  std::ifstream in(path);
+  const json j = json::parse(in);
+  RankDump d;
+  d.rank = j.at("rank");
+  d.step = j.at("step");
+  d.time = j.at("time");
+  d.fault = j.value("stopped_by_fault_injection", false);
+  d.reason = j.value("reason", "");
+  d.phase = j.value("phase", "");
+  d.stalled_s = j.value("process_stalled_s", 0.0);
+  d.groups = j.at("groups");
+  d.calls = j.at("calls");
+  const double start = j.at("job_start");
+  if (start > newer_than) f.dumps.push_back({start, std::move(d)});
+}
+
+FlightFiles read_flight_dir(const std::string& dir, double newer_than, Diagnosis& out) {
+  FlightFiles f;
   std::error_code ec;
   for (const auto& e : std::filesystem::directory_iterator(dir, ec)) {
     const std::string n = e.path().filename().string();
     if (n.rfind("crash_rank_", 0) == 0 && e.path().extension() == ".txt") {
-      // Line 1: the summary; line 2: "job_start_us N"; then the backtrace.
-      std::ifstream in(e.path());
-      CrashReport c;
-      std::string key;
-      long long us = 0;
-      if (std::getline(in, c.summary) && (in >> key >> us) && key == "job_start_us" && us * 1e-6 > newer_than) {
-        c.rank = std::atoi(n.c_str() + std::strlen("crash_rank_"));
-        c.path = e.path().string();
-        crashes.push_back({us * 1e-6, c});
-      }
+      read_crash_report(e.path(), newer_than, f);
       continue;
     }
     if (n.rfind("rank_", 0) != 0 || e.path().extension() != ".json") continue;
     try {
-      std::ifstream in(e.path());
-      const json j = json::parse(in);
-      RankDump d;
-      d.rank = j.at("rank");
-      d.step = j.at("step");
-      d.time = j.at("time");
-      d.fault = j.value("stopped_by_fault_injection", false);
-      d.reason = j.value("reason", "");
-      d.phase = j.value("phase", "");
-      d.stalled_s = j.value("process_stalled_s", 0.0);
-      d.groups = j.at("groups");
-      d.calls = j.at("calls");
-      const double start = j.at("job_start");
-      if (start > newer_than) all.push_back({start, std::move(d)});
+      read_dump(e.path(), newer_than, f);
     } catch (const std::exception& ex) {
       out.warnings.push_back(e.path().string() + ": unreadable flight recorder, skipped: " + ex.what());
     }
   }
-  // Only the newest job's: older files are from earlier launches.
+  return f;
+}
+
+// Only the newest job's files: older ones are from earlier launches. Fills
+// out.crashes (by rank) and returns the dumps by rank.
+std::map<int, RankDump> newest_job(FlightFiles& f, Diagnosis& out) {
   double newest = 0;
-  for (auto& [start, d] : all) newest = std::max(newest, start);
-  for (auto& [start, c] : crashes) newest = std::max(newest, start);
+  for (auto& [start, d] : f.dumps) newest = std::max(newest, start);
+  for (auto& [start, c] : f.crashes) newest = std::max(newest, start);
   const auto same_job = [&](double start) { return std::abs(start - newest) < 1e-3; };
-  for (auto& [start, c] : crashes)
+  for (auto& [start, c] : f.crashes)
     if (same_job(start)) out.crashes.push_back(c);
   std::sort(out.crashes.begin(), out.crashes.end(),
             [](const CrashReport& a, const CrashReport& b) { return a.rank < b.rank; });
   for (const CrashReport& c : out.crashes) out.report += "crash: " + c.summary + " (backtrace: " + c.path + ")\n";
   std::map<int, RankDump> dumps;
-  for (auto& [start, d] : all)
+  for (auto& [start, d] : f.dumps)
     if (same_job(start)) dumps[d.rank] = std::move(d);
-  out.dumps = (int)dumps.size();
-  if (dumps.empty()) {
-    if (!out.crashes.empty()) {
-      out.named = true;
-      out.verdict = out.crashes.front().summary + ".";
-      out.culprit = "backtrace in " + out.crashes.front().path;
-    }
-    return out;
-  }
+  // The call each rank is stuck in: its oldest one not completed (a queued
+  // data collective that never completes is older than the calls after it).
   for (auto& [r, d] : dumps)
     for (const json& c : d.calls)
-      if (c.at("end").is_null() && c.at("op") != "isend" && c.at("op") != "irecv") d.in_flight = &c;
-  int world = 0;
-  for (auto& [r, d] : dumps)
-    for (const json& g : d.groups)
-      if (g.at("name") == "world") world = (int)g.at("members").size();
-  std::string& say = out.report;
-  say += format("flight recorders of %zu of %d ranks in %s\n", dumps.size(), world, dir.c_str());
+      if (!d.in_flight && c.at("end").is_null() && c.at("op") != "isend" && c.at("op") != "irecv") d.in_flight = &c;
+  return dumps;
+}
 
-  // started[group instance][rank]: collectives each member began on it.
-  std::map<std::string, std::map<int, long>> started;
-  for (auto& [r, d] : dumps)
-    for (const json& g : d.groups) started[members_key(g)][r] = g.at("started");
-
-  // Calls on which members of one group disagree: the same sequence number
-  // with another operation or size (a collective-order bug, not a slow rank).
+// Calls on which members of one group disagree: the same sequence number
+// with another operation or size (a collective-order bug, not a slow rank).
+std::vector<std::string> order_mismatches(std::map<int, RankDump>& dumps) {
   std::map<std::pair<std::string, long>, std::pair<int, const json*>> seen;
   std::vector<std::string> mismatches;
   for (auto& [r, d] : dumps)
@@ -171,42 +171,44 @@ Diagnosis diagnose_run(const std::string& run_dir, double newer_than) {
                              " disagree on call #" + std::to_string(q) + " of group " + key + ": " +
                              describe(dumps[it->second.first], o) + " vs " + describe(d, c));
     }
+  return mismatches;
+}
 
-  // Who waits for whom.
-  std::map<int, std::set<int>> waits_for;
-  say += "rank  step  state\n";
-  for (auto& [r, d] : dumps) {
-    std::string state;
-    if (d.in_flight) {
-      const json& c = *d.in_flight;
-      const json& g = d.groups.at(c.at("group").get<int>());
-      const long q = c.at("group_seq");
-      state = format("waiting %.1f s in ", d.time - c.at("start").get<double>()) + describe(d, c) +
-              (d.phase.empty() ? "" : ", in " + d.phase);
-      if (q > 0) {
-        for (int m : g.at("members")) {
-          const auto& st = started[members_key(g)];
-          if (m != r && (!st.count(m) || st.at(m) < q)) waits_for[r].insert(m);
-        }
-      } else if (c.at("peer").get<int>() >= 0) {
-        waits_for[r].insert(c.at("peer").get<int>());
-      }
-    } else {
-      state = "not in a communication call" + (d.phase.empty() ? "" : " (" + d.phase + ")");
-      if (!d.calls.empty()) {
-        const json& last = d.calls.back();
-        state += format(" for %.1f s", d.time - last.value("end", last.at("start")).get<double>()) +
-                 "; last call " + describe(d, last);
-      }
-      if (d.fault) state += " (stopped by fault injection)";
+// One rank's line of the table: the call it waits in (and whom that waits
+// for, into waits_for) or what it did since its last call.
+std::string rank_state(int r, const RankDump& d, const std::map<std::string, std::map<int, long>>& started,
+                       std::map<int, std::set<int>>& waits_for) {
+  std::string state;
+  if (d.in_flight) {
+    const json& c = *d.in_flight;
+    const json& g = d.groups.at(c.at("group").get<int>());
+    const long q = c.at("group_seq");
+    state = format("waiting %.1f s in ", d.time - c.at("start").get<double>()) + describe(d, c) +
+            (d.phase.empty() ? "" : ", in " + d.phase);
+    if (q > 0) {
+      const auto& st = started.at(members_key(g));
+      for (int m : g.at("members"))
+        if (m != r && (!st.count(m) || st.at(m) < q)) waits_for[r].insert(m);
+    } else if (c.at("peer").get<int>() >= 0) {
+      waits_for[r].insert(c.at("peer").get<int>());
     }
-    if (d.stalled_s > 0) state += format(" [process stopped for %.1f s]", d.stalled_s);
-    say += format("%4d  %4ld  %s\n", r, d.step + 1, state.c_str());
+  } else {
+    state = "not in a communication call" + (d.phase.empty() ? "" : " (" + d.phase + ")");
+    if (!d.calls.empty()) {
+      const json& last = d.calls.back();
+      state += format(" for %.1f s", d.time - last.value("end", last.at("start")).get<double>()) +
+               "; last call " + describe(d, last);
+    }
+    if (d.fault) state += " (stopped by fault injection)";
   }
-  for (int r = 0; r < world; r++)
-    if (!dumps.count(r)) say += format("%4d     -  no flight recorder (the process ended before its watchdog fired)\n", r);
+  if (d.stalled_s > 0) state += format(" [process stopped for %.1f s]", d.stalled_s);
+  return state;
+}
 
-  // Follow the waits from every waiting rank to the ranks that wait for no one.
+// Follows the waits from every waiting rank to the ranks that wait for no
+// one. Ranks inside the same call look alike; one whose whole process was
+// stopped (its watchdog could not run) is what the others wait for.
+std::set<int> ranks_behind(std::map<int, RankDump>& dumps, std::map<int, std::set<int>>& waits_for) {
   std::set<int> behind;
   for (auto& [r, targets] : waits_for) {
     std::set<int> visited{r};
@@ -219,12 +221,68 @@ Diagnosis diagnose_run(const std::string& run_dir, double newer_than) {
       else for (int y : waits_for[x]) todo.push_back(y);
     }
   }
-  // Ranks inside the same call look alike; one whose whole process was
-  // stopped (its watchdog could not run) is what the others wait for.
   std::set<int> stalled;
   for (auto& [r, d] : dumps)
     if (d.stalled_s > 0 && (behind.empty() ? d.in_flight != nullptr : behind.count(r) > 0)) stalled.insert(r);
-  if (!stalled.empty()) behind = stalled;
+  return stalled.empty() ? behind : stalled;
+}
+
+// What rank b (behind) was doing, and the calls the others wait in for it.
+std::string explain_behind(int b, std::map<int, RankDump>& dumps, std::map<int, std::set<int>>& waits_for,
+                           std::string& say) {
+  for (auto& [r, t] : waits_for) {
+    if (!t.count(b) || !dumps[r].in_flight) continue;
+    const json& c = *dumps[r].in_flight;
+    say += format("  rank %d waits in %s%s, %s\n", r, describe(dumps[r], c).c_str(),
+                  dumps[r].phase.empty() ? "" : (" (" + dumps[r].phase + ")").c_str(),
+                  c.at("group_seq").get<long>() > 0 ? ("which rank " + std::to_string(b) + " has not joined").c_str()
+                                                    : ("which needs rank " + std::to_string(b)).c_str());
+  }
+  if (!dumps.count(b)) return format("rank %d left no flight recorder", b);
+  const RankDump& d = dumps[b];
+  if (d.stalled_s > 0)
+    return format("rank %d's process was stopped for %.1f s (its watchdog could not run: SIGSTOP, a frozen "
+                  "driver call or heavy swapping)%s%s", b, d.stalled_s,
+                  d.in_flight ? (" inside " + describe(d, *d.in_flight)).c_str() : "",
+                  d.fault ? " (here: by fault injection)" : "");
+  if (d.in_flight) return format("rank %d is itself in %s", b, describe(d, *d.in_flight).c_str());
+  return format("rank %d is not in any communication call: %s, or stopped there%s", b,
+                d.phase.empty() ? "computing" : ("in " + d.phase).c_str(), d.fault ? " (here: by fault injection)" : "");
+}
+
+}  // namespace
+
+Diagnosis diagnose_run(const std::string& run_dir, double newer_than) {
+  Diagnosis out;
+  const std::string dir = run_dir + "/flight";
+  FlightFiles files = read_flight_dir(dir, newer_than, out);
+  std::map<int, RankDump> dumps = newest_job(files, out);
+  out.dumps = (int)dumps.size();
+  if (dumps.empty()) {
+    if (!out.crashes.empty()) {
+      out.named = true;
+      out.verdict = out.crashes.front().summary + ".";
+      out.culprit = "backtrace in " + out.crashes.front().path;
+    }
+    return out;
+  }
+  int world = 0;
+  for (auto& [r, d] : dumps)
+    for (const json& g : d.groups)
+      if (g.at("name") == "world") world = (int)g.at("members").size();
+  std::string& say = out.report;
+  say += format("flight recorders of %zu of %d ranks in %s\n", dumps.size(), world, dir.c_str());
+  // started[group instance][rank]: collectives each member began on it.
+  std::map<std::string, std::map<int, long>> started;
+  for (auto& [r, d] : dumps)
+    for (const json& g : d.groups) started[members_key(g)][r] = g.at("started");
+  const std::vector<std::string> mismatches = order_mismatches(dumps);
+  std::map<int, std::set<int>> waits_for;  // who waits for whom
+  say += "rank  step  state\n";
+  for (auto& [r, d] : dumps) say += format("%4d  %4ld  %s\n", r, d.step + 1, rank_state(r, d, started, waits_for).c_str());
+  for (int r = 0; r < world; r++)
+    if (!dumps.count(r)) say += format("%4d     -  no flight recorder (the process ended before its watchdog fired)\n", r);
+  const std::set<int> behind = ranks_behind(dumps, waits_for);
   for (const std::string& m : mismatches) say += "mismatch: " + m + "\n";
   if (behind.empty()) {
     out.verdict = std::string("no single rank is behind: ") +
@@ -239,26 +297,7 @@ Diagnosis diagnose_run(const std::string& run_dir, double newer_than) {
   out.verdict = format("rank %s %s behind.", rank_list(behind).c_str(), behind.size() == 1 ? "is" : "are");
   say += "verdict: " + out.verdict + "\n";
   for (int b : behind) {
-    // The calls the others wait in that this rank has not joined.
-    for (auto& [r, t] : waits_for) {
-      if (!t.count(b) || !dumps[r].in_flight) continue;
-      const json& c = *dumps[r].in_flight;
-      say += format("  rank %d waits in %s%s, %s\n", r, describe(dumps[r], c).c_str(),
-                    dumps[r].phase.empty() ? "" : (" (" + dumps[r].phase + ")").c_str(),
-                    c.at("group_seq").get<long>() > 0 ? ("which rank " + std::to_string(b) + " has not joined").c_str()
-                                                      : ("which needs rank " + std::to_string(b)).c_str());
-    }
-    std::string what;
-    if (!dumps.count(b)) what = format("rank %d left no flight recorder", b);
-    else if (dumps[b].stalled_s > 0)
-      what = format("rank %d's process was stopped for %.1f s (its watchdog could not run: SIGSTOP, a frozen "
-                    "driver call or heavy swapping)%s%s", b, dumps[b].stalled_s,
-                    dumps[b].in_flight ? (" inside " + describe(dumps[b], *dumps[b].in_flight)).c_str() : "",
-                    dumps[b].fault ? " (here: by fault injection)" : "");
-    else if (dumps[b].in_flight) what = format("rank %d is itself in %s", b, describe(dumps[b], *dumps[b].in_flight).c_str());
-    else what = format("rank %d is not in any communication call: %s, or stopped there%s", b,
-                       dumps[b].phase.empty() ? "computing" : ("in " + dumps[b].phase).c_str(),
-                       dumps[b].fault ? " (here: by fault injection)" : "");
+    const std::string what = explain_behind(b, dumps, waits_for, say);
     say += "  " + what + "\n";
     out.culprit += (out.culprit.empty() ? "" : "; ") + what;
   }

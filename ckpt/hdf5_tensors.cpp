@@ -192,6 +192,22 @@ void H5File::write_raw(const std::string& name, hid_t type, const void* data,
 void H5File::write(const std::string& name, const float* data, const std::vector<int>& shape) {
   write_raw(name, H5T_NATIVE_FLOAT, data, shape);
 }
+void H5File::write(const std::string& name, const bf16* data, const std::vector<int>& shape) {
+  const hid_t t = H5Tcopy(H5T_IEEE_F32LE);
+  const bool ok = t >= 0 && H5Tset_fields(t, 15, 7, 8, 0, 7) >= 0 && H5Tset_precision(t, 16) >= 0 &&
+                  H5Tset_offset(t, 0) >= 0 && H5Tset_size(t, 2) >= 0 && H5Tset_ebias(t, 127) >= 0;
+  if (!ok) {
+    if (t >= 0) H5Tclose(t);
+    throw CheckpointError(path_ + ": cannot define HDF5's bf16 type for " + name);
+  }
+  try {
+    write_raw(name, t, data, shape);
+  } catch (...) {
+    H5Tclose(t);
+    throw;
+  }
+  H5Tclose(t);
+}
 void H5File::write(const std::string& name, const int32_t* data,
                    const std::vector<int>& shape) {
   write_raw(name, H5T_NATIVE_INT32, data, shape);

@@ -9,6 +9,8 @@
 #include <string>
 #include <vector>
 
+#include "runtime/dtype.h"
+
 namespace trainer {
 
 class H5File {
@@ -28,6 +30,10 @@ class H5File {
 
   void write(const std::string& name, const float* data, const std::vector<int>& shape);
   void write(const std::string& name, const int32_t* data, const std::vector<int>& shape);
+  // bf16 as an HDF5 floating-point type of its own (sign bit 15, exponent
+  // bits 7-14 with bias 127, mantissa bits 0-6), so any HDF5 reader converts
+  // it to fp32 itself (h5py: dataset.astype("f4")).
+  void write(const std::string& name, const bf16* data, const std::vector<int>& shape);
   void write_scalar(const std::string& name, double value);
   std::vector<float> read_floats(const std::string& name, std::vector<int>* shape = nullptr);
   std::vector<int32_t> read_ints(const std::string& name);

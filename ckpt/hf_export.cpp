@@ -39,13 +39,17 @@ namespace {
 struct HfWriter {
   const std::map<std::string, GlobalTensor>& t;
   H5File& f;
+  DType dtype;
   const GlobalTensor& get(const std::string& n) const {
     const auto it = t.find(n);
     if (it == t.end()) throw CheckpointError("checkpoint has no tensor " + n);
     return it->second;
   }
   void put(const std::string& name, const std::vector<float>& data, const std::vector<int>& shape) {
-    f.write(name, data.data(), shape);
+    if (dtype == DType::F32) return f.write(name, data.data(), shape);
+    std::vector<bf16> b(data.size());
+    for (size_t i = 0; i < data.size(); i++) b[i] = to_bf16(data[i]);
+    f.write(name, b.data(), shape);
   }
   void copy(const std::string& hf, const std::string& ours) { put(hf, get(ours).data, get(ours).shape); }
   // [rows, cols] -> [cols, rows] (GPT-2's Conv1D stores [in, out]).
@@ -112,13 +116,13 @@ void llama(HfWriter& w, int layers) {
 
 }  // namespace
 
-void export_hf(const std::map<std::string, GlobalTensor>& t, const std::string& out_path) {
+void export_hf(const std::map<std::string, GlobalTensor>& t, const std::string& out_path, DType dtype) {
   const bool is_llama = !t.count("embed.pos");
   size_t bytes = 0;
   for (const auto& [name, g] : t) bytes += g.data.size() * sizeof(float);
   const std::string tmp = out_path + ".tmp";
   H5File f(tmp, H5File::Create, bytes);
-  HfWriter w{t, f};
+  HfWriter w{t, f, dtype};
   int layers = 0;
   while (t.count("layers." + std::to_string(layers) + ".attn.wq")) layers++;
   if (is_llama) llama(w, layers);
@@ -126,6 +130,7 @@ void export_hf(const std::map<std::string, GlobalTensor>& t, const std::string& 
   f.set_string_attr("/", "format",
                     is_llama ? "Hugging Face LlamaForCausalLM names; Linear weights [out, in]; rotate-half RoPE"
                              : "Hugging Face GPT2LMHeadModel names; Conv1D weights [in, out], c_attn = [q k v]");
+  f.set_string_attr("/", "dtype", dtype_name(dtype));
   f.close();
   if (std::rename(tmp.c_str(), out_path.c_str()) != 0) {
     const int err = errno;

@@ -157,7 +157,25 @@ def main():
         subprocess.run([trainer, "ckpt", "export", step, "--output", out], check=True, stdout=subprocess.DEVNULL)
         got = torch_val_loss(out, data, layers=4, eval_sequences=2 * 2 * 2)  # eval_batches x micro x dp
         check(abs(got - val) / val < 1e-5, f"PyTorch from the export reproduces val loss {val:.7f} ({got:.7f})")
+        # bf16 export: HDF5 converts its bf16 type back to fp32 by itself; the
+        # values are PyTorch's bf16 rounding of the fp32 export's.
+        out16 = os.path.join(tmp, "export_bf16.h5")
+        subprocess.run([trainer, "ckpt", "export", step, "--output", out16, "--dtype", "bf16"], check=True,
+                       stdout=subprocess.DEVNULL)
+        with h5py.File(out, "r") as a, h5py.File(out16, "r") as b:
+            names = sorted(_datasets(a))
+            same = names == sorted(_datasets(b)) and all(
+                torch.equal(torch.tensor(a[n][()]).bfloat16().float(), torch.tensor(b[n].astype("f4")[()]))
+                for n in names)
+            check(same and all(b[n].id.get_type().get_size() == 2 for n in names),
+                  f"bf16 export: {len(names)} tensors of 2 bytes, each equal to PyTorch's bf16 rounding of the fp32 export")
     sys.exit(1 if failures else 0)
+
+
+def _datasets(h):
+    out = []
+    h.visititems(lambda n, d: out.append(n) if isinstance(d, h5py.Dataset) else None)
+    return out
 
 
 def torch_val_loss(path, data, layers, eval_sequences):

@@ -7,9 +7,9 @@ const char* kGroupNames[3] = {"param", "adam_m", "adam_v"};
 }
 
 CheckpointStaging::CheckpointStaging(Backend& be, Chunks& chunks, std::vector<std::unique_ptr<AdamW>>& opts,
-                                     int stage, int tp_rank, bool writer, bool async)
+                                     int stage, int tp_rank, bool writer, bool saves_planned)
     : be_(be), chunks_(chunks), opts_(opts), stage_(stage), tp_rank_(tp_rank), writer_(writer) {
-  if (async && writer) this->stage();
+  if (saves_planned && writer) this->stage();
 }
 
 std::vector<CheckpointStaging::Piece> CheckpointStaging::pieces(int which, bool loading) {

@@ -62,7 +62,7 @@ TrainLoop::TrainLoop(Backend& be, ParallelGroups groups, const Recipe& r,
   if (compute_ != DType::F32 && dp_.size() > 1) grad_wire_ = be.alloc(total, compute_, Mem::Comm);
   executor_ = std::make_unique<PipelineExecutor>(be, pipe_, stage_, pp_.get(), chunks_);
   staging_ = std::make_unique<CheckpointStaging>(be, chunks_, opts_, stage_, tp_ ? tp_->rank() : 0,
-                                                 dp_.rank() == 0, r.checkpoint.async);
+                                                 dp_.rank() == 0, r.checkpoint.every > 0);
   make_loader(0);
 }
 

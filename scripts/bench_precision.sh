@@ -15,7 +15,7 @@ threads=${THREADS:-$(nproc)}
 steps=${STEPS:-3}
 rounds=${ROUNDS:-2}
 declare -A sets=(
-  [demo]="configs/demo.toml"
+  [demo]="configs/demo.toml --set parallel.tp=1 --set parallel.pp=1 --set parallel.sequence_parallel=false"
   [gpt2_124m_T256_B4]="configs/gpt2_124m.toml --set model.seq_len=256 --set training.micro_batch=4 --set training.global_batch=4"
 )
 results=""

@@ -80,7 +80,7 @@ class Transformer {
   void backward() { backward(0, CRef()); }
 
   // Pipeline form. forward: a chunk with the embedding reads `inputs`, others
-  // read act_in [boundary_floats()]; a chunk with the head reads `targets` and
+  // read act_in [boundary_elems()]; a chunk with the head reads `targets` and
   // returns the mean loss (others 0). Activations stay in `slot` until
   // backward(slot, grad_out), where a chunk without the head takes the
   // gradient of its output. output(slot) is what forward passes on;

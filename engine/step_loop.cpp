@@ -98,8 +98,14 @@ void StepLoop::inject_faults(long next) {
     std::fprintf(stderr, "fault injection: rank %d %s step %ld\n", rank_, what, next);
     std::fflush(stderr);
   };
-  if (!f.at(Fault::Crash, next).empty()) say("crashes at"), std::raise(SIGKILL);
-  if (!f.at(Fault::Segv, next).empty()) say("gets SIGSEGV at"), std::raise(SIGSEGV);
+  if (!f.at(Fault::Crash, next).empty()) {
+    say("crashes at");
+    std::raise(SIGKILL);
+  }
+  if (!f.at(Fault::Segv, next).empty()) {
+    say("gets SIGSEGV at");
+    std::raise(SIGSEGV);
+  }
   if (!f.at(Fault::Hang, next).empty()) {
     say("stops before its next collective in");
     job_.recorder->hang_at_next_call();

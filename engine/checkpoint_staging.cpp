@@ -32,28 +32,34 @@ std::vector<CheckpointStaging::Piece> CheckpointStaging::pieces(int which, bool 
   return out;
 }
 
-SaveGroups CheckpointStaging::stage() {
+// The saved groups, their pieces pointing nowhere yet (sizes and names only).
+SaveGroups CheckpointStaging::saved_groups(std::vector<Piece> (&all)[3]) {
   SaveGroups gs;
-  if (!writer_) return gs;
-  std::vector<Piece> all[3];
-  size_t n = 0;
   for (int w = 0; w < 3; w++) {
     all[w] = pieces(w, false);
-    for (const Piece& p : all[w]) n += p.t.numel;
+    std::vector<TensorPiece> ts;
+    for (const Piece& p : all[w]) ts.push_back(p.t);
+    gs.push_back({kGroupNames[w], std::move(ts)});
   }
+  return gs;
+}
+
+SaveGroups CheckpointStaging::stage() {
+  if (!writer_) return {};
+  std::vector<Piece> all[3];
+  SaveGroups gs = saved_groups(all);
+  size_t n = 0;
+  for (const auto& [name, ts] : gs)
+    for (const TensorPiece& t : ts) n += t.numel;
   if (snapshot_.count() < n) snapshot_ = be_.alloc(n, DType::F32, Mem::Temporaries, Space::Staging);
   float* host = static_cast<float*>(snapshot_.host());
   size_t off = 0;
-  for (int w = 0; w < 3; w++) {
-    std::vector<TensorPiece> ts;
-    for (Piece& p : all[w]) {
-      be_.to_host(host + off, p.dev, p.t.numel);
-      p.t.data = host + off;
-      off += p.t.numel;
-      ts.push_back(std::move(p.t));
+  for (int w = 0; w < 3; w++)
+    for (size_t i = 0; i < all[w].size(); i++) {
+      be_.to_host(host + off, all[w][i].dev, all[w][i].t.numel);
+      gs[w].second[i].data = host + off;
+      off += all[w][i].t.numel;
     }
-    gs.push_back({kGroupNames[w], std::move(ts)});
-  }
   be_.synchronize();  // the copies are complete before anything reads the snapshot
   return gs;
 }
@@ -77,13 +83,8 @@ void CheckpointStaging::start_async(const std::string& dir, const TrainingState&
 
 size_t CheckpointStaging::file_bytes() {
   if (!writer_) return 0;
-  SaveGroups gs;
-  for (int w = 0; w < 3; w++) {
-    std::vector<TensorPiece> ts;
-    for (Piece& p : pieces(w, false)) ts.push_back(std::move(p.t));
-    gs.push_back({kGroupNames[w], std::move(ts)});
-  }
-  return shard_bytes(gs);
+  std::vector<Piece> all[3];
+  return shard_bytes(saved_groups(all));
 }
 
 // Read into host staging, then copied to the backend.

@@ -55,6 +55,7 @@ class CheckpointStaging {
   // This rank's pieces of params (0), AdamW m (1) or v (2); tied copies of
   // the embedding only when loading.
   std::vector<Piece> pieces(int which, bool loading);
+  SaveGroups saved_groups(std::vector<Piece> (&all)[3]);
   // Copies the saved pieces to the host snapshot; returns them pointing there.
   SaveGroups stage();
   std::string shard_file() const;

@@ -25,29 +25,28 @@ void reduce_data_parallel_grads(Backend& be, Chunks& chunks, DataComm& dp, Buffe
   // communication stream waits for the compute stream to get here.
   be.wait_event(Backend::kCommStream, be.record_event(Backend::kComputeStream));
   const bool narrow = wire_buf && *wire_buf;
-  std::vector<DataComm::Handle> started;
+  // Each piece travels as itself (fp32) or as its slice of the wire buffer,
+  // which is laid out as the chunks' gradients one after another.
+  struct Piece {
+    Ref grad, travels;
+    size_t n;
+  };
+  std::vector<Piece> pieces;
   size_t wire_off = 0;
-  std::vector<std::pair<Ref, size_t>> back;  // (fp32 destination, wire offset) per piece
-  for (auto& m : chunks) {
-    Buffer& g = m->grads();
-    for (size_t off = 0; off < g.count(); off += kMaxElems) {
-      const size_t n = std::min(kMaxElems, g.count() - off);
-      if (!narrow) {
-        started.push_back(dp.start_allreduce(g.ref(off), n, ReduceOp::Sum));
-        continue;
-      }
-      const Ref w = wire_buf->ref(wire_off);
-      be.convert(w, g.ref(off), n);
-      started.push_back(dp.start_allreduce(w, n, ReduceOp::Sum));
-      back.push_back({g.ref(off), wire_off});
+  for (auto& m : chunks)
+    for (size_t off = 0; off < m->grads().count(); off += kMaxElems) {
+      const size_t n = std::min(kMaxElems, m->grads().count() - off);
+      pieces.push_back({m->grads().ref(off), narrow ? wire_buf->ref(wire_off) : m->grads().ref(off), n});
       wire_off += n;
     }
+  std::vector<DataComm::Handle> started;
+  for (const Piece& p : pieces) {
+    if (narrow) be.convert(p.travels, p.grad, p.n);
+    started.push_back(dp.start_allreduce(p.travels, p.n, ReduceOp::Sum));
   }
   for (DataComm::Handle h : started) dp.wait(h);
-  for (size_t i = 0; i < back.size(); i++) {
-    const size_t n = (i + 1 < back.size() ? back[i + 1].second : wire_off) - back[i].second;
-    be.convert(back[i].first, wire_buf->ref(back[i].second), n);
-  }
+  if (narrow)
+    for (const Piece& p : pieces) be.convert(p.grad, p.travels, p.n);
 }
 
 double global_grad_sumsq(Chunks& chunks, ControlComm* pp) {

@@ -7,6 +7,7 @@
 #include "app/commands.h"
 #include "app/recipe.h"
 #include "git_commit.h"
+#include "runtime/backend.h"
 #include "runtime/cpu/blas_core.h"
 #include "runtime/version.h"
 
@@ -21,7 +22,10 @@ int cmd_version() {
   std::string mpi_line = mpi;
   mpi_line = mpi_line.substr(0, mpi_line.find_first_of(",\n"));
   std::printf("trainer %s (git %s)\n", kTrainerVersion, TRAINER_GIT_COMMIT);
-  std::printf("backends: cpu (the CUDA backend is not built yet)\n");
+  std::string backends;
+  for (const std::string& b : compiled_backends()) backends += (backends.empty() ? "" : ", ") + b;
+  std::printf("backends: %s\n", backends.c_str());
+  if (const std::string gpu = backend_library_versions(); !gpu.empty()) std::printf("gpu libraries: %s\n", gpu.c_str());
   std::printf("libraries: %s, HDF5 %u.%u.%u, toml++ %s, %s, compiler GCC %d.%d.%d\n", mpi_line.c_str(), h5maj,
               h5min, h5rel, toml_library_version().c_str(), blas_library_version().c_str(), __GNUC__,
               __GNUC_MINOR__, __GNUC_PATCHLEVEL__);

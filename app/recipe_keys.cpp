@@ -187,7 +187,10 @@ std::vector<RecipeKey> make_keys() {
         AT(checkpoint.allow_changes)).def(Strings{}),
       // [runtime]
       K("runtime", "threads", Int, "CPU threads per rank", AT(runtime.threads)).def(1L).at_least(1).at_most(1024),
-      K("runtime", "backend", Choice, "compute backend", AT(runtime.backend)).def(std::string("cpu")).choose({"cpu"}),
+      K("runtime", "backend", Choice, "compute backend (\"cuda\": one GPU per rank; `trainer --version` lists those built in)",
+        AT(runtime.backend)).def(std::string("cpu")).choose({"cpu", "cuda"}),
+      K("runtime", "allow_tf32", Bool, "CUDA: fp32 matrix products may use TF32 tensor cores (faster, ~1e-3 relative error)",
+        AT(runtime.allow_tf32)).def(false),
       K("runtime", "peak_gflops", Float, "peak GFLOP/s per rank for MFU (0: measured once per machine and cached)",
         AT(runtime.peak_gflops)).def(0.0).at_least(0),
       K("runtime", "comm_timeout", Float, "seconds a rank may sit in one communication call (or make no progress) before its watchdog ends the job (exit 5; 0: off)",

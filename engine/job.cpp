@@ -8,6 +8,7 @@
 
 #include "ckpt/checkpoint.h"
 #include "ckpt/hdf5_tensors.h"
+#include "engine/device_comms.h"
 #include "runtime/crash_report.h"
 #include "runtime/peak_cache.h"
 #include "runtime/sgemm_peak.h"
@@ -96,8 +97,10 @@ void set_up_job(Job& job, int rank, int launch) {
     job.val = std::make_unique<TokenDataset>(r.data.val_files, r.model.seq_len, r.model.vocab_size);
   job.faults = FaultPlan(r.faults, rank, launch);
   start_recording(job, rank, launch);
-  job.grid = std::make_unique<ProcessGrid>(MPI_COMM_WORLD, r.grid, job.recorder.get());
-  job.backend = make_backend({r.runtime.backend, r.runtime.threads});
+  const int local_ranks = ranks_on_node();
+  job.backend = make_backend({r.runtime.backend, r.runtime.threads, -1, local_ranks, r.runtime.allow_tf32});
+  job.grid = std::make_unique<ProcessGrid>(MPI_COMM_WORLD, r.grid, job.recorder.get(),
+                                           data_comms_for(*job.backend, local_ranks, rank == 0));
   job.loop = std::make_unique<TrainLoop>(*job.backend, groups_of(*job.grid), r, *job.train, job.val.get());
   if (!job.resumed_from.empty()) {
     job.loop->load_checkpoint(job.resumed_from);

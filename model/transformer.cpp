@@ -322,7 +322,7 @@ void Transformer::layer_bwd(LayerActs& a, const LayerParams& lp, int l) {
   gf = grad_rows_to_full(g_resid_);
   be_.matmul(false, false, M, A, d, 1.f, gf, W(lp.wo), 0.f, g_att_);
   be_.matmul(true, false, d, A, M, 1.f, gf, a.att, 1.f, G(lp.wo));
-  be_.attention_bwd(g_qkv_, g_att_, a.qkv, a.stats, attn_shape());
+  be_.attention_bwd(g_qkv_, g_att_, a.qkv, a.att, a.stats, attn_shape());
   if (!gpt2) be_.rope(g_qkv_, attn_shape(), cfg_.rope_theta, true);
   be_.matmul(false, false, M, d, Q, 1.f, g_qkv_, W(lp.wqkv), 0.f, g_norm_);
   be_.matmul(true, false, Q, d, M, 1.f, g_qkv_, a.norm1, 1.f, G(lp.wqkv));

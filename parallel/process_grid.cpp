@@ -6,7 +6,8 @@ GridCoords grid_coords(const GridShape& g, int r) {
   return {r / (g.tp * g.pp), (r / g.tp) % g.pp, r % g.tp};
 }
 
-ProcessGrid::ProcessGrid(MPI_Comm world, const GridShape& shape, FlightRecorder* recorder)
+ProcessGrid::ProcessGrid(MPI_Comm world, const GridShape& shape, FlightRecorder* recorder,
+                         const DataCommMaker& make_data)
     : shape_(shape) {
   int rank = 0;
   MPI_Comm_rank(world, &rank);
@@ -23,9 +24,10 @@ ProcessGrid::ProcessGrid(MPI_Comm world, const GridShape& shape, FlightRecorder*
   const char* names[kGroups] = {"world", "dp", "pp", "tp", "embed"};
   for (int g = 0; g < kGroups; g++) {
     mpi_control_[g] = std::make_unique<MpiControlComm>(comms_[g]);
-    mpi_data_[g] = std::make_unique<MpiDataComm>(comms_[g]);
+    own_data_[g] = make_data ? make_data(Group(g), comms_[g], *mpi_control_[g])
+                             : std::make_unique<MpiDataComm>(comms_[g]);
     control_[g] = mpi_control_[g].get();
-    data_[g] = mpi_data_[g].get();
+    data_[g] = own_data_[g].get();
     if (!recorder) continue;
     std::vector<int> members(mpi_control_[g]->size());  // world rank of each group rank
     MPI_Allgather(&rank, 1, MPI_INT, members.data(), 1, MPI_INT, comms_[g]);
@@ -33,14 +35,14 @@ ProcessGrid::ProcessGrid(MPI_Comm world, const GridShape& shape, FlightRecorder*
     // sequence, which every member makes in the same order.
     const int id = recorder->add_group(names[g], members);
     rec_control_[g] = std::make_unique<RecordingControlComm>(*mpi_control_[g], *recorder, id, members);
-    rec_data_[g] = std::make_unique<RecordingDataComm>(*mpi_data_[g], *recorder, id, members);
+    rec_data_[g] = std::make_unique<RecordingDataComm>(*own_data_[g], *recorder, id, members);
     control_[g] = rec_control_[g].get();
     data_[g] = rec_data_[g].get();
   }
 }
 
 ProcessGrid::~ProcessGrid() {
-  for (int g = 0; g < kGroups; g++) mpi_data_[g].reset();  // their duplicates first
+  for (int g = 0; g < kGroups; g++) own_data_[g].reset();  // their duplicates first
   for (int g = Dp; g < kGroups; g++)
     if (comms_[g] != MPI_COMM_NULL) MPI_Comm_free(&comms_[g]);
 }

@@ -4,6 +4,7 @@
 // kind gets its own sub-communicator.
 #include <mpi.h>
 
+#include <functional>
 #include <memory>
 
 #include "parallel/mpi_communicator.h"
@@ -26,14 +27,19 @@ GridCoords grid_coords(const GridShape& g, int world_rank);
 // communicator (backend buffers) over the same ranks.
 class ProcessGrid {
  public:
+  enum Group { World, Dp, Pp, Tp, Embed, kGroups };
+  // Makes a group's data communicator (collective over the group); the
+  // default is MPI on host memory (the CPU backend's).
+  using DataCommMaker = std::function<std::unique_ptr<DataComm>(Group, MPI_Comm, ControlComm&)>;
+
   // Collective over `world`; world size must equal dp*pp*tp (checked by caller).
   // With a flight recorder, every group's calls are logged into it.
-  ProcessGrid(MPI_Comm world, const GridShape& shape, FlightRecorder* recorder = nullptr);
+  ProcessGrid(MPI_Comm world, const GridShape& shape, FlightRecorder* recorder = nullptr,
+              const DataCommMaker& make_data = {});
   ~ProcessGrid();
   ProcessGrid(const ProcessGrid&) = delete;
   ProcessGrid& operator=(const ProcessGrid&) = delete;
 
-  enum Group { World, Dp, Pp, Tp, Embed, kGroups };
   const GridShape& shape() const { return shape_; }
   const GridCoords& coords() const { return coords_; }
   ControlComm& control(Group g) { return *control_[g]; }
@@ -48,7 +54,7 @@ class ProcessGrid {
   GridCoords coords_;
   MPI_Comm comms_[kGroups] = {MPI_COMM_NULL, MPI_COMM_NULL, MPI_COMM_NULL, MPI_COMM_NULL, MPI_COMM_NULL};
   std::unique_ptr<MpiControlComm> mpi_control_[kGroups];
-  std::unique_ptr<MpiDataComm> mpi_data_[kGroups];
+  std::unique_ptr<DataComm> own_data_[kGroups];
   std::unique_ptr<RecordingControlComm> rec_control_[kGroups];
   std::unique_ptr<RecordingDataComm> rec_data_[kGroups];
   ControlComm* control_[kGroups];  // the recorded ones when there is a recorder

@@ -5,12 +5,48 @@
 
 #include <stdexcept>
 
+#ifdef TRAINER_WITH_CUDA
+#include "runtime/cuda/cuda_backend.h"
+#endif
+
 namespace trainer {
+
+std::vector<std::string> compiled_backends() {
+#ifdef TRAINER_WITH_CUDA
+  return {"cpu", "cuda"};
+#else
+  return {"cpu"};
+#endif
+}
+
+std::string backend_library_versions() {
+#ifdef TRAINER_WITH_CUDA
+  return cuda::library_versions();
+#else
+  return "";
+#endif
+}
+
+namespace {
+std::unique_ptr<Backend> make_cuda_backend(const BackendOptions& opt) {
+#ifdef TRAINER_WITH_CUDA
+  const std::string why = cuda::no_device_reason();
+  if (!why.empty()) throw RecipeError("runtime.backend = \"cuda\" but " + why + "; use runtime.backend = \"cpu\" here");
+  const int local = opt.local_rank >= 0 ? opt.local_rank : cuda::local_rank_from_env();
+  const cuda::DeviceChoice c = cuda::choose_device(local, opt.ranks_on_node, cuda::device_count());
+  return std::make_unique<CudaBackend>(CudaOptions{c.device, opt.allow_tf32});
+#else
+  (void)opt;
+  throw RecipeError("runtime.backend = \"cuda\" but this binary was built without the CUDA backend "
+                    "(`trainer --version` lists the backends; rebuild on a machine with the CUDA toolkit)");
+#endif
+}
+}  // namespace
 
 std::unique_ptr<Backend> make_backend(const BackendOptions& opt) {
   if (opt.kind == "cpu") return std::make_unique<CpuBackend>(opt.threads);
-  throw RecipeError("runtime.backend = \"" + opt.kind +
-                    "\" is not available in this build (only \"cpu\")");
+  if (opt.kind == "cuda") return make_cuda_backend(opt);
+  throw RecipeError("runtime.backend = \"" + opt.kind + "\" is not a backend (\"cpu\" or \"cuda\")");
 }
 
 }  // namespace trainer

@@ -126,8 +126,10 @@ class Backend {
   // T <= block a head is one block.
   static constexpr int kAttentionBlock = 256;
   virtual void attention_fwd(Ref out, float* stats, CRef qkv, const AttentionShape& s) = 0;
-  // dqkv (overwritten) from dout.
-  virtual void attention_bwd(Ref dqkv, CRef dout, CRef qkv, const float* stats, const AttentionShape& s) = 0;
+  // dqkv (overwritten) from dout. `out` is the forward's output (fused
+  // kernels such as cuDNN's use rowsum(dout * out); the CPU one rebuilds it).
+  virtual void attention_bwd(Ref dqkv, CRef dout, CRef qkv, CRef out, const float* stats,
+                             const AttentionShape& s) = 0;
 
   // Cross entropy over fp32 logits [rows, V] that may be one vocabulary shard
   // (token ids [vocab_offset, vocab_offset + V)), in three steps with
@@ -184,8 +186,16 @@ std::vector<float> host_copy(Backend& be, CRef src, size_t n);
 
 struct BackendOptions {
   std::string kind = "cpu";
-  int threads = 1;
+  int threads = 1;          // CPU threads
+  int local_rank = -1;      // CUDA: the rank's index on its node (-1: from the launcher's variables)
+  int ranks_on_node = 1;    // CUDA: ranks sharing the node's GPUs
+  bool allow_tf32 = false;  // CUDA: fp32 GEMMs in TF32
 };
+
+// The backends compiled into this binary ("cpu", and "cuda" when built with
+// it) and, for `trainer --version`, the libraries behind them.
+std::vector<std::string> compiled_backends();
+std::string backend_library_versions();
 
 std::unique_ptr<Backend> make_backend(const BackendOptions& opt);
 

@@ -12,6 +12,13 @@
 
 namespace trainer {
 
+namespace {
+void (*abort_hook)() = nullptr;
+}  // namespace
+
+void Watchdog::set_abort_hook(void (*hook)()) { abort_hook = hook; }
+
+
 Watchdog::Watchdog(FlightRecorder& rec, double timeout_s, std::string dump_path, double grace_s,
                    std::function<int()> dump_requests)
     : rec_(rec), dump_requests_(std::move(dump_requests)), timeout_s_(timeout_s), grace_s_(grace_s),
@@ -74,6 +81,7 @@ void Watchdog::run() {
     std::fflush(stderr);
     std::this_thread::sleep_for(std::chrono::duration<double>(grace_s_));
     std::fflush(stdout);
+    if (abort_hook) abort_hook();
     _exit(kExitCommTimeout);
   }
 }

@@ -28,6 +28,9 @@ class Watchdog {
   ~Watchdog();
   Watchdog(const Watchdog&) = delete;
   Watchdog& operator=(const Watchdog&) = delete;
+  // Run just before a timeout ends the process: aborts what could keep it
+  // (or a device) waiting on a dead peer, e.g. NCCL communicators.
+  static void set_abort_hook(void (*hook)());
 
  private:
   void run();

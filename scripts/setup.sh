@@ -3,6 +3,9 @@
 #   scripts/setup.sh          build + run (compiler, CMake, MPI, HDF5, toml++, OpenBLAS)
 #   scripts/setup.sh test     also GoogleTest, the PyTorch/h5py reference stack and
 #                             Slurm + munge (a real single-node Slurm for tests/slurm_check.sh)
+# Where the CUDA toolkit is installed (nvcc), it also fetches the cuDNN C++
+# frontend headers the CUDA backend compiles against (not in Debian): a pinned
+# wheel from PyPI, checked against its SHA-256, unpacked into third_party/.
 set -euo pipefail
 
 pkgs=(g++ cmake ninja-build openmpi-bin libopenmpi-dev libhdf5-openmpi-dev
@@ -15,14 +18,38 @@ missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
-[[ ${#missing[@]} -eq 0 ]] && exit 0
 
-echo "setup: installing ${missing[*]}"
-sudo=""
-if [[ $(id -u) -ne 0 ]]; then
-  command -v sudo >/dev/null || { echo "setup: need root or sudo to install: ${missing[*]}" >&2; exit 1; }
-  sudo="sudo"
+if [[ ${#missing[@]} -gt 0 ]]; then
+  echo "setup: installing ${missing[*]}"
+  sudo=""
+  if [[ $(id -u) -ne 0 ]]; then
+    command -v sudo >/dev/null || { echo "setup: need root or sudo to install: ${missing[*]}" >&2; exit 1; }
+    sudo="sudo"
+  fi
+  export DEBIAN_FRONTEND=noninteractive
+  $sudo apt-get update -qq
+  $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
-export DEBIAN_FRONTEND=noninteractive
-$sudo apt-get update -qq
-$sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+
+# The cuDNN frontend: header-only (MIT); any wheel of the version holds the
+# same headers, so one pinned file is named whatever the local Python is.
+fe_version=1.32.0
+fe_wheel=nvidia_cudnn_frontend-${fe_version}-cp311-cp311-manylinux_2_27_x86_64.manylinux_2_28_x86_64.whl
+fe_sha256=c6006556017a4d1c914c52a556c71b1267f2d6a0500f742e7b4edef539878df0
+fe_dir="$(cd "$(dirname "$0")/.." && pwd)/third_party/cudnn_frontend"
+if { command -v nvcc >/dev/null || [[ -x /usr/local/cuda/bin/nvcc ]]; } &&
+   [[ "$(cat "$fe_dir/VERSION" 2>/dev/null)" != "$fe_version" ]]; then
+  echo "setup: fetching the cuDNN frontend $fe_version headers (PyPI) into third_party/"
+  tmp=$(mktemp -d)
+  trap 'rm -rf "$tmp"' EXIT
+  if python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.11 \
+       --platform manylinux_2_28_x86_64 -d "$tmp" "nvidia-cudnn-frontend==$fe_version" &&
+     echo "$fe_sha256  $tmp/$fe_wheel" | sha256sum -c --quiet; then
+    rm -rf "$fe_dir" && mkdir -p "$fe_dir"
+    python3 -m zipfile -e "$tmp/$fe_wheel" "$tmp/unpacked"
+    mv "$tmp/unpacked/include" "$fe_dir/include"
+    echo "$fe_version" > "$fe_dir/VERSION"
+  else
+    echo "setup: could not fetch nvidia-cudnn-frontend $fe_version; the build leaves the CUDA backend out" >&2
+  fi
+fi

@@ -345,7 +345,7 @@ TEST_F(Fixture, CausalGqaAttentionForwardBackward) {
     const float* st = stats.data() + ((size_t)1 * s.T + 3) * Backend::kAttentionStats;
     EXPECT_NEAR(st[0], mx, 1e-5) << "block " << block;
     EXPECT_NEAR(st[1], sum, 1e-5 * sum) << "block " << block;
-    be.attention_bwd(dqkv.data(), R.data(), qkv.data(), stats.data(), s);
+    be.attention_bwd(dqkv.data(), R.data(), qkv.data(), out.data(), stats.data(), s);
     expect_close(dqkv, grad_ref, 1e-4, 1e-5, ("attention bwd, block " + std::to_string(block)).c_str());
   }
   be.set_attention_block(Backend::kAttentionBlock);

@@ -49,7 +49,8 @@ class CpuBackend final : public Backend {
   void rope(Ref qkv, const AttentionShape& s, float theta, bool inverse) override;
 
   void attention_fwd(Ref out, float* stats, CRef qkv, const AttentionShape& s) override;
-  void attention_bwd(Ref dqkv, CRef dout, CRef qkv, const float* stats, const AttentionShape& s) override;
+  void attention_bwd(Ref dqkv, CRef dout, CRef qkv, CRef out, const float* stats,
+                     const AttentionShape& s) override;
   // Query rows per attention block: each thread holds a block x T slice of
   // scores (two in backward). At T <= block the whole head is one block, the
   // same products as an unblocked kernel. Tests lower it to reach the

@@ -121,7 +121,8 @@ void CpuBackend::attention_fwd(Ref out, float* stats, CRef qkv, const AttentionS
   f32_attention_fwd(f.out(out, rows * s.H * s.hd), stats, q, s);
 }
 
-void CpuBackend::attention_bwd(Ref dqkv, CRef dout, CRef qkv, const float* stats, const AttentionShape& s) {
+void CpuBackend::attention_bwd(Ref dqkv, CRef dout, CRef qkv, CRef /*out*/, const float* stats,
+                               const AttentionShape& s) {
   F32Args f;
   const size_t rows = (size_t)s.B * s.T;
   const float *d = f.in(dout, rows * s.H * s.hd), *q = f.in(qkv, rows * s.row);

@@ -1,0 +1,105 @@
+#include "parallel/nccl_communicator.h"
+
+#include <mutex>
+#include <set>
+#include <stdexcept>
+#include <string>
+#include <thread>
+
+#include "runtime/cuda/cuda_check.h"
+
+namespace trainer {
+
+namespace {
+void nccl_check(ncclResult_t r, const char* what) {
+  if (r != ncclSuccess) cuda::fail("NCCL", ncclGetErrorString(r), what, __FILE__, __LINE__);
+}
+#define NCCL_CHECK(x) nccl_check((x), #x)
+
+ncclDataType_t nccl_type(DType d) {
+  return d == DType::BF16 ? ncclBfloat16 : d == DType::I32 ? ncclInt32 : ncclFloat32;
+}
+
+// Every live communicator, for abort_all (the watchdog's thread).
+std::mutex g_mu;
+std::set<ncclComm_t> g_comms;
+}  // namespace
+
+ncclUniqueId nccl_unique_id(ControlComm& control) {
+  ncclUniqueId id{};
+  if (control.rank() == 0) NCCL_CHECK(ncclGetUniqueId(&id));
+  control.broadcast(&id, sizeof id, 0);
+  return id;
+}
+
+NcclDataComm::NcclDataComm(ControlComm& control, CudaBackend& be)
+    : be_(be), rank_(control.rank()), size_(control.size()) {
+  const ncclUniqueId id = nccl_unique_id(control);
+  NCCL_CHECK(ncclCommInitRank(&comm_, size_, id, rank_));
+  std::lock_guard<std::mutex> l(g_mu);
+  g_comms.insert(comm_);
+}
+
+NcclDataComm::~NcclDataComm() {
+  {
+    std::lock_guard<std::mutex> l(g_mu);
+    g_comms.erase(comm_);
+  }
+  if (comm_) ncclCommDestroy(comm_);
+}
+
+void NcclDataComm::abort_all() {
+  std::lock_guard<std::mutex> l(g_mu);
+  for (ncclComm_t c : g_comms) ncclCommAbort(c);
+  g_comms.clear();
+}
+
+// The handle is the completion event recorded on the communication stream
+// after the operation.
+template <class F>
+DataComm::Handle NcclDataComm::enqueue(F&& issue) {
+  be_.wait_event(Backend::kCommStream, be_.record_event(Backend::kComputeStream));
+  issue(be_.stream(Backend::kCommStream));
+  return (Handle)be_.record_event(Backend::kCommStream).id;
+}
+
+DataComm::Handle NcclDataComm::start_allreduce(Ref x, size_t n, ReduceOp op) {
+  return enqueue([&](cudaStream_t s) {
+    NCCL_CHECK(ncclAllReduce(x.p, x.p, n, nccl_type(x.dt), op == ReduceOp::Max ? ncclMax : ncclSum, comm_, s));
+  });
+}
+
+DataComm::Handle NcclDataComm::start_reduce_scatter(CRef in, Ref out, size_t n) {
+  return enqueue(
+      [&](cudaStream_t s) { NCCL_CHECK(ncclReduceScatter(in.p, out.p, n, nccl_type(in.dt), ncclSum, comm_, s)); });
+}
+
+DataComm::Handle NcclDataComm::start_allgather(CRef in, Ref out, size_t n) {
+  return enqueue([&](cudaStream_t s) { NCCL_CHECK(ncclAllGather(in.p, out.p, n, nccl_type(in.dt), comm_, s)); });
+}
+
+// Tags are not carried: sends and receives between two ranks match in the
+// order they are issued.
+DataComm::Handle NcclDataComm::isend(CRef data, size_t n, int peer, int /*tag*/) {
+  return enqueue([&](cudaStream_t s) { NCCL_CHECK(ncclSend(data.p, n, nccl_type(data.dt), peer, comm_, s)); });
+}
+
+DataComm::Handle NcclDataComm::irecv(Ref data, size_t n, int peer, int /*tag*/) {
+  return enqueue([&](cudaStream_t s) { NCCL_CHECK(ncclRecv(data.p, n, nccl_type(data.dt), peer, comm_, s)); });
+}
+
+// Polls the completion event (yielding) rather than blocking in the driver,
+// so a hang is one in-flight flight-recorder entry, and checks NCCL's own
+// asynchronous error state meanwhile (a failed peer shows up there).
+void NcclDataComm::wait(Handle h) {
+  const Backend::Event done{Backend::kCommStream, (uint64_t)h};
+  while (!be_.event_done(done)) {
+    ncclResult_t async = ncclSuccess;
+    NCCL_CHECK(ncclCommGetAsyncError(comm_, &async));
+    NCCL_CHECK(async);
+    std::this_thread::yield();
+  }
+  be_.wait_event(Backend::kComputeStream, done);
+}
+
+}  // namespace trainer

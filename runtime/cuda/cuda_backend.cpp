@@ -1,0 +1,265 @@
+#include "runtime/cuda/cuda_backend.h"
+
+#include <algorithm>
+#include <cstring>
+#include <functional>
+#include <stdexcept>
+
+#include "runtime/cuda/cuda_check.h"
+#include "runtime/cuda/kernels.h"
+
+namespace trainer {
+
+namespace {
+constexpr size_t kGemmWorkspaceBytes = 32u << 20;  // cuBLASLt's recommendation for Hopper
+constexpr size_t kEventRing = 4096;
+}  // namespace
+
+CudaBackend::CudaBackend(const CudaOptions& opt) : device_(opt.device) {
+  CUDA_CHECK(cudaSetDevice(device_));
+  info_ = cuda::device_info(device_);
+  CUDA_CHECK(cudaStreamCreate(&compute_));
+  CUDA_CHECK(cudaStreamCreate(&comm_));
+  events_.resize(kEventRing, nullptr);
+  gemm_workspace_ = alloc(kGemmWorkspaceBytes, DType::BF16, Mem::Temporaries);
+  gemm_ = std::make_unique<cuda::LtGemm>(gemm_workspace_.ref().p, gemm_workspace_.bytes(), opt.allow_tf32);
+}
+
+CudaBackend::~CudaBackend() {
+  cudaDeviceSynchronize();
+  for (cudaEvent_t e : events_)
+    if (e) cudaEventDestroy(e);
+  cudaStreamDestroy(compute_);
+  cudaStreamDestroy(comm_);
+}
+
+void* CudaBackend::allocate(size_t bytes, Mem kind, Space space) {
+  return space == Space::Staging ? alloc_.allocate_pinned(bytes) : alloc_.allocate(bytes, kind);
+}
+void CudaBackend::release(void* p) { alloc_.release(p); }
+
+void* CudaBackend::scratch(int slot, size_t bytes) {
+  Buffer& b = scratch_[slot];
+  if (bytes > b.bytes()) {
+    b.reset();
+    b = alloc(bytes, DType::BF16, Mem::Temporaries);  // counted in bytes; the type is only a unit
+  }
+  return b.ref().p;
+}
+
+cuda::CudnnSdpa& CudaBackend::sdpa() {
+  if (!sdpa_) sdpa_ = std::make_unique<cuda::CudnnSdpa>();
+  return *sdpa_;
+}
+
+// --- memory, copies ---
+
+void CudaBackend::zero(Ref p, size_t n) {
+  if (n) CUDA_CHECK(cudaMemsetAsync(p.p, 0, n * dtype_size(p.dt), compute_));
+}
+void CudaBackend::copy(Ref dst, CRef src, size_t n) {
+  if (dst.dt != src.dt) throw std::logic_error("Backend::copy between element types (use convert)");
+  if (n) CUDA_CHECK(cudaMemcpyAsync(dst.p, src.p, n * dtype_size(dst.dt), cudaMemcpyDefault, compute_));
+}
+void CudaBackend::convert(Ref dst, CRef src, size_t n) { cuda::convert(compute_, dst, src, n); }
+
+// Host copies wait for the compute stream: the data must be complete, and
+// the caller's host memory must be usable (or reusable) on return.
+void CudaBackend::to_host(void* host, CRef src, size_t n) {
+  if (!n) return;
+  CUDA_CHECK(cudaMemcpyAsync(host, src.p, n * dtype_size(src.dt), cudaMemcpyDefault, compute_));
+  CUDA_CHECK(cudaStreamSynchronize(compute_));
+}
+void CudaBackend::from_host(Ref dst, const void* host, size_t n) {
+  if (!n) return;
+  CUDA_CHECK(cudaMemcpyAsync(dst.p, host, n * dtype_size(dst.dt), cudaMemcpyDefault, compute_));
+  CUDA_CHECK(cudaStreamSynchronize(compute_));
+}
+
+// --- streams and events ---
+
+cudaEvent_t CudaBackend::event_slot(uint64_t id) {
+  cudaEvent_t& e = events_[id % kEventRing];
+  if (!e) CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+  return e;
+}
+// An Event names a ring slot; a slot is re-recorded kEventRing events later,
+// by which time the step that held the old event has long been waited for.
+Backend::Event CudaBackend::record_event(Stream s) {
+  const Event ev{s, ++next_event_};
+  CUDA_CHECK(cudaEventRecord(event_slot(ev.id), stream(s)));
+  return ev;
+}
+void CudaBackend::wait_event(Stream waiter, const Event& e) {
+  CUDA_CHECK(cudaStreamWaitEvent(stream(waiter), event_slot(e.id), 0));
+}
+void CudaBackend::synchronize_event(const Event& e) { CUDA_CHECK(cudaEventSynchronize(event_slot(e.id))); }
+bool CudaBackend::event_done(const Event& e) {
+  const cudaError_t r = cudaEventQuery(event_slot(e.id));
+  if (r == cudaErrorNotReady) return false;
+  CUDA_CHECK(r);
+  return true;
+}
+void CudaBackend::synchronize() {
+  CUDA_CHECK(cudaStreamSynchronize(compute_));
+  CUDA_CHECK(cudaStreamSynchronize(comm_));
+}
+
+// --- GEMM ---
+
+// cuBLASLt multiplies operands of one element type. Where the model mixes
+// them (the LM head: fp32 logits gradients with bf16 weights and
+// activations), the fp32 operand is rounded to bf16 first, as mixed-precision
+// autocast does; the product still accumulates in fp32.
+void CudaBackend::matmul(bool transA, bool transB, int M, int N, int K, float alpha, CRef A, CRef B, float beta,
+                         Ref C) {
+  if (A.dt != B.dt) {
+    const bool a_wide = A.dt == DType::F32;
+    const size_t n = a_wide ? (size_t)M * K : (size_t)K * N;
+    Ref tmp(scratch(kGemmOperand, n * 2), DType::BF16);
+    cuda::convert(compute_, tmp, a_wide ? A : B, n);
+    (a_wide ? A : B) = tmp;
+  }
+  gemm_->run(compute_, transA, transB, M, N, K, alpha, A, B, beta, C);
+}
+
+void CudaBackend::add_bias(Ref y, CRef b, int rows, int cols) { cuda::add_bias(compute_, y, b, rows, cols); }
+void CudaBackend::bias_bwd(float* db, CRef dy, int rows, int cols) {
+  cuda::bias_bwd(compute_, db, dy, rows, cols, scratch_f32(kReduce, cuda::colsum_scratch_floats(rows, cols)));
+}
+void CudaBackend::add(Ref out, CRef a, CRef b, size_t n) { cuda::add(compute_, out, a, b, n); }
+
+// --- embeddings, norms, activations ---
+
+void CudaBackend::embedding_fwd(Ref out, const int32_t* tokens, int rows, CRef wte, int vocab_offset, int vocab_rows,
+                                int C) {
+  cuda::embedding_fwd(compute_, out, tokens, rows, wte, vocab_offset, vocab_rows, C);
+}
+void CudaBackend::embedding_bwd(float* dwte, CRef dout, const int32_t* tokens, int rows, int vocab_offset,
+                                int vocab_rows, int C) {
+  const size_t bytes = cuda::embedding_bwd_scratch_bytes(rows);
+  cuda::embedding_bwd(compute_, dwte, dout, tokens, rows, vocab_offset, vocab_rows, C, scratch(kEmbedSort, bytes),
+                      bytes);
+}
+void CudaBackend::position_fwd(Ref out, CRef wpe, int rows, int row_offset, int T, int C) {
+  cuda::position_fwd(compute_, out, wpe, rows, row_offset, T, C);
+}
+void CudaBackend::position_bwd(float* dwpe, CRef dout, int rows, int row_offset, int T, int C) {
+  cuda::position_bwd(compute_, dwpe, dout, rows, row_offset, T, C);
+}
+void CudaBackend::layernorm_fwd(Ref out, float* mean, float* rstd, CRef x, CRef w, CRef b, int rows, int C,
+                                float eps) {
+  cuda::layernorm_fwd(compute_, out, mean, rstd, x, w, b, rows, C, eps);
+}
+void CudaBackend::layernorm_bwd(Ref dx, float* dw, float* db, CRef dout, CRef x, CRef w, const float* mean,
+                                const float* rstd, int rows, int C) {
+  cuda::layernorm_bwd(compute_, dx, dw, db, dout, x, w, mean, rstd, rows, C,
+                      scratch_f32(kReduce, cuda::colsum_scratch_floats(rows, C, 2)));
+}
+void CudaBackend::rmsnorm_fwd(Ref out, float* rstd, CRef x, CRef w, int rows, int C, float eps) {
+  cuda::rmsnorm_fwd(compute_, out, rstd, x, w, rows, C, eps);
+}
+void CudaBackend::rmsnorm_bwd(Ref dx, float* dw, CRef dout, CRef x, CRef w, const float* rstd, int rows, int C) {
+  cuda::rmsnorm_bwd(compute_, dx, dw, dout, x, w, rstd, rows, C,
+                    scratch_f32(kReduce, cuda::colsum_scratch_floats(rows, C)));
+}
+void CudaBackend::gelu_fwd(Ref out, CRef x, size_t n) { cuda::gelu_fwd(compute_, out, x, n); }
+void CudaBackend::gelu_bwd(Ref dx, CRef x, CRef dout, size_t n) { cuda::gelu_bwd(compute_, dx, x, dout, n); }
+void CudaBackend::swiglu_fwd(Ref out, CRef gate_up, int rows, int F) {
+  cuda::swiglu_fwd(compute_, out, gate_up, rows, F);
+}
+void CudaBackend::swiglu_bwd(Ref dgate_up, CRef gate_up, CRef dout, int rows, int F) {
+  cuda::swiglu_bwd(compute_, dgate_up, gate_up, dout, rows, F);
+}
+void CudaBackend::rope(Ref qkv, const AttentionShape& s, float theta, bool inverse) {
+  cuda::rope(compute_, qkv, s, theta, inverse);
+}
+
+// --- attention ---
+
+namespace {
+// cuDNN's workspace comes from a scratch slot of the backend.
+struct SlotWorkspace : cuda::SdpaWorkspace {
+  std::function<void*(size_t)> get_fn;
+  void* get(size_t bytes) override { return get_fn(bytes); }
+};
+}  // namespace
+
+void CudaBackend::attention_fwd(Ref out, float* stats, CRef qkv, const AttentionShape& s) {
+  if (qkv.dt == DType::F32) return cuda::attention_fwd_f32(compute_, out.f32(), stats, qkv.f32(), s);
+  const size_t rows = (size_t)s.B * s.H * s.T;
+  float* lse = scratch_f32(kAttnRows, rows);
+  SlotWorkspace ws;
+  ws.get_fn = [this](size_t b) { return scratch(kAttnWorkspace, b); };
+  sdpa().forward(compute_, out.p, lse, qkv.p, s, ws);
+  cuda::lse_to_stats(compute_, stats, lse, rows);
+}
+
+void CudaBackend::attention_bwd(Ref dqkv, CRef dout, CRef qkv, CRef out, const float* stats,
+                                const AttentionShape& s) {
+  if (qkv.dt == DType::F32)
+    return cuda::attention_bwd_f32(compute_, dqkv.f32(), dout.f32(), qkv.f32(), stats, s,
+                                   scratch_f32(kAttnRows, cuda::attention_bwd_scratch_floats(s)));
+  const size_t rows = (size_t)s.B * s.H * s.T;
+  float* lse = scratch_f32(kAttnRows, rows);
+  cuda::stats_to_lse(compute_, lse, stats, rows);
+  SlotWorkspace ws;
+  ws.get_fn = [this](size_t b) { return scratch(kAttnWorkspace, b); };
+  sdpa().backward(compute_, dqkv.p, dout.p, qkv.p, out.p, lse, s, ws);
+}
+
+// --- cross entropy, norms of gradients, optimizer ---
+
+void CudaBackend::row_max(float* max, const float* logits, int rows, int V) {
+  cuda::row_max(compute_, max, logits, rows, V);
+}
+void CudaBackend::ce_exp_sum(float* sum, float* target, float* logits, const int32_t* targets, const float* max,
+                             int rows, int V, int vocab_offset, bool write_exp) {
+  cuda::ce_exp_sum(compute_, sum, target, logits, targets, max, rows, V, vocab_offset, write_exp);
+}
+void CudaBackend::ce_finish(float* losses, float* logits, const int32_t* targets, const float* max, const float* sum,
+                            const float* target, int rows, int V, int vocab_offset, float grad_scale) {
+  cuda::ce_finish(compute_, losses, logits, targets, max, sum, target, rows, V, vocab_offset, grad_scale);
+}
+
+// The spans are split into pieces of at most kSumPiece elements, one block
+// each. The piece table is uploaded only when the spans change (the
+// gradient spans are the same every step).
+void CudaBackend::sumsq_groups(const std::vector<SumSpan>& spans, double* sums, int groups) {
+  const bool same = spans.size() == last_spans_.size() &&
+                    std::equal(spans.begin(), spans.end(), last_spans_.begin(), [](const SumSpan& a, const SumSpan& b) {
+                      return a.x == b.x && a.n == b.n && a.group == b.group;
+                    });
+  if (!same) {
+    std::vector<cuda::SumPiece> pieces;
+    for (const SumSpan& sp : spans)
+      for (size_t i = 0; i < sp.n; i += cuda::kSumPiece)
+        pieces.push_back({sp.x + i, std::min(cuda::kSumPiece, sp.n - i), sp.group});
+    last_pieces_ = (int)pieces.size();
+    const size_t bytes = std::max<size_t>(1, pieces.size()) * sizeof(cuda::SumPiece);
+    sum_pieces_ = alloc(bytes / 4 + 1, DType::F32, Mem::Temporaries);  // a byte count in 4-byte units
+    CUDA_CHECK(cudaStreamSynchronize(compute_));  // the old table may still be read
+    CUDA_CHECK(cudaMemcpy(sum_pieces_.ref().p, pieces.data(), pieces.size() * sizeof(cuda::SumPiece),
+                          cudaMemcpyHostToDevice));
+    sum_partials_ = alloc(2 * (size_t)std::max(1, last_pieces_), DType::F32, Mem::Temporaries);  // doubles
+    last_spans_ = spans;
+  }
+  if (sum_out_.bytes() < (size_t)groups * sizeof(double)) {
+    sum_out_ = alloc(2 * (size_t)groups, DType::F32, Mem::Temporaries);  // doubles
+    sum_host_ = alloc(2 * (size_t)groups, DType::F32, Mem::Temporaries, Space::Staging);
+  }
+  auto* pieces = static_cast<const cuda::SumPiece*>(sum_pieces_.ref().p);
+  cuda::sumsq_pieces(compute_, pieces, last_pieces_, static_cast<double*>(sum_partials_.ref().p),
+                     static_cast<double*>(sum_out_.ref().p), groups);
+  CUDA_CHECK(cudaMemcpyAsync(sum_host_.host(), sum_out_.ref().p, groups * sizeof(double), cudaMemcpyDeviceToHost,
+                             compute_));
+  CUDA_CHECK(cudaStreamSynchronize(compute_));
+  std::memcpy(sums, sum_host_.host(), groups * sizeof(double));
+}
+
+void CudaBackend::adamw(float* p, const float* g, float* m, float* v, size_t n, float lr, float beta1, float beta2,
+                        float eps, float weight_decay, float bias_corr1, float bias_corr2, float grad_scale) {
+  cuda::adamw(compute_, p, g, m, v, n, lr, beta1, beta2, eps, weight_decay, bias_corr1, bias_corr2, grad_scale);
+}
+
+}  // namespace trainer

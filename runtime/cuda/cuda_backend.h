@@ -1,0 +1,115 @@
+#pragma once
+// The CUDA backend: one GPU per rank. GEMMs through cuBLASLt, bf16 attention
+// through cuDNN's fused SDPA, everything else through the kernels in
+// runtime/cuda/*.cu. Work is queued on a compute stream and a communication
+// stream (both blocking streams, so the caching allocator's zeroing on the
+// default stream orders after them); events order one against the other.
+// Pointers handed in as float*/int32_t* (statistics, gradients, token ids,
+// logits) are device pointers from this backend's Buffers.
+#include <cuda_runtime.h>
+
+#include <memory>
+#include <vector>
+
+#include "runtime/backend.h"
+#include "runtime/cuda/caching_allocator.h"
+#include "runtime/cuda/cublaslt_gemm.h"
+#include "runtime/cuda/cudnn_sdpa.h"
+#include "runtime/cuda/cuda_device.h"
+
+namespace trainer {
+
+struct CudaOptions {
+  int device = 0;
+  bool allow_tf32 = false;  // fp32 GEMMs in TF32 (runtime.allow_tf32)
+};
+
+class CudaBackend final : public Backend {
+ public:
+  explicit CudaBackend(const CudaOptions& opt);
+  ~CudaBackend() override;
+  std::string name() const override { return "cuda"; }
+  int device() const { return device_; }
+  const cuda::DeviceInfo& info() const { return info_; }
+  cudaStream_t stream(Stream s) const { return s == kCommStream ? comm_ : compute_; }
+
+  const MemoryStats& memory() const override { return mem_.stats(); }
+  void reset_memory_peaks() override { mem_.reset_peaks(); }
+  void zero(Ref p, size_t n) override;
+  void copy(Ref dst, CRef src, size_t n) override;
+  void convert(Ref dst, CRef src, size_t n) override;
+  void to_host(void* host, CRef src, size_t n) override;
+  void from_host(Ref dst, const void* host, size_t n) override;
+
+  Event record_event(Stream s) override;
+  void wait_event(Stream waiter, const Event& e) override;
+  void synchronize_event(const Event& e) override;
+  bool event_done(const Event& e);  // without waiting
+  void synchronize() override;
+
+  void matmul(bool transA, bool transB, int M, int N, int K, float alpha, CRef A, CRef B, float beta,
+              Ref C) override;
+  void add_bias(Ref y, CRef b, int rows, int cols) override;
+  void bias_bwd(float* db, CRef dy, int rows, int cols) override;
+  void add(Ref out, CRef a, CRef b, size_t n) override;
+  void embedding_fwd(Ref out, const int32_t* tokens, int rows, CRef wte, int vocab_offset, int vocab_rows,
+                     int C) override;
+  void embedding_bwd(float* dwte, CRef dout, const int32_t* tokens, int rows, int vocab_offset, int vocab_rows,
+                     int C) override;
+  void position_fwd(Ref out, CRef wpe, int rows, int row_offset, int T, int C) override;
+  void position_bwd(float* dwpe, CRef dout, int rows, int row_offset, int T, int C) override;
+  void layernorm_fwd(Ref out, float* mean, float* rstd, CRef x, CRef w, CRef b, int rows, int C,
+                     float eps) override;
+  void layernorm_bwd(Ref dx, float* dw, float* db, CRef dout, CRef x, CRef w, const float* mean,
+                     const float* rstd, int rows, int C) override;
+  void rmsnorm_fwd(Ref out, float* rstd, CRef x, CRef w, int rows, int C, float eps) override;
+  void rmsnorm_bwd(Ref dx, float* dw, CRef dout, CRef x, CRef w, const float* rstd, int rows, int C) override;
+  void gelu_fwd(Ref out, CRef x, size_t n) override;
+  void gelu_bwd(Ref dx, CRef x, CRef dout, size_t n) override;
+  void swiglu_fwd(Ref out, CRef gate_up, int rows, int F) override;
+  void swiglu_bwd(Ref dgate_up, CRef gate_up, CRef dout, int rows, int F) override;
+  void rope(Ref qkv, const AttentionShape& s, float theta, bool inverse) override;
+  void attention_fwd(Ref out, float* stats, CRef qkv, const AttentionShape& s) override;
+  void attention_bwd(Ref dqkv, CRef dout, CRef qkv, CRef out, const float* stats,
+                     const AttentionShape& s) override;
+  void row_max(float* max, const float* logits, int rows, int V) override;
+  void ce_exp_sum(float* sum, float* target, float* logits, const int32_t* targets, const float* max, int rows,
+                  int V, int vocab_offset, bool write_exp) override;
+  void ce_finish(float* losses, float* logits, const int32_t* targets, const float* max, const float* sum,
+                 const float* target, int rows, int V, int vocab_offset, float grad_scale) override;
+  void sumsq_groups(const std::vector<SumSpan>& spans, double* sums, int groups) override;
+  void adamw(float* p, const float* g, float* m, float* v, size_t n, float lr, float beta1, float beta2,
+             float eps, float weight_decay, float bias_corr1, float bias_corr2, float grad_scale) override;
+
+  size_t attention_graphs() const { return sdpa_ ? sdpa_->graphs() : 0; }
+
+ protected:
+  void* allocate(size_t bytes, Mem kind, Space space) override;
+  void release(void* p) override;
+
+ private:
+  // Scratch device memory kept between calls, grown on demand (temporaries).
+  void* scratch(int slot, size_t bytes);
+  float* scratch_f32(int slot, size_t n) { return static_cast<float*>(scratch(slot, n * sizeof(float))); }
+  cudaEvent_t event_slot(uint64_t id);
+  cuda::CudnnSdpa& sdpa();
+
+  int device_;
+  cuda::DeviceInfo info_;
+  MemoryTracker mem_;
+  cuda::CachingAllocator alloc_{mem_};
+  cudaStream_t compute_ = nullptr, comm_ = nullptr;
+  std::vector<cudaEvent_t> events_;  // a ring: an Event's id picks its slot
+  uint64_t next_event_ = 0;
+  // One slot per use that can be live at once.
+  enum Slot { kReduce, kEmbedSort, kAttnRows, kAttnWorkspace, kGemmOperand, kScratchSlots };
+  Buffer scratch_[kScratchSlots];
+  Buffer gemm_workspace_;
+  std::unique_ptr<cuda::LtGemm> gemm_;
+  std::unique_ptr<cuda::CudnnSdpa> sdpa_;
+  Buffer sum_pieces_, sum_partials_, sum_out_, sum_host_;  // sumsq_groups
+  std::vector<SumSpan> last_spans_;
+  int last_pieces_ = 0;
+};
+
+}  // namespace trainer

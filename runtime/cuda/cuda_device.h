@@ -1,0 +1,45 @@
+#pragma once
+// Which GPU a rank uses, what it is, and what the CUDA libraries are. Only
+// the functions named so touch the driver; none runs at static
+// initialisation (gtest runs test binaries at discovery, where a machine
+// without a driver must still load them).
+#include <string>
+
+namespace trainer::cuda {
+
+// GPUs this process can use; 0 on any error (no driver, no device: without
+// a GPU the runtime reports cudaErrorInsufficientDriver, not a count of 0).
+int device_count();
+// Why there is no GPU, in a sentence, or "" when there is one.
+std::string no_device_reason();
+
+// The rank's index on its node from Open MPI's, Slurm's or torchrun's
+// variables (OMPI_COMM_WORLD_LOCAL_RANK, SLURM_LOCALID, LOCAL_RANK); -1 when
+// none is set.
+int local_rank_from_env();
+
+// The device for node-local rank `local_rank` of `ranks_on_node` ranks, with
+// `devices` GPUs: local_rank % devices. `shared` says whether more ranks
+// than GPUs run on the node (then NCCL cannot be used; see parallel/).
+struct DeviceChoice {
+  int device = 0;
+  bool shared = false;
+};
+DeviceChoice choose_device(int local_rank, int ranks_on_node, int devices);
+
+struct DeviceInfo {
+  std::string name;
+  int sm_major = 0, sm_minor = 0, sms = 0;
+  size_t free_bytes = 0, total_bytes = 0;
+};
+DeviceInfo device_info(int device);
+
+// Dense peak of known GPUs in GFLOP/s for bf16 tensor-core math (fp32 runs
+// on CUDA cores: the fp32 figure), from the vendors' data sheets; 0 when the
+// name is not in the table.
+double known_peak_gflops(const std::string& device_name, bool bf16);
+
+// "CUDA runtime 13.0, cuBLASLt 13.1.0, cuDNN 9.19.0 (frontend 1.32.0), NCCL 2.28.9".
+std::string library_versions();
+
+}  // namespace trainer::cuda

@@ -1,0 +1,85 @@
+#pragma once
+// Launchers for the CUDA backend's own kernels (runtime/cuda/*.cu). Each
+// queues its work on `s` and returns. Semantics are those of the matching
+// Backend method (runtime/backend.h); what differs is said here. Reductions
+// that the CPU backend runs in a fixed order run in a fixed order here too
+// (fixed row chunks, fixed shuffle trees, no floating-point atomics), so the
+// same inputs give the same bits run after run.
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "runtime/backend.h"
+
+namespace trainer::cuda {
+
+void convert(cudaStream_t s, Ref dst, CRef src, size_t n);
+void add(cudaStream_t s, Ref out, CRef a, CRef b, size_t n);
+void add_bias(cudaStream_t s, Ref y, CRef b, int rows, int cols);
+
+// Column sums of [rows, cols] go through fixed chunks of rows: partials
+// [chunks, cols] in `scratch`, then summed in chunk order.
+constexpr int kRowChunk = 256;
+inline size_t colsum_scratch_floats(int rows, int cols, int sums = 1) {
+  return (size_t)((rows + kRowChunk - 1) / kRowChunk) * cols * sums;
+}
+void bias_bwd(cudaStream_t s, float* db, CRef dy, int rows, int cols, float* scratch);
+
+void embedding_fwd(cudaStream_t s, Ref out, const int32_t* tokens, int rows, CRef wte, int vocab_offset,
+                   int vocab_rows, int C);
+// Sorts (token, row) pairs with CUB's stable radix sort, then one block per
+// distinct token adds its rows in row order: deterministic, no atomics.
+size_t embedding_bwd_scratch_bytes(int rows);
+void embedding_bwd(cudaStream_t s, float* dwte, CRef dout, const int32_t* tokens, int rows, int vocab_offset,
+                   int vocab_rows, int C, void* scratch, size_t scratch_bytes);
+void position_fwd(cudaStream_t s, Ref out, CRef wpe, int rows, int row_offset, int T, int C);
+void position_bwd(cudaStream_t s, float* dwpe, CRef dout, int rows, int row_offset, int T, int C);
+
+void layernorm_fwd(cudaStream_t s, Ref out, float* mean, float* rstd, CRef x, CRef w, CRef b, int rows, int C,
+                   float eps);
+void layernorm_bwd(cudaStream_t s, Ref dx, float* dw, float* db, CRef dout, CRef x, CRef w, const float* mean,
+                   const float* rstd, int rows, int C, float* scratch /* colsum_scratch_floats(rows, C, 2) */);
+void rmsnorm_fwd(cudaStream_t s, Ref out, float* rstd, CRef x, CRef w, int rows, int C, float eps);
+void rmsnorm_bwd(cudaStream_t s, Ref dx, float* dw, CRef dout, CRef x, CRef w, const float* rstd, int rows, int C,
+                 float* scratch /* colsum_scratch_floats(rows, C) */);
+
+void gelu_fwd(cudaStream_t s, Ref out, CRef x, size_t n);
+void gelu_bwd(cudaStream_t s, Ref dx, CRef x, CRef dout, size_t n);
+void swiglu_fwd(cudaStream_t s, Ref out, CRef gate_up, int rows, int F);
+void swiglu_bwd(cudaStream_t s, Ref dgate_up, CRef gate_up, CRef dout, int rows, int F);
+void rope(cudaStream_t s, Ref qkv, const AttentionShape& sh, float theta, bool inverse);
+
+void row_max(cudaStream_t s, float* max, const float* logits, int rows, int V);
+void ce_exp_sum(cudaStream_t s, float* sum, float* target, float* logits, const int32_t* targets, const float* max,
+                int rows, int V, int vocab_offset, bool write_exp);
+void ce_finish(cudaStream_t s, float* losses, float* logits, const int32_t* targets, const float* max,
+               const float* sum, const float* target, int rows, int V, int vocab_offset, float grad_scale);
+
+// Sums of squares: one block per piece of at most kSumPiece elements of one
+// span, partials in double, then each group's partials in piece order.
+constexpr size_t kSumPiece = 1 << 16;
+struct SumPiece {
+  const float* x;
+  size_t n;
+  int group;
+};
+void sumsq_pieces(cudaStream_t s, const SumPiece* pieces, int npieces, double* partials, double* sums, int groups);
+
+void adamw(cudaStream_t s, float* p, const float* g, float* m, float* v, size_t n, float lr, float beta1,
+           float beta2, float eps, float weight_decay, float bias_corr1, float bias_corr2, float grad_scale);
+
+// fp32 causal attention (the fp32 precision path; bf16 goes through cuDNN):
+// one warp per query row with an online softmax, stats (max, sum) as the CPU
+// backend keeps them. Backward: one warp per query row for dQ, one warp per
+// key row (owning every query head of its kv group) for dK and dV.
+size_t attention_bwd_scratch_floats(const AttentionShape& sh);
+void attention_fwd_f32(cudaStream_t s, float* out, float* stats, const float* qkv, const AttentionShape& sh);
+void attention_bwd_f32(cudaStream_t s, float* dqkv, const float* dout, const float* qkv, const float* stats,
+                       const AttentionShape& sh, float* scratch);
+// Between cuDNN's log-sum-exp [B,H,T] and the (max, sum) pairs of the stats
+// contract: (lse, 1) forward, max + log(sum) backward.
+void lse_to_stats(cudaStream_t s, float* stats, const float* lse, size_t rows);
+void stats_to_lse(cudaStream_t s, float* lse, const float* stats, size_t rows);
+
+}  // namespace trainer::cuda

@@ -1,0 +1,230 @@
+// Elementwise and gather kernels: conversions, adds, biases, activations,
+// rotary embedding, embeddings, AdamW. No reductions across threads, so
+// their results do not depend on launch sizes.
+#include <stdexcept>
+
+#include "runtime/cuda/device_math.cuh"
+#include "runtime/cuda/kernels.h"
+
+namespace trainer::cuda {
+
+namespace {
+constexpr unsigned kThreads = 256;
+
+template <class D, class S>
+__global__ void convert_kernel(D* dst, const S* src, size_t n) {
+  TRAINER_GRID_LOOP(i, n) st(dst, i, ld(src, i));
+}
+
+template <class T, class A, class B>
+__global__ void add_kernel(T* out, const A* a, const B* b, size_t n) {
+  TRAINER_GRID_LOOP(i, n) st(out, i, ld(a, i) + ld(b, i));
+}
+
+template <class T, class B>
+__global__ void add_bias_kernel(T* y, const B* b, size_t rows, int cols) {
+  TRAINER_GRID_LOOP(i, rows * cols) st(y, i, ld(y, i) + ld(b, i % cols));
+}
+
+constexpr float kGeluS = 0.7978845608028654f;  // sqrt(2/pi)
+constexpr float kGeluK = 0.044715f;
+
+template <class T>
+__global__ void gelu_fwd_kernel(T* out, const T* x, size_t n) {
+  TRAINER_GRID_LOOP(i, n) {
+    const float v = ld(x, i);
+    st(out, i, 0.5f * v * (1.f + tanhf(kGeluS * (v + kGeluK * v * v * v))));
+  }
+}
+
+template <class T>
+__global__ void gelu_bwd_kernel(T* dx, const T* x, const T* dout, size_t n) {
+  TRAINER_GRID_LOOP(i, n) {
+    const float v = ld(x, i);
+    const float t = tanhf(kGeluS * (v + kGeluK * v * v * v));
+    const float d = 0.5f * (1.f + t) + 0.5f * v * (1.f - t * t) * kGeluS * (1.f + 3.f * kGeluK * v * v);
+    st(dx, i, d * ld(dout, i));
+  }
+}
+
+__device__ __forceinline__ float sigmoid(float x) { return 1.f / (1.f + expf(-x)); }
+
+template <class T>
+__global__ void swiglu_fwd_kernel(T* out, const T* gate_up, size_t rows, int F) {
+  TRAINER_GRID_LOOP(i, rows * F) {
+    const size_t r = i / F, c = i % F;
+    const float g = ld(gate_up, r * 2 * F + c), u = ld(gate_up, r * 2 * F + F + c);
+    st(out, i, g * sigmoid(g) * u);
+  }
+}
+
+template <class T>
+__global__ void swiglu_bwd_kernel(T* dgu, const T* gate_up, const T* dout, size_t rows, int F) {
+  TRAINER_GRID_LOOP(i, rows * F) {
+    const size_t r = i / F, c = i % F;
+    const float g = ld(gate_up, r * 2 * F + c), u = ld(gate_up, r * 2 * F + F + c), d = ld(dout, i);
+    const float sig = sigmoid(g);
+    st(dgu, r * 2 * F + F + c, d * g * sig);
+    st(dgu, r * 2 * F + c, d * u * sig * (1.f + g * (1.f - sig)));
+  }
+}
+
+// One thread per (token row, rotated head, pair i < hd/2); the angle is
+// computed in double as the CPU backend does, then applied in fp32.
+template <class T>
+__global__ void rope_kernel(T* qkv, AttentionShape s, float theta, bool inverse) {
+  const int half = s.hd / 2, nheads = s.H + s.KVH;
+  TRAINER_GRID_LOOP(idx, (size_t)s.B * s.T * nheads * half) {
+    const int i = idx % half;
+    const size_t bt = idx / half / nheads;
+    const int h = (idx / half) % nheads, t = bt % s.T;
+    const double freq = pow((double)theta, -2.0 * i / s.hd);
+    const float c = (float)cos(t * freq), sn = inverse ? -(float)sin(t * freq) : (float)sin(t * freq);
+    const size_t base = bt * s.row + (size_t)h * s.hd;
+    const float x1 = ld(qkv, base + i), x2 = ld(qkv, base + i + half);
+    st(qkv, base + i, x1 * c - x2 * sn);
+    st(qkv, base + i + half, x2 * c + x1 * sn);
+  }
+}
+
+template <class T, class W>
+__global__ void embedding_fwd_kernel(T* out, const int32_t* tokens, size_t rows, const W* wte, int vocab_offset,
+                                     int vocab_rows, int C) {
+  TRAINER_GRID_LOOP(i, rows * C) {
+    const int v = tokens[i / C] - vocab_offset;
+    st(out, i, (v >= 0 && v < vocab_rows) ? ld(wte, (size_t)v * C + i % C) : 0.f);
+  }
+}
+
+template <class T, class W>
+__global__ void position_fwd_kernel(T* out, const W* wpe, size_t rows, int row_offset, int T_, int C) {
+  TRAINER_GRID_LOOP(i, rows * C) {
+    const size_t r = i / C;
+    st(out, i, ld(out, i) + ld(wpe, (size_t)((row_offset + r) % T_) * C + i % C));
+  }
+}
+
+// Each (position, column) sums its rows in row order.
+template <class T>
+__global__ void position_bwd_kernel(float* dwpe, const T* dout, int rows, int row_offset, int T_, int C) {
+  TRAINER_GRID_LOOP(i, (size_t)T_ * C) {
+    const int t = i / C, c = i % C;
+    const int first = ((t - row_offset) % T_ + T_) % T_;
+    float acc = 0.f;
+    for (int r = first; r < rows; r += T_) acc += ld(dout, (size_t)r * C + c);
+    dwpe[i] += acc;
+  }
+}
+
+__global__ void adamw_kernel(float* p, const float* g, float* m, float* v, size_t n, float lr, float beta1,
+                             float beta2, float eps, float weight_decay, float bias_corr1, float bias_corr2,
+                             float grad_scale) {
+  const float decay = 1.f - lr * weight_decay, step_size = lr / bias_corr1, bc2_sqrt = sqrtf(bias_corr2);
+  TRAINER_GRID_LOOP(i, n) {
+    const float gi = g[i] * grad_scale;
+    const float mi = beta1 * m[i] + (1.f - beta1) * gi;
+    const float vi = beta2 * v[i] + (1.f - beta2) * gi * gi;
+    m[i] = mi;
+    v[i] = vi;
+    p[i] = p[i] * decay - step_size * mi / (sqrtf(vi) / bc2_sqrt + eps);
+  }
+}
+
+__global__ void lse_to_stats_kernel(float* stats, const float* lse, size_t rows) {
+  TRAINER_GRID_LOOP(i, rows) {
+    stats[2 * i] = lse[i];
+    stats[2 * i + 1] = 1.f;
+  }
+}
+__global__ void stats_to_lse_kernel(float* lse, const float* stats, size_t rows) {
+  TRAINER_GRID_LOOP(i, rows) lse[i] = stats[2 * i] + logf(stats[2 * i + 1]);
+}
+
+unsigned grid(size_t n) { return blocks_for(n, kThreads); }
+}  // namespace
+
+void convert(cudaStream_t s, Ref dst, CRef src, size_t n) {
+  if (!n) return;
+  if (dst.dt == src.dt) {
+    cudaMemcpyAsync(dst.p, src.p, n * dtype_size(dst.dt), cudaMemcpyDeviceToDevice, s);
+    return;
+  }
+  if (dst.dt == DType::I32 || src.dt == DType::I32) throw std::logic_error("cuda::convert: int32 is not converted");
+  TRAINER_DISPATCH(dst.dt, D, TRAINER_DISPATCH(src.dt, S, convert_kernel<<<grid(n), kThreads, 0, s>>>(
+                                                              as<D>(dst), as<S>(src), n)));
+}
+
+void add(cudaStream_t s, Ref out, CRef a, CRef b, size_t n) {
+  if (!n) return;
+  TRAINER_DISPATCH(out.dt, T, TRAINER_DISPATCH(a.dt, A, TRAINER_DISPATCH(b.dt, B, add_kernel<<<grid(n), kThreads, 0, s>>>(
+                                                                                 as<T>(out), as<A>(a), as<B>(b), n))));
+}
+
+void add_bias(cudaStream_t s, Ref y, CRef b, int rows, int cols) {
+  const size_t n = (size_t)rows * cols;
+  if (!n) return;
+  TRAINER_DISPATCH(y.dt, T, TRAINER_DISPATCH(b.dt, B, add_bias_kernel<<<grid(n), kThreads, 0, s>>>(
+                                                          as<T>(y), as<B>(b), (size_t)rows, cols)));
+}
+
+void gelu_fwd(cudaStream_t s, Ref out, CRef x, size_t n) {
+  if (n) TRAINER_DISPATCH(out.dt, T, gelu_fwd_kernel<<<grid(n), kThreads, 0, s>>>(as<T>(out), as<T>(x), n));
+}
+void gelu_bwd(cudaStream_t s, Ref dx, CRef x, CRef dout, size_t n) {
+  if (n)
+    TRAINER_DISPATCH(dx.dt, T, gelu_bwd_kernel<<<grid(n), kThreads, 0, s>>>(as<T>(dx), as<T>(x), as<T>(dout), n));
+}
+void swiglu_fwd(cudaStream_t s, Ref out, CRef gate_up, int rows, int F) {
+  const size_t n = (size_t)rows * F;
+  if (n)
+    TRAINER_DISPATCH(out.dt, T, swiglu_fwd_kernel<<<grid(n), kThreads, 0, s>>>(as<T>(out), as<T>(gate_up),
+                                                                                 (size_t)rows, F));
+}
+void swiglu_bwd(cudaStream_t s, Ref dgate_up, CRef gate_up, CRef dout, int rows, int F) {
+  const size_t n = (size_t)rows * F;
+  if (n)
+    TRAINER_DISPATCH(dgate_up.dt, T, swiglu_bwd_kernel<<<grid(n), kThreads, 0, s>>>(
+                                         as<T>(dgate_up), as<T>(gate_up), as<T>(dout), (size_t)rows, F));
+}
+void rope(cudaStream_t s, Ref qkv, const AttentionShape& sh, float theta, bool inverse) {
+  const size_t n = (size_t)sh.B * sh.T * (sh.H + sh.KVH) * (sh.hd / 2);
+  if (n) TRAINER_DISPATCH(qkv.dt, T, rope_kernel<<<grid(n), kThreads, 0, s>>>(as<T>(qkv), sh, theta, inverse));
+}
+
+void embedding_fwd(cudaStream_t s, Ref out, const int32_t* tokens, int rows, CRef wte, int vocab_offset,
+                   int vocab_rows, int C) {
+  const size_t n = (size_t)rows * C;
+  if (n)
+    TRAINER_DISPATCH(out.dt, T, TRAINER_DISPATCH(wte.dt, W, embedding_fwd_kernel<<<grid(n), kThreads, 0, s>>>(
+                                                                as<T>(out), tokens, (size_t)rows, as<W>(wte),
+                                                                vocab_offset, vocab_rows, C)));
+}
+void position_fwd(cudaStream_t s, Ref out, CRef wpe, int rows, int row_offset, int T_, int C) {
+  const size_t n = (size_t)rows * C;
+  if (n)
+    TRAINER_DISPATCH(out.dt, T, TRAINER_DISPATCH(wpe.dt, W, position_fwd_kernel<<<grid(n), kThreads, 0, s>>>(
+                                                                as<T>(out), as<W>(wpe), (size_t)rows, row_offset,
+                                                                T_, C)));
+}
+void position_bwd(cudaStream_t s, float* dwpe, CRef dout, int rows, int row_offset, int T_, int C) {
+  const size_t n = (size_t)T_ * C;
+  if (n && rows)
+    TRAINER_DISPATCH(dout.dt, T, position_bwd_kernel<<<grid(n), kThreads, 0, s>>>(dwpe, as<T>(dout), rows,
+                                                                                     row_offset, T_, C));
+}
+
+void adamw(cudaStream_t s, float* p, const float* g, float* m, float* v, size_t n, float lr, float beta1,
+           float beta2, float eps, float weight_decay, float bias_corr1, float bias_corr2, float grad_scale) {
+  if (n)
+    adamw_kernel<<<grid(n), kThreads, 0, s>>>(p, g, m, v, n, lr, beta1, beta2, eps, weight_decay, bias_corr1,
+                                              bias_corr2, grad_scale);
+}
+
+void lse_to_stats(cudaStream_t s, float* stats, const float* lse, size_t rows) {
+  if (rows) lse_to_stats_kernel<<<grid(rows), kThreads, 0, s>>>(stats, lse, rows);
+}
+void stats_to_lse(cudaStream_t s, float* lse, const float* stats, size_t rows) {
+  if (rows) stats_to_lse_kernel<<<grid(rows), kThreads, 0, s>>>(lse, stats, rows);
+}
+
+}  // namespace trainer::cuda

@@ -1,8 +1,10 @@
 #include "app/memory_fit.h"
 
+#include <algorithm>
 #include <cstdio>
 
 #include "engine/layout.h"
+#include "runtime/backend.h"
 #include "runtime/host_memory.h"
 
 namespace trainer {
@@ -69,17 +71,45 @@ std::string suggestions(const Recipe& r, int stage, bool writer, double avail) {
   return out;
 }
 
+std::string plan_parts(const MemoryFit& f) {
+  std::string parts;
+  for (int k = 0; k < kMemKinds; k++)
+    if (f.plan.bytes[k] > 0) parts += (parts.empty() ? "" : ", ") + std::string(mem_name((Mem)k)) + " " + gb(f.plan.bytes[k]);
+  return parts;
+}
+
+// On GPUs the plan lives in device memory (checkpoint buffers and the process
+// are host memory, plentiful on GPU nodes): compare it with the free memory
+// of one GPU, shared by the ranks that land on it.
+MemoryFit check_device_fit(const Recipe& r, int stage, bool writer, int ranks_on_node) {
+  MemoryFit f = worst(r, stage, writer);
+  f.need = f.plan.total();
+  const DeviceMemory dev = device_memory();
+  if (dev.devices == 0) {
+    f.message = "needs " + gb(f.need) + " of GPU memory per rank (" + plan_parts(f) +
+                "); no GPU is visible here to compare with";
+    return f;
+  }
+  const int per_gpu = (std::max(1, ranks_on_node) + dev.devices - 1) / dev.devices;
+  f.available = (double)dev.free / per_gpu;
+  f.fits = f.need <= f.available;
+  f.message = "needs " + gb(f.need) + " of GPU memory per rank (" + plan_parts(f) + "); " + gb(f.available) +
+              " available per rank (" + dev.name + ": " + gb((double)dev.free) + " free of " + gb((double)dev.total) +
+              ", shared by " + std::to_string(per_gpu) + " rank(s))";
+  if (!f.fits) f.message += ". Try: " + suggestions(r, stage, writer, f.available);
+  return f;
+}
+
 }  // namespace
 
 MemoryFit check_memory_fit(const Recipe& r, int stage, bool writer, int ranks_on_node) {
+  if (r.runtime.backend == "cuda") return check_device_fit(r, stage, writer, ranks_on_node);
   MemoryFit f = worst(r, stage, writer);
   const HostMemory host = host_memory();
   const int share = ranks_on_node > 0 ? ranks_on_node : 1;
   f.available = (double)host.available / share;
   f.fits = host.available == 0 || f.need <= f.available;  // unknown: do not block
-  std::string parts;
-  for (int k = 0; k < kMemKinds; k++)
-    if (f.plan.bytes[k] > 0) parts += (parts.empty() ? "" : ", ") + std::string(mem_name((Mem)k)) + " " + gb(f.plan.bytes[k]);
+  std::string parts = plan_parts(f);
   if (f.checkpoint > 0) parts += ", checkpoint buffers " + gb(f.checkpoint);
   parts += ", process " + gb(f.process);
   f.message = "needs " + gb(f.need) + " per rank (" + parts + "); " + gb(f.available) + " available per rank (" +

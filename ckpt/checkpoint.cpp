@@ -276,7 +276,7 @@ AsyncSaver::~AsyncSaver() {
 void AsyncSaver::start(const std::string& dir, const TrainingState& st, bool writer,
                        const std::string& file_name, SaveGroups groups,
                        std::vector<std::vector<float>> storage, int keep,
-                       const std::string& recipe_text, ControlComm& world) {
+                       const std::string& recipe_text, ControlComm& world, std::function<void()> before_write) {
   tmp_dir_ = prepare_dir(dir, st.step, world);
   dir_ = dir, st_ = st, keep_ = keep, recipe_ = recipe_text;
   groups_ = std::move(groups);
@@ -285,8 +285,9 @@ void AsyncSaver::start(const std::string& dir, const TrainingState& st, bool wri
   done_ = !writer;
   pending_ = true;
   if (writer)
-    thread_ = std::thread([this, file_name] {
+    thread_ = std::thread([this, file_name, before_write] {
       try {
+        if (before_write) before_write();
         line_ = write_shard(tmp_dir_, file_name, groups_);
       } catch (const std::exception& e) {
         ok_ = 0, err_ = e.what();

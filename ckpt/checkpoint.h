@@ -63,7 +63,8 @@ std::string save_checkpoint(const std::string& dir, const TrainingState& st, boo
 size_t shard_bytes(const SaveGroups& groups);
 
 // Asynchronous save: start() takes host copies of the pieces (the caller's
-// snapshot, owned here) and writes this rank's file on a background thread
+// snapshot, owned here; before_write, if set, runs first on the writer thread:
+// a device backend's wait for its snapshot copies) and writes this rank's file on a background thread
 // while training goes on; poll() - collective, once per step - commits when
 // every rank's file is written (or waits for it with wait = true) and returns
 // the step directory, else "". A failed write surfaces as CheckpointError
@@ -77,7 +78,7 @@ class AsyncSaver {
   void start(const std::string& dir, const TrainingState& st, bool writer,
              const std::string& file_name, SaveGroups groups,
              std::vector<std::vector<float>> storage, int keep, const std::string& recipe_text,
-             ControlComm& world);
+             ControlComm& world, std::function<void()> before_write = {});
   std::string poll(ControlComm& world, bool wait);
   bool pending() const { return pending_; }
 

@@ -44,7 +44,7 @@ SaveGroups CheckpointStaging::saved_groups(std::vector<Piece> (&all)[3]) {
   return gs;
 }
 
-SaveGroups CheckpointStaging::stage() {
+SaveGroups CheckpointStaging::stage(bool side_stream) {
   if (!writer_) return {};
   std::vector<Piece> all[3];
   SaveGroups gs = saved_groups(all);
@@ -53,14 +53,21 @@ SaveGroups CheckpointStaging::stage() {
     for (const TensorPiece& t : ts) n += t.numel;
   if (snapshot_.count() < n) snapshot_ = be_.alloc(n, DType::F32, Mem::Temporaries, Space::Staging);
   float* host = static_cast<float*>(snapshot_.host());
+  const Backend::Stream s = side_stream ? Backend::kCommStream : Backend::kComputeStream;
+  if (side_stream) be_.wait_event(s, be_.record_event(Backend::kComputeStream));  // after this step's update
   size_t off = 0;
   for (int w = 0; w < 3; w++)
     for (size_t i = 0; i < all[w].size(); i++) {
-      be_.to_host(host + off, all[w][i].dev, all[w][i].t.numel);
+      be_.to_host_async(host + off, all[w][i].dev, all[w][i].t.numel, s);
       gs[w].second[i].data = host + off;
       off += all[w][i].t.numel;
     }
-  be_.synchronize();  // the copies are complete before anything reads the snapshot
+  if (side_stream) {
+    snapshot_done_ = be_.record_event(s);
+    be_.wait_event(Backend::kComputeStream, snapshot_done_);  // the next update waits for the copies
+  } else {
+    be_.synchronize();  // the copies are complete before anything reads the snapshot
+  }
   return gs;
 }
 
@@ -78,7 +85,8 @@ void CheckpointStaging::start_async(const std::string& dir, const TrainingState&
                                     ControlComm& world, const std::string& recipe_text) {
   // The previous async save has been committed (the caller waits for it), so
   // the snapshot is free to overwrite.
-  async_.start(dir, st, writer_, shard_file(), stage(), {}, keep, recipe_text, world);
+  async_.start(dir, st, writer_, shard_file(), stage(true), {}, keep, recipe_text, world,
+               [this] { be_.synchronize_event(snapshot_done_); });
 }
 
 size_t CheckpointStaging::file_bytes() {

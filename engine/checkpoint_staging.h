@@ -8,7 +8,11 @@
 // One path for both kinds of save: the pieces are copied from the backend
 // into a host staging buffer (pinned memory on a GPU), then written from
 // there, on this thread (blocking save) or on a background thread
-// (checkpoint.async). ckpt/ only ever sees host memory.
+// (checkpoint.async). ckpt/ only ever sees host memory. For an async save
+// the copies are queued on the backend's side (communication) stream: the
+// compute stream only waits for them before it next changes the weights,
+// and the writer thread waits for them before it writes (on the CPU they
+// are done at once).
 #include <functional>
 #include <memory>
 #include <string>
@@ -56,10 +60,12 @@ class CheckpointStaging {
   // the embedding only when loading.
   std::vector<Piece> pieces(int which, bool loading);
   SaveGroups saved_groups(std::vector<Piece> (&all)[3]);
-  // Copies the saved pieces to the host snapshot; returns them pointing there.
-  SaveGroups stage();
+  // Copies the saved pieces to the host snapshot; returns them pointing
+  // there. side_stream: queued on the side stream, complete at snapshot_done_.
+  SaveGroups stage(bool side_stream = false);
   std::string shard_file() const;
 
+  Backend::Event snapshot_done_;
   Backend& be_;
   Chunks& chunks_;
   std::vector<std::unique_ptr<AdamW>>& opts_;

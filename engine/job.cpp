@@ -18,14 +18,27 @@ namespace trainer {
 
 namespace {
 
-// The per-rank sgemm peak MFU is relative to: runtime.peak_gflops, else the
-// cached measurement for this machine and launch shape, else measured now
-// (all ranks at once, as they will train; best of 1 s) and cached.
+// The per-rank peak MFU is relative to: runtime.peak_gflops, else a known
+// GPU's data-sheet peak for the run's precision, else (an unknown GPU) a
+// short GEMM in that precision, else (the CPU) the cached sgemm measurement
+// for this machine and launch shape, else measured now (all ranks at once,
+// as they will train; best of 1 s) and cached.
 void find_peak(Job& job) {
   const Recipe& r = job.recipe;
   ControlComm& world = job.grid->world();
   if (r.runtime.peak_gflops > 0) {
     job.peak_gflops = r.runtime.peak_gflops, job.peak_source = "runtime.peak_gflops";
+    return;
+  }
+  if (const KnownPeak k = known_peak(*job.backend, r.training.precision); k.gflops > 0) {
+    job.peak_gflops = k.gflops, job.peak_source = k.source;
+    return;
+  }
+  if (!job.backend->device_name().empty()) {  // a GPU not in the table: a short GEMM in the run's precision
+    double g = measure_gemm_gflops(*job.backend, 4096, 0.5, r.training.precision);
+    world.allreduce_sum(&g, 1);
+    job.peak_gflops = g / world.size(), job.peak_source = "measured now (" + job.backend->device_name() + ", " +
+                                                         dtype_name(r.training.precision) + " GEMM)";
     return;
   }
   const std::string key = peak_cache_key(r.runtime.threads, ranks_on_node());
@@ -36,7 +49,7 @@ void find_peak(Job& job) {
     job.peak_gflops = cached, job.peak_source = "cached " + when + " in " + peak_cache_path();
     return;
   }
-  double g = measure_sgemm_gflops(*job.backend, 1024, 1.0);
+  double g = measure_gemm_gflops(*job.backend, 1024, 1.0);
   world.allreduce_sum(&g, 1);
   job.peak_gflops = g / world.size();
   const bool saved = world.rank() == 0 && write_cached_peak(key, job.peak_gflops);

@@ -40,10 +40,12 @@ void StepLoop::print_header() const {
   if (!lead_) return;
   size_t here = 0;
   for (auto& m : loop_.chunks()) here += m->num_params();
+  const std::string device = job_.backend->device_name();
+  const std::string precision = std::string(dtype_name(r_.training.precision)) + (device.empty() ? "" : " on " + device);
   std::printf("trainer: %s | %s, %s params (%s/rank), %s | dp=%d pp=%d tp=%d%s%s | global batch %d x %d tokens, "
               "micro-batch %d, %d accumulation step(s) | %zu train samples | peak %.1f GFLOP/s/rank (%s)\n",
               r_.run.name.c_str(), arch_name(r_.model.arch), human((double)build_params(r_.model).reg.total()).c_str(),
-              human((double)here).c_str(), dtype_name(r_.training.precision), r_.grid.dp, r_.grid.pp, r_.grid.tp,
+              human((double)here).c_str(), precision.c_str(), r_.grid.dp, r_.grid.pp, r_.grid.tp,
               r_.sequence_parallel ? " (sequence parallel)" : "",
               r_.grid.pp == 1 ? "" : r_.schedule == ScheduleKind::OneFOneB ? " 1f1b" : " interleaved",
               r_.training.global_batch, r_.model.seq_len, r_.training.micro_batch, r_.accum_steps(),

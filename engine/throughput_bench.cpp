@@ -60,8 +60,8 @@ void one_step(Runner& rn, const Recipe& r, const std::vector<int32_t>& tokens, b
   rn.be->synchronize();
   const auto t2 = clock::now();
   const double norm = std::sqrt(model.grad_sumsq());
-  rn.opt->step(model.params(), model.grads(), r.lr.lr, clip_coefficient(norm, r.training.grad_clip));
-  model.sync_compute_weights();
+  rn.opt->step(model.params(), model.grads(), r.lr.lr, clip_coefficient(norm, r.training.grad_clip),
+               model.compute_copy());
   rn.be->zero(model.grads().ref(), model.num_params());
   rn.be->synchronize();
   const auto t3 = clock::now();

@@ -199,8 +199,7 @@ StepStats TrainLoop::step() {
   const float clip = clip_coefficient(s.grad_norm, r_.training.grad_clip);
   if (!s.nonfinite && !s.spike)
     for (size_t c = 0; c < chunks_.size(); c++) {
-      opts_[c]->step(chunks_[c]->params(), chunks_[c]->grads(), (float)s.lr, clip);
-      chunks_[c]->sync_compute_weights();
+      opts_[c]->step(chunks_[c]->params(), chunks_[c]->grads(), (float)s.lr, clip, chunks_[c]->compute_copy());
     }
   s.step = ++step_;
   be_.synchronize();  // the step's work is done before its time is read

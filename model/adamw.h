@@ -19,7 +19,8 @@ class AdamW {
   // One update of the fp32 master weights with learning rate lr on gradients
   // grads * grad_scale (the clipping coefficient); the step count advances
   // by one.
-  void step(Buffer& params, const Buffer& grads, float lr, float grad_scale = 1.f);
+  // compute_copy (bf16 runs): refreshed from the new weights in the same pass.
+  void step(Buffer& params, const Buffer& grads, float lr, float grad_scale = 1.f, Buffer* compute_copy = nullptr);
   long steps_taken() const { return t_; }
   void set_steps_taken(long t) { t_ = t; }  // when resuming
   Buffer& m() { return m_; }

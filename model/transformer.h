@@ -61,6 +61,8 @@ class Transformer {
   // checkpoint load): the bf16 copy the products read follows them. No-op
   // in fp32.
   void sync_compute_weights();
+  // The compute copy for an optimizer step to refresh as it goes (null in fp32).
+  Buffer* compute_copy() { return compute_ == DType::F32 ? nullptr : &cparams_; }
   int micro_batch() const { return B_; }
   int slots() const { return (int)slots_.size(); }  // micro-batches it can hold in flight
 

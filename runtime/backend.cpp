@@ -27,6 +27,18 @@ std::string backend_library_versions() {
 #endif
 }
 
+DeviceMemory device_memory() {
+  DeviceMemory m;
+#ifdef TRAINER_WITH_CUDA
+  m.devices = cuda::device_count();
+  if (m.devices == 0) return m;
+  const cuda::DeviceInfo d = cuda::device_info(0);
+  m.name = d.name, m.total = d.total_bytes;
+  m.free = d.free_bytes ? d.free_bytes : d.total_bytes;
+#endif
+  return m;
+}
+
 namespace {
 std::unique_ptr<Backend> make_cuda_backend(const BackendOptions& opt) {
 #ifdef TRAINER_WITH_CUDA

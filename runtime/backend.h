@@ -35,6 +35,10 @@ class Backend {
  public:
   virtual ~Backend() = default;
   virtual std::string name() const = 0;
+  // The device computed on ("" for the CPU) and its data-sheet dense peak in
+  // GFLOP/s for math in `dt` (0: not known; MFU then uses a measured peak).
+  virtual std::string device_name() const { return ""; }
+  virtual double known_peak_gflops(DType /*dt*/) const { return 0; }
 
   // Memory. Buffers are zero-initialised and counted under `kind`.
   Buffer alloc(size_t n, DType dt, Mem kind, Space space = Space::Device);
@@ -67,6 +71,10 @@ class Backend {
   // need completed work (step time, the sgemm peak) call it, so they stay
   // true where kernels are queued.
   virtual void synchronize() {}
+  // A copy to host staging memory queued on stream s (after the work already
+  // there); it is complete once an event recorded on s after it is. The CPU
+  // backend copies at once.
+  virtual void to_host_async(void* host, CRef src, size_t n, Stream /*s*/) { to_host(host, src, n); }
 
   // C[M,N] = alpha * op(A) * op(B) + beta * C, with op(A) [M,K], op(B) [K,N].
   virtual void matmul(bool transA, bool transB, int M, int N, int K, float alpha, CRef A, CRef B,
@@ -167,10 +175,11 @@ class Backend {
   }
   // One AdamW step on n fp32 master parameters (PyTorch's AdamW formula) with
   // gradient g * grad_scale: clipping is folded in rather than a separate
-  // pass.
+  // pass. With `copy` (bf16 runs) the updated weights are also written there
+  // in its type, in the same pass: the compute copy the products read.
   virtual void adamw(float* p, const float* g, float* m, float* v, size_t n, float lr,
                      float beta1, float beta2, float eps, float weight_decay,
-                     float bias_corr1, float bias_corr2, float grad_scale) = 0;
+                     float bias_corr1, float bias_corr2, float grad_scale, Ref copy = Ref()) = 0;
 
  protected:
   friend class Buffer;
@@ -196,6 +205,16 @@ struct BackendOptions {
 // it) and, for `trainer --version`, the libraries behind them.
 std::vector<std::string> compiled_backends();
 std::string backend_library_versions();
+
+// The GPUs of this node for the memory pre-flight, before any backend
+// exists: the first device's name, free and total bytes, and the count (all
+// zero without a GPU or without the CUDA backend).
+struct DeviceMemory {
+  std::string name;
+  size_t free = 0, total = 0;
+  int devices = 0;
+};
+DeviceMemory device_memory();
 
 std::unique_ptr<Backend> make_backend(const BackendOptions& opt);
 

@@ -6,15 +6,17 @@
 
 namespace trainer {
 
-double measure_sgemm_gflops(Backend& be, int n, double seconds) {
+double measure_gemm_gflops(Backend& be, int n, double seconds, DType dt) {
   const size_t nn = (size_t)n * n;
-  Buffer a = be.alloc(nn, DType::F32, Mem::Temporaries);
-  Buffer b = be.alloc(nn, DType::F32, Mem::Temporaries);
-  Buffer c = be.alloc(nn, DType::F32, Mem::Temporaries);
+  Buffer a = be.alloc(nn, dt, Mem::Temporaries);
+  Buffer b = be.alloc(nn, dt, Mem::Temporaries);
+  Buffer c = be.alloc(nn, dt, Mem::Temporaries);
+  Buffer f = be.alloc(nn, DType::F32, Mem::Temporaries);
   std::vector<float> h(nn);
   for (size_t i = 0; i < nn; i++) h[i] = (float)((i * 2654435761u) % 1000) * 1e-3f - 0.5f;
-  be.from_host(a.ref(), h.data(), nn);
-  be.from_host(b.ref(), h.data(), nn);
+  be.from_host(f.ref(), h.data(), nn);
+  be.convert(a.ref(), f.ref(), nn);
+  be.convert(b.ref(), f.ref(), nn);
   be.matmul(false, false, n, n, n, 1.f, a.ref(), b.ref(), 0.f, c.ref());  // warm-up
   // Best of several timed calls: shared machines add noise only upward.
   double best = 0;
@@ -29,6 +31,13 @@ double measure_sgemm_gflops(Backend& be, int n, double seconds) {
     reps++;
   } while (reps < 3 || std::chrono::steady_clock::now() < t_end);
   return best;
+}
+
+KnownPeak known_peak(const Backend& be, DType precision) {
+  KnownPeak k;
+  k.gflops = be.known_peak_gflops(precision);
+  if (k.gflops > 0) k.source = "data sheet: " + be.device_name() + ", " + dtype_name(precision) + " dense";
+  return k;
 }
 
 }  // namespace trainer

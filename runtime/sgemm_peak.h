@@ -1,10 +1,21 @@
 #pragma once
-// Measures this process's single-precision matrix-product rate (GFLOP/s) with
-// the backend's own matmul on square matrices: the "peak" MFU is relative to.
+// Measures this process's matrix-product rate (GFLOP/s) with the backend's
+// own matmul on square matrices of element type dt: the "peak" MFU is
+// relative to where no data-sheet figure is known (the CPU, unknown GPUs).
+#include <string>
+
 #include "runtime/backend.h"
 
 namespace trainer {
 
-double measure_sgemm_gflops(Backend& be, int n = 1536, double seconds = 0.5);
+double measure_gemm_gflops(Backend& be, int n = 1536, double seconds = 0.5, DType dt = DType::F32);
+
+// The peak for MFU: the device's data-sheet figure for the run's precision
+// when the backend knows the device (GPUs in its table), else 0.
+struct KnownPeak {
+  double gflops = 0;
+  std::string source;  // "data sheet: NVIDIA H200, bf16 dense"
+};
+KnownPeak known_peak(const Backend& be, DType precision);
 
 }  // namespace trainer

@@ -400,10 +400,11 @@ void CpuBackend::sumsq_groups(const std::vector<SumSpan>& spans, double* sums, i
 
 void CpuBackend::adamw(float* p, const float* g, float* m, float* v, size_t n, float lr,
                        float beta1, float beta2, float eps, float weight_decay,
-                       float bias_corr1, float bias_corr2, float grad_scale) {
+                       float bias_corr1, float bias_corr2, float grad_scale, Ref copy) {
   parallel_chunks(n, [&](size_t a, size_t b) {
     cpu::adamw(p + a, g + a, m + a, v + a, b - a, lr, beta1, beta2, eps, weight_decay,
                bias_corr1, bias_corr2, grad_scale);
+    if (copy) convert(copy + a, CRef(p + a), b - a);  // while the chunk is in cache
   });
 }
 

@@ -68,7 +68,7 @@ class CpuBackend final : public Backend {
   void sumsq_groups(const std::vector<SumSpan>& spans, double* sums, int groups) override;
   void adamw(float* p, const float* g, float* m, float* v, size_t n, float lr, float beta1,
              float beta2, float eps, float weight_decay, float bias_corr1,
-             float bias_corr2, float grad_scale) override;
+             float bias_corr2, float grad_scale, Ref copy = Ref()) override;
 
  protected:
   void* allocate(size_t bytes, Mem kind, Space space) override;

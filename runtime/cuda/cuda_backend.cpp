@@ -15,7 +15,7 @@ constexpr size_t kGemmWorkspaceBytes = 32u << 20;  // cuBLASLt's recommendation 
 constexpr size_t kEventRing = 4096;
 }  // namespace
 
-CudaBackend::CudaBackend(const CudaOptions& opt) : device_(opt.device) {
+CudaBackend::CudaBackend(const CudaOptions& opt) : device_(opt.device), allow_tf32_(opt.allow_tf32) {
   CUDA_CHECK(cudaSetDevice(device_));
   info_ = cuda::device_info(device_);
   CUDA_CHECK(cudaStreamCreate(&compute_));
@@ -74,6 +74,10 @@ void CudaBackend::from_host(Ref dst, const void* host, size_t n) {
   if (!n) return;
   CUDA_CHECK(cudaMemcpyAsync(dst.p, host, n * dtype_size(dst.dt), cudaMemcpyDefault, compute_));
   CUDA_CHECK(cudaStreamSynchronize(compute_));
+}
+
+void CudaBackend::to_host_async(void* host, CRef src, size_t n, Stream s) {
+  if (n) CUDA_CHECK(cudaMemcpyAsync(host, src.p, n * dtype_size(src.dt), cudaMemcpyDeviceToHost, stream(s)));
 }
 
 // --- streams and events ---
@@ -258,8 +262,10 @@ void CudaBackend::sumsq_groups(const std::vector<SumSpan>& spans, double* sums, 
 }
 
 void CudaBackend::adamw(float* p, const float* g, float* m, float* v, size_t n, float lr, float beta1, float beta2,
-                        float eps, float weight_decay, float bias_corr1, float bias_corr2, float grad_scale) {
-  cuda::adamw(compute_, p, g, m, v, n, lr, beta1, beta2, eps, weight_decay, bias_corr1, bias_corr2, grad_scale);
+                        float eps, float weight_decay, float bias_corr1, float bias_corr2, float grad_scale,
+                        Ref copy) {
+  cuda::adamw(compute_, p, g, m, v, n, lr, beta1, beta2, eps, weight_decay, bias_corr1, bias_corr2, grad_scale,
+              copy);
 }
 
 }  // namespace trainer

@@ -29,6 +29,10 @@ class CudaBackend final : public Backend {
   explicit CudaBackend(const CudaOptions& opt);
   ~CudaBackend() override;
   std::string name() const override { return "cuda"; }
+  std::string device_name() const override { return info_.name; }
+  double known_peak_gflops(DType dt) const override {
+    return cuda::known_peak_gflops(info_.name, dt == DType::BF16 || allow_tf32_);
+  }
   int device() const { return device_; }
   const cuda::DeviceInfo& info() const { return info_; }
   cudaStream_t stream(Stream s) const { return s == kCommStream ? comm_ : compute_; }
@@ -40,6 +44,7 @@ class CudaBackend final : public Backend {
   void convert(Ref dst, CRef src, size_t n) override;
   void to_host(void* host, CRef src, size_t n) override;
   void from_host(Ref dst, const void* host, size_t n) override;
+  void to_host_async(void* host, CRef src, size_t n, Stream s) override;
 
   Event record_event(Stream s) override;
   void wait_event(Stream waiter, const Event& e) override;
@@ -79,7 +84,7 @@ class CudaBackend final : public Backend {
                  const float* target, int rows, int V, int vocab_offset, float grad_scale) override;
   void sumsq_groups(const std::vector<SumSpan>& spans, double* sums, int groups) override;
   void adamw(float* p, const float* g, float* m, float* v, size_t n, float lr, float beta1, float beta2,
-             float eps, float weight_decay, float bias_corr1, float bias_corr2, float grad_scale) override;
+             float eps, float weight_decay, float bias_corr1, float bias_corr2, float grad_scale, Ref copy = Ref()) override;
 
   size_t attention_graphs() const { return sdpa_ ? sdpa_->graphs() : 0; }
 
@@ -95,6 +100,7 @@ class CudaBackend final : public Backend {
   cuda::CudnnSdpa& sdpa();
 
   int device_;
+  bool allow_tf32_;
   cuda::DeviceInfo info_;
   MemoryTracker mem_;
   cuda::CachingAllocator alloc_{mem_};

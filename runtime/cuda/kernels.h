@@ -66,8 +66,10 @@ struct SumPiece {
 };
 void sumsq_pieces(cudaStream_t s, const SumPiece* pieces, int npieces, double* partials, double* sums, int groups);
 
+// With `copy`, the updated weights are also written there (bf16) in the same pass.
 void adamw(cudaStream_t s, float* p, const float* g, float* m, float* v, size_t n, float lr, float beta1,
-           float beta2, float eps, float weight_decay, float bias_corr1, float bias_corr2, float grad_scale);
+           float beta2, float eps, float weight_decay, float bias_corr1, float bias_corr2, float grad_scale,
+           Ref copy);
 
 // fp32 causal attention (the fp32 precision path; bf16 goes through cuDNN):
 // one warp per query row with an online softmax, stats (max, sum) as the CPU

@@ -118,7 +118,7 @@ __global__ void position_bwd_kernel(float* dwpe, const T* dout, int rows, int ro
 
 __global__ void adamw_kernel(float* p, const float* g, float* m, float* v, size_t n, float lr, float beta1,
                              float beta2, float eps, float weight_decay, float bias_corr1, float bias_corr2,
-                             float grad_scale) {
+                             float grad_scale, __nv_bfloat16* copy) {
   const float decay = 1.f - lr * weight_decay, step_size = lr / bias_corr1, bc2_sqrt = sqrtf(bias_corr2);
   TRAINER_GRID_LOOP(i, n) {
     const float gi = g[i] * grad_scale;
@@ -126,7 +126,9 @@ __global__ void adamw_kernel(float* p, const float* g, float* m, float* v, size_
     const float vi = beta2 * v[i] + (1.f - beta2) * gi * gi;
     m[i] = mi;
     v[i] = vi;
-    p[i] = p[i] * decay - step_size * mi / (sqrtf(vi) / bc2_sqrt + eps);
+    const float pi = p[i] * decay - step_size * mi / (sqrtf(vi) / bc2_sqrt + eps);
+    p[i] = pi;
+    if (copy) copy[i] = __float2bfloat16_rn(pi);
   }
 }
 
@@ -214,10 +216,12 @@ void position_bwd(cudaStream_t s, float* dwpe, CRef dout, int rows, int row_offs
 }
 
 void adamw(cudaStream_t s, float* p, const float* g, float* m, float* v, size_t n, float lr, float beta1,
-           float beta2, float eps, float weight_decay, float bias_corr1, float bias_corr2, float grad_scale) {
+           float beta2, float eps, float weight_decay, float bias_corr1, float bias_corr2, float grad_scale,
+           Ref copy) {
+  if (copy && copy.dt != DType::BF16) throw std::logic_error("cuda::adamw: the compute copy is bf16");
   if (n)
     adamw_kernel<<<grid(n), kThreads, 0, s>>>(p, g, m, v, n, lr, beta1, beta2, eps, weight_decay, bias_corr1,
-                                              bias_corr2, grad_scale);
+                                              bias_corr2, grad_scale, as<__nv_bfloat16>(copy));
 }
 
 void lse_to_stats(cudaStream_t s, float* stats, const float* lse, size_t rows) {

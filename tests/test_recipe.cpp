@@ -205,6 +205,21 @@ TEST_F(RecipeErrors, PlanPrintsEveryModeWithoutMpi) {
   EXPECT_NE(o.out.find("dp 2 x pp 1 x tp 1"), std::string::npos) << o.out;
 }
 
+// runtime.backend = "cuda" without a usable GPU (or in a build without the
+// CUDA backend): one line saying why, exit 2, on every rank, before training;
+// `trainer plan` compares with the GPU's memory and says there is none here.
+TEST_F(RecipeErrors, CudaWithoutAGpuStopsWithTheReason) {
+  const Outcome probe = run(std::string(TRAINER_BIN) + " --version");
+  const std::string p = write(base());
+  const Outcome o = train(p, "--set runtime.backend=cuda --set parallel.pp=1");
+  if (o.code == 0) GTEST_SKIP() << "a GPU is usable here";
+  expect_error(o, 2, {"runtime.backend = \"cuda\" but"});
+  const Outcome plan = run(std::string(TRAINER_BIN) + " plan " + p + " --ranks 2 --set parallel.pp=1 --set runtime.backend=cuda");
+  EXPECT_EQ(plan.code, 0) << plan.out;
+  EXPECT_NE(plan.out.find("of GPU memory per rank"), std::string::npos) << plan.out;
+  EXPECT_NE(probe.out.find("backends: cpu"), std::string::npos) << probe.out;
+}
+
 TEST_F(RecipeErrors, EvalNeedsValidationData) {
   const std::string p = write(edit(base(), "micro_batch = 1", "micro_batch = 1\neval_every = 5"));
   expect_error(train(p), 2, {p + ":18:", "[training] eval_every", "needs validation data"});

@@ -1,5 +1,7 @@
 #include "runtime/cuda/cublaslt_gemm.h"
 
+#include <algorithm>
+#include <cstdint>
 #include <stdexcept>
 #include <string>
 
@@ -12,6 +14,12 @@ cudaDataType_t cuda_type(DType d) {
   if (d == DType::BF16) return CUDA_R_16BF;
   if (d == DType::F32) return CUDA_R_32F;
   throw std::logic_error("matmul on int32 data");
+}
+
+// The largest power of two (up to 256) that divides the address.
+uint32_t alignment(const void* p) {
+  const uintptr_t a = reinterpret_cast<uintptr_t>(p);
+  return a == 0 ? 256u : (uint32_t)std::min<uintptr_t>(256, a & (~a + 1));
 }
 
 // A column-major layout of `rows` x `cols` with leading dimension ld.
@@ -41,6 +49,12 @@ const cublasLtMatmulAlgo_t* LtGemm::algo(const Key& k, cublasLtMatmulDesc_t op, 
   CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
   CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
                                                     &workspace_bytes_, sizeof workspace_bytes_));
+  const uint32_t align[3] = {std::get<8>(k), std::get<9>(k), std::get<10>(k)};
+  const cublasLtMatmulPreferenceAttributes_t which[4] = {
+      CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+      CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES};
+  for (int i = 0; i < 4; i++)
+    CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, which[i], &align[i < 3 ? i : 2], sizeof(uint32_t)));
   cublasLtMatmulHeuristicResult_t result = {};
   int found = 0;
   const cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(handle_, op, a, b, c, c, pref, 1, &result, &found);
@@ -66,7 +80,8 @@ void LtGemm::run(cudaStream_t s, bool transA, bool transB, int M, int N, int K, 
   const Layout la(B.dt, transB ? K : N, transB ? N : K, transB ? K : N);
   const Layout lb(A.dt, transA ? M : K, transA ? K : M, transA ? M : K);
   const Layout lc(C.dt, N, M, N);
-  const Key key{transA, transB, M, N, K, (int)A.dt, (int)C.dt, beta != 0.f};
+  const Key key{transA, transB, M, N, K, (int)A.dt, (int)C.dt, beta != 0.f, alignment(B.p), alignment(A.p),
+                alignment(C.p)};
   const cublasLtMatmulAlgo_t* al = algo(key, op, la.h, lb.h, lc.h);
   const cublasStatus_t st = cublasLtMatmul(handle_, op, &alpha, B.p, la.h, A.p, lb.h, &beta, C.p, lc.h, C.p, lc.h,
                                            al, workspace_, workspace_bytes_, s);

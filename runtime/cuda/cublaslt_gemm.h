@@ -25,8 +25,11 @@ class LtGemm {
            Ref C);
 
  private:
-  // The heuristic's algorithm per shape and types, found once.
-  using Key = std::tuple<bool, bool, int, int, int, int, int, bool>;
+  // The heuristic's algorithm per shape, types and operand alignments (in
+  // cuBLASLt's order: our B, our A, C), found once. cuBLASLt assumes
+  // 256-byte-aligned operands unless told otherwise, and views into a
+  // parameter buffer often are not.
+  using Key = std::tuple<bool, bool, int, int, int, int, int, bool, uint32_t, uint32_t, uint32_t>;
   const cublasLtMatmulAlgo_t* algo(const Key& k, cublasLtMatmulDesc_t op, cublasLtMatrixLayout_t a,
                                    cublasLtMatrixLayout_t b, cublasLtMatrixLayout_t c);
 

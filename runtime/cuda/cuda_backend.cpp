@@ -21,7 +21,7 @@ CudaBackend::CudaBackend(const CudaOptions& opt) : device_(opt.device), allow_tf
   CUDA_CHECK(cudaStreamCreate(&compute_));
   CUDA_CHECK(cudaStreamCreate(&comm_));
   events_.resize(kEventRing, nullptr);
-  gemm_workspace_ = alloc(kGemmWorkspaceBytes, DType::BF16, Mem::Temporaries);
+  gemm_workspace_ = alloc(kGemmWorkspaceBytes / 4, DType::F32, Mem::Temporaries);
   gemm_ = std::make_unique<cuda::LtGemm>(gemm_workspace_.ref().p, gemm_workspace_.bytes(), opt.allow_tf32);
 }
 
@@ -42,7 +42,7 @@ void* CudaBackend::scratch(int slot, size_t bytes) {
   Buffer& b = scratch_[slot];
   if (bytes > b.bytes()) {
     b.reset();
-    b = alloc(bytes, DType::BF16, Mem::Temporaries);  // counted in bytes; the type is only a unit
+    b = alloc((bytes + 3) / 4, DType::F32, Mem::Temporaries);  // raw bytes, in 4-byte units
   }
   return b.ref().p;
 }
@@ -190,6 +190,7 @@ struct SlotWorkspace : cuda::SdpaWorkspace {
 }  // namespace
 
 void CudaBackend::attention_fwd(Ref out, float* stats, CRef qkv, const AttentionShape& s) {
+  cuda::require_same_type("attention_fwd", {out.dt, qkv.dt});
   if (qkv.dt == DType::F32) return cuda::attention_fwd_f32(compute_, out.f32(), stats, qkv.f32(), s);
   const size_t rows = (size_t)s.B * s.H * s.T;
   float* lse = scratch_f32(kAttnRows, rows);
@@ -201,6 +202,7 @@ void CudaBackend::attention_fwd(Ref out, float* stats, CRef qkv, const Attention
 
 void CudaBackend::attention_bwd(Ref dqkv, CRef dout, CRef qkv, CRef out, const float* stats,
                                 const AttentionShape& s) {
+  cuda::require_same_type("attention_bwd", {dqkv.dt, dout.dt, qkv.dt, out.dt});
   if (qkv.dt == DType::F32)
     return cuda::attention_bwd_f32(compute_, dqkv.f32(), dout.f32(), qkv.f32(), stats, s,
                                    scratch_f32(kAttnRows, cuda::attention_bwd_scratch_floats(s)));

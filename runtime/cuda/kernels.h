@@ -9,10 +9,21 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <initializer_list>
+#include <stdexcept>
+#include <string>
 
 #include "runtime/backend.h"
 
 namespace trainer::cuda {
+
+// Kernels that read several activations as one element type check it: a
+// mix (which the CPU backend would widen) fails loudly instead of misreading.
+inline void require_same_type(const char* op, std::initializer_list<DType> types) {
+  for (DType t : types)
+    if (t != *types.begin()) throw std::logic_error(std::string("CUDA ") + op + ": activations of different element types");
+}
+
 
 void convert(cudaStream_t s, Ref dst, CRef src, size_t n);
 void add(cudaStream_t s, Ref out, CRef a, CRef b, size_t n);

@@ -170,19 +170,23 @@ void add_bias(cudaStream_t s, Ref y, CRef b, int rows, int cols) {
 }
 
 void gelu_fwd(cudaStream_t s, Ref out, CRef x, size_t n) {
+  require_same_type("gelu_fwd", {out.dt, x.dt});
   if (n) TRAINER_DISPATCH(out.dt, T, gelu_fwd_kernel<<<grid(n), kThreads, 0, s>>>(as<T>(out), as<T>(x), n));
 }
 void gelu_bwd(cudaStream_t s, Ref dx, CRef x, CRef dout, size_t n) {
+  require_same_type("gelu_bwd", {dx.dt, x.dt, dout.dt});
   if (n)
     TRAINER_DISPATCH(dx.dt, T, gelu_bwd_kernel<<<grid(n), kThreads, 0, s>>>(as<T>(dx), as<T>(x), as<T>(dout), n));
 }
 void swiglu_fwd(cudaStream_t s, Ref out, CRef gate_up, int rows, int F) {
+  require_same_type("swiglu_fwd", {out.dt, gate_up.dt});
   const size_t n = (size_t)rows * F;
   if (n)
     TRAINER_DISPATCH(out.dt, T, swiglu_fwd_kernel<<<grid(n), kThreads, 0, s>>>(as<T>(out), as<T>(gate_up),
                                                                                  (size_t)rows, F));
 }
 void swiglu_bwd(cudaStream_t s, Ref dgate_up, CRef gate_up, CRef dout, int rows, int F) {
+  require_same_type("swiglu_bwd", {dgate_up.dt, gate_up.dt, dout.dt});
   const size_t n = (size_t)rows * F;
   if (n)
     TRAINER_DISPATCH(dgate_up.dt, T, swiglu_bwd_kernel<<<grid(n), kThreads, 0, s>>>(

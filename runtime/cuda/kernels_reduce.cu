@@ -230,6 +230,7 @@ void bias_bwd(cudaStream_t s, float* db, CRef dy, int rows, int cols, float* scr
 void layernorm_fwd(cudaStream_t s, Ref out, float* mean, float* rstd, CRef x, CRef w, CRef b, int rows, int C,
                    float eps) {
   if (!rows) return;
+  require_same_type("layernorm_fwd", {out.dt, x.dt});
   TRAINER_DISPATCH(out.dt, T, TRAINER_DISPATCH(w.dt, W, layernorm_fwd_kernel<<<row_blocks(rows), kRowWarps * 32, 0, s>>>(
                                                             as<T>(out), mean, rstd, as<T>(x), as<W>(w), as<W>(b),
                                                             rows, C, eps)));
@@ -238,6 +239,7 @@ void layernorm_fwd(cudaStream_t s, Ref out, float* mean, float* rstd, CRef x, CR
 void layernorm_bwd(cudaStream_t s, Ref dx, float* dw, float* db, CRef dout, CRef x, CRef w, const float* mean,
                    const float* rstd, int rows, int C, float* scratch) {
   if (!rows) return;
+  require_same_type("layernorm_bwd", {dx.dt, dout.dt, x.dt});
   TRAINER_DISPATCH(dx.dt, T, {
     TRAINER_DISPATCH(w.dt, W, layernorm_dx_kernel<<<row_blocks(rows), kRowWarps * 32, 0, s>>>(
                                   as<T>(dx), as<T>(dout), as<T>(x), as<W>(w), mean, rstd, rows, C));
@@ -247,6 +249,7 @@ void layernorm_bwd(cudaStream_t s, Ref dx, float* dw, float* db, CRef dout, CRef
 
 void rmsnorm_fwd(cudaStream_t s, Ref out, float* rstd, CRef x, CRef w, int rows, int C, float eps) {
   if (!rows) return;
+  require_same_type("rmsnorm_fwd", {out.dt, x.dt});
   TRAINER_DISPATCH(out.dt, T, TRAINER_DISPATCH(w.dt, W, rmsnorm_fwd_kernel<<<row_blocks(rows), kRowWarps * 32, 0, s>>>(
                                                             as<T>(out), rstd, as<T>(x), as<W>(w), rows, C, eps)));
 }
@@ -254,6 +257,7 @@ void rmsnorm_fwd(cudaStream_t s, Ref out, float* rstd, CRef x, CRef w, int rows,
 void rmsnorm_bwd(cudaStream_t s, Ref dx, float* dw, CRef dout, CRef x, CRef w, const float* rstd, int rows, int C,
                  float* scratch) {
   if (!rows) return;
+  require_same_type("rmsnorm_bwd", {dx.dt, dout.dt, x.dt});
   TRAINER_DISPATCH(dx.dt, T, {
     TRAINER_DISPATCH(w.dt, W, rmsnorm_dx_kernel<<<row_blocks(rows), kRowWarps * 32, 0, s>>>(
                                   as<T>(dx), as<T>(dout), as<T>(x), as<W>(w), rstd, rows, C));

@@ -1,5 +1,6 @@
 #include "model/transformer.h"
 
+#include <cstring>
 #include <stdexcept>
 
 namespace trainer {
@@ -135,7 +136,16 @@ void Transformer::allocate_activations(int slots) {
   for (Slot& sl : slots_) {
     sl.inputs = be_.alloc(M, DType::I32, Mem::Activations);
     sl.targets = be_.alloc(M, DType::I32, Mem::Activations);
+    sl.inputs_host = be_.alloc(M, DType::I32, Mem::Activations, Space::Staging);
+    sl.targets_host = be_.alloc(M, DType::I32, Mem::Activations, Space::Staging);
   }
+}
+
+void Transformer::stage_tokens(Slot& sl, Buffer& dev, Buffer& host, const int32_t* tokens) {
+  be_.synchronize_event(sl.staged);  // this slot's previous copies are done with the staging
+  std::memcpy(host.host(), tokens, (size_t)M_ * sizeof(int32_t));
+  be_.from_host_async(dev.ref(), host.host(), M_);
+  sl.staged = be_.record_event(Backend::kComputeStream);
 }
 
 Transformer::~Transformer() = default;
@@ -246,7 +256,7 @@ void Transformer::layer_fwd(LayerActs& a, const LayerParams& lp, Ref out, Upto u
 // reduction completes them.
 void Transformer::embed_fwd(Slot& sl, const int32_t* inputs, Ref x0) {
   const int M = M_, d = cfg_.d_model;
-  be_.from_host(sl.inputs.ref(), inputs, M);
+  stage_tokens(sl, sl.inputs, sl.inputs_host, inputs);
   const int32_t* tokens = sl.inputs.ref().i32();
   if (R_ < M_) {
     be_.embedding_fwd(part_, tokens, M, W(mp_.wte), vocab_offset_, V_, d);
@@ -262,7 +272,7 @@ void Transformer::embed_fwd(Slot& sl, const int32_t* inputs, Ref x0) {
 // max and two sums reduced over TP. Returns the mean loss.
 double Transformer::head_fwd(Slot& sl, const int32_t* targets, float grad_scale) {
   const int M = M_, d = cfg_.d_model;
-  be_.from_host(sl.targets.ref(), targets, M);
+  stage_tokens(sl, sl.targets, sl.targets_host, targets);
   const int32_t* tg = sl.targets.ref().i32();
   norm_to_full(sl.normf, sl.meanf, sl.rstdf, sl.out, mp_.normf_w, mp_.normf_b);
   be_.matmul(false, true, M, V_, d, 1.f, sl.normf, W(mp_.lm_head), 0.f, sl.logits);

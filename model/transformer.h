@@ -112,7 +112,13 @@ class Transformer {
     Ref normf;  // head only, as the rest
     float *meanf, *rstdf, *logits, *losses, *ce_max, *ce_stats;
     Buffer inputs, targets;  // int32 token ids
+    // Their host staging (pinned on a GPU): the batch is copied in there and
+    // on to the device without the host waiting; `staged` marks the copies,
+    // which must be complete before the staging is refilled.
+    Buffer inputs_host, targets_host;
+    Backend::Event staged;
   };
+  void stage_tokens(Slot& sl, Buffer& dev, Buffer& host, const int32_t* tokens);
   // How far layer_fwd runs: the whole layer, or only what backward needs
   // rebuilt (full recomputation: all but the last product; selective: the
   // MLP activation).

@@ -75,6 +75,9 @@ class Backend {
   // there); it is complete once an event recorded on s after it is. The CPU
   // backend copies at once.
   virtual void to_host_async(void* host, CRef src, size_t n, Stream /*s*/) { to_host(host, src, n); }
+  // A copy from host staging memory queued on the compute stream; the host
+  // memory must stay as it is until an event recorded after it completes.
+  virtual void from_host_async(Ref dst, const void* host, size_t n) { from_host(dst, host, n); }
 
   // C[M,N] = alpha * op(A) * op(B) + beta * C, with op(A) [M,K], op(B) [K,N].
   virtual void matmul(bool transA, bool transB, int M, int N, int K, float alpha, CRef A, CRef B,

@@ -80,6 +80,10 @@ void CudaBackend::to_host_async(void* host, CRef src, size_t n, Stream s) {
   if (n) CUDA_CHECK(cudaMemcpyAsync(host, src.p, n * dtype_size(src.dt), cudaMemcpyDeviceToHost, stream(s)));
 }
 
+void CudaBackend::from_host_async(Ref dst, const void* host, size_t n) {
+  if (n) CUDA_CHECK(cudaMemcpyAsync(dst.p, host, n * dtype_size(dst.dt), cudaMemcpyHostToDevice, compute_));
+}
+
 // --- streams and events ---
 
 cudaEvent_t CudaBackend::event_slot(uint64_t id) {

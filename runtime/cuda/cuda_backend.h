@@ -45,6 +45,7 @@ class CudaBackend final : public Backend {
   void to_host(void* host, CRef src, size_t n) override;
   void from_host(Ref dst, const void* host, size_t n) override;
   void to_host_async(void* host, CRef src, size_t n, Stream s) override;
+  void from_host_async(Ref dst, const void* host, size_t n) override;
 
   Event record_event(Stream s) override;
   void wait_event(Stream waiter, const Event& e) override;

@@ -84,7 +84,7 @@ std::string plan_parts(const MemoryFit& f) {
 MemoryFit check_device_fit(const Recipe& r, int stage, bool writer, int ranks_on_node) {
   MemoryFit f = worst(r, stage, writer);
   f.need = f.plan.total();
-  const DeviceMemory dev = device_memory();
+  const DeviceMemory dev = device_memory(ranks_on_node);
   if (dev.devices == 0) {
     f.message = "needs " + gb(f.need) + " of GPU memory per rank (" + plan_parts(f) +
                 "); no GPU is visible here to compare with";

@@ -6,6 +6,8 @@
 #include <stdexcept>
 
 #ifdef TRAINER_WITH_CUDA
+#include <cuda_runtime.h>
+
 #include "runtime/cuda/cuda_backend.h"
 #endif
 
@@ -27,14 +29,18 @@ std::string backend_library_versions() {
 #endif
 }
 
-DeviceMemory device_memory() {
+DeviceMemory device_memory(int ranks_on_node) {
   DeviceMemory m;
 #ifdef TRAINER_WITH_CUDA
   m.devices = cuda::device_count();
   if (m.devices == 0) return m;
-  const cuda::DeviceInfo d = cuda::device_info(0);
+  const int dev = cuda::choose_device(cuda::local_rank_from_env(), ranks_on_node, m.devices).device;
+  if (cudaSetDevice(dev) != cudaSuccess) return cudaGetLastError(), DeviceMemory{};
+  const cuda::DeviceInfo d = cuda::device_info(dev);
   m.name = d.name, m.total = d.total_bytes;
   m.free = d.free_bytes ? d.free_bytes : d.total_bytes;
+#else
+  (void)ranks_on_node;
 #endif
   return m;
 }

@@ -210,14 +210,15 @@ std::vector<std::string> compiled_backends();
 std::string backend_library_versions();
 
 // The GPUs of this node for the memory pre-flight, before any backend
-// exists: the first device's name, free and total bytes, and the count (all
-// zero without a GPU or without the CUDA backend).
+// exists: the name, free and total bytes of the device this rank will use
+// (made current, so the context it creates is the one training uses), and
+// the count (all zero without a GPU or without the CUDA backend).
 struct DeviceMemory {
   std::string name;
   size_t free = 0, total = 0;
   int devices = 0;
 };
-DeviceMemory device_memory();
+DeviceMemory device_memory(int ranks_on_node);
 
 std::unique_ptr<Backend> make_backend(const BackendOptions& opt);
 

@@ -172,7 +172,9 @@ TEST_F(Gpu, MatmulMixesFp32GradientsWithBf16Weights) {  // the LM head's backwar
   Both C = make(std::vector<float>((size_t)M * N), DType::BF16);
   cpu.matmul(false, false, M, N, K, 1.f, A.c.ref(), B.c.ref(), 0.f, C.c.ref());
   gpu->matmul(false, false, M, N, K, 1.f, A.g.ref(), B.g.ref(), 0.f, C.g.ref());
-  expect_match(C, 3e-2, 1e-3, "mixed matmul");  // the fp32 operand is rounded to bf16 on the GPU
+  // The GPU rounds the fp32 operand to bf16 first: errors of ~2^-9 per term
+  // add up over K = 300 (a wrong layout would be off by the values' scale).
+  expect_match(C, 3e-2, 3e-3, "mixed matmul");
 }
 
 TEST_F(Gpu, ElementwiseOps) {
@@ -220,15 +222,15 @@ TEST_F(Gpu, NormsForwardBackward) {
     gpu->layernorm_bwd(dx.g.ref(), dw.g.ref().f32(), db.g.ref().f32(), g.g.ref(), x.g.ref(), w.g.ref(),
                        mean.g.ref().f32(), rstd.g.ref().f32(), rows, C);
     expect_match(dx, tol(dt, 1e-5), 1e-6, "layernorm dx");
-    expect_match(dw, 1e-4, 1e-6, "layernorm dw");
-    expect_match(db, 1e-4, 1e-6, "layernorm db");
+    expect_match(dw, 1e-4, 1e-5, "layernorm dw");  // sums of 300 rows in another order
+    expect_match(db, 1e-4, 1e-5, "layernorm db");
     cpu.rmsnorm_fwd(out.c.ref(), rstd.c.ref().f32(), x.c.ref(), w.c.ref(), rows, C, 1e-5f);
     gpu->rmsnorm_fwd(out.g.ref(), rstd.g.ref().f32(), x.g.ref(), w.g.ref(), rows, C, 1e-5f);
     expect_match(out, tol(dt, 1e-5), 1e-6, "rmsnorm_fwd");
     cpu.rmsnorm_bwd(dx.c.ref(), dw.c.ref().f32(), g.c.ref(), x.c.ref(), w.c.ref(), rstd.c.ref().f32(), rows, C);
     gpu->rmsnorm_bwd(dx.g.ref(), dw.g.ref().f32(), g.g.ref(), x.g.ref(), w.g.ref(), rstd.g.ref().f32(), rows, C);
     expect_match(dx, tol(dt, 1e-5), 1e-6, "rmsnorm dx");
-    expect_match(dw, 1e-4, 1e-6, "rmsnorm dw");
+    expect_match(dw, 1e-4, 1e-5, "rmsnorm dw");
   }
 }
 
@@ -277,14 +279,17 @@ TEST_F(Gpu, AttentionForwardBackwardBothPrecisions) {
     Both dqkv = make(std::vector<float>(nin), dt);
     cpu.attention_fwd(out.c.ref(), stats.c.ref().f32(), qkv.c.ref(), s);
     gpu->attention_fwd(out.g.ref(), stats.g.ref().f32(), qkv.g.ref(), s);
-    expect_match(out, tol(dt, 1e-5), 1e-5, "attention fwd");
+    // cuDNN multiplies bf16 probabilities by V: absolute errors ~2^-9 of the
+    // output's scale, also where an output is near zero.
+    const double att_atol = dt == DType::BF16 ? 2e-2 : 1e-5;
+    expect_match(out, tol(dt, 1e-5), att_atol, "attention fwd");
     // Stats may differ in form ((max, sum) or (lse, 1)); max + log(sum) must agree.
     const auto sc = read(cpu, stats.c), sg = read(*gpu, stats.g);
     for (size_t i = 0; i < sc.size(); i += 2)
       ASSERT_NEAR(sg[i] + std::log(sg[i + 1]), sc[i] + std::log(sc[i + 1]), 1e-4 * (1 + std::fabs(sc[i]))) << i;
     cpu.attention_bwd(dqkv.c.ref(), dout.c.ref(), qkv.c.ref(), out.c.ref(), stats.c.ref().f32(), s);
     gpu->attention_bwd(dqkv.g.ref(), dout.g.ref(), qkv.g.ref(), out.g.ref(), stats.g.ref().f32(), s);
-    expect_match(dqkv, tol(dt, 1e-4), dt == DType::BF16 ? 1e-2 : 1e-5, "attention bwd");
+    expect_match(dqkv, tol(dt, 1e-4), att_atol, "attention bwd");
     Both again = make(std::vector<float>(nin), dt);
     gpu->attention_bwd(again.g.ref(), dout.g.ref(), qkv.g.ref(), out.g.ref(), stats.g.ref().f32(), s);
     expect_bitwise(again.g, dqkv.g, "attention bwd twice");

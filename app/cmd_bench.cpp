@@ -93,19 +93,18 @@ int cmd_bench(int argc, char** argv) {
   // measure the peak before and after the steps and keep the better one (a
   // higher peak can only lower the reported MFU).
   const KnownPeak known = known_peak(*be, r.training.precision);
-  const bool gpu = !be->device_name().empty();  // the CPU's peak stays its sgemm, whatever the precision
-  const int gemm_n = gpu ? 4096 : 2048;
-  const DType gemm_dt = gpu ? r.training.precision : DType::F32;
-  double peak = known.gflops > 0 ? known.gflops : measure_gemm_gflops(*be, gemm_n, 1.0, gemm_dt);
+  const GemmProbe probe = gemm_probe(*be, r.training.precision, 2048);
+  double peak = known.gflops > 0 ? known.gflops : measure_gemm_gflops(*be, probe.n, 1.0, probe.dt);
 
   // One model per recompute mode compared.
   std::vector<RecomputeMode> modes = {r.recompute.mode};
   if (compare_recompute) modes = {RecomputeMode::None, RecomputeMode::Selective, RecomputeMode::Full};
   const std::vector<BenchRun> runs = bench_training(r, modes, steps, warmup, be);
-  if (known.gflops == 0) peak = std::max(peak, measure_gemm_gflops(*be, gemm_n, 1.0, gemm_dt));
+  if (known.gflops == 0) peak = std::max(peak, measure_gemm_gflops(*be, probe.n, 1.0, probe.dt));
+  const std::string device = be->device_name();
   const std::string source = known.gflops > 0 ? known.source
-                                              : std::string("measured ") + (gpu ? be->device_name() + " " : "") +
-                                                    dtype_name(gemm_dt) + " GEMM, best of before and after";
+                                              : "measured " + (device.empty() ? "" : device + " ") +
+                                                    dtype_name(probe.dt) + " GEMM, best of before and after";
   print_bench(r, path, runs, peak, source, steps, warmup);
   return 0;
 }

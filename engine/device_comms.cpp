@@ -16,11 +16,10 @@ ProcessGrid::DataCommMaker data_comms_for(Backend& be, int ranks_on_node, bool s
 #ifdef TRAINER_WITH_CUDA
   auto* gpu = dynamic_cast<CudaBackend*>(&be);
   if (!gpu) return {};
-  const int devices = cuda::device_count();
-  const bool shared = cuda::choose_device(0, ranks_on_node, devices).shared;
+  const bool shared = cuda::device_for_rank(-1, ranks_on_node).shared;
   if (shared && say)
     std::printf("note: %d ranks share %d GPU(s) on this node: NCCL cannot be used, so data collectives go through "
-                "MPI via pinned host memory (correct, not fast)\n", ranks_on_node, devices);
+                "MPI via pinned host memory (correct, not fast)\n", ranks_on_node, cuda::device_count());
   if (!shared) Watchdog::set_abort_hook(&NcclDataComm::abort_all);
   return [gpu, shared](ProcessGrid::Group g, MPI_Comm comm, ControlComm& control) -> std::unique_ptr<DataComm> {
     if (shared || g == ProcessGrid::Pp)

@@ -35,7 +35,8 @@ void find_peak(Job& job) {
     return;
   }
   if (!job.backend->device_name().empty()) {  // a GPU not in the table: a short GEMM in the run's precision
-    double g = measure_gemm_gflops(*job.backend, 4096, 0.5, r.training.precision);
+    const GemmProbe probe = gemm_probe(*job.backend, r.training.precision, 1024);
+    double g = measure_gemm_gflops(*job.backend, probe.n, 0.5, probe.dt);
     world.allreduce_sum(&g, 1);
     job.peak_gflops = g / world.size(), job.peak_source = "measured now (" + job.backend->device_name() + ", " +
                                                          dtype_name(r.training.precision) + " GEMM)";

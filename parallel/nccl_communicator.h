@@ -12,9 +12,6 @@
 // (parallel/staged_communicator.h) where tags keep messages apart.
 #include <nccl.h>
 
-#include <array>
-#include <vector>
-
 #include "parallel/communicator.h"
 #include "runtime/cuda/cuda_backend.h"
 

@@ -34,7 +34,7 @@ DeviceMemory device_memory(int ranks_on_node) {
 #ifdef TRAINER_WITH_CUDA
   m.devices = cuda::device_count();
   if (m.devices == 0) return m;
-  const int dev = cuda::choose_device(cuda::local_rank_from_env(), ranks_on_node, m.devices).device;
+  const int dev = cuda::device_for_rank(-1, ranks_on_node).device;
   if (cudaSetDevice(dev) != cudaSuccess) return cudaGetLastError(), DeviceMemory{};
   const cuda::DeviceInfo d = cuda::device_info(dev);
   m.name = d.name, m.total = d.total_bytes;
@@ -50,8 +50,7 @@ std::unique_ptr<Backend> make_cuda_backend(const BackendOptions& opt) {
 #ifdef TRAINER_WITH_CUDA
   const std::string why = cuda::no_device_reason();
   if (!why.empty()) throw RecipeError("runtime.backend = \"cuda\" but " + why + "; use runtime.backend = \"cpu\" here");
-  const int local = opt.local_rank >= 0 ? opt.local_rank : cuda::local_rank_from_env();
-  const cuda::DeviceChoice c = cuda::choose_device(local, opt.ranks_on_node, cuda::device_count());
+  const cuda::DeviceChoice c = cuda::device_for_rank(opt.local_rank, opt.ranks_on_node);
   return std::make_unique<CudaBackend>(CudaOptions{c.device, opt.allow_tf32});
 #else
   (void)opt;

@@ -33,6 +33,10 @@ double measure_gemm_gflops(Backend& be, int n, double seconds, DType dt) {
   return best;
 }
 
+GemmProbe gemm_probe(const Backend& be, DType precision, int cpu_n) {
+  return be.device_name().empty() ? GemmProbe{cpu_n, DType::F32} : GemmProbe{4096, precision};
+}
+
 KnownPeak known_peak(const Backend& be, DType precision) {
   KnownPeak k;
   k.gflops = be.known_peak_gflops(precision);

@@ -18,4 +18,13 @@ struct KnownPeak {
 };
 KnownPeak known_peak(const Backend& be, DType precision);
 
+// The product a peak is measured with where no data-sheet figure is known:
+// on a GPU n = 4096 in the run's precision; on the CPU its sgemm (n = cpu_n,
+// fp32 whatever the precision, as the CPU's MFU has always been).
+struct GemmProbe {
+  int n;
+  DType dt;
+};
+GemmProbe gemm_probe(const Backend& be, DType precision, int cpu_n);
+
 }  // namespace trainer

@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cstring>
-#include <functional>
 #include <stdexcept>
 
 #include "runtime/cuda/cuda_check.h"
@@ -185,22 +184,12 @@ void CudaBackend::rope(Ref qkv, const AttentionShape& s, float theta, bool inver
 
 // --- attention ---
 
-namespace {
-// cuDNN's workspace comes from a scratch slot of the backend.
-struct SlotWorkspace : cuda::SdpaWorkspace {
-  std::function<void*(size_t)> get_fn;
-  void* get(size_t bytes) override { return get_fn(bytes); }
-};
-}  // namespace
-
 void CudaBackend::attention_fwd(Ref out, float* stats, CRef qkv, const AttentionShape& s) {
   cuda::require_same_type("attention_fwd", {out.dt, qkv.dt});
   if (qkv.dt == DType::F32) return cuda::attention_fwd_f32(compute_, out.f32(), stats, qkv.f32(), s);
   const size_t rows = (size_t)s.B * s.H * s.T;
   float* lse = scratch_f32(kAttnRows, rows);
-  SlotWorkspace ws;
-  ws.get_fn = [this](size_t b) { return scratch(kAttnWorkspace, b); };
-  sdpa().forward(compute_, out.p, lse, qkv.p, s, ws);
+  sdpa().forward(compute_, out.p, lse, qkv.p, s, [this](size_t b) { return scratch(kAttnWorkspace, b); });
   cuda::lse_to_stats(compute_, stats, lse, rows);
 }
 
@@ -213,9 +202,8 @@ void CudaBackend::attention_bwd(Ref dqkv, CRef dout, CRef qkv, CRef out, const f
   const size_t rows = (size_t)s.B * s.H * s.T;
   float* lse = scratch_f32(kAttnRows, rows);
   cuda::stats_to_lse(compute_, lse, stats, rows);
-  SlotWorkspace ws;
-  ws.get_fn = [this](size_t b) { return scratch(kAttnWorkspace, b); };
-  sdpa().backward(compute_, dqkv.p, dout.p, qkv.p, out.p, lse, s, ws);
+  sdpa().backward(compute_, dqkv.p, dout.p, qkv.p, out.p, lse, s,
+                  [this](size_t b) { return scratch(kAttnWorkspace, b); });
 }
 
 // --- cross entropy, norms of gradients, optimizer ---

@@ -44,6 +44,10 @@ DeviceChoice choose_device(int local_rank, int ranks_on_node, int devices) {
   return c;
 }
 
+DeviceChoice device_for_rank(int local_rank, int ranks_on_node) {
+  return choose_device(local_rank >= 0 ? local_rank : local_rank_from_env(), ranks_on_node, device_count());
+}
+
 DeviceInfo device_info(int device) {
   cudaDeviceProp p{};
   CUDA_CHECK(cudaGetDeviceProperties(&p, device));

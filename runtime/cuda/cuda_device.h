@@ -26,6 +26,8 @@ struct DeviceChoice {
   bool shared = false;
 };
 DeviceChoice choose_device(int local_rank, int ranks_on_node, int devices);
+// This rank's choice among the GPUs present (local_rank < 0: from the launcher).
+DeviceChoice device_for_rank(int local_rank, int ranks_on_node);
 
 struct DeviceInfo {
   std::string name;

@@ -9,7 +9,6 @@
 
 #include <cmath>
 #include <map>
-#include <mutex>
 #include <stdexcept>
 #include <tuple>
 
@@ -110,10 +109,10 @@ size_t v_offset(const AttentionShape& s) { return (size_t)(s.H + s.KVH) * s.hd; 
 void* at(const void* p, size_t elems) { return (char*)p + 2 * elems; }  // bf16 elements
 
 void run(fe::graph::Graph& g, cudnnHandle_t h, std::unordered_map<int64_t, void*>& ptrs,
-         SdpaWorkspace& ws) {
+         const SdpaWorkspace& ws) {
   int64_t bytes = 0;
   FE_CHECK(g.get_workspace_size(bytes));
-  FE_CHECK(g.execute(h, ptrs, bytes ? ws.get((size_t)bytes) : nullptr));
+  FE_CHECK(g.execute(h, ptrs, bytes ? ws((size_t)bytes) : nullptr));
 }
 }  // namespace
 
@@ -152,7 +151,7 @@ std::string CudnnSdpa::version() {
 }
 
 void CudnnSdpa::forward(cudaStream_t s, void* out, float* lse, const void* qkv, const AttentionShape& sh,
-                        SdpaWorkspace& ws) {
+                        const SdpaWorkspace& ws) {
   cudnnSetStream(impl_->handle, s);
   std::unordered_map<int64_t, void*> ptrs = {{kQ, const_cast<void*>(qkv)},
                                              {kK, at(qkv, k_offset(sh))},
@@ -163,7 +162,7 @@ void CudnnSdpa::forward(cudaStream_t s, void* out, float* lse, const void* qkv, 
 }
 
 void CudnnSdpa::backward(cudaStream_t s, void* dqkv, const void* dout, const void* qkv, const void* out,
-                         const float* lse, const AttentionShape& sh, SdpaWorkspace& ws) {
+                         const float* lse, const AttentionShape& sh, const SdpaWorkspace& ws) {
   cudnnSetStream(impl_->handle, s);
   std::unordered_map<int64_t, void*> ptrs = {{kQ, const_cast<void*>(qkv)},
                                              {kK, at(qkv, k_offset(sh))},

@@ -8,6 +8,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -23,21 +24,19 @@ struct SdpaKey {
 };
 SdpaKey sdpa_key(const AttentionShape& s, bool backward);
 
-// Device memory the attention needs beyond its inputs and outputs.
-struct SdpaWorkspace {
-  virtual ~SdpaWorkspace() = default;
-  virtual void* get(size_t bytes) = 0;  // valid until the next get()
-};
+// Device memory the attention needs beyond its inputs and outputs: bytes ->
+// a buffer valid until the next call.
+using SdpaWorkspace = std::function<void*(size_t)>;
 
 class CudnnSdpa {
  public:
   CudnnSdpa();
   ~CudnnSdpa();
   // out [B*T, H*hd] bf16; lse [B*H*T] fp32 (log-sum-exp per query row).
-  void forward(cudaStream_t s, void* out, float* lse, const void* qkv, const AttentionShape& sh, SdpaWorkspace& ws);
+  void forward(cudaStream_t s, void* out, float* lse, const void* qkv, const AttentionShape& sh, const SdpaWorkspace& ws);
   // dqkv [B*T, row] bf16 (overwritten) from dout, out and lse of the forward.
   void backward(cudaStream_t s, void* dqkv, const void* dout, const void* qkv, const void* out, const float* lse,
-                const AttentionShape& sh, SdpaWorkspace& ws);
+                const AttentionShape& sh, const SdpaWorkspace& ws);
   size_t graphs() const;
   static std::string version();
 

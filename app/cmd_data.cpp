@@ -1,24 +1,101 @@
-// `trainer data prepare`: text files -> byte-level token shards.
+// `trainer data prepare`: text files -> token shards (data/prepare.h).
+#include <unistd.h>
+
 #include <cstdio>
 #include <cstring>
 #include <string>
 
 #include "app/commands.h"
 #include "data/prepare.h"
+#include "data/tokenizer.h"
 #include "runtime/errors.h"
 
 namespace trainer {
 
 namespace {
 const char* kDataUsage =
-    "usage: trainer data prepare --input FILE_OR_DIR [FILE_OR_DIR ...] --output DIR\n"
-    "                            [--val-fraction F] [--overwrite]\n"
-    "  Reads the files (directories recursively, in sorted order), encodes their\n"
-    "  bytes as tokens 0..255 and writes DIR/train_NNNNNN.bin and DIR/val_000000.bin\n"
-    "  in llm.c's shard format. The last F of the text (default 0.1) is validation.\n"
-    "  A DIR that already holds shards is refused unless --overwrite is given, which\n"
-    "  removes the old train_*.bin / val_*.bin set before writing the new one.\n";
+    "usage: trainer data prepare --input FILE_OR_DIR [FILE_OR_DIR ...] --output DIR [options]\n"
+    "  Tokenizes the files (directories recursively, in sorted order) and writes\n"
+    "  DIR/train_NNNNNN and DIR/val_NNNNNN token files plus DIR/data_info.json.\n"
+    "  A text file is one document; a .jsonl/.ndjson file holds one document a line;\n"
+    "  either may be gzip-compressed (.gz).\n"
+    "  --tokenizer SPEC      bytes (default) | gpt2[:RANKS_FILE] | llama3[:RANKS_FILE] |\n"
+    "                        sentencepiece:MODEL_FILE | DESCRIPTION.json (docs/DATA.md)\n"
+    "  --json-key KEY        the document's field in JSONL lines (default text)\n"
+    "  --output-format F     llmc (default: llm.c shards, uint16, or llm.c's uint32\n"
+    "                        version 7 past 65536 ids) | megatron (.bin + .idx)\n"
+    "  --shard-tokens N      tokens per file (default 100000000)\n"
+    "  --val-fraction F      the last F of the tokens is validation (default 0.1)\n"
+    "  --doc-start ID|none   token before every document (default: the tokenizer's:\n"
+    "                        gpt2 50256 as llm.c, llama3 128000, sentencepiece its bos)\n"
+    "  --doc-end ID|none     token after every document (default: bytes \\n, else none)\n"
+    "  --threads N           tokenizer threads (default: one per core)\n"
+    "  --overwrite           replace the token files already in DIR (else refused)\n";
+
+std::optional<int64_t> mark_arg(const std::string& opt, const char* v) {
+  if (!std::strcmp(v, "none")) return -1;
+  char* end = nullptr;
+  const long long x = std::strtoll(v, &end, 10);
+  if (!end || *end || x < 0) throw RecipeError(opt + ": want a token id or \"none\", got " + v);
+  return x;
 }
+
+long long count_arg(const std::string& opt, const char* v) {
+  char* end = nullptr;
+  const long long x = std::strtoll(v, &end, 10);
+  if (!end || *end || x < 1) throw RecipeError(opt + ": want a whole number >= 1, got " + v);
+  return x;
+}
+
+PrepareConfig parse(int argc, char** argv) {
+  PrepareConfig cfg;
+  for (int i = 1; i < argc; i++) {
+    const std::string a = argv[i];
+    const bool has = i + 1 < argc;
+    if (a == "--input") {
+      while (i + 1 < argc && argv[i + 1][0] != '-') cfg.inputs.push_back(argv[++i]);
+    } else if (a == "--output" && has) {
+      cfg.output_dir = argv[++i];
+    } else if (a == "--overwrite") {
+      cfg.overwrite = true;
+    } else if (a == "--val-fraction" && has) {
+      char* end = nullptr;
+      cfg.val_fraction = std::strtod(argv[++i], &end);
+      if (!end || *end) throw RecipeError(std::string("--val-fraction: not a number: ") + argv[i]);
+    } else if (a == "--tokenizer" && has) {
+      cfg.tokenizer = argv[++i];
+    } else if (a == "--json-key" && has) {
+      cfg.json_key = argv[++i];
+    } else if (a == "--output-format" && has) {
+      const std::string f = argv[++i];
+      if (f != "llmc" && f != "megatron") throw RecipeError("--output-format: llmc or megatron, got " + f);
+      cfg.format = f == "llmc" ? ShardFormat::Llmc : ShardFormat::Megatron;
+    } else if (a == "--shard-tokens" && has) {
+      cfg.shard_tokens = (size_t)count_arg(a, argv[++i]);
+    } else if (a == "--threads" && has) {
+      cfg.threads = (int)count_arg(a, argv[++i]);
+    } else if (a == "--doc-start" && has) {
+      cfg.doc_start = mark_arg(a, argv[++i]);
+    } else if (a == "--doc-end" && has) {
+      cfg.doc_end = mark_arg(a, argv[++i]);
+    } else {
+      throw RecipeError("data prepare: unexpected argument \"" + a + "\"\n" + kDataUsage);
+    }
+  }
+  if (cfg.inputs.empty() || cfg.output_dir.empty())
+    throw RecipeError(std::string("data prepare needs --input and --output\n") + kDataUsage);
+  return cfg;
+}
+
+// One line, rewritten in place, on a terminal only (logs stay clean).
+void show_progress(const PrepareProgress& p) {
+  const double mb = p.bytes_read / 1e6, rate = p.seconds > 0 ? mb / p.seconds : 0;
+  const double left = rate > 0 && p.total_bytes > p.bytes_read ? (p.total_bytes - p.bytes_read) / 1e6 / rate : 0;
+  std::fprintf(stderr, "\r%.1f of %.1f MB read | %llu documents | %llu tokens | %.1f MB/s | %.0f s left   ", mb,
+               p.total_bytes / 1e6, (unsigned long long)p.documents, (unsigned long long)p.tokens, rate, left);
+  std::fflush(stderr);
+}
+}  // namespace
 
 int cmd_data(int argc, char** argv) {
   if (argc < 1 || std::strcmp(argv[0], "prepare") != 0) {
@@ -29,34 +106,30 @@ int cmd_data(int argc, char** argv) {
     std::fputs(kDataUsage, stderr);
     return kExitUsage;
   }
-  PrepareConfig cfg;
-  for (int i = 1; i < argc; i++) {
-    const std::string a = argv[i];
-    if (a == "--help" || a == "-h") {
+  for (int i = 1; i < argc; i++)
+    if (!std::strcmp(argv[i], "--help") || !std::strcmp(argv[i], "-h")) {
       std::fputs(kDataUsage, stdout);
       return 0;
-    } else if (a == "--input") {
-      while (i + 1 < argc && argv[i + 1][0] != '-') cfg.inputs.push_back(argv[++i]);
-    } else if (a == "--output" && i + 1 < argc) {
-      cfg.output_dir = argv[++i];
-    } else if (a == "--overwrite") {
-      cfg.overwrite = true;
-    } else if (a == "--val-fraction" && i + 1 < argc) {
-      char* end = nullptr;
-      cfg.val_fraction = std::strtod(argv[++i], &end);
-      if (!end || *end) throw RecipeError(std::string("--val-fraction: not a number: ") + argv[i]);
-    } else {
-      throw RecipeError("data prepare: unexpected argument \"" + a + "\"\n" + kDataUsage);
     }
-  }
-  if (cfg.inputs.empty() || cfg.output_dir.empty())
-    throw RecipeError(std::string("data prepare needs --input and --output\n") + kDataUsage);
-  const PrepareResult r = prepare_bytes(cfg);
+  PrepareConfig cfg = parse(argc, argv);
+  const bool tty = ::isatty(STDERR_FILENO);
+  if (tty) cfg.progress = show_progress;
+  const PrepareResult r = prepare_tokens(cfg);
+  if (tty) std::fputs("\n", stderr);
   for (const std::string& f : r.empty_files) std::fprintf(stderr, "warning: %s is empty (0 bytes): skipped\n", f.c_str());
-  if (r.removed_shards) std::printf("removed the %zu shard file(s) already in %s (--overwrite)\n", r.removed_shards, cfg.output_dir.c_str());
-  std::printf("prepared %zu files: %zu train tokens in %zu shard(s), %zu val tokens -> %s\n",
-              r.files, r.train_tokens, r.train_shards.size(), r.val_tokens,
-              cfg.output_dir.c_str());
+  if (r.replaced_bytes)
+    std::fprintf(stderr, "warning: %zu bytes were not valid UTF-8 and were each encoded as U+FFFD\n", r.replaced_bytes);
+  if (r.removed_shards) std::printf("removed the %zu file(s) already in %s (--overwrite)\n", r.removed_shards, cfg.output_dir.c_str());
+  std::printf("prepared %zu files, %zu documents: %zu train tokens in %zu shard(s), %zu val tokens -> %s\n", r.files,
+              r.documents, r.train_tokens, r.train_shards.size(), r.val_tokens, cfg.output_dir.c_str());
+  const double tokens = (double)(r.train_tokens + r.val_tokens);
+  std::printf("tokenizer %s: %.3f tokens per byte, %zu of %u ids used (%.1f%%) | %.1f MB in %.1f s (%.1f MB/s)\n",
+              r.tokenizer.c_str(), tokens / std::max<double>(1, (double)r.text_bytes), r.distinct_ids, r.vocab_size,
+              100.0 * r.distinct_ids / r.vocab_size, r.text_bytes / 1e6, r.seconds,
+              r.text_bytes / 1e6 / std::max(1e-9, r.seconds));
+  const uint32_t padded = (r.vocab_size + 127) / 128 * 128;
+  std::printf("train with model.vocab_size >= %u (%u, a multiple of 128, suits tensor parallelism)\n", r.vocab_size,
+              padded);
   return 0;
 }
 

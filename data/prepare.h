@@ -1,32 +1,62 @@
 #pragma once
-// Text -> byte-level token shards (vocabulary 256): the data command behind
-// `trainer data prepare`. Files are read in sorted path order (directories
-// recursively, symlinks to the same file counted once), concatenated, and the
-// last val_fraction of the bytes becomes the validation shard.
+// `trainer data prepare`: text -> token shards. Inputs (files and
+// directories, sorted; text, JSONL, gzip) stream through a reader thread,
+// several tokenizer threads and, in input order, a writer that appends the
+// ids (with each document's start/end marks) to a temporary token stream in
+// the output directory. The last val_fraction of the stream becomes the
+// validation set, the rest train shards of shard_tokens; all go to temporary
+// names and are renamed into place only when every file is written, with
+// DIR/data_info.json recording the tokenizer and its vocabulary.
 #include <cstdint>
+#include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "data/shard_writer.h"
+
 namespace trainer {
+
+struct PrepareProgress {
+  uint64_t bytes_read = 0, total_bytes = 0;  // input files on disk
+  uint64_t documents = 0, tokens = 0;
+  double seconds = 0;
+};
 
 struct PrepareConfig {
   std::vector<std::string> inputs;  // files or directories
   std::string output_dir;
   double val_fraction = 0.1;
   size_t shard_tokens = 100'000'000;  // tokens per train shard file
-  // The output directory may hold shards (train_*.bin, val_*.bin) only with
-  // overwrite, which removes that whole set first (a smaller new set would
-  // otherwise leave old shards that a train_*.bin glob mixes in).
+  // The output directory may hold shards only with overwrite, which removes
+  // that whole set first (a smaller new set would otherwise leave old shards
+  // that a train_*.bin glob mixes in).
   bool overwrite = false;
+  std::string tokenizer = "bytes";  // make_tokenizer's SPEC
+  std::string json_key = "text";
+  ShardFormat format = ShardFormat::Llmc;
+  int threads = 0;  // tokenizer threads; 0: one per core
+  // Replace the tokenizer's document marks (-1: none).
+  std::optional<int64_t> doc_start, doc_end;
+  std::function<void(const PrepareProgress&)> progress;  // called a few times a second
 };
 
 struct PrepareResult {
-  size_t files = 0, train_tokens = 0, val_tokens = 0;
+  size_t files = 0, documents = 0, train_tokens = 0, val_tokens = 0;
+  uint64_t input_bytes = 0, text_bytes = 0;
+  size_t distinct_ids = 0, replaced_bytes = 0;  // ids used; invalid UTF-8 bytes replaced by U+FFFD
+  uint32_t vocab_size = 0;
+  std::string tokenizer;
+  double seconds = 0;
   std::vector<std::string> empty_files;  // inputs with no bytes (skipped)
   size_t removed_shards = 0;             // old shards removed (overwrite)
   std::vector<std::string> train_shards, val_shards;
 };
 
-PrepareResult prepare_bytes(const PrepareConfig& cfg);
+PrepareResult prepare_tokens(const PrepareConfig& cfg);
+
+// What `data prepare` records beside its shards (DIR/data_info.json) and the
+// loader checks against model.vocab_size.
+constexpr const char* kDataInfoFile = "data_info.json";
 
 }  // namespace trainer

@@ -1,8 +1,15 @@
 #pragma once
-// Token shard files in llm.c's format: a header of 256 int32 (magic 20240520,
-// version, token count), then the tokens. Version 1 holds uint16 tokens (as
-// llm.c writes them); version 2, our extension, holds uint32 tokens for
-// vocabularies over 65536. Shards are memory-mapped read-only.
+// One file of tokens, memory-mapped read-only, in any of the formats the
+// loader takes:
+//   llm.c shards: 256 x int32 header (magic, version, token count), then the
+//     tokens: magic 20240520 version 1 (uint16, GPT-2), version 2 (uint32,
+//     this project's earlier wide shards), magic 20240801 version 7 (uint32,
+//     llm.c's Llama-3 shards)
+//   Megatron-LM indexed datasets: PREFIX.bin + PREFIX.idx (shard_writer.h),
+//     named by the prefix, the .bin or the .idx; read as one token stream
+//     (samples run across document boundaries, as Megatron's do by default)
+// Every defect of a header or index stops with a DataError naming the file
+// and the byte offset.
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -10,6 +17,7 @@
 namespace trainer {
 
 constexpr int32_t kShardMagic = 20240520;
+constexpr int32_t kShardMagicLlama3 = 20240801;
 constexpr int kShardHeaderInts = 256;
 constexpr size_t kShardHeaderBytes = kShardHeaderInts * sizeof(int32_t);
 
@@ -23,27 +31,47 @@ class TokenShard {
   TokenShard& operator=(const TokenShard&) = delete;
   TokenShard& operator=(TokenShard&&) = delete;
 
-  const std::string& path() const { return path_; }
+  const std::string& path() const { return path_; }  // the token data file (a Megatron prefix's .bin)
   size_t size() const { return count_; }
   int token_bytes() const { return width_; }
+  const char* format() const { return megatron_ ? "megatron" : "llm.c"; }
+  // Signed codes read as uint32: a negative id becomes huge and fails the
+  // vocabulary check, as it should.
   uint32_t token(size_t i) const {
-    return width_ == 2 ? reinterpret_cast<const uint16_t*>(data_)[i]
-                       : reinterpret_cast<const uint32_t*>(data_)[i];
+    switch (width_) {
+      case 1: return signed_ ? (uint32_t)(int32_t)reinterpret_cast<const int8_t*>(data_)[i] : data_[i];
+      case 2: return signed_ ? (uint32_t)(int32_t)reinterpret_cast<const int16_t*>(data_)[i]
+                             : reinterpret_cast<const uint16_t*>(data_)[i];
+      case 4: return reinterpret_cast<const uint32_t*>(data_)[i];
+      default: {
+        const int64_t v = reinterpret_cast<const int64_t*>(data_)[i];
+        return v < 0 || v > (int64_t)UINT32_MAX ? UINT32_MAX : (uint32_t)v;
+      }
+    }
   }
   // The largest token id and (where) its index: a shard checked once
   // against the vocabulary at start-up, not only where a sample reads.
   uint32_t max_token(size_t* where = nullptr) const;
-  // Byte offset in the file of token i (for error messages).
-  size_t byte_offset(size_t i) const { return kShardHeaderBytes + i * width_; }
+  // Byte offset in path() of token i (for error messages).
+  size_t byte_offset(size_t i) const { return header_bytes_ + i * width_; }
 
  private:
+  void map(const std::string& file, size_t min_bytes, const char* what);
+  void open_llmc();
+  void open_megatron(const std::string& prefix);
+
   std::string path_;
   void* map_ = nullptr;
   size_t map_bytes_ = 0;
   const unsigned char* data_ = nullptr;
-  size_t count_ = 0;
+  size_t count_ = 0, header_bytes_ = kShardHeaderBytes;
   int width_ = 2;
+  bool signed_ = false, megatron_ = false;
 };
+
+// The Megatron prefix a path names ("x", "x.bin" or "x.idx" with both files
+// present), or "" for an llm.c shard.
+std::string megatron_prefix(const std::string& path);
 
 // Writes a shard (version 1 if every token fits in uint16, else version 2)
 // via a temporary file renamed into place, so a reader never sees half a file.

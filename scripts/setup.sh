@@ -9,9 +9,10 @@
 set -euo pipefail
 
 pkgs=(g++ cmake ninja-build openmpi-bin libopenmpi-dev libhdf5-openmpi-dev
-      libtomlplusplus-dev libopenblas-openmp-dev nlohmann-json3-dev)
+      libtomlplusplus-dev libopenblas-openmp-dev nlohmann-json3-dev pkg-config zlib1g-dev
+      libpcre2-dev libsentencepiece-dev)
 if [[ "${1:-}" == "test" ]]; then
-  pkgs+=(libgtest-dev hdf5-tools python3-h5py python3-numpy python3-torch slurm-wlm munge)
+  pkgs+=(libgtest-dev hdf5-tools python3-h5py python3-numpy python3-torch slurm-wlm munge python3-venv python3-pip)
 fi
 
 missing=()
@@ -52,4 +53,19 @@ if { command -v nvcc >/dev/null || [[ -x /usr/local/cuda/bin/nvcc ]]; } &&
   else
     echo "setup: could not fetch nvidia-cudnn-frontend $fe_version; the build leaves the CUDA backend out" >&2
   fi
+fi
+
+# Tests: the reference tokenizers (PyPI tiktoken and sentencepiece, pinned, in
+# a venv over Debian's python so torch and h5py stay visible) and the
+# tokenizer files they and the trainer read (scripts/fetch_tokenizers.sh).
+if [[ "${1:-}" == "test" ]]; then
+  root="$(cd "$(dirname "$0")/.." && pwd)"
+  venv="$root/third_party/pyref"
+  if ! "$venv/bin/python" -c "import tiktoken, sentencepiece" 2>/dev/null; then
+    echo "setup: installing tiktoken and sentencepiece (PyPI) into third_party/pyref"
+    /usr/bin/python3 -m venv --system-site-packages "$venv" &&
+      "$venv/bin/pip" install -q tiktoken==0.12.0 sentencepiece==0.2.1 ||
+      echo "setup: could not install the reference tokenizers; tests/tokenizer_check.py will fail" >&2
+  fi
+  "$root/scripts/fetch_tokenizers.sh" || echo "setup: some tokenizer files are missing (see above)" >&2
 fi

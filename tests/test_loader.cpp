@@ -241,7 +241,7 @@ TEST(Prepare, BytesOfTheInputFilesWithValidationTail) {
   c.inputs = {(d.path / "in").string()};
   c.output_dir = d.file("out");
   c.val_fraction = 0.25;
-  const PrepareResult r = prepare_bytes(c);
+  const PrepareResult r = prepare_tokens(c);
   EXPECT_EQ(r.files, 2u);
   // sorted: in/b.txt, in/c_link.txt (dup, skipped), in/sub/a.txt
   const std::string text = "world\nhello\n";

@@ -1,0 +1,26 @@
+#pragma once
+// A SentencePiece .model (Llama-2 style BPE with byte fallback) through
+// Debian's libsentencepiece; the model's own bos id goes before each document.
+#include <memory>
+#include <string>
+
+#include "data/tokenizer.h"
+
+namespace sentencepiece { class SentencePieceProcessor; }
+
+namespace trainer {
+
+class SentencePieceTokenizer : public Tokenizer {
+ public:
+  explicit SentencePieceTokenizer(const std::string& model_file);
+  ~SentencePieceTokenizer() override;
+  std::unique_ptr<TokenEncoder> encoder() const override;
+  uint32_t vocab_size() const override { return vocab_; }
+  bool splits_at_lines() const override { return false; }
+
+ private:
+  std::unique_ptr<sentencepiece::SentencePieceProcessor> sp_;
+  uint32_t vocab_ = 0;
+};
+
+}  // namespace trainer

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "app/commands.h"
+#include "data/dataset.h"
 #include "data/prepare.h"
 #include "data/tokenizer.h"
 #include "runtime/errors.h"
@@ -15,6 +16,10 @@ namespace trainer {
 namespace {
 const char* kDataUsage =
     "usage: trainer data prepare --input FILE_OR_DIR [FILE_OR_DIR ...] --output DIR [options]\n"
+    "       trainer data inspect FILE [FILE ...] [--head N]\n"
+    "  inspect: each token file's format, token and document counts and largest id\n"
+    "  (and its first N ids); a Megatron dataset is named by its prefix, .bin or .idx.\n"
+    "prepare:\n"
     "  Tokenizes the files (directories recursively, in sorted order) and writes\n"
     "  DIR/train_NNNNNN and DIR/val_NNNNNN token files plus DIR/data_info.json.\n"
     "  A text file is one document; a .jsonl/.ndjson file holds one document a line;\n"
@@ -95,9 +100,34 @@ void show_progress(const PrepareProgress& p) {
                p.total_bytes / 1e6, (unsigned long long)p.documents, (unsigned long long)p.tokens, rate, left);
   std::fflush(stderr);
 }
+int cmd_inspect(int argc, char** argv) {
+  long long head = 0;
+  std::vector<std::string> files;
+  for (int i = 1; i < argc; i++) {
+    if (!std::strcmp(argv[i], "--head") && i + 1 < argc) head = count_arg("--head", argv[++i]);
+    else if (argv[i][0] == '-') throw RecipeError(std::string("data inspect: unexpected argument \"") + argv[i] + "\"");
+    else files.push_back(argv[i]);
+  }
+  if (files.empty()) throw RecipeError(std::string("data inspect needs a file\n") + kDataUsage);
+  for (const std::string& f : expand_paths(files)) {
+    const TokenShard s(f);
+    size_t at = 0;
+    const uint32_t top = s.size() ? s.max_token(&at) : 0;
+    std::printf("%s: %s, %zu tokens", f.c_str(), s.describe().c_str(), s.size());
+    if (s.documents()) std::printf(", %zu documents", s.documents());
+    if (s.size()) std::printf(", largest id %u (token %zu)", top, at);
+    std::printf("\n");
+    if (head > 0) {
+      for (size_t i = 0; i < std::min<size_t>((size_t)head, s.size()); i++) std::printf(i ? " %u" : "%u", s.token(i));
+      std::printf("\n");
+    }
+  }
+  return 0;
+}
 }  // namespace
 
 int cmd_data(int argc, char** argv) {
+  if (argc >= 1 && !std::strcmp(argv[0], "inspect")) return cmd_inspect(argc, argv);
   if (argc < 1 || std::strcmp(argv[0], "prepare") != 0) {
     if (argc >= 1 && (!std::strcmp(argv[0], "--help") || !std::strcmp(argv[0], "-h"))) {
       std::fputs(kDataUsage, stdout);
@@ -106,7 +136,7 @@ int cmd_data(int argc, char** argv) {
     std::fputs(kDataUsage, stderr);
     return kExitUsage;
   }
-  for (int i = 1; i < argc; i++)
+  for (int i = 1; i < argc; i++)  // help wins over any other argument
     if (!std::strcmp(argv[i], "--help") || !std::strcmp(argv[i], "-h")) {
       std::fputs(kDataUsage, stdout);
       return 0;

@@ -3,32 +3,70 @@
 #include <glob.h>
 
 #include <algorithm>
+#include <filesystem>
+#include <fstream>
+
+#include <nlohmann/json.hpp>
+
+#include "data/prepare.h"
 
 #include "runtime/errors.h"
+
+namespace fs = std::filesystem;
 
 namespace trainer {
 
 std::vector<std::string> expand_paths(const std::vector<std::string>& patterns) {
   std::vector<std::string> out;
+  // A Megatron dataset stands for its prefix, however it is named (x, x.bin,
+  // x.idx), so a glob that matches both of its files reads it once.
+  auto add = [&](const std::string& h) {
+    const std::string prefix = megatron_prefix(h);
+    const std::string& name = prefix.empty() ? h : prefix;
+    if (std::find(out.begin(), out.end(), name) == out.end()) out.push_back(name);
+  };
   for (const std::string& p : patterns) {
     glob_t g{};
     const int rc = ::glob(p.c_str(), 0, nullptr, &g);
-    if (rc != 0 || g.gl_pathc == 0) {
-      globfree(&g);
-      throw DataError(p + ": no such file (or the pattern matches nothing)");
-    }
-    std::vector<std::string> hits(g.gl_pathv, g.gl_pathv + g.gl_pathc);
+    std::vector<std::string> hits(g.gl_pathv, g.gl_pathv + (rc == 0 ? g.gl_pathc : 0));
     globfree(&g);
+    if (hits.empty() && !megatron_prefix(p).empty()) hits.push_back(p);
+    if (hits.empty()) throw DataError(p + ": no such file (or the pattern matches nothing)");
     std::sort(hits.begin(), hits.end());
-    for (auto& h : hits)
-      if (std::find(out.begin(), out.end(), h) == out.end()) out.push_back(h);
+    for (auto& h : hits) add(h);
   }
   return out;
 }
 
+namespace {
+// data_info.json beside a file (written by `data prepare`): the tokenizer's
+// vocabulary must fit the model's. Files without one are checked by their
+// token ids alone.
+void check_data_info(const std::string& file, int vocab_size) {
+  const fs::path info = fs::path(file).parent_path() / kDataInfoFile;
+  std::ifstream f(info);
+  if (!f) return;
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(f);
+  } catch (const nlohmann::json::exception& e) {
+    throw DataError(info.string() + ": not valid JSON (" + e.what() + "); rewrite it with `trainer data prepare`");
+  }
+  const int64_t need = j.value("vocab_size", (int64_t)0);
+  if (need <= vocab_size) return;
+  const int64_t padded = (need + 127) / 128 * 128;
+  throw RecipeError(file + " was made by tokenizer " + j.value("tokenizer", std::string("?")) + " with " +
+                    std::to_string(need) + " ids (" + info.string() + ") but model.vocab_size is " +
+                    std::to_string(vocab_size) + ": set model.vocab_size >= " + std::to_string(need) + ", e.g. " +
+                    std::to_string(padded) + " (a multiple of 128: the extra rows are never a target, and it " +
+                    "divides by the usual parallel.tp values)");
+}
+}  // namespace
+
 TokenDataset::TokenDataset(const std::vector<std::string>& files, int seq_len, int vocab_size, bool check_vocab)
     : T_(seq_len), V_(vocab_size) {
   for (const std::string& f : files) {
+    check_data_info(f, vocab_size);
     TokenShard s(f);
     size_t at = 0;
     if (const uint32_t top = check_vocab ? s.max_token() : 0; top >= (uint32_t)vocab_size && s.max_token(&at))

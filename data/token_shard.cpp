@@ -86,6 +86,7 @@ void TokenShard::open_llmc() {
                     "magic 20240801 with 7 = uint32 tokens)");
   if (hdr[2] < 0) throw DataError(path + ": negative token count in header at byte offset 8");
   width_ = hdr[1] == 1 ? 2 : 4;
+  version_ = hdr[1];
   count_ = (size_t)hdr[2];
   const size_t want = kShardHeaderBytes + count_ * width_;
   if (bytes < want)
@@ -158,6 +159,12 @@ void TokenShard::open_megatron(const std::string& prefix) {
   map(bin_path, 0, "Megatron data");
   data_ = static_cast<const unsigned char*>(map_);
   count_ = tokens;
+  documents_ = D - 1;
+}
+
+std::string TokenShard::describe() const {
+  const std::string type = std::string(signed_ ? "int" : "uint") + std::to_string(width_ * 8);
+  return megatron_ ? "megatron, " + type : "llm.c v" + std::to_string(version_) + ", " + type;
 }
 
 uint32_t TokenShard::max_token(size_t* where) const {
@@ -184,7 +191,8 @@ uint32_t TokenShard::max_token(size_t* where) const {
 
 TokenShard::TokenShard(TokenShard&& o) noexcept
     : path_(std::move(o.path_)), map_(o.map_), map_bytes_(o.map_bytes_), data_(o.data_), count_(o.count_),
-      header_bytes_(o.header_bytes_), width_(o.width_), signed_(o.signed_), megatron_(o.megatron_) {
+      header_bytes_(o.header_bytes_), documents_(o.documents_), width_(o.width_), version_(o.version_),
+      signed_(o.signed_), megatron_(o.megatron_) {
   o.map_ = nullptr;
   o.map_bytes_ = 0;
 }

@@ -34,7 +34,10 @@ class TokenShard {
   const std::string& path() const { return path_; }  // the token data file (a Megatron prefix's .bin)
   size_t size() const { return count_; }
   int token_bytes() const { return width_; }
-  const char* format() const { return megatron_ ? "megatron" : "llm.c"; }
+  // "llm.c v1, uint16", "megatron, int32", ...
+  std::string describe() const;
+  // Documents in a Megatron index (0: not recorded, as in llm.c shards).
+  size_t documents() const { return documents_; }
   // Signed codes read as uint32: a negative id becomes huge and fails the
   // vocabulary check, as it should.
   uint32_t token(size_t i) const {
@@ -64,8 +67,8 @@ class TokenShard {
   void* map_ = nullptr;
   size_t map_bytes_ = 0;
   const unsigned char* data_ = nullptr;
-  size_t count_ = 0, header_bytes_ = kShardHeaderBytes;
-  int width_ = 2;
+  size_t count_ = 0, header_bytes_ = kShardHeaderBytes, documents_ = 0;
+  int width_ = 2, version_ = 0;
   bool signed_ = false, megatron_ = false;
 };
 

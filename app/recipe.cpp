@@ -102,6 +102,13 @@ class RecipeReader {
         fail(sec, key, "\"" + v + "\" is not one of " + k.allowed() +
                            (near.empty() ? "" : " (did you mean \"" + near + "\"?)"));
       }
+      case KeyType::Sources: {
+        if (n.is_string()) return std::vector<DataSource>{{n.as_string()->get(), 0, "", {}}};
+        if (!n.is_array()) fail(sec, key, "expected a list of paths or { path, weight, name } tables, got " + type_name(n));
+        std::vector<DataSource> out;
+        for (const toml::node& e : *n.as_array()) out.push_back(source(k, e));
+        return out;
+      }
       case KeyType::List: {
         if (n.is_string()) return std::vector<std::string>{n.as_string()->get()};
         if (!n.is_array()) fail(sec, key, "expected a list of strings, got " + type_name(n));
@@ -114,6 +121,26 @@ class RecipeReader {
       }
     }
     return 0L;
+  }
+  // One entry of a Sources key: "path" or { path = "...", weight = W, name = "..." }.
+  DataSource source(const RecipeKey& k, const toml::node& e) const {
+    if (e.is_string()) return {e.as_string()->get(), 0, "", {}};
+    if (!e.is_table()) fail(k.section, k.name, "expected a path or a { path, weight, name } table, found " + type_name(e));
+    DataSource s;
+    for (auto&& [kk, v] : *e.as_table()) {
+      const std::string f(kk.str());
+      if (f == "path" && v.is_string()) s.path = v.as_string()->get();
+      else if (f == "name" && v.is_string()) s.name = v.as_string()->get();
+      else if (f == "weight" && (v.is_floating_point() || v.is_integer()))
+        s.weight = v.is_integer() ? (double)v.as_integer()->get() : v.as_floating_point()->get();
+      else if (f == "path" || f == "name" || f == "weight")
+        fail(k.section, k.name, f + ": expected " + (f == "weight" ? "a number" : "a string") + ", got " + type_name(v));
+      else
+        fail(k.section, k.name, "unknown field \"" + f + "\" in a source (fields: path, weight, name)");
+    }
+    if (s.weight == 0 && (e.as_table()->contains("weight")))
+      fail(k.section, k.name, s.path + ": weight must be > 0");
+    return s;
   }
   bool present(const std::string& sec, const std::string& key) const { return node(sec, key) != nullptr; }
   bool overridden(const std::string& sec, const std::string& key) const { return overridden_.count(sec + "." + key) > 0; }
@@ -261,16 +288,22 @@ void check_rules(Recipe& r, RecipeReader& rd, int world_size) {
 // [data]: the files the globs name exist now.
 void check_data(Recipe& r, RecipeReader& rd) {
   if (r.data.train.empty()) rd.fail("data", "train", "no training data: give a list of token shard paths or globs");
-  try {
-    r.data.train_files = expand_paths(r.data.train);
-  } catch (const DataError& e) {
-    throw DataError(rd.where("data", "train") + ": [data] train: " + e.what());
-  }
-  try {
-    if (!r.data.val.empty()) r.data.val_files = expand_paths(r.data.val);
-  } catch (const DataError& e) {
-    throw DataError(rd.where("data", "val") + ": [data] val: " + e.what());
-  }
+  auto expand = [&](std::vector<DataSource>& list, std::vector<std::string>& all, const char* key) {
+    try {
+      for (DataSource& s : list) {
+        s.files = expand_paths({s.path});
+        for (const std::string& f : s.files)  // plain entries form one source: each file once
+          if (std::find(all.begin(), all.end(), f) == all.end()) all.push_back(f);
+      }
+    } catch (const DataError& e) {
+      throw DataError(rd.where("data", key) + ": [data] " + key + ": " + e.what());
+    }
+  };
+  const bool named = std::any_of(r.data.train.begin(), r.data.train.end(), [](const DataSource& s) { return !s.name.empty(); });
+  if (named && r.data.train.front().weight == 0)
+    rd.fail("data", "train", "named training sources need weights (shares of samples), e.g. { path = \"...\", weight = 0.3, name = \"web\" }");
+  expand(r.data.train, r.data.train_files, "train");
+  expand(r.data.val, r.data.val_files, "val");
   std::error_code ec;
   for (const std::string& v : r.data.val_files)
     for (const std::string& t : r.data.train_files)

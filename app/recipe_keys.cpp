@@ -25,6 +25,7 @@ KeyValue to_value(float x) {
 KeyValue to_value(bool x) { return x; }
 KeyValue to_value(const std::string& x) { return x; }
 KeyValue to_value(const std::vector<std::string>& x) { return x; }
+KeyValue to_value(const std::vector<DataSource>& x) { return x; }
 
 void from_value(int& d, const KeyValue& v) { d = (int)std::get<long>(v); }
 void from_value(long& d, const KeyValue& v) { d = std::get<long>(v); }
@@ -34,6 +35,7 @@ void from_value(float& d, const KeyValue& v) { d = (float)std::get<double>(v); }
 void from_value(bool& d, const KeyValue& v) { d = std::get<bool>(v); }
 void from_value(std::string& d, const KeyValue& v) { d = std::get<std::string>(v); }
 void from_value(std::vector<std::string>& d, const KeyValue& v) { d = std::get<std::vector<std::string>>(v); }
+void from_value(std::vector<DataSource>& d, const KeyValue& v) { d = std::get<std::vector<DataSource>>(v); }
 
 // set and get of a Recipe field: AT(training.steps)
 #define AT(field)                                                          \
@@ -79,8 +81,10 @@ struct K {
 };
 
 constexpr KeyType Int = KeyType::Int, Float = KeyType::Float, Bool = KeyType::Bool,
-                  String = KeyType::String, List = KeyType::List, Choice = KeyType::Choice;
+                  String = KeyType::String, List = KeyType::List, Choice = KeyType::Choice,
+                  Sources = KeyType::Sources;
 using Strings = std::vector<std::string>;
+using SourceList = std::vector<DataSource>;
 
 std::vector<RecipeKey> make_keys() {
   using BS = TrainingSection::BadStep;
@@ -216,8 +220,8 @@ std::vector<RecipeKey> make_keys() {
       K("fault", "inject", List, "test-only fault injection (engine/fault.h), e.g. \"crash rank=1 step=7\"", AT(fault_specs))
           .def(Strings{}).shown_if([](const Recipe& r) { return !r.fault_specs.empty(); }),
       // [data]
-      K("data", "train", List, "training token shards: paths or globs", AT(data.train)).def(Strings{}),
-      K("data", "val", List, "validation token shards: paths or globs", AT(data.val)).def(Strings{}),
+      K("data", "train", Sources, "training token files (llm.c shards, Megatron prefixes): paths or globs, or a blend of { path = \"...\", weight = 0.3, name = \"web\" } sources (weights are shares of samples)", AT(data.train)).def(SourceList{}),
+      K("data", "val", Sources, "validation token files, as data.train; named sources get their own val_loss/NAME", AT(data.val)).def(SourceList{}),
       K("data", "prefetch", Int, "micro-batches a background thread keeps ready (0: load on the training thread)", AT(data.prefetch))
           .def(2L).at_least(0).at_most(64),
   };
@@ -269,6 +273,7 @@ std::string RecipeKey::allowed() const {
     case KeyType::Bool: return "true or false";
     case KeyType::String: return "a string";
     case KeyType::List: return "a list of strings";
+    case KeyType::Sources: return "a list of paths/globs, or of { path, weight, name } tables";
     case KeyType::Choice: {
       std::string s;
       for (const auto& c : choices) s += (s.empty() ? "\"" : ", \"") + c + "\"";
@@ -279,6 +284,27 @@ std::string RecipeKey::allowed() const {
   const std::string b = bounds(*this);
   return std::string(type == KeyType::Int ? "an integer" : "a number") + (b.empty() ? "" : " " + b);
 }
+
+namespace {
+// Blends: all entries weighted (each its own source) or none (one source of
+// all files); names distinct.
+std::string check_sources(const std::vector<DataSource>& l) {
+  size_t weighted = 0;
+  for (size_t i = 0; i < l.size(); i++) {
+    const DataSource& s = l[i];
+    if (s.path.empty()) return "entry " + std::to_string(i + 1) + " has no path";
+    if (!std::isfinite(s.weight) || s.weight < 0)
+      return "entry " + std::to_string(i + 1) + " (" + s.path + "): weight must be a finite number > 0";
+    weighted += s.weight > 0;
+    for (size_t j = 0; j < i; j++)
+      if (!s.name.empty() && l[j].name == s.name) return "two sources are named \"" + s.name + "\"";
+  }
+  if (weighted && weighted != l.size())
+    return "give every entry a weight (a blend), or none; " + std::to_string(l.size() - weighted) + " of " +
+           std::to_string(l.size()) + " have none";
+  return "";
+}
+}  // namespace
 
 std::string RecipeKey::check(const KeyValue& v) const {
   double x = 0;
@@ -292,6 +318,8 @@ std::string RecipeKey::check(const KeyValue& v) const {
   } else if (type == KeyType::Float) {
     x = std::get<double>(v);
     if (!std::isfinite(x)) return "must be a finite number " + bounds(*this) + ", got " + std::string(std::isnan(x) ? "nan" : "inf");
+  } else if (type == KeyType::Sources) {
+    return check_sources(std::get<std::vector<DataSource>>(v));
   } else if (type == KeyType::Choice) {
     for (const auto& c : choices)
       if (c == std::get<std::string>(v)) return "";
@@ -336,6 +364,19 @@ std::string toml_text(const KeyValue& v, KeyType type) {
     std::string operator()(const std::vector<std::string>& l) const {
       std::string s = "[";
       for (size_t i = 0; i < l.size(); i++) s += (i ? ", " : "") + (*this)(l[i]);
+      return s + "]";
+    }
+    std::string operator()(const std::vector<DataSource>& l) const {
+      std::string s = "[";
+      for (size_t i = 0; i < l.size(); i++) {
+        s += i ? ", " : "";
+        if (l[i].weight == 0 && l[i].name.empty()) {
+          s += (*this)(l[i].path);
+          continue;
+        }
+        s += "{ path = " + (*this)(l[i].path) + (l[i].weight > 0 ? ", weight = " + (*this)(l[i].weight) : "");
+        s += (l[i].name.empty() ? "" : ", name = " + (*this)(l[i].name)) + " }";
+      }
       return s + "]";
     }
   };

@@ -14,9 +14,10 @@
 
 namespace trainer {
 
-using KeyValue = std::variant<long, double, bool, std::string, std::vector<std::string>>;
+using KeyValue = std::variant<long, double, bool, std::string, std::vector<std::string>, std::vector<DataSource>>;
 
-enum class KeyType { Int, Float, Bool, String, List, Choice };
+// Sources: a list of paths/globs or { path, weight, name } tables (blends).
+enum class KeyType { Int, Float, Bool, String, List, Choice, Sources };
 
 struct RecipeKey {
   std::string section, name;

@@ -1,11 +1,24 @@
 #include "data/loader.h"
 
+#include "runtime/rng.h"
+
 namespace trainer {
 
-Loader::Loader(const TokenDataset& ds, const LoaderConfig& cfg)
-    : ds_(ds), cfg_(cfg), accum_(cfg.global_batch / (cfg.micro_batch * cfg.dp_size)),
-      order_(ds.num_samples(), cfg.seed, cfg.shuffle) {
+Loader::Loader(const Blend& data, const LoaderConfig& cfg)
+    : data_(data), cfg_(cfg), accum_(cfg.global_batch / (cfg.micro_batch * cfg.dp_size)), blend_(data.shares()) {
+  for (size_t j = 0; j < data_.sources().size(); j++) {
+    // Source 0 of a single source uses the run's seed as is: a plain
+    // dataset's order is unchanged by blending's existence.
+    const uint64_t seed = data_.blended() ? cfg.seed ^ hash_string("data.blend." + std::to_string(j)) : cfg.seed;
+    orders_.emplace_back(data_.sources()[j].data->num_samples(), seed, cfg.shuffle);
+  }
   if (cfg_.prefetch > 0) thread_ = std::thread(&Loader::worker, this);
+}
+
+void Loader::read(uint64_t position, int32_t* inputs, int32_t* targets) {
+  uint64_t nth = position;
+  const size_t j = data_.blended() ? blend_.source_at(position, &nth) : 0;
+  data_.sources()[j].data->read_sample(orders_[j].at(nth), inputs, targets);
 }
 
 Loader::~Loader() {
@@ -22,14 +35,13 @@ Batch Loader::load(uint64_t index) {
   const uint64_t per_rank = (uint64_t)cfg_.global_batch / cfg_.dp_size;
   const uint64_t first = cfg_.start_position + step * cfg_.global_batch +
                          cfg_.dp_rank * per_rank + micro * cfg_.micro_batch;
-  const int T = ds_.seq_len();
+  const int T = data_.seq_len();
   Batch b;
   b.first_position = first;
   b.inputs.resize((size_t)cfg_.micro_batch * T);
   b.targets.resize((size_t)cfg_.micro_batch * T);
   for (int i = 0; i < cfg_.micro_batch; i++)
-    ds_.read_sample(order_.at(first + i), b.inputs.data() + (size_t)i * T,
-                    b.targets.data() + (size_t)i * T);
+    read(first + i, b.inputs.data() + (size_t)i * T, b.targets.data() + (size_t)i * T);
   return b;
 }
 

@@ -14,6 +14,7 @@
 #include <thread>
 #include <vector>
 
+#include "data/blend.h"
 #include "data/dataset.h"
 #include "data/sample_order.h"
 
@@ -36,7 +37,10 @@ struct Batch {
 
 class Loader {
  public:
-  Loader(const TokenDataset& ds, const LoaderConfig& cfg);
+  Loader(const TokenDataset& ds, const LoaderConfig& cfg) : Loader(Blend::single(ds), cfg) {}
+  // A blend's sources each keep their own epochs and permutations; a single
+  // source reads exactly as a plain dataset does.
+  Loader(const Blend& data, const LoaderConfig& cfg);
   ~Loader();
   Loader(const Loader&) = delete;
   Loader& operator=(const Loader&) = delete;
@@ -52,10 +56,13 @@ class Loader {
   Batch load(uint64_t index);  // index: micro-batch number since start
   void worker();
 
-  const TokenDataset& ds_;
+  void read(uint64_t position, int32_t* inputs, int32_t* targets);
+
+  Blend data_;
   LoaderConfig cfg_;
   int accum_;
-  SampleOrder order_;
+  std::vector<SampleOrder> orders_;  // one per source
+  BlendOrder blend_;
   uint64_t consumed_ = 0;  // micro-batches handed out
 
   std::thread thread_;

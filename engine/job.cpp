@@ -98,24 +98,46 @@ void Job::release() {
   watchdog.reset();
   metrics.reset();
   loop.reset();
-  val.reset();
-  train.reset();
+  val = Blend();
+  train = Blend();
+  datasets.clear();
   backend.reset();
   grid.reset();
 }
 
+namespace {
+// Plain entries: one source of all their files (each once). Named or
+// weighted entries: a source each, in the order written.
+Blend make_blend(Job& job, const std::vector<DataSource>& entries, const std::vector<std::string>& all_files) {
+  const ModelConfig& m = job.recipe.model;
+  std::vector<BlendSource> sources;
+  auto add = [&](const std::string& name, double weight, const std::vector<std::string>& files) {
+    job.datasets.push_back(std::make_unique<TokenDataset>(files, m.seq_len, m.vocab_size));
+    sources.push_back({name, weight, job.datasets.back().get()});
+  };
+  const bool named = std::any_of(entries.begin(), entries.end(),
+                                 [](const DataSource& s) { return s.weight > 0 || !s.name.empty(); });
+  if (entries.empty()) return Blend();
+  if (!named) add("", 1, all_files);
+  else
+    for (size_t i = 0; i < entries.size(); i++)
+      add(entries[i].name.empty() ? "source" + std::to_string(i) : entries[i].name,
+          entries[i].weight > 0 ? entries[i].weight : 1, entries[i].files);
+  return Blend(std::move(sources));
+}
+}  // namespace
+
 void set_up_job(Job& job, int rank, int launch) {
   const Recipe& r = job.recipe;
-  job.train = std::make_unique<TokenDataset>(r.data.train_files, r.model.seq_len, r.model.vocab_size);
-  if (!r.data.val_files.empty())
-    job.val = std::make_unique<TokenDataset>(r.data.val_files, r.model.seq_len, r.model.vocab_size);
+  job.train = make_blend(job, r.data.train, r.data.train_files);
+  job.val = make_blend(job, r.data.val, r.data.val_files);
   job.faults = FaultPlan(r.faults, rank, launch);
   start_recording(job, rank, launch);
   const int local_ranks = ranks_on_node();
   job.backend = make_backend({r.runtime.backend, r.runtime.threads, -1, local_ranks, r.runtime.allow_tf32});
   job.grid = std::make_unique<ProcessGrid>(MPI_COMM_WORLD, r.grid, job.recorder.get(),
                                            data_comms_for(*job.backend, local_ranks, rank == 0));
-  job.loop = std::make_unique<TrainLoop>(*job.backend, groups_of(*job.grid), r, *job.train, job.val.get());
+  job.loop = std::make_unique<TrainLoop>(*job.backend, groups_of(*job.grid), r, job.train, job.val);
   if (!job.resumed_from.empty()) {
     job.loop->load_checkpoint(job.resumed_from);
     job.resumed_step = job.loop->steps_done();

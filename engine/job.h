@@ -5,6 +5,7 @@
 #include <memory>
 #include <string>
 
+#include "data/blend.h"
 #include "data/dataset.h"
 #include "engine/fault.h"
 #include "engine/recipe.h"
@@ -22,7 +23,8 @@ struct Job {
   std::string recipe_text;  // the resolved recipe (TOML), stored with every checkpoint
   std::unique_ptr<ProcessGrid> grid;
   std::unique_ptr<Backend> backend;
-  std::unique_ptr<TokenDataset> train, val;
+  std::vector<std::unique_ptr<TokenDataset>> datasets;  // what train and val read
+  Blend train, val;  // val: no sources without validation data
   std::unique_ptr<TrainLoop> loop;
   std::unique_ptr<MetricsLog> metrics;       // rank 0
   std::unique_ptr<FlightRecorder> recorder;  // every communication call of this rank

@@ -26,9 +26,19 @@ struct RunSection {
   uint64_t seed{};
 };
 
+// One entry of data.train / data.val: a path or glob, or a table
+// { path = "...", weight = 0.3, name = "web" } naming a blend source.
+struct DataSource {
+  std::string path;
+  double weight = 0;  // 0: a plain entry (all plain entries form one source)
+  std::string name;
+  std::vector<std::string> files;  // expanded
+  bool operator==(const DataSource& o) const { return path == o.path && weight == o.weight && name == o.name; }
+};
+
 struct DataSection {
-  std::vector<std::string> train, val;           // as written (paths or globs)
-  std::vector<std::string> train_files, val_files;  // expanded
+  std::vector<DataSource> train, val;               // as written
+  std::vector<std::string> train_files, val_files;  // expanded, all sources
   int prefetch{};
 };
 

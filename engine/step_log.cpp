@@ -49,7 +49,7 @@ void StepLoop::print_header() const {
               r_.sequence_parallel ? " (sequence parallel)" : "",
               r_.grid.pp == 1 ? "" : r_.schedule == ScheduleKind::OneFOneB ? " 1f1b" : " interleaved",
               r_.training.global_batch, r_.model.seq_len, r_.training.micro_batch, r_.accum_steps(),
-              job_.train->num_samples(), job_.peak_gflops, job_.peak_source.c_str());
+              job_.train.num_samples(), job_.peak_gflops, job_.peak_source.c_str());
   std::fflush(stdout);
 }
 
@@ -67,6 +67,8 @@ void StepLoop::log_step(const StepStats& st, const StepExtras& x) {
   if (st.nonfinite || st.spike) rec.add("update_skipped", 1);
   if (st.spike) rec.add("loss_spike", 1);
   if (x.val >= 0) rec.add("val_loss", x.val);
+  for (const auto& [name, loss] : x.val_sources) rec.add("val_loss/" + name, loss);
+  add_blend_counts(rec);
   if (x.ckpt_ms >= 0) rec.add("ckpt_ms", x.ckpt_ms);
   if (named)
     rec.add("stragglers", x.slow.ranks).add("straggler_compute_ms", x.slow.ms)
@@ -77,8 +79,33 @@ void StepLoop::log_step(const StepStats& st, const StepExtras& x) {
               st.step, r_.training.steps, st.loss, st.lr, st.grad_norm, human(tps).c_str(), 100 * mfu, st.step_ms,
               st.data_wait_ms);
   if (x.val >= 0) std::printf(" | val loss %.4f", x.val);
+  for (size_t i = 0; i < x.val_sources.size(); i++)
+    std::printf("%s%s %.4f%s", i ? ", " : " (", x.val_sources[i].first.c_str(), x.val_sources[i].second,
+                i + 1 == x.val_sources.size() ? ")" : "");
   std::printf("\n");
   std::fflush(stdout);
+}
+
+// A blend's samples so far, per source: the whole stream up to this step's
+// end, counted by the same rule the loaders follow.
+void StepLoop::add_blend_counts(JsonRecord& rec) {
+  if (!job_.train.blended()) return;
+  if (!blend_counter_) blend_counter_ = std::make_unique<BlendOrder>(job_.train.shares());
+  const std::vector<uint64_t> counts = blend_counter_->counts_before(loop_.loader().cursor());
+  for (size_t j = 0; j < counts.size(); j++) rec.add("samples/" + job_.train.sources()[j].name, (long)counts[j]);
+}
+
+void StepLoop::print_blend() const {
+  if (!lead_ || !job_.train.blended()) return;
+  const std::vector<double> shares = job_.train.shares();
+  std::printf("blend:");
+  for (size_t j = 0; j < shares.size(); j++) {
+    const BlendSource& s = job_.train.sources()[j];
+    std::printf("%s %s %.1f%% of samples (%zu samples, an epoch every %.0f steps)", j ? "," : "", s.name.c_str(),
+                100 * shares[j], s.data->num_samples(),
+                s.data->num_samples() / (shares[j] * r_.training.global_batch));
+  }
+  std::printf("\n");
 }
 
 // Collective: the memory summary is the largest peak of any rank.

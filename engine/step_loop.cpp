@@ -25,6 +25,7 @@ StepLoop::StepLoop(Job& job)
 
 int StepLoop::run() {
   print_header();
+  print_blend();
   t_start_ = std::chrono::steady_clock::now();
   beat(loop_.steps_done());
   if (first_ >= r_.training.steps && lead_)
@@ -44,7 +45,7 @@ int StepLoop::run() {
         if (n == Next::Stop) return kExitBadStep;
         if (n == Next::Retry) continue;
       }
-      x.val = maybe_evaluate(st);
+      maybe_evaluate(st, x);
       track_stragglers(st, x);
       x.ckpt_ms = save_or_commit(st);
     } catch (const UserError& e) {
@@ -142,11 +143,14 @@ StepStats StepLoop::one_step(double median) {
   return st;
 }
 
-double StepLoop::maybe_evaluate(const StepStats& st) {
+void StepLoop::maybe_evaluate(const StepStats& st, StepExtras& x) {
   const bool last = st.step == r_.training.steps;
-  if (!job_.val || !((r_.training.eval_every > 0 && st.step % r_.training.eval_every == 0) || last)) return -1;
+  if (job_.val.sources().empty() || !((r_.training.eval_every > 0 && st.step % r_.training.eval_every == 0) || last))
+    return;
   phase("evaluation", st.step);
-  return loop_.evaluate();
+  TrainLoop::Evaluation ev = loop_.evaluate();
+  x.val = ev.overall;
+  x.val_sources = std::move(ev.sources);
 }
 
 // What this rank does between communication calls, for the flight recorder

@@ -14,7 +14,9 @@
 #include <string>
 #include <vector>
 
+#include "data/blend.h"
 #include "engine/job.h"
+#include "runtime/metrics.h"
 
 namespace trainer {
 
@@ -42,6 +44,7 @@ class StepLoop {
   // What one step produced besides its StepStats, for the log.
   struct StepExtras {
     double val = -1, ckpt_ms = -1;
+    std::vector<std::pair<std::string, double>> val_sources;  // named validation sources
     bool straggler_report = false;
     StragglerReport slow;
   };
@@ -54,7 +57,9 @@ class StepLoop {
   StepStats one_step(double median);
   Next on_bad_step(const StepStats& st, double median);
   std::string describe_bad_step(const StepStats& st, double median) const;
-  double maybe_evaluate(const StepStats& st);
+  void maybe_evaluate(const StepStats& st, StepExtras& x);
+  void add_blend_counts(JsonRecord& rec);
+  void print_blend() const;
   void track_stragglers(const StepStats& st, StepExtras& x);
   double save_or_commit(const StepStats& st);
   void commit_async(bool wait, bool saving_now, bool* did);
@@ -83,6 +88,7 @@ class StepLoop {
   double window_compute_ms_ = 0;
   int window_steps_ = 0;
   double last_loss_ = 0, last_val_ = -1;
+  std::unique_ptr<BlendOrder> blend_counter_;  // samples per blend source, for the metrics
   std::chrono::steady_clock::time_point t_start_;
 };
 

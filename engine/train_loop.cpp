@@ -35,11 +35,11 @@ ParallelGroups groups_of(ProcessGrid& g) {
 }
 
 TrainLoop::TrainLoop(Backend& be, ParallelGroups groups, const Recipe& r,
-                     const TokenDataset& train, const TokenDataset* val)
+                     Blend train, Blend val)
     : be_(be), dp_(*groups.dp.data), tp_(counted(groups.tp.data)), pp_(counted(groups.pp.data)),
       dp_control_(groups.dp.control), pp_control_(pp_ ? groups.pp.control : nullptr),
       tp_control_(tp_ ? groups.tp.control : nullptr), embed_(groups.embed), compute_(r.training.precision),
-      r_(r), train_(train), val_(val) {
+      r_(r), train_(std::move(train)), val_(std::move(val)) {
   pipe_ = pipeline_spec(r);
   if ((pp_ ? pp_->size() : 1) != pipe_.stages) throw std::invalid_argument("pp group size differs from the recipe");
   if (const std::string why = check_pipeline(pipe_); !why.empty()) throw std::invalid_argument(why);
@@ -228,8 +228,21 @@ void TrainLoop::record_stage_times(StepStats& s) {
 }
 
 // Forward only, one micro-batch at a time through the virtual pipeline.
-double TrainLoop::evaluate() {
-  if (!val_) return 0;
+TrainLoop::Evaluation TrainLoop::evaluate() {
+  Evaluation ev;
+  if (val_.sources().empty()) return ev;
+  const std::vector<double> shares = val_.shares();
+  ev.overall = 0;
+  for (size_t j = 0; j < val_.sources().size(); j++) {
+    const BlendSource& s = val_.sources()[j];
+    const double loss = evaluate(*s.data);
+    ev.overall += shares[j] * loss;
+    if (!s.name.empty()) ev.sources.emplace_back(s.name, loss);
+  }
+  return ev;
+}
+
+double TrainLoop::evaluate(const TokenDataset& data) {
   LoaderConfig lc;
   lc.micro_batch = r_.training.micro_batch;
   lc.global_batch = r_.training.eval_batches * lc.micro_batch * dp_.size();
@@ -237,7 +250,7 @@ double TrainLoop::evaluate() {
   lc.dp_size = dp_.size();
   lc.prefetch = 0;
   lc.shuffle = false;  // the same validation samples every time
-  Loader ld(*val_, lc);
+  Loader ld(data, lc);
   double sum = 0;
   for (int k = 0; k < r_.training.eval_batches; k++) sum += executor_->forward_only(ld.next());
   sum /= r_.training.eval_batches;

@@ -69,16 +69,22 @@ ParallelGroups groups_of(ProcessGrid& grid);
 
 class TrainLoop {
  public:
-  TrainLoop(Backend& be, ParallelGroups groups, const Recipe& r, const TokenDataset& train,
-            const TokenDataset* val);
+  // val: no sources for none. The datasets must outlive the loop.
+  TrainLoop(Backend& be, ParallelGroups groups, const Recipe& r, Blend train, Blend val = Blend());
   ~TrainLoop();
   StepStats step();
   // The first half of step(): gradients of the next global batch, reduced
   // over TP (sequence-parallel partials), tied copies and DP, not yet clipped
   // or applied. Returns the mean loss (on every rank).
   double compute_gradients(StepStats* stats = nullptr);
-  // Mean validation loss over training.eval_batches micro-batches per rank.
-  double evaluate();
+  // Validation loss: per source, over training.eval_batches micro-batches
+  // per rank each (the same samples every time), and their weighted mean.
+  struct Evaluation {
+    double overall = -1;
+    std::vector<std::pair<std::string, double>> sources;  // named sources only
+  };
+  Evaluation evaluate();
+  double evaluate(const TokenDataset& data);  // collective, as evaluate()
   // This rank's model chunks (one without interleaving).
   std::vector<std::unique_ptr<Transformer>>& chunks() { return chunks_; }
   Transformer& model() { return *chunks_.front(); }
@@ -139,8 +145,7 @@ class TrainLoop {
   DType compute_;             // training.precision
   Buffer grad_wire_;          // gradients in the compute type for the data-parallel reduction (bf16 runs)
   const Recipe& r_;
-  const TokenDataset& train_;
-  const TokenDataset* val_;
+  Blend train_, val_;
   PipelineSpec pipe_;
   int stage_ = 0;
   Chunks chunks_;

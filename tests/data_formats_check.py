@@ -55,6 +55,13 @@ def write_llmc_v7(path, tokens):
         f.write(struct.pack("<256i", *hdr) + struct.pack(f"<{len(tokens)}I", *tokens))
 
 
+def write_llmc_gpt2(path, tokens):
+    """llm.c's GPT-2 shards (fineweb.py): magic 20240520, version 1, uint16."""
+    hdr = [20240520, 1, len(tokens)] + [0] * 253
+    with open(path, "wb") as f:
+        f.write(struct.pack("<256i", *hdr) + struct.pack(f"<{len(tokens)}H", *tokens))
+
+
 def run(cmd):
     p = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
     return p.returncode, p.stdout + p.stderr
@@ -119,6 +126,11 @@ def main():
     write_llmc_v7(v7, toks7)
     rc, head, toks = inspect_tokens(trainer, v7, len(toks7))
     check(rc == 0 and toks == toks7 and "llm.c v7" in head, f"llm.c version 7 (Llama-3) shard: read as written ({head})")
+    v1 = os.path.join(tmp, "gpt2_shard.bin")
+    toks1 = [50256] + [rng.randrange(50257) for _ in range(5000)]
+    write_llmc_gpt2(v1, toks1)
+    rc, head, toks = inspect_tokens(trainer, v1, len(toks1))
+    check(rc == 0 and toks == toks1 and "llm.c v1" in head, f"llm.c GPT-2 (version 1) shard: read as written ({head})")
 
     # Defects: each exit 3 with the byte offset.
     good = os.path.join(tmp, "mg8")

@@ -178,7 +178,7 @@ def case_data_prepare(e):
           "5 data prepare into a directory with shards is refused (exit 3), nothing touched")
     code, out = e.sh([e.trainer, "data", "prepare", "--input", "/usr/share/common-licenses/GPL-3", "--output", out_dir,
                       "--overwrite"])
-    check(code == 0 and sorted(os.listdir(out_dir)) == ["train_000000.bin", "val_000000.bin"],
+    check(code == 0 and sorted(os.listdir(out_dir)) == ["data_info.json", "train_000000.bin", "val_000000.bin"],
           "5 --overwrite replaces the whole set: no old shard or temporary file left")
 
 
@@ -240,6 +240,11 @@ def case_full_disk(e):
     check(code == 4 and "No space left on device" in out and not os.path.exists(target)
           and not os.path.exists(target + ".tmp") and "exported" not in out,
           "7 export onto a full disk: exit 4 with the reason, no file left")
+    # Tokenizing onto the full file system: exit 3, nothing left behind.
+    prep = os.path.join(fs.path, "prep")
+    code, out = e.sh([e.trainer, "data", "prepare", "--input", "/usr/share/common-licenses", "--output", prep])
+    check(code == 3 and "No space left on device" in out and os.listdir(prep) == [],
+          "7 data prepare onto a full disk: exit 3 with the reason, no file left")
     # A read-only checkpoint or run directory: start-up errors naming the key.
     os.remove(os.path.join(fs.path, "filler"))
     fs.readonly()

@@ -2,17 +2,20 @@
 // coverage across DP ranks, and prefetching that never changes what a step sees.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <map>
 #include <set>
 
+#include "data/blend.h"
 #include "data/dataset.h"
 #include "data/loader.h"
 #include "data/prepare.h"
 #include "data/sample_order.h"
 #include "data/token_shard.h"
+#include "data/tokenizer.h"
 #include "runtime/errors.h"
 
 using namespace trainer;
@@ -250,4 +253,59 @@ TEST(Prepare, BytesOfTheInputFilesWithValidationTail) {
   EXPECT_EQ(va.size(), 3u);
   for (size_t i = 0; i < text.size(); i++)
     EXPECT_EQ(i < tr.size() ? tr.token(i) : va.token(i - tr.size()), (uint32_t)(unsigned char)text[i]);
+}
+
+TEST(Prepare, JsonlLinesAreDocumentsAndABadLineNamesFileAndLine) {
+  TempDir d;
+  std::ofstream(d.file("a.jsonl")) << "{\"text\": \"ab\"}\n\n{\"text\": \"c\", \"id\": 2}\n";
+  PrepareConfig c;
+  c.inputs = {d.file("a.jsonl")};
+  c.output_dir = d.file("out");
+  c.val_fraction = 0;
+  const PrepareResult r = prepare_tokens(c);
+  EXPECT_EQ(r.documents, 2u);
+  TokenShard tr(r.train_shards.at(0));
+  const std::vector<uint32_t> want = {'a', 'b', '\n', 'c', '\n'};  // bytes: "\n" ends each document
+  ASSERT_EQ(tr.size(), want.size());
+  for (size_t i = 0; i < want.size(); i++) EXPECT_EQ(tr.token(i), want[i]);
+  std::ofstream(d.file("b.jsonl")) << "{\"text\": \"ok\"}\n{\"txt\": \"no key\"}\n";
+  c.inputs = {d.file("b.jsonl")};
+  c.output_dir = d.file("out2");
+  std::string e = error_of([&] { prepare_tokens(c); });
+  EXPECT_NE(e.find("b.jsonl:2: no string \"text\""), std::string::npos) << e;
+  std::ofstream(d.file("c.jsonl")) << "{\"text\": \"ok\"}\n{broken\n";
+  c.inputs = {d.file("c.jsonl")};
+  e = error_of([&] { prepare_tokens(c); });
+  EXPECT_NE(e.find("c.jsonl:2: not a JSON object"), std::string::npos) << e;
+  EXPECT_FALSE(fs::exists(d.file("out2") + "/train_000000.bin"));
+}
+
+TEST(Prepare, InvalidUtf8BytesBecomeReplacementCharacters) {
+  std::string s = "a\xff" "b\xc3\xa9" "\xe2\x82" "c";  // a stray byte, a valid e-acute, a cut 3-byte sequence
+  EXPECT_EQ(repair_utf8(s), 3u);
+  EXPECT_EQ(s, "a\xef\xbf\xbd" "b\xc3\xa9" "\xef\xbf\xbd\xef\xbf\xbd" "c");
+  std::string ok = "plain \xf0\x9f\x98\x80";
+  EXPECT_EQ(repair_utf8(ok), 0u);
+}
+
+TEST(Blend, CountsFollowMegatronsRuleAndRestartFromAnyPosition) {
+  // The rule written out as a plain loop: the source lagging its share most.
+  const std::vector<double> w = {0.2, 0.5, 0.3};
+  std::vector<uint64_t> c(3, 0);
+  std::vector<size_t> src;
+  for (uint64_t p = 0; p < 1000; p++) {
+    size_t best = 0;
+    for (size_t j = 1; j < 3; j++)
+      if (w[j] * std::max<double>((double)p, 1) - c[j] > w[best] * std::max<double>((double)p, 1) - c[best]) best = j;
+    src.push_back(best);
+    c[best]++;
+  }
+  BlendOrder order(w);
+  uint64_t nth = 0;
+  for (uint64_t p : {0ull, 5ull, 999ull, 3ull, 500ull}) {  // forwards and backwards
+    const size_t j = order.source_at(p, &nth);
+    EXPECT_EQ(j, src[p]) << p;
+    EXPECT_EQ(nth, (uint64_t)std::count(src.begin(), src.begin() + p, j)) << p;
+  }
+  EXPECT_EQ(order.counts_before(1000), c);
 }

@@ -142,7 +142,7 @@ Result run(const Layout& l, MPI_Comm world) {
     CpuBackend be(1);
     TokenDataset ds({g_data}, r.model.seq_len, r.model.vocab_size);
     {
-      TrainLoop grads_only(be, groups_of(grid), r, ds, nullptr);
+      TrainLoop grads_only(be, groups_of(grid), r, Blend::single(ds));
       grads_only.compute_gradients();
       if (g_shapes.empty()) {  // the one-process reference defines the names
         for (auto& m : grads_only.chunks()) global_grads(be, *m, grid.control(ProcessGrid::Tp), g_shapes);
@@ -152,7 +152,7 @@ Result run(const Layout& l, MPI_Comm world) {
       res.params_per_rank = grads_only.model().num_params();
     }
     be.reset_memory_peaks();
-    TrainLoop loop(be, groups_of(grid), r, ds, nullptr);
+    TrainLoop loop(be, groups_of(grid), r, Blend::single(ds));
     res.stage = grid.coords().pp;
     for (int s = 0; s < r.training.steps; s++) {
       const StepStats st = loop.step();

@@ -46,10 +46,12 @@ std::vector<fs::path> existing_shards(const std::string& dir) {
 }
 
 // The ids of all documents, in input order, in a temporary file of uint32
-// (not memory: inputs may be far larger), with where each document starts.
+// (not memory: inputs may be far larger), with where each document starts
+// when the output format records documents (8 bytes each).
 class TokenStream {
  public:
-  TokenStream(const std::string& path, uint32_t vocab) : path_(path), used_(vocab, 0) {
+  TokenStream(const std::string& path, uint32_t vocab, bool keep_starts)
+      : path_(path), used_(vocab, 0), keep_starts_(keep_starts) {
     f_ = std::fopen(path.c_str(), "wb");
     if (!f_) throw DataError(path + ": cannot create: " + std::strerror(errno));
   }
@@ -58,7 +60,10 @@ class TokenStream {
     if (map_) ::munmap(map_, bytes_);
     std::remove(path_.c_str());
   }
-  void begin_document() { starts_.push_back(n_); }
+  void begin_document() {
+    documents_++;
+    if (keep_starts_) starts_.push_back(n_);
+  }
   void add(const uint32_t* ids, size_t k) {
     for (size_t i = 0; i < k; i++) used_[ids[i]] = 1;
     if (k && std::fwrite(ids, 4, k, f_) != k)
@@ -82,7 +87,7 @@ class TokenStream {
     return static_cast<const uint32_t*>(map_);
   }
   uint64_t size() const { return n_; }
-  size_t documents() const { return starts_.size(); }
+  size_t documents() const { return documents_; }
   size_t distinct() const { return (size_t)std::count(used_.begin(), used_.end(), 1); }
   // Lengths of the document pieces that make up tokens [a, b).
   std::vector<uint64_t> pieces(uint64_t a, uint64_t b) const {
@@ -104,6 +109,8 @@ class TokenStream {
   uint64_t n_ = 0, bytes_ = 0;
   std::vector<uint64_t> starts_;
   std::vector<uint8_t> used_;
+  bool keep_starts_;
+  size_t documents_ = 0;
 };
 
 // Reader thread -> tokenizer threads -> the caller, in input order.
@@ -290,7 +297,8 @@ PrepareResult prepare_tokens(const PrepareConfig& cfg) {
   ro.json_key = cfg.json_key;
   ro.cut_at_lines = tok->splits_at_lines();
   DocumentReader reader(files, ro);
-  TokenStream stream((fs::path(cfg.output_dir) / ".prepare_tokens.tmp").string(), tok->vocab_size());
+  TokenStream stream((fs::path(cfg.output_dir) / ".prepare_tokens.tmp").string(), tok->vocab_size(),
+                     cfg.format == ShardFormat::Megatron);
   const int threads = cfg.threads > 0 ? cfg.threads : (int)std::max(1u, std::thread::hardware_concurrency());
   auto last = Clock::now();
   auto tick = [&](bool force) {

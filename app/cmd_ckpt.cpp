@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "app/commands.h"
+#include "app/recipe.h"
 #include "ckpt/checkpoint.h"
 #include "ckpt/hdf5_tensors.h"
 #include "ckpt/hf_export.h"
@@ -22,6 +23,10 @@ const char* kCkptUsage =
     "       trainer ckpt export PATH --output F.h5 [--dtype fp32|bf16]\n"
     "                                              one HDF5 file, Hugging Face names; fp32 (default)\n"
     "                                              or rounded to bf16 (an HDF5 float type of its own)\n"
+    "       trainer ckpt export PATH --format hf --output DIR [--dtype fp32|bf16] [--shard-mb N]\n"
+    "                                              a Hugging Face model directory: config.json and\n"
+    "                                              model.safetensors (shards of N MB, default 5000, with\n"
+    "                                              an index past that); from_pretrained(DIR) loads it\n"
     "  PATH: a step directory (run/checkpoints/step_00000100), a checkpoint directory\n"
     "  (its `latest`, else its newest step) or its `latest` file. Exit 4 when the\n"
     "  checkpoint is broken or PATH is not a checkpoint, or the export cannot be written.\n";
@@ -31,6 +36,47 @@ std::string join(const std::vector<int>& v) {
   std::string s;
   for (int x : v) s += (s.empty() ? "" : " x ") + std::to_string(x);
   return s;
+}
+
+// The model's hyperparameters: the checkpoint's own recipe.
+ModelConfig checkpoint_model(const std::string& dir) {
+  try {
+    return load_recipe(dir + "/recipe.toml", {}, 0, false).model;
+  } catch (const UserError& e) {
+    throw CheckpointError(dir + "/recipe.toml: the checkpoint's recipe cannot be read: " + e.what());
+  }
+}
+
+int cmd_export(const std::string& dir, int argc, char** argv) {
+  std::string out, dtype = "fp32", format = "h5";
+  double shard_mb = 5000;
+  for (int i = 2; i < argc; i++) {
+    const bool has = i + 1 < argc;
+    if (!std::strcmp(argv[i], "--output") && has) out = argv[++i];
+    else if (!std::strcmp(argv[i], "--dtype") && has) dtype = argv[++i];
+    else if (!std::strcmp(argv[i], "--format") && has) format = argv[++i];
+    else if (!std::strcmp(argv[i], "--shard-mb") && has) shard_mb = std::strtod(argv[++i], nullptr);
+    else throw RecipeError(std::string("ckpt export: unexpected argument \"") + argv[i] + "\"\n" + kCkptUsage);
+  }
+  if (out.empty()) throw RecipeError(std::string("ckpt export needs --output\n") + kCkptUsage);
+  if (dtype != "fp32" && dtype != "bf16")
+    throw RecipeError("ckpt export --dtype must be fp32 or bf16, got \"" + dtype + "\"\n" + kCkptUsage);
+  if (format != "h5" && format != "hf")
+    throw RecipeError("ckpt export --format must be h5 or hf, got \"" + format + "\"\n" + kCkptUsage);
+  if (!(shard_mb > 0 && shard_mb < 1e9)) throw RecipeError("ckpt export --shard-mb must be a number > 0");
+  read_manifest(dir, true);
+  const ModelConfig m = checkpoint_model(dir);
+  const DType dt = dtype == "bf16" ? DType::BF16 : DType::F32;
+  if (format == "h5") {
+    export_hf(assemble_checkpoint(dir), m, out, dt);
+    std::printf("exported %s to %s (%s)\n", dir.c_str(), out.c_str(), dtype.c_str());
+    return 0;
+  }
+  const std::vector<std::string> files = export_hf_dir(assemble_checkpoint(dir), m, out, dt, (size_t)(shard_mb * 1048576));
+  std::printf("exported %s to %s (%s, %s):", dir.c_str(), out.c_str(), arch_name(m.arch), dtype.c_str());
+  for (const auto& f : files) std::printf(" %s", f.c_str());
+  std::printf("\nload it with transformers.AutoModelForCausalLM.from_pretrained(\"%s\")\n", out.c_str());
+  return 0;
 }
 
 }  // namespace
@@ -71,21 +117,7 @@ int cmd_ckpt(int argc, char** argv) {
     std::printf("%s: ok (%zu tensors complete, every checksum matches)\n", dir.c_str(), t.size());
     return 0;
   }
-  if (cmd == "export") {
-    std::string out, dtype = "fp32";
-    for (int i = 2; i < argc; i++) {
-      if (!std::strcmp(argv[i], "--output") && i + 1 < argc) out = argv[++i];
-      else if (!std::strcmp(argv[i], "--dtype") && i + 1 < argc) dtype = argv[++i];
-      else throw RecipeError(std::string("ckpt export: unexpected argument \"") + argv[i] + "\"\n" + kCkptUsage);
-    }
-    if (out.empty()) throw RecipeError(std::string("ckpt export needs --output FILE.h5\n") + kCkptUsage);
-    if (dtype != "fp32" && dtype != "bf16")
-      throw RecipeError("ckpt export --dtype must be fp32 or bf16, got \"" + dtype + "\"\n" + kCkptUsage);
-    read_manifest(dir, true);
-    export_hf(assemble_checkpoint(dir), out, dtype == "bf16" ? DType::BF16 : DType::F32);
-    std::printf("exported %s to %s (%s)\n", dir.c_str(), out.c_str(), dtype.c_str());
-    return 0;
-  }
+  if (cmd == "export") return cmd_export(dir, argc, argv);
   throw RecipeError("ckpt: unknown subcommand \"" + cmd + "\"\n" + kCkptUsage);
 }
 

@@ -185,6 +185,7 @@ std::vector<RecipeKey> make_keys() {
           .def(3L).at_least(0),
       K("checkpoint", "resume", String, "\"auto\" (newest valid in dir), \"none\" (refused if dir holds checkpoints), or a checkpoint path",
         AT(checkpoint.resume)).def(std::string("auto")),
+      K("checkpoint", "init_from", String, "a Hugging Face model directory (config.json + safetensors, GPT-2 or Llama) whose weights a new run starts from; the optimizer starts fresh; ignored when resuming", AT(checkpoint.init_from)).def(std::string("")),
       K("checkpoint", "required", Bool, "a failed save stops training (exit 4) instead of a warning", AT(checkpoint.required)).def(false),
       K("checkpoint", "async", Bool, "write checkpoints in the background from a host snapshot", AT(checkpoint.async)).def(false),
       K("checkpoint", "allow_changes", List, "keys (\"data.train\", \"model.*\", \"run.seed\", or \"all\") allowed to differ from the resumed checkpoint's recipe",

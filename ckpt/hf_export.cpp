@@ -3,10 +3,18 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+
+#include <nlohmann/json.hpp>
 
 #include "ckpt/checkpoint.h"
 #include "ckpt/hdf5_tensors.h"
+#include "ckpt/safetensors.h"
 #include "runtime/errors.h"
+
+namespace fs = std::filesystem;
 
 namespace trainer {
 
@@ -35,21 +43,18 @@ std::map<std::string, GlobalTensor> assemble_checkpoint(const std::string& dir) 
 
 namespace {
 
-// Writes tensors of the checkpoint under Hugging Face names.
+// Writes tensors of the checkpoint under Hugging Face names to `emit`.
+using Emit = std::function<void(const std::string&, const std::vector<float>&, const std::vector<int>&)>;
 struct HfWriter {
   const std::map<std::string, GlobalTensor>& t;
-  H5File& f;
-  DType dtype;
+  Emit emit;
   const GlobalTensor& get(const std::string& n) const {
     const auto it = t.find(n);
     if (it == t.end()) throw CheckpointError("checkpoint has no tensor " + n);
     return it->second;
   }
   void put(const std::string& name, const std::vector<float>& data, const std::vector<int>& shape) {
-    if (dtype == DType::F32) return f.write(name, data.data(), shape);
-    std::vector<bf16> b(data.size());
-    for (size_t i = 0; i < data.size(); i++) b[i] = to_bf16(data[i]);
-    f.write(name, b.data(), shape);
+    emit(name, data, shape);
   }
   void copy(const std::string& hf, const std::string& ours) { put(hf, get(ours).data, get(ours).shape); }
   // [rows, cols] -> [cols, rows] (GPT-2's Conv1D stores [in, out]).
@@ -96,6 +101,7 @@ void gpt2(HfWriter& w, int layers) {
   for (int l = 0; l < layers; l++) gpt2_layer(w, l);
   w.copy("transformer.ln_f.weight", "final_norm.weight");
   w.copy("transformer.ln_f.bias", "final_norm.bias");
+  // Always written: loaders tie it back to wte when config.tie_word_embeddings.
   w.put("lm_head.weight", w.head().data, w.head().shape);
 }
 
@@ -114,29 +120,106 @@ void llama(HfWriter& w, int layers) {
   w.put("lm_head.weight", w.head().data, w.head().shape);
 }
 
+
+void write_tensors(const std::map<std::string, GlobalTensor>& t, const ModelConfig& m, const Emit& emit) {
+  HfWriter w{t, emit};
+  if (m.arch == Arch::Llama) llama(w, m.n_layers);
+  else gpt2(w, m.n_layers);
+}
+
+std::vector<bf16> rounded(const std::vector<float>& data) {
+  std::vector<bf16> b(data.size());
+  for (size_t i = 0; i < data.size(); i++) b[i] = to_bf16(data[i]);
+  return b;
+}
+
+// A directory beside out_dir, renamed onto it when complete.
+struct TempDir {
+  std::string path;
+  explicit TempDir(const std::string& p) : path(p) {
+    std::error_code ec;
+    fs::remove_all(path, ec);
+    if (!fs::create_directories(path, ec) || ec) throw CheckpointError(path + ": cannot create: " + ec.message());
+  }
+  ~TempDir() {
+    std::error_code ec;
+    if (!path.empty()) fs::remove_all(path, ec);
+  }
+};
+
 }  // namespace
 
-void export_hf(const std::map<std::string, GlobalTensor>& t, const std::string& out_path, DType dtype) {
-  const bool is_llama = !t.count("embed.pos");
+void export_hf(const std::map<std::string, GlobalTensor>& t, const ModelConfig& m, const std::string& out_path,
+               DType dtype) {
   size_t bytes = 0;
   for (const auto& [name, g] : t) bytes += g.data.size() * sizeof(float);
   const std::string tmp = out_path + ".tmp";
   H5File f(tmp, H5File::Create, bytes);
-  HfWriter w{t, f, dtype};
-  int layers = 0;
-  while (t.count("layers." + std::to_string(layers) + ".attn.wq")) layers++;
-  if (is_llama) llama(w, layers);
-  else gpt2(w, layers);
+  write_tensors(t, m, [&](const std::string& name, const std::vector<float>& data, const std::vector<int>& shape) {
+    if (dtype == DType::F32) return f.write(name, data.data(), shape);
+    f.write(name, rounded(data).data(), shape);
+  });
+  const bool llama = m.arch == Arch::Llama;
   f.set_string_attr("/", "format",
-                    is_llama ? "Hugging Face LlamaForCausalLM names; Linear weights [out, in]; rotate-half RoPE"
-                             : "Hugging Face GPT2LMHeadModel names; Conv1D weights [in, out], c_attn = [q k v]");
+                    llama ? "Hugging Face LlamaForCausalLM names; Linear weights [out, in]; rotate-half RoPE"
+                          : "Hugging Face GPT2LMHeadModel names; Conv1D weights [in, out], c_attn = [q k v]");
   f.set_string_attr("/", "dtype", dtype_name(dtype));
+  f.set_string_attr("/", "config.json", hf_config_json(m, dtype));
   f.close();
   if (std::rename(tmp.c_str(), out_path.c_str()) != 0) {
     const int err = errno;
     std::remove(tmp.c_str());
     throw CheckpointError(out_path + ": cannot rename " + tmp + " into place: " + std::strerror(err));
   }
+}
+
+std::vector<std::string> export_hf_dir(const std::map<std::string, GlobalTensor>& t, const ModelConfig& m,
+                                       const std::string& out_dir, DType dtype, size_t max_shard_bytes) {
+  std::error_code ec;
+  if (fs::exists(out_dir, ec) && !fs::is_empty(out_dir, ec))
+    throw CheckpointError(out_dir + ": exists and is not empty; export into a new directory");
+  std::vector<SafeTensor> tensors;
+  write_tensors(t, m, [&](const std::string& name, const std::vector<float>& data, const std::vector<int>& shape) {
+    SafeTensor s{name, dtype, shape, {}};
+    const void* p = data.data();
+    std::vector<bf16> b;
+    if (dtype == DType::BF16) b = rounded(data), p = b.data();
+    const size_t n = data.size() * (dtype == DType::BF16 ? 2 : 4);
+    s.bytes.assign(static_cast<const uint8_t*>(p), static_cast<const uint8_t*>(p) + n);
+    tensors.push_back(std::move(s));
+  });
+  TempDir tmp(out_dir + ".tmp");
+  std::vector<std::string> files = write_safetensors(tmp.path, tensors, max_shard_bytes, {{"format", "pt"}});
+  const std::string cfg = hf_config_json(m, dtype);
+  std::ofstream(tmp.path + "/config.json") << cfg;
+  if (!std::ofstream(tmp.path + "/config.json", std::ios::app))
+    throw CheckpointError(tmp.path + "/config.json: cannot write");
+  files.push_back("config.json");
+  fs::remove(out_dir, ec);  // an empty directory makes way
+  fs::rename(tmp.path, out_dir, ec);
+  if (ec) throw CheckpointError(out_dir + ": cannot rename " + tmp.path + " into place: " + ec.message());
+  tmp.path.clear();
+  return files;
+}
+
+std::string hf_config_json(const ModelConfig& m, DType dtype) {
+  nlohmann::ordered_json j;
+  const char* torch_dtype = dtype == DType::BF16 ? "bfloat16" : "float32";
+  if (m.arch == Arch::GPT2) {
+    j = {{"architectures", {"GPT2LMHeadModel"}}, {"model_type", "gpt2"}, {"vocab_size", m.vocab_size},
+         {"n_positions", m.seq_len}, {"n_ctx", m.seq_len}, {"n_embd", m.d_model}, {"n_layer", m.n_layers},
+         {"n_head", m.n_heads}, {"n_inner", m.d_ff}, {"activation_function", "gelu_new"},
+         {"layer_norm_epsilon", m.norm_eps}, {"resid_pdrop", 0.0}, {"embd_pdrop", 0.0}, {"attn_pdrop", 0.0},
+         {"scale_attn_weights", true}, {"tie_word_embeddings", m.tie_embeddings}, {"torch_dtype", torch_dtype}};
+  } else {
+    j = {{"architectures", {"LlamaForCausalLM"}}, {"model_type", "llama"}, {"vocab_size", m.vocab_size},
+         {"hidden_size", m.d_model}, {"intermediate_size", m.d_ff}, {"num_hidden_layers", m.n_layers},
+         {"num_attention_heads", m.n_heads}, {"num_key_value_heads", m.n_kv_heads},
+         {"max_position_embeddings", m.seq_len}, {"hidden_act", "silu"}, {"rms_norm_eps", m.norm_eps},
+         {"rope_theta", m.rope_theta}, {"attention_bias", false}, {"tie_word_embeddings", m.tie_embeddings},
+         {"torch_dtype", torch_dtype}};
+  }
+  return j.dump(2) + "\n";
 }
 
 }  // namespace trainer

@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "model/config.h"
 #include "runtime/dtype.h"
 
 namespace trainer {
@@ -20,9 +21,21 @@ std::map<std::string, GlobalTensor> assemble_checkpoint(const std::string& step_
 
 // One HDF5 file with Hugging Face names and layouts (GPT-2's Conv1D weights
 // transposed, q|k|v fused as c_attn), in fp32 or rounded to bf16 (nearest
-// even). Written to OUT.tmp and renamed when whole: a failed export (a full
-// disk) leaves no file that looks like a model. Throws CheckpointError.
-void export_hf(const std::map<std::string, GlobalTensor>& t, const std::string& out_path,
+// even), the model's hyperparameters as root attributes. Written to OUT.tmp
+// and renamed when whole: a failed export (a full disk) leaves no file that
+// looks like a model. Throws CheckpointError.
+void export_hf(const std::map<std::string, GlobalTensor>& t, const ModelConfig& m, const std::string& out_path,
                DType dtype = DType::F32);
+
+// A Hugging Face model directory that transformers' from_pretrained loads
+// as it is: config.json (GPT2Config / LlamaConfig) and model.safetensors, or
+// shards of at most max_shard_bytes with model.safetensors.index.json. The
+// directory must not exist or be empty; it is filled under DIR.tmp and
+// renamed when whole. Returns the files written.
+std::vector<std::string> export_hf_dir(const std::map<std::string, GlobalTensor>& t, const ModelConfig& m,
+                                       const std::string& out_dir, DType dtype, size_t max_shard_bytes);
+
+// config.json for the model (exposed for tests).
+std::string hf_config_json(const ModelConfig& m, DType dtype);
 
 }  // namespace trainer

@@ -1,5 +1,9 @@
 #include "engine/checkpoint_staging.h"
 
+#include <algorithm>
+
+#include "runtime/errors.h"
+
 namespace trainer {
 
 namespace {
@@ -112,6 +116,43 @@ void CheckpointStaging::load(const std::string& step_dir) {
     }
     load_pieces(step_dir, kGroupNames[w], ts);
     for (const Piece& p : ps) be_.from_host(p.dev, p.t.data, p.t.numel);
+  }
+  be_.synchronize();
+}
+
+namespace {
+std::string shape_text(const std::vector<int>& v) {
+  std::string s;
+  for (int x : v) s += (s.empty() ? "" : " x ") + std::to_string(x);
+  return "[" + s + "]";
+}
+
+// This rank's piece of a whole tensor (row-major): rows, or columns of every
+// row, from p.start along p.shard_dim.
+void copy_slice(const GlobalTensor& g, const TensorPiece& p, float* dst) {
+  if (p.shard_dim < 0) return (void)std::copy(g.data.begin(), g.data.end(), dst);
+  const size_t cols = g.shape.size() == 2 ? (size_t)g.shape[1] : 1;
+  if (p.shard_dim == 0) return (void)std::copy_n(g.data.begin() + p.start * cols, p.numel, dst);
+  const size_t rows = (size_t)g.shape[0], local = p.numel / rows;
+  for (size_t r = 0; r < rows; r++) std::copy_n(g.data.begin() + r * cols + p.start, local, dst + r * local);
+}
+}  // namespace
+
+void CheckpointStaging::load_params(const std::map<std::string, GlobalTensor>& t, const std::string& source) {
+  std::vector<Piece> ps = pieces(0, true);
+  std::string problems;
+  for (const Piece& p : ps) {
+    const auto it = t.find(p.t.name);
+    if (it == t.end()) problems += "\n  tensor " + p.t.name + ": missing";
+    else if (it->second.shape != p.t.global_shape)
+      problems += "\n  tensor " + p.t.name + ": shape " + shape_text(it->second.shape) + ", the model's " +
+                  shape_text(p.t.global_shape);
+  }
+  if (!problems.empty()) throw CheckpointError(source + " does not match the recipe's model:" + problems);
+  for (const Piece& p : ps) {
+    std::vector<float> host(p.t.numel);
+    copy_slice(t.at(p.t.name), p.t, host.data());
+    be_.from_host(p.dev, host.data(), p.t.numel);
   }
   be_.synchronize();
 }

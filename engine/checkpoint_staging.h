@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "ckpt/checkpoint.h"
+#include "ckpt/hf_export.h"
 #include "engine/grad_reduce.h"
 #include "model/adamw.h"
 #include "runtime/backend.h"
@@ -48,6 +49,10 @@ class CheckpointStaging {
   // Master weights and AdamW state from a checkpoint of any layout (the
   // caller refreshes the compute copies).
   void load(const std::string& step_dir);
+  // Parameters only, from whole tensors by name (a Hugging Face import): each
+  // rank copies its slice. Every missing or misshapen tensor is listed in
+  // one CheckpointError naming `source`.
+  void load_params(const std::map<std::string, GlobalTensor>& t, const std::string& source);
 
  private:
   // One tensor piece: where it lives in the backend, and how the checkpoint

@@ -138,6 +138,11 @@ void set_up_job(Job& job, int rank, int launch) {
   job.grid = std::make_unique<ProcessGrid>(MPI_COMM_WORLD, r.grid, job.recorder.get(),
                                            data_comms_for(*job.backend, local_ranks, rank == 0));
   job.loop = std::make_unique<TrainLoop>(*job.backend, groups_of(*job.grid), r, job.train, job.val);
+  if (job.resumed_from.empty() && !r.checkpoint.init_from.empty()) {
+    job.loop->init_from_hf(r.checkpoint.init_from);
+    if (rank == 0)
+      std::printf("weights from the Hugging Face model %s (optimizer state fresh)\n", r.checkpoint.init_from.c_str());
+  }
   if (!job.resumed_from.empty()) {
     job.loop->load_checkpoint(job.resumed_from);
     job.resumed_step = job.loop->steps_done();

@@ -101,6 +101,7 @@ struct CheckpointSection {
   // Recipe keys ("data.train", "model.*", "run.seed") allowed to differ from
   // the checkpoint's recipe when resuming; others of those are refused.
   std::vector<std::string> allow_changes;
+  std::string init_from;  // a Hugging Face model directory to start from ("": none)
 };
 
 struct Recipe {

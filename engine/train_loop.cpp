@@ -8,6 +8,7 @@
 #include <thread>
 #include <vector>
 
+#include "ckpt/hf_import.h"
 #include "engine/layout.h"
 #include "model/init.h"
 #include "model/lr_schedule.h"
@@ -114,6 +115,11 @@ void TrainLoop::load_checkpoint(const std::string& step_dir) {
   for (auto& o : opts_) o->set_steps_taken(st.adam_steps);
   step_ = st.step;
   make_loader(st.samples);
+}
+
+void TrainLoop::init_from_hf(const std::string& dir) {
+  staging_->load_params(import_hf_dir(dir, r_.model), dir);
+  for (auto& m : chunks_) m->sync_compute_weights();
 }
 
 long TrainLoop::rollback(const std::string& step_dir) {

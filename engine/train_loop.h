@@ -101,6 +101,9 @@ class TrainLoop {
                               const std::string& recipe_text = "",
                               const std::function<void(const char*)>& at_point = {});
   void load_checkpoint(const std::string& step_dir);
+  // Weights from a Hugging Face model directory (checkpoint.init_from), in
+  // this layout; the optimizer, step and data cursor stay at their start.
+  void init_from_hf(const std::string& dir);
   // Bytes this rank's file of a checkpoint takes (0 on ranks that write none).
   size_t checkpoint_file_bytes();
   // on_nan = "rollback": weights, AdamW state and step from step_dir, but the

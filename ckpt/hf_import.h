@@ -1,0 +1,18 @@
+#pragma once
+// A Hugging Face model directory (config.json + safetensors, GPT-2 or
+// Llama) as whole tensors under this trainer's names: the inverse of
+// export_hf_dir (Conv1D weights transposed back, c_attn split into q, k, v).
+// The recipe's model must be the directory's: every differing config field
+// and every missing, extra or misshapen tensor is listed in one
+// CheckpointError (exit 4).
+#include <map>
+#include <string>
+
+#include "ckpt/hf_export.h"
+#include "model/config.h"
+
+namespace trainer {
+
+std::map<std::string, GlobalTensor> import_hf_dir(const std::string& dir, const ModelConfig& m);
+
+}  // namespace trainer

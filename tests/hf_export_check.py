@@ -1,0 +1,207 @@
+"""`trainer ckpt export --format hf` against Hugging Face transformers
+itself: a directory that AutoModelForCausalLM.from_pretrained loads as it
+is and that computes the trainer's own validation loss on the same tokens
+(fp32, within 1e-4 relative), for gpt2 and llama (GQA), tied and untied;
+a bf16 export holds the bf16 rounding of the fp32 one; a sharded export
+(index file) loads to the same loss. Import (`checkpoint.init_from`): a
+randomly initialised transformers model saved with save_pretrained gives
+the trainer's first-step loss equal to transformers' loss on that batch
+(also on 2 ranks as tp = 2); export -> init_from gives back the exact
+weights; a model that differs from the recipe is refused (exit 4) with
+every difference listed.
+
+transformers 4.31.0 is pinned (scripts/setup.sh test, third_party/pyref):
+it is the newest release that imports with Debian 12's torch 1.13 and the
+first whose LlamaConfig has num_key_value_heads (GQA). It has no
+rope_theta (Llama's default 10000 is what it uses), so the llama runs here
+keep the default.
+
+usage: hf_export_check.py TRAINER MPIEXEC
+"""
+import json
+import os
+import struct
+import subprocess
+import sys
+import tempfile
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.abspath(os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+try:
+    import torch
+    import transformers
+    from safetensors.torch import load_file
+except ImportError:
+    venv = os.path.join(ROOT, "third_party", "pyref", "bin", "python")
+    if os.path.exists(venv) and sys.executable != venv:
+        os.execv(venv, [venv] + sys.argv)
+    print("FAIL transformers is missing: run scripts/setup.sh test")
+    sys.exit(1)
+from harness import check, failures, tensors  # noqa: E402
+
+RECIPE = """[run]
+name = "hf"
+dir = "{run}"
+[model]
+arch = "{arch}"
+vocab_size = 256
+d_model = 32
+n_layers = 2
+n_heads = 4
+{kv}
+d_ff = 64
+seq_len = 32
+tie_embeddings = {tied}
+[data]
+train = ["{data}/train_*.bin"]
+val = ["{data}/val_*.bin"]
+[training]
+steps = 10
+global_batch = 4
+micro_batch = 2
+eval_every = 10
+eval_batches = 2
+[optimizer]
+lr = 3e-3
+[checkpoint]
+every = 10
+[runtime]
+peak_gflops = 50
+"""
+
+
+def run(cmd):
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    return p.returncode, p.stdout + p.stderr
+
+
+def val_tokens(data, n, T):
+    """The first n validation samples, unshuffled, as the trainer evaluates them."""
+    raw = open(os.path.join(data, "val_000000.bin"), "rb").read()
+    count = struct.unpack("<3i", raw[:12])[2]
+    toks = struct.unpack(f"<{count}H", raw[1024:1024 + 2 * count])
+    return torch.tensor([toks[k * T:k * T + T + 1] for k in range(n)], dtype=torch.long)
+
+
+def hf_loss(model_dir, batch):
+    model = transformers.AutoModelForCausalLM.from_pretrained(model_dir, torch_dtype=torch.float32)
+    model.eval()
+    with torch.no_grad():
+        logits = model(batch[:, :-1]).logits
+    return torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), batch[:, 1:].reshape(-1)).item()
+
+
+def main():
+    trainer = sys.argv[1]
+    tmp = tempfile.mkdtemp(prefix="hfexport_")
+    data = os.path.join(tmp, "data")
+    run([trainer, "data", "prepare", "--input", "/usr/share/common-licenses", "--output", data])
+    batch = val_tokens(data, 4, 32)  # eval_batches x micro_batch x dp
+    for arch, tied in (("gpt2", "true"), ("gpt2", "false"), ("llama", "true"), ("llama", "false")):
+        name = f"{arch}_{'tied' if tied == 'true' else 'untied'}"
+        recipe = os.path.join(tmp, name + ".toml")
+        rdir = os.path.join(tmp, name)
+        open(recipe, "w").write(RECIPE.format(run=rdir, arch=arch, tied=tied, data=data,
+                                              kv="n_kv_heads = 2" if arch == "llama" else ""))
+        rc, out = run([trainer, "train", recipe])
+        if not check(rc == 0, f"{name}: trains"):
+            print(out)
+            continue
+        val = [json.loads(l)["val_loss"] for l in open(os.path.join(rdir, "metrics.jsonl")) if "val_loss" in l][-1]
+        step = os.path.join(rdir, "checkpoints", "step_00000010")
+        hf = os.path.join(tmp, name + "_hf")
+        rc, out = run([trainer, "ckpt", "export", step, "--format", "hf", "--output", hf])
+        cfg = json.load(open(os.path.join(hf, "config.json"))) if rc == 0 else {}
+        check(rc == 0 and sorted(os.listdir(hf)) == ["config.json", "model.safetensors"]
+              and cfg.get("tie_word_embeddings") == (tied == "true"), f"{name}: export writes config.json + model.safetensors")
+        got = hf_loss(hf, batch)
+        check(abs(got - val) / val < 1e-4, f"{name}: transformers {transformers.__version__} from_pretrained "
+                                           f"gives the trainer's val loss {val:.6f} ({got:.6f})")
+        if name == "llama_untied":
+            sharded = os.path.join(tmp, name + "_sharded")
+            rc, out = run([trainer, "ckpt", "export", step, "--format", "hf", "--output", sharded, "--shard-mb", "0.02"])
+            shards = sorted(f for f in os.listdir(sharded) if f.endswith(".safetensors")) if rc == 0 else []
+            check(len(shards) >= 2 and os.path.exists(os.path.join(sharded, "model.safetensors.index.json"))
+                  and abs(hf_loss(sharded, batch) - got) <= 1e-6 * got,
+                  f"{name}: a sharded export ({len(shards)} files + index) loads to the same loss")
+            half = os.path.join(tmp, name + "_bf16")
+            rc, out = run([trainer, "ckpt", "export", step, "--format", "hf", "--output", half, "--dtype", "bf16"])
+            a, b = load_file(os.path.join(hf, "model.safetensors")), load_file(os.path.join(half, "model.safetensors"))
+            same = sorted(a) == sorted(b) and all(b[k].dtype == torch.bfloat16 and torch.equal(a[k].bfloat16(), b[k])
+                                                  for k in a)
+            check(rc == 0 and same, f"{name}: a bf16 export holds torch's bf16 rounding of the fp32 one ({len(a)} tensors)")
+            rc, out = run([trainer, "ckpt", "export", step, "--format", "hf", "--output", hf])
+            check(rc == 4 and "not empty" in out, f"{name}: exporting onto a non-empty directory is refused (exit 4)")
+    import_checks(trainer, tmp, data)
+    if failures:
+        sys.exit(1)
+
+
+def one_batch_shard(path, tokens):
+    """An llm.c shard holding exactly len(tokens) tokens."""
+    with open(path, "wb") as f:
+        f.write(struct.pack("<256i", 20240520, 1, len(tokens), *[0] * 253) + struct.pack(f"<{len(tokens)}H", *tokens))
+
+
+def import_checks(trainer, tmp, data):
+    # One global batch of data (4 samples of 32 + 1 tokens): step 1 sees exactly these samples.
+    batch = val_tokens(data, 4, 32)
+    one = os.path.join(tmp, "one_batch")
+    os.makedirs(one)
+    toks = []
+    for k in range(4):
+        toks += batch[k, :32].tolist()
+    toks.append(batch[3, 32].item())
+    one_batch_shard(os.path.join(one, "train_000000.bin"), toks)
+    samples = torch.tensor([toks[k * 32:k * 32 + 33] for k in range(4)])
+    torch.manual_seed(0)
+    for arch, tied, mpi in (("gpt2", True, False), ("llama", False, True)):
+        name = f"random_{arch}"
+        if arch == "gpt2":
+            cfg = transformers.GPT2Config(vocab_size=256, n_embd=32, n_layer=2, n_head=4, n_inner=64, n_positions=32,
+                                          activation_function="gelu_new", resid_pdrop=0, embd_pdrop=0, attn_pdrop=0)
+        else:
+            cfg = transformers.LlamaConfig(vocab_size=256, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                                           num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=32,
+                                           rms_norm_eps=1e-5, tie_word_embeddings=False)
+        model = transformers.AutoModelForCausalLM.from_config(cfg)
+        src = os.path.join(tmp, name)
+        model.save_pretrained(src, safe_serialization=True)
+        want = hf_loss(src, samples)
+        recipe = os.path.join(tmp, name + ".toml")
+        rdir = os.path.join(tmp, name + "_run")
+        open(recipe, "w").write(RECIPE.format(run=rdir, arch=arch, tied="true" if tied else "false", data=one,
+                                              kv="n_kv_heads = 2" if arch == "llama" else ""))
+        sets = ["--set", f'checkpoint.init_from="{src}"', "--set", "training.steps=1", "--set", "training.log_every=1",
+                "--set", "training.eval_every=0", "--set", 'data.val=[]', "--set", "model.norm_eps=1e-5",
+                "--set", "training.micro_batch=4"]
+        mpirun = sys.argv[2]
+        cmd = ([mpirun, "-np", "2", trainer, "train", recipe, *sets, "--set", "parallel.tp=2"] if mpi else
+               [trainer, "train", recipe, *sets])
+        rc, out = run(cmd)
+        got = [json.loads(l)["loss"] for l in open(os.path.join(rdir, "metrics.jsonl"))][0] if rc == 0 else float("nan")
+        check(rc == 0 and "weights from the Hugging Face model" in out and abs(got - want) / want < 1e-4,
+              f"{name}{' (tp = 2)' if mpi else ''}: init_from a save_pretrained model: first-step loss "
+              f"{got:.6f}, transformers {want:.6f}")
+        if rc != 0:
+            print(out)
+    # export -> init_from: the weights come back exactly (an lr of 1e-30 moves no fp32 weight by an ulp).
+    src_ck = os.path.join(tmp, "llama_untied", "checkpoints", "step_00000010")
+    hf = os.path.join(tmp, "llama_untied_hf")
+    rdir = os.path.join(tmp, "roundtrip")
+    recipe = os.path.join(tmp, "roundtrip.toml")
+    open(recipe, "w").write(RECIPE.format(run=rdir, arch="llama", tied="false", data=data, kv="n_kv_heads = 2"))
+    rc, out = run([trainer, "train", recipe, "--set", f'checkpoint.init_from="{hf}"', "--set", "training.steps=1",
+                   "--set", "checkpoint.every=1", "--set", "optimizer.lr=1e-30", "--set", "optimizer.min_lr=1e-30",
+                   "--set", "optimizer.warmup_steps=0", "--set", "training.eval_every=0"])
+    a = {k: v for k, v in tensors(src_ck).items() if k[1].startswith("param/")}
+    b = {k: v for k, v in tensors(os.path.join(rdir, "checkpoints", "step_00000001")).items() if k[1].startswith("param/")}
+    check(rc == 0 and sorted(a) == sorted(b) and all((a[k] == b[k]).all() for k in a),
+          f"export -> init_from: all {len(a)} weight tensors come back bit-identical")
+    rc, out = run([trainer, "train", recipe, "--set", f'checkpoint.init_from="{hf}"', "--set", "model.d_ff=128",
+                   "--set", "model.n_kv_heads=4", "--set", f'run.dir="{rdir}_bad"'])
+    check(rc == 4 and "intermediate_size" in out and "num_key_value_heads" in out,
+          "init_from a model that differs from the recipe: exit 4, every differing field listed")
+
+
+main()

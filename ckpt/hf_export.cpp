@@ -41,6 +41,16 @@ std::map<std::string, GlobalTensor> assemble_checkpoint(const std::string& dir) 
   return out;
 }
 
+const std::map<std::string, std::string>& llama_layer_names() {
+  static const std::map<std::string, std::string> names = {
+      {"attn_norm.weight", "input_layernorm.weight"}, {"attn.wq", "self_attn.q_proj.weight"},
+      {"attn.wk", "self_attn.k_proj.weight"},         {"attn.wv", "self_attn.v_proj.weight"},
+      {"attn.wo", "self_attn.o_proj.weight"},         {"mlp_norm.weight", "post_attention_layernorm.weight"},
+      {"mlp.w_gate", "mlp.gate_proj.weight"},         {"mlp.w_up", "mlp.up_proj.weight"},
+      {"mlp.w_down", "mlp.down_proj.weight"}};
+  return names;
+}
+
 namespace {
 
 // Writes tensors of the checkpoint under Hugging Face names to `emit`.
@@ -107,14 +117,8 @@ void gpt2(HfWriter& w, int layers) {
 
 void llama(HfWriter& w, int layers) {
   w.copy("model.embed_tokens.weight", "embed.tok");
-  const std::map<std::string, std::string> names = {
-      {"attn_norm.weight", "input_layernorm.weight"}, {"attn.wq", "self_attn.q_proj.weight"},
-      {"attn.wk", "self_attn.k_proj.weight"},         {"attn.wv", "self_attn.v_proj.weight"},
-      {"attn.wo", "self_attn.o_proj.weight"},         {"mlp_norm.weight", "post_attention_layernorm.weight"},
-      {"mlp.w_gate", "mlp.gate_proj.weight"},         {"mlp.w_up", "mlp.up_proj.weight"},
-      {"mlp.w_down", "mlp.down_proj.weight"}};
   for (int l = 0; l < layers; l++)
-    for (const auto& [ours, hf] : names)
+    for (const auto& [ours, hf] : llama_layer_names())
       w.copy("model.layers." + std::to_string(l) + "." + hf, "layers." + std::to_string(l) + "." + ours);
   w.copy("model.norm.weight", "final_norm.weight");
   w.put("lm_head.weight", w.head().data, w.head().shape);

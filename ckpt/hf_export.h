@@ -35,7 +35,11 @@ void export_hf(const std::map<std::string, GlobalTensor>& t, const ModelConfig& 
 std::vector<std::string> export_hf_dir(const std::map<std::string, GlobalTensor>& t, const ModelConfig& m,
                                        const std::string& out_dir, DType dtype, size_t max_shard_bytes);
 
-// config.json for the model (exposed for tests).
+// Our name -> Hugging Face's within a Llama layer ("attn.wq" ->
+// "self_attn.q_proj.weight"), for export and import alike.
+const std::map<std::string, std::string>& llama_layer_names();
+
+// config.json for the model.
 std::string hf_config_json(const ModelConfig& m, DType dtype);
 
 }  // namespace trainer

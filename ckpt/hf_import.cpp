@@ -134,14 +134,8 @@ void gpt2(Mapper& mp, const ModelConfig& m) {
 
 void llama(Mapper& mp, const ModelConfig& m) {
   mp.copy("embed.tok", "model.embed_tokens.weight");
-  const std::map<std::string, std::string> names = {
-      {"attn_norm.weight", "input_layernorm.weight"}, {"attn.wq", "self_attn.q_proj.weight"},
-      {"attn.wk", "self_attn.k_proj.weight"},         {"attn.wv", "self_attn.v_proj.weight"},
-      {"attn.wo", "self_attn.o_proj.weight"},         {"mlp_norm.weight", "post_attention_layernorm.weight"},
-      {"mlp.w_gate", "mlp.gate_proj.weight"},         {"mlp.w_up", "mlp.up_proj.weight"},
-      {"mlp.w_down", "mlp.down_proj.weight"}};
   for (int l = 0; l < m.n_layers; l++) {
-    for (const auto& [ours, hf] : names)
+    for (const auto& [ours, hf] : llama_layer_names())
       mp.copy("layers." + std::to_string(l) + "." + ours, "model.layers." + std::to_string(l) + "." + hf);
     mp.hf.erase("model.layers." + std::to_string(l) + ".self_attn.rotary_emb.inv_freq");  // recomputed, not weights
   }

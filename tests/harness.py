@@ -7,6 +7,24 @@ import h5py
 
 failures = []
 
+PYREF = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "third_party", "pyref", "bin", "python")
+
+
+def under_pyref(modules):
+    """Imports the reference packages PyPI provides (scripts/setup.sh test puts
+    them in the third_party/pyref venv); re-runs this script under that venv
+    when this python lacks them. Returns the modules."""
+    import importlib
+    import sys
+    try:
+        return [importlib.import_module(m) for m in modules]
+    except ImportError:
+        venv = os.path.realpath(os.path.join(os.path.dirname(PYREF), ".."))
+        if os.path.exists(PYREF) and os.path.realpath(sys.prefix) != venv:
+            os.execv(PYREF, [PYREF] + sys.argv)
+        print(f"FAIL the reference packages ({', '.join(modules)}) are missing: run scripts/setup.sh test")
+        sys.exit(1)
+
 
 def check(ok, msg):
     print(("ok   " if ok else "FAIL ") + msg, flush=True)

@@ -26,18 +26,10 @@ import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-ROOT = os.path.abspath(os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-try:
-    import torch
-    import transformers
-    from safetensors.torch import load_file
-except ImportError:
-    venv = os.path.join(ROOT, "third_party", "pyref", "bin", "python")
-    if os.path.exists(venv) and sys.executable != venv:
-        os.execv(venv, [venv] + sys.argv)
-    print("FAIL transformers is missing: run scripts/setup.sh test")
-    sys.exit(1)
-from harness import check, failures, tensors  # noqa: E402
+from harness import check, failures, tensors, under_pyref  # noqa: E402
+
+torch, transformers, safetensors_torch = under_pyref(["torch", "transformers", "safetensors.torch"])
+load_file = safetensors_torch.load_file
 
 RECIPE = """[run]
 name = "hf"

@@ -18,22 +18,14 @@ import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from harness import check, failures  # noqa: E402
+from harness import check, failures, under_pyref  # noqa: E402
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 TOK = os.path.join(ROOT, "third_party", "tokenizers")
 LICENSES = "/usr/share/common-licenses"
 
-try:
-    import sentencepiece
-    import tiktoken
-    from tiktoken.load import load_tiktoken_bpe
-except ImportError:
-    venv = os.path.join(ROOT, "third_party", "pyref", "bin", "python")
-    if os.path.exists(venv) and sys.executable != venv:
-        os.execv(venv, [venv] + sys.argv)
-    print("FAIL the reference packages are missing: run scripts/setup.sh test")
-    sys.exit(1)
+sentencepiece, tiktoken, tiktoken_load = under_pyref(["sentencepiece", "tiktoken", "tiktoken.load"])
+load_tiktoken_bpe = tiktoken_load.load_tiktoken_bpe
 
 GPT2_PAT = r"""'(?:[sdmt]|ll|ve|re)| ?\p{L}++| ?\p{N}++| ?[^\s\p{L}\p{N}]++|\s++$|\s+(?!\S)|\s"""
 # llama_models/llama3/tokenizer.py

@@ -185,6 +185,10 @@ std::vector<RecipeKey> make_keys() {
           .def(3L).at_least(0),
       K("checkpoint", "resume", String, "\"auto\" (newest valid in dir), \"none\" (refused if dir holds checkpoints), or a checkpoint path",
         AT(checkpoint.resume)).def(std::string("auto")),
+      // [metrics]
+      K("metrics", "tensorboard", Bool, "also write every number of metrics.jsonl as TensorBoard scalars", AT(metrics.tensorboard)).def(false),
+      K("metrics", "tensorboard_dir", String, "where the TensorBoard event files go", AT(metrics.tensorboard_dir))
+          .def([](const Recipe& r, int) { return KeyValue(r.run.dir + "/tensorboard"); }, "\"RUN_DIR/tensorboard\""),
       K("checkpoint", "init_from", String, "a Hugging Face model directory (config.json + safetensors, GPT-2 or Llama) whose weights a new run starts from; the optimizer starts fresh; ignored when resuming", AT(checkpoint.init_from)).def(std::string("")),
       K("checkpoint", "required", Bool, "a failed save stops training (exit 4) instead of a warning", AT(checkpoint.required)).def(false),
       K("checkpoint", "async", Bool, "write checkpoints in the background from a host snapshot", AT(checkpoint.async)).def(false),
@@ -248,7 +252,7 @@ Recipe default_recipe(int world_size) {
 
 const std::vector<std::string>& recipe_sections() {
   static const std::vector<std::string> s = {"run", "model", "data", "training", "optimizer", "parallel", "recompute",
-                                             "checkpoint", "runtime", "supervisor", "launch", "fault"};
+                                             "checkpoint", "metrics", "runtime", "supervisor", "launch", "fault"};
   return s;
 }
 

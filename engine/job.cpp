@@ -153,6 +153,7 @@ void set_up_job(Job& job, int rank, int launch) {
   if (rank != 0) return;
   // A resumed run appends to the log of the run it continues.
   job.metrics = std::make_unique<MetricsLog>(r.run.dir + "/metrics.jsonl", job.resumed_from.empty());
+  if (r.metrics.tensorboard) job.metrics->add_tensorboard(r.metrics.tensorboard_dir);
   if (!job.resumed_from.empty())
     std::printf("resumed from %s at step %ld\n", job.resumed_from.c_str(), job.loop->steps_done());
 }

@@ -104,9 +104,15 @@ struct CheckpointSection {
   std::string init_from;  // a Hugging Face model directory to start from ("": none)
 };
 
+struct MetricsSection {
+  bool tensorboard{};
+  std::string tensorboard_dir;
+};
+
 struct Recipe {
   std::string path;  // the recipe file
   RunSection run;
+  MetricsSection metrics;
   ModelConfig model;
   DataSection data;
   TrainingSection training;

@@ -1,6 +1,7 @@
 #include "runtime/metrics.h"
 
 #include <cerrno>
+#include <chrono>
 #include <cmath>
 #include <cstring>
 
@@ -29,6 +30,7 @@ void JsonRecord::key(const std::string& k) {
 JsonRecord& JsonRecord::add(const std::string& k, double v) {
   key(k);
   if (!std::isfinite(v)) { body_ += "null"; return *this; }  // JSON has no NaN
+  numbers_.emplace_back(k, v);
   char b[32];
   std::snprintf(b, sizeof b, "%.9g", v);
   body_ += b;
@@ -48,6 +50,7 @@ JsonRecord& JsonRecord::add(const std::string& k, const std::vector<double>& v) 
 
 JsonRecord& JsonRecord::add(const std::string& k, long v) {
   key(k);
+  numbers_.emplace_back(k, (double)v);
   body_ += std::to_string(v);
   return *this;
 }
@@ -71,6 +74,16 @@ void MetricsLog::write(const JsonRecord& r) {
   if (!f_) return;
   std::fprintf(f_, "%s\n", r.str().c_str());
   std::fflush(f_);
+  if (!tb_) return;
+  const auto& nums = r.numbers();
+  const auto step = std::find_if(nums.begin(), nums.end(), [](const auto& kv) { return kv.first == "step"; });
+  if (step == nums.end()) return;
+  const double now = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+  for (const auto& [k, v] : nums)
+    if (k != "step") tb_->scalar(k, (long)step->second, (float)v, now);
+  tb_->flush();
 }
+
+void MetricsLog::add_tensorboard(const std::string& dir) { tb_ = std::make_unique<TensorBoardWriter>(dir); }
 
 }  // namespace trainer

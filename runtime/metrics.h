@@ -3,9 +3,12 @@
 // console line for people. Written by one rank (rank 0).
 #include <algorithm>
 #include <cstdio>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
+
+#include "runtime/tensorboard.h"
 
 namespace trainer {
 
@@ -20,13 +23,17 @@ class JsonRecord {
   // Appends every field of o.
   JsonRecord& add(const JsonRecord& o) {
     if (!o.body_.empty()) body_ += (body_.empty() ? "" : ", ") + o.body_;
+    numbers_.insert(numbers_.end(), o.numbers_.begin(), o.numbers_.end());
     return *this;
   }
   std::string str() const { return "{" + body_ + "}"; }
+  // The number fields (finite ones), in order: what TensorBoard gets.
+  const std::vector<std::pair<std::string, double>>& numbers() const { return numbers_; }
 
  private:
   void key(const std::string& k);
   std::string body_;
+  std::vector<std::pair<std::string, double>> numbers_;
 };
 
 std::string json_escape(const std::string& s);
@@ -49,9 +56,14 @@ class MetricsLog {
   MetricsLog(const MetricsLog&) = delete;
   MetricsLog& operator=(const MetricsLog&) = delete;
   void write(const JsonRecord& r);
+  // Also write every number field of each record (but "step") as a
+  // TensorBoard scalar at the record's step.
+  void add_tensorboard(const std::string& dir);
+  std::string tensorboard_path() const { return tb_ ? tb_->path() : ""; }
 
  private:
   FILE* f_ = nullptr;
+  std::unique_ptr<TensorBoardWriter> tb_;
 };
 
 }  // namespace trainer

@@ -59,16 +59,17 @@ fi
 # (so its torch 1.13, numpy and h5py stay visible): tiktoken and sentencepiece
 # (tests/tokenizer_check.py), transformers 4.31.0, the newest that imports
 # with torch 1.13 and the first with Llama's num_key_value_heads
-# (tests/hf_export_check.py); and the tokenizer files (fetch_tokenizers.sh).
+# (tests/hf_export_check.py), tensorboard for its event-file reader
+# (tests/tensorboard_check.py); and the tokenizer files (fetch_tokenizers.sh).
 if [[ "${1:-}" == "test" ]]; then
   root="$(cd "$(dirname "$0")/.." && pwd)"
   venv="$root/third_party/pyref"
-  if ! "$venv/bin/python" -c "import tiktoken, sentencepiece, transformers" 2>/dev/null; then
-    echo "setup: installing tiktoken, sentencepiece and transformers (PyPI) into third_party/pyref"
+  if ! "$venv/bin/python" -c "import tiktoken, sentencepiece, transformers, tensorboard" 2>/dev/null; then
+    echo "setup: installing tiktoken, sentencepiece, transformers and tensorboard (PyPI) into third_party/pyref"
     /usr/bin/python3 -m venv --system-site-packages "$venv" &&
       "$venv/bin/pip" install -q tiktoken==0.12.0 sentencepiece==0.2.1 transformers==4.31.0 \
-        huggingface_hub==0.36.2 safetensors==0.8.0 tokenizers==0.13.3 ||
-      echo "setup: could not install the reference packages; tests/tokenizer_check.py and hf_export_check.py will fail" >&2
+        huggingface_hub==0.36.2 safetensors==0.8.0 tokenizers==0.13.3 tensorboard==2.21.0 ||
+      echo "setup: could not install the reference packages; the tests that compare with them will fail" >&2
   fi
   "$root/scripts/fetch_tokenizers.sh" || echo "setup: some tokenizer files are missing (see above)" >&2
 fi

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "runtime/cpu/cpu_backend.h"
+#include "runtime/tensorboard.h"
 
 using namespace trainer;
 using Vec = std::vector<double>;
@@ -502,4 +503,12 @@ TEST_F(Fixture, Bf16ArgumentsComputeInFp32AndRoundOnce) {
     const double g = 0.5 * v * (1 + std::tanh(0.7978845608028654 * (v + 0.044715 * v * v * v)));
     ASSERT_NEAR(from_bf16(y[i]), g, std::fabs(g) * std::ldexp(1.0, -8) + 1e-6) << v;
   }
+}
+
+// CRC-32C of TensorBoard records: the check value of the Castagnoli CRC
+// (RFC 3720, "123456789" -> 0xE3069283) and 32 zero bytes (0x8A9136AA).
+TEST(TensorBoard, Crc32cMatchesTheStandardCheckValues) {
+  EXPECT_EQ(crc32c("123456789", 9), 0xE3069283u);
+  const unsigned char zeros[32] = {0};
+  EXPECT_EQ(crc32c(zeros, 32), 0x8A9136AAu);
 }

@@ -1,5 +1,6 @@
 // `trainer ckpt inspect|verify|export`: look into checkpoints without MPI.
 #include <cerrno>
+
 #include <cstdio>
 #include <cstring>
 #include <map>
@@ -8,6 +9,8 @@
 
 #include "app/commands.h"
 #include "app/recipe.h"
+#include "data/dataset.h"
+#include "data/hf_tokenizer.h"
 #include "ckpt/checkpoint.h"
 #include "ckpt/hdf5_tensors.h"
 #include "ckpt/hf_export.h"
@@ -38,13 +41,20 @@ std::string join(const std::vector<int>& v) {
   return s;
 }
 
-// The model's hyperparameters: the checkpoint's own recipe.
-ModelConfig checkpoint_model(const std::string& dir) {
+// The checkpoint's own recipe: the model's hyperparameters, where its data was.
+Recipe checkpoint_recipe(const std::string& dir) {
   try {
-    return load_recipe(dir + "/recipe.toml", {}, 0, false).model;
+    return load_recipe(dir + "/recipe.toml", {}, 0, false);
   } catch (const UserError& e) {
     throw CheckpointError(dir + "/recipe.toml: the checkpoint's recipe cannot be read: " + e.what());
   }
+}
+
+// The tokenizer `data prepare` recorded beside the first training files, or "".
+std::string data_tokenizer(const Recipe& r) {
+  if (r.data.train.empty()) return "";
+  const std::optional<DataInfo> info = read_data_info(expand_paths({r.data.train.front().path}).front());
+  return info ? info->spec : "";
 }
 
 int cmd_export(const std::string& dir, int argc, char** argv) {
@@ -65,17 +75,31 @@ int cmd_export(const std::string& dir, int argc, char** argv) {
     throw RecipeError("ckpt export --format must be h5 or hf, got \"" + format + "\"\n" + kCkptUsage);
   if (!(shard_mb > 0 && shard_mb < 1e9)) throw RecipeError("ckpt export --shard-mb must be a number > 0");
   read_manifest(dir, true);
-  const ModelConfig m = checkpoint_model(dir);
+  const Recipe rec = checkpoint_recipe(dir);
+  const ModelConfig& m = rec.model;
   const DType dt = dtype == "bf16" ? DType::BF16 : DType::F32;
   if (format == "h5") {
     export_hf(assemble_checkpoint(dir), m, out, dt);
     std::printf("exported %s to %s (%s)\n", dir.c_str(), out.c_str(), dtype.c_str());
     return 0;
   }
-  const std::vector<std::string> files = export_hf_dir(assemble_checkpoint(dir), m, out, dt, (size_t)(shard_mb * 1048576));
+  std::string note;
+  auto tokenizer = [&](const std::string& into) {
+    try {
+      const std::string spec = data_tokenizer(rec);
+      if (spec.empty()) note = "no data_info.json beside the run's training data: no tokenizer files written";
+      else return write_hf_tokenizer(spec, into, m.seq_len, &note);
+    } catch (const UserError& e) {
+      note = std::string("tokenizer files not written: ") + e.what();
+    }
+    return std::vector<std::string>{};
+  };
+  const std::vector<std::string> files =
+      export_hf_dir(assemble_checkpoint(dir), m, out, dt, (size_t)(shard_mb * 1048576), tokenizer);
   std::printf("exported %s to %s (%s, %s):", dir.c_str(), out.c_str(), arch_name(m.arch), dtype.c_str());
   for (const auto& f : files) std::printf(" %s", f.c_str());
   std::printf("\nload it with transformers.AutoModelForCausalLM.from_pretrained(\"%s\")\n", out.c_str());
+  if (!note.empty()) std::printf("note: %s\n", note.c_str());
   return 0;
 }
 

@@ -177,8 +177,9 @@ void export_hf(const std::map<std::string, GlobalTensor>& t, const ModelConfig& 
   }
 }
 
-std::vector<std::string> export_hf_dir(const std::map<std::string, GlobalTensor>& t, const ModelConfig& m,
-                                       const std::string& out_dir, DType dtype, size_t max_shard_bytes) {
+std::vector<std::string> export_hf_dir(
+    const std::map<std::string, GlobalTensor>& t, const ModelConfig& m, const std::string& out_dir, DType dtype,
+    size_t max_shard_bytes, const std::function<std::vector<std::string>(const std::string& dir)>& extra) {
   std::error_code ec;
   if (fs::exists(out_dir, ec) && !fs::is_empty(out_dir, ec))
     throw CheckpointError(out_dir + ": exists and is not empty; export into a new directory");
@@ -199,6 +200,8 @@ std::vector<std::string> export_hf_dir(const std::map<std::string, GlobalTensor>
   if (!std::ofstream(tmp.path + "/config.json", std::ios::app))
     throw CheckpointError(tmp.path + "/config.json: cannot write");
   files.push_back("config.json");
+  if (extra)
+    for (const std::string& f : extra(tmp.path)) files.push_back(f);
   fs::remove(out_dir, ec);  // an empty directory makes way
   fs::rename(tmp.path, out_dir, ec);
   if (ec) throw CheckpointError(out_dir + ": cannot rename " + tmp.path + " into place: " + ec.message());

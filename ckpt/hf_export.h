@@ -1,6 +1,7 @@
 #pragma once
 // A checkpoint as whole tensors, and its export with Hugging Face names
 // (docs/ARCHITECTURE.md, "Checkpoints"). No MPI: `trainer ckpt` runs it.
+#include <functional>
 #include <map>
 #include <string>
 #include <vector>
@@ -31,9 +32,12 @@ void export_hf(const std::map<std::string, GlobalTensor>& t, const ModelConfig& 
 // as it is: config.json (GPT2Config / LlamaConfig) and model.safetensors, or
 // shards of at most max_shard_bytes with model.safetensors.index.json. The
 // directory must not exist or be empty; it is filled under DIR.tmp and
-// renamed when whole. Returns the files written.
-std::vector<std::string> export_hf_dir(const std::map<std::string, GlobalTensor>& t, const ModelConfig& m,
-                                       const std::string& out_dir, DType dtype, size_t max_shard_bytes);
+// renamed when whole; `extra` may add files there first (the tokenizer's)
+// and returns their names. Returns the files written.
+std::vector<std::string> export_hf_dir(
+    const std::map<std::string, GlobalTensor>& t, const ModelConfig& m, const std::string& out_dir, DType dtype,
+    size_t max_shard_bytes,
+    const std::function<std::vector<std::string>(const std::string& dir)>& extra = {});
 
 // Our name -> Hugging Face's within a Llama layer ("attn.wq" ->
 // "self_attn.q_proj.weight"), for export and import alike.

@@ -153,7 +153,7 @@ int64_t BpeTokenizer::rank(std::string_view bytes) const {
 // the lowest rank (the leftmost on ties) until no pair has a rank. The pairs
 // sit in a heap ordered by (rank, start), so a long piece (a run of spaces or
 // symbols) costs n log n, not n^2.
-void BpeTokenizer::merge(std::string_view p, std::vector<uint32_t>& out) const {
+void BpeTokenizer::merge(std::string_view p, std::vector<uint32_t>& out, uint32_t below) const {
   const size_t n = p.size();
   std::vector<size_t> next(n), prev(n);
   std::vector<uint32_t> pair(n, kNoRank), version(n, 0);
@@ -162,7 +162,7 @@ void BpeTokenizer::merge(std::string_view p, std::vector<uint32_t>& out) const {
   auto pair_rank = [&](size_t i) -> uint32_t {
     if (i >= n || next[i] >= n) return kNoRank;
     const int64_t r = rank(p.substr(i, end_of(next[i]) - i));
-    return r < 0 ? kNoRank : (uint32_t)r;
+    return r < 0 || (uint32_t)r >= below ? kNoRank : (uint32_t)r;
   };
   using Entry = std::tuple<uint32_t, size_t, uint32_t>;  // rank, start, version
   std::priority_queue<Entry, std::vector<Entry>, std::greater<Entry>> heap;
@@ -187,6 +187,13 @@ void BpeTokenizer::merge(std::string_view p, std::vector<uint32_t>& out) const {
     }
   }
   for (size_t i = 0; i < n; i = next[i]) out.push_back((uint32_t)rank(p.substr(i, next[i] - i)));
+}
+
+std::vector<std::pair<uint32_t, std::string_view>> BpeTokenizer::ranks() const {
+  std::vector<std::pair<uint32_t, std::string_view>> out;
+  for (const auto& [bytes, r] : ranks_) out.emplace_back(r, bytes);
+  std::sort(out.begin(), out.end());
+  return out;
 }
 
 }  // namespace trainer

@@ -3,6 +3,7 @@
 // per line), a pre-tokenizer regex run with PCRE2 (JIT), and special tokens
 // numbered after the ranks. Equal, token for token, to tiktoken's
 // encode_ordinary (tests/tokenizer_check.py compares on real text).
+#include <cstdint>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -29,8 +30,11 @@ class BpeTokenizer : public Tokenizer {
 
   // The rank of a byte string, or -1.
   int64_t rank(std::string_view bytes) const;
-  // Byte-pair merges one pre-token piece, appending the ranks of its parts.
-  void merge(std::string_view piece, std::vector<uint32_t>& out) const;
+  // Byte-pair merges one pre-token piece, appending the ranks of its parts;
+  // only ranks below `below` may join (how the merge list is recovered).
+  void merge(std::string_view piece, std::vector<uint32_t>& out, uint32_t below = UINT32_MAX) const;
+  // Every (rank, byte string) in rank order, specials excluded.
+  std::vector<std::pair<uint32_t, std::string_view>> ranks() const;
   const void* regex() const { return code_; }
 
  private:

@@ -38,25 +38,29 @@ std::vector<std::string> expand_paths(const std::vector<std::string>& patterns) 
   return out;
 }
 
-namespace {
-// data_info.json beside a file (written by `data prepare`): the tokenizer's
-// vocabulary must fit the model's. Files without one are checked by their
-// token ids alone.
-void check_data_info(const std::string& file, int vocab_size) {
-  const fs::path info = fs::path(file).parent_path() / kDataInfoFile;
+std::optional<DataInfo> read_data_info(const std::string& data_file) {
+  const fs::path info = fs::path(data_file).parent_path() / kDataInfoFile;
   std::ifstream f(info);
-  if (!f) return;
-  nlohmann::json j;
+  if (!f) return std::nullopt;
   try {
-    j = nlohmann::json::parse(f);
+    const nlohmann::json j = nlohmann::json::parse(f);
+    return DataInfo{j.value("tokenizer", std::string("?")), j.value("tokenizer_spec", std::string()),
+                    j.value("vocab_size", (int64_t)0)};
   } catch (const nlohmann::json::exception& e) {
     throw DataError(info.string() + ": not valid JSON (" + e.what() + "); rewrite it with `trainer data prepare`");
   }
-  const int64_t need = j.value("vocab_size", (int64_t)0);
-  if (need <= vocab_size) return;
-  const int64_t padded = (need + 127) / 128 * 128;
-  throw RecipeError(file + " was made by tokenizer " + j.value("tokenizer", std::string("?")) + " with " +
-                    std::to_string(need) + " ids (" + info.string() + ") but model.vocab_size is " +
+}
+
+namespace {
+// The tokenizer's vocabulary (data_info.json beside a file) must fit the
+// model's. Files without one are checked by their token ids alone.
+void check_data_info(const std::string& file, int vocab_size) {
+  const std::optional<DataInfo> info = read_data_info(file);
+  if (!info || info->vocab_size <= vocab_size) return;
+  const int64_t need = info->vocab_size, padded = (need + 127) / 128 * 128;
+  const std::string info_path = (fs::path(file).parent_path() / kDataInfoFile).string();
+  throw RecipeError(file + " was made by tokenizer " + info->tokenizer + " with " +
+                    std::to_string(need) + " ids (" + info_path + ") but model.vocab_size is " +
                     std::to_string(vocab_size) + ": set model.vocab_size >= " + std::to_string(need) + ", e.g. " +
                     std::to_string(padded) + " (a multiple of 128: the extra rows are never a target, and it " +
                     "divides by the usual parallel.tp values)");

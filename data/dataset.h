@@ -3,12 +3,22 @@
 // a shard is tokens [k*T, k*T + T] (T+1 tokens: inputs and shifted targets);
 // samples never cross shard boundaries.
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "data/token_shard.h"
 
 namespace trainer {
+
+// What `data prepare` recorded beside a token file (DIR/data_info.json):
+// the tokenizer, the SPEC it was made with, its vocabulary size. nullopt
+// when there is no such file; DataError when it is not valid JSON.
+struct DataInfo {
+  std::string tokenizer, spec;
+  int64_t vocab_size = 0;
+};
+std::optional<DataInfo> read_data_info(const std::string& data_file);
 
 // Expands paths and shell globs (sorted, deduplicated). An entry that matches
 // nothing throws DataError naming it.

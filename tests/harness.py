@@ -7,6 +7,12 @@ import h5py
 
 failures = []
 
+# tiktoken's GPT-2 pre-tokenizer pattern (tiktoken_ext/openai_public.py) and
+# Llama-3's (llama_models/llama3/tokenizer.py).
+GPT2_PAT = r"""'(?:[sdmt]|ll|ve|re)| ?\p{L}++| ?\p{N}++| ?[^\s\p{L}\p{N}]++|\s++$|\s+(?!\S)|\s"""
+LLAMA3_PAT = (r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|"""
+              r"""\s*[\r\n]+|\s+(?!\S)|\s+""")
+
 PYREF = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "third_party", "pyref", "bin", "python")
 
 

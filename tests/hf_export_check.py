@@ -26,9 +26,10 @@ import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from harness import check, failures, tensors, under_pyref  # noqa: E402
+from harness import GPT2_PAT, check, failures, tensors, under_pyref  # noqa: E402
 
-torch, transformers, safetensors_torch = under_pyref(["torch", "transformers", "safetensors.torch"])
+torch, transformers, safetensors_torch, tiktoken, tiktoken_load, sentencepiece = under_pyref(
+    ["torch", "transformers", "safetensors.torch", "tiktoken", "tiktoken.load", "sentencepiece"])
 load_file = safetensors_torch.load_file
 
 RECIPE = """[run]
@@ -125,8 +126,42 @@ def main():
             rc, out = run([trainer, "ckpt", "export", step, "--format", "hf", "--output", hf])
             check(rc == 4 and "not empty" in out, f"{name}: exporting onto a non-empty directory is refused (exit 4)")
     import_checks(trainer, tmp, data)
+    tokenizer_files(trainer, tmp)
     if failures:
         sys.exit(1)
+
+
+def tokenizer_files(trainer, tmp):
+    """A run on GPT-2 (SentencePiece) tokens exports the tokenizer too: AutoTokenizer from the
+    directory encodes every licence text as tiktoken (sentencepiece) does."""
+    tok_dir = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "third_party", "tokenizers")
+    gpt2 = tiktoken.Encoding("gpt2", pat_str=GPT2_PAT, special_tokens={"<|endoftext|>": 50256},
+                             mergeable_ranks=tiktoken_load.load_tiktoken_bpe(os.path.join(tok_dir, "gpt2.tiktoken")))
+    sp = sentencepiece.SentencePieceProcessor(model_file=os.path.join(tok_dir, "llama2_sp.model"))
+    texts = [open(os.path.join("/usr/share/common-licenses", f), encoding="utf-8").read()
+             for f in sorted(os.listdir("/usr/share/common-licenses"))]
+    for spec, arch, vocab, ref in (("gpt2:" + os.path.join(tok_dir, "gpt2.tiktoken"), "gpt2", 50304, gpt2.encode_ordinary),
+                                   ("sentencepiece:" + os.path.join(tok_dir, "llama2_sp.model"), "llama", 32000,
+                                    lambda t: [sp.bos_id()] + sp.encode(t))):
+        name = spec.split(":")[0]
+        data = os.path.join(tmp, name + "_data")
+        run([trainer, "data", "prepare", "--tokenizer", spec, "--input", "/usr/share/common-licenses", "--output", data])
+        recipe = os.path.join(tmp, name + "_tok.toml")
+        rdir = os.path.join(tmp, name + "_tok")
+        open(recipe, "w").write(RECIPE.format(run=rdir, arch=arch, tied="true", data=data, kv="") .replace(
+            "vocab_size = 256", f"vocab_size = {vocab}").replace("steps = 10", "steps = 2").replace("every = 10", "every = 2"))
+        rc, out = run([trainer, "train", recipe, "--set", "training.eval_every=0"])
+        out_dir = os.path.join(tmp, name + "_tok_hf")
+        rc2, out2 = run([trainer, "ckpt", "export", os.path.join(rdir, "checkpoints"), "--format", "hf", "--output", out_dir])
+        if not check(rc == 0 and rc2 == 0, f"{name}: a run on its tokens, exported"):
+            print(out + out2)
+            continue
+        differ = -1
+        for fast in (True, False):
+            tok = transformers.AutoTokenizer.from_pretrained(out_dir, use_fast=fast)
+            differ = max(differ, sum(tok(t)["input_ids"] != ref(t) for t in texts))
+        check(differ == 0, f"{name}: AutoTokenizer (fast and slow) from the export encodes all {len(texts)} licence "
+                           f"texts as the reference does ({differ} differ); files {sorted(os.listdir(out_dir))}")
 
 
 def one_batch_shard(path, tokens):

@@ -18,7 +18,7 @@ import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from harness import check, failures, under_pyref  # noqa: E402
+from harness import GPT2_PAT, LLAMA3_PAT, check, failures, under_pyref  # noqa: E402
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 TOK = os.path.join(ROOT, "third_party", "tokenizers")
@@ -27,9 +27,6 @@ LICENSES = "/usr/share/common-licenses"
 sentencepiece, tiktoken, tiktoken_load = under_pyref(["sentencepiece", "tiktoken", "tiktoken.load"])
 load_tiktoken_bpe = tiktoken_load.load_tiktoken_bpe
 
-GPT2_PAT = r"""'(?:[sdmt]|ll|ve|re)| ?\p{L}++| ?\p{N}++| ?[^\s\p{L}\p{N}]++|\s++$|\s+(?!\S)|\s"""
-# llama_models/llama3/tokenizer.py
-LLAMA3_PAT = r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"""
 
 # Scripts, emoji (ZWJ sequences, skin tones, flags), combining marks, every
 # Unicode space (U+0085, U+00A0, U+3000, ...), tabs, CRLF, runs of spaces

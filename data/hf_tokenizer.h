@@ -1,0 +1,19 @@
+#pragma once
+// The tokenizer of a run as Hugging Face tokenizer files, so an exported
+// model directory loads with AutoTokenizer too:
+//   gpt2           vocab.json + merges.txt (GPT-2's byte-to-unicode
+//                  alphabet; the merge list recovered from the ranks: the
+//                  token of rank r is its two parts merged using only ranks
+//                  below r), tokenizer_config.json
+//   sentencepiece  its tokenizer.model and a LlamaTokenizer config
+// Other tokenizers (bytes, llama3, described ones) have no files written;
+// the returned list is then empty and *why says so.
+#include <string>
+#include <vector>
+
+namespace trainer {
+
+std::vector<std::string> write_hf_tokenizer(const std::string& spec, const std::string& dir, int max_length,
+                                            std::string* why);
+
+}  // namespace trainer

@@ -202,27 +202,12 @@ TokenShard::~TokenShard() {
 }
 
 void write_token_shard(const std::string& path, const std::vector<uint32_t>& tokens) {
-  const bool narrow = std::all_of(tokens.begin(), tokens.end(), [](uint32_t t) { return t < 65536; });
-  int32_t hdr[kShardHeaderInts] = {0};
-  hdr[0] = kShardMagic;
-  hdr[1] = narrow ? 1 : 2;
-  hdr[2] = (int32_t)tokens.size();
-  const std::string tmp = path + ".tmp";
-  FILE* f = std::fopen(tmp.c_str(), "wb");
-  if (!f) throw DataError(tmp + ": cannot write: " + std::strerror(errno));
-  bool ok = std::fwrite(hdr, sizeof(hdr), 1, f) == 1;
-  if (narrow) {
-    std::vector<uint16_t> t16(tokens.begin(), tokens.end());
-    ok = ok && std::fwrite(t16.data(), 2, t16.size(), f) == t16.size();
-  } else {
-    ok = ok && std::fwrite(tokens.data(), 4, tokens.size(), f) == tokens.size();
-  }
-  ok = (std::fflush(f) == 0) && ok && ::fsync(fileno(f)) == 0;
-  ok = (std::fclose(f) == 0) && ok;
-  if (!ok || std::rename(tmp.c_str(), path.c_str()) != 0) {
-    std::remove(tmp.c_str());
-    throw DataError(path + ": failed writing token shard: " + std::strerror(errno));
-  }
+  const std::string base = path.size() > 4 && path.compare(path.size() - 4, 4, ".bin") == 0 ? path.substr(0, path.size() - 4) : "";
+  if (base.empty()) throw DataError(path + ": a token shard's name ends in .bin");
+  const uint32_t top = tokens.empty() ? 0 : *std::max_element(tokens.begin(), tokens.end());
+  write_shard(ShardFormat::Llmc, base, tokens.data(), tokens.size(), {}, top + 1);
+  if (std::rename((path + ".new").c_str(), path.c_str()) != 0)
+    throw DataError(path + ": cannot rename into place: " + std::strerror(errno));
 }
 
 }  // namespace trainer

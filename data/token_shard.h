@@ -76,8 +76,9 @@ class TokenShard {
 // present), or "" for an llm.c shard.
 std::string megatron_prefix(const std::string& path);
 
-// Writes a shard (version 1 if every token fits in uint16, else version 2)
-// via a temporary file renamed into place, so a reader never sees half a file.
+// Writes PATH (ending in .bin) as one llm.c shard through shard_writer.h:
+// version 1 if every token fits in uint16, else llm.c's version 7; via a
+// temporary file renamed into place, so a reader never sees half a file.
 void write_token_shard(const std::string& path, const std::vector<uint32_t>& tokens);
 
 }  // namespace trainer

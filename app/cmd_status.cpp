@@ -14,6 +14,7 @@
 
 #include "app/commands.h"
 #include "app/recipe.h"
+#include "report/run_files.h"
 #include "ckpt/checkpoint.h"
 #include "runtime/errors.h"
 #include "runtime/flight_recorder.h"
@@ -30,22 +31,8 @@ const char* kStatusUsage =
     "  Where a run stands, from its files (safe while it runs): step and loss\n"
     "  (metrics.jsonl), time to go (mean step time of the last 20 logged steps x steps\n"
     "  left), heartbeat age, newest checkpoint, and, under `trainer supervise`, launches,\n"
-    "  restarts and the last failure (events.jsonl). Exit 0; 2 if RUN_DIR has none of them.\n";
-
-std::vector<json> read_jsonl(const std::string& path) {
-  std::vector<json> out;
-  std::ifstream in(path);
-  std::string line;
-  while (std::getline(in, line)) {
-    if (line.empty()) continue;
-    try {
-      out.push_back(json::parse(line));
-    } catch (const std::exception&) {
-      // A line being written right now: skip it.
-    }
-  }
-  return out;
-}
+    "  restarts and the last failure (events.jsonl); last, how to make the run's report\n"
+    "  (`trainer report`). Exit 0; 2 if RUN_DIR has none of them.\n";
 
 std::string duration(double s) {
   char b[64];
@@ -63,9 +50,10 @@ int cmd_status(int argc, char** argv) {
     return argc == 1 ? kExitOk : kExitUsage;
   }
   const std::string dir = argv[0];
-  const std::vector<json> metrics = read_jsonl(dir + "/metrics.jsonl");
-  const std::vector<json> events = read_jsonl(dir + "/events.jsonl");
-  const double beat_time = mtime_seconds(dir + "/heartbeat");
+  const RunFiles files = read_run_files(dir);
+  const std::vector<json>& metrics = files.metrics;
+  const std::vector<json>& events = files.events;
+  const double beat_time = files.heartbeat_mtime;
   const bool has_heartbeat = beat_time > 0;
   if (metrics.empty() && events.empty() && !has_heartbeat) {
     std::fprintf(stderr, "error: %s has no metrics.jsonl, events.jsonl or heartbeat: not a run directory "
@@ -101,13 +89,9 @@ int cmd_status(int argc, char** argv) {
       std::printf("  to go:      %ld steps, about %s at %.0f ms per step\n", steps - step,
                   duration((steps - step) * ms / n / 1e3).c_str(), ms / n);
   }
-  if (has_heartbeat) {
-    std::ifstream in(dir + "/heartbeat");
-    long beat_step = 0;
-    in >> beat_step;
-    const double age = wall_seconds() - beat_time;
-    std::printf("  heartbeat:  %s ago (after step %ld)\n", duration(age).c_str(), beat_step);
-  }
+  if (has_heartbeat)
+    std::printf("  heartbeat:  %s ago (after step %ld)\n", duration(wall_seconds() - beat_time).c_str(),
+                files.heartbeat_step);
   const std::string latest = latest_checkpoint(ckpt_dir);
   std::printf("  checkpoint: %s\n", !latest.empty() ? latest.c_str()
                                      : ckpt_every == 0 ? "off (checkpoint.every = 0)"
@@ -133,6 +117,9 @@ int cmd_status(int argc, char** argv) {
       for (const json* e : explained) std::printf("    %s: %s\n", e->value("event", "").c_str(), e->value("message", "").c_str());
     }
   }
+  const double made = mtime_seconds(dir + "/report.html");
+  std::printf("  report:     trainer report %s (charts, launches and events in one HTML page%s)\n", dir.c_str(),
+              made > 0 ? (": " + dir + "/report.html is " + duration(wall_seconds() - made) + " old").c_str() : "");
   return kExitOk;
 }
 

@@ -65,14 +65,6 @@ const char* kSuperviseUsage =
 
 double now_s() { return wall_seconds(); }
 
-// "2026-11-30T12:40:01.123Z"
-std::string iso_time(double t) {
-  const time_t secs = (time_t)t;
-  char out[80];
-  std::snprintf(out, sizeof out, "%s.%03dZ", utc_time("%Y-%m-%dT%H:%M:%S", secs).c_str(), (int)((t - secs) * 1000));
-  return out;
-}
-
 // Shell words: what can be pasted back into a shell to run the same command.
 std::string shell_quote(const std::string& w) {
   if (!w.empty() && w.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-./=:,+@%") ==
@@ -85,7 +77,10 @@ std::string shell_quote(const std::string& w) {
 
 std::string join(const std::vector<std::string>& v) {
   std::string s;
-  for (const auto& x : v) s += (s.empty() ? "" : " ") + shell_quote(x);
+  for (const auto& x : v) {
+    if (!s.empty()) s += ' ';
+    s += shell_quote(x);
+  }
   return s;
 }
 

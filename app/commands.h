@@ -11,6 +11,7 @@ int cmd_ckpt(int argc, char** argv);
 int cmd_diagnose(int argc, char** argv);
 int cmd_supervise(int argc, char** argv);
 int cmd_status(int argc, char** argv);
+int cmd_report(int argc, char** argv);
 int cmd_version();
 
 }  // namespace trainer

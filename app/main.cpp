@@ -23,6 +23,9 @@ const char* kUsage =
     "        newest checkpoint when it crashes or hangs; events in <run.dir>/events.jsonl\n"
     "  status RUN_DIR\n"
     "        where a run stands: step, loss, time to go, heartbeat, checkpoint, restarts\n"
+    "  report RUN_DIR [--output FILE.html]\n"
+    "        one HTML page with the run's charts (loss, lr, tokens/s, MFU, step time,\n"
+    "        memory against the plan) and its launches, restarts and checkpoints\n"
     "  diagnose RUN_DIR\n"
     "        after a watchdog timeout or a crash: name the rank the others wait for\n"
     "        (flight recorders) or the rank that crashed (crash reports)\n"
@@ -95,6 +98,7 @@ int main(int argc, char** argv) {
     if (!std::strcmp(cmd, "diagnose")) return trainer::cmd_diagnose(argc - 2, argv + 2);
     if (!std::strcmp(cmd, "supervise")) return trainer::cmd_supervise(argc - 2, argv + 2);
     if (!std::strcmp(cmd, "status")) return trainer::cmd_status(argc - 2, argv + 2);
+    if (!std::strcmp(cmd, "report")) return trainer::cmd_report(argc - 2, argv + 2);
   } catch (const trainer::UserError& e) {
     std::fprintf(stderr, "error: %s\n", e.what());
     return e.exit_code;

@@ -30,7 +30,7 @@ struct RecipeArgsSpec {
   std::vector<std::string> valued;      // e.g. "--resume", "--steps"
   bool recipe_optional = false;         // (help-like flags need none either)
   bool dashes = false;                  // accepts `-- COMMAND...`
-  std::vector<std::string> standalone;  // flags that need no recipe, e.g. "--keys"
+  std::vector<std::string> standalone = {};  // flags that need no recipe, e.g. "--keys"
 };
 
 RecipeArgs parse_recipe_args(const RecipeArgsSpec& spec, int argc, char** argv);

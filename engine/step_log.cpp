@@ -5,6 +5,8 @@
 #include "engine/step_loop.h"
 #include "model/flops.h"
 #include "model/param_registry.h"
+#include "runtime/flight_recorder.h"
+#include "runtime/utc_time.h"
 
 namespace trainer {
 
@@ -63,7 +65,8 @@ void StepLoop::log_step(const StepStats& st, const StepExtras& x) {
   JsonRecord rec;
   rec.add("step", st.step).add("loss", st.loss).add("lr", st.lr).add("grad_norm", st.grad_norm)
       .add("tokens_per_s", tps).add("mfu", mfu).add("step_ms", st.step_ms).add("data_wait_ms", st.data_wait_ms)
-      .add("precision", std::string(dtype_name(r_.training.precision)));
+      .add("precision", std::string(dtype_name(r_.training.precision)))
+      .add("time", iso_time(wall_seconds()));
   if (st.nonfinite || st.spike) rec.add("update_skipped", 1);
   if (st.spike) rec.add("loss_spike", 1);
   if (x.val >= 0) rec.add("val_loss", x.val);

@@ -6,6 +6,7 @@
 #include <cstring>
 #include <limits>
 
+#include "engine/launch_record.h"
 #include "runtime/crash_report.h"
 #include "runtime/errors.h"
 #include "runtime/replace_file.h"
@@ -26,6 +27,7 @@ StepLoop::StepLoop(Job& job)
 int StepLoop::run() {
   print_header();
   print_blend();
+  if (lead_) append_launch_record(job_, first_);
   t_start_ = std::chrono::steady_clock::now();
   beat(loop_.steps_done());
   if (first_ >= r_.training.steps && lead_)

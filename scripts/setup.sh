@@ -2,7 +2,8 @@
 # Installs the Debian packages the trainer needs, skipping those present.
 #   scripts/setup.sh          build + run (compiler, CMake, MPI, HDF5, toml++, OpenBLAS)
 #   scripts/setup.sh test     also GoogleTest, the PyTorch/h5py reference stack and
-#                             Slurm + munge (a real single-node Slurm for tests/slurm_check.sh)
+#                             Slurm + munge (a real single-node Slurm for tests/slurm_check.sh),
+#                             and Chromium (renders `trainer report`'s page headless in a test)
 # Where the CUDA toolkit is installed (nvcc), it also fetches the cuDNN C++
 # frontend headers the CUDA backend compiles against (not in Debian): a pinned
 # wheel from PyPI, checked against its SHA-256, unpacked into third_party/.
@@ -12,7 +13,8 @@ pkgs=(g++ cmake ninja-build openmpi-bin libopenmpi-dev libhdf5-openmpi-dev
       libtomlplusplus-dev libopenblas-openmp-dev nlohmann-json3-dev pkg-config zlib1g-dev
       libpcre2-dev libsentencepiece-dev)
 if [[ "${1:-}" == "test" ]]; then
-  pkgs+=(libgtest-dev hdf5-tools python3-h5py python3-numpy python3-torch slurm-wlm munge python3-venv python3-pip)
+  pkgs+=(libgtest-dev hdf5-tools python3-h5py python3-numpy python3-torch slurm-wlm munge python3-venv python3-pip
+        chromium fonts-dejavu-core)
 fi
 
 missing=()

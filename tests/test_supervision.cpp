@@ -330,11 +330,11 @@ TEST(Status, ProgressTimeToGoAndTheLastFailure) {
       << "{\"time\": \"t3\", \"event\": \"start\", \"launch\": 1, \"message\": \"launch 1: mpirun\"}\n";
   const auto [code, out] = status(dir);
   EXPECT_EQ(code, 0) << out;
-  for (const char* want : {"step 100 of 1000 (10%), loss 3.2500, val loss 3.7500 (step 90)",
+  for (const std::string& want : std::vector<std::string>{"step 100 of 1000 (10%), loss 3.2500, val loss 3.7500 (step 90)",
                            // 900 steps left x mean(200, 400) ms = 270 s
                            "900 steps, about 4.5 min at 300 ms per step", "checkpoint: off",
                            "2 launch(es), 1 restart(s); last event: start", "last failure: launch 0 exited with code 139",
-                           "crash: launch 0: rank 3 died"})
+                           "crash: launch 0: rank 3 died", "report:     trainer report " + dir})
     EXPECT_NE(out.find(want), std::string::npos) << "missing \"" << want << "\" in:\n" << out;
   std::filesystem::remove_all(dir);
   EXPECT_EQ(status(dir).first, kExitUsage);

@@ -1,0 +1,61 @@
+#include "report/run_files.h"
+
+#include <cmath>
+#include <fstream>
+
+#include "runtime/replace_file.h"
+#include "runtime/utc_time.h"
+
+namespace trainer {
+
+namespace {
+
+std::vector<nlohmann::json> read_jsonl(const std::string& path, int* unreadable) {
+  std::vector<nlohmann::json> out;
+  std::ifstream in(path);
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.empty()) continue;
+    try {
+      nlohmann::json j = nlohmann::json::parse(line);
+      if (j.is_object()) out.push_back(std::move(j));
+      else ++*unreadable;
+    } catch (const std::exception&) {
+      ++*unreadable;  // the line the run is writing right now, or a damaged one
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+RunFiles read_run_files(const std::string& dir) {
+  RunFiles f;
+  f.metrics = read_jsonl(dir + "/metrics.jsonl", &f.unreadable);
+  f.launches = read_jsonl(dir + "/launches.jsonl", &f.unreadable);
+  f.events = read_jsonl(dir + "/events.jsonl", &f.unreadable);
+  f.heartbeat_mtime = mtime_seconds(dir + "/heartbeat");
+  std::ifstream beat(dir + "/heartbeat");
+  if (!(beat >> f.heartbeat_step)) f.heartbeat_step = -1;
+  // Records without a step are not step records.
+  std::erase_if(f.metrics, [](const nlohmann::json& r) { return !r.contains("step") || !r["step"].is_number(); });
+  return f;
+}
+
+std::map<long, const nlohmann::json*> RunFiles::latest_by_step() const {
+  std::map<long, const nlohmann::json*> out;
+  for (const auto& r : metrics) out[r["step"].get<long>()] = &r;
+  return out;
+}
+
+double number(const nlohmann::json& r, const char* key) {
+  const auto it = r.find(key);
+  return it != r.end() && it->is_number() ? it->get<double>() : NAN;
+}
+
+double record_time(const nlohmann::json& r) {
+  const auto it = r.find("time");
+  return it != r.end() && it->is_string() ? parse_iso_time(it->get<std::string>()) : NAN;
+}
+
+}  // namespace trainer

@@ -1,0 +1,32 @@
+#pragma once
+// What a run directory says about a run, read without locks (safe while it
+// runs: a line being written is skipped): rank 0's metrics.jsonl, the
+// launches of `trainer train` (launches.jsonl), the supervisor's events.jsonl
+// and the heartbeat.
+#include <nlohmann/json.hpp>
+
+#include <map>
+#include <string>
+#include <vector>
+
+namespace trainer {
+
+struct RunFiles {
+  std::vector<nlohmann::json> metrics, launches, events;  // in file order
+  int unreadable = 0;          // lines skipped: being written, or damaged
+  double heartbeat_mtime = 0;  // 0: no heartbeat
+  long heartbeat_step = -1;
+
+  // The newest record of each step: after a restart the steps since the last
+  // checkpoint are logged again (with the same values, as resume is exact).
+  std::map<long, const nlohmann::json*> latest_by_step() const;
+};
+
+RunFiles read_run_files(const std::string& dir);
+
+// A record's number (NaN when absent or not a number) and its time
+// (seconds since the epoch from "time"; NaN when absent).
+double number(const nlohmann::json& r, const char* key);
+double record_time(const nlohmann::json& r);
+
+}  // namespace trainer

@@ -1,0 +1,397 @@
+#include "report/run_report.h"
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <cstdio>
+
+#include "report/svg_chart.h"
+#include "runtime/metrics.h"
+#include "runtime/utc_time.h"
+
+namespace trainer {
+
+namespace {
+
+using nlohmann::json;
+using ByStep = std::map<long, const json*>;
+
+const char* const kPalette[] = {"#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd",
+                                "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf"};
+const char* color(size_t i) { return kPalette[i % 10]; }
+constexpr size_t kMaxPoints = 2000, kMaxBars = 120, kMaxRows = 300;
+
+std::string str(const json& r, const char* key) {
+  const auto it = r.find(key);
+  return it == r.end() ? "" : it->is_string() ? it->get<std::string>() : it->dump();
+}
+
+// ---- where the step time goes ---------------------------------------------
+
+// The parts of one step as rank 0 saw it (ms): compute is what is left of
+// the step after the waits; the checkpoint save comes after the step.
+constexpr const char* kParts[] = {"compute", "communication", "pipeline bubble", "data wait", "checkpoint"};
+constexpr const char* kPartColors[] = {"#1f77b4", "#d62728", "#9467bd", "#ff7f0e", "#2ca02c"};
+constexpr int kNumParts = 5;
+
+std::array<double, kNumParts> step_parts(const json& r) {
+  auto val = [&](const char* k) { const double v = number(r, k); return std::isfinite(v) ? v : 0.0; };
+  double comm = 0;
+  for (const auto& [k, v] : r.items())
+    if (k.rfind("comm_", 0) == 0 && k.size() > 3 && k.compare(k.size() - 3, 3, "_ms") == 0 &&
+        k.find("_p2p_") == std::string::npos && v.is_number())
+      comm += v.get<double>();  // point-to-point waits are the pipeline's, counted there
+  double bubble = 0;
+  if (const auto w = r.find("pp_wait_ms"); w != r.end() && w->is_array() && !w->empty() && (*w)[0].is_number())
+    bubble = (*w)[0].get<double>();
+  const double data = val("data_wait_ms"), step = val("step_ms");
+  return {std::max(0.0, step - comm - bubble - data), comm, bubble, data, val("ckpt_ms")};
+}
+
+// ---- the time axis -----------------------------------------------------------
+
+struct TimelineItem {
+  double t = NAN;
+  std::string kind, label, color, detail;
+  long launch = -1, step = -1;
+};
+
+const char* event_color(const std::string& kind) {
+  if (kind == "start" || kind == "launch") return "#1f77b4";
+  if (kind == "done" || kind == "checkpoint") return "#2ca02c";
+  if (kind == "preempted" || kind == "signal" || kind == "straggler") return "#ff7f0e";
+  if (kind == "diagnosis") return "#9467bd";
+  return "#d62728";  // exit, crash, hang, restart, give_up, skip
+}
+
+// The supervisor's events (or, without supervision, each launch of `trainer
+// train`) and, from metrics.jsonl, checkpoints, skipped updates and
+// stragglers; in time order.
+std::vector<TimelineItem> timeline_items(const RunFiles& f) {
+  std::vector<TimelineItem> out;
+  std::string cause;  // the last failure, which the next restart is for
+  for (const json& e : f.events) {
+    TimelineItem it{record_time(e), str(e, "event"), "", "", str(e, "message"), (long)number(e, "launch")};
+    if (it.kind == "exit" && number(e, "code") == 0) continue;  // "done" follows
+    if (it.kind == "exit" || it.kind == "crash" || it.kind == "hang" || it.kind == "diagnosis") cause = it.detail;
+    it.label = it.kind == "start" ? "launch " + std::to_string(it.launch) : it.kind;
+    if (it.kind == "restart" && !cause.empty()) it.detail += " (after: " + cause + ")";
+    it.color = event_color(it.kind);
+    out.push_back(it);
+  }
+  if (f.events.empty())
+    for (size_t i = 0; i < f.launches.size(); i++) {
+      const json& l = f.launches[i];
+      const std::string from = str(l, "resumed_from");
+      out.push_back({record_time(l), "launch", "launch " + std::to_string(i), event_color("launch"),
+                     "trainer train starts at step " + str(l, "first_step") + (from.empty() ? "" : " from " + from),
+                     (long)i, (long)number(l, "first_step")});
+    }
+  for (const json& r : f.metrics) {
+    const long step = r["step"].get<long>();
+    const double t = record_time(r);
+    if (r.contains("ckpt_ms"))
+      out.push_back({t, "checkpoint", "ckpt " + std::to_string(step), event_color("checkpoint"),
+                     "checkpoint of step " + std::to_string(step) + " saved (" + format_number(number(r, "ckpt_ms")) +
+                         " ms in the step loop)", -1, step});
+    if (r.contains("update_skipped"))
+      out.push_back({t, "skip", "skip " + std::to_string(step), event_color("skip"),
+                     std::string("update of step ") + std::to_string(step) + " skipped: " +
+                         (r.contains("loss_spike") ? "loss spike" : "NaN/Inf loss or gradient") + ", loss " +
+                         format_number(number(r, "loss")), -1, step});
+    if (r.contains("stragglers"))
+      out.push_back({t, "straggler", "slow " + str(r, "stragglers"), event_color("straggler"),
+                     "straggler rank(s) " + str(r, "stragglers") + " at step " + std::to_string(step) + ": " +
+                         format_number(number(r, "straggler_ratio")) + "x the median compute time", -1, step});
+  }
+  std::stable_sort(out.begin(), out.end(), [](const TimelineItem& a, const TimelineItem& b) {
+    return (std::isfinite(a.t) ? a.t : 1e300) < (std::isfinite(b.t) ? b.t : 1e300);
+  });
+  return out;
+}
+
+// The earliest time the files name: the origin of the time axis.
+double time_origin(const RunFiles& f) {
+  double t0 = INFINITY;
+  for (const auto* v : {&f.events, &f.launches, &f.metrics})
+    for (const json& r : *v)
+      if (const double t = record_time(r); std::isfinite(t)) t0 = std::min(t0, t);
+  return t0;
+}
+
+// ---- charts --------------------------------------------------------------------
+
+// Train loss, validation loss and each source's, against the step or tokens.
+std::vector<Series> loss_series(const ByStep& by, double x_scale) {
+  Series train{"train loss", color(0), {}, {}, false}, val{"val loss", color(1), {}, {}, true};
+  std::map<std::string, Series> sources;
+  for (const auto& [step, r] : by) {
+    const double x = (double)step * x_scale;
+    train.x.push_back(x), train.y.push_back(number(*r, "loss"));
+    if (r->contains("val_loss")) val.x.push_back(x), val.y.push_back(number(*r, "val_loss"));
+    for (const auto& [k, v] : r->items())
+      if (k.rfind("val_loss/", 0) == 0 && v.is_number()) {
+        Series& s = sources[k];
+        if (s.name.empty()) s = {k.substr(4), color(2 + sources.size() - 1), {}, {}, true};
+        s.x.push_back(x), s.y.push_back(v.get<double>());
+      }
+  }
+  std::vector<Series> out{train};
+  if (!val.x.empty()) out.push_back(val);
+  for (auto& [k, s] : sources) out.push_back(s);
+  for (Series& s : out) thin(s, kMaxPoints);
+  return out;
+}
+
+LineChart metric_chart(const ByStep& by, const std::string& id, const std::string& title, const char* key,
+                       const std::string& y_label, double scale) {
+  Series s{title, color(0), {}, {}, false};
+  for (const auto& [step, r] : by) s.x.push_back((double)step), s.y.push_back(number(*r, key) * scale);
+  thin(s, kMaxPoints);
+  return LineChart{id, title, "step", y_label, AxisFormat::Number, {s}, {}, true};
+}
+
+StackedBars step_time_chart(const ByStep& by) {
+  StackedBars c{"step_time", "Where the step time goes (rank 0)", "ms", {}, {}, {}, {}};
+  for (int k = 0; k < kNumParts; k++) c.categories.push_back(kParts[k]), c.colors.push_back(kPartColors[k]);
+  c.values.assign(kNumParts, {});
+  // Long runs: each bar is the mean of consecutive logged steps.
+  const size_t per_bar = std::max<size_t>(1, (by.size() + kMaxBars - 1) / kMaxBars);
+  size_t in_bar = 0;
+  std::array<double, kNumParts> sum{};
+  for (auto it = by.begin(); it != by.end(); ++it) {
+    const auto p = step_parts(*it->second);
+    for (int k = 0; k < kNumParts; k++) sum[k] += p[k];
+    if (++in_bar == per_bar || std::next(it) == by.end()) {
+      c.x.push_back((double)it->first);
+      for (int k = 0; k < kNumParts; k++) c.values[k].push_back(sum[k] / (double)in_bar);
+      in_bar = 0, sum = {};
+    }
+  }
+  return c;
+}
+
+// Each category's peak (largest over the logged steps) against the plan.
+std::array<double, kMemKinds> measured_memory(const ByStep& by) {
+  std::array<double, kMemKinds> peak;
+  peak.fill(NAN);
+  for (const auto& [step, r] : by)
+    for (int k = 0; k < kMemKinds; k++) {
+      const double v = number(*r, ("mem_peak_" + std::string(mem_name((Mem)k)) + "_mb").c_str());
+      if (std::isfinite(v)) peak[k] = std::isfinite(peak[k]) ? std::max(peak[k], v) : v;
+    }
+  return peak;
+}
+
+LineChart timeline_chart(const RunFiles& f, const std::vector<TimelineItem>& items, double t0) {
+  Series loss{"train loss", color(0), {}, {}, false}, val{"val loss", color(1), {}, {}, true};
+  long prev = -1;
+  for (const json& r : f.metrics) {
+    const double t = record_time(r) - t0;
+    const long step = r["step"].get<long>();
+    if (step <= prev) loss.x.push_back(t), loss.y.push_back(NAN);  // a relaunch replays: break the line
+    prev = step;
+    loss.x.push_back(t), loss.y.push_back(number(r, "loss"));
+    if (r.contains("val_loss")) val.x.push_back(t), val.y.push_back(number(r, "val_loss"));
+  }
+  thin(loss, kMaxPoints), thin(val, kMaxPoints);
+  LineChart c{"timeline", "Loss and events against wall-clock time", "time since the run started", "loss",
+              AxisFormat::Duration, {loss}, {}, false};
+  if (!val.x.empty()) c.series.push_back(val);
+  size_t checkpoints = 0;
+  for (const TimelineItem& it : items) checkpoints += it.kind == "checkpoint";
+  for (const TimelineItem& it : items) {
+    if (!std::isfinite(it.t) || (it.kind == "checkpoint" && checkpoints > 60)) continue;
+    c.markers.push_back({it.t - t0, it.kind, it.label, it.color, it.detail});
+  }
+  return c;
+}
+
+// ---- tables ----------------------------------------------------------------------
+
+std::string row(const std::string& a, const std::string& b, const std::string& id = "") {
+  return "<tr" + (id.empty() ? "" : " data-key=\"" + id + "\"") + "><th>" + html_escape(a) + "</th><td>" +
+         html_escape(b) + "</td></tr>\n";
+}
+
+std::string run_state(const RunFiles& f, const ReportFacts& facts, long last_step) {
+  for (auto e = f.events.rbegin(); e != f.events.rend(); ++e) {
+    const std::string k = str(*e, "event");
+    if (k == "done") return "finished";
+    if (k == "give_up") return "stopped: " + str(*e, "message");
+    if (k == "preempted") return "preempted at step " + std::to_string(last_step) + " (requeue to go on)";
+    if (k == "start") break;
+  }
+  if (facts.steps > 0 && last_step >= facts.steps) return "finished";
+  const double age = facts.now - f.heartbeat_mtime;
+  if (f.heartbeat_mtime > 0 && age < 300) return "running (heartbeat " + format_duration(age) + " ago)";
+  if (f.heartbeat_mtime > 0) return "not running (last heartbeat " + format_duration(age) + " ago)";
+  return "not started";
+}
+
+std::string summary_table(const RunFiles& f, const ReportFacts& facts, const ByStep& by,
+                          const std::vector<TimelineItem>& items) {
+  const long last = by.empty() ? 0 : by.rbegin()->first;
+  std::vector<double> tps, mfu, ms;
+  double lowest = INFINITY, final_val = NAN;
+  for (const auto& [step, r] : by) {
+    lowest = std::min(lowest, number(*r, "loss"));
+    if (r->contains("val_loss")) final_val = number(*r, "val_loss");
+    if (step == 1) continue;  // the first step pays for warming up
+    tps.push_back(number(*r, "tokens_per_s")), mfu.push_back(number(*r, "mfu")), ms.push_back(number(*r, "step_ms"));
+  }
+  auto median = [](std::vector<double> v) {
+    std::erase_if(v, [](double x) { return !std::isfinite(x); });
+    return v.empty() ? (double)NAN : median_of(v);
+  };
+  auto count = [&](const char* kind) {
+    return (long)std::count_if(items.begin(), items.end(), [&](const TimelineItem& i) { return i.kind == kind; });
+  };
+  const long launches = std::max({count("start"), (long)f.launches.size(), f.metrics.empty() ? 0L : 1L});
+  std::string s = "<table class=\"facts\" id=\"summary\">\n";
+  s += row("state", run_state(f, facts, last), "state");
+  s += row("last step", std::to_string(last) + (facts.steps > 0 ? " of " + std::to_string(facts.steps) : ""), "last_step");
+  if (facts.tokens_per_step > 0) s += row("tokens trained", format_tokens((double)last * facts.tokens_per_step), "tokens");
+  if (!by.empty()) {
+    s += row("final train loss", format_number(number(*by.rbegin()->second, "loss")), "final_loss");
+    s += row("lowest train loss", format_number(lowest), "lowest_loss");
+  }
+  if (std::isfinite(final_val)) s += row("final val loss", format_number(final_val), "final_val_loss");
+  s += row("median tokens/s (logged steps after the first)", format_number(median(tps)), "median_tokens_per_s");
+  s += row("median MFU", format_number(100 * median(mfu)) + " %", "median_mfu");
+  s += row("median step time", format_number(median(ms)) + " ms", "median_step_ms");
+  s += row("launches", std::to_string(launches), "launches");
+  s += row("restarts", std::to_string(count("restart")), "restarts");
+  s += row("checkpoints saved", std::to_string(count("checkpoint")), "checkpoints");
+  s += row("updates skipped (NaN or spike)", std::to_string(count("skip")), "skipped");
+  s += row("straggler reports", std::to_string(count("straggler")), "stragglers");
+  if (f.unreadable) s += row("lines skipped (being written, or damaged)", std::to_string(f.unreadable), "unreadable");
+  return s + "</table>\n";
+}
+
+std::string breakdown_table(const ByStep& by) {
+  std::array<double, kNumParts> sum{};
+  for (const auto& [step, r] : by) {
+    const auto p = step_parts(*r);
+    for (int k = 0; k < kNumParts; k++) sum[k] += p[k];
+  }
+  double total = 0;
+  for (double v : sum) total += v;
+  std::string s = "<table class=\"numbers\" id=\"breakdown\"><tr><th>part</th><th>mean ms per logged step</th>"
+                  "<th>share</th></tr>\n";
+  for (int k = 0; k < kNumParts; k++)
+    s += "<tr data-key=\"" + std::string(kParts[k]) + "\"><td>" + kParts[k] + "</td><td>" +
+         format_number(by.empty() ? NAN : sum[k] / (double)by.size()) + "</td><td>" +
+         format_number(total > 0 ? 100 * sum[k] / total : NAN) + " %</td></tr>\n";
+  return s + "</table>\n";
+}
+
+std::string memory_table(const std::array<double, kMemKinds>& peak, const ReportFacts& facts) {
+  std::string s = "<table class=\"numbers\" id=\"memory\"><tr><th>category</th><th>measured peak MB</th>"
+                  "<th>plan MB</th><th>measured / plan</th></tr>\n";
+  for (int k = 0; k < kMemKinds; k++) {
+    const double plan = facts.has_plan ? facts.plan_mb[k] : NAN;
+    s += "<tr data-key=\"" + std::string(mem_name((Mem)k)) + "\"><td>" + mem_name((Mem)k) + "</td><td>" +
+         format_number(peak[k]) + "</td><td>" + format_number(plan) + "</td><td>" +
+         format_number(plan > 0 ? peak[k] / plan : NAN) + "</td></tr>\n";
+  }
+  return s + "</table>\n";
+}
+
+std::string events_table(const std::vector<TimelineItem>& items, double t0) {
+  std::string s = "<table class=\"numbers\" id=\"events\"><tr><th>time (UTC)</th><th>since start</th><th>event</th>"
+                  "<th>launch</th><th>step</th><th>what happened</th></tr>\n";
+  size_t shown = 0;
+  for (const TimelineItem& it : items) {
+    if (++shown > kMaxRows) {
+      s += "<tr><td colspan=\"6\">" + std::to_string(items.size() - kMaxRows) +
+           " more: see events.jsonl and metrics.jsonl</td></tr>\n";
+      break;
+    }
+    s += "<tr data-key=\"" + html_escape(it.kind) + "\"><td>" +
+         (std::isfinite(it.t) ? iso_time(it.t) : std::string("-")) + "</td><td>" +
+         format_duration(it.t - t0) + "</td><td>" + html_escape(it.kind) + "</td><td>" +
+         (it.launch >= 0 ? std::to_string(it.launch) : "") + "</td><td>" + (it.step >= 0 ? std::to_string(it.step) : "") +
+         "</td><td>" + html_escape(it.detail) + "</td></tr>\n";
+  }
+  return s + "</table>\n";
+}
+
+std::string launches_table(const RunFiles& f) {
+  std::string s = "<table class=\"numbers\" id=\"launches\"><tr><th>started (UTC)</th><th>from step</th>"
+                  "<th>trainer</th><th>backend, device</th><th>ranks</th><th>host</th><th>libraries</th></tr>\n";
+  for (const json& l : f.launches) {
+    const std::string device = str(l, "device");
+    s += "<tr><td>" + html_escape(str(l, "time")) + "</td><td>" + str(l, "first_step") + "</td><td>" +
+         html_escape(str(l, "trainer") + " (git " + str(l, "git") + ")") + "</td><td>" +
+         html_escape(str(l, "backend") + (device.empty() ? "" : ", " + device)) + "</td><td>" +
+         html_escape(str(l, "ranks") + " = dp " + str(l, "dp") + " x pp " + str(l, "pp") + " x tp " + str(l, "tp")) +
+         "</td><td>" + html_escape(str(l, "host")) + "</td><td>" + html_escape(str(l, "libraries")) + "</td></tr>\n";
+  }
+  return s + "</table>\n";
+}
+
+const char* kStyle =
+    "body{font-family:sans-serif;margin:24px;color:#222;max-width:1320px}"
+    "h1{font-size:22px;margin:0 0 4px}h2{font-size:17px;margin:28px 0 8px;border-bottom:1px solid #ccc}"
+    ".sub{color:#555;margin:0 0 16px}.grid{display:flex;flex-wrap:wrap;gap:12px}"
+    "svg.chart{border:1px solid #ddd;background:#fff}svg .title{font-size:13px;font-weight:bold}"
+    "svg .legend,svg .tick,svg .mlabel{font-size:10px}svg .axis{font-size:11px;fill:#444}"
+    "svg .grid{stroke:#eee}svg .frame{fill:none;stroke:#999}"
+    "table{border-collapse:collapse;font-size:13px;margin:4px 0 12px}"
+    "th,td{border:1px solid #ddd;padding:3px 8px;text-align:left;vertical-align:top}"
+    "table.facts th{background:#f6f6f6;font-weight:normal;color:#444}.cols{display:flex;gap:24px;flex-wrap:wrap}"
+    ".note{color:#555;font-size:12px;max-width:1240px}";
+
+}  // namespace
+
+std::string render_report(const RunFiles& f, const ReportFacts& facts) {
+  const ByStep by = f.latest_by_step();
+  const std::vector<TimelineItem> items = timeline_items(f);
+  const double t0 = time_origin(f);
+  std::string h = "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>Run report: " +
+                  html_escape(facts.run_name) + "</title><style>" + kStyle + "</style></head><body>\n";
+  h += "<h1>Run " + html_escape(facts.run_name) + "</h1>\n<p class=\"sub\">" + html_escape(facts.run_dir) +
+       " &middot; report made " + iso_time(facts.now) + " by " + html_escape(facts.generated_by) +
+       " from metrics.jsonl, launches.jsonl, events.jsonl and the heartbeat</p>\n";
+  h += "<div class=\"cols\"><div><h2>Summary</h2>" + summary_table(f, facts, by, items) + "</div><div><h2>Recipe</h2>";
+  if (!facts.recipe_error.empty()) h += "<p class=\"note\">" + html_escape(facts.recipe_error) + "</p>";
+  h += "<table class=\"facts\" id=\"recipe\">\n";
+  for (const auto& [k, v] : facts.recipe) h += row(k, v);
+  h += "</table></div></div>\n<h2>Launches</h2>" + launches_table(f);
+
+  h += "<h2>Training</h2><div class=\"grid\">\n";
+  h += render(LineChart{"loss_step", "Loss against step", "step", "loss", AxisFormat::Number, loss_series(by, 1), {}, false});
+  if (facts.tokens_per_step > 0)
+    h += render(LineChart{"loss_tokens", "Loss against tokens", "tokens", "loss", AxisFormat::Tokens,
+                          loss_series(by, facts.tokens_per_step), {}, false});
+  h += render(metric_chart(by, "lr", "Learning rate", "lr", "learning rate", 1));
+  h += render(metric_chart(by, "grad_norm", "Gradient norm (before clipping)", "grad_norm", "norm", 1));
+  h += render(metric_chart(by, "tokens_per_s", "Tokens per second", "tokens_per_s", "tokens/s", 1));
+  h += render(metric_chart(by, "mfu", "Model FLOPs utilisation", "mfu", "MFU %", 100));
+  h += "</div>\n<h2>Step time</h2><div class=\"grid\">" + render(step_time_chart(by)) + "<div>" + breakdown_table(by) +
+       "<p class=\"note\">Rank 0's view of each logged step. Communication: time inside collectives (on the CPU "
+       "backend they block, so all of it is exposed); pipeline bubble: time its stage waited for another's "
+       "activations or gradients; data wait: the slowest rank's wait on its loader; checkpoint: the save's time "
+       "in the step loop (a snapshot when saves are asynchronous); compute: the rest of the step.</p></div></div>\n";
+
+  const auto peak = measured_memory(by);
+  GroupedBars mem{"memory", "Memory by category, rank 0 (MB)", "MB", {}, {"measured peak", "plan"},
+                  {color(0), "#aaaaaa"}, {{}, {}}};
+  for (int k = 0; k < kMemKinds; k++) {
+    mem.groups.push_back(mem_name((Mem)k));
+    mem.values[0].push_back(peak[k]);
+    mem.values[1].push_back(facts.has_plan ? facts.plan_mb[k] : NAN);
+  }
+  h += "<h2>Memory</h2><div class=\"grid\">" + render(mem) + "<div>" + memory_table(peak, facts) +
+       "<p class=\"note\">" + html_escape(facts.has_plan ? "Plan: " + facts.plan_note : "No plan: the recipe could not be read.") +
+       "</p></div></div>\n";
+
+  h += "<h2>Timeline</h2>";
+  if (std::isfinite(t0)) h += render(timeline_chart(f, items, t0));
+  else h += "<p class=\"note\">No wall-clock times in this run's files (written by an older trainer).</p>";
+  h += events_table(items, std::isfinite(t0) ? t0 : NAN);
+  return h + "</body></html>\n";
+}
+
+}  // namespace trainer

@@ -105,7 +105,7 @@ class BpeEncoder : public TokenEncoder {
 
 }  // namespace
 
-BpeTokenizer::BpeTokenizer(const BpeSpec& spec) {
+BpeTokenizer::BpeTokenizer(const BpeSpec& spec) : pattern_(spec.pattern), specials_(spec.specials) {
   name_ = spec.name;
   marks = spec.marks;
   std::ifstream f(spec.ranks_file);

@@ -36,8 +36,13 @@ class BpeTokenizer : public Tokenizer {
   // Every (rank, byte string) in rank order, specials excluded.
   std::vector<std::pair<uint32_t, std::string_view>> ranks() const;
   const void* regex() const { return code_; }
+  // The pre-tokenizer pattern and special tokens it was made with.
+  const std::string& pattern() const { return pattern_; }
+  const std::vector<std::pair<std::string, uint32_t>>& specials() const { return specials_; }
 
  private:
+  std::string pattern_;
+  std::vector<std::pair<std::string, uint32_t>> specials_;
   std::string arena_;  // all rank byte strings, back to back
   std::unordered_map<std::string_view, uint32_t> ranks_;
   uint32_t vocab_ = 0;

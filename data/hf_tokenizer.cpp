@@ -41,23 +41,46 @@ void write_text(const std::string& path, const std::string& text) {
   if (!f.flush()) throw CheckpointError(path + ": cannot write");
 }
 
-std::vector<std::string> gpt2_files(const BpeTokenizer& t, const std::string& dir, int max_length) {
-  const std::vector<std::string> alpha = byte_alphabet();
+// A byte-level BPE as Hugging Face holds it: each rank's bytes in the byte
+// alphabet -> rank, and the merges in rank order ("left right"). tiktoken
+// looks a whole piece up before merging, so a vocabulary may hold tokens no
+// merge of two lower ranks makes (678 of Llama-3's multilingual additions);
+// they get no merge line (`strict`: that is an error).
+struct ByteLevelBpe {
   nlohmann::ordered_json vocab = nlohmann::ordered_json::object();
-  std::string merges = "#version: 0.2\n";
+  std::vector<std::string> merges;
+  size_t unmerged = 0;
+};
+
+ByteLevelBpe byte_level_bpe(const BpeTokenizer& t, bool strict) {
+  const std::vector<std::string> alpha = byte_alphabet();
+  ByteLevelBpe out;
   std::vector<uint32_t> parts;
   const auto ranks = t.ranks();
   std::vector<size_t> size_of(ranks.empty() ? 0 : ranks.back().first + 1, 0);
   for (const auto& [r, bytes] : ranks) size_of[r] = bytes.size();
   for (const auto& [r, bytes] : ranks) {
-    vocab[visible(bytes, alpha)] = r;
+    out.vocab[visible(bytes, alpha)] = r;
     if (bytes.size() < 2) continue;
     parts.clear();
     t.merge(bytes, parts, r);
-    if (parts.size() != 2) throw CheckpointError("tokenizer gpt2: rank " + std::to_string(r) + " is no merge of two lower ranks");
+    if (parts.size() != 2 && strict)
+      throw CheckpointError("tokenizer " + t.name() + ": rank " + std::to_string(r) + " is no merge of two lower ranks");
+    if (parts.size() != 2) {
+      out.unmerged++;
+      continue;
+    }
     const std::string_view left = bytes.substr(0, size_of[parts[0]]);
-    merges += visible(left, alpha) + " " + visible(bytes.substr(left.size()), alpha) + "\n";
+    out.merges.push_back(visible(left, alpha) + " " + visible(bytes.substr(left.size()), alpha));
   }
+  return out;
+}
+
+std::vector<std::string> gpt2_files(const BpeTokenizer& t, const std::string& dir, int max_length) {
+  ByteLevelBpe bpe = byte_level_bpe(t, true);
+  nlohmann::ordered_json& vocab = bpe.vocab;
+  std::string merges = "#version: 0.2\n";
+  for (const std::string& m : bpe.merges) merges += m + "\n";
   vocab["<|endoftext|>"] = 50256;
   write_text(dir + "/vocab.json", vocab.dump());
   write_text(dir + "/merges.txt", merges);
@@ -68,15 +91,64 @@ std::vector<std::string> gpt2_files(const BpeTokenizer& t, const std::string& di
   return {"vocab.json", "merges.txt", "tokenizer_config.json"};
 }
 
+// Llama-3: one tokenizer.json for PreTrainedTokenizerFast (as Meta's
+// Hugging Face release has it): its pattern split, then byte-level BPE
+// without a regex of its own, the special tokens as added tokens, and
+// <|begin_of_text|> put before each text as the run's documents had it.
+// "ignore_merges" (tokenizers >= 0.19) looks whole pieces up first, as
+// tiktoken does, which the tokens without a merge line need; older
+// tokenizers ignore the field and split those rare pieces differently.
+std::vector<std::string> llama3_files(const BpeTokenizer& t, const std::string& dir, int max_length,
+                                      std::string* note) {
+  using oj = nlohmann::ordered_json;
+  ByteLevelBpe bpe = byte_level_bpe(t, false);
+  if (bpe.unmerged)
+    *note = std::to_string(bpe.unmerged) + " Llama-3 tokens are no merge of two lower ranks: tokenizers >= 0.19 "
+            "(ignore_merges) encodes as tiktoken does; older versions split pieces equal to those tokens";
+  oj added = oj::array();
+  for (const auto& [text, id] : t.specials())
+    added.push_back({{"id", id}, {"content", text}, {"single_word", false}, {"lstrip", false},
+                     {"rstrip", false}, {"normalized", false}, {"special", true}});
+  const std::string bos = "<|begin_of_text|>";
+  const uint32_t bos_id = t.marks.start.value_or(128000);
+  const oj bos_piece = {{"SpecialToken", {{"id", bos}, {"type_id", 0}}}};
+  const oj tok = {
+      {"version", "1.0"}, {"truncation", nullptr}, {"padding", nullptr}, {"added_tokens", added},
+      {"normalizer", nullptr},
+      {"pre_tokenizer",
+       {{"type", "Sequence"},
+        {"pretokenizers",
+         {{{"type", "Split"}, {"pattern", {{"Regex", t.pattern()}}}, {"behavior", "Isolated"}, {"invert", false}},
+          {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"trim_offsets", true}, {"use_regex", false}}}}}},
+      {"post_processor",
+       {{"type", "TemplateProcessing"},
+        {"single", {bos_piece, {{"Sequence", {{"id", "A"}, {"type_id", 0}}}}}},
+        {"pair", {bos_piece, {{"Sequence", {{"id", "A"}, {"type_id", 0}}}}, bos_piece,
+                  {{"Sequence", {{"id", "B"}, {"type_id", 1}}}}}},
+        {"special_tokens", {{bos, {{"id", bos}, {"ids", {bos_id}}, {"tokens", {bos}}}}}}}},
+      {"decoder", {{"type", "ByteLevel"}, {"add_prefix_space", true}, {"trim_offsets", true}, {"use_regex", true}}},
+      {"model",
+       {{"type", "BPE"}, {"dropout", nullptr}, {"unk_token", nullptr}, {"continuing_subword_prefix", nullptr},
+        {"end_of_word_suffix", nullptr}, {"fuse_unk", false}, {"byte_fallback", false}, {"ignore_merges", true},
+        {"vocab", bpe.vocab},
+        {"merges", bpe.merges}}}};
+  write_text(dir + "/tokenizer.json", tok.dump() + "\n");
+  const oj cfg = {{"tokenizer_class", "PreTrainedTokenizerFast"}, {"model_max_length", max_length},
+                  {"bos_token", bos}, {"eos_token", "<|end_of_text|>"}};
+  write_text(dir + "/tokenizer_config.json", cfg.dump(2) + "\n");
+  return {"tokenizer.json", "tokenizer_config.json"};
+}
+
 }  // namespace
 
 std::vector<std::string> write_hf_tokenizer(const std::string& spec, const std::string& dir, int max_length,
                                             std::string* why) {
   const size_t colon = spec.find(':');
   const std::string family = spec.substr(0, colon), file = colon == std::string::npos ? "" : spec.substr(colon + 1);
-  if (family == "gpt2") {
+  if (family == "gpt2" || family == "llama3") {
     const auto tok = make_tokenizer(spec);
-    return gpt2_files(static_cast<const BpeTokenizer&>(*tok), dir, max_length);
+    const auto& bpe = static_cast<const BpeTokenizer&>(*tok);
+    return family == "gpt2" ? gpt2_files(bpe, dir, max_length) : llama3_files(bpe, dir, max_length, why);
   }
   const std::string model = family == "sentencepiece" ? file : (spec.size() > 6 && spec.substr(spec.size() - 6) == ".model") ? spec : "";
   if (!model.empty()) {
@@ -88,7 +160,7 @@ std::vector<std::string> write_hf_tokenizer(const std::string& spec, const std::
     write_text(dir + "/tokenizer_config.json", cfg.dump(2) + "\n");
     return {"tokenizer.model", "tokenizer_config.json"};
   }
-  *why = "tokenizer \"" + spec + "\": no Hugging Face tokenizer files are written for it (gpt2 and sentencepiece only)";
+  *why = "tokenizer \"" + spec + "\": no Hugging Face tokenizer files are written for it (gpt2, llama3 and sentencepiece only)";
   return {};
 }
 

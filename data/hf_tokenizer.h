@@ -5,9 +5,13 @@
 //                  alphabet; the merge list recovered from the ranks: the
 //                  token of rank r is its two parts merged using only ranks
 //                  below r), tokenizer_config.json
+//   llama3         tokenizer.json for PreTrainedTokenizerFast (its pattern
+//                  split, byte-level BPE with the recovered merges, the
+//                  special tokens, <|begin_of_text|> before each text)
 //   sentencepiece  its tokenizer.model and a LlamaTokenizer config
-// Other tokenizers (bytes, llama3, described ones) have no files written;
-// the returned list is then empty and *why says so.
+// Other tokenizers (bytes, described ones) have no files written;
+// the returned list is then empty and *why says so (or, with files, what
+// a reader should know about them).
 #include <string>
 #include <vector>
 

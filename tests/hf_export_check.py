@@ -26,7 +26,7 @@ import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from harness import GPT2_PAT, check, failures, tensors, under_pyref  # noqa: E402
+from harness import GPT2_PAT, LLAMA3_PAT, check, failures, tensors, under_pyref  # noqa: E402
 
 torch, transformers, safetensors_torch, tiktoken, tiktoken_load, sentencepiece = under_pyref(
     ["torch", "transformers", "safetensors.torch", "tiktoken", "tiktoken.load", "sentencepiece"])
@@ -132,17 +132,22 @@ def main():
 
 
 def tokenizer_files(trainer, tmp):
-    """A run on GPT-2 (SentencePiece) tokens exports the tokenizer too: AutoTokenizer from the
-    directory encodes every licence text as tiktoken (sentencepiece) does."""
+    """A run on GPT-2 (Llama-3, SentencePiece) tokens exports the tokenizer too: AutoTokenizer from
+    the directory encodes every licence text as tiktoken (sentencepiece) does."""
     tok_dir = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "third_party", "tokenizers")
     gpt2 = tiktoken.Encoding("gpt2", pat_str=GPT2_PAT, special_tokens={"<|endoftext|>": 50256},
                              mergeable_ranks=tiktoken_load.load_tiktoken_bpe(os.path.join(tok_dir, "gpt2.tiktoken")))
     sp = sentencepiece.SentencePieceProcessor(model_file=os.path.join(tok_dir, "llama2_sp.model"))
+    l3_ranks = tiktoken_load.load_tiktoken_bpe(os.path.join(tok_dir, "llama3.tiktoken"))
+    llama3 = tiktoken.Encoding("llama3", pat_str=LLAMA3_PAT, special_tokens={"<|begin_of_text|>": len(l3_ranks)},
+                               mergeable_ranks=l3_ranks)
     texts = [open(os.path.join("/usr/share/common-licenses", f), encoding="utf-8").read()
              for f in sorted(os.listdir("/usr/share/common-licenses"))]
     for spec, arch, vocab, ref in (("gpt2:" + os.path.join(tok_dir, "gpt2.tiktoken"), "gpt2", 50304, gpt2.encode_ordinary),
                                    ("sentencepiece:" + os.path.join(tok_dir, "llama2_sp.model"), "llama", 32000,
-                                    lambda t: [sp.bos_id()] + sp.encode(t))):
+                                    lambda t: [sp.bos_id()] + sp.encode(t)),
+                                   ("llama3:" + os.path.join(tok_dir, "llama3.tiktoken"), "llama", 128256,
+                                    lambda t: [128000] + llama3.encode_ordinary(t))):
         name = spec.split(":")[0]
         data = os.path.join(tmp, name + "_data")
         run([trainer, "data", "prepare", "--tokenizer", spec, "--input", "/usr/share/common-licenses", "--output", data])
@@ -157,10 +162,11 @@ def tokenizer_files(trainer, tmp):
             print(out + out2)
             continue
         differ = -1
-        for fast in (True, False):
+        for fast in ((True,) if name == "llama3" else (True, False)):  # Llama-3 has no slow tokenizer
             tok = transformers.AutoTokenizer.from_pretrained(out_dir, use_fast=fast)
             differ = max(differ, sum(tok(t)["input_ids"] != ref(t) for t in texts))
-        check(differ == 0, f"{name}: AutoTokenizer (fast and slow) from the export encodes all {len(texts)} licence "
+        kinds = "fast" if name == "llama3" else "fast and slow"
+        check(differ == 0, f"{name}: AutoTokenizer ({kinds}) from the export encodes all {len(texts)} licence "
                            f"texts as the reference does ({differ} differ); files {sorted(os.listdir(out_dir))}")
 
 

@@ -42,7 +42,7 @@ std::string join(const std::vector<int>& v) {
 }
 
 // The checkpoint's own recipe: the model's hyperparameters, where its data was.
-Recipe checkpoint_recipe(const std::string& dir) {
+Recipe recipe_of_checkpoint(const std::string& dir) {
   try {
     return load_recipe(dir + "/recipe.toml", {}, 0, false);
   } catch (const UserError& e) {
@@ -75,7 +75,7 @@ int cmd_export(const std::string& dir, int argc, char** argv) {
     throw RecipeError("ckpt export --format must be h5 or hf, got \"" + format + "\"\n" + kCkptUsage);
   if (!(shard_mb > 0 && shard_mb < 1e9)) throw RecipeError("ckpt export --shard-mb must be a number > 0");
   read_manifest(dir, true);
-  const Recipe rec = checkpoint_recipe(dir);
+  const Recipe rec = recipe_of_checkpoint(dir);
   const ModelConfig& m = rec.model;
   const DType dt = dtype == "bf16" ? DType::BF16 : DType::F32;
   if (format == "h5") {
@@ -119,6 +119,12 @@ int cmd_ckpt(int argc, char** argv) {
     std::printf("%s: step %ld, %llu samples consumed, AdamW step %ld, saved as dp %d x pp %d x tp %d by trainer %s\n",
                 dir.c_str(), st.step, (unsigned long long)st.samples, st.adam_steps, st.dp, st.pp, st.tp,
                 manifest_version(dir).c_str());
+    try {
+      if (const std::string from = recipe_of_checkpoint(dir).checkpoint.init_from; !from.empty())
+        std::printf("  weights first loaded from the Hugging Face model %s (checkpoint.init_from)\n", from.c_str());
+    } catch (const UserError&) {
+      // A recipe.toml this trainer cannot read: inspect shows the rest.
+    }
     for (const ManifestFile& f : manifest_files(dir))
       std::printf("  file %-14s %10zu bytes  crc32 %08x\n", f.name.c_str(), f.bytes, f.crc);
     std::map<std::string, std::pair<std::vector<int>, int>> tensors;  // shape, pieces

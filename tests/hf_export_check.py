@@ -231,6 +231,9 @@ def import_checks(trainer, tmp, data):
     b = {k: v for k, v in tensors(os.path.join(rdir, "checkpoints", "step_00000001")).items() if k[1].startswith("param/")}
     check(rc == 0 and sorted(a) == sorted(b) and all((a[k] == b[k]).all() for k in a),
           f"export -> init_from: all {len(a)} weight tensors come back bit-identical")
+    rc, out = run([trainer, "ckpt", "inspect", os.path.join(rdir, "checkpoints")])
+    check(rc == 0 and f"weights first loaded from the Hugging Face model {hf}" in out,
+          "the first checkpoint records where the weights came from (ckpt inspect names the directory)")
     rc, out = run([trainer, "train", recipe, "--set", f'checkpoint.init_from="{hf}"', "--set", "model.d_ff=128",
                    "--set", "model.n_kv_heads=4", "--set", f'run.dir="{rdir}_bad"'])
     check(rc == 4 and "intermediate_size" in out and "num_key_value_heads" in out,

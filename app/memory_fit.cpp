@@ -22,6 +22,9 @@ MemoryFit need_of(const Recipe& r, int stage, bool writer) {
   // its file from it in memory: twice the state, blocking or async.
   const double state = f.plan.bytes[(int)Mem::Grads] * 3;
   if (r.checkpoint.every > 0 && writer) f.checkpoint = state * 2;
+  // ZeRO-1: every rank of the group gathers the whole m and v before a save.
+  if (r.checkpoint.every > 0 && r.zero_stage == 1 && r.grid.dp > 1)
+    f.checkpoint += f.plan.bytes[(int)Mem::Grads] * 2;
   f.process = kProcessBytes;
   f.need = f.plan.total() + f.checkpoint + f.process;
   return f;

@@ -131,6 +131,9 @@ std::vector<RecipeKey> make_keys() {
           .def([](const Recipe& r, int) { return KeyValue(r.schedule == ScheduleKind::Interleaved ? 2L : 1L); },
                "1; 2 for interleaved")
           .at_least(1),
+      K("parallel", "zero_stage", Int, "0: every data-parallel rank keeps all of AdamW's state; 1: ZeRO-1, each keeps "
+        "1/dp of it (gradients reduce-scattered, updated weights all-gathered)", AT(zero_stage))
+          .def(0L).at_least(0).at_most(1),
       // [training]
       K("training", "steps", Int, "optimizer steps of the whole run", AT(training.steps)).def(100L).at_least(1).wide(),
       K("training", "micro_batch", Int, "sequences per micro-batch and rank", AT(training.micro_batch)).def(1L).at_least(1),

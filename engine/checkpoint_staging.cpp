@@ -1,6 +1,7 @@
 #include "engine/checkpoint_staging.h"
 
 #include <algorithm>
+#include <cstring>
 
 #include "runtime/errors.h"
 
@@ -11,16 +12,36 @@ const char* kGroupNames[3] = {"param", "adam_m", "adam_v"};
 }
 
 CheckpointStaging::CheckpointStaging(Backend& be, Chunks& chunks, std::vector<std::unique_ptr<AdamW>>& opts,
-                                     int stage, int tp_rank, bool writer, bool saves_planned)
-    : be_(be), chunks_(chunks), opts_(opts), stage_(stage), tp_rank_(tp_rank), writer_(writer) {
-  if (saves_planned && writer) this->stage();
+                                     int stage, int tp_rank, bool writer, bool saves_planned, DataComm* zero_dp)
+    : be_(be), chunks_(chunks), opts_(opts), stage_(stage), tp_rank_(tp_rank), writer_(writer), zero_dp_(zero_dp) {
+  if (saves_planned && writer) {
+    std::vector<Piece> all[3];
+    ensure_snapshot(shard_elems(saved_groups(all)));
+  }
+}
+
+size_t CheckpointStaging::shard_elems(const SaveGroups& gs) {
+  size_t n = 0;
+  for (const auto& [name, ts] : gs)
+    for (const TensorPiece& t : ts) n += t.numel;
+  return n;
+}
+
+// Allocated once and touched at once: new pages cost seconds in a VM.
+void CheckpointStaging::ensure_snapshot(size_t n) {
+  if (snapshot_.count() >= n) return;
+  snapshot_ = be_.alloc(n, DType::F32, Mem::Temporaries, Space::Staging);
+  std::memset(snapshot_.host(), 0, n * sizeof(float));
 }
 
 std::vector<CheckpointStaging::Piece> CheckpointStaging::pieces(int which, bool loading) {
   std::vector<Piece> out;
   for (size_t c = 0; c < chunks_.size(); c++) {
     Transformer& m = *chunks_[c];
-    Buffer& base = which == 0 ? m.params() : which == 1 ? opts_[c]->m() : opts_[c]->v();
+    Buffer* base = &m.params();
+    if (which > 0 && !zero_dp_) base = which == 1 ? &opts_[c]->m() : &opts_[c]->v();
+    // Sharded m and v: saves read the gathered whole, loads go through keep_owned.
+    if (which > 0 && zero_dp_) base = !loading && c < whole_[which - 1].size() ? &whole_[which - 1][c] : nullptr;
     for (const ParamInfo& p : m.registry().all()) {
       if (p.tied_copy && !loading) continue;  // the first stage saves the original
       Piece x;
@@ -29,7 +50,8 @@ std::vector<CheckpointStaging::Piece> CheckpointStaging::pieces(int which, bool 
       x.t.shard_dim = p.sharding == Sharding::Dim0 ? 0 : p.sharding == Sharding::Dim1 ? 1 : -1;
       x.t.start = x.t.shard_dim >= 0 ? tp_rank_ * p.shape[x.t.shard_dim] : 0;
       x.t.numel = p.numel;
-      x.dev = base.ref(p.offset);
+      x.dev = base ? base->ref(p.offset) : Ref();
+      x.chunk = c, x.offset = p.offset;
       out.push_back(std::move(x));
     }
   }
@@ -52,10 +74,7 @@ SaveGroups CheckpointStaging::stage(bool side_stream) {
   if (!writer_) return {};
   std::vector<Piece> all[3];
   SaveGroups gs = saved_groups(all);
-  size_t n = 0;
-  for (const auto& [name, ts] : gs)
-    for (const TensorPiece& t : ts) n += t.numel;
-  if (snapshot_.count() < n) snapshot_ = be_.alloc(n, DType::F32, Mem::Temporaries, Space::Staging);
+  ensure_snapshot(shard_elems(gs));
   float* host = static_cast<float*>(snapshot_.host());
   const Backend::Stream s = side_stream ? Backend::kCommStream : Backend::kComputeStream;
   if (side_stream) be_.wait_event(s, be_.record_event(Backend::kComputeStream));  // after this step's update
@@ -79,9 +98,43 @@ std::string CheckpointStaging::shard_file() const {
   return "pp" + std::to_string(stage_) + "_tp" + std::to_string(tp_rank_) + ".h5";
 }
 
+void CheckpointStaging::gather_sharded() {
+  if (!zero_dp_) return;
+  const size_t D = (size_t)zero_dp_->size(), r = (size_t)zero_dp_->rank();
+  for (size_t c = 0; c < chunks_.size(); c++) {
+    Transformer& m = *chunks_[c];
+    const size_t n = m.num_params(), block = n / D, body = block * D;
+    for (int w = 0; w < 2; w++) {
+      if (whole_[w].size() <= c) whole_[w].push_back(be_.alloc(n, DType::F32, Mem::Temporaries));
+    }
+    // The fp32 weights first (a bf16 run updates only its block of them),
+    // through whole_[0] as scratch: MPI may not gather from inside its destination.
+    if (block) {
+      zero_dp_->wait(zero_dp_->start_allgather(m.params().ref(r * block), whole_[0][c].ref(), block));
+      be_.copy(m.params().ref(), whole_[0][c].ref(), body);
+    }
+    for (int w = 0; w < 2; w++) {
+      Buffer& mine = w == 0 ? opts_[c]->m() : opts_[c]->v();
+      if (block) zero_dp_->wait(zero_dp_->start_allgather(mine.ref(), whole_[w][c].ref(), block));
+      be_.copy(whole_[w][c].ref(body), mine.ref(block), n - body);  // the tail, the same on every rank
+    }
+  }
+}
+
+void CheckpointStaging::keep_owned(int which, const std::vector<Piece>& ps) {
+  for (const Piece& p : ps) {
+    Buffer& mine = which == 1 ? opts_[p.chunk]->m() : opts_[p.chunk]->v();
+    for (const OwnedRange& r : opts_[p.chunk]->owned()) {
+      const size_t lo = std::max(p.offset, r.lo), hi = std::min(p.offset + p.t.numel, r.hi);
+      if (lo < hi) be_.from_host(mine.ref(r.local + lo - r.lo), p.t.data + (lo - p.offset), hi - lo);
+    }
+  }
+}
+
 std::string CheckpointStaging::save(const std::string& dir, const TrainingState& st, int keep,
                                     ControlComm& world, const std::string& recipe_text,
                                     const std::function<void(const char*)>& at_point) {
+  gather_sharded();
   return save_checkpoint(dir, st, writer_, shard_file(), stage(), keep, world, recipe_text, at_point);
 }
 
@@ -89,6 +142,7 @@ void CheckpointStaging::start_async(const std::string& dir, const TrainingState&
                                     ControlComm& world, const std::string& recipe_text) {
   // The previous async save has been committed (the caller waits for it), so
   // the snapshot is free to overwrite.
+  gather_sharded();
   async_.start(dir, st, writer_, shard_file(), stage(true), {}, keep, recipe_text, world,
                [this] { be_.synchronize_event(snapshot_done_); });
 }
@@ -115,7 +169,9 @@ void CheckpointStaging::load(const std::string& step_dir) {
       ts.push_back(p.t);
     }
     load_pieces(step_dir, kGroupNames[w], ts);
-    for (const Piece& p : ps) be_.from_host(p.dev, p.t.data, p.t.numel);
+    if (w > 0 && zero_dp_) keep_owned(w, ps);
+    else
+      for (const Piece& p : ps) be_.from_host(p.dev, p.t.data, p.t.numel);
   }
   be_.synchronize();
 }

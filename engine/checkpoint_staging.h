@@ -32,8 +32,14 @@ class CheckpointStaging {
   // the host snapshot now (touching 1.5 GB of new pages costs seconds in a
   // VM: a blocking 124M save measured 10.6 s instead of 8.1 s when it happened
   // during the first save); else at the first save (a preemption's).
+  // zero_dp: under ZeRO-1, the data-parallel group AdamW's state is sharded
+  // over (null: every rank holds all of it). A save then first gathers the
+  // whole state (and a bf16 run's fp32 master weights) on every rank of the
+  // group, so the files stay those of an unsharded run; a load keeps this
+  // rank's ranges of the whole tensors. Either way a checkpoint resumes
+  // under any dp size and zero_stage.
   CheckpointStaging(Backend& be, Chunks& chunks, std::vector<std::unique_ptr<AdamW>>& opts, int stage,
-                    int tp_rank, bool writer, bool saves_planned);
+                    int tp_rank, bool writer, bool saves_planned, DataComm* zero_dp = nullptr);
 
   // Blocking save, collective over world; returns the committed step directory.
   std::string save(const std::string& dir, const TrainingState& st, int keep, ControlComm& world,
@@ -60,6 +66,7 @@ class CheckpointStaging {
   struct Piece {
     TensorPiece t;
     Ref dev;
+    size_t chunk = 0, offset = 0;  // where in which chunk's flat buffer
   };
   // This rank's pieces of params (0), AdamW m (1) or v (2); tied copies of
   // the embedding only when loading.
@@ -69,6 +76,12 @@ class CheckpointStaging {
   // there. side_stream: queued on the side stream, complete at snapshot_done_.
   SaveGroups stage(bool side_stream = false);
   std::string shard_file() const;
+  static size_t shard_elems(const SaveGroups& gs);
+  void ensure_snapshot(size_t n);
+  // ZeRO-1: whole m, v and fp32 weights on every rank of the group (collective).
+  void gather_sharded();
+  // ZeRO-1: this rank's ranges of a whole m or v (host, as the pieces lie).
+  void keep_owned(int which, const std::vector<Piece>& ps);
 
   Backend::Event snapshot_done_;
   Backend& be_;
@@ -78,6 +91,8 @@ class CheckpointStaging {
   bool writer_;
   AsyncSaver async_;
   Buffer snapshot_;  // host staging, fp32: what a save writes from
+  DataComm* zero_dp_;
+  std::vector<Buffer> whole_[2];  // ZeRO-1: gathered m and v per chunk, for saves
 };
 
 }  // namespace trainer

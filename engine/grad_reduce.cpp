@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "model/adamw.h"
+
 namespace trainer {
 
 namespace {
@@ -54,6 +56,53 @@ double global_grad_sumsq(Chunks& chunks, ControlComm* pp) {
   for (auto& m : chunks) s += m->grad_sumsq();
   if (pp) pp->allreduce_sum(&s, 1);
   return s;
+}
+
+void reduce_scatter_grads(Backend& be, Chunks& chunks, DataComm& dp, Buffer* wire_buf, Buffer& block_buf) {
+  if (dp.size() == 1) return;
+  be.wait_event(Backend::kCommStream, be.record_event(Backend::kComputeStream));
+  const bool narrow = wire_buf && *wire_buf;
+  const size_t D = (size_t)dp.size(), r = (size_t)dp.rank();
+  size_t wire_off = 0;
+  for (auto& m : chunks) {
+    const size_t n = m->grads().count(), block = n / D, body = block * D;
+    const Ref grads = m->grads().ref(), travels = narrow ? wire_buf->ref(wire_off) : grads;
+    if (narrow) be.convert(travels, grads, n);
+    std::vector<DataComm::Handle> started;
+    if (block) started.push_back(dp.start_reduce_scatter(travels, block_buf.ref(), block));
+    if (body < n) started.push_back(dp.start_allreduce(travels + body, n - body, ReduceOp::Sum));
+    for (DataComm::Handle h : started) dp.wait(h);
+    if (block) be.convert(grads + r * block, block_buf.ref(), block);  // a copy in fp32
+    if (narrow && body < n) be.convert(grads + body, travels + body, n - body);
+    wire_off += n;
+  }
+}
+
+double zero_grad_sumsq(Chunks& chunks, int dp_rank, int dp_size, ControlComm& dp, ControlComm* tp, ControlComm* pp) {
+  double sums[2] = {0, 0};  // sharded, replicated
+  for (auto& m : chunks) {
+    const size_t n = m->num_params(), block = n / (size_t)dp_size, body = block * (size_t)dp_size;
+    m->grad_sumsq_parts(block * (size_t)dp_rank, block * (size_t)(dp_rank + 1), sums);
+    if (dp_rank == 0) m->grad_sumsq_parts(body, n, sums);
+  }
+  dp.allreduce_sum(sums, 2);
+  if (tp) tp->allreduce_sum(&sums[0], 1);
+  double s = sums[0] + sums[1];
+  if (pp) pp->allreduce_sum(&s, 1);
+  return s;
+}
+
+void allgather_weights(Backend& be, Chunks& chunks, DataComm& dp, Buffer& block_buf) {
+  if (dp.size() == 1) return;
+  be.wait_event(Backend::kCommStream, be.record_event(Backend::kComputeStream));
+  const size_t D = (size_t)dp.size(), r = (size_t)dp.rank();
+  for (auto& m : chunks) {
+    Buffer& w = m->compute_copy() ? *m->compute_copy() : m->params();
+    const size_t block = w.count() / D;
+    if (!block) continue;
+    be.copy(block_buf.ref(), w.ref(r * block), block);  // MPI may not gather from inside its destination
+    dp.wait(dp.start_allgather(block_buf.ref(), w.ref(), block));
+  }
 }
 
 }  // namespace trainer

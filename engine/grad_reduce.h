@@ -31,4 +31,22 @@ void reduce_data_parallel_grads(Backend& be, Chunks& chunks, DataComm& dp, Buffe
 // summed over the pipeline (pp null: one stage). Same value on every rank.
 double global_grad_sumsq(Chunks& chunks, ControlComm* pp);
 
+// ZeRO-1 (parallel.zero_stage = 1; model/adamw.h's zero_ranges split each
+// chunk's flat buffer into equal blocks, one per data-parallel rank, and a
+// tail of fewer than dp elements every rank keeps):
+// - the gradients are reduce-scattered: each rank gets the sum of its block
+//   (in its place in grads()) and of the tail; the rest of grads() is left
+//   unreduced. A bf16 run sends them as bf16 through wire_buf, as
+//   reduce_data_parallel_grads does. `block_buf`: one block of the compute
+//   type, the collective's destination.
+void reduce_scatter_grads(Backend& be, Chunks& chunks, DataComm& dp, Buffer* wire_buf, Buffer& block_buf);
+// - the global norm from the blocks (the tail counted by dp rank 0), summed
+//   over dp, TP (sharded tensors) and the pipeline;
+double zero_grad_sumsq(Chunks& chunks, int dp_rank, int dp_size, ControlComm& dp, ControlComm* tp, ControlComm* pp);
+// - after each rank updated its block (and the tail), the weights the
+//   products read (the bf16 copy in a bf16 run, else the fp32 weights) are
+//   all-gathered. A bf16 run's fp32 master weights stay current only in the
+//   rank's own block and the tail (checkpoint staging gathers them).
+void allgather_weights(Backend& be, Chunks& chunks, DataComm& dp, Buffer& block_buf);
+
 }  // namespace trainer

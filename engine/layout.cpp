@@ -20,6 +20,7 @@ RankLayout rank_layout(const Recipe& r, int stage) {
   l.micro_batch = r.training.micro_batch;
   l.tp = r.grid.tp;
   l.dp = r.grid.dp;
+  l.zero_stage = r.zero_stage;
   l.compute = r.training.precision;
   l.micro_batches = pipe.micro_batches;
   l.threads = r.runtime.threads;

@@ -122,6 +122,7 @@ struct Recipe {
   bool sequence_parallel{};  // [parallel] sequence_parallel (with tp > 1)
   ScheduleKind schedule{};   // [parallel] schedule (with pp > 1)
   int virtual_stages{};      // [parallel] virtual_stages
+  int zero_stage{};          // [parallel] zero_stage: 1 shards AdamW's state over data-parallel ranks
   RecomputeConfig recompute;                       // [recompute] mode, layers
   CheckpointSection checkpoint;
   RuntimeSection runtime;

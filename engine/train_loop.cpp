@@ -46,7 +46,8 @@ TrainLoop::TrainLoop(Backend& be, ParallelGroups groups, const Recipe& r,
   if (const std::string why = check_pipeline(pipe_); !why.empty()) throw std::invalid_argument(why);
   stage_ = pp_ ? pp_->rank() : 0;
   std::vector<float> host;
-  size_t total = 0;
+  size_t total = 0, largest = 0;
+  zero_ = r.zero_stage == 1 && dp_.size() > 1;
   for (const ChunkLayout& ch : rank_layout(r, stage_).chunks) {
     chunks_.push_back(std::make_unique<Transformer>(
         be, r.model, r.training.micro_batch, TensorParallel{tp_.get(), tp_control_, r.sequence_parallel}, ch.spec,
@@ -57,13 +58,17 @@ TrainLoop::TrainLoop(Backend& be, ParallelGroups groups, const Recipe& r,
     init_params(m.layout(), r.model, r.run.seed, host.data());
     be_.from_host(m.params().ref(), host.data(), host.size());
     m.sync_compute_weights();
-    opts_.push_back(std::make_unique<AdamW>(be, m.registry(), r.adamw));
+    opts_.push_back(std::make_unique<AdamW>(
+        be, m.registry(), r.adamw,
+        zero_ ? zero_ranges(m.num_params(), dp_.rank(), dp_.size()) : std::vector<OwnedRange>{}));
     total += m.num_params();
+    largest = std::max(largest, m.num_params());
   }
   if (compute_ != DType::F32 && dp_.size() > 1) grad_wire_ = be.alloc(total, compute_, Mem::Comm);
+  if (zero_) zero_block_ = be.alloc(largest / dp_.size(), compute_, Mem::Comm);
   executor_ = std::make_unique<PipelineExecutor>(be, pipe_, stage_, pp_.get(), chunks_);
   staging_ = std::make_unique<CheckpointStaging>(be, chunks_, opts_, stage_, tp_ ? tp_->rank() : 0,
-                                                 dp_.rank() == 0, r.checkpoint.every > 0);
+                                                 dp_.rank() == 0, r.checkpoint.every > 0, zero_ ? &dp_ : nullptr);
   make_loader(0);
 }
 
@@ -174,7 +179,8 @@ double TrainLoop::compute_gradients(StepStats* stats) {
     be_.from_host(chunks_.front()->grads().ref(), &nan, 1);
     poison_ = false;
   }
-  reduce_data_parallel_grads(be_, chunks_, dp_, &grad_wire_);
+  if (zero_) reduce_scatter_grads(be_, chunks_, dp_, &grad_wire_, zero_block_);
+  else reduce_data_parallel_grads(be_, chunks_, dp_, &grad_wire_);
   double loss = loss_sum / accum;  // nonzero on the last stage only
   dp_control_->allreduce_sum(&loss, 1);
   dp_control_->allreduce_max(&st.data_wait_ms, 1);
@@ -185,7 +191,10 @@ double TrainLoop::compute_gradients(StepStats* stats) {
   return loss / dp_.size();
 }
 
-double TrainLoop::grad_sumsq() { return global_grad_sumsq(chunks_, pp_control_); }
+double TrainLoop::grad_sumsq() {
+  return zero_ ? zero_grad_sumsq(chunks_, dp_.rank(), dp_.size(), *dp_control_, tp_control_, pp_control_)
+               : global_grad_sumsq(chunks_, pp_control_);
+}
 
 StepStats TrainLoop::step() {
   const auto t0 = Clock::now();
@@ -203,10 +212,12 @@ StepStats TrainLoop::step() {
   s.spike = !s.nonfinite && s.loss > loss_limit_;
   corrupt_ = false;
   const float clip = clip_coefficient(s.grad_norm, r_.training.grad_clip);
-  if (!s.nonfinite && !s.spike)
+  if (!s.nonfinite && !s.spike) {
     for (size_t c = 0; c < chunks_.size(); c++) {
       opts_[c]->step(chunks_[c]->params(), chunks_[c]->grads(), (float)s.lr, clip, chunks_[c]->compute_copy());
     }
+    if (zero_) allgather_weights(be_, chunks_, dp_, zero_block_);
+  }
   s.step = ++step_;
   be_.synchronize();  // the step's work is done before its time is read
   s.step_ms = ms_since(t0);

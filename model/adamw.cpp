@@ -1,12 +1,30 @@
 #include "model/adamw.h"
 
+#include <algorithm>
 #include <cmath>
 
 namespace trainer {
 
-AdamW::AdamW(Backend& be, const ParamRegistry& reg, const AdamWConfig& cfg)
-    : be_(be), reg_(reg), cfg_(cfg), m_(be.alloc(reg.total(), DType::F32, Mem::Optimizer)),
-      v_(be.alloc(reg.total(), DType::F32, Mem::Optimizer)) {}
+std::vector<OwnedRange> zero_ranges(size_t n, int dp_rank, int dp_size) {
+  if (dp_size <= 1) return {{0, n, 0}};
+  const size_t block = n / (size_t)dp_size, body = block * (size_t)dp_size;
+  std::vector<OwnedRange> out;
+  if (block > 0) out.push_back({block * (size_t)dp_rank, block * (size_t)(dp_rank + 1), 0});
+  if (body < n) out.push_back({body, n, block});
+  return out;
+}
+
+size_t owned_count(const std::vector<OwnedRange>& ranges) {
+  size_t n = 0;
+  for (const OwnedRange& r : ranges) n += r.hi - r.lo;
+  return n;
+}
+
+AdamW::AdamW(Backend& be, const ParamRegistry& reg, const AdamWConfig& cfg, std::vector<OwnedRange> owned)
+    : be_(be), reg_(reg), cfg_(cfg),
+      owned_(owned.empty() ? std::vector<OwnedRange>{{0, reg.total(), 0}} : std::move(owned)),
+      m_(be.alloc(owned_count(owned_), DType::F32, Mem::Optimizer)),
+      v_(be.alloc(owned_count(owned_), DType::F32, Mem::Optimizer)) {}
 
 void AdamW::step(Buffer& params_buf, const Buffer& grads_buf, float lr, float grad_scale, Buffer* compute_copy) {
   float* params = params_buf.ref().f32();
@@ -16,12 +34,16 @@ void AdamW::step(Buffer& params_buf, const Buffer& grads_buf, float lr, float gr
   t_++;
   const float bc1 = 1.f - std::pow(cfg_.beta1, (float)t_);
   const float bc2 = 1.f - std::pow(cfg_.beta2, (float)t_);
-  for (const ParamInfo& p : reg_.all()) {
-    const size_t o = p.offset;
-    be_.adamw(params + o, grads + o, m + o, v + o, p.numel, lr, cfg_.beta1, cfg_.beta2,
-              cfg_.eps, p.decay ? cfg_.weight_decay : 0.f, bc1, bc2, grad_scale,
-              compute_copy ? compute_copy->ref(o) : Ref());
-  }
+  // Each tensor's part in each owned range (weight decay is per tensor).
+  for (const ParamInfo& p : reg_.all())
+    for (const OwnedRange& r : owned_) {
+      const size_t lo = std::max(p.offset, r.lo), hi = std::min(p.offset + p.numel, r.hi);
+      if (lo >= hi) continue;
+      const size_t local = r.local + (lo - r.lo);
+      be_.adamw(params + lo, grads + lo, m + local, v + local, hi - lo, lr, cfg_.beta1, cfg_.beta2, cfg_.eps,
+                p.decay ? cfg_.weight_decay : 0.f, bc1, bc2, grad_scale,
+                compute_copy ? compute_copy->ref(lo) : Ref());
+    }
 }
 
 float clip_coefficient(double norm, double max_norm) {

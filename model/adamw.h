@@ -2,10 +2,25 @@
 // AdamW over the contiguous parameter buffer, with PyTorch's update formula.
 // Weight decay applies only to tensors the registry marks (matrices and
 // embeddings), never to norms and biases.
+#include <vector>
+
 #include "model/param_registry.h"
 #include "runtime/backend.h"
 
 namespace trainer {
+
+// A range [lo, hi) of the flat parameter buffer whose optimizer state this
+// rank keeps, at `local` in its m and v.
+struct OwnedRange {
+  size_t lo, hi, local;
+};
+
+// ZeRO-1's split of n parameters over dp ranks: rank r owns the block
+// [r * n/dp, (r+1) * n/dp) and every rank the tail past dp * (n/dp) (fewer
+// than dp elements, updated alike everywhere), so the blocks reduce-scatter
+// and all-gather as equal pieces with no padding. dp = 1: all of it.
+std::vector<OwnedRange> zero_ranges(size_t n, int dp_rank, int dp_size);
+size_t owned_count(const std::vector<OwnedRange>& ranges);
 
 struct AdamWConfig {
   float beta1 = 0.9f, beta2 = 0.95f, eps = 1e-8f, weight_decay = 0.1f;
@@ -13,24 +28,28 @@ struct AdamWConfig {
 
 class AdamW {
  public:
-  AdamW(Backend& be, const ParamRegistry& reg, const AdamWConfig& cfg);
+  // owned: the ranges whose state this rank keeps and updates (empty: all).
+  AdamW(Backend& be, const ParamRegistry& reg, const AdamWConfig& cfg, std::vector<OwnedRange> owned = {});
   AdamW(const AdamW&) = delete;
   AdamW& operator=(const AdamW&) = delete;
-  // One update of the fp32 master weights with learning rate lr on gradients
-  // grads * grad_scale (the clipping coefficient); the step count advances
-  // by one.
+  // One update of the fp32 master weights (the owned ranges) with learning
+  // rate lr on gradients grads * grad_scale (the clipping coefficient); the
+  // step count advances by one.
   // compute_copy (bf16 runs): refreshed from the new weights in the same pass.
   void step(Buffer& params, const Buffer& grads, float lr, float grad_scale = 1.f, Buffer* compute_copy = nullptr);
   long steps_taken() const { return t_; }
   void set_steps_taken(long t) { t_ = t; }  // when resuming
+  // m and v hold the owned ranges, one after another.
   Buffer& m() { return m_; }
   Buffer& v() { return v_; }
+  const std::vector<OwnedRange>& owned() const { return owned_; }
 
  private:
   Backend& be_;
   const ParamRegistry& reg_;
   AdamWConfig cfg_;
-  Buffer m_, v_;  // fp32, laid out as the registry
+  std::vector<OwnedRange> owned_;
+  Buffer m_, v_;  // fp32, the owned ranges of the registry's layout
   long t_ = 0;
 };
 

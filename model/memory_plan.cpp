@@ -1,7 +1,9 @@
 #include "model/memory_plan.h"
 
 #include <algorithm>
+#include <cmath>
 
+#include "model/adamw.h"
 #include "runtime/backend.h"
 
 namespace trainer {
@@ -54,14 +56,20 @@ MemoryPlan plan_memory(const ModelConfig& c, const RankLayout& l, const Recomput
   const double f = 4, e = (double)dtype_size(l.compute);  // bytes: fp32, compute type
   const bool narrow = l.compute != DType::F32;
   const LayerKeeps k = layer_keeps(x);
+  double zero_block = 0;  // bytes of the largest chunk's ZeRO-1 block (one buffer serves all)
   for (const ChunkLayout& ch : l.chunks) {
     const double n = (double)build_params(c, l.tp, 0, ch.spec).reg.total();
     // fp32 master weights (+ the compute copy), gradients, AdamW m and v.
     p.bytes[(int)Mem::Params] += n * f + (narrow ? n * e : 0);
     p.bytes[(int)Mem::Grads] += n * f;
-    p.bytes[(int)Mem::Optimizer] += 2 * n * f;
+    // ZeRO-1: rank 0 keeps the most (its block and the tail), and one block
+    // of the compute type passes through a buffer of its own.
+    const bool zero = l.zero_stage == 1 && l.dp > 1;
+    const double owned = zero ? (double)owned_count(zero_ranges((size_t)n, 0, l.dp)) : n;
+    p.bytes[(int)Mem::Optimizer] += 2 * owned * f;
     // Data-parallel gradient traffic in the compute type goes through a copy.
     if (narrow && l.dp > 1) p.bytes[(int)Mem::Comm] += n * e;
+    if (zero) zero_block = std::max(zero_block, std::floor(n / l.dp) * e);
     const int layers = ch.spec.last_layer - ch.spec.first_layer;
     double per_slot = 0, workspace = 0;
     for (int i = 0; i < layers; i++) {
@@ -92,6 +100,7 @@ MemoryPlan plan_memory(const ModelConfig& c, const RankLayout& l, const Recomput
   // fit within them).
   const double block = std::min<double>(x.T, Backend::kAttentionBlock);
   p.bytes[(int)Mem::Temporaries] += l.threads * 2 * block * x.T * f;
+  p.bytes[(int)Mem::Comm] += zero_block;
   return p;
 }
 

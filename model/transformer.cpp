@@ -359,6 +359,18 @@ void Transformer::reduce_sequence_parallel_grads() {
     if (p.seq_partial_grad) tp_.comm->allreduce_sum(G(p.offset), p.numel);
 }
 
+void Transformer::grad_sumsq_parts(size_t lo, size_t hi, double sums[2]) {
+  const float* base = grads_.ref().f32();
+  std::vector<Backend::SumSpan> clipped;
+  for (const Backend::SumSpan& s : grad_spans_) {
+    const size_t a = std::max<size_t>(s.x - base, lo), b = std::min<size_t>(s.x - base + s.n, hi);
+    if (a < b) clipped.push_back({base + a, b - a, s.group});
+  }
+  double part[2] = {0, 0};
+  be_.sumsq_groups(clipped, part, 2);
+  sums[0] += part[0], sums[1] += part[1];
+}
+
 double Transformer::grad_sumsq() {
   double sums[2] = {0, 0};  // sharded, replicated: one backend call, one read
   be_.sumsq_groups(grad_spans_, sums, 2);

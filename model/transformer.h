@@ -98,6 +98,10 @@ class Transformer {
   // TP (sharded pieces summed, replicated ones taken once); a tied copy of the
   // embedding is left out (its original counts it).
   double grad_sumsq();
+  // Its two partial sums over the part [lo, hi) of the gradient buffer
+  // (ZeRO-1: this rank's block), not yet reduced over TP: sums[0] of
+  // sharded tensors (to be summed over TP), sums[1] of replicated ones.
+  void grad_sumsq_parts(size_t lo, size_t hi, double sums[2]);
 
  private:
   // Saved activations: Ref fields in the compute type, float* ones fp32.

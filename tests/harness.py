@@ -39,6 +39,15 @@ def check(ok, msg):
     return ok
 
 
+def finish(what):
+    """Exits 1 when a check failed, else says all of `what` passed."""
+    import sys
+    if failures:
+        print(f"{len(failures)} check(s) failed")
+        sys.exit(1)
+    print(f"all {what} checks passed")
+
+
 def losses(run):
     """step -> loss from a run's metrics.jsonl (the last record of a step wins)."""
     return {r["step"]: r["loss"] for r in map(json.loads, open(os.path.join(run, "metrics.jsonl")))}

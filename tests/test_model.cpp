@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "ckpt/hdf5_tensors.h"
+#include "model/adamw.h"
 #include "model/flops.h"
 #include "model/init.h"
 #include "model/lr_schedule.h"
@@ -30,6 +31,34 @@ ModelConfig gpt2_small() {
   return c;
 }
 }  // namespace
+
+// ZeRO-1's split: every element owned by exactly one rank's block or by the
+// tail every rank keeps; blocks equal, so they reduce-scatter without padding.
+TEST(Zero, RangesCoverEveryElementOnce) {
+  for (size_t n : {0u, 1u, 3u, 7u, 8u, 1001u})
+    for (int dp : {1, 2, 3, 4}) {
+      std::vector<int> owners(n, 0), tail(n, 0);
+      size_t block = 0;
+      for (int r = 0; r < dp; r++) {
+        const auto ranges = zero_ranges(n, r, dp);
+        size_t local = 0;
+        for (const OwnedRange& o : ranges) {
+          EXPECT_EQ(o.local, local) << n << " " << dp;  // m and v hold the ranges back to back
+          local += o.hi - o.lo;
+          const bool is_tail = dp > 1 && o.hi == n && o.lo == n / dp * dp;
+          if (!is_tail) block = o.hi - o.lo;
+          for (size_t i = o.lo; i < o.hi; i++) (is_tail ? tail : owners)[i]++;
+        }
+        EXPECT_EQ(owned_count(ranges), local);
+      }
+      for (size_t i = 0; i < n; i++) {
+        EXPECT_TRUE((owners[i] == 1 && tail[i] == 0) || (owners[i] == 0 && tail[i] == dp)) << n << " " << dp << " " << i;
+      }
+      if (dp > 1 && n >= (size_t)dp) {
+        EXPECT_EQ(block, n / dp);
+      }
+    }
+}
 
 TEST(Registry, Gpt2SmallHasTheKnownParameterCount) {
   EXPECT_EQ(build_params(gpt2_small()).reg.total(), 124439808u);  // GPT-2 paper / llm.c

@@ -131,6 +131,12 @@ std::vector<RecipeKey> make_keys() {
           .def([](const Recipe& r, int) { return KeyValue(r.schedule == ScheduleKind::Interleaved ? 2L : 1L); },
                "1; 2 for interleaved")
           .at_least(1),
+      K("parallel", "dp_bucket_mb", Float, "MB of gradients per data-parallel all-reduce bucket (buckets start during "
+        "the last backward)", AT(dp_bucket_mb))
+          .def(25.0).above(0),
+      K("parallel", "dp_overlap", Bool, "start each bucket's all-reduce as soon as its gradients are final, while the "
+        "backward goes on (false: all after the backward; the same result)", AT(dp_overlap))
+          .def(true),
       K("parallel", "zero_stage", Int, "0: every data-parallel rank keeps all of AdamW's state; 1: ZeRO-1, each keeps "
         "1/dp of it (gradients reduce-scattered, updated weights all-gathered)", AT(zero_stage))
           .def(0L).at_least(0).at_most(1),

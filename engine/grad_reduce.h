@@ -18,14 +18,10 @@ using Chunks = std::vector<std::unique_ptr<Transformer>>;
 // Both in fp32 (they are small, or, for the tied embedding, one tensor).
 void reduce_replica_grads(Chunks& chunks, DataComm* embed, bool tied_embeddings);
 
-// Over data-parallel replicas: a SUM, because each token's loss gradient was
-// pre-scaled by 1 / (tokens in the global batch). The fp32 gradients travel
-// in the run's compute type: a bf16 run (wire_buf non-empty: bf16, as many
-// elements as all chunks' gradients) rounds them into wire_buf, reduces that
-// and widens the result back, halving the traffic as llm.c does; an fp32 run
-// (wire_buf null or empty) reduces in place. Every piece's reduction is
-// started before the first is waited for.
-void reduce_data_parallel_grads(Backend& be, Chunks& chunks, DataComm& dp, Buffer* wire_buf);
+// Over data-parallel replicas the gradients are SUMmed, because each
+// token's loss gradient was pre-scaled by 1 / (tokens in the global batch):
+// in buckets that overlap the backward (engine/grad_buckets.h), or, under
+// ZeRO-1, reduce-scattered (below).
 
 // The squared global gradient norm: each chunk's tensors once over TP,
 // summed over the pipeline (pp null: one stage). Same value on every rank.
@@ -37,7 +33,7 @@ double global_grad_sumsq(Chunks& chunks, ControlComm* pp);
 // - the gradients are reduce-scattered: each rank gets the sum of its block
 //   (in its place in grads()) and of the tail; the rest of grads() is left
 //   unreduced. A bf16 run sends them as bf16 through wire_buf, as
-//   reduce_data_parallel_grads does. `block_buf`: one block of the compute
+//   GradBuckets does. `block_buf`: one block of the compute
 //   type, the collective's destination.
 void reduce_scatter_grads(Backend& be, Chunks& chunks, DataComm& dp, Buffer* wire_buf, Buffer& block_buf);
 // - the global norm from the blocks (the tail counted by dp rank 0), summed

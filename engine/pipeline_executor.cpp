@@ -16,6 +16,9 @@ PipelineExecutor::PipelineExecutor(Backend& be, const PipelineSpec& spec, int st
                                    std::vector<std::unique_ptr<Transformer>>& chunks)
     : be_(be), spec_(spec), stage_(stage), pp_(pp), chunks_(chunks) {
   schedule_ = build_schedule(spec_)[stage_];
+  last_backward_.assign(chunks_.size(), SIZE_MAX);
+  for (size_t i = 0; i < schedule_.size(); i++)
+    if (schedule_[i].op == PipeOp::Backward) last_backward_[schedule_[i].chunk] = i;
   for (auto& m : chunks_) {
     free_slots_.emplace_back();
     for (int s = m->slots() - 1; s >= 0; s--) free_slots_.back().push_back(s);
@@ -97,7 +100,10 @@ void PipelineExecutor::backward(const PipeAction& a, size_t i, ScheduleTimes* ti
   Transformer& m = *chunks_[a.chunk];
   post_ahead(i);
   const auto t0 = Clock::now();
+  const bool last = hook_ && i == last_backward_[a.chunk];
+  if (last) m.set_grad_hook([this, c = a.chunk](size_t from) { hook_(c, from); });
   m.backward(slot_of_mb_[a.chunk][a.mb], m.chunk().head ? CRef() : CRef(message_buffer(kGrad, a.mb, a.chunk)));
+  if (last) m.set_grad_hook({});
   times->compute_ms += ms_since(t0);
   // The slot's output may still be in a send: complete it before reuse.
   const auto it = act_sends_.find({kAct, a.mb, a.chunk});

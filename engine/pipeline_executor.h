@@ -42,6 +42,9 @@ class PipelineExecutor {
   // Forward only, one micro-batch through the virtual pipeline (evaluation).
   // Returns its loss on the stage with the head, else 0.
   double forward_only(const Batch& b);
+  // Called from chunk c's last backward of each step as its gradients become
+  // final (Transformer::set_grad_hook's offsets). Empty: none.
+  void set_final_backward_hook(std::function<void(int chunk, size_t from)> hook) { hook_ = std::move(hook); }
 
  private:
   enum Kind { kAct = 0, kGrad = 1, kGradOut = 2 };
@@ -63,6 +66,8 @@ class PipelineExecutor {
   int stage_;
   DataComm* pp_;
   std::vector<std::unique_ptr<Transformer>>& chunks_;
+  std::function<void(int, size_t)> hook_;
+  std::vector<size_t> last_backward_;  // per chunk: its last Backward's index in schedule_
   std::vector<PipeAction> schedule_;  // this stage's
   std::vector<std::vector<int>> free_slots_;
   std::vector<std::map<int, int>> slot_of_mb_;

@@ -122,6 +122,8 @@ struct Recipe {
   bool sequence_parallel{};  // [parallel] sequence_parallel (with tp > 1)
   ScheduleKind schedule{};   // [parallel] schedule (with pp > 1)
   int virtual_stages{};      // [parallel] virtual_stages
+  double dp_bucket_mb{};     // [parallel] dp_bucket_mb
+  bool dp_overlap{};         // [parallel] dp_overlap
   int zero_stage{};          // [parallel] zero_stage: 1 shards AdamW's state over data-parallel ranks
   RecomputeConfig recompute;                       // [recompute] mode, layers
   CheckpointSection checkpoint;

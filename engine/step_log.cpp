@@ -76,6 +76,8 @@ void StepLoop::log_step(const StepStats& st, const StepExtras& x) {
   if (named)
     rec.add("stragglers", x.slow.ranks).add("straggler_compute_ms", x.slow.ms)
         .add("straggler_ratio", x.slow.worst_ratio).add("compute_ms_median", x.slow.median_ms);
+  if (world_.size() > 1 && r_.grid.dp > 1)
+    rec.add("comm_dp_exposed_ms", st.dp_exposed_ms).add("comm_dp_span_ms", st.dp_span_ms);
   add_breakdown(rec, st);
   job_.metrics->write(rec);
   std::printf("step %5ld/%ld | loss %.4f | lr %.2e | grad norm %.3f | %s tok/s | mfu %.1f%% | %.0f ms | data wait %.2f ms",

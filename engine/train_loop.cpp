@@ -67,12 +67,27 @@ TrainLoop::TrainLoop(Backend& be, ParallelGroups groups, const Recipe& r,
   if (compute_ != DType::F32 && dp_.size() > 1) grad_wire_ = be.alloc(total, compute_, Mem::Comm);
   if (zero_) zero_block_ = be.alloc(largest / dp_.size(), compute_, Mem::Comm);
   executor_ = std::make_unique<PipelineExecutor>(be, pipe_, stage_, pp_.get(), chunks_);
+  if (!zero_ && dp_.size() > 1) make_buckets();
   staging_ = std::make_unique<CheckpointStaging>(be, chunks_, opts_, stage_, tp_ ? tp_->rank() : 0,
                                                  dp_.rank() == 0, r.checkpoint.every > 0, zero_ ? &dp_ : nullptr);
   make_loader(0);
 }
 
 TrainLoop::~TrainLoop() = default;
+
+// Gradients that change after the backward wait for finish(): a tied
+// embedding's copies (summed over the embedding group first) and, under
+// sequence parallelism, the partial gradients summed over TP.
+void TrainLoop::make_buckets() {
+  const bool sp = r_.sequence_parallel && tp_, tied = r_.model.tie_embeddings && embed_ && embed_->size() > 1;
+  buckets_ = std::make_unique<GradBuckets>(
+      be_, chunks_, dp_, &grad_wire_, (size_t)(r_.dp_bucket_mb * 1048576),
+      [sp, tied](const ParamInfo& p) { return (sp && p.seq_partial_grad) || (tied && p.name == "embed.tok"); });
+  if (r_.dp_overlap)
+    executor_->set_final_backward_hook([this](int c, size_t from) {
+      if (overlap_now_) buckets_->grads_final(c, from);
+    });
+}
 
 void TrainLoop::make_loader(uint64_t start_position) {
   LoaderConfig lc;
@@ -167,6 +182,9 @@ double TrainLoop::compute_gradients(StepStats* stats) {
   if (extra_ms_ > 0) std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(extra_ms_));
   std::map<int, Batch> batches;
   ScheduleTimes times;
+  // A NaN fault enters after the backward: nothing may be in flight then.
+  overlap_now_ = !poison_;
+  if (buckets_) buckets_->begin_step();
   const auto t_sched = Clock::now();
   const double loss_sum = executor_->run_step(
       [&](int mb) -> const Batch& { return next_batch(batches, mb, &st.data_wait_ms); }, grad_scale, &times);
@@ -179,8 +197,14 @@ double TrainLoop::compute_gradients(StepStats* stats) {
     be_.from_host(chunks_.front()->grads().ref(), &nan, 1);
     poison_ = false;
   }
-  if (zero_) reduce_scatter_grads(be_, chunks_, dp_, &grad_wire_, zero_block_);
-  else reduce_data_parallel_grads(be_, chunks_, dp_, &grad_wire_);
+  if (zero_) {
+    const auto t_dp = Clock::now();
+    reduce_scatter_grads(be_, chunks_, dp_, &grad_wire_, zero_block_);
+    st.dp_exposed_ms = st.dp_span_ms = ms_since(t_dp);
+  } else if (buckets_) {
+    buckets_->finish();
+    st.dp_exposed_ms = buckets_->exposed_ms(), st.dp_span_ms = buckets_->span_ms();
+  }
   double loss = loss_sum / accum;  // nonzero on the last stage only
   dp_control_->allreduce_sum(&loss, 1);
   dp_control_->allreduce_max(&st.data_wait_ms, 1);

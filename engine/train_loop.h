@@ -14,6 +14,7 @@
 #include <mpi.h>
 
 #include "engine/checkpoint_staging.h"
+#include "engine/grad_buckets.h"
 #include "engine/pipeline_executor.h"
 #include "engine/recipe.h"
 #include "ckpt/checkpoint.h"
@@ -37,6 +38,10 @@ struct StepStats {
   double grad_norm = 0;   // before clipping
   double step_ms = 0;
   double data_wait_ms = 0;  // slowest rank's wait on its loader this step
+  // The data-parallel gradient reduction: how long the step waited for it
+  // after the backward (exposed), and from its first start to its last
+  // completion (span; with overlap, mostly hidden behind the backward).
+  double dp_exposed_ms = 0, dp_span_ms = 0;
   CommCounters comm_dp, comm_tp, comm_pp;  // this rank's communication in the step
   // Pipeline, this rank's stage: time computing, time waiting on pipeline
   // receives (the bubble), and the most micro-batches holding activations.
@@ -134,6 +139,7 @@ class TrainLoop {
 
  private:
   void make_loader(uint64_t start_position);
+  void make_buckets();
   TrainingState training_state() const;  // what a checkpoint records now
   const Batch& next_batch(std::map<int, Batch>& batches, int mb, double* wait_ms);
   void record_stage_times(StepStats& s);
@@ -149,6 +155,7 @@ class TrainLoop {
   Buffer grad_wire_;          // gradients in the compute type for the data-parallel reduction (bf16 runs)
   bool zero_ = false;         // ZeRO-1 with dp > 1: AdamW's state sharded (engine/grad_reduce.h)
   Buffer zero_block_;         // one ZeRO-1 block of the compute type
+  std::unique_ptr<GradBuckets> buckets_;  // the data-parallel reduction (dp > 1, not ZeRO-1)
   const Recipe& r_;
   Blend train_, val_;
   PipelineSpec pipe_;
@@ -160,6 +167,7 @@ class TrainLoop {
   std::unique_ptr<Loader> loader_;
   long step_ = 0;
   bool poison_ = false, corrupt_ = false;
+  bool overlap_now_ = false;  // this step's buckets may start during the backward
   double extra_ms_ = 0;
   double loss_limit_ = std::numeric_limits<double>::infinity();
 };

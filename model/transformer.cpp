@@ -343,14 +343,25 @@ void Transformer::layer_bwd(LayerActs& a, const LayerParams& lp, int l) {
 void Transformer::backward(int slot, CRef grad_out) {
   Slot& sl = slots_[slot];
   const int R = R_, d = cfg_.d_model;
-  if (mp_.chunk.head) head_bwd(sl);
-  else be_.copy(g_resid_, grad_out, (size_t)R * d);
-  for (int l = (int)mp_.layers.size() - 1; l >= 0; l--) layer_bwd(sl.layers[l], mp_.layers[l], l);
-  if (!mp_.chunk.embed) return;  // g_resid_ is the input gradient to pass back
+  if (mp_.chunk.head) {
+    head_bwd(sl);
+    if (grad_hook_) grad_hook_(mp_.normf_w);
+  } else {
+    be_.copy(g_resid_, grad_out, (size_t)R * d);
+  }
+  for (int l = (int)mp_.layers.size() - 1; l >= 0; l--) {
+    layer_bwd(sl.layers[l], mp_.layers[l], l);
+    if (grad_hook_) grad_hook_(mp_.layers[l].norm1_w);
+  }
+  if (!mp_.chunk.embed) {
+    if (grad_hook_) grad_hook_(0);
+    return;  // g_resid_ is the input gradient to pass back
+  }
   // The embedding's forward reduction has the identity (all rows) as backward.
   const int32_t* tokens = sl.inputs.ref().i32();
   be_.embedding_bwd(G(mp_.wte), grad_rows_to_full(g_resid_), tokens, M_, vocab_offset_, V_, d);
   if (cfg_.arch == Arch::GPT2) be_.position_bwd(G(mp_.wpe), g_resid_, R, row_offset_, cfg_.seq_len, d);
+  if (grad_hook_) grad_hook_(0);
 }
 
 void Transformer::reduce_sequence_parallel_grads() {

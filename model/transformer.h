@@ -16,6 +16,7 @@
 // range, with or without the embedding and the head) and keep activations for
 // several micro-batches in flight, one "slot" each.
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "model/config.h"
@@ -94,6 +95,12 @@ class Transformer {
   // Under sequence parallelism, sums the partial gradients of replicated
   // tensors over the TP group; call once per step, after the last backward().
   void reduce_sequence_parallel_grads();
+  // Called inside backward() with an offset X whenever every gradient at
+  // registry offsets >= X is final for that backward: after the head, after
+  // each layer (the registry lays out embedding, layers, final norm, head),
+  // and X = 0 at the end. How the data-parallel reduction starts buckets
+  // while the backward goes on. Empty: none.
+  void set_grad_hook(std::function<void(size_t)> hook) { grad_hook_ = std::move(hook); }
   // Squared L2 norm of this chunk's gradient, each tensor counted once over
   // TP (sharded pieces summed, replicated ones taken once); a tied copy of the
   // embedding is left out (its original counts it).
@@ -159,7 +166,8 @@ class Transformer {
   Buffer comm_;            // collective buffers (tensor parallelism)
   std::vector<Slot> slots_;
   RecomputeConfig rc_;
-  std::vector<Backend::SumSpan> grad_spans_;  // grad_sumsq's tensors, built once
+  std::vector<Backend::SumSpan> grad_spans_;
+  std::function<void(size_t)> grad_hook_;  // grad_sumsq's tensors, built once
   LayerActs work_{};  // one layer's rebuilt activations, shared by recomputing layers
   // backward and communication scratch
   Ref g_resid_, g_norm_, g_rows_, g_full_, g_att_, g_qkv_, g_hin_, g_act_;

@@ -35,6 +35,7 @@ class CountingDataComm final : public DataComm {
   Handle isend(CRef data, size_t n, int peer, int tag) override;
   Handle irecv(Ref data, size_t n, int peer, int tag) override;
   void wait(Handle h) override;
+  bool test(Handle h) override { return c_.test(h); }
   CommCounters& counters() { return k_; }
 
  private:

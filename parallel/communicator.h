@@ -53,6 +53,10 @@ class DataComm {
   virtual Handle isend(CRef data, size_t n, int peer, int tag) = 0;
   virtual Handle irecv(Ref data, size_t n, int peer, int tag) = 0;
   virtual void wait(Handle h) = 0;
+  // Whether h has completed, without blocking; it drives the transfer on
+  // (MPI progresses non-blocking collectives only inside MPI calls). A
+  // completed handle still takes its wait(). Default: unknown, false.
+  virtual bool test(Handle) { return false; }
 
   void allreduce_sum(Ref x, size_t n) { wait(start_allreduce(x, n, ReduceOp::Sum)); }
   void allreduce_max(Ref x, size_t n) { wait(start_allreduce(x, n, ReduceOp::Max)); }

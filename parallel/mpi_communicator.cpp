@@ -156,6 +156,12 @@ DataComm::Handle MpiDataComm::irecv(Ref data, size_t n, int peer, int tag) {
   return keep(r);
 }
 
+bool MpiDataComm::test(Handle id) {
+  int done = 0;
+  MPI_Test(&requests_[id], &done, MPI_STATUS_IGNORE);  // a completed request becomes MPI_REQUEST_NULL
+  return done != 0;
+}
+
 void MpiDataComm::wait(Handle id) {
   MPI_Wait(&requests_[id], MPI_STATUS_IGNORE);
   free_.push_back(id);

@@ -46,6 +46,7 @@ class MpiDataComm final : public DataComm {
   Handle isend(CRef data, size_t n, int peer, int tag) override;
   Handle irecv(Ref data, size_t n, int peer, int tag) override;
   void wait(Handle h) override;
+  bool test(Handle h) override;
 
  private:
   Handle keep(MPI_Request r);

@@ -30,17 +30,23 @@ std::string str(const json& r, const char* key) {
 
 // The parts of one step as rank 0 saw it (ms): compute is what is left of
 // the step after the waits; the checkpoint save comes after the step.
+// Communication: the collectives' time (not point-to-point: the pipeline's
+// waits count as its bubble); the data-parallel part, where the record has
+// it, is only what the step waited for (comm_dp_exposed_ms: the rest
+// overlapped the backward).
 constexpr const char* kParts[] = {"compute", "communication", "pipeline bubble", "data wait", "checkpoint"};
 constexpr const char* kPartColors[] = {"#1f77b4", "#d62728", "#9467bd", "#ff7f0e", "#2ca02c"};
 constexpr int kNumParts = 5;
 
 std::array<double, kNumParts> step_parts(const json& r) {
   auto val = [&](const char* k) { const double v = number(r, k); return std::isfinite(v) ? v : 0.0; };
-  double comm = 0;
-  for (const auto& [k, v] : r.items())
-    if (k.rfind("comm_", 0) == 0 && k.size() > 3 && k.compare(k.size() - 3, 3, "_ms") == 0 &&
-        k.find("_p2p_") == std::string::npos && v.is_number())
-      comm += v.get<double>();  // point-to-point waits are the pipeline's, counted there
+  const bool exposed = r.contains("comm_dp_exposed_ms");
+  double comm = exposed ? val("comm_dp_exposed_ms") : 0;
+  for (const char* group : {"dp", "tp", "pp"}) {
+    if (exposed && std::string(group) == "dp") continue;
+    for (const char* kind : {"allreduce", "allgather", "reduce_scatter"})
+      comm += val(("comm_" + std::string(group) + "_" + kind + "_ms").c_str());
+  }
   double bubble = 0;
   if (const auto w = r.find("pp_wait_ms"); w != r.end() && w->is_array() && !w->empty() && (*w)[0].is_number())
     bubble = (*w)[0].get<double>();
@@ -370,8 +376,9 @@ std::string render_report(const RunFiles& f, const ReportFacts& facts) {
   h += render(metric_chart(by, "tokens_per_s", "Tokens per second", "tokens_per_s", "tokens/s", 1));
   h += render(metric_chart(by, "mfu", "Model FLOPs utilisation", "mfu", "MFU %", 100));
   h += "</div>\n<h2>Step time</h2><div class=\"grid\">" + render(step_time_chart(by)) + "<div>" + breakdown_table(by) +
-       "<p class=\"note\">Rank 0's view of each logged step. Communication: time inside collectives (on the CPU "
-       "backend they block, so all of it is exposed); pipeline bubble: time its stage waited for another's "
+       "<p class=\"note\">Rank 0's view of each logged step. Communication: time inside tensor- and "
+       "pipeline-parallel collectives, and the data-parallel reduction's exposed part (what the step waited for "
+       "after the backward; buckets overlap the rest); pipeline bubble: time its stage waited for another's "
        "activations or gradients; data wait: the slowest rank's wait on its loader; checkpoint: the save's time "
        "in the step loop (a snapshot when saves are asynchronous); compute: the rest of the step.</p></div></div>\n";
 

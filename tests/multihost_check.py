@@ -20,6 +20,7 @@ usage: multihost_check.py TRAINER MPIEXEC
 """
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -161,6 +162,10 @@ def main():
     trainer, mpiexec = sys.argv[1], sys.argv[2]
     if os.geteuid() != 0:
         print("SKIP: needs root to make network namespaces")
+        sys.exit(77)
+    missing = [t for t in ("ip", "tc") if not shutil.which(t)]
+    if missing:
+        print(f"SKIP: {' and '.join(missing)} (iproute2) not installed: no network namespaces to make hosts of")
         sys.exit(77)
     try:
         make_hosts()

@@ -107,9 +107,10 @@ void CheckpointStaging::gather_sharded() {
     for (int w = 0; w < 2; w++) {
       if (whole_[w].size() <= c) whole_[w].push_back(be_.alloc(n, DType::F32, Mem::Temporaries));
     }
-    // The fp32 weights first (a bf16 run updates only its block of them),
-    // through whole_[0] as scratch: MPI may not gather from inside its destination.
-    if (block) {
+    // A bf16 run's fp32 weights first (it gathers only the bf16 copy each
+    // step; an fp32 run's are whole already), through whole_[0] as scratch:
+    // MPI may not gather from inside its destination.
+    if (block && m.compute_copy()) {
       zero_dp_->wait(zero_dp_->start_allgather(m.params().ref(r * block), whole_[0][c].ref(), block));
       be_.copy(m.params().ref(), whole_[0][c].ref(), body);
     }

@@ -68,7 +68,7 @@ Ref GradBuckets::travels(const Bucket& b, const Segment& s) const {
 void GradBuckets::begin_step() {
   for (Bucket& b : buckets_) b.started = b.done = false, b.handles.clear();
   any_started_ = false;
-  exposed_ms_ = span_ms_ = last_done_ms_ = 0;
+  exposed_ms_ = last_done_ms_ = 0;
 }
 
 void GradBuckets::start(Bucket& b) {
@@ -116,7 +116,6 @@ void GradBuckets::finish() {
       for (const Segment& s : b.segments) be_.convert(grad(b, s), travels(b, s), s.n);
   }
   exposed_ms_ = ms_between(t0, Clock::now());
-  span_ms_ = last_done_ms_;
 }
 
 }  // namespace trainer

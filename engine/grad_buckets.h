@@ -40,8 +40,7 @@ class GradBuckets {
   void finish();
 
   double exposed_ms() const { return exposed_ms_; }  // time finish() took this step
-  double span_ms() const { return span_ms_; }        // first start to the last completion seen
-  size_t buckets() const { return buckets_.size(); }
+  double span_ms() const { return last_done_ms_; }   // first start to the last completion seen
 
  private:
   struct Segment {
@@ -68,7 +67,7 @@ class GradBuckets {
   std::vector<Bucket> buckets_;      // in the order they become ready; the held-back last
   std::chrono::steady_clock::time_point first_start_;
   bool any_started_ = false;
-  double exposed_ms_ = 0, span_ms_ = 0, last_done_ms_ = 0;
+  double exposed_ms_ = 0, last_done_ms_ = 0;
 };
 
 }  // namespace trainer

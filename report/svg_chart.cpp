@@ -80,6 +80,17 @@ std::string tick_label(double v, AxisFormat f, double unit) {
   return format_number(v);
 }
 
+// Horizontal grid lines with their value labels on the left.
+std::string y_grid(const Axis& x, const Axis& y) {
+  std::string s;
+  for (double t : nice_ticks(y.v0, y.v1, 5)) {
+    const double p = y.map(t);
+    s += "<line class=\"grid\" x1=\"" + px(x.p0) + "\" x2=\"" + px(x.p1) + "\" y1=\"" + px(p) + "\" y2=\"" + px(p) + "\"/>";
+    s += text(x.p0 - 6, p + 4, format_number(t), "text-anchor=\"end\" class=\"tick\"");
+  }
+  return s;
+}
+
 // Grid lines, tick labels and axis titles.
 std::string axes(const Axis& x, const Axis& y, AxisFormat xf, const std::string& xl, const std::string& yl) {
   std::string s;
@@ -90,11 +101,7 @@ std::string axes(const Axis& x, const Axis& y, AxisFormat xf, const std::string&
     s += "<line class=\"grid\" x1=\"" + px(p) + "\" x2=\"" + px(p) + "\" y1=\"" + px(y.p1) + "\" y2=\"" + px(y.p0) + "\"/>";
     s += text(p, y.p0 + 15, tick_label(t * unit, xf, unit), "text-anchor=\"middle\" class=\"tick\"");
   }
-  for (double t : nice_ticks(y.v0, y.v1, 5)) {
-    const double p = y.map(t);
-    s += "<line class=\"grid\" x1=\"" + px(x.p0) + "\" x2=\"" + px(x.p1) + "\" y1=\"" + px(p) + "\" y2=\"" + px(p) + "\"/>";
-    s += text(x.p0 - 6, p + 4, format_number(t), "text-anchor=\"end\" class=\"tick\"");
-  }
+  s += y_grid(x, y);
   s += "<rect class=\"frame\" x=\"" + px(x.p0) + "\" y=\"" + px(y.p1) + "\" width=\"" + px(x.p1 - x.p0) +
        "\" height=\"" + px(y.p0 - y.p1) + "\"/>\n";
   s += text((x.p0 + x.p1) / 2, kH - 8, xl, "text-anchor=\"middle\" class=\"axis\"");
@@ -233,23 +240,20 @@ std::string render(const StackedBars& c) {
   const Axis y{0, top > 0 ? top * 1.06 : 1, kH - kBottom, kTop};
   // One slot per bar; the x mapping is by index, its labels are the steps.
   const Axis x{-0.5, (double)n - 0.5, kLeft, kW - kRight};
-  std::string out = svg_open(c.id, x, y, "stacked") + heading(c.title, c.categories, c.colors);
-  for (double t : nice_ticks(y.v0, y.v1, 5)) {
-    const double p = y.map(t);
-    out += "<line class=\"grid\" x1=\"" + px(x.p0) + "\" x2=\"" + px(x.p1) + "\" y1=\"" + px(p) + "\" y2=\"" + px(p) + "\"/>";
-    out += text(x.p0 - 6, p + 4, format_number(t), "text-anchor=\"end\" class=\"tick\"");
-  }
+  std::string out = svg_open(c.id, x, y, "stacked") + heading(c.title, c.categories, c.colors) + y_grid(x, y);
   const double w = std::max(1.0, (x.p1 - x.p0) / std::max<size_t>(n, 1) * 0.8);
   const size_t label_every = std::max<size_t>(1, n / 8);
   for (size_t i = 0; i < n; i++) {
     double base = 0;
     for (size_t k = 0; k < c.values.size(); k++) {
       const double v = std::max(0.0, c.values[k][i]);
+      // A part too small to show keeps a sliver (0.01 px, the coordinates'
+      // resolution), so the rect drawn for it is never empty.
+      const double h = std::max(0.01, y.map(base) - y.map(base + v));
       if (v > 0)
         out += "<rect class=\"bar\" data-category=\"" + html_escape(c.categories[k]) + "\" data-x=\"" +
-               fmt("%.17g", c.x[i]) + "\" x=\"" + px(x.map((double)i) - w / 2) + "\" y=\"" + px(y.map(base + v)) +
-               "\" width=\"" + px(w) + "\" height=\"" + px(y.map(base) - y.map(base + v)) + "\" fill=\"" +
-               c.colors[k] + "\"/>";
+               fmt("%.17g", c.x[i]) + "\" x=\"" + px(x.map((double)i) - w / 2) + "\" y=\"" + px(y.map(base) - h) +
+               "\" width=\"" + px(w) + "\" height=\"" + px(h) + "\" fill=\"" + c.colors[k] + "\"/>";
       base += v;
     }
     if (i % label_every == 0 || i + 1 == n)

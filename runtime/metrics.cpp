@@ -1,7 +1,8 @@
 #include "runtime/metrics.h"
 
+#include "runtime/flight_recorder.h"
+
 #include <cerrno>
-#include <chrono>
 #include <cmath>
 #include <cstring>
 
@@ -78,7 +79,7 @@ void MetricsLog::write(const JsonRecord& r) {
   const auto& nums = r.numbers();
   const auto step = std::find_if(nums.begin(), nums.end(), [](const auto& kv) { return kv.first == "step"; });
   if (step == nums.end()) return;
-  const double now = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+  const double now = wall_seconds();
   for (const auto& [k, v] : nums)
     if (k != "step") tb_->scalar(k, (long)step->second, (float)v, now);
   tb_->flush();

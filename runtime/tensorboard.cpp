@@ -3,11 +3,11 @@
 #include <unistd.h>
 
 #include <cerrno>
-#include <chrono>
 #include <cstring>
 #include <filesystem>
 
 #include "runtime/errors.h"
+#include "runtime/flight_recorder.h"
 
 namespace trainer {
 
@@ -43,10 +43,6 @@ void fixed(std::string& s, int field, T v) {  // double (wire 1) or float (wire 
   s.append(reinterpret_cast<const char*>(&v), sizeof(T));
 }
 
-double now_seconds() {
-  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
-}
-
 }  // namespace
 
 uint32_t crc32c(const void* data, size_t n) {
@@ -62,7 +58,7 @@ TensorBoardWriter::TensorBoardWriter(const std::string& dir) {
   std::filesystem::create_directories(dir, ec);
   char host[256] = "host";
   ::gethostname(host, sizeof host - 1);
-  const double t = now_seconds();
+  const double t = wall_seconds();
   path_ = dir + "/events.out.tfevents." + std::to_string((long)t) + "." + host;
   f_ = std::fopen(path_.c_str(), "ab");
   if (!f_) throw UserError(kExitUsage, path_ + ": cannot write the TensorBoard file ([metrics] tensorboard_dir): " +

@@ -33,6 +33,10 @@ struct RankDump {
   std::string reason, phase;  // phase: what it did between calls ("checkpoint save of step 10")
   json groups, calls;
   const json* in_flight = nullptr;  // the call not yet returned, if any
+  // What its watchdog's network probe found (runtime/peer_probe.h), if it ran.
+  bool probed = false;
+  std::vector<std::string> links_down;
+  std::set<int> reached, unreached, host_ranks;
 };
 
 std::string describe(const RankDump& d, const json& call) {
@@ -107,6 +111,14 @@ void read_dump(const std::filesystem::path& path, double newer_than, FlightFiles
   d.stalled_s = j.value("process_stalled_s", 0.0);
   d.groups = j.at("groups");
   d.calls = j.at("calls");
+  if (j.contains("network")) {
+    const json& n = j.at("network");
+    d.probed = true;
+    d.links_down = n.at("links_down").get<std::vector<std::string>>();
+    d.reached = n.at("reached").get<std::set<int>>();
+    d.unreached = n.at("unreached").get<std::set<int>>();
+    d.host_ranks = n.at("host_ranks").get<std::set<int>>();
+  }
   const double start = j.at("job_start");
   if (start > newer_than) f.dumps.push_back({start, std::move(d)});
 }
@@ -250,6 +262,44 @@ std::string explain_behind(int b, std::map<int, RankDump>& dumps, std::map<int, 
                 d.phase.empty() ? "computing" : ("in " + d.phase).c_str(), d.fault ? " (here: by fault injection)" : "");
 }
 
+// When no rank is behind: the host whose link is down (its ranks' probes
+// say so), else a host no other host could reach. Returns the verdict, or ""
+// when the probes name no one (none ran, or two hosts lost each other and
+// neither saw its own link go down); either way the probes go into the report.
+std::string network_verdict(std::map<int, RankDump>& dumps, std::string& say) {
+  std::set<int> cut, probers;
+  std::map<int, int> unreached_by, probed_by;
+  std::set<std::string> links;
+  const auto ranks = [](const std::set<int>& s) { return (s.size() == 1 ? "rank " : "ranks ") + rank_list(s); };
+  for (auto& [r, d] : dumps) {
+    if (!d.probed) continue;
+    probers.insert(r);
+    std::string down;
+    for (const std::string& l : d.links_down) down += (down.empty() ? "" : ", ") + l, links.insert(l);
+    say += format("network: rank %d: %s; reached rank(s) [%s], could not reach [%s]\n", r,
+                  down.empty() ? "its links are up" : ("link " + down + " down").c_str(), rank_list(d.reached).c_str(),
+                  rank_list(d.unreached).c_str());
+    if (!down.empty()) cut.insert(d.host_ranks.begin(), d.host_ranks.end());
+    for (int u : d.unreached) unreached_by[u]++, probed_by[u]++;
+    for (int u : d.reached) probed_by[u]++;
+  }
+  if (!cut.empty()) {
+    std::set<int> lost;  // ranks elsewhere that could not reach them
+    for (auto& [r, d] : dumps)
+      for (int u : d.unreached)
+        if (!cut.count(r) && cut.count(u)) lost.insert(r);
+    std::string down;
+    for (const std::string& l : links) down += (down.empty() ? "" : ", ") + l;
+    return format("the network: %s lost %s link (%s down)%s.", ranks(cut).c_str(), cut.size() == 1 ? "its" : "their",
+                  down.c_str(), lost.empty() ? "" : ("; " + ranks(lost) + " could not reach " +
+                                                     (cut.size() == 1 ? "it" : "them")).c_str());
+  }
+  for (auto& [u, n] : probed_by)
+    if (unreached_by[u] == n) cut.insert(u);
+  if (cut.empty() || std::includes(cut.begin(), cut.end(), probers.begin(), probers.end())) return "";
+  return format("the network: no other host reaches %s.", ranks(cut).c_str());
+}
+
 }  // namespace
 
 Diagnosis diagnose_run(const std::string& run_dir, double newer_than) {
@@ -285,6 +335,12 @@ Diagnosis diagnose_run(const std::string& run_dir, double newer_than) {
   const std::set<int> behind = ranks_behind(dumps, waits_for);
   for (const std::string& m : mismatches) say += "mismatch: " + m + "\n";
   if (behind.empty()) {
+    if (const std::string net = network_verdict(dumps, say); !net.empty() && mismatches.empty()) {
+      out.named = true;
+      out.verdict = net;
+      say += "verdict: " + net + "\n";
+      return out;
+    }
     out.verdict = std::string("no single rank is behind: ") +
                   (waits_for.empty() ? "no rank is waiting on another (every member entered its call; look at "
                                        "the network or the communication library)"

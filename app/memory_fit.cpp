@@ -18,13 +18,12 @@ MemoryFit need_of(const Recipe& r, int stage, bool writer) {
   MemoryFit f;
   f.plan = plan_memory(r.model, rank_layout(r, stage), r.recompute);
   // A checkpoint writer copies its fp32 state (master weights + AdamW m, v:
-  // three times the fp32 gradients' size) to a host snapshot, then builds
-  // its file from it in memory: twice the state, blocking or async.
-  const double state = f.plan.bytes[(int)Mem::Grads] * 3;
-  if (r.checkpoint.every > 0 && writer) f.checkpoint = state * 2;
-  // ZeRO-1: every rank of the group gathers the whole m and v before a save.
-  if (r.checkpoint.every > 0 && r.zero_stage == 1 && r.grid.dp > 1)
-    f.checkpoint += f.plan.bytes[(int)Mem::Grads] * 2;
+  // 1.5 times the optimizer's m and v) to a host snapshot, then builds its
+  // file from it in memory: twice the state, blocking or async. Under ZeRO-1
+  // every rank writes the part it updates.
+  const double state = f.plan.bytes[(int)Mem::Optimizer] * 1.5;
+  const bool sharded = r.zero_stage == 1 && r.grid.dp > 1;
+  if (r.checkpoint.every > 0 && (writer || sharded)) f.checkpoint = state * 2;
   f.process = kProcessBytes;
   f.need = f.plan.total() + f.checkpoint + f.process;
   return f;

@@ -138,7 +138,8 @@ std::vector<RecipeKey> make_keys() {
         "backward goes on (false: all after the backward; the same result)", AT(dp_overlap))
           .def(true),
       K("parallel", "zero_stage", Int, "0: every data-parallel rank keeps all of AdamW's state; 1: ZeRO-1, each keeps "
-        "1/dp of it (gradients reduce-scattered, updated weights all-gathered)", AT(zero_stage))
+        "1/dp of it (gradients reduce-scattered, updated weights all-gathered) and writes that part to a checkpoint file of "
+        "its own", AT(zero_stage))
           .def(0L).at_least(0).at_most(1),
       // [training]
       K("training", "steps", Int, "optimizer steps of the whole run", AT(training.steps)).def(100L).at_least(1).wide(),

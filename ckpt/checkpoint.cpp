@@ -136,7 +136,7 @@ std::string prepare_dir(const std::string& dir, long step, ControlComm& world) {
 size_t shard_bytes(const SaveGroups& groups) {
   size_t bytes = 0;
   for (const auto& g : groups)
-    for (const TensorPiece& p : g.second) bytes += p.numel * sizeof(float) + 512;  // + HDF5's headers
+    for (const TensorPiece& p : g.second) bytes += p.held() * sizeof(float) + 512;  // + HDF5's headers
   return bytes + 4096;
 }
 
@@ -155,9 +155,10 @@ std::string write_shard(const std::string& tmp_dir, const std::string& file_name
     for (const auto& [prefix, pieces] : groups)
       for (const TensorPiece& p : pieces) {
         const std::string name = prefix + "/" + p.name;
-        f.write(name, p.data, local_shape(p));
+        f.write(name, p.data, p.flat_n ? std::vector<int>{(int)p.flat_n} : local_shape(p));
         f.set_attr(name, "global_shape", p.global_shape);
         f.set_attr(name, "shard", {p.shard_dim, p.start});
+        if (p.flat_n) f.set_attr64(name, "flat", {(int64_t)p.flat_lo, (int64_t)p.flat_n, (int64_t)p.numel});
       }
     f.close();
   }
@@ -406,70 +407,142 @@ std::vector<ManifestFile> manifest_files(const std::string& step_dir) {
 
 std::string manifest_version(const std::string& step_dir) { return parse_manifest(step_dir).version; }
 
+namespace {
+
+// A piece as a region of its tensor seen as a matrix (a 1-D tensor as one
+// column): rows [r0, r0 + rn) and columns [c0, c0 + cn), and of that
+// rectangle the elements [f0, f1) in row-major order.
+struct Region {
+  size_t r0, rn, c0, cn, f0, f1;
+};
+
+Region region_of(const std::vector<int>& global_shape, int shard_dim, size_t start, size_t numel, size_t flat_lo,
+                 size_t flat_n) {
+  const size_t R = global_shape.empty() ? 1 : (size_t)global_shape[0];
+  const size_t C = global_shape.size() == 2 ? (size_t)global_shape[1] : 1;
+  Region g{0, R, 0, C, 0, 0};
+  if (shard_dim == 0) g.r0 = start, g.rn = numel / C;
+  if (shard_dim == 1) g.c0 = start, g.cn = numel / R;
+  g.f0 = flat_lo;
+  g.f1 = flat_n ? flat_lo + flat_n : g.rn * g.cn;
+  return g;
+}
+
+// Copies what stored region s (its elements in src) has of needed region n
+// (into dst) and appends the parts of n it filled to `filled`.
+void copy_overlap(const Region& s, const float* src, const Region& n, float* dst,
+                  std::vector<std::pair<size_t, size_t>>& filled) {
+  const size_t r_lo = std::max({s.r0, n.r0, s.r0 + s.f0 / s.cn, n.r0 + n.f0 / n.cn});
+  const size_t r_hi = std::min({s.r0 + s.rn, n.r0 + n.rn, s.r0 + (s.f1 + s.cn - 1) / s.cn, n.r0 + (n.f1 + n.cn - 1) / n.cn});
+  for (size_t g = r_lo; g < r_hi; g++) {
+    // Columns of row g inside both rectangles and both flat ranges.
+    const size_t s_row = (g - s.r0) * s.cn, n_row = (g - n.r0) * n.cn;
+    long lo = (long)std::max(s.c0, n.c0), hi = (long)std::min(s.c0 + s.cn, n.c0 + n.cn);
+    lo = std::max({lo, (long)s.c0 + (long)s.f0 - (long)s_row, (long)n.c0 + (long)n.f0 - (long)n_row});
+    hi = std::min({hi, (long)s.c0 + (long)s.f1 - (long)s_row, (long)n.c0 + (long)n.f1 - (long)n_row});
+    if (lo >= hi) continue;
+    const size_t ks = s_row + (size_t)lo - s.c0, kn = n_row + (size_t)lo - n.c0;
+    std::memcpy(dst + (kn - n.f0), src + (ks - s.f0), (size_t)(hi - lo) * sizeof(float));
+    filled.push_back({kn - n.f0, kn - n.f0 + (size_t)(hi - lo)});
+  }
+}
+
+// Elements in the union of the intervals.
+size_t union_size(std::vector<std::pair<size_t, size_t>> v) {
+  std::sort(v.begin(), v.end());
+  size_t total = 0, end = 0;
+  for (const auto& [lo, hi] : v) {
+    if (hi <= end) continue;
+    total += hi - std::max(lo, end);
+    end = hi;
+  }
+  return total;
+}
+
+// Reads the part of stored dataset `name` (region s) that can overlap n, as
+// a region of its own, into buf.
+Region read_overlap(H5File& f, const std::string& name, const Region& s, const Region& n, bool flat,
+                    std::vector<float>& buf) {
+  const size_t r_lo = std::max(s.r0, n.r0), r_hi = std::min(s.r0 + s.rn, n.r0 + n.rn);
+  const size_t c_lo = std::max(s.c0, n.c0), c_hi = std::min(s.c0 + s.cn, n.c0 + n.cn);
+  if (r_lo >= r_hi || c_lo >= c_hi) return Region{0, 0, 0, 1, 0, 0};
+  if (!flat) {  // a rectangle: just the block both share
+    Region b{r_lo, r_hi - r_lo, c_lo, c_hi - c_lo, 0, (r_hi - r_lo) * (c_hi - c_lo)};
+    buf.resize(b.f1);
+    f.read_block(name, r_lo - s.r0, b.rn, c_lo - s.c0, b.cn, buf.data());
+    return b;
+  }
+  // A flat part: the stretch of it covering the shared rows.
+  Region b = s;
+  b.f0 = std::max(s.f0, (r_lo - s.r0) * s.cn);
+  b.f1 = std::min(s.f1, (r_hi - s.r0) * s.cn);
+  if (b.f0 >= b.f1) return Region{0, 0, 0, 1, 0, 0};
+  buf.resize(b.f1 - b.f0);
+  f.read_block(name, b.f0 - s.f0, b.f1 - b.f0, 0, 1, buf.data());
+  return b;
+}
+
+std::string shape_text(const std::vector<int>& v) {
+  std::string t;
+  for (int x : v) {
+    if (!t.empty()) t += "x";
+    t += std::to_string(x);
+  }
+  return t;
+}
+
+}  // namespace
+
 void load_pieces(const std::string& step_dir, const std::string& prefix,
                  const std::vector<TensorPiece>& pieces) {
   const Manifest m = parse_manifest(step_dir);
   std::vector<std::unique_ptr<H5File>> files;
   for (const FileEntry& e : m.files) files.push_back(std::make_unique<H5File>(step_dir + "/" + e.name, H5File::Read));
   std::vector<std::string> problems;
-  std::vector<float> tmp;
+  std::vector<float> buf;
   for (const TensorPiece& p : pieces) {
     const std::string name = prefix + "/" + p.name;
-    const std::vector<int> lshape = local_shape(p);
-    size_t covered = 0;
+    const Region want = region_of(p.global_shape, p.shard_dim, p.start, p.numel, p.flat_lo, p.flat_n);
+    std::vector<std::pair<size_t, size_t>> filled;
+    size_t copied = 0;
     bool found = false, bad = false;
     for (auto& f : files) {
       if (!f->has(name)) continue;
       found = true;
       const std::vector<int> gshape = f->get_attr(name, "global_shape");
       if (gshape != p.global_shape) {
-        std::string a, b;
-        for (int x : gshape) a += (a.empty() ? "" : "x") + std::to_string(x);
-        for (int x : p.global_shape) b += (b.empty() ? "" : "x") + std::to_string(x);
-        problems.push_back(p.name + " (checkpoint " + a + ", model " + b + ")");
+        problems.push_back(p.name + " (checkpoint " + shape_text(gshape) + ", model " + shape_text(p.global_shape) + ")");
         bad = true;
         break;
       }
       const std::vector<int> shard = f->get_attr(name, "shard");  // {dim or -1, start}
-      if (shard[0] >= 0 && p.shard_dim >= 0 && shard[0] != p.shard_dim) {
-        problems.push_back(p.name + " (split along another dimension in the checkpoint)");
-        bad = true;
-        break;
+      const bool flat = f->has_attr(name, "flat");
+      size_t slice = 1, lo = 0, count = 0;
+      if (flat) {
+        const std::vector<int64_t> fl = f->get_attr64(name, "flat");  // {first, count, slice elements}
+        lo = (size_t)fl[0], count = (size_t)fl[1], slice = (size_t)fl[2];
+      } else {
+        for (int x : f->shape(name)) slice *= (size_t)x;
       }
-      // The dimension along which the two pieces are compared: whichever is split.
-      const int dim = p.shard_dim >= 0 ? p.shard_dim : shard[0] >= 0 ? shard[0] : 0;
-      const int want0 = p.shard_dim >= 0 ? p.start : 0, want_n = lshape[dim];
-      const std::vector<int> sshape = f->shape(name);
-      const int s0 = shard[0] >= 0 ? shard[1] : 0, sn = sshape[dim];
-      const int lo = std::max(want0, s0), hi = std::min(want0 + want_n, s0 + sn);
-      if (lo >= hi) continue;
-      const int count = hi - lo;
-      if (dim == 0) {
-        size_t row = 1;
-        for (size_t i = 1; i < lshape.size(); i++) row *= lshape[i];
-        f->read_range(name, 0, lo - s0, count, p.data + (size_t)(lo - want0) * row);
-        covered += (size_t)count * row;
-      } else {  // dim 1 of a 2-D tensor: read [rows, count], place the columns
-        const int rows = lshape[0];
-        tmp.resize((size_t)rows * count);
-        f->read_range(name, 1, lo - s0, count, tmp.data());
-        for (int i = 0; i < rows; i++)
-          std::memcpy(p.data + (size_t)i * want_n + (lo - want0), tmp.data() + (size_t)i * count,
-                      count * sizeof(float));
-        covered += (size_t)rows * count;
-      }
-      // A whole (replicated) tensor is stored by every TP position: one is enough.
-      if (shard[0] < 0 || covered >= p.numel) break;
+      const Region stored = region_of(gshape, shard[0], (size_t)shard[1], slice, lo, count);
+      const Region part = read_overlap(*f, name, stored, want, flat, buf);
+      const size_t before = filled.size();
+      if (part.f1 > part.f0) copy_overlap(part, buf.data(), want, p.data, filled);
+      for (size_t i = before; i < filled.size(); i++) copied += filled[i].second - filled[i].first;
+      // Replicated tensors are stored by every tensor-parallel position: stop
+      // once every element is there.
+      if (copied >= p.held() && union_size(filled) == p.held()) break;
     }
     if (bad) continue;
+    const size_t covered = union_size(filled);
     if (!found) problems.push_back(p.name + " (not in the checkpoint)");
-    else if (covered != p.numel)
-      problems.push_back(p.name + " (only " + std::to_string(covered) + " of " + std::to_string(p.numel) +
+    else if (covered != p.held())
+      problems.push_back(p.name + " (only " + std::to_string(covered) + " of " + std::to_string(p.held()) +
                          " values found)");
   }
   if (!problems.empty()) {
     std::string list;
-    for (const auto& s : problems) list += "\n  " + s;
+    for (const auto& t : problems) list += "\n  " + t;
     throw CheckpointError(step_dir + ": the checkpoint does not match the model (" + prefix + "):" + list);
   }
 }

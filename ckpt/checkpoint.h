@@ -4,7 +4,10 @@
 // a manifest with the layout, the training state and a CRC-32 per file. Each
 // tensor is stored as the slice this rank holds, with its global shape and
 // the slice's place in it, so a checkpoint loads under any layout: every
-// rank reads the overlapping parts of the pieces it needs.
+// rank reads the overlapping parts of the pieces it needs. Under ZeRO-1
+// every data-parallel rank writes a file of its own (pp0_tp1_dp2.h5) with
+// the flat part of each slice whose optimizer state it keeps (attribute
+// "flat": first element, count, and the slice's element count).
 //
 //   <dir>/step_00000010/manifest       text, written last
 //   <dir>/step_00000010/pp0_tp1.h5     datasets param/<name>, adam_m/<name>, adam_v/<name>
@@ -26,14 +29,19 @@
 
 namespace trainer {
 
-// One tensor piece this rank holds. shard_dim < 0: the whole tensor.
+// One tensor piece this rank holds: a slice of the tensor (shard_dim < 0:
+// the whole tensor), or part of one. 1-D tensors are sliced along dim 0.
 struct TensorPiece {
   std::string name;
   std::vector<int> global_shape;
   int shard_dim = -1;
   int start = 0;  // first index along shard_dim
-  float* data = nullptr;  // this rank's piece, row-major in its local shape
-  size_t numel = 0;
+  size_t numel = 0;  // elements of the slice
+  // The part held: elements [flat_lo, flat_lo + flat_n) of the slice in
+  // row-major order (ZeRO-1 cuts the flat buffer anywhere); flat_n = 0: all.
+  size_t flat_lo = 0, flat_n = 0;
+  float* data = nullptr;  // the part held, row-major
+  size_t held() const { return flat_n ? flat_n : numel; }
 };
 
 struct TrainingState {

@@ -224,33 +224,60 @@ void H5File::write_scalar(const std::string& name, double value) {
   if (rc < 0) throw CheckpointError(path_ + ": cannot write dataset " + name + ": " + hdf5_error_text(errno));
 }
 
-void H5File::set_attr(const std::string& dataset, const std::string& attr, const std::vector<int>& v) {
-  const hid_t ds = H5Dopen2(file_, dataset.c_str(), H5P_DEFAULT);
-  hsize_t n = v.size();
+namespace {
+
+void write_attr(hid_t file, const std::string& path, const std::string& dataset, const std::string& attr,
+                hid_t type, size_t n_values, const void* values) {
+  const hid_t ds = H5Dopen2(file, dataset.c_str(), H5P_DEFAULT);
+  hsize_t n = n_values;
   const hid_t space = H5Screate_simple(1, &n, nullptr);
-  const hid_t a = ds < 0 ? -1 : H5Acreate2(ds, attr.c_str(), H5T_NATIVE_INT, space, H5P_DEFAULT, H5P_DEFAULT);
-  const herr_t rc = a < 0 ? -1 : H5Awrite(a, H5T_NATIVE_INT, v.data());
+  const hid_t a = ds < 0 ? -1 : H5Acreate2(ds, attr.c_str(), type, space, H5P_DEFAULT, H5P_DEFAULT);
+  const herr_t rc = a < 0 ? -1 : H5Awrite(a, type, values);
   if (a >= 0) H5Aclose(a);
   H5Sclose(space);
   if (ds >= 0) H5Dclose(ds);
-  if (rc < 0) throw CheckpointError(path_ + ": cannot write attribute " + attr + " of " + dataset + ": " + hdf5_error_text(errno));
+  if (rc < 0) throw CheckpointError(path + ": cannot write attribute " + attr + " of " + dataset + ": " + hdf5_error_text(errno));
 }
 
-std::vector<int> H5File::get_attr(const std::string& dataset, const std::string& attr) {
-  const hid_t ds = H5Dopen2(file_, dataset.c_str(), H5P_DEFAULT);
+template <typename T>
+std::vector<T> read_attr(hid_t file, const std::string& path, const std::string& dataset, const std::string& attr,
+                         hid_t type) {
+  const hid_t ds = H5Dopen2(file, dataset.c_str(), H5P_DEFAULT);
   const hid_t a = ds < 0 ? -1 : H5Aopen(ds, attr.c_str(), H5P_DEFAULT);
-  std::vector<int> v;
+  std::vector<T> v;
   herr_t rc = -1;
   if (a >= 0) {
     const hid_t space = H5Aget_space(a);
     v.resize(H5Sget_simple_extent_npoints(space));
     H5Sclose(space);
-    rc = H5Aread(a, H5T_NATIVE_INT, v.data());
+    rc = H5Aread(a, type, v.data());
     H5Aclose(a);
   }
   if (ds >= 0) H5Dclose(ds);
-  if (rc < 0) throw CheckpointError(path_ + ": cannot read attribute " + attr + " of " + dataset);
+  if (rc < 0) throw CheckpointError(path + ": cannot read attribute " + attr + " of " + dataset);
   return v;
+}
+
+}  // namespace
+
+void H5File::set_attr(const std::string& dataset, const std::string& attr, const std::vector<int>& v) {
+  write_attr(file_, path_, dataset, attr, H5T_NATIVE_INT, v.size(), v.data());
+}
+
+std::vector<int> H5File::get_attr(const std::string& dataset, const std::string& attr) {
+  return read_attr<int>(file_, path_, dataset, attr, H5T_NATIVE_INT);
+}
+
+void H5File::set_attr64(const std::string& dataset, const std::string& attr, const std::vector<int64_t>& v) {
+  write_attr(file_, path_, dataset, attr, H5T_NATIVE_INT64, v.size(), v.data());
+}
+
+std::vector<int64_t> H5File::get_attr64(const std::string& dataset, const std::string& attr) {
+  return read_attr<int64_t>(file_, path_, dataset, attr, H5T_NATIVE_INT64);
+}
+
+bool H5File::has_attr(const std::string& dataset, const std::string& attr) {
+  return H5Aexists_by_name(file_, dataset.c_str(), attr.c_str(), H5P_DEFAULT) > 0;
 }
 
 std::vector<int> H5File::shape(const std::string& name) {
@@ -262,20 +289,19 @@ std::vector<int> H5File::shape(const std::string& name) {
   return s;
 }
 
-void H5File::read_range(const std::string& name, int dim, int start, int count, float* out) {
+void H5File::read_block(const std::string& name, size_t r0, size_t rn, size_t c0, size_t cn, float* out) {
   const hid_t ds = H5Dopen2(file_, name.c_str(), H5P_DEFAULT);
   if (ds < 0) throw CheckpointError(path_ + ": no dataset " + name);
   const hid_t space = H5Dget_space(ds);
   const int nd = H5Sget_simple_extent_ndims(space);
-  std::vector<hsize_t> dims(nd), off(nd, 0), cnt(nd);
-  H5Sget_simple_extent_dims(space, dims.data(), nullptr);
-  cnt = dims;
-  off[dim] = start;
-  cnt[dim] = count;
-  H5Sselect_hyperslab(space, H5S_SELECT_SET, off.data(), nullptr, cnt.data(), nullptr);
-  const hid_t mem = H5Screate_simple(nd, cnt.data(), nullptr);
-  const herr_t rc = H5Dread(ds, H5T_NATIVE_FLOAT, mem, space, H5P_DEFAULT, out);
-  H5Sclose(mem);
+  hsize_t off[2] = {r0, c0}, cnt[2] = {rn, cn};
+  herr_t rc = -1;
+  if ((nd == 1 && c0 == 0 && cn == 1) || nd == 2) {
+    H5Sselect_hyperslab(space, H5S_SELECT_SET, off, nullptr, cnt, nullptr);
+    const hid_t mem = H5Screate_simple(nd, cnt, nullptr);
+    rc = H5Dread(ds, H5T_NATIVE_FLOAT, mem, space, H5P_DEFAULT, out);
+    H5Sclose(mem);
+  }
   H5Sclose(space);
   H5Dclose(ds);
   if (rc < 0) throw CheckpointError(path_ + ": cannot read " + name);

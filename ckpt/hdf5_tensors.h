@@ -44,11 +44,15 @@ class H5File {
   // Integer-array attributes on a dataset.
   void set_attr(const std::string& dataset, const std::string& attr, const std::vector<int>& v);
   std::vector<int> get_attr(const std::string& dataset, const std::string& attr);
+  // 64-bit ones, for element counts that may pass 2^31.
+  void set_attr64(const std::string& dataset, const std::string& attr, const std::vector<int64_t>& v);
+  std::vector<int64_t> get_attr64(const std::string& dataset, const std::string& attr);
+  bool has_attr(const std::string& dataset, const std::string& attr);
   // Shape of a dataset.
   std::vector<int> shape(const std::string& name);
-  // Reads [start, start + count) along `dim` (0 or 1) of a 1-D or 2-D float
-  // dataset into out (row-major [rows, count] for dim 1).
-  void read_range(const std::string& name, int dim, int start, int count, float* out);
+  // Reads rows [r0, r0 + rn) and columns [c0, c0 + cn) of a 2-D float
+  // dataset into out, row-major; a 1-D dataset is one column (c0 = 0, cn = 1).
+  void read_block(const std::string& name, size_t r0, size_t rn, size_t c0, size_t cn, float* out);
 
  private:
   void write_raw(const std::string& name, hid_t type, const void* data,

@@ -35,7 +35,9 @@ std::map<std::string, GlobalTensor> assemble_checkpoint(const std::string& dir) 
     size_t n = 1;
     for (int x : shape) n *= x;
     t.data.assign(n, 0.f);
-    pieces.push_back({name, shape, -1, 0, t.data.data(), n});
+    TensorPiece p;
+    p.name = name, p.global_shape = shape, p.numel = n, p.data = t.data.data();
+    pieces.push_back(p);
   }
   load_pieces(dir, "param", pieces);
   return out;

@@ -13,8 +13,8 @@ const char* kGroupNames[3] = {"param", "adam_m", "adam_v"};
 
 CheckpointStaging::CheckpointStaging(Backend& be, Chunks& chunks, std::vector<std::unique_ptr<AdamW>>& opts,
                                      int stage, int tp_rank, bool writer, bool saves_planned, DataComm* zero_dp)
-    : be_(be), chunks_(chunks), opts_(opts), stage_(stage), tp_rank_(tp_rank), writer_(writer), zero_dp_(zero_dp) {
-  if (saves_planned && writer) {
+    : be_(be), chunks_(chunks), opts_(opts), stage_(stage), tp_rank_(tp_rank), writer_(writer || (zero_dp && zero_dp->size() > 1)), zero_dp_(zero_dp) {
+  if (saves_planned && writer_) {
     std::vector<Piece> all[3];
     ensure_snapshot(shard_elems(saved_groups(all)));
   }
@@ -23,7 +23,7 @@ CheckpointStaging::CheckpointStaging(Backend& be, Chunks& chunks, std::vector<st
 size_t CheckpointStaging::shard_elems(const SaveGroups& gs) {
   size_t n = 0;
   for (const auto& [name, ts] : gs)
-    for (const TensorPiece& t : ts) n += t.numel;
+    for (const TensorPiece& t : ts) n += t.held();
   return n;
 }
 
@@ -34,14 +34,28 @@ void CheckpointStaging::ensure_snapshot(size_t n) {
   std::memset(snapshot_.host(), 0, n * sizeof(float));
 }
 
+std::vector<CheckpointStaging::Span> CheckpointStaging::spans(int which, bool loading, size_t c) {
+  const size_t n = chunks_[c]->num_params(), D = (size_t)zero_dp_->size(), r = (size_t)zero_dp_->rank();
+  Buffer* state = which == 1 ? &opts_[c]->m() : &opts_[c]->v();
+  if (loading) {  // m and v: every range this rank keeps (weights are loaded whole)
+    std::vector<Span> out;
+    for (const OwnedRange& o : opts_[c]->owned()) out.push_back({o.lo, o.hi, state, o.local});
+    return out;
+  }
+  // A save: the block, and on the last rank the tail after it (every rank
+  // keeps the tail, one writes it); m and v hold the two back to back.
+  const size_t block = n / D, lo = r * block, hi = r + 1 == D ? n : lo + block;
+  if (which == 0) return {{lo, hi, &chunks_[c]->params(), lo}};
+  return {{lo, hi, state, 0}};
+}
+
 std::vector<CheckpointStaging::Piece> CheckpointStaging::pieces(int which, bool loading) {
   std::vector<Piece> out;
   for (size_t c = 0; c < chunks_.size(); c++) {
     Transformer& m = *chunks_[c];
-    Buffer* base = &m.params();
-    if (which > 0 && !zero_dp_) base = which == 1 ? &opts_[c]->m() : &opts_[c]->v();
-    // Sharded m and v: saves read the gathered whole, loads go through keep_owned.
-    if (which > 0 && zero_dp_) base = !loading && c < whole_[which - 1].size() ? &whole_[which - 1][c] : nullptr;
+    Buffer* base = which == 0 ? &m.params() : which == 1 ? &opts_[c]->m() : &opts_[c]->v();
+    const bool cut = sharded() && (which > 0 || !loading);  // loads take whole weights
+    const std::vector<Span> ss = cut ? spans(which, loading, c) : std::vector<Span>{};
     for (const ParamInfo& p : m.registry().all()) {
       if (p.tied_copy && !loading) continue;  // the first stage saves the original
       Piece x;
@@ -50,9 +64,19 @@ std::vector<CheckpointStaging::Piece> CheckpointStaging::pieces(int which, bool 
       x.t.shard_dim = p.sharding == Sharding::Dim0 ? 0 : p.sharding == Sharding::Dim1 ? 1 : -1;
       x.t.start = x.t.shard_dim >= 0 ? tp_rank_ * p.shape[x.t.shard_dim] : 0;
       x.t.numel = p.numel;
-      x.dev = base ? base->ref(p.offset) : Ref();
-      x.chunk = c, x.offset = p.offset;
-      out.push_back(std::move(x));
+      if (!cut) {
+        x.dev = base->ref(p.offset);
+        out.push_back(x);
+        continue;
+      }
+      for (const Span& s : ss) {
+        const size_t lo = std::max(p.offset, s.lo), hi = std::min(p.offset + p.numel, s.hi);
+        if (lo >= hi) continue;
+        Piece y = x;
+        y.t.flat_lo = lo - p.offset, y.t.flat_n = hi - lo;
+        y.dev = s.buf->ref(s.buf_at + lo - s.lo);
+        out.push_back(y);
+      }
     }
   }
   return out;
@@ -81,9 +105,9 @@ SaveGroups CheckpointStaging::stage(bool side_stream) {
   size_t off = 0;
   for (int w = 0; w < 3; w++)
     for (size_t i = 0; i < all[w].size(); i++) {
-      be_.to_host_async(host + off, all[w][i].dev, all[w][i].t.numel, s);
+      be_.to_host_async(host + off, all[w][i].dev, all[w][i].t.held(), s);
       gs[w].second[i].data = host + off;
-      off += all[w][i].t.numel;
+      off += all[w][i].t.held();
     }
   if (side_stream) {
     snapshot_done_ = be_.record_event(s);
@@ -95,47 +119,13 @@ SaveGroups CheckpointStaging::stage(bool side_stream) {
 }
 
 std::string CheckpointStaging::shard_file() const {
-  return "pp" + std::to_string(stage_) + "_tp" + std::to_string(tp_rank_) + ".h5";
-}
-
-void CheckpointStaging::gather_sharded() {
-  if (!zero_dp_) return;
-  const size_t D = (size_t)zero_dp_->size(), r = (size_t)zero_dp_->rank();
-  for (size_t c = 0; c < chunks_.size(); c++) {
-    Transformer& m = *chunks_[c];
-    const size_t n = m.num_params(), block = n / D, body = block * D;
-    for (int w = 0; w < 2; w++) {
-      if (whole_[w].size() <= c) whole_[w].push_back(be_.alloc(n, DType::F32, Mem::Temporaries));
-    }
-    // A bf16 run's fp32 weights first (it gathers only the bf16 copy each
-    // step; an fp32 run's are whole already), through whole_[0] as scratch:
-    // MPI may not gather from inside its destination.
-    if (block && m.compute_copy()) {
-      zero_dp_->wait(zero_dp_->start_allgather(m.params().ref(r * block), whole_[0][c].ref(), block));
-      be_.copy(m.params().ref(), whole_[0][c].ref(), body);
-    }
-    for (int w = 0; w < 2; w++) {
-      Buffer& mine = w == 0 ? opts_[c]->m() : opts_[c]->v();
-      if (block) zero_dp_->wait(zero_dp_->start_allgather(mine.ref(), whole_[w][c].ref(), block));
-      be_.copy(whole_[w][c].ref(body), mine.ref(block), n - body);  // the tail, the same on every rank
-    }
-  }
-}
-
-void CheckpointStaging::keep_owned(int which, const std::vector<Piece>& ps) {
-  for (const Piece& p : ps) {
-    Buffer& mine = which == 1 ? opts_[p.chunk]->m() : opts_[p.chunk]->v();
-    for (const OwnedRange& r : opts_[p.chunk]->owned()) {
-      const size_t lo = std::max(p.offset, r.lo), hi = std::min(p.offset + p.t.numel, r.hi);
-      if (lo < hi) be_.from_host(mine.ref(r.local + lo - r.lo), p.t.data + (lo - p.offset), hi - lo);
-    }
-  }
+  const std::string dp = sharded() ? "_dp" + std::to_string(zero_dp_->rank()) : "";
+  return "pp" + std::to_string(stage_) + "_tp" + std::to_string(tp_rank_) + dp + ".h5";
 }
 
 std::string CheckpointStaging::save(const std::string& dir, const TrainingState& st, int keep,
                                     ControlComm& world, const std::string& recipe_text,
                                     const std::function<void(const char*)>& at_point) {
-  gather_sharded();
   return save_checkpoint(dir, st, writer_, shard_file(), stage(), keep, world, recipe_text, at_point);
 }
 
@@ -143,7 +133,6 @@ void CheckpointStaging::start_async(const std::string& dir, const TrainingState&
                                     ControlComm& world, const std::string& recipe_text) {
   // The previous async save has been committed (the caller waits for it), so
   // the snapshot is free to overwrite.
-  gather_sharded();
   async_.start(dir, st, writer_, shard_file(), stage(true), {}, keep, recipe_text, world,
                [this] { be_.synchronize_event(snapshot_done_); });
 }
@@ -159,20 +148,18 @@ void CheckpointStaging::load(const std::string& step_dir) {
   for (int w = 0; w < 3; w++) {
     std::vector<Piece> ps = pieces(w, true);
     size_t n = 0;
-    for (const Piece& p : ps) n += p.t.numel;
+    for (const Piece& p : ps) n += p.t.held();
     Buffer host = be_.alloc(n, DType::F32, Mem::Temporaries, Space::Staging);
     float* h = static_cast<float*>(host.host());
     std::vector<TensorPiece> ts;
     size_t off = 0;
     for (Piece& p : ps) {
       p.t.data = h + off;
-      off += p.t.numel;
+      off += p.t.held();
       ts.push_back(p.t);
     }
     load_pieces(step_dir, kGroupNames[w], ts);
-    if (w > 0 && zero_dp_) keep_owned(w, ps);
-    else
-      for (const Piece& p : ps) be_.from_host(p.dev, p.t.data, p.t.numel);
+    for (const Piece& p : ps) be_.from_host(p.dev, p.t.data, p.t.held());
   }
   be_.synchronize();
 }

@@ -2,8 +2,8 @@
 // What a checkpoint holds of one rank and how it gets there: this rank's
 // pieces of the fp32 master weights and of AdamW's m and v (ckpt/checkpoint.h
 // names and slices them), written by the first data-parallel rank of each
-// (pipeline stage, tensor-parallel rank) position; and the way back when
-// resuming.
+// (pipeline stage, tensor-parallel rank) position, or under ZeRO-1 by every
+// rank (its part); and the way back when resuming.
 //
 // One path for both kinds of save: the pieces are copied from the backend
 // into a host staging buffer (pinned memory on a GPU), then written from
@@ -28,16 +28,17 @@ namespace trainer {
 
 class CheckpointStaging {
  public:
-  // writer: this rank writes its position's file; saves_planned: allocate
+  // writer: this rank writes its position's file (under ZeRO-1 every rank
+  // does); saves_planned: allocate
   // the host snapshot now (touching 1.5 GB of new pages costs seconds in a
   // VM: a blocking 124M save measured 10.6 s instead of 8.1 s when it happened
   // during the first save); else at the first save (a preemption's).
   // zero_dp: under ZeRO-1, the data-parallel group AdamW's state is sharded
-  // over (null: every rank holds all of it). A save then first gathers the
-  // whole state (and a bf16 run's fp32 master weights) on every rank of the
-  // group, so the files stay those of an unsharded run; a load keeps this
-  // rank's ranges of the whole tensors. Either way a checkpoint resumes
-  // under any dp size and zero_stage.
+  // over (null: every rank holds all of it). Every rank of the group then
+  // writes a file of its own: the flat part of the fp32 weights, m and v it
+  // updates (its block; the last rank also the tail every rank keeps), so
+  // nothing is gathered for a save. A load reads whole weights and this
+  // rank's ranges of m and v, from a checkpoint of any dp size and zero stage.
   CheckpointStaging(Backend& be, Chunks& chunks, std::vector<std::unique_ptr<AdamW>>& opts, int stage,
                     int tp_rank, bool writer, bool saves_planned, DataComm* zero_dp = nullptr);
 
@@ -66,11 +67,20 @@ class CheckpointStaging {
   struct Piece {
     TensorPiece t;
     Ref dev;
-    size_t chunk = 0, offset = 0;  // where in which chunk's flat buffer
+  };
+  // A stretch [lo, hi) of a chunk's flat parameter layout, held in buf from
+  // buf_at on.
+  struct Span {
+    size_t lo, hi;
+    Buffer* buf;
+    size_t buf_at;
   };
   // This rank's pieces of params (0), AdamW m (1) or v (2); tied copies of
   // the embedding only when loading.
   std::vector<Piece> pieces(int which, bool loading);
+  // ZeRO-1: the stretches of chunk c that pieces() cuts tensors to.
+  std::vector<Span> spans(int which, bool loading, size_t c);
+  bool sharded() const { return zero_dp_ != nullptr && zero_dp_->size() > 1; }
   SaveGroups saved_groups(std::vector<Piece> (&all)[3]);
   // Copies the saved pieces to the host snapshot; returns them pointing
   // there. side_stream: queued on the side stream, complete at snapshot_done_.
@@ -78,10 +88,6 @@ class CheckpointStaging {
   std::string shard_file() const;
   static size_t shard_elems(const SaveGroups& gs);
   void ensure_snapshot(size_t n);
-  // ZeRO-1: whole m, v and fp32 weights on every rank of the group (collective).
-  void gather_sharded();
-  // ZeRO-1: this rank's ranges of a whole m or v (host, as the pieces lie).
-  void keep_owned(int which, const std::vector<Piece>& ps);
 
   Backend::Event snapshot_done_;
   Backend& be_;
@@ -92,7 +98,6 @@ class CheckpointStaging {
   AsyncSaver async_;
   Buffer snapshot_;  // host staging, fp32: what a save writes from
   DataComm* zero_dp_;
-  std::vector<Buffer> whole_[2];  // ZeRO-1: gathered m and v per chunk, for saves
 };
 
 }  // namespace trainer

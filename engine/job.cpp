@@ -92,10 +92,27 @@ void start_recording(Job& job, int rank, int launch) {
   install_crash_report(job.recipe.run.dir + crash_file, rank, job_start);
 }
 
+// Every rank's probe address, swapped once (fixed-size lines).
+void start_probe(Job& job, int rank) {
+  int size = 1;
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  if (size < 2) return;
+  job.probe = std::make_unique<PeerProbe>();
+  constexpr int kLine = 512;
+  std::string mine = job.probe->record();
+  mine.resize(kLine - 1, ' ');
+  std::vector<char> all((size_t)size * kLine);
+  MPI_Allgather(mine.c_str(), kLine, MPI_CHAR, all.data(), kLine, MPI_CHAR, MPI_COMM_WORLD);
+  std::vector<std::string> lines;
+  for (int r = 0; r < size; r++) lines.emplace_back(all.data() + (size_t)r * kLine);
+  job.probe->set_peers(std::move(lines), rank);
+}
+
 }  // namespace
 
 void Job::release() {
   watchdog.reset();
+  probe.reset();
   metrics.reset();
   loop.reset();
   val = Blend();
@@ -133,6 +150,7 @@ void set_up_job(Job& job, int rank, int launch) {
   job.val = make_blend(job, r.data.val, r.data.val_files);
   job.faults = FaultPlan(r.faults, rank, launch);
   start_recording(job, rank, launch);
+  start_probe(job, rank);
   const int local_ranks = ranks_on_node();
   job.backend = make_backend({r.runtime.backend, r.runtime.threads, -1, local_ranks, r.runtime.allow_tf32});
   job.grid = std::make_unique<ProcessGrid>(MPI_COMM_WORLD, r.grid, job.recorder.get(),
@@ -161,8 +179,11 @@ void set_up_job(Job& job, int rank, int launch) {
 void start_watchdog(Job& job, int rank) {
   char dump[64];
   std::snprintf(dump, sizeof dump, "/flight/rank_%05d.json", rank);
+  Watchdog::NetworkCheck network;
+  if (PeerProbe* probe = job.probe.get())
+    network = [probe](const std::vector<int>& ranks) { return probe->check(ranks, 2.0); };
   job.watchdog = std::make_unique<Watchdog>(*job.recorder, job.recipe.runtime.comm_timeout,
-                                            job.recipe.run.dir + dump, 3.0, dump_requests);
+                                            job.recipe.run.dir + dump, 3.0, dump_requests, network);
 }
 
 int ranks_on_node() {

@@ -14,6 +14,7 @@
 #include "runtime/backend.h"
 #include "runtime/flight_recorder.h"
 #include "runtime/metrics.h"
+#include "runtime/peer_probe.h"
 #include "runtime/watchdog.h"
 
 namespace trainer {
@@ -29,6 +30,7 @@ struct Job {
   std::unique_ptr<MetricsLog> metrics;       // rank 0
   std::unique_ptr<FlightRecorder> recorder;  // every communication call of this rank
   std::unique_ptr<Watchdog> watchdog;
+  std::unique_ptr<PeerProbe> probe;  // multi-rank jobs: who can still be reached when the watchdog fires
   FaultPlan faults;          // injected faults for this rank and launch
   double peak_gflops = 0;    // per rank
   std::string peak_source;   // where it came from, for the run header

@@ -104,7 +104,20 @@ FlightRecorder::Status FlightRecorder::status() const {
   return {in_call, in_call ? in_flight_.begin()->second : 0.0, last_progress_, step_, phase_, phase_step_};
 }
 
-std::string FlightRecorder::to_json(const std::string& reason) const {
+std::vector<int> FlightRecorder::waiting_on() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<int> out;
+  if (in_flight_.empty()) return out;
+  const uint64_t seq = in_flight_.begin()->first;
+  const FlightEntry& e = ring_[seq % ring_.size()];
+  if (e.seq != seq) return out;
+  if (e.peer >= 0) return {e.peer};
+  for (int m : groups_[e.group].members)
+    if (m != rank_) out.push_back(m);
+  return out;
+}
+
+std::string FlightRecorder::to_json(const std::string& reason, const std::string& extra) const {
   std::lock_guard<std::mutex> lock(mu_);
   char b[512];
   std::string s = "{\"rank\": " + std::to_string(rank_) + ", \"pid\": " + std::to_string(getpid());
@@ -116,6 +129,7 @@ std::string FlightRecorder::to_json(const std::string& reason) const {
   std::snprintf(b, sizeof b, ", \"process_stalled_s\": %.3f", stalled_s_);
   s += b;
   s += std::string(", \"stopped_by_fault_injection\": ") + (hung_ ? "true" : "false");
+  if (!extra.empty()) s += ", " + extra;
   s += ", \"groups\": [";
   for (size_t g = 0; g < groups_.size(); g++) {
     const FlightGroup& G = groups_[g];

@@ -82,8 +82,12 @@ class FlightRecorder {
   void freeze_in_next_collective() { freeze_next_ = true; }
   // Fault injection: stop here, for good (marked in the dump).
   [[noreturn]] void stop_here();
-  // Everything as one JSON object (docs/ARCHITECTURE.md, "Supervision": the dump).
-  std::string to_json(const std::string& reason) const;
+  // Everything as one JSON object (docs/ARCHITECTURE.md, "Supervision": the
+  // dump); extra: more members ("name": value, ...) to add to it.
+  std::string to_json(const std::string& reason, const std::string& extra = "") const;
+  // The other ranks the oldest call in flight needs: its group's members, or
+  // its peer (none when no call is in flight).
+  std::vector<int> waiting_on() const;
 
  private:
   uint64_t record_begin(int group, const char* op, size_t bytes, int peer, Kind kind);

@@ -20,16 +20,16 @@ void Watchdog::set_abort_hook(void (*hook)()) { abort_hook = hook; }
 
 
 Watchdog::Watchdog(FlightRecorder& rec, double timeout_s, std::string dump_path, double grace_s,
-                   std::function<int()> dump_requests)
-    : rec_(rec), dump_requests_(std::move(dump_requests)), timeout_s_(timeout_s), grace_s_(grace_s),
+                   std::function<int()> dump_requests, NetworkCheck network_check)
+    : rec_(rec), dump_requests_(std::move(dump_requests)), network_check_(std::move(network_check)), timeout_s_(timeout_s), grace_s_(grace_s),
       dump_path_(std::move(dump_path)) {
   if (timeout_s_ > 0 || dump_requests_) thread_ = std::thread([this] { run(); });
 }
 
-bool Watchdog::dump(const std::string& why) {
+bool Watchdog::dump(const std::string& why, const std::string& extra) {
   std::error_code ec;
   std::filesystem::create_directories(std::filesystem::path(dump_path_).parent_path(), ec);
-  return replace_file(dump_path_, rec_.to_json(why), false).empty();
+  return replace_file(dump_path_, rec_.to_json(why, extra), false).empty();
 }
 
 Watchdog::~Watchdog() {
@@ -73,7 +73,9 @@ void Watchdog::run() {
                     now - s.last_progress, phase_text(s.phase, s.phase_step).c_str(), timeout_s_);
     else
       continue;
-    const bool dumped = dump(why);
+    // A stuck call: can its peers' hosts still be reached? (2 s at most)
+    const std::string network = network_check_ && s.in_call ? network_check_(rec_.waiting_on()) : "";
+    const bool dumped = dump(why, network);
     std::fprintf(stderr, "error (rank %d, step %ld): watchdog: %s; flight recorder %s %s; ending the job "
                          "(exit %d). Run `trainer diagnose RUN_DIR` to see which rank is behind.\n",
                  rec_.world_rank(), s.step + 1, why, dumped ? "written to" : "could NOT be written to",

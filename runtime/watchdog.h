@@ -12,6 +12,7 @@
 #include <functional>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "runtime/flight_recorder.h"
 
@@ -23,8 +24,11 @@ class Watchdog {
   // wait after dumping before exiting, so peers whose own timeouts fire a
   // moment later dump too. dump_requests: a count that grows by one per
   // request; empty: none.
+  // network_check, if set, runs before a timeout's dump with the ranks the
+  // stuck call waits for and returns more members for it (runtime/peer_probe.h).
+  using NetworkCheck = std::function<std::string(const std::vector<int>&)>;
   Watchdog(FlightRecorder& rec, double timeout_s, std::string dump_path, double grace_s = 3.0,
-           std::function<int()> dump_requests = {});
+           std::function<int()> dump_requests = {}, NetworkCheck network_check = {});
   ~Watchdog();
   Watchdog(const Watchdog&) = delete;
   Watchdog& operator=(const Watchdog&) = delete;
@@ -34,9 +38,10 @@ class Watchdog {
 
  private:
   void run();
-  bool dump(const std::string& why);
+  bool dump(const std::string& why, const std::string& extra = "");
   FlightRecorder& rec_;
   std::function<int()> dump_requests_;
+  NetworkCheck network_check_;
   double timeout_s_, grace_s_;
   std::string dump_path_;
   std::atomic<bool> stop_{false};

@@ -94,3 +94,38 @@ def small_demo(trainer, tmp, steps):
                   "--set", f"training.steps={steps}", "--set", "training.log_every=1",
                   "--set", "optimizer.warmup_steps=2", "--set", "training.eval_every=0",
                   "--set", "model.n_layers=4"]
+
+
+# What every Slurm test's slurm.conf says: root runs the daemons, no cgroups,
+# no accounting, PMIx for Open MPI.
+SLURM_COMMON = """SlurmUser=root
+AuthType=auth/munge
+ProctrackType=proctrack/linuxproc
+TaskPlugin=task/none
+SelectType=select/cons_tres
+SelectTypeParameters=CR_CPU
+MpiDefault=pmix
+JobRequeue=1
+MailProg=/bin/true
+ReturnToService=2
+SlurmdParameters=config_overrides
+AccountingStorageType=accounting_storage/none
+JobCompType=jobcomp/none
+SlurmctldPort=16817
+SlurmdPort=16818
+"""
+
+
+def start_munge():
+    """munged, unless one runs already (another test may start it at the same moment)."""
+    import shutil
+    import subprocess
+    if subprocess.run(["pgrep", "-x", "munged"], capture_output=True).returncode == 0:
+        return
+    os.makedirs("/run/munge", exist_ok=True)
+    shutil.chown("/run/munge", "munge", "munge")
+    if not os.path.exists("/etc/munge/munge.key"):
+        subprocess.run(["runuser", "-u", "munge", "--", "/usr/sbin/mungekey", "--create"], check=True)
+    subprocess.run(["runuser", "-u", "munge", "--", "/usr/sbin/munged"])
+    if subprocess.run(["pgrep", "-x", "munged"], capture_output=True).returncode != 0:
+        raise SystemExit("munged did not start")

@@ -25,7 +25,8 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from harness import DEMO_RECIPE, check, failures, same_tensors, small_demo, tensors  # noqa: E402
+from harness import (DEMO_RECIPE, SLURM_COMMON, check, failures, same_tensors, small_demo,  # noqa: E402
+                     start_munge, tensors)
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
@@ -42,12 +43,7 @@ def wait_for(pred, timeout, what):
 
 def start_slurm(tmp, env):
     """munged (if not running) + slurmctld + slurmd on this host; returns pid files."""
-    if subprocess.run(["pgrep", "-x", "munged"], capture_output=True).returncode != 0:
-        os.makedirs("/run/munge", exist_ok=True)
-        shutil.chown("/run/munge", "munge", "munge")
-        if not os.path.exists("/etc/munge/munge.key"):
-            subprocess.run(["runuser", "-u", "munge", "--", "/usr/sbin/mungekey", "--create"], check=True)
-        subprocess.run(["runuser", "-u", "munge", "--", "/usr/sbin/munged"], check=True)
+    start_munge()
     host = socket.gethostname().split(".")[0]
     for d in ("state", "spool"):
         os.makedirs(os.path.join(tmp, d))
@@ -55,27 +51,12 @@ def start_slurm(tmp, env):
     with open(conf, "w") as f:
         f.write(f"""ClusterName=trainer-test
 SlurmctldHost={host}(127.0.0.1)
-SlurmUser=root
-AuthType=auth/munge
-ProctrackType=proctrack/linuxproc
-TaskPlugin=task/none
-SelectType=select/cons_tres
-SelectTypeParameters=CR_CPU
-MpiDefault=pmix
-JobRequeue=1
-MailProg=/bin/true
-ReturnToService=2
-SlurmdParameters=config_overrides
-AccountingStorageType=accounting_storage/none
-JobCompType=jobcomp/none
-StateSaveLocation={tmp}/state
+{SLURM_COMMON}StateSaveLocation={tmp}/state
 SlurmdSpoolDir={tmp}/spool
 SlurmctldPidFile={tmp}/slurmctld.pid
 SlurmdPidFile={tmp}/slurmd.pid
 SlurmctldLogFile={tmp}/slurmctld.log
 SlurmdLogFile={tmp}/slurmd.log
-SlurmctldPort=16817
-SlurmdPort=16818
 NodeName={host} NodeAddr=127.0.0.1 CPUs=8 State=UNKNOWN
 PartitionName=test Nodes={host} Default=YES MaxTime=INFINITE State=UP OverSubscribe=YES
 """)

@@ -5,9 +5,13 @@
 // tests/slurm_check.py.
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <atomic>
+#include <chrono>
 #include <csignal>
 #include <cstdio>
 #include <filesystem>
@@ -19,6 +23,7 @@
 #include "runtime/crash_report.h"
 #include "runtime/errors.h"
 #include "runtime/flight_recorder.h"
+#include "runtime/peer_probe.h"
 #include "runtime/watchdog.h"
 
 namespace trainer {
@@ -209,6 +214,45 @@ TEST(Watchdog, QuietWhileCallsComeAndGo) {
   SUCCEED();
 }
 
+// A local port that answers no one: a listener that never accepts, its
+// queue filled (Linux then drops new connection requests unanswered).
+int silent_port(std::vector<int>& fds) {
+  const int l = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = inet_addr("127.0.0.2");
+  socklen_t len = sizeof a;
+  bind(l, reinterpret_cast<sockaddr*>(&a), sizeof a);
+  listen(l, 0);
+  getsockname(l, reinterpret_cast<sockaddr*>(&a), &len);
+  fds.push_back(l);
+  for (int i = 0; i < 3; i++) {
+    const int c = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK, 0);
+    connect(c, reinterpret_cast<sockaddr*>(&a), sizeof a);
+    fds.push_back(c);
+  }
+  usleep(100000);
+  return ntohs(a.sin_port);
+}
+
+TEST(PeerProbe, ReachesAListeningHostNotASilentOne) {
+  // Rank 1 listens on 127.0.0.1 (another probe's port); rank 2's address
+  // answers nothing; rank 3 shares rank 0's host.
+  PeerProbe a, b;
+  std::vector<int> fds;
+  const std::string port = b.record().substr(0, b.record().find(' '));
+  a.set_peers({a.record(), port + " lo=127.0.0.1", std::to_string(silent_port(fds)) + " lo=127.0.0.2", a.record()}, 0);
+  const auto t0 = std::chrono::steady_clock::now();
+  const nlohmann::json j = nlohmann::json::parse("{" + a.check({1, 2, 3}, 1.0) + "}").at("network");
+  const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  EXPECT_EQ(j.at("reached"), nlohmann::json::array({1})) << j;
+  EXPECT_EQ(j.at("unreached"), nlohmann::json::array({2})) << j;
+  EXPECT_EQ(j.at("host_ranks"), nlohmann::json::array({0, 3})) << j;
+  EXPECT_TRUE(j.at("links_down").empty()) << j;
+  EXPECT_LT(took, 1.5);
+  for (int fd : fds) close(fd);
+}
+
 // `trainer diagnose` on dumps written by hand.
 struct Dump {
   int rank;
@@ -216,6 +260,7 @@ struct Dump {
   std::string calls;  // JSON array body
   std::string phase = "training of step 4";
   double stalled_s = 0;
+  std::string network = "";  // the watchdog's network probe (runtime/peer_probe.h), if any
 };
 
 std::string write_dumps(const char* name, const std::vector<Dump>& dumps) {
@@ -230,7 +275,8 @@ std::string write_dumps(const char* name, const std::vector<Dump>& dumps) {
                         << ", \"stopped_by_fault_injection\": false, \"groups\": ["
                         << "{\"name\": \"world\", \"members\": [0, 1, 2], \"started\": 0, \"completed\": 0}, "
                         << "{\"name\": \"tp\", \"members\": [0, 1, 2], \"started\": " << d.tp_started
-                        << ", \"completed\": 0}], \"calls\": [" << d.calls << "]}\n";
+                        << ", \"completed\": 0}], \"calls\": [" << d.calls << "]"
+                        << (d.network.empty() ? "" : ", \"network\": " + d.network) << "}\n";
   }
   return dir;
 }
@@ -297,6 +343,55 @@ TEST(Diagnose, NamesTheRankWhoseProcessWasStoppedInsideACall) {
   EXPECT_NE(out.find("verdict: rank 1 is behind."), std::string::npos) << out;
   EXPECT_NE(out.find("rank 1's process was stopped for 8.0 s"), std::string::npos) << out;
   std::filesystem::remove_all(dir);
+}
+
+// A network probe's finding, as runtime/peer_probe.h writes it.
+std::string probe(const char* down, const char* reached, const char* unreached, const char* here) {
+  return std::string("{\"links_down\": [") + down + "], \"reached\": [" + reached + "], \"unreached\": [" +
+         unreached + "], \"host_ranks\": [" + here + "]}";
+}
+
+// Three ranks inside the same tp call, each dump with its network probe:
+// `trainer diagnose`'s exit code and output.
+std::pair<int, std::string> diagnose_probes(const char* name, const std::vector<std::string>& probes) {
+  const std::string c = call(8, "reduce_scatter_sum", 4096, "null");
+  std::vector<Dump> dumps;
+  for (int r = 0; r < 3; r++) dumps.push_back({r, 8, c, "training of step 4", 0, probes[r]});
+  const std::string dir = write_dumps(name, dumps);
+  auto result = diagnose(dir);
+  std::filesystem::remove_all(dir);
+  return result;
+}
+
+TEST(Diagnose, NamesTheRanksWhoseHostsLinkIsDown) {
+  // Ranks 1 and 2 share a host whose link went down; rank 0 (elsewhere, its
+  // links up) could not reach them.
+  const char* down = "\"eth1 (10.0.0.2)\"";
+  const auto [code, out] = diagnose_probes(
+      "diag_link", {probe("", "", "1, 2", "0"), probe(down, "", "0", "1, 2"), probe(down, "", "0", "1, 2")});
+  EXPECT_EQ(code, 0) << out;
+  EXPECT_NE(out.find("verdict: the network: ranks 1, 2 lost their link (eth1 (10.0.0.2) down); rank 0 could not "
+                     "reach them."),
+            std::string::npos) << out;
+}
+
+TEST(Diagnose, NamesTheHostNoOtherHostReaches) {
+  // Three hosts, no link seen down: 0 and 1 reach each other, not 2.
+  const auto [code, out] = diagnose_probes(
+      "diag_reach", {probe("", "1", "2", "0"), probe("", "0", "2", "1"), probe("", "", "0, 1", "2")});
+  EXPECT_EQ(code, 0) << out;
+  EXPECT_NE(out.find("verdict: the network: no other host reaches rank 2."), std::string::npos) << out;
+}
+
+TEST(Diagnose, TwoHostsThatLostEachOtherNameNoOne) {
+  // Each reaches none of the others and saw no link of its own go down:
+  // nothing tells which side was cut.
+  const auto [code, out] = diagnose_probes(
+      "diag_pair", {probe("", "", "1, 2", "0"), probe("", "", "0", "1, 2"), probe("", "", "0", "1, 2")});
+  EXPECT_EQ(code, 1) << out;
+  EXPECT_NE(out.find("verdict: no single rank is behind"), std::string::npos) << out;
+  EXPECT_NE(out.find("network: rank 0: its links are up; reached rank(s) [], could not reach [1, 2]"),
+            std::string::npos) << out;
 }
 
 TEST(Diagnose, ReportsACrashOfTheNewestJob) {

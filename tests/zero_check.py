@@ -10,6 +10,10 @@ model (2 layers, 20 steps, every step logged):
 - each rank's optimizer memory (metrics.jsonl's peak) is 1/dp of zero 0's
   (its block plus a tail of fewer than dp elements) and what `trainer plan`
   predicts for the recipe;
+- under ZeRO-1 each data-parallel rank writes its own checkpoint file
+  (pp*_tp*_dp*.h5, about 1/dp of zero 0's file), and the weights, m and v
+  put together from those files here (h5py, from each dataset's
+  global_shape / shard / flat attributes) equal zero 0's;
 - gradient buckets started during the backward (parallel.dp_overlap) give
   the same losses, bit for bit, as buckets started after it;
 - a checkpoint written under dp 4 with ZeRO-1 resumes under dp 2 without it
@@ -17,10 +21,13 @@ model (2 layers, 20 steps, every step logged):
 
 usage: zero_check.py TRAINER MPIEXEC
 """
+import glob
 import json
 import os
 import sys
 import tempfile
+
+import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from harness import DEMO_RECIPE, check, finish, run, small_demo  # noqa: E402
@@ -41,6 +48,35 @@ def records(run_dir):
     return [json.loads(l) for l in open(os.path.join(run_dir, "metrics.jsonl"))]
 
 
+def assemble(step_dir):
+    """(group, tensor) -> global array from every shard file of a step
+    directory, written independently of the trainer's reader."""
+    import h5py
+    out = {}
+
+    def place(path, d):
+        if not isinstance(d, h5py.Dataset):
+            return
+        group, name = path.split("/", 1)
+        shape = tuple(int(x) for x in d.attrs["global_shape"])
+        arr = out.setdefault((group, name), np.full(shape, np.nan, np.float32))
+        R, C = shape[0], (shape[1] if len(shape) == 2 else 1)
+        dim, start = (int(x) for x in d.attrs["shard"])
+        data = d[()].astype(np.float32).reshape(-1)
+        lo, n, slice_n = (int(x) for x in d.attrs["flat"]) if "flat" in d.attrs else (0, data.size, data.size)
+        index = np.arange(R * C).reshape(R, C)
+        if dim == 0:
+            index = index[start:start + slice_n // C, :]
+        elif dim == 1:
+            index = index[:, start:start + slice_n // R]
+        arr.reshape(-1)[index.reshape(-1)[lo:lo + n]] = data
+
+    for f in sorted(glob.glob(os.path.join(step_dir, "*.h5"))):
+        with h5py.File(f, "r") as h:
+            h.visititems(place)
+    return out
+
+
 def main():
     trainer, mpiexec = sys.argv[1], sys.argv[2]
     with tempfile.TemporaryDirectory() as tmp:
@@ -54,6 +90,30 @@ def main():
                  "--set", f"run.dir={os.path.join(tmp, name)}", *extra])
             return records(os.path.join(tmp, name))
 
+        def check_sharded_files(name, dp, whole_dir, sharded_dir):
+            a, b = assemble(whole_dir), assemble(sharded_dir)
+            whole = sorted(os.path.basename(f) for f in glob.glob(whole_dir + "/*.h5"))
+            parts = sorted(os.path.basename(f) for f in glob.glob(sharded_dir + "/*.h5"))
+            expected = sorted(f[:-3] + f"_dp{d}.h5" for f in whole for d in range(dp))
+            # A later pipeline stage's flat buffer also holds the tied embedding's
+            # copy (saved by stage 0 only): its blocks are cut from a longer buffer.
+            tied = 12 * a[("param", "embed.tok")].size if len(whole) > 1 and ("param", "embed.tok") in a else 0
+            worst = 0.0
+            for f in whole:
+                size = os.path.getsize(os.path.join(whole_dir, f))
+                mine = [os.path.getsize(os.path.join(sharded_dir, f[:-3] + f"_dp{d}.h5")) for d in range(dp)
+                        if f[:-3] + f"_dp{d}.h5" in parts]
+                bound = (size + (tied if not f.startswith("pp0_") else 0)) / dp
+                worst = max([worst] + [m / bound for m in mine])
+            check(parts == expected and worst <= 1.02,
+                  f"{name}: every data-parallel rank wrote its own file ({len(parts)}: {', '.join(parts)}), "
+                  f"each at most {worst:.3f} of 1/{dp} of zero 0's")
+            holes = sum(int(np.isnan(v).sum()) for v in b.values())
+            diff = max(float(np.max(np.abs(a[k] - b[k]) / (np.abs(a[k]) + 1e-6))) for k in a) if a.keys() == b.keys() else 1
+            check(a.keys() == b.keys() and holes == 0 and diff <= 1e-5,
+                  f"{name}: weights, m and v put together from the ZeRO-1 files equal zero 0's "
+                  f"({len(b)} tensors, {holes} values missing, worst relative difference {diff:.1e})")
+
         def plan_optimizer_mb(ranks, sets):
             args = [a for s in sets for a in ("--set", s)]
             _, out = run([trainer, "plan", DEMO_RECIPE, *base, *args, "--ranks", str(ranks)])
@@ -64,8 +124,8 @@ def main():
             raise SystemExit("no stage-0 row in trainer plan's output:\n" + out)
 
         for i, (name, ranks, sets) in enumerate(LAYOUTS):
-            a = train(f"z0_{i}", ranks, sets + ["parallel.zero_stage=0"])
-            b = train(f"z1_{i}", ranks, sets + ["parallel.zero_stage=1"])
+            a = train(f"z0_{i}", ranks, sets + ["parallel.zero_stage=0", "checkpoint.every=20"])
+            b = train(f"z1_{i}", ranks, sets + ["parallel.zero_stage=1", "checkpoint.every=20"])
             la, lb = [r["loss"] for r in a], [r["loss"] for r in b]
             worst = max(abs(x - y) / abs(x) for x, y in zip(la, lb))
             check(len(la) == len(lb) == 20 and worst <= 1e-6,
@@ -78,6 +138,8 @@ def main():
                   f"(`trainer plan`: {plan} MB)")
             if "NaN" in name:
                 check(sum("update_skipped" in r for r in b) == 1, f"{name}: the NaN step is skipped under ZeRO-1")
+            check_sharded_files(name, dp, *(os.path.join(tmp, f"z{z}_{i}", "checkpoints", "step_00000020")
+                                            for z in (0, 1)))
 
         # Buckets started during the backward or after it: the same sums. Small
         # buckets (many of them), and the held-back tensors: a tied embedding

@@ -1,0 +1,57 @@
+#pragma once
+// Which host lost its network, when every rank waits in the same collective
+// and the flight recorders alone cannot tell (the ranks look alike: each is
+// inside the call, none is behind). At start-up each rank listens on a TCP
+// port of its own, outside the communication library, and the ranks swap
+// their addresses (interface and IPv4 address, port). When the watchdog
+// fires it probes the hosts of the ranks it waits for (a connection attempt
+// each, all at once, a couple of seconds at most) and checks its own
+// interfaces: an interface that was up at start-up and is down now, or
+// hosts that no longer answer, go into the flight recorder's dump, and
+// `trainer diagnose` names the ranks on the host that was cut off.
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace trainer {
+
+class PeerProbe {
+ public:
+  // Opens the listening socket (no socket: probes find nothing to say).
+  PeerProbe();
+  ~PeerProbe();
+  PeerProbe(const PeerProbe&) = delete;
+  PeerProbe& operator=(const PeerProbe&) = delete;
+
+  // This rank's line for the swap: "PORT IFACE=IP IFACE=IP ..." (up,
+  // non-loopback IPv4 interfaces).
+  std::string record() const;
+  // Every rank's line, by world rank.
+  void set_peers(std::vector<std::string> records, int my_rank);
+
+  // Probes the hosts of `ranks` (one rank per host; ranks with this rank's
+  // addresses share its host and are skipped) for at most timeout_s, and
+  // returns the dump's member: "network": {"links_down": [...], "reached":
+  // [ranks], "unreached": [ranks], "host_ranks": [ranks on this host]}.
+  std::string check(const std::vector<int>& ranks, double timeout_s) const;
+
+  struct Address {
+    std::string iface, ip;
+  };
+
+ private:
+  struct Peer {
+    int port = 0;
+    std::vector<Address> addrs;
+  };
+  static Peer parse(const std::string& record);
+  // The host a rank is on, as its sorted addresses.
+  std::string host_of(int rank) const;
+  void accept_loop();
+  int fd_ = -1, port_ = 0, rank_ = -1;
+  std::thread acceptor_;
+  std::vector<Address> mine_;
+  std::vector<Peer> peers_;
+};
+
+}  // namespace trainer

@@ -45,7 +45,8 @@ int cmd_plan(int argc, char** argv) {
                 dtype_name(r.training.precision), dtype_name(r.training.precision), dtype_name(r.training.precision));
   if (r.zero_stage == 1 && r.grid.dp > 1)
     std::printf("ZeRO-1: each data-parallel rank keeps 1/%d of AdamW's state (shown: rank 0's block and the tail "
-                "of fewer than dp elements every rank keeps)\n", r.grid.dp);
+                "of fewer than dp elements every rank keeps) and writes its part of a checkpoint to a file of its own\n",
+                r.grid.dp);
   std::printf("memory per rank in MB (the recipe's mode is marked *); extra forward FLOPs per step and rank\n");
   std::printf("%-6s %-11s %9s %9s %9s %11s %9s %11s %9s %16s\n", "stage", "recompute", "params",
               "grads", "optimizer", "activations", "comm", "temporaries", "total", "extra fwd FLOPs");

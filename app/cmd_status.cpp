@@ -97,7 +97,16 @@ int cmd_status(int argc, char** argv) {
                                      : ckpt_every == 0 ? "off (checkpoint.every = 0)"
                                                        : ("none yet in " + ckpt_dir).c_str());
 
-  if (!events.empty()) {
+  // The trainer's own throughput reports, the newest (it writes them to events.jsonl too).
+  std::vector<json> supervisor;
+  const json* drop = nullptr;
+  for (const json& e : events) {
+    if (e.value("event", "") == "throughput_drop") drop = &e;
+    else supervisor.push_back(e);
+  }
+  if (drop) std::printf("  throughput: %s\n", drop->value("message", "").c_str());
+  if (!supervisor.empty()) {
+    const std::vector<json>& events = supervisor;
     int launches = 0, restarts = 0;
     const json* failure = nullptr;  // the last exit that was not a success
     std::vector<const json*> explained;  // crash / diagnosis events of that launch

@@ -217,6 +217,13 @@ std::vector<RecipeKey> make_keys() {
       K("runtime", "straggler_factor", Float, "name a rank whose compute time exceeds its peers' median by this factor",
         AT(runtime.straggler_factor)).def(1.5).above(1).or_zero_off(),
       K("runtime", "straggler_every", Int, "steps between straggler reports", AT(runtime.straggler_every)).def(10L).at_least(1),
+      K("runtime", "throughput_drop", Float,
+        "report (events.jsonl, stderr, `trainer status`) when the median step over the last throughput_window steps "
+        "gives fewer tokens/s than this fraction of the launch's early baseline, with the part of the step that grew",
+        AT(runtime.throughput_drop)).def(0.8).above(0).below(1).or_zero_off(),
+      K("runtime", "throughput_window", Int,
+        "steps in the baseline (after the first 2 of a launch) and in the watched window",
+        AT(runtime.throughput_window)).def(50L).at_least(2),
       K("runtime", "memory_check", Bool, "stop before allocating (exit 2) when the predicted memory per rank exceeds its share of the node's",
         AT(runtime.memory_check)).def(true),
       // [supervisor]

@@ -148,6 +148,7 @@ void set_up_job(Job& job, int rank, int launch) {
   const Recipe& r = job.recipe;
   job.train = make_blend(job, r.data.train, r.data.train_files);
   job.val = make_blend(job, r.data.val, r.data.val_files);
+  job.launch = launch;
   job.faults = FaultPlan(r.faults, rank, launch);
   start_recording(job, rank, launch);
   start_probe(job, rank);

@@ -32,6 +32,7 @@ struct Job {
   std::unique_ptr<Watchdog> watchdog;
   std::unique_ptr<PeerProbe> probe;  // multi-rank jobs: who can still be reached when the watchdog fires
   FaultPlan faults;          // injected faults for this rank and launch
+  int launch = 0;            // the supervisor's launch number (TRAINER_ATTEMPT), 0 without one
   double peak_gflops = 0;    // per rank
   std::string peak_source;   // where it came from, for the run header
   std::string resumed_from;  // checkpoint step directory, or empty

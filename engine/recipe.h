@@ -73,6 +73,8 @@ struct RuntimeSection {
   double comm_timeout{};  // s a rank may sit in one collective (or idle) before the watchdog ends the job; 0: off
   double straggler_factor{};  // a rank whose compute time exceeds the median by this factor is named; 0: off
   int straggler_every{};       // steps between straggler reports
+  double throughput_drop{};    // report tokens/s held below this fraction of the early baseline; 0: off
+  int throughput_window{};     // steps the baseline and the watched window span
   bool memory_check{};       // stop before allocating when the plan does not fit (app/memory_fit.h)
 };
 

@@ -18,7 +18,8 @@ int run_step_loop(Job& job) { return StepLoop(job).run(); }
 
 StepLoop::StepLoop(Job& job)
     : job_(job), r_(job.recipe), loop_(*job.loop), world_(job.grid->world()), lead_(world_.rank() == 0),
-      rank_(world_.rank()), last_saved_(job.resumed_step), newest_(job.resumed_from) {
+      rank_(world_.rank()), last_saved_(job.resumed_step), newest_(job.resumed_from),
+      throughput_(r_.runtime.throughput_drop, r_.runtime.throughput_window) {
   first_ = loop_.steps_done();
   end_ = r_.training.exit_after > 0 ? std::min(r_.training.steps, first_ + r_.training.exit_after)
                                     : r_.training.steps;
@@ -58,6 +59,7 @@ int StepLoop::run() {
     last_loss_ = st.loss;
     if (x.val >= 0) last_val_ = x.val;
     if (lead_ && x.straggler_report) print_stragglers(st, x.slow);
+    if (lead_) watch_throughput(st, x);
     log_step(st, x);
   }
   print_summary();

@@ -5,7 +5,8 @@
 //   engine/step_loop.cpp       the loop, preemption, injected faults, evaluation
 //   engine/failure_policy.cpp  a NaN/Inf or spiking step: skip, roll back or stop
 //   engine/step_saves.cpp      checkpoint saves and commits (blocking or async)
-//   engine/stragglers.cpp      naming ranks that compute slower than their peers
+//   engine/stragglers.cpp      naming ranks that compute slower than their peers, and
+//                              throughput drops (engine/throughput_watch.h)
 //   engine/step_log.cpp        metrics.jsonl, the step line, the run's header and summary
 #include <chrono>
 #include <deque>
@@ -16,6 +17,7 @@
 
 #include "data/blend.h"
 #include "engine/job.h"
+#include "engine/throughput_watch.h"
 #include "runtime/metrics.h"
 
 namespace trainer {
@@ -61,6 +63,7 @@ class StepLoop {
   void add_blend_counts(JsonRecord& rec);
   void print_blend() const;
   void track_stragglers(const StepStats& st, StepExtras& x);
+  void watch_throughput(const StepStats& st, const StepExtras& x);
   double save_or_commit(const StepStats& st);
   void commit_async(bool wait, bool saving_now, bool* did);
   void finish_async();
@@ -87,6 +90,10 @@ class StepLoop {
   std::deque<double> recent_losses_;   // applied steps, for the spike limit
   double window_compute_ms_ = 0;
   int window_steps_ = 0;
+  ThroughputWatch throughput_;
+  StragglerReport last_named_;  // the newest straggler report that named a rank
+  long last_named_step_ = -1;
+  std::unique_ptr<MetricsLog> events_;  // rank 0: the run's events.jsonl, opened at the first event
   double last_loss_ = 0, last_val_ = -1;
   std::unique_ptr<BlendOrder> blend_counter_;  // samples per blend source, for the metrics
   std::chrono::steady_clock::time_point t_start_;

@@ -1,11 +1,13 @@
 // Stragglers: every runtime.straggler_every steps all ranks share their mean
 // compute time per step (step time minus time in communication calls, which
 // is where fast ranks wait for slow ones); a rank slower than its peers by
-// more than runtime.straggler_factor is named.
+// more than runtime.straggler_factor is named. And the throughput watch's
+// reports (engine/throughput_watch.h).
 #include <algorithm>
 #include <cstdio>
 
 #include "engine/step_loop.h"
+#include "runtime/utc_time.h"
 
 namespace trainer {
 
@@ -55,6 +57,44 @@ void StepLoop::print_stragglers(const StepStats& st, const StragglerReport& slow
                  st.step, (int)slow.ranks[i], at.dp, at.pp, at.tp, slow.ms[i], r_.runtime.straggler_every,
                  slow.ratios[i], r_.runtime.straggler_factor, slow.median_ms);
   }
+}
+
+}  // namespace trainer
+
+namespace trainer {
+
+// Rank 0: a drop goes to stderr and, as a `throughput_drop` event, to
+// events.jsonl (beside the supervisor's events; `trainer status` and the
+// report show it), with each part of the step and the rank last named a
+// straggler, if any, within the last two reports.
+void StepLoop::watch_throughput(const StepStats& st, const StepExtras& x) {
+  if (x.straggler_report && !x.slow.ranks.empty()) last_named_ = x.slow, last_named_step_ = st.step;
+  const double comm = st.comm_ms(), compute = std::max(0.0, st.step_ms - comm - st.data_wait_ms);
+  const auto drop = throughput_.add(st.step, {st.step_ms, compute, comm, st.data_wait_ms});
+  if (!drop) return;
+  const bool straggler = last_named_step_ >= 0 && st.step - last_named_step_ <= 2L * r_.runtime.straggler_every;
+  char text[768];
+  std::snprintf(text, sizeof text,
+                "step %ld: throughput down to %.0f%% of this launch's early baseline over the last %d steps "
+                "(runtime.throughput_drop = %g): median step %.0f ms, was %.0f ms; %s grew most (+%.0f ms: compute "
+                "%.0f -> %.0f, communication %.0f -> %.0f, data wait %.1f -> %.1f ms)%s",
+                st.step, 100 * drop->ratio, r_.runtime.throughput_window, r_.runtime.throughput_drop, drop->now.step,
+                drop->base.step, drop->grew.c_str(), drop->grew_ms, drop->base.compute, drop->now.compute,
+                drop->base.comm, drop->now.comm, drop->base.data_wait, drop->now.data_wait,
+                straggler ? ("; straggler: rank " + std::to_string((int)last_named_.ranks[0]) + " computes " +
+                             std::to_string(last_named_.ratios[0]).substr(0, 4) + "x its peers' median")
+                                .c_str()
+                          : "");
+  std::fprintf(stderr, "warning: %s\n", text);
+  std::fflush(stderr);
+  if (!events_) events_ = std::make_unique<MetricsLog>(r_.run.dir + "/events.jsonl", false);
+  JsonRecord e;
+  e.add("time", iso_time(wall_seconds())).add("event", std::string("throughput_drop"))
+      .add("launch", job_.launch).add("message", std::string(text)).add("step", st.step)
+      .add("ratio", drop->ratio).add("grew", drop->grew).add("grew_ms", drop->grew_ms)
+      .add("step_ms", drop->now.step).add("baseline_step_ms", drop->base.step);
+  if (straggler) e.add("straggler_rank", (long)last_named_.ranks[0]);
+  events_->write(e);
 }
 
 }  // namespace trainer

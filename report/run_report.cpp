@@ -65,7 +65,7 @@ struct TimelineItem {
 const char* event_color(const std::string& kind) {
   if (kind == "start" || kind == "launch") return "#1f77b4";
   if (kind == "done" || kind == "checkpoint") return "#2ca02c";
-  if (kind == "preempted" || kind == "signal" || kind == "straggler") return "#ff7f0e";
+  if (kind == "preempted" || kind == "signal" || kind == "straggler" || kind == "throughput_drop") return "#ff7f0e";
   if (kind == "diagnosis") return "#9467bd";
   return "#d62728";  // exit, crash, hang, restart, give_up, skip
 }
@@ -85,7 +85,11 @@ std::vector<TimelineItem> timeline_items(const RunFiles& f) {
     it.color = event_color(it.kind);
     out.push_back(it);
   }
-  if (f.events.empty())
+  // Without a supervisor (no start events; the trainer's own throughput
+  // reports may be there), each launch from launches.jsonl.
+  const bool supervised = std::any_of(f.events.begin(), f.events.end(),
+                                      [](const json& e) { return str(e, "event") == "start"; });
+  if (!supervised)
     for (size_t i = 0; i < f.launches.size(); i++) {
       const json& l = f.launches[i];
       const std::string from = str(l, "resumed_from");

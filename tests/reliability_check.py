@@ -389,6 +389,27 @@ def case_logging(e):
     check("GFLOP/s/rank (cached" in out, "16 the second run uses the cached peak")
 
 
+def case_throughput(e):
+    # Rank 0 slowed by 400 ms a step from step 30: with a 10-step window the
+    # watch reports it by step 35 (half the window slow), once, naming compute.
+    # Steps of some ms (a wider model) and a 4x line, so that load from other
+    # tests on a 2-core machine is no drop.
+    r = e.recipe("throughput")
+    code, out = e.train(r, "--set", "training.steps=45", "--set", "checkpoint.every=0", "--set", "model.d_model=128",
+                        "--set", "model.d_ff=512", "--set", "model.seq_len=64", "--set", "training.global_batch=8",
+                        "--set", "runtime.throughput_drop=0.25", "--set", "runtime.throughput_window=10",
+                        "--set", 'fault.inject=["slow rank=0 ms=400 step=30"]', np_=2)
+    path = os.path.join(e.tmp, "throughput", "events.jsonl")
+    drops = [json.loads(l) for l in open(path)] if os.path.exists(path) else []
+    check(code == 0 and len(drops) == 1 and 30 <= drops[0]["step"] <= 35 and drops[0]["grew"] == "compute"
+          and "throughput down to" in out,
+          f"19 a slow rank from step 30: one throughput_drop event within the 10-step window, naming compute "
+          f"({[(d['step'], d['grew'], round(d['ratio'], 2)) for d in drops]})")
+    code, out = e.sh([e.trainer, "status", os.path.join(e.tmp, "throughput")])
+    check(code == 0 and "throughput: step" in out and "compute grew most" in out,
+          "19 trainer status shows the throughput drop")
+
+
 def case_process_name(e):
     r = e.recipe("pname")
     p = subprocess.Popen([e.trainer, "train", r, "--set", "training.steps=100000", "--set", "checkpoint.every=0"],

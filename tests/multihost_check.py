@@ -143,7 +143,8 @@ def overlap(trainer, launch, base, tmp):
 
 def cut_link(trainer, launcher_of, base, tmp):
     sets = base + ["--set", "training.steps=60", "--set", "checkpoint.every=10", "--set", "runtime.comm_timeout=6",
-                   "--set", "supervisor.backoff=3", "--set", "model.n_layers=2", "--set", "parallel.zero_stage=1"]
+                   "--set", "supervisor.backoff=3", "--set", "model.n_layers=2", "--set", "parallel.zero_stage=1",
+                   "--set", "supervisor.max_restarts=6"]
     straight = os.path.join(tmp, "straight")
     run(launcher_of() + [trainer, "train", DEMO_RECIPE, *sets, "--set", f"run.dir={straight}"])
     rdir = os.path.join(tmp, "cut")
@@ -179,8 +180,18 @@ def cut_link(trainer, launcher_of, base, tmp):
         if e["event"] in ("crash", "diagnosis") or (e["event"] == "exit" and e.get("code") not in (0, 5)):
             print("event:", json.dumps(e)[:2000])
     if [c for c, _ in exits] != [5, 0]:
-        print(out[-6000:])
-    check(code == 0 and len(exits) == 2 and exits[0][0] == 5 and exits[1][0] == 0 and ended < 6 + 10,
+        print(out[-3000:])
+    # mpirun itself has now and then died of SIGSEGV within a second of its
+    # start here (before any rank ran: no crash report, no flight recorder),
+    # which the supervisor restarts like any failed launch. Said, not counted.
+    crashed = {e.get("launch") for e in events if e["event"] == "crash"}
+    launcher = [e for e in events if e["event"] == "exit" and e.get("code") not in (0, 5)
+                and e.get("seconds", 99) < 2 and e.get("launch") not in crashed]
+    if launcher:
+        print(f"note: {len(launcher)} launch(es) failed within 2 s of starting, before any rank ran "
+              f"(exit {[e.get('code') for e in launcher]}); the supervisor restarted them")
+    kept = [(e.get("code"), round(e.get("seconds", 0))) for e in events if e["event"] == "exit" and e not in launcher]
+    check(code == 0 and [c for c, _ in kept] == [5, 0] and ended < 6 + 10,
           f"cut link: the watchdog ends the job {ended:.1f} s after the cut (comm_timeout 6 s) with exit 5; the "
           f"supervisor's relaunch finishes (exits {exits})")
     diag = [e["message"] for e in events if e["event"] == "diagnosis"]
@@ -263,8 +274,9 @@ def slurm_across(trainer, base, tmp, expected):
     pids, env = started
     try:
         rdir = os.path.join(tmp, "slurm_run")
+        os.makedirs(os.path.join(tmp, "slurm_tmp"))  # Open MPI's session files, off the shared /tmp
         env.update(OMPI_MCA_btl_tcp_if_include=f"{NET}.0/24", OMPI_MCA_btl="self,tcp", OMPI_ALLOW_RUN_AS_ROOT="1",
-                   OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
+                   OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1", TMPDIR=os.path.join(tmp, "slurm_tmp"))
         p = subprocess.run(in_netns(SWITCH, "srun", "--mpi=pmix", "-N", "2", "-n", "2", "--time=5",
                                     trainer, "train", DEMO_RECIPE, *base, *OVERLAP_SETS, "--set", f"run.dir={rdir}",
                                     "--set", "parallel.dp_overlap=true"),

@@ -6,7 +6,8 @@ model (2 layers, 20 steps, every step logged):
 - zero_stage 1 trains as zero_stage 0: losses within 1e-6 relative at every
   step (bit-identical is what the reduction order here gives) for dp 2, dp 4,
   dp 2 x tp 2 (sequence parallel, bf16), dp 2 x pp 2 (interleaved, full
-  recompute), dp 2 x pp 2 with clipping and a NaN update skipped;
+  recompute), dp 2 x pp 2 with clipping and a NaN update skipped, dp 2 with
+  a NaN rolled back to the last checkpoint (training.on_nan = "rollback");
 - each rank's optimizer memory (metrics.jsonl's peak) is 1/dp of zero 0's
   (its block plus a tail of fewer than dp elements) and what `trainer plan`
   predicts for the recipe;
@@ -43,6 +44,8 @@ LAYOUTS = [  # (name, ranks, --set arguments)
      ["parallel.pp=2", "model.n_layers=4", "parallel.schedule=interleaved", "recompute.mode=full"]),
     ("dp 2 x pp 2, grad clip 0.5, a NaN update skipped", 4,
      ["parallel.pp=2", "training.grad_clip=0.5", 'training.on_nan="skip"', 'fault.inject=["nan step=5"]']),
+    ("dp 2, step 8 rolled back to the step-5 checkpoint", 2,
+     ["checkpoint.every=5", 'training.on_nan="rollback"', 'fault.inject=["nan step=8"]']),
 ]
 
 
@@ -126,9 +129,10 @@ def main():
             raise SystemExit("no stage-0 row in trainer plan's output:\n" + out)
 
         for i, (name, ranks, sets) in enumerate(LAYOUTS):
-            a = train(f"z0_{i}", ranks, sets + ["parallel.zero_stage=0", "checkpoint.every=20"])
-            b = train(f"z1_{i}", ranks, sets + ["parallel.zero_stage=1", "checkpoint.every=20"])
-            la, lb = [r["loss"] for r in a], [r["loss"] for r in b]
+            a = train(f"z0_{i}", ranks, ["checkpoint.every=20"] + sets + ["parallel.zero_stage=0"])
+            b = train(f"z1_{i}", ranks, ["checkpoint.every=20"] + sets + ["parallel.zero_stage=1"])
+            # A step done again after a rollback: its last record counts.
+            la, lb = list({r["step"]: r["loss"] for r in a}.values()), list({r["step"]: r["loss"] for r in b}.values())
             worst = max(abs(x - y) / abs(x) for x, y in zip(la, lb))
             check(len(la) == len(lb) == 20 and worst <= 1e-6,
                   f"{name}: zero 1 losses equal zero 0's over 20 steps (worst relative difference {worst:.2e})")
@@ -140,6 +144,8 @@ def main():
                   f"(`trainer plan`: {plan} MB)")
             if "NaN" in name:
                 check(sum("update_skipped" in r for r in b) == 1, f"{name}: the NaN step is skipped under ZeRO-1")
+            if "rolled back" in name:
+                check(len(b) > 20, f"{name}: under ZeRO-1 the steps after the checkpoint ran again ({len(b)} records)")
             check_sharded_files(name, dp, *(os.path.join(tmp, f"z{z}_{i}", "checkpoints", "step_00000020")
                                             for z in (0, 1)))
 

@@ -43,7 +43,7 @@ int cmd_plan(int argc, char** argv) {
     std::printf("%s: params = fp32 master weights + their %s copy; activations, messages and the data-parallel "
                 "gradient copy in %s; gradients and optimizer state fp32\n",
                 dtype_name(r.training.precision), dtype_name(r.training.precision), dtype_name(r.training.precision));
-  if (r.zero_stage == 1 && r.grid.dp > 1)
+  if (r.zero_sharded())
     std::printf("ZeRO-1: each data-parallel rank keeps 1/%d of AdamW's state (shown: rank 0's block and the tail "
                 "of fewer than dp elements every rank keeps) and writes its part of a checkpoint to a file of its own\n",
                 r.grid.dp);

@@ -13,7 +13,7 @@ const char* kGroupNames[3] = {"param", "adam_m", "adam_v"};
 
 CheckpointStaging::CheckpointStaging(Backend& be, Chunks& chunks, std::vector<std::unique_ptr<AdamW>>& opts,
                                      int stage, int tp_rank, bool writer, bool saves_planned, DataComm* zero_dp)
-    : be_(be), chunks_(chunks), opts_(opts), stage_(stage), tp_rank_(tp_rank), writer_(writer || (zero_dp && zero_dp->size() > 1)), zero_dp_(zero_dp) {
+    : be_(be), chunks_(chunks), opts_(opts), stage_(stage), tp_rank_(tp_rank), writer_(writer), zero_dp_(zero_dp) {
   if (saves_planned && writer_) {
     std::vector<Piece> all[3];
     ensure_snapshot(shard_elems(saved_groups(all)));

@@ -28,8 +28,8 @@ namespace trainer {
 
 class CheckpointStaging {
  public:
-  // writer: this rank writes its position's file (under ZeRO-1 every rank
-  // does); saves_planned: allocate
+  // writer: this rank writes a file (its position's first data-parallel
+  // rank; under ZeRO-1 every rank, for its part); saves_planned: allocate
   // the host snapshot now (touching 1.5 GB of new pages costs seconds in a
   // VM: a blocking 124M save measured 10.6 s instead of 8.1 s when it happened
   // during the first save); else at the first save (a preemption's).
@@ -80,7 +80,7 @@ class CheckpointStaging {
   std::vector<Piece> pieces(int which, bool loading);
   // ZeRO-1: the stretches of chunk c that pieces() cuts tensors to.
   std::vector<Span> spans(int which, bool loading, size_t c);
-  bool sharded() const { return zero_dp_ != nullptr && zero_dp_->size() > 1; }
+  bool sharded() const { return zero_dp_ != nullptr; }
   SaveGroups saved_groups(std::vector<Piece> (&all)[3]);
   // Copies the saved pieces to the host snapshot; returns them pointing
   // there. side_stream: queued on the side stream, complete at snapshot_done_.

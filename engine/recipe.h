@@ -139,6 +139,8 @@ struct Recipe {
   std::vector<std::string> warnings;
 
   int accum_steps() const { return training.global_batch / (training.micro_batch * grid.dp); }
+  // ZeRO-1 in effect: asked for, and more than one data-parallel rank to shard over.
+  bool zero_sharded() const { return zero_stage == 1 && grid.dp > 1; }
 };
 
 }  // namespace trainer

@@ -73,6 +73,10 @@ void StepLoop::watch_throughput(const StepStats& st, const StepExtras& x) {
   const auto drop = throughput_.add(st.step, {st.step_ms, compute, comm, st.data_wait_ms});
   if (!drop) return;
   const bool straggler = last_named_step_ >= 0 && st.step - last_named_step_ <= 2L * r_.runtime.straggler_every;
+  char who[128] = "";
+  if (straggler)
+    std::snprintf(who, sizeof who, "; straggler: rank %d computes %.2fx its peers' median", (int)last_named_.ranks[0],
+                  last_named_.ratios[0]);
   char text[768];
   std::snprintf(text, sizeof text,
                 "step %ld: throughput down to %.0f%% of this launch's early baseline over the last %d steps "
@@ -80,11 +84,7 @@ void StepLoop::watch_throughput(const StepStats& st, const StepExtras& x) {
                 "%.0f -> %.0f, communication %.0f -> %.0f, data wait %.1f -> %.1f ms)%s",
                 st.step, 100 * drop->ratio, r_.runtime.throughput_window, r_.runtime.throughput_drop, drop->now.step,
                 drop->base.step, drop->grew.c_str(), drop->grew_ms, drop->base.compute, drop->now.compute,
-                drop->base.comm, drop->now.comm, drop->base.data_wait, drop->now.data_wait,
-                straggler ? ("; straggler: rank " + std::to_string((int)last_named_.ranks[0]) + " computes " +
-                             std::to_string(last_named_.ratios[0]).substr(0, 4) + "x its peers' median")
-                                .c_str()
-                          : "");
+                drop->base.comm, drop->now.comm, drop->base.data_wait, drop->now.data_wait, who);
   std::fprintf(stderr, "warning: %s\n", text);
   std::fflush(stderr);
   if (!events_) events_ = std::make_unique<MetricsLog>(r_.run.dir + "/events.jsonl", false);

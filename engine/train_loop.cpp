@@ -47,7 +47,7 @@ TrainLoop::TrainLoop(Backend& be, ParallelGroups groups, const Recipe& r,
   stage_ = pp_ ? pp_->rank() : 0;
   std::vector<float> host;
   size_t total = 0, largest = 0;
-  zero_ = r.zero_stage == 1 && dp_.size() > 1;
+  zero_ = r.zero_sharded();
   for (const ChunkLayout& ch : rank_layout(r, stage_).chunks) {
     chunks_.push_back(std::make_unique<Transformer>(
         be, r.model, r.training.micro_batch, TensorParallel{tp_.get(), tp_control_, r.sequence_parallel}, ch.spec,
@@ -69,7 +69,7 @@ TrainLoop::TrainLoop(Backend& be, ParallelGroups groups, const Recipe& r,
   executor_ = std::make_unique<PipelineExecutor>(be, pipe_, stage_, pp_.get(), chunks_);
   if (!zero_ && dp_.size() > 1) make_buckets();
   staging_ = std::make_unique<CheckpointStaging>(be, chunks_, opts_, stage_, tp_ ? tp_->rank() : 0,
-                                                 dp_.rank() == 0, r.checkpoint.every > 0, zero_ ? &dp_ : nullptr);
+                                                 dp_.rank() == 0 || zero_, r.checkpoint.every > 0, zero_ ? &dp_ : nullptr);
   make_loader(0);
 }
 

@@ -21,8 +21,8 @@ void Watchdog::set_abort_hook(void (*hook)()) { abort_hook = hook; }
 
 Watchdog::Watchdog(FlightRecorder& rec, double timeout_s, std::string dump_path, double grace_s,
                    std::function<int()> dump_requests, NetworkCheck network_check)
-    : rec_(rec), dump_requests_(std::move(dump_requests)), network_check_(std::move(network_check)), timeout_s_(timeout_s), grace_s_(grace_s),
-      dump_path_(std::move(dump_path)) {
+    : rec_(rec), dump_requests_(std::move(dump_requests)), network_check_(std::move(network_check)),
+      timeout_s_(timeout_s), grace_s_(grace_s), dump_path_(std::move(dump_path)) {
   if (timeout_s_ > 0 || dump_requests_) thread_ = std::thread([this] { run(); });
 }
 

@@ -8,6 +8,7 @@
 #include "app/commands.h"
 #include "engine/layout.h"
 #include "app/memory_fit.h"
+#include "app/plan_search.h"
 #include "app/recipe.h"
 #include "app/recipe_args.h"
 #include "model/flops.h"
@@ -24,14 +25,33 @@ const char* kPlanUsage =
     "  and the forward FLOPs recomputation adds. --ranks N is the world size\n"
     "  the job will have (default: dp * pp * tp with dp from the recipe, or 1).\n"
     "  Last, whether the worst rank fits in this machine's memory shared by\n"
-    "  --ranks-per-node ranks (default: all of them), as `trainer train` checks.\n";
+    "  --ranks-per-node ranks (default: all of them), as `trainer train` checks.\n"
+    "\n"
+    "       trainer plan RECIPE.toml --ranks N --search --profile FILE [--top K]\n"
+    "                    [--price-per-rank-hour X] [--tokens N] [--memory-per-rank-gb X]\n"
+    "                    [--json FILE] [--all-precisions]\n"
+    "  Every layout of N ranks (dp x tp x pp, sequence parallelism, 1f1b or interleaved,\n"
+    "  micro-batch, recompute mode, ZeRO stage; the recipe's precision) that is valid and\n"
+    "  fits memory (this machine's, or --memory-per-rank-gb), ranked by the step time the\n"
+    "  cost model predicts from a machine profile (`trainer calibrate`): memory, step\n"
+    "  time and its parts, tokens/s, MFU, the run's wall time for training.steps (or\n"
+    "  --tokens) and its cost; the --set lines of the best; why the others were rejected.\n"
+    "  --json FILE: every ranked and rejected layout, for scripts. --all-precisions: fp32\n"
+    "  and bf16 both (they change the numbers, not only the speed; calibrate with it too).\n";
 }
 
 int cmd_plan(int argc, char** argv) {
-  const RecipeArgs args = parse_recipe_args({"plan", kPlanUsage, {}, {"--ranks", "--ranks-per-node"}}, argc, argv);
+  const RecipeArgs args = parse_recipe_args({"plan", kPlanUsage, {"--search", "--all-precisions"},
+                                             {"--ranks", "--ranks-per-node", "--profile", "--top", "--price-per-rank-hour",
+                                              "--tokens", "--memory-per-rank-gb", "--json"}},
+                                            argc, argv);
   if (args.help) return std::fputs(kPlanUsage, stdout), 0;
   const std::string& path = args.recipe;
   int ranks = (int)args.integer("--ranks", 0, 1);
+  if (args.has("--search")) {
+    if (!ranks) throw RecipeError("plan --search needs --ranks N: the world size to search layouts for");
+    return plan_search(args, ranks);
+  }
   const Recipe r = load_recipe(path, args.overrides, ranks, false);
   ranks = r.grid.dp * r.grid.pp * r.grid.tp;
   const double step_flops = train_flops_per_token(r.model) * r.training.global_batch * r.model.seq_len;

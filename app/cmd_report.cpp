@@ -69,9 +69,10 @@ void add_recipe_facts(const Recipe& r, ReportFacts& f) {
                                   recompute_name(r.recompute.mode));
   add("train data", join_sources(r.data.train));
   add("validation data", join_sources(r.data.val));
-  add("checkpoints", r.checkpoint.every > 0 ? "every " + std::to_string(r.checkpoint.every) + " steps" +
-                                                  (r.checkpoint.async ? " (async)" : "") + " in " + r.checkpoint.dir
-                                            : "none");
+  const std::string every = r.checkpoint.automatic() ? "at the automatic interval (checkpoint.every = \"auto\")"
+                                                      : "every " + std::to_string(r.checkpoint.every) + " steps";
+  add("checkpoints", r.checkpoint.saves() ? every + (r.checkpoint.async ? " (async)" : "") + " in " + r.checkpoint.dir
+                                          : "none");
   if (!r.checkpoint.init_from.empty()) add("initial weights", r.checkpoint.init_from);
   const MemoryPlan p = plan_memory(m, rank_layout(r, 0), r.recompute);
   for (int k = 0; k < kMemKinds; k++) f.plan_mb[k] = p.bytes[k] / 1048576.0;

@@ -113,7 +113,7 @@ void load_job_recipe(Job& job, RecipeArgs& args, int argc, char** argv, int rank
 void take_run_dirs(Job& job, RunDirLocks& locks, bool start_over) {
   const Recipe& r = job.recipe;
   ensure_writable_dir(r.run.dir, "[run] dir");
-  if (r.checkpoint.every > 0) ensure_writable_dir(r.checkpoint.dir, "[checkpoint] dir");
+  if (r.checkpoint.saves()) ensure_writable_dir(r.checkpoint.dir, "[checkpoint] dir");
   const char* token = std::getenv("TRAINER_LOCK_TOKEN");  // set by `trainer supervise`
   lock_run_dirs(r, locks, token ? token : "");
   const ResumeDecision d = decide_resume(r, start_over);
@@ -163,6 +163,12 @@ int cmd_train(int argc, char** argv) {
   MPI_Comm_size(MPI_COMM_WORLD, &size);
   install_stop_signals(true);  // from here on SIGTERM/SIGUSR1/SIGINT mean "checkpoint and stop"
   install_dump_signal();       // and SIGUSR2 "write your flight recorder"
+  const int code = train_job(argc, argv, rank, size);
+  MPI_Finalize();
+  return code;
+}
+
+int train_job(int argc, char** argv, int rank, int size) {
   // Set by `trainer supervise`: which launch this is (0 when unsupervised).
   const int launch = std::getenv("TRAINER_ATTEMPT") ? std::atoi(std::getenv("TRAINER_ATTEMPT")) : 0;
   Job job;
@@ -172,8 +178,7 @@ int cmd_train(int argc, char** argv) {
     start_watchdog(job, rank);
     code = run_step_loop(job);
   }
-  job.release();  // free communicators before MPI_Finalize
-  MPI_Finalize();
+  job.release();  // free communicators (and stop the watchdog) while MPI is up
   return code;
 }
 

@@ -35,6 +35,15 @@ const char* kUsage =
     "        format, token/document counts and largest id of token files\n"
     "  plan RECIPE.toml [--set section.key=value ...] [--ranks N]\n"
     "        predicted memory per rank by category for each recompute mode\n"
+    "  plan RECIPE.toml --ranks N --search --profile FILE [--price-per-rank-hour X]\n"
+    "        every layout of N ranks that fits, ranked by predicted step time, with\n"
+    "        tokens/s, MFU, the run's time and cost\n"
+    "  calibrate RECIPE.toml [--output FILE]   (under mpirun -np N)\n"
+    "        measure this machine's ops and collectives into a profile for plan and smoke\n"
+    "  smoke RECIPE.toml [--steps N] [--profile FILE] [--json FILE] [--min-mfu X]\n"
+    "        [--baseline FILE] [--synthetic] [--check-restart]   (under mpirun)\n"
+    "        a few steps of the real layout: tokens/s, MFU, step-time parts, memory\n"
+    "        against the plan and the prediction; exit 9 on a shortfall\n"
     "  ckpt inspect|verify|export PATH [--format hf] [--output FILE.h5|DIR]\n"
     "        look into, check, or export a checkpoint (Hugging Face names; --format hf:\n"
     "        a config.json + safetensors directory that transformers loads)\n"
@@ -45,6 +54,8 @@ const char* kUsage =
     "            4 checkpoint/HDF5 error, 5 communication timeout (watchdog),\n"
     "            6 NaN/Inf loss or gradient, or a loss spike (on_nan / on_spike = stop),\n"
     "            7 supervise: restart budget used up,\n"
+    "            9 smoke: below --min-mfu, slower than --baseline, or a restart that\n"
+    "              does not continue bit for bit (--check-restart),\n"
     "            75 preempted (SIGTERM/SIGUSR1): checkpoint saved, requeue the job\n"
     "Run `trainer <command> --help` for a command's options; `trainer --version`.\n";
 // Settings the OpenBLAS and OpenMP runtimes read only when they load, so they
@@ -99,6 +110,8 @@ int main(int argc, char** argv) {
     if (!std::strcmp(cmd, "supervise")) return trainer::cmd_supervise(argc - 2, argv + 2);
     if (!std::strcmp(cmd, "status")) return trainer::cmd_status(argc - 2, argv + 2);
     if (!std::strcmp(cmd, "report")) return trainer::cmd_report(argc - 2, argv + 2);
+    if (!std::strcmp(cmd, "calibrate")) return trainer::cmd_calibrate(argc - 2, argv + 2);
+    if (!std::strcmp(cmd, "smoke")) return trainer::cmd_smoke(argc - 2, argv + 2);
   } catch (const trainer::UserError& e) {
     std::fprintf(stderr, "error: %s\n", e.what());
     return e.exit_code;

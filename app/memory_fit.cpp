@@ -22,7 +22,7 @@ MemoryFit need_of(const Recipe& r, int stage, bool writer) {
   // file from it in memory: twice the state, blocking or async. Under ZeRO-1
   // every rank writes the part it updates.
   const double state = f.plan.bytes[(int)Mem::Optimizer] * 1.5;
-  if (r.checkpoint.every > 0 && (writer || r.zero_sharded())) f.checkpoint = state * 2;
+  if (r.checkpoint.saves() && (writer || r.zero_sharded())) f.checkpoint = state * 2;
   f.process = kProcessBytes;
   f.need = f.plan.total() + f.checkpoint + f.process;
   return f;

@@ -82,7 +82,10 @@ class RecipeReader {
     const std::string &sec = k.section, &key = k.name;
     switch (k.type) {
       case KeyType::Int:
-        if (!n.is_integer()) fail(sec, key, "expected an integer, got " + type_name(n));
+        if (!k.auto_word.empty() && n.is_string() && n.as_string()->get() == k.auto_word) return k.auto_value;
+        if (!n.is_integer())
+          fail(sec, key, "expected an integer" + (k.auto_word.empty() ? "" : " or \"" + k.auto_word + "\"") +
+                             ", got " + type_name(n));
         return (long)n.as_integer()->get();
       case KeyType::Float:
         if (n.is_integer()) return (double)n.as_integer()->get();
@@ -422,7 +425,7 @@ std::string recipe_to_toml(const Recipe& r) {
   for (const std::string& sec : recipe_sections()) {
     std::string lines;
     for (const RecipeKey& k : recipe_keys())
-      if (k.section == sec && (!k.shown || k.shown(r))) lines += k.name + " = " + toml_text(k.get(r), k.type) + "\n";
+      if (k.section == sec && (!k.shown || k.shown(r))) lines += k.name + " = " + toml_text(k, k.get(r)) + "\n";
     if (!lines.empty()) os << "\n[" << sec << "]\n" << lines;
   }
   return os.str();

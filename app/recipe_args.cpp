@@ -29,6 +29,16 @@ long RecipeArgs::integer(const std::string& opt, long def, long lo) const {
   return v;
 }
 
+double RecipeArgs::number(const std::string& opt, double def, double lo) const {
+  const auto it = options.find(opt);
+  if (it == options.end()) return def;
+  char* end = nullptr;
+  const double v = std::strtod(it->second.c_str(), &end);
+  if (it->second.empty() || *end || !(v >= lo))
+    throw RecipeError(opt + " " + it->second + ": expected a number >= " + std::to_string(lo));
+  return v;
+}
+
 RecipeArgs parse_recipe_args(const RecipeArgsSpec& spec, int argc, char** argv) {
   RecipeArgs a;
   const std::string cmd = spec.command;

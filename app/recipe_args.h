@@ -21,6 +21,8 @@ struct RecipeArgs {
   bool has(const std::string& opt) const { return options.count(opt) > 0; }
   // A valued option as a whole number >= lo (RecipeError naming it otherwise).
   long integer(const std::string& opt, long def, long lo) const;
+  // A valued option as a number >= lo.
+  double number(const std::string& opt, double def, double lo) const;
 };
 
 struct RecipeArgsSpec {

@@ -74,6 +74,7 @@ struct K {
   K& below(double hi) { return k.hi = hi, k.hi_open = true, *this; }
   K& at_most(double hi) { return k.hi = hi, *this; }
   K& or_zero_off() { return k.zero_off = true, *this; }
+  K& or_auto(long sentinel) { return k.auto_word = "auto", k.auto_value = sentinel, *this; }
   K& wide() { return k.int_max = 9007199254740992L, *this; }  // long fields (2^53: exact in a double too)
   K& choose(std::vector<std::string> c) { return k.choices = std::move(c), *this; }
   K& shown_if(std::function<bool(const Recipe&)> f) { return k.shown = std::move(f), *this; }
@@ -187,8 +188,10 @@ std::vector<RecipeKey> make_keys() {
       K("recompute", "layers", Int, "recompute the first K layers of each pipeline chunk (-1: all)", AT(recompute.layers))
           .def(-1L).at_least(-1),
       // [checkpoint]
-      K("checkpoint", "every", Int, "steps between checkpoints (0: none; the last step of a launch is saved too)", AT(checkpoint.every))
-          .def(0L).at_least(0),
+      K("checkpoint", "every", Int, "steps between checkpoints (0: none; the last step of a launch is saved too); \"auto\": Young's interval sqrt(2 x save time x checkpoint.mtbf_hours) from the measured blocking save time, re-estimated after every save", AT(checkpoint.every))
+          .def(0L).at_least(0).or_auto(kCheckpointEveryAuto),
+      K("checkpoint", "mtbf_hours", Float, "the job's mean time between failures, for checkpoint.every = \"auto\" (and the plan's and smoke's interval)", AT(checkpoint.mtbf_hours))
+          .def(24.0).above(0),
       K("checkpoint", "dir", String, "where checkpoints go; owned by one run at a time", AT(checkpoint.dir))
           .def([](const Recipe& r, int) { return KeyValue(r.run.dir + "/checkpoints"); }, "\"RUN_DIR/checkpoints\""),
       K("checkpoint", "keep", Int, "newest checkpoints kept (0: all); only this run's own are ever deleted", AT(checkpoint.keep))
@@ -304,7 +307,8 @@ std::string RecipeKey::allowed() const {
     default: break;
   }
   const std::string b = bounds(*this);
-  return std::string(type == KeyType::Int ? "an integer" : "a number") + (b.empty() ? "" : " " + b);
+  return std::string(type == KeyType::Int ? "an integer" : "a number") + (b.empty() ? "" : " " + b) +
+         (auto_word.empty() ? "" : ", or \"" + auto_word + "\"");
 }
 
 namespace {
@@ -331,6 +335,7 @@ std::string check_sources(const std::vector<DataSource>& l) {
 std::string RecipeKey::check(const KeyValue& v) const {
   double x = 0;
   if (type == KeyType::Int) {
+    if (is_auto(v)) return "";
     const long i = std::get<long>(v);
     if ((i > int_max || i < -int_max - 1) && (double)i >= lo && (double)i <= hi)
       return std::to_string(i) + " is out of range: must be " + bounds(*this) + " and fit in " +
@@ -352,6 +357,10 @@ std::string RecipeKey::check(const KeyValue& v) const {
   if (zero_off && x == 0) return "";
   const bool ok = (lo_open ? x > lo : x >= lo) && (hi_open ? x < hi : x <= hi);
   return ok ? "" : "must be " + bounds(*this) + ", got " + number(x, type);
+}
+
+std::string toml_text(const RecipeKey& k, const KeyValue& v) {
+  return k.is_auto(v) ? "\"" + k.auto_word + "\"" : toml_text(v, k.type);
 }
 
 std::string toml_text(const KeyValue& v, KeyType type) {

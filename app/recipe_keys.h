@@ -34,6 +34,12 @@ struct RecipeKey {
   double lo = -1e300, hi = 1e300;
   bool lo_open = false, hi_open = false, zero_off = false;
   long int_max = 2147483647;  // int fields; long fields raise it
+  // Ints that may also be the word auto_word ("auto"), stored as auto_value.
+  std::string auto_word;
+  long auto_value = 0;
+  bool is_auto(const KeyValue& v) const {
+    return !auto_word.empty() && std::holds_alternative<long>(v) && std::get<long>(v) == auto_value;
+  }
   std::vector<std::string> choices;
   // Printed only when this holds (keys one architecture ignores).
   std::function<bool(const Recipe&)> shown;
@@ -50,6 +56,8 @@ const std::vector<std::string>& recipe_sections();
 
 // A value as TOML text; floats in their shortest form that reads back the same.
 std::string toml_text(const KeyValue& v, KeyType type);
+// A key's value as TOML text (an Int key's auto value as its word).
+std::string toml_text(const RecipeKey& k, const KeyValue& v);
 
 // `trainer train --keys [markdown]`: every key with type, default, allowed
 // values and help, as a plain list or as the README's markdown table.

@@ -62,12 +62,13 @@ void find_peak(Job& job) {
 // a failed save is reported when it happens.
 void warn_checkpoint_space(Job& job) {
   const CheckpointSection& ck = job.recipe.checkpoint;
-  if (ck.every <= 0) return;
+  if (!ck.saves()) return;
   double bytes = (double)job.loop->checkpoint_file_bytes();
   job.grid->world().allreduce_sum(&bytes, 1);
   if (job.grid->world().rank() != 0) return;
   const double free = (double)free_bytes(ck.dir);
-  const long steps_to_save = job.recipe.training.steps / ck.every + 1;
+  // An automatic interval is not known yet: count on at least two.
+  const long steps_to_save = ck.automatic() ? std::max(2, ck.keep + 1) : job.recipe.training.steps / ck.every + 1;
   const long at_once = ck.keep > 0 ? std::min<long>(ck.keep + 1, steps_to_save) : steps_to_save;
   const long there = (long)committed_checkpoints(ck.dir).size();  // already on the disk
   const long more = std::max(1L, at_once - there);

@@ -93,8 +93,15 @@ struct LaunchSection {
   std::vector<std::string> args;    // extra launcher arguments, e.g. ["--oversubscribe"]
 };
 
+// checkpoint.every = "auto": the interval follows the measured save time
+// (engine/checkpoint_interval.h).
+constexpr int kCheckpointEveryAuto = -1;
+
 struct CheckpointSection {
-  int every{};             // steps between saves; 0: no checkpoints
+  int every{};             // steps between saves; 0: no checkpoints; kCheckpointEveryAuto
+  double mtbf_hours{};     // mean time between failures, for the automatic interval
+  bool saves() const { return every != 0; }
+  bool automatic() const { return every == kCheckpointEveryAuto; }
   std::string dir;           // default <run.dir>/checkpoints
   int keep{};              // newest committed checkpoints kept; 0: all
   std::string resume{};  // "auto", "none" or a step directory

@@ -23,6 +23,11 @@ StepLoop::StepLoop(Job& job)
   first_ = loop_.steps_done();
   end_ = r_.training.exit_after > 0 ? std::min(r_.training.steps, first_ + r_.training.exit_after)
                                     : r_.training.steps;
+  // Before a save is timed, one is assumed to write this rank's file at
+  // 200 MB/s (a modest disk): the first save comes early rather than late.
+  if (r_.checkpoint.automatic() && lead_)
+    auto_interval_ = std::make_unique<AutoCheckpointInterval>(r_.checkpoint.mtbf_hours,
+                                                              std::max(0.1, loop_.checkpoint_file_bytes() / 200e6));
 }
 
 int StepLoop::run() {

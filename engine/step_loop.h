@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "data/blend.h"
+#include "engine/checkpoint_interval.h"
 #include "engine/job.h"
 #include "engine/throughput_watch.h"
 #include "runtime/metrics.h"
@@ -65,6 +66,8 @@ class StepLoop {
   void track_stragglers(const StepStats& st, StepExtras& x);
   void watch_throughput(const StepStats& st, const StepExtras& x);
   double save_or_commit(const StepStats& st);
+  bool auto_save_due(const StepStats& st);
+  void note_auto_save(double blocking_ms);
   void commit_async(bool wait, bool saving_now, bool* did);
   void finish_async();
   void committed(const std::string& where);
@@ -93,6 +96,7 @@ class StepLoop {
   ThroughputWatch throughput_;
   StragglerReport last_named_;  // the newest straggler report that named a rank
   long last_named_step_ = -1;
+  std::unique_ptr<AutoCheckpointInterval> auto_interval_;  // checkpoint.every = "auto" (rank 0 decides)
   std::unique_ptr<MetricsLog> events_;  // rank 0: the run's events.jsonl, opened at the first event
   double last_loss_ = 0, last_val_ = -1;
   std::unique_ptr<BlendOrder> blend_counter_;  // samples per blend source, for the metrics

@@ -45,11 +45,35 @@ void StepLoop::commit_async(bool wait, bool saving_now, bool* did) {
     std::printf("checkpoint: %s committed%s\n", where.c_str(), saving_now ? "" : " (written in the background)");
 }
 
+// checkpoint.every = "auto": whether the interval since the last save has
+// passed; rank 0 decides from its step times, every rank follows (collective).
+bool StepLoop::auto_save_due(const StepStats& st) {
+  int due = 0;
+  if (lead_) {
+    auto_interval_->stepped(st.step_ms);
+    due = st.step - std::max(last_saved_, first_) >= auto_interval_->steps();
+  }
+  world_.broadcast(&due, sizeof due, 0);
+  return due;
+}
+
+// A timed save re-estimates the automatic interval; rank 0 says what it is now.
+void StepLoop::note_auto_save(double blocking_ms) {
+  if (!lead_ || !auto_interval_) return;
+  auto_interval_->saved(blocking_ms);
+  const double d = auto_interval_->save_s(), m = r_.checkpoint.mtbf_hours * 3600;
+  const ExpectedLoss loss = expected_loss(daly_interval_s(d, m), d, m);
+  std::printf("checkpoint: automatic interval now %ld steps (save %.2f s blocking, MTBF %.3g h: %.2f%% of the time "
+              "in saves, %.2f%% expected redone)\n",
+              auto_interval_->steps(), d, r_.checkpoint.mtbf_hours, 100 * loss.saves, 100 * loss.redone);
+}
+
 // Returns the blocking time of a save or commit this step (ms), else -1.
 double StepLoop::save_or_commit(const StepStats& st) {
   const CheckpointSection& ck = r_.checkpoint;
   const bool at_end = st.step == end_;
-  const bool save_now = ck.every > 0 && (st.step % ck.every == 0 || st.step == r_.training.steps || at_end);
+  const bool due = ck.automatic() ? auto_save_due(st) : ck.saves() && st.step % ck.every == 0;
+  const bool save_now = ck.saves() && (due || st.step == r_.training.steps || at_end);
   if (!save_now && !loop_.async_save_pending()) return -1;
   const auto t0 = std::chrono::steady_clock::now();
   bool did = save_now;
@@ -81,7 +105,9 @@ double StepLoop::save_or_commit(const StepStats& st) {
     return -1;
   }
   if (!did) return -1;
-  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  if (save_now && ck.automatic()) note_auto_save(ms);
+  return ms;
 }
 
 }  // namespace trainer

@@ -69,7 +69,7 @@ TrainLoop::TrainLoop(Backend& be, ParallelGroups groups, const Recipe& r,
   executor_ = std::make_unique<PipelineExecutor>(be, pipe_, stage_, pp_.get(), chunks_);
   if (!zero_ && dp_.size() > 1) make_buckets();
   staging_ = std::make_unique<CheckpointStaging>(be, chunks_, opts_, stage_, tp_ ? tp_->rank() : 0,
-                                                 dp_.rank() == 0 || zero_, r.checkpoint.every > 0, zero_ ? &dp_ : nullptr);
+                                                 dp_.rank() == 0 || zero_, r.checkpoint.saves(), zero_ ? &dp_ : nullptr);
   make_loader(0);
 }
 

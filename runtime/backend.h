@@ -186,6 +186,7 @@ class Backend {
 
  protected:
   friend class Buffer;
+  friend class MeteredBackend;  // planning/: forwards allocations to the backend it measures
   virtual void* allocate(size_t bytes, Mem kind, Space space) = 0;  // zeroed
   virtual void release(void* p) = 0;
 

@@ -21,6 +21,9 @@ constexpr int kExitBadStep = 6;      // NaN/Inf loss or gradient, or a loss spik
 constexpr int kExitPreempted = 75;   // SIGTERM/SIGUSR1: checkpoint saved, requeue me (EX_TEMPFAIL)
 // `trainer supervise`: the restart budget ran out (the job's own code otherwise).
 constexpr int kExitGaveUp = 7;
+// `trainer smoke`: below --min-mfu, slower than --baseline allows, or a
+// restart that did not continue bit for bit (--check-restart).
+constexpr int kExitSmokeShortfall = 9;
 
 // A user-facing error: the message names the file, key or offset at fault.
 struct UserError : std::runtime_error {

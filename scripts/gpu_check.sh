@@ -8,6 +8,9 @@
 #   resume      resumed from a mid-run checkpoint: bitwise-equal losses
 #   mpi path    4 ranks on the one GPU (NCCL refuses that; the staged MPI
 #               path carries the collectives): losses match one rank
+#   plan        the cost model with the GPU's own calibration: trainer
+#               calibrate, then trainer smoke of the same recipe, predicted
+#               against measured step time and memory
 #   throughput  trainer bench of GPT-2 124M and configs/llama_162m.toml at
 #               T = 1024 in bf16, and the same models in PyTorch (bf16
 #               autocast, SDPA, fused AdamW; eager and torch.compile) timed in
@@ -179,6 +182,18 @@ PY
     row throughput FAIL "$label: trainer bench failed (see $OUT/bench_$label.log)"
   fi
 }
+# The cost model on the GPU: its own profile, then a few real steps against it.
+plan_set=(--set 'runtime.backend="cuda"' --set 'training.precision="bf16"' --set model.seq_len=1024
+          --set model.vocab_size=50304 --set training.global_batch=32 --set training.micro_batch=8)
+if $T calibrate configs/gpt2_124m.toml "${plan_set[@]}" --ranks 1 --output "$OUT/gpu_profile.json" \
+     >"$OUT/calibrate.log" 2>&1 &&
+   $T smoke configs/gpt2_124m.toml "${plan_set[@]}" --synthetic --steps 8 --profile "$OUT/gpu_profile.json" \
+     --json "$OUT/smoke.json" >"$OUT/smoke.log" 2>&1; then
+  row plan INFO "$($PY -c 'import json,sys; j=json.load(open(sys.argv[1])); m=j["measured"]; p=j["predicted"]; t=j["memory"]["total"]; print(f"GPT-2 124M bf16 mb 8: measured {m[\"step_ms\"]:.1f} ms vs predicted {p[\"step_ms\"]:.1f} ms, memory {t[\"measured_mb\"]:.0f} vs plan {t[\"plan_mb\"]:.0f} MB, MFU {100*m[\"mfu\"]:.1f}%")' "$OUT/smoke.json")"
+else
+  row plan FAIL "calibrate or smoke failed (see $OUT/calibrate.log, $OUT/smoke.log)"
+fi
+
 bench_pair gpt2 configs/gpt2_124m.toml 16
 bench_pair llama configs/llama_162m.toml 16
 

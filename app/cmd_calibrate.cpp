@@ -1,0 +1,144 @@
+// `trainer calibrate RECIPE.toml`: measures this machine for the cost model
+// (planning/calibrate.h) and writes a machine profile that `trainer plan
+// --search` and `trainer smoke` read.
+#include <mpi.h>
+#include <sched.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <set>
+#include <string>
+#include <thread>
+
+#include "app/commands.h"
+#include "app/mpi_command.h"
+#include "app/layout_candidates.h"
+#include "app/recipe_args.h"
+#include "engine/job.h"
+#include "planning/calibrate.h"
+#include "runtime/errors.h"
+#include "runtime/flight_recorder.h"
+#include "runtime/sgemm_peak.h"
+#include "runtime/utc_time.h"
+
+namespace trainer {
+
+namespace {
+
+const char* kCalibrateUsage =
+    "usage: [mpirun -np N] trainer calibrate RECIPE.toml [--set section.key=value ...]\n"
+    "                                       [--output FILE] [--ranks N] [--all-precisions]\n"
+    "  Measures what the cost model of `trainer plan --search` and `trainer smoke`\n"
+    "  needs on this machine and backend (a minute or two), and writes it as a machine\n"
+    "  profile (JSON, default machine_profile.json):\n"
+    "  - every op one layer, the embedding and the head of the recipe's model issue,\n"
+    "    for each shard shape (micro-batch, tensor-parallel size, sequence parallelism)\n"
+    "    the layouts of --ranks ranks (default: the job's size) can use; timed on rank 0\n"
+    "    while the other ranks sleep; a square GEMM in the run's precision\n"
+    "  - all-reduce, reduce-scatter and all-gather in groups of every size that divides\n"
+    "    the job (every group busy at once, as in training) and send/receive between\n"
+    "    pairs, 4 KB to 16 MB; launch it with the ranks per node training will use\n"
+    "    (and across nodes to measure the network)\n"
+    "  - writing and fsyncing a 64 MB file beside FILE (checkpoint bandwidth)\n"
+    "  --all-precisions: time the ops in fp32 and bf16, for plan --search --all-precisions.\n";
+
+// The shard shapes of every valid layout: one layer of each is timed.
+std::vector<ShardShape> shard_shapes(const std::vector<LayoutCandidate>& cands) {
+  std::set<std::tuple<int, int, bool, DType>> seen;
+  std::vector<ShardShape> out;
+  for (const LayoutCandidate& c : cands) {
+    if (!c.rejected.empty()) continue;
+    const Recipe& r = c.recipe;
+    if (!seen.insert({r.training.micro_batch, r.grid.tp, r.sequence_parallel, r.training.precision}).second) continue;
+    out.push_back({r.training.micro_batch, r.grid.tp, r.sequence_parallel, r.training.precision, {}});
+  }
+  return out;
+}
+
+std::string cpu_model() {
+  std::ifstream f("/proc/cpuinfo");
+  for (std::string line; std::getline(f, line);)
+    if (line.rfind("model name", 0) == 0) return line.substr(line.find(':') + 2);
+  return "";
+}
+
+// The cores this node's ranks may run on: the union of their affinity masks
+// (Open MPI binds each rank to one core when there are at most two, so one
+// rank's own mask says too little). Collective.
+int node_cores() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof set, &set) != 0) return (int)std::thread::hardware_concurrency();
+  MPI_Comm node;
+  MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node);
+  MPI_Allreduce(MPI_IN_PLACE, &set, (int)sizeof set, MPI_UNSIGNED_CHAR, MPI_BOR, node);
+  MPI_Comm_free(&node);
+  return CPU_COUNT(&set);
+}
+
+void describe(const MachineProfile& p, const std::string& path, double seconds) {
+  std::printf("calibrate: %zu op shapes, GEMM %.1f GFLOP/s per rank (%s, %d thread(s)), %d %s\n", p.ops.size(),
+              p.gemm_gflops, p.device.empty() ? p.cpu.c_str() : p.device.c_str(), p.threads_per_rank,
+              p.compute_units, p.backend == "cpu" ? "cores" : "GPUs");
+  for (const auto& [key, pts] : p.collectives)
+    if (pts.size() >= 2)
+      std::printf("  %-18s %8.3f ms at %6.0f KB, %8.1f MB/s at %6.1f MB\n", key.c_str(), pts.front().ms,
+                  pts.front().bytes / 1024, pts.back().bytes / 1048576 / (pts.back().ms / 1e3), pts.back().bytes / 1048576);
+  std::printf("  a waiting rank takes %.2f of a busy one's share of the cores; sharing them costs x%.2f\n",
+              p.waiting_share, p.sharing_overhead);
+  std::printf("  disk %.0f MB/s (write + fsync)\nwrote %s in %.0f s\n", p.disk_mb_per_s, path.c_str(), seconds);
+}
+
+int calibrate(const RecipeArgs& args, int rank, int size) {
+  const auto t0 = std::chrono::steady_clock::now();
+  const std::string out = args.has("--output") ? args.options.at("--output") : "machine_profile.json";
+  const int ranks = (int)args.integer("--ranks", size, 1);
+  const Recipe r = load_recipe(args.recipe, args.overrides, 0, false);
+  auto be = make_backend({r.runtime.backend, r.runtime.threads, -1, ranks_on_node(), r.runtime.allow_tf32});
+  MachineProfile p;
+  p.created = iso_time(wall_seconds()), p.cpu = cpu_model(), p.backend = r.runtime.backend;
+  p.device = be->device_name(), p.precision = dtype_name(r.training.precision), p.ranks = size;
+  char host[256] = {};
+  gethostname(host, sizeof host - 1);
+  p.host = host;
+  p.compute_units = p.device.empty() ? node_cores() : std::max(1, device_memory(ranks_on_node()).devices);
+  p.threads_per_rank = p.device.empty() ? r.runtime.threads : 1;
+  if (rank == 0) {
+    const bool both = args.has("--all-precisions");
+    const std::vector<ShardShape> shards = shard_shapes(layout_candidates(args.recipe, args.overrides, ranks, both));
+    std::fprintf(stderr, "calibrate: timing the ops of %zu shard shape(s) of %d-rank layouts on rank 0\n",
+                 shards.size(), ranks);
+    const GemmProbe probe = gemm_probe(*be, r.training.precision, 1024);
+    p.gemm_gflops = measure_gemm_gflops(*be, probe.n, 1.0, probe.dt);
+    measure_ops(*be, r.model, shards, p, [](size_t i, size_t n) {
+      if (i % 4 == 0 || i == n) std::fprintf(stderr, "calibrate: shard shape %zu/%zu timed\n", i, n);
+    });
+  }
+  wait_asleep(MPI_COMM_WORLD);
+  if (rank == 0 && size > 1) std::fprintf(stderr, "calibrate: collectives over %d ranks\n", size);
+  std::vector<int> groups;
+  for (int g = 2; g <= size; g++)
+    if (size % g == 0) groups.push_back(g);
+  measure_collectives(MPI_COMM_WORLD, groups, {4096, 65536, 1 << 20, 16 << 20}, r.training.precision, p);
+  if (p.device.empty()) measure_sharing(MPI_COMM_WORLD, *be, groups, p);
+  else p.waiting_share = 0;  // a GPU rank's wait leaves its device to nobody else
+  if (rank != 0) return kExitOk;
+  const size_t slash = out.find_last_of('/');
+  p.disk_mb_per_s = measure_disk(slash == std::string::npos ? "." : out.substr(0, slash), 64);
+  save_profile(p, out);
+  describe(p, out, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  return kExitOk;
+}
+
+}  // namespace
+
+int cmd_calibrate(int argc, char** argv) {
+  const RecipeArgs args =
+      parse_recipe_args({"calibrate", kCalibrateUsage, {"--all-precisions"}, {"--output", "--ranks"}}, argc, argv);
+  if (args.help) return std::fputs(kCalibrateUsage, stdout), kExitOk;
+  return run_under_mpi([&](int rank, int size) { return calibrate(args, rank, size); });
+}
+
+}  // namespace trainer

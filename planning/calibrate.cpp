@@ -1,0 +1,252 @@
+#include "planning/calibrate.h"
+
+#include <fcntl.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <thread>
+
+#include "parallel/mpi_communicator.h"
+#include "runtime/metrics.h"
+
+namespace trainer {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double ms_since(Clock::time_point t0) { return std::chrono::duration<double, std::milli>(Clock::now() - t0).count(); }
+
+struct Samples {
+  std::vector<double> ms;
+  double work = 0;
+};
+
+void add_calls(std::map<std::string, Samples>& into, const std::vector<OpCall>& calls) {
+  for (const OpCall& c : calls) {
+    Samples& s = into[c.key];
+    s.ms.push_back(c.ms);
+    s.work = c.flops > 0 ? c.flops : c.bytes;
+  }
+}
+
+// The per-step elementwise work of the optimizer at two sizes; the cost
+// model scales them to a rank's parameter count.
+void time_optimizer_ops(Backend& be, std::map<std::string, Samples>& into) {
+  for (size_t n : {size_t(1) << 18, size_t(1) << 22}) {
+    MeteredBackend m(&be);
+    Buffer p = m.alloc(n, DType::F32, Mem::Params), g = m.alloc(n, DType::F32, Mem::Grads);
+    Buffer mo = m.alloc(n, DType::F32, Mem::Optimizer), v = m.alloc(n, DType::F32, Mem::Optimizer);
+    for (int rep = 0; rep < 4; rep++) {
+      double sums = 0;
+      m.sumsq_groups({{g.ref().f32(), n, 0}}, &sums, 1);
+      m.adamw(p.ref().f32(), g.ref().f32(), mo.ref().f32(), v.ref().f32(), n, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 0.5f,
+              0.5f, 1.0f);
+      m.zero(g.ref(), n);
+      if (rep == 0) m.clear_calls();  // warm-up
+    }
+    add_calls(into, m.calls());
+  }
+}
+
+double time_max_over(MPI_Comm world, const std::function<void()>& op) {
+  MPI_Barrier(world);
+  const auto t0 = Clock::now();
+  op();
+  double ms = ms_since(t0);
+  MPI_Allreduce(MPI_IN_PLACE, &ms, 1, MPI_DOUBLE, MPI_MAX, world);
+  return ms;
+}
+
+// Median of 5 timed repetitions after a warm-up; the slowest rank's time each.
+double median_time(MPI_Comm world, const std::function<void()>& op) {
+  op();
+  std::vector<double> t;
+  for (int r = 0; r < 5; r++) t.push_back(time_max_over(world, op));
+  return median_of(t);
+}
+
+// A fixed amount of compute: `reps` products of 192-square matrices.
+class FixedWork {
+ public:
+  explicit FixedWork(Backend& be)
+      : be_(be), a_(be.alloc(kN * kN, DType::F32, Mem::Temporaries)), b_(be.alloc(kN * kN, DType::F32, Mem::Temporaries)),
+        c_(be.alloc(kN * kN, DType::F32, Mem::Temporaries)) {}
+  double run(int reps) {
+    const auto t0 = Clock::now();
+    for (int i = 0; i < reps; i++) be_.matmul(false, true, kN, kN, kN, 1.f, a_.ref(), b_.ref(), 0.f, c_.ref());
+    be_.synchronize();
+    return ms_since(t0);
+  }
+
+ private:
+  static constexpr int kN = 192;
+  Backend& be_;
+  Buffer a_, b_, c_;
+};
+
+}  // namespace
+
+void wait_asleep(MPI_Comm world) {
+  MPI_Request req;
+  MPI_Ibarrier(world, &req);
+  for (int done = 0; !done;) {
+    MPI_Test(&req, &done, MPI_STATUS_IGNORE);
+    if (!done) std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+}
+
+namespace {
+
+// Process CPU time (ms), all threads.
+double cpu_ms() {
+  timespec ts{};
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+}
+
+// One round of the sharing measurements: the work on rank 0 alone (the
+// others asleep) and on every rank at once (the slowest rank's ms), and the
+// CPU a rank waiting in a receive takes while its partner computes (as a
+// stage waits in the bubble), relative to the computing rank's.
+struct SharingRound {
+  double alone = 0, all = 0, waiting_share = 0;
+};
+
+SharingRound sharing_round(MPI_Comm world, FixedWork& work, int reps, int rank, int size) {
+  SharingRound r;
+  if (rank == 0) r.alone = work.run(reps);
+  wait_asleep(world);
+  MPI_Bcast(&r.alone, 1, MPI_DOUBLE, 0, world);
+  r.all = time_max_over(world, [&] { work.run(reps); });
+  MPI_Barrier(world);
+  const double c0 = cpu_ms();
+  char byte = 0;
+  const bool busy = rank % 2 == 0 || rank + 1 == size;  // an odd count: the last rank computes too
+  if (busy) {
+    work.run(reps);
+    if (rank % 2 == 0 && rank + 1 < size) MPI_Send(&byte, 1, MPI_CHAR, rank + 1, 11, world);
+  } else {
+    MPI_Recv(&byte, 1, MPI_CHAR, rank - 1, 11, world, MPI_STATUS_IGNORE);
+  }
+  double cpu[4] = {busy ? cpu_ms() - c0 : 0, busy ? 1.0 : 0, busy ? 0 : cpu_ms() - c0, busy ? 0 : 1.0};
+  MPI_Allreduce(MPI_IN_PLACE, cpu, 4, MPI_DOUBLE, MPI_SUM, world);
+  if (cpu[3] > 0 && cpu[0] > 0) r.waiting_share = std::clamp((cpu[2] / cpu[3]) / (cpu[0] / cpu[1]), 0.0, 1.0);
+  return r;
+}
+
+}  // namespace
+
+void measure_sharing(MPI_Comm world, Backend& be, const std::vector<int>& groups, MachineProfile& p) {
+  int rank = 0, size = 1;
+  MPI_Comm_rank(world, &rank);
+  MPI_Comm_size(world, &size);
+  FixedWork work(be);
+  double reps = 0;  // about 100 ms of work alone
+  if (rank == 0) reps = std::max(10.0, std::round(10 * 100 / std::max(0.01, work.run(10))));
+  MPI_Bcast(&reps, 1, MPI_DOUBLE, 0, world);
+  // Rounds in turn, so that a slow spell of the shared host moves a round's
+  // timings together; the median of five.
+  const double units = p.compute_units, T = p.threads_per_rank;
+  std::vector<double> overhead, share;
+  for (int i = 0; i < (size > 1 ? 5 : 0); i++) {
+    const SharingRound r = sharing_round(world, work, (int)reps, rank, size);
+    // all = alone x max(1, size T / units) x overhead (when oversubscribed)
+    overhead.push_back(std::max(1.0, r.all / (r.alone * std::max(1.0, size * T / units))));
+    share.push_back(r.waiting_share);
+  }
+  if (!overhead.empty()) p.sharing_overhead = median_of(overhead), p.waiting_share = median_of(share);
+  // Small all-reduces between short computations, every rank busy.
+  const int small = std::max(1, (int)reps / 40), iters = 40;
+  for (int g : groups) {
+    if (g < 2 || size % g) continue;
+    MPI_Comm sub;
+    MPI_Comm_split(world, rank / g, rank, &sub);
+    std::vector<float> x(1024, 1.f);
+    auto loop = [&](bool sync) {
+      return time_max_over(world, [&] {
+        for (int i = 0; i < iters; i++) {
+          work.run(small);
+          if (sync) MPI_Allreduce(MPI_IN_PLACE, x.data(), (int)x.size(), MPI_FLOAT, MPI_SUM, sub);
+        }
+      });
+    };
+    std::vector<double> extra;  // pairs of loops, in turn, so a slow spell hits both alike
+    for (int rep = 0; rep < 3; rep++) {
+      const double without = loop(false), with = loop(true);
+      extra.push_back(std::max(0.0, (with - without) / iters));
+    }
+    p.collectives[comm_key("sync", g)] = {{4096, median_of(extra)}};
+    MPI_Comm_free(&sub);
+  }
+}
+
+void measure_ops(Backend& be, const ModelConfig& c, const std::vector<ShardShape>& shards, MachineProfile& p,
+                 const std::function<void(size_t, size_t)>& progress) {
+  std::map<std::string, Samples> calls;
+  for (size_t i = 0; i < shards.size(); i++) {
+    // One layer with the embedding and the head: every shape a chunk of this
+    // shard computes (more layers repeat the layer's keys).
+    add_calls(calls, trace_chunk(c, ChunkSpec{0, 1, true, true}, shards[i], &be, 5).ops);
+    if (progress) progress(i + 1, shards.size());
+  }
+  time_optimizer_ops(be, calls);
+  for (const auto& [key, s] : calls) p.ops[key] = {median_of(s.ms), s.work};
+}
+
+void measure_collectives(MPI_Comm world, const std::vector<int>& groups, const std::vector<double>& sizes, DType dt,
+                         MachineProfile& p) {
+  int rank = 0, size = 1;
+  MPI_Comm_rank(world, &rank);
+  MPI_Comm_size(world, &size);
+  const size_t es = dtype_size(dt);
+  for (int g : groups) {
+    if (g < 2 || size % g) continue;
+    MPI_Comm sub;
+    MPI_Comm_split(world, rank / g, rank, &sub);
+    {
+      MpiDataComm comm(sub);
+      for (double bytes : sizes) {
+        const size_t n = std::max<size_t>(g, (size_t)(bytes / es) / g * g);  // a multiple of g elements
+        std::vector<char> a(n * es), b(n * es);
+        const Ref in(a.data(), dt), out(b.data(), dt);
+        const double real = (double)n * es;
+        p.collectives[comm_key("allreduce", g)].push_back(
+            {real, median_time(world, [&] { comm.allreduce_sum(in, n); })});
+        p.collectives[comm_key("reduce_scatter", g)].push_back(
+            {real, median_time(world, [&] { comm.reduce_scatter_sum(in, out, n / g); })});
+        p.collectives[comm_key("allgather", g)].push_back(
+            {real, median_time(world, [&] { comm.allgather(in, out, n / g); })});
+        if (g == 2)  // pipeline messages: each rank sends one and receives one, as neighbouring stages do
+          p.collectives[comm_key("send", 2)].push_back({real, median_time(world, [&] {
+            const int peer = comm.rank() ^ 1;
+            const DataComm::Handle sent = comm.isend(in, n, peer, 7), got = comm.irecv(out, n, peer, 7);
+            comm.wait(sent);
+            comm.wait(got);
+          })});
+      }
+    }
+    MPI_Comm_free(&sub);
+  }
+}
+
+double measure_disk(const std::string& dir, double megabytes) {
+  const std::string path = dir + "/.calibrate_disk_probe";
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  if (fd < 0) return 0;
+  std::vector<char> block(1 << 20, 1);
+  const auto t0 = Clock::now();
+  bool ok = true;
+  for (int i = 0; i < (int)megabytes && ok; i++) ok = ::write(fd, block.data(), block.size()) == (ssize_t)block.size();
+  ok = ok && ::fsync(fd) == 0;
+  const double s = ms_since(t0) / 1e3;
+  ::close(fd);
+  ::unlink(path.c_str());
+  return ok && s > 0 ? megabytes / s : 0;
+}
+
+}  // namespace trainer

@@ -1,0 +1,40 @@
+#pragma once
+// `trainer calibrate`'s measurements, written into a MachineProfile
+// (planning/machine_profile.h):
+//   measure_ops          every op one layer (with the embedding and head) of
+//                        each shard shape issues, timed on this rank's backend
+//   measure_collectives  all-reduce, reduce-scatter, all-gather for each group
+//                        size (every group of that size at once, as training
+//                        runs them) and send/receive between pairs, at
+//                        several message sizes; collective over `world`
+//   measure_disk         writing and fsyncing a file where checkpoints go
+#include <mpi.h>
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "planning/chunk_trace.h"
+#include "planning/machine_profile.h"
+
+namespace trainer {
+
+// progress(i, n) after each shard shape.
+void measure_ops(Backend& be, const ModelConfig& c, const std::vector<ShardShape>& shards, MachineProfile& p,
+                 const std::function<void(size_t, size_t)>& progress = {});
+// Message sizes in bytes of a rank's buffer; dt the element type sent.
+void measure_collectives(MPI_Comm world, const std::vector<int>& groups, const std::vector<double>& sizes, DType dt,
+                         MachineProfile& p);
+// How ranks share compute units (collective over `world`): the share of
+// its units a rank waiting in a receive still takes (waiting_share), and per
+// group size the time a small all-reduce costs between short computations
+// when every rank is busy ("sync/G" collectives: on an oversubscribed CPU a
+// collective waits for its partners to be scheduled).
+void measure_sharing(MPI_Comm world, Backend& be, const std::vector<int>& groups, MachineProfile& p);
+// A barrier in which this rank sleeps (2 ms polls) instead of spinning, so
+// that a rank measuring alone has the cores to itself.
+void wait_asleep(MPI_Comm world);
+// MB/s; 0 when the directory cannot be written.
+double measure_disk(const std::string& dir, double megabytes);
+
+}  // namespace trainer

@@ -1,0 +1,106 @@
+#include "planning/machine_profile.h"
+
+#include <nlohmann/json.hpp>
+
+#include <cmath>
+#include <fstream>
+#include <limits>
+
+#include "runtime/errors.h"
+#include "runtime/replace_file.h"
+
+namespace trainer {
+
+namespace {
+
+double work_of(const OpCall& c) { return c.flops > 0 ? c.flops : c.bytes; }
+std::string op_name(const std::string& key) { return key.substr(0, key.find(' ')); }
+
+// Piecewise linear in bytes; below the first point its time (latency),
+// beyond the last the last segment's slope (bandwidth).
+double interpolate(const std::vector<CommPoint>& pts, double bytes) {
+  if (bytes <= pts.front().bytes) return pts.front().ms;
+  if (pts.size() == 1) return pts.front().ms * bytes / pts.front().bytes;
+  size_t i = 1;
+  while (i + 1 < pts.size() && pts[i].bytes < bytes) i++;
+  const CommPoint &a = pts[i - 1], &b = pts[i];
+  const double slope = (b.ms - a.ms) / (b.bytes - a.bytes);
+  return std::max(a.ms, a.ms + slope * (bytes - a.bytes));
+}
+
+}  // namespace
+
+std::string comm_key(const std::string& op, int group) { return op + "/" + std::to_string(group); }
+
+double MachineProfile::op_time(const OpCall& c, int* unpriced) const {
+  if (auto it = ops.find(c.key); it != ops.end()) return it->second.ms;
+  // The same op measured at the nearest amount of work, scaled linearly.
+  const double w = work_of(c);
+  double best = std::numeric_limits<double>::infinity(), ms = -1;
+  for (const auto& [key, f] : ops) {
+    if (op_name(key) != c.name || f.work <= 0 || w <= 0) continue;
+    const double d = std::fabs(std::log(w / f.work));
+    if (d < best) best = d, ms = f.ms * w / f.work;
+  }
+  if (ms >= 0) return ms;
+  if (unpriced && w > 0) ++*unpriced;
+  return 0;
+}
+
+double MachineProfile::comm_time(const std::string& op, int group, double bytes) const {
+  if (group <= 1 || bytes <= 0) return 0;
+  if (auto it = collectives.find(comm_key(op, group)); it != collectives.end()) return interpolate(it->second, bytes);
+  int nearest = 0;
+  for (const auto& [key, pts] : collectives) {
+    if (key.rfind(op + "/", 0) != 0) continue;
+    const int g = std::stoi(key.substr(op.size() + 1));
+    if (!nearest || std::abs(g - group) < std::abs(nearest - group)) nearest = g;
+  }
+  if (!nearest) return -1;
+  const double ring = ((group - 1.0) / group) / ((nearest - 1.0) / nearest);
+  return ring * interpolate(collectives.at(comm_key(op, nearest)), bytes);
+}
+
+MachineProfile load_profile(const std::string& path) {
+  std::ifstream f(path);
+  if (!f) throw UserError(kExitUsage, "cannot read the machine profile " + path + " (make one with `trainer calibrate`)");
+  MachineProfile p;
+  try {
+    const nlohmann::json j = nlohmann::json::parse(f);
+    if (j.value("format", "") != "trainer-machine-profile/1")
+      throw UserError(kExitUsage, path + " is not a machine profile of this trainer (no \"format\": "
+                                         "\"trainer-machine-profile/1\"); make one with `trainer calibrate`");
+    p.created = j.value("created", ""), p.host = j.value("host", ""), p.cpu = j.value("cpu", "");
+    p.backend = j.value("backend", "cpu"), p.device = j.value("device", ""), p.precision = j.value("precision", "");
+    p.compute_units = j.at("compute_units"), p.threads_per_rank = j.at("threads_per_rank"), p.ranks = j.at("ranks");
+    p.waiting_share = j.value("waiting_share", 1.0);
+    p.sharing_overhead = j.value("sharing_overhead", 1.0);
+    p.gemm_gflops = j.at("gemm_gflops"), p.disk_mb_per_s = j.value("disk_mb_per_s", 0.0);
+    for (const auto& [key, v] : j.at("ops").items()) p.ops[key] = {v.at("ms"), v.at("work")};
+    for (const auto& [key, v] : j.at("collectives").items())
+      for (const auto& pt : v) p.collectives[key].push_back({pt.at(0), pt.at(1)});
+  } catch (const nlohmann::json::exception& e) {
+    throw UserError(kExitUsage, "machine profile " + path + " is damaged: " + e.what() +
+                                    " (make a new one with `trainer calibrate`)");
+  }
+  return p;
+}
+
+void save_profile(const MachineProfile& p, const std::string& path) {
+  nlohmann::json j;
+  j["format"] = "trainer-machine-profile/1";
+  j["created"] = p.created, j["host"] = p.host, j["cpu"] = p.cpu, j["backend"] = p.backend;
+  j["device"] = p.device, j["precision"] = p.precision;
+  j["compute_units"] = p.compute_units, j["threads_per_rank"] = p.threads_per_rank, j["ranks"] = p.ranks;
+  j["waiting_share"] = p.waiting_share, j["sharing_overhead"] = p.sharing_overhead;
+  j["gemm_gflops"] = p.gemm_gflops, j["disk_mb_per_s"] = p.disk_mb_per_s;
+  j["ops"] = nlohmann::json::object();
+  for (const auto& [key, f] : p.ops) j["ops"][key] = {{"ms", f.ms}, {"work", f.work}};
+  j["collectives"] = nlohmann::json::object();
+  for (const auto& [key, pts] : p.collectives)
+    for (const CommPoint& c : pts) j["collectives"][key].push_back({c.bytes, c.ms});
+  if (const std::string err = replace_file(path, j.dump(1) + "\n", true); !err.empty())
+    throw UserError(kExitUsage, "cannot write the machine profile: " + err);
+}
+
+}  // namespace trainer

@@ -1,0 +1,202 @@
+#include "planning/op_meter.h"
+
+#include <sys/mman.h>
+
+#include <chrono>
+#include <cstring>
+#include <new>
+
+namespace trainer {
+
+namespace {
+
+std::string dims(std::initializer_list<long> v, const char* sep = "x") {
+  std::string s;
+  for (long x : v) s += (s.empty() ? "" : sep) + std::to_string(x);
+  return s;
+}
+std::string typed(const std::string& shape, DType dt) { return shape + " " + dtype_name(dt); }
+double esize(DType dt) { return (double)dtype_size(dt); }
+std::string att_shape(const AttentionShape& s) { return dims({s.B, s.T, s.H, s.KVH, s.hd}); }
+// Causal attention: the score and value products over the lower triangle.
+double att_flops(const AttentionShape& s) { return 2.0 * s.B * s.H * (double)s.T * s.T * s.hd; }
+
+}  // namespace
+
+MeteredBackend::MeteredBackend(Backend* inner) : inner_(inner) {}
+
+MeteredBackend::~MeteredBackend() {
+  for (auto& [p, n] : maps_) munmap(p, n);
+}
+
+template <class F>
+void MeteredBackend::op(const char* name, const std::string& shape, double flops, double bytes, F&& run) {
+  OpCall c{std::string(name) + " " + shape, name, flops, bytes, 0, phase_};
+  if (inner_) {
+    using clock = std::chrono::steady_clock;
+    inner_->synchronize();
+    const auto t0 = clock::now();
+    run();
+    inner_->synchronize();
+    c.ms = std::chrono::duration<double, std::milli>(clock::now() - t0).count();
+  }
+  calls_.push_back(std::move(c));
+}
+
+void* MeteredBackend::allocate(size_t bytes, Mem kind, Space space) {
+  if (inner_) return inner_->allocate(bytes, kind, space);
+  // Untouched anonymous pages: zero, and no RAM until written (never, here).
+  const size_t n = bytes ? bytes : 1;
+  void* p = mmap(nullptr, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (p == MAP_FAILED) throw std::bad_alloc();
+  maps_.push_back({p, n});
+  mem_.add(p, bytes, kind);
+  return p;
+}
+
+void MeteredBackend::release(void* p) {
+  if (inner_) return inner_->release(p);
+  mem_.remove(p);
+  for (size_t i = 0; i < maps_.size(); i++)
+    if (maps_[i].first == p) {
+      munmap(p, maps_[i].second);
+      maps_.erase(maps_.begin() + i);
+      return;
+    }
+}
+
+void MeteredBackend::reset_memory_peaks() {
+  if (inner_) inner_->reset_memory_peaks();
+  else mem_.reset_peaks();
+}
+
+void MeteredBackend::synchronize() {
+  if (inner_) inner_->synchronize();
+}
+
+void MeteredBackend::zero(Ref p, size_t n) {
+  op("zero", typed(dims({(long)n}), p.dt), 0, n * esize(p.dt), [&] { inner_->zero(p, n); });
+}
+void MeteredBackend::copy(Ref dst, CRef src, size_t n) {
+  op("copy", typed(dims({(long)n}), dst.dt), 0, 2 * n * esize(dst.dt), [&] { inner_->copy(dst, src, n); });
+}
+void MeteredBackend::convert(Ref dst, CRef src, size_t n) {
+  op("convert", typed(dims({(long)n}), dst.dt), 0, n * (esize(dst.dt) + esize(src.dt)),
+     [&] { inner_->convert(dst, src, n); });
+}
+void MeteredBackend::to_host(void* host, CRef src, size_t n) {
+  if (inner_) return inner_->to_host(host, src, n);
+  std::memset(host, 0, n * dtype_size(src.dt));  // nothing was computed: zeros
+}
+void MeteredBackend::from_host(Ref dst, const void* host, size_t n) {
+  if (inner_) inner_->from_host(dst, host, n);
+}
+void MeteredBackend::matmul(bool tA, bool tB, int M, int N, int K, float alpha, CRef A, CRef B, float beta,
+                            Ref C) {
+  const std::string shape = std::string(tA ? "T" : "N") + (tB ? "T" : "N") + " " + dims({M, N, K});
+  op("matmul", typed(shape, C.dt), 2.0 * M * N * K, ((double)M * K + (double)K * N + 2.0 * M * N) * esize(C.dt),
+     [&] { inner_->matmul(tA, tB, M, N, K, alpha, A, B, beta, C); });
+}
+void MeteredBackend::add_bias(Ref y, CRef b, int rows, int cols) {
+  op("add_bias", typed(dims({rows, cols}), y.dt), 0, 2.0 * rows * cols * esize(y.dt),
+     [&] { inner_->add_bias(y, b, rows, cols); });
+}
+void MeteredBackend::bias_bwd(float* db, CRef dy, int rows, int cols) {
+  op("bias_bwd", typed(dims({rows, cols}), dy.dt), 0, (double)rows * cols * esize(dy.dt),
+     [&] { inner_->bias_bwd(db, dy, rows, cols); });
+}
+void MeteredBackend::add(Ref out, CRef a, CRef b, size_t n) {
+  op("add", typed(dims({(long)n}), out.dt), 0, 3.0 * n * esize(out.dt), [&] { inner_->add(out, a, b, n); });
+}
+void MeteredBackend::embedding_fwd(Ref out, const int32_t* tokens, int rows, CRef wte, int off, int vrows, int C) {
+  op("embedding_fwd", typed(dims({rows, vrows, C}), out.dt), 0, 2.0 * rows * C * esize(out.dt),
+     [&] { inner_->embedding_fwd(out, tokens, rows, wte, off, vrows, C); });
+}
+void MeteredBackend::embedding_bwd(float* dwte, CRef dout, const int32_t* tokens, int rows, int off, int vrows,
+                                   int C) {
+  op("embedding_bwd", typed(dims({rows, vrows, C}), dout.dt), 0, 3.0 * rows * C * 4,
+     [&] { inner_->embedding_bwd(dwte, dout, tokens, rows, off, vrows, C); });
+}
+void MeteredBackend::position_fwd(Ref out, CRef wpe, int rows, int row_offset, int T, int C) {
+  op("position_fwd", typed(dims({rows, T, C}), out.dt), 0, 3.0 * rows * C * esize(out.dt),
+     [&] { inner_->position_fwd(out, wpe, rows, row_offset, T, C); });
+}
+void MeteredBackend::position_bwd(float* dwpe, CRef dout, int rows, int row_offset, int T, int C) {
+  op("position_bwd", typed(dims({rows, T, C}), dout.dt), 0, 3.0 * rows * C * 4,
+     [&] { inner_->position_bwd(dwpe, dout, rows, row_offset, T, C); });
+}
+void MeteredBackend::layernorm_fwd(Ref out, float* mean, float* rstd, CRef x, CRef w, CRef b, int rows, int C,
+                                   float eps) {
+  op("layernorm_fwd", typed(dims({rows, C}), out.dt), 0, 2.0 * rows * C * esize(out.dt),
+     [&] { inner_->layernorm_fwd(out, mean, rstd, x, w, b, rows, C, eps); });
+}
+void MeteredBackend::layernorm_bwd(Ref dx, float* dw, float* db, CRef dout, CRef x, CRef w, const float* mean,
+                                   const float* rstd, int rows, int C) {
+  op("layernorm_bwd", typed(dims({rows, C}), dx.dt), 0, 4.0 * rows * C * esize(dx.dt),
+     [&] { inner_->layernorm_bwd(dx, dw, db, dout, x, w, mean, rstd, rows, C); });
+}
+void MeteredBackend::rmsnorm_fwd(Ref out, float* rstd, CRef x, CRef w, int rows, int C, float eps) {
+  op("rmsnorm_fwd", typed(dims({rows, C}), out.dt), 0, 2.0 * rows * C * esize(out.dt),
+     [&] { inner_->rmsnorm_fwd(out, rstd, x, w, rows, C, eps); });
+}
+void MeteredBackend::rmsnorm_bwd(Ref dx, float* dw, CRef dout, CRef x, CRef w, const float* rstd, int rows, int C) {
+  op("rmsnorm_bwd", typed(dims({rows, C}), dx.dt), 0, 4.0 * rows * C * esize(dx.dt),
+     [&] { inner_->rmsnorm_bwd(dx, dw, dout, x, w, rstd, rows, C); });
+}
+void MeteredBackend::gelu_fwd(Ref out, CRef x, size_t n) {
+  op("gelu_fwd", typed(dims({(long)n}), out.dt), 0, 2.0 * n * esize(out.dt), [&] { inner_->gelu_fwd(out, x, n); });
+}
+void MeteredBackend::gelu_bwd(Ref dx, CRef x, CRef dout, size_t n) {
+  op("gelu_bwd", typed(dims({(long)n}), dx.dt), 0, 3.0 * n * esize(dx.dt),
+     [&] { inner_->gelu_bwd(dx, x, dout, n); });
+}
+void MeteredBackend::swiglu_fwd(Ref out, CRef gate_up, int rows, int F) {
+  op("swiglu_fwd", typed(dims({rows, F}), out.dt), 0, 3.0 * rows * F * esize(out.dt),
+     [&] { inner_->swiglu_fwd(out, gate_up, rows, F); });
+}
+void MeteredBackend::swiglu_bwd(Ref dgate_up, CRef gate_up, CRef dout, int rows, int F) {
+  op("swiglu_bwd", typed(dims({rows, F}), dgate_up.dt), 0, 5.0 * rows * F * esize(dgate_up.dt),
+     [&] { inner_->swiglu_bwd(dgate_up, gate_up, dout, rows, F); });
+}
+void MeteredBackend::rope(Ref qkv, const AttentionShape& s, float theta, bool inverse) {
+  op(inverse ? "rope_bwd" : "rope_fwd", typed(att_shape(s), qkv.dt), 0,
+     2.0 * s.B * s.T * (s.H + s.KVH) * s.hd * esize(qkv.dt), [&] { inner_->rope(qkv, s, theta, inverse); });
+}
+void MeteredBackend::attention_fwd(Ref out, float* stats, CRef qkv, const AttentionShape& s) {
+  op("attention_fwd", typed(att_shape(s), out.dt), att_flops(s), 0,
+     [&] { inner_->attention_fwd(out, stats, qkv, s); });
+}
+void MeteredBackend::attention_bwd(Ref dqkv, CRef dout, CRef qkv, CRef out, const float* stats,
+                                   const AttentionShape& s) {
+  op("attention_bwd", typed(att_shape(s), dqkv.dt), 2.5 * att_flops(s), 0,
+     [&] { inner_->attention_bwd(dqkv, dout, qkv, out, stats, s); });
+}
+void MeteredBackend::row_max(float* max, const float* logits, int rows, int V) {
+  op("row_max", dims({rows, V}), 0, 4.0 * rows * V, [&] { inner_->row_max(max, logits, rows, V); });
+}
+void MeteredBackend::ce_exp_sum(float* sum, float* target, float* logits, const int32_t* targets, const float* max,
+                                int rows, int V, int vocab_offset, bool write_exp) {
+  op("ce_exp_sum", dims({rows, V}) + (write_exp ? " exp" : ""), 0, (write_exp ? 8.0 : 4.0) * rows * V,
+     [&] { inner_->ce_exp_sum(sum, target, logits, targets, max, rows, V, vocab_offset, write_exp); });
+}
+void MeteredBackend::ce_finish(float* losses, float* logits, const int32_t* targets, const float* max,
+                               const float* sum, const float* target, int rows, int V, int vocab_offset,
+                               float grad_scale) {
+  op("ce_finish", dims({rows, V}) + (grad_scale != 0 ? " grad" : ""), 0, (grad_scale != 0 ? 8.0 : 0.0) * rows * V,
+     [&] { inner_->ce_finish(losses, logits, targets, max, sum, target, rows, V, vocab_offset, grad_scale); });
+}
+void MeteredBackend::sumsq_groups(const std::vector<SumSpan>& spans, double* sums, int groups) {
+  size_t n = 0;
+  for (const SumSpan& s : spans) n += s.n;
+  if (!inner_) std::fill(sums, sums + groups, 0.0);
+  op("sumsq", dims({(long)n}), 0, 4.0 * n, [&] { inner_->sumsq_groups(spans, sums, groups); });
+}
+void MeteredBackend::adamw(float* p, const float* g, float* m, float* v, size_t n, float lr, float beta1,
+                           float beta2, float eps, float weight_decay, float bias_corr1, float bias_corr2,
+                           float grad_scale, Ref copy) {
+  op("adamw", dims({(long)n}) + (copy.p ? " +copy" : ""), 0, 28.0 * n, [&] {
+    inner_->adamw(p, g, m, v, n, lr, beta1, beta2, eps, weight_decay, bias_corr1, bias_corr2, grad_scale, copy);
+  });
+}
+
+}  // namespace trainer

@@ -1,0 +1,171 @@
+#include "planning/step_model.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <map>
+#include <stdexcept>
+
+#include "engine/checkpoint_interval.h"
+#include "engine/layout.h"
+#include "model/flops.h"
+#include "planning/chunk_trace.h"
+#include "planning/pipeline_sim.h"
+
+namespace trainer {
+
+namespace {
+
+// What decides a chunk's trace besides the model (one StepModel prices one
+// model's layouts).
+std::string shape_key(const Recipe& r, const ChunkSpec& c, RecomputeMode m) {
+  return std::to_string(c.last_layer - c.first_layer) + (c.embed ? "e" : "") + (c.head ? "h" : "") + "/" +
+         std::to_string(r.training.micro_batch) + "/" + std::to_string(r.grid.tp) +
+         (r.sequence_parallel ? "sp/" : "/") + recompute_name(m) + "/" + std::to_string(r.recompute.layers) + "/" +
+         dtype_name(r.training.precision);
+}
+
+void note_once(std::vector<std::string>& v, const std::string& k) {
+  if (std::find(v.begin(), v.end(), k) == v.end()) v.push_back(k);
+}
+
+}  // namespace
+
+double StepModel::comm(const std::string& op, int group, double bytes, std::vector<std::string>& unpriced) {
+  const double ms = p_.comm_time(op, group, bytes);
+  if (ms >= 0) return ms;
+  note_once(unpriced, comm_key(op, group));
+  return 0;
+}
+
+CheckpointAdvice checkpoint_advice(double save_s, double mtbf_hours, double step_ms) {
+  CheckpointAdvice a;
+  a.save_s = save_s;
+  const double tau = daly_interval_s(save_s, mtbf_hours * 3600);
+  a.every_steps = std::max(1L, std::lround(tau / (step_ms / 1e3)));
+  const ExpectedLoss l = expected_loss(a.every_steps * step_ms / 1e3, save_s, mtbf_hours * 3600);
+  a.saves_share = l.saves, a.redone_share = l.redone;
+  return a;
+}
+
+double StepModel::sync_wait(int group) const {
+  const double loaded = p_.comm_time("sync", group, 4096), idle = p_.comm_time("allreduce", group, 4096);
+  return loaded > 0 && idle >= 0 ? std::max(0.0, loaded - idle) : 0;
+}
+
+const StepModel::ChunkCost& StepModel::chunk_cost(const Recipe& r, const ChunkSpec& spec, RecomputeMode mode) {
+  const std::string key = shape_key(r, spec, mode);
+  if (auto it = cache_.find(key); it != cache_.end()) return it->second;
+  const ShardShape s{r.training.micro_batch, r.grid.tp, r.sequence_parallel, r.training.precision,
+                     RecomputeConfig{mode, r.recompute.layers}};
+  const ChunkTrace t = trace_chunk(r.model, spec, s);
+  ChunkCost c;
+  for (const OpCall& op : t.ops) {
+    const double ms = p_.op_time(op, &c.unpriced_ops);
+    if (op.phase == OpPhase::Forward) c.fwd_ms += ms;
+    else if (op.phase == OpPhase::Backward) c.bwd_ms += ms;
+  }
+  const double wait = sync_wait(r.grid.tp);
+  for (const CommCall& cc : t.tp_comm) {
+    const double ms = comm(cc.op, r.grid.tp, cc.bytes, c.unpriced_comm) + wait;
+    if (cc.phase == OpPhase::Forward) c.fwd_comm_ms += ms;
+    else if (cc.phase == OpPhase::Backward) c.bwd_comm_ms += ms;
+    else c.per_step_comm_ms += ms;
+  }
+  c.params = t.params;
+  c.boundary_bytes = (double)t.boundary_elems * dtype_size(r.training.precision);
+  return cache_[key] = c;
+}
+
+// Each stage's chunks priced: the simulation's input, and per stage its
+// parameters, recompute-free compute and once-per-step collectives.
+StepModel::Stages StepModel::price_stages(const Recipe& r, StepPrediction& out) {
+  const PipelineSpec pipe = pipeline_spec(r);
+  const int P = r.grid.pp, world = r.grid.dp * P * r.grid.tp;
+  Stages st;
+  st.work.resize(P), st.params.assign(P, 0), st.no_recompute.assign(P, 0), st.per_step.assign(P, 0);
+  for (int s = 0; s < P; s++) {
+    st.work[s].demand = (double)r.grid.dp * r.grid.tp * p_.threads_per_rank * std::min(per_node_, world) / world;
+    for (const ChunkLayout& ch : rank_layout(r, s).chunks) {
+      const ChunkCost& c = chunk_cost(r, ch.spec, r.recompute.mode);
+      st.work[s].fwd.push_back(c.fwd_ms), st.work[s].bwd.push_back(c.bwd_ms);
+      st.work[s].fwd_comm.push_back(c.fwd_comm_ms), st.work[s].bwd_comm.push_back(c.bwd_comm_ms);
+      st.params[s] += c.params, st.per_step[s] += c.per_step_comm_ms;
+      out.unpriced_ops += c.unpriced_ops * pipe.micro_batches;
+      for (const std::string& k : c.unpriced_comm) note_once(out.unpriced_comm, k);
+      const ChunkCost& base = chunk_cost(r, ch.spec, RecomputeMode::None);
+      st.no_recompute[s] += (base.fwd_ms + base.bwd_ms) * pipe.micro_batches;
+      if (P > 1) st.msg_ms = comm("send", 2, c.boundary_bytes, out.unpriced_comm) + sync_wait(2);
+    }
+  }
+  return st;
+}
+
+// A stage's data-parallel reduction after its schedule: all of it, and the
+// part overlapped buckets leave exposed (they hide up to the last backward).
+std::pair<double, double> StepModel::dp_reduction(const Recipe& r, double params, double last_bwd,
+                                                  std::vector<std::string>& unpriced) {
+  const int dp = r.grid.dp;
+  const double bytes = params * dtype_size(r.training.precision);
+  const double all = r.zero_sharded() ? comm("reduce_scatter", dp, bytes, unpriced) + comm("allgather", dp, bytes, unpriced)
+                                      : comm("allreduce", dp, bytes, unpriced);
+  if (dp == 1 || r.zero_sharded() || !r.dp_overlap) return {all, all};
+  const double buckets = std::max(1.0, std::ceil(bytes / (r.dp_bucket_mb * 1048576.0)));
+  return {all, all - std::min(all * (1 - 1 / buckets), last_bwd)};
+}
+
+// What every rank does at once after its reduction: the gradient norm,
+// AdamW on its part, zeroing; tied-embedding sums between the end stages.
+double StepModel::optimizer_ms(const Recipe& r, double params, StepPrediction& out) {
+  const int world = r.grid.dp * r.grid.pp * r.grid.tp;
+  const double demand = std::min(per_node_, world) * p_.threads_per_rank;
+  const double all_busy = demand > p_.compute_units ? demand / p_.compute_units * p_.sharing_overhead : 1.0;
+  const double owned = r.zero_sharded() ? params / r.grid.dp : params;
+  auto op = [&](const char* name, double bytes) {
+    return p_.op_time(OpCall{std::string(name) + " " + std::to_string((long)(bytes / 4)), name, 0, bytes},
+                      &out.unpriced_ops);
+  };
+  double ms = (op("sumsq", 4.0 * params) + op("adamw", 28.0 * owned) + op("zero", 4.0 * params)) * all_busy;
+  ms += comm("allreduce", world, 16, out.unpriced_comm);  // the gradient norm's partial sums
+  if (r.grid.pp > 1 && r.model.tie_embeddings)
+    ms += comm("allreduce", 2, 4.0 * r.model.vocab_size / r.grid.tp * r.model.d_model, out.unpriced_comm);
+  return ms;
+}
+
+StepPrediction StepModel::predict(const Recipe& r) {
+  StepPrediction out;
+  const PipelineSpec pipe = pipeline_spec(r);
+  const int P = r.grid.pp, world = r.grid.dp * P * r.grid.tp;
+  const Stages st = price_stages(r, out);
+  const std::vector<StageTimes> t =
+      simulate_shared(pipe, st.work, st.msg_ms, {(double)p_.compute_units, p_.waiting_share, p_.sharing_overhead});
+  // The critical stage: the last to finish its reduction.
+  int crit = 0;
+  double crit_end = -1;
+  for (int s = 0; s < P; s++) {
+    const auto [all, exposed] = dp_reduction(r, st.params[s], t[s].last_bwd, out.unpriced_comm);
+    if (t[s].end + exposed + st.per_step[s] > crit_end) {
+      crit = s, crit_end = t[s].end + exposed + st.per_step[s];
+      out.dp_comm_ms = all, out.dp_exposed_ms = exposed;
+    }
+  }
+  out.optimizer_ms = optimizer_ms(r, st.params[crit], out);
+  out.step_ms = crit_end + out.optimizer_ms;
+  for (double f : st.work[crit].fwd) out.compute_ms += f * pipe.micro_batches;
+  for (double b : st.work[crit].bwd) out.compute_ms += b * pipe.micro_batches;
+  out.recompute_ms = out.compute_ms - st.no_recompute[crit];
+  out.tp_comm_ms = t[crit].full - out.compute_ms + st.per_step[crit];
+  out.contention_ms = t[crit].in_action - t[crit].full;
+  out.pp_wait_ms = t[crit].end - t[crit].in_action;
+  out.tokens_per_s = (double)r.training.global_batch * r.model.seq_len / (out.step_ms / 1e3);
+  const double per_node = std::min(per_node_, world), nodes = std::ceil(world / per_node);
+  // A checkpoint holds fp32 weights and AdamW's m and v once (12 bytes per
+  // parameter), written by the nodes' ranks at once to their disks.
+  if (p_.disk_mb_per_s > 0)
+    out.save_s = 12.0 * build_params(r.model).reg.total() / (p_.disk_mb_per_s * 1e6 * nodes);
+  const double peak = p_.gemm_gflops * 1e9 * std::min(per_node, (double)p_.compute_units / p_.threads_per_rank) * nodes;
+  out.mfu = peak > 0 ? train_flops_per_token(r.model) * out.tokens_per_s / peak : 0;
+  return out;
+}
+
+}  // namespace trainer

@@ -1,0 +1,81 @@
+#pragma once
+// Predicted time of one optimizer step of a recipe's layout on a profiled
+// machine (planning/machine_profile.h). Each pipeline stage's chunks are
+// traced through the real model code (planning/chunk_trace.h) and priced op
+// by op; the stages then run their schedule (parallel/pipeline_schedule.h)
+// in a discrete-event simulation in which the ranks computing at a moment
+// share the node's compute units (cores on a CPU, where a stage idle in the
+// bubble leaves its cores to the others; one device per rank on GPUs);
+// after it come the data-parallel gradient reduction (the part not hidden
+// behind the backward), tied-embedding and sequence-parallel sums, the
+// gradient norm and AdamW.
+#include <map>
+#include <string>
+#include <vector>
+
+#include "engine/recipe.h"
+#include "planning/machine_profile.h"
+#include "planning/pipeline_sim.h"
+
+namespace trainer {
+
+struct StepPrediction {
+  double step_ms = 0;
+  // The slowest stage's share of it: forward + backward compute at full
+  // speed (recomputation included, and apart), its tensor-parallel
+  // collectives, its time waiting on the pipeline and on sharing compute
+  // units with other ranks.
+  double compute_ms = 0, recompute_ms = 0, tp_comm_ms = 0, pp_wait_ms = 0, contention_ms = 0;
+  double dp_comm_ms = 0, dp_exposed_ms = 0;  // the data-parallel reduction, and the part not overlapped
+  double optimizer_ms = 0;                   // tied-embedding and SP sums, gradient norm, AdamW
+  double tokens_per_s = 0, mfu = 0;          // mfu: model FLOPs over the profile's GEMM rate of the job's units
+  double save_s = 0;                         // a blocking checkpoint save: its bytes at the profile's disk speed
+  int unpriced_ops = 0;                      // calls of ops the profile has no figure for (counted as 0 ms)
+  std::vector<std::string> unpriced_comm;    // collectives it has no figure for
+};
+
+// checkpoint.every = "auto" for a step time: the interval (Daly) and the
+// share of time expected in saves and in redone work.
+struct CheckpointAdvice {
+  long every_steps = 0;
+  double save_s = 0, saves_share = 0, redone_share = 0;
+};
+CheckpointAdvice checkpoint_advice(double save_s, double mtbf_hours, double step_ms);
+
+class StepModel {
+ public:
+  // ranks_per_node: how many of the job's ranks share a node's compute units.
+  StepModel(const MachineProfile& p, int ranks_per_node) : p_(p), per_node_(ranks_per_node) {}
+  StepPrediction predict(const Recipe& r);
+
+ private:
+  struct ChunkCost {
+    double fwd_ms = 0, bwd_ms = 0;            // compute, at full speed
+    double fwd_comm_ms = 0, bwd_comm_ms = 0;  // tensor-parallel collectives
+    double per_step_comm_ms = 0;              // sequence-parallel gradient sums
+    size_t params = 0;
+    double boundary_bytes = 0;
+    int unpriced_ops = 0;               // what the profile could not price
+    std::vector<std::string> unpriced_comm;
+  };
+  const ChunkCost& chunk_cost(const Recipe& r, const ChunkSpec& spec, RecomputeMode mode);
+  struct Stages {
+    std::vector<StageWork> work;
+    std::vector<double> params, no_recompute, per_step;
+    double msg_ms = 0;  // a pipeline message, sent to received
+  };
+  Stages price_stages(const Recipe& r, StepPrediction& out);
+  std::pair<double, double> dp_reduction(const Recipe& r, double params, double last_bwd,
+                                         std::vector<std::string>& unpriced);
+  double optimizer_ms(const Recipe& r, double params, StepPrediction& out);
+  double comm(const std::string& op, int group, double bytes, std::vector<std::string>& unpriced);
+  // What a collective of `group` ranks waits beyond its idle-machine time
+  // when every rank computes between collectives (the profile's "sync").
+  double sync_wait(int group) const;
+
+  const MachineProfile& p_;
+  int per_node_;
+  std::map<std::string, ChunkCost> cache_;  // traces are the same for every stage with the same chunk shape
+};
+
+}  // namespace trainer

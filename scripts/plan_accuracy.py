@@ -1,0 +1,164 @@
+#!/usr/bin/env python3
+"""How well `trainer plan --search` predicts what `trainer smoke` measures.
+
+For a 4-rank and an 8-rank job of the demo model (4 layers, so interleaved
+pipelines fit): `trainer calibrate` makes a machine profile with that many
+ranks, `trainer plan --search --json` prices every layout, and `trainer smoke`
+runs each chosen layout (tp, sequence parallel, pp with 1f1b and interleaved,
+recompute modes, micro-batch sizes, ZeRO-1). Prints a markdown table of
+measured and predicted step time and memory, each ratio, and per job the
+Spearman rank correlation of the step times (the order the search gives
+against the order measured).
+
+usage: scripts/plan_accuracy.py [BUILD/trainer] [--steps N] [--jobs 4,8]
+Run from the repository root after scripts/build.sh; sources the MPI settings
+of scripts/mpi_env.sh itself. Takes about 12 minutes on 2 cores (--repeat 3).
+"""
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+RECIPE = "configs/demo.toml"
+MODEL = ["model.n_layers=4"]
+
+# (label for the table, --set lines); the search's labels are matched on these.
+LAYOUTS = {
+    4: [
+        dict(dp=4, tp=1, pp=1, mb=4, rec="none"),
+        dict(dp=4, tp=1, pp=1, mb=1, rec="full"),
+        dict(dp=2, tp=2, pp=1, mb=2, rec="none"),
+        dict(dp=2, tp=2, pp=1, mb=1, rec="selective", sp=True),
+        dict(dp=1, tp=2, pp=2, mb=2, rec="none"),
+        dict(dp=2, tp=1, pp=2, mb=1, rec="none", v=2),
+        dict(dp=1, tp=1, pp=4, mb=1, rec="full"),
+        dict(dp=1, tp=2, pp=2, mb=4, rec="selective", sp=True),
+        dict(dp=2, tp=2, pp=1, mb=4, rec="none", zero=1),
+        dict(dp=1, tp=1, pp=4, mb=4, rec="none"),
+    ],
+    8: [
+        dict(dp=8, tp=1, pp=1, mb=2, rec="none"),
+        dict(dp=8, tp=1, pp=1, mb=1, rec="full"),
+        dict(dp=4, tp=2, pp=1, mb=4, rec="none", zero=1),
+        dict(dp=4, tp=2, pp=1, mb=1, rec="selective", sp=True),
+        dict(dp=2, tp=2, pp=2, mb=2, rec="none", sp=True),
+        dict(dp=2, tp=2, pp=2, mb=1, rec="none", v=2),
+        dict(dp=4, tp=1, pp=2, mb=1, rec="full"),
+        dict(dp=2, tp=1, pp=4, mb=1, rec="none"),
+        dict(dp=1, tp=2, pp=4, mb=1, rec="full"),
+        dict(dp=2, tp=2, pp=2, mb=4, rec="none", sp=True),
+    ],
+}
+
+
+def label(l):
+    """The search's label of a layout (app/layout_candidates.cpp)."""
+    pp = l["pp"]
+    sched = (" interleaved" if l.get("v", 1) > 1 else " 1f1b") if pp > 1 else ""
+    return (f"dp {l['dp']} tp {l['tp']}{' sp' if l.get('sp') else ''} pp {pp}{sched} mb {l['mb']} "
+            f"{l['rec']} zero {l.get('zero', 0)}")
+
+
+def sets(l):
+    v = l.get("v", 1)
+    return [f"parallel.dp={l['dp']}", f"parallel.tp={l['tp']}", f"parallel.pp={l['pp']}",
+            f"parallel.sequence_parallel={'true' if l.get('sp') else 'false'}",
+            f"parallel.schedule=\"{'interleaved' if v > 1 else '1f1b'}\"", f"parallel.virtual_stages={v}",
+            f"training.micro_batch={l['mb']}", f"recompute.mode=\"{l['rec']}\"", f"parallel.zero_stage={l.get('zero', 0)}"]
+
+
+def with_sets(cmd, lines):
+    for s in lines:
+        cmd += ["--set", s]
+    return cmd
+
+
+def run(cmd, env):
+    p = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    if p.returncode != 0:
+        sys.exit(f"failed ({p.returncode}): {' '.join(cmd)}\n{p.stdout[-3000:]}")
+    return p.stdout
+
+
+def spearman(a, b):
+    def ranks(x):
+        order = sorted(range(len(x)), key=lambda i: x[i])
+        r = [0.0] * len(x)
+        i = 0
+        while i < len(order):  # ties share their mean rank
+            j = i
+            while j + 1 < len(order) and x[order[j + 1]] == x[order[i]]:
+                j += 1
+            for k in range(i, j + 1):
+                r[order[k]] = (i + j) / 2
+            i = j + 1
+        return r
+    ra, rb = ranks(a), ranks(b)
+    n = len(a)
+    ma, mb = sum(ra) / n, sum(rb) / n
+    cov = sum((x - ma) * (y - mb) for x, y in zip(ra, rb))
+    va = sum((x - ma) ** 2 for x in ra) ** 0.5
+    vb = sum((y - mb) ** 2 for y in rb) ** 0.5
+    return cov / (va * vb)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("trainer", nargs="?", default="build/trainer")
+    ap.add_argument("--steps", type=int, default=10)
+    ap.add_argument("--jobs", default="4,8")
+    ap.add_argument("--mpirun", default="mpirun")
+    ap.add_argument("--repeat", type=int, default=3,
+                    help="passes over the layouts; each layout's figure is the median of its passes (the machine's "
+                         "speed drifts over minutes on a shared host)")
+    a = ap.parse_args()
+    env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
+               OMPI_MCA_rmaps_base_oversubscribe="1", OMPI_MCA_mpi_yield_when_idle="1")
+    tmp = tempfile.mkdtemp(prefix="plan_accuracy_")
+    worst_time, worst_mem, rho_min, rows_all = 0.0, 0.0, 1.0, []
+    print("| ranks | layout | measured ms (each pass) | predicted ms | ratio | search rank | memory MB (rank 0) | plan MB | ratio |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for n in [int(x) for x in a.jobs.split(",")]:
+        prof = f"{tmp}/profile_{n}.json"
+        run(with_sets([a.mpirun, "-np", str(n), a.trainer, "calibrate", RECIPE, "--output", prof], MODEL), env)
+        plan = f"{tmp}/plan_{n}.json"
+        run(with_sets([a.trainer, "plan", RECIPE, "--ranks", str(n), "--search", "--profile", prof, "--json", plan],
+                      MODEL), env)
+        searched = {x["label"]: x for x in json.load(open(plan))["layouts"]}
+        runs = {i: [] for i in range(len(LAYOUTS[n]))}
+        for rep in range(a.repeat):  # passes in turn, so a slow spell hits every layout alike
+            for i, l in enumerate(LAYOUTS[n]):
+                out = f"{tmp}/smoke_{n}_{i}_{rep}.json"
+                run(with_sets([a.mpirun, "-np", str(n), a.trainer, "smoke", RECIPE, "--steps", str(a.steps),
+                               "--json", out], MODEL + sets(l)), env)
+                runs[i].append(json.load(open(out)))
+        measured, predicted = [], []
+        for i, l in enumerate(LAYOUTS[n]):
+            p = searched.get(label(l))
+            if p is None:
+                sys.exit(f"plan --search did not rank {label(l)}")
+            m_ms = sorted(s["measured"]["step_ms"] for s in runs[i])[len(runs[i]) // 2]
+            p_ms = p["step_ms"]
+            mem = runs[i][0]["memory"]["total"]
+            m_mb, p_mb = mem["measured_mb"], mem["plan_mb"]
+            measured.append(m_ms)
+            predicted.append(p_ms)
+            worst_time = max(worst_time, abs(m_ms / p_ms - 1))
+            worst_mem = max(worst_mem, abs(m_mb / p_mb - 1))
+            each = "/".join(f"{s['measured']['step_ms']:.0f}" for s in runs[i])
+            print(f"| {n} | {label(l)} | {m_ms:.1f} ({each}) | {p_ms:.1f} | {m_ms / p_ms:.2f} | {p['rank']} of "
+                  f"{len(searched)} | {m_mb:.1f} | {p_mb:.1f} | {m_mb / p_mb:.3f} |", flush=True)
+        rho = spearman(measured, predicted)
+        rho_min = min(rho_min, rho)
+        print(f"| {n} | Spearman rank correlation of step times | | | {rho:.2f} | | | | |", flush=True)
+    print(f"\nworst step-time error {100 * worst_time:.1f}% (limit 25%), worst memory error {100 * worst_mem:.1f}% "
+          f"(limit 10%), lowest Spearman {rho_min:.2f} (limit 0.8)")
+    ok = worst_time <= 0.25 and worst_mem <= 0.10 and rho_min >= 0.8
+    print("PASS" if ok else "FAIL")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,137 @@
+#!/usr/bin/env python3
+"""`trainer calibrate`, `trainer plan --search` and `trainer smoke` through the
+real binary: the profile has what the cost model reads; the search ranks
+layouts, names why others were rejected and writes them as JSON; smoke leaves
+the run's directories alone, measures memory as the plan predicts it, passes
+an unchanged rerun against its own baseline and fails (exit 9, one line) on a
+deliberate slowdown (a `slow` fault) and below --min-mfu; missing data means
+synthetic tokens.
+
+usage: smoke_check.py TRAINER MPIRUN
+"""
+import json
+import os
+import sys
+import tempfile
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from harness import DEMO_RECIPE, check, finish, run, small_demo  # noqa: E402
+
+
+def main():
+    trainer, mpirun = sys.argv[1], sys.argv[2]
+    tmp = tempfile.mkdtemp(prefix="smoke_check_")
+    data, sets = small_demo(trainer, tmp, 6)
+    sets += ["--set", f'run.dir="{tmp}/never"', "--set", f'checkpoint.dir="{tmp}/never_ckpt"']
+    env = dict(os.environ, TMPDIR=tmp)
+
+    prof = os.path.join(tmp, "profile.json")
+    run([mpirun, "-np", "2", trainer, "calibrate", DEMO_RECIPE, "--output", prof] + sets, env=env)
+    p = json.load(open(prof))
+    check(p["format"] == "trainer-machine-profile/1" and any(k.startswith("matmul ") for k in p["ops"])
+          and "allreduce/2" in p["collectives"] and "sync/2" in p["collectives"] and p["gemm_gflops"] > 0,
+          f"calibrate: {len(p['ops'])} op shapes, collectives {sorted(p['collectives'])}, "
+          f"GEMM {p['gemm_gflops']:.1f} GFLOP/s, waiting share {p['waiting_share']:.2f}")
+
+    plan = os.path.join(tmp, "plan.json")
+    _, out = run([trainer, "plan", DEMO_RECIPE, "--ranks", "2", "--search", "--profile", prof, "--json", plan,
+                  "--price-per-rank-hour", "1.5"] + sets)
+    j = json.load(open(plan))
+    times = [x["step_ms"] for x in j["layouts"]]
+    check(len(j["layouts"]) >= 10 and times == sorted(times) and "use #1: --set parallel.dp=" in out
+          and "$" in out, f"plan --search: {len(j['layouts'])} layouts ranked by step time, cost and --set lines")
+    check(j["rejected"] and all(x["why"] for x in j["rejected"]) and "rejected:" in out,
+          f"plan --search: {len(j['rejected'])} rejected with a reason each, e.g. {j['rejected'][0]['why']}")
+    code, out = run([trainer, "plan", DEMO_RECIPE, "--ranks", "2", "--search"] + sets, ok_codes=(2,))
+    check("trainer calibrate" in out, "plan --search without --profile: exit 2, says how to make one")
+    bad = os.path.join(tmp, "bad.json")
+    open(bad, "w").write("{}")
+    code, out = run([trainer, "plan", DEMO_RECIPE, "--ranks", "2", "--search", "--profile", bad] + sets,
+                    ok_codes=(2,))
+    check("not a machine profile" in out, "plan --search with a file that is no profile: exit 2")
+
+    sets += ["--set", "parallel.tp=1", "--set", "parallel.pp=2"]  # the demo's layout on 2 ranks
+    base = os.path.join(tmp, "base.json")
+    smoke = [mpirun, "-np", "2", trainer, "smoke", DEMO_RECIPE, "--steps", "6", "--profile", prof] + sets
+    _, out = run(smoke + ["--json", base], env=env)
+    b = json.load(open(base))
+    mem = b["memory"]["total"]
+    check(not os.path.exists(f"{tmp}/never") and not os.path.exists(f"{tmp}/never_ckpt")
+          and not [d for d in os.listdir(tmp) if d.startswith("trainer-smoke-")],
+          "smoke: nothing written to run.dir or checkpoint.dir; its scratch directory removed")
+    check(b["measured"]["tokens_per_s"] > 0 and len(b["measured"]["step_ms_each"]) == 4
+          and abs(mem["measured_mb"] / mem["plan_mb"] - 1) < 0.1 and b["predicted"]["step_ms"] > 0
+          and "full run" in out,
+          f"smoke: {b['measured']['tokens_per_s']:.0f} tokens/s, memory {mem['measured_mb']:.1f} MB vs plan "
+          f"{mem['plan_mb']:.1f}, measured/predicted {b['measured']['step_ms'] / b['predicted']['step_ms']:.2f}")
+
+    code, out = run(smoke + ["--baseline", base, "--tolerance", "0.4"], env=env)
+    check(code == 0, "smoke --baseline: an unchanged rerun passes (tolerance 40% on a shared 2-core machine)")
+    slow = dict(env, TRAINER_FAULT="slow rank=0 ms=1500 launch=all")
+    code, out = run(smoke + ["--baseline", base, "--tolerance", "0.4"], ok_codes=(9,), env=slow)
+    check("below the baseline" in out, "smoke --baseline: a `slow` fault (1.5 s per step) fails with exit 9: " +
+          next((l for l in out.splitlines() if "FAILED" in l), "?"))
+    code, out = run(smoke + ["--min-mfu", "0.99"], ok_codes=(9,), env=env)
+    check("below --min-mfu" in out, "smoke --min-mfu 0.99: exit 9 naming the MFU")
+
+    # --check-restart: save, second launch, bit-identical continuation; a NaN
+    # skipped in the second launch only is a restart that does not continue.
+    rj = os.path.join(tmp, "restart.json")
+    code, out = run(smoke + ["--check-restart", "--json", rj], env=env)
+    r = json.load(open(rj))["restart"]
+    check(r["identical"] and r["steps_compared"] == 4 and r["checkpoint_mb"] > 0 and r["write_mb_per_s"] > 0,
+          f"smoke --check-restart (2 ranks, pp 2): saved at step {r['saved_at_step']}, {r['checkpoint_mb']:.1f} MB, "
+          f"{r['save_blocking_ms']:.0f} ms blocking, {r['steps_compared']} steps after it identical")
+    bad_restart = dict(env, TRAINER_FAULT="nan step=4 launch=1")
+    code, out = run(smoke + ["--check-restart", "--set", "training.on_nan=skip"], ok_codes=(9,), env=bad_restart)
+    check("does not continue" in out and "step 4: grad_norm" in out,
+          "smoke --check-restart with a NaN in the resumed launch only: exit 9 naming step 4")
+
+    # --check-restart on 1 process and on dp 2 x pp 2 x tp 2 (8 ranks).
+    for np_, layout in ((1, ["--set", "parallel.pp=1"]), (8, ["--set", "parallel.tp=2", "--set", "parallel.pp=2"])):
+        code, out = run([mpirun, "-np", str(np_), trainer, "smoke", DEMO_RECIPE, "--steps", "5", "--check-restart",
+                         "--json", rj] + sets + layout, env=env)
+        r = json.load(open(rj))["restart"]
+        check(r["identical"] and r["steps_compared"] == 3,
+              f"smoke --check-restart on {np_} rank(s): {r['steps_compared']} steps after the save identical")
+
+    # checkpoint.every = "auto": each save re-estimates the interval as Daly's
+    # sqrt(2 d M) (refined) over the median step time, and the next save
+    # follows it.
+    auto_run = os.path.join(tmp, "auto")
+    _, out = run([mpirun, "-np", "2", trainer, "train", DEMO_RECIPE] + sets[:-4] +
+                 ["--set", "training.steps=40", "--set", f'run.dir="{auto_run}"',
+                  "--set", f'checkpoint.dir="{auto_run}/ckpt"', "--set", 'checkpoint.every="auto"',
+                  "--set", "checkpoint.mtbf_hours=0.005", "--set", "parallel.pp=1"], env=env)
+    saves = [int(l.split()[2]) for l in out.splitlines() if l.startswith("checkpoint: step ")]
+    notes = [l for l in out.splitlines() if l.startswith("checkpoint: automatic interval now")]
+    steps_ms = [json.loads(l)["step_ms"] for l in open(os.path.join(auto_run, "metrics.jsonl"))]
+    ok = len(saves) >= 3 and len(notes) == len(saves)
+    for i, note in enumerate(notes[:-1]):
+        interval, save_s = int(note.split()[4]), float(note.split("save ")[1].split()[0])
+        recent = sorted(steps_ms[max(0, saves[i] - 21):saves[i]])
+        med = recent[len(recent) // 2] if len(recent) % 2 else 0.5 * sum(recent[len(recent) // 2 - 1:][:2])
+        m = 0.005 * 3600
+        r_ = save_s / (2 * m)
+        daly = (2 * save_s * m) ** 0.5 * (1 + r_ ** 0.5 / 3 + r_ / 9) - save_s
+        ok = ok and abs(interval - daly / (med / 1e3)) <= 1.5  # (the printed save time is rounded)
+        if i + 2 < len(saves):  # the last save is the run's end, not the interval's
+            ok = ok and abs((saves[i + 1] - saves[i]) - interval) <= 1
+    check(ok, f"checkpoint.every = \"auto\" (MTBF 18 s): saves at steps {saves}, each interval as Daly's formula "
+              f"gives from the measured save time and step time ({notes[0].split('(')[1][:40] if notes else '?'}...)")
+    _, out = run([trainer, "train", DEMO_RECIPE, "--print-config", "--set", 'checkpoint.every="auto"'])
+    check('every = "auto"' in out, "checkpoint.every = \"auto\" round-trips through the resolved recipe")
+    _, out = run([trainer, "train", DEMO_RECIPE, "--print-config", "--set", "checkpoint.every=aut"], ok_codes=(2,))
+    check('expected an integer or "auto"' in out, "checkpoint.every = \"aut\": exit 2, says what is allowed")
+
+    missing = [s.replace(f"{data}/train_", f"{tmp}/nothing/train_") for s in sets]
+    out_json = os.path.join(tmp, "synthetic.json")
+    _, out = run([mpirun, "-np", "2", trainer, "smoke", DEMO_RECIPE, "--steps", "4", "--json", out_json] + missing,
+                 env=env)
+    check(json.load(open(out_json))["data"] == "synthetic" and "random tokens instead" in out,
+          "smoke with the recipe's data missing: random tokens, said so")
+    finish("smoke")
+
+
+if __name__ == "__main__":
+    main()

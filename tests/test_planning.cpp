@@ -1,0 +1,161 @@
+// The cost model's parts against independent references: the traced model's
+// product FLOPs against the closed-form count, the shared-units pipeline
+// simulation against the unit-time simulator of the schedule tests and
+// against closed forms, the profile's interpolation against hand-computed
+// values.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "engine/checkpoint_interval.h"
+#include "model/flops.h"
+#include "parallel/pipeline_schedule.h"
+#include "planning/chunk_trace.h"
+#include "planning/machine_profile.h"
+#include "planning/pipeline_sim.h"
+
+using namespace trainer;
+
+namespace {
+
+ModelConfig small_model(Arch arch) {
+  ModelConfig c;
+  c.arch = arch;
+  c.vocab_size = 512;
+  c.d_model = 128;
+  c.n_layers = 3;
+  c.n_heads = 4;
+  c.n_kv_heads = arch == Arch::Llama ? 2 : 4;
+  c.d_ff = 384;
+  c.seq_len = 64;
+  c.tie_embeddings = arch == Arch::GPT2;
+  return c;
+}
+
+double matmul_flops(const ChunkTrace& t, OpPhase phase) {
+  double f = 0;
+  for (const OpCall& op : t.ops)
+    if (op.phase == phase && std::string(op.name) == "matmul") f += op.flops;
+  return f;
+}
+
+// Uniform stages without sharing or message time.
+std::vector<StageWork> uniform(const PipelineSpec& p, double f, double b, double demand = 1) {
+  StageWork w;
+  w.fwd.assign(p.virtual_stages, f), w.bwd.assign(p.virtual_stages, b);
+  w.fwd_comm.assign(p.virtual_stages, 0), w.bwd_comm.assign(p.virtual_stages, 0);
+  w.demand = demand;
+  return std::vector<StageWork>(p.stages, w);
+}
+
+double makespan(const std::vector<StageTimes>& t) {
+  double m = 0;
+  for (const StageTimes& s : t) m = std::max(m, s.end);
+  return m;
+}
+
+}  // namespace
+
+// A trace of the whole model (no compute) issues the products the closed
+// form counts: 2 x matmul parameters x tokens forward, twice that backward
+// (input and weight gradients); tensor parallelism halves each rank's share.
+TEST(ChunkTrace, ProductFlopsMatchTheClosedFormCount) {
+  for (Arch arch : {Arch::GPT2, Arch::Llama})
+    for (int tp : {1, 2}) {
+      const ModelConfig c = small_model(arch);
+      const int B = 2;
+      const ChunkTrace t = trace_chunk(c, ChunkSpec{}, ShardShape{B, tp, false, DType::F32, {}});
+      const double fwd = 2.0 * matmul_params(c) * B * c.seq_len / tp;
+      EXPECT_NEAR(matmul_flops(t, OpPhase::Forward), fwd, 1e-9 * fwd) << arch_name(arch) << " tp " << tp;
+      EXPECT_NEAR(matmul_flops(t, OpPhase::Backward), 2 * fwd, 1e-9 * fwd) << arch_name(arch) << " tp " << tp;
+      if (tp > 1) EXPECT_FALSE(t.tp_comm.empty());
+    }
+}
+
+// Full recomputation redoes each layer's forward except its last product
+// inside the backward: more than the plain backward's FLOPs, less than
+// plain plus a whole forward.
+TEST(ChunkTrace, FullRecomputeAddsTheForwardToTheBackward) {
+  const ModelConfig c = small_model(Arch::GPT2);
+  const ChunkSpec layers{0, 3, false, false};
+  const double plain = matmul_flops(trace_chunk(c, layers, {2, 1, false, DType::F32, {}}), OpPhase::Backward);
+  const ChunkTrace t = trace_chunk(c, layers, {2, 1, false, DType::F32, {RecomputeMode::Full, -1}});
+  const double fwd = matmul_flops(t, OpPhase::Forward);
+  EXPECT_GT(matmul_flops(t, OpPhase::Backward), plain);
+  EXPECT_LT(matmul_flops(t, OpPhase::Backward), plain + fwd);
+}
+
+// Without shared units the event simulation gives the makespans of the
+// schedule tests' own unit-time simulator, for both schedules.
+TEST(PipelineSim, MatchesTheScheduleSimulatorWithoutSharing) {
+  for (PipelineSpec p : {PipelineSpec{2, 1, 4, ScheduleKind::OneFOneB}, PipelineSpec{4, 1, 8, ScheduleKind::OneFOneB},
+                         PipelineSpec{2, 2, 4, ScheduleKind::Interleaved},
+                         PipelineSpec{4, 2, 8, ScheduleKind::Interleaved}}) {
+    const SimResult ref = simulate(p, build_schedule(p), 1, 2);
+    ASSERT_FALSE(ref.deadlock);
+    const std::vector<StageTimes> t = simulate_shared(p, uniform(p, 1, 2), 0, Sharing{});
+    EXPECT_DOUBLE_EQ(makespan(t), (double)ref.makespan) << p.stages << " stages x " << p.virtual_stages;
+  }
+  // The closed form of 1F1B: (m + P - 1) x (F + B).
+  const PipelineSpec p{4, 1, 8, ScheduleKind::OneFOneB};
+  EXPECT_DOUBLE_EQ(makespan(simulate_shared(p, uniform(p, 1, 2), 0, Sharing{})), (8 + 4 - 1) * 3.0);
+}
+
+// Two one-rank stages on one core. Waiting ranks that take nothing leave the
+// core busy whenever either stage computes, so the step is all the work
+// done one piece at a time; waiting ranks that keep a full share slow every
+// action by the two ranks' count, so the step is twice the unshared one.
+TEST(PipelineSim, SharingOneUnitSerialisesTheWork) {
+  const PipelineSpec p{2, 1, 6, ScheduleKind::OneFOneB};
+  const double work = 2 * 6 * (1.0 + 2.0);
+  EXPECT_NEAR(makespan(simulate_shared(p, uniform(p, 1, 2), 0, Sharing{1, 0, 1})), work, 1e-9);
+  const double alone = makespan(simulate_shared(p, uniform(p, 1, 2), 0, Sharing{}));
+  EXPECT_NEAR(makespan(simulate_shared(p, uniform(p, 1, 2), 0, Sharing{1, 1, 1})), 2 * alone, 1e-9);
+  // A message delay adds to every hand-over on the critical path: with one
+  // micro-batch, the forward goes 0 -> 1 and the gradient 1 -> 0.
+  const PipelineSpec one{2, 1, 1, ScheduleKind::OneFOneB};
+  EXPECT_NEAR(makespan(simulate_shared(one, uniform(one, 1, 2), 0.5, Sharing{})), 2 * 3.0 + 2 * 0.5, 1e-9);
+}
+
+// Collective times: piecewise linear between measured sizes, the smallest
+// measurement below them, the last slope beyond; an unmeasured group size
+// scaled from the nearest by the ring factor (g - 1) / g.
+TEST(MachineProfile, InterpolatesCollectivesAndScalesOps) {
+  MachineProfile p;
+  p.collectives["allreduce/2"] = {{1000, 1.0}, {2000, 3.0}};
+  EXPECT_DOUBLE_EQ(p.comm_time("allreduce", 2, 1500), 2.0);
+  EXPECT_DOUBLE_EQ(p.comm_time("allreduce", 2, 500), 1.0);
+  EXPECT_DOUBLE_EQ(p.comm_time("allreduce", 2, 3000), 5.0);
+  EXPECT_DOUBLE_EQ(p.comm_time("allreduce", 4, 1500), 2.0 * (3.0 / 4) / (1.0 / 2));
+  EXPECT_DOUBLE_EQ(p.comm_time("allreduce", 1, 1500), 0.0);
+  EXPECT_LT(p.comm_time("allgather", 2, 1500), 0);  // never measured
+  p.ops["matmul NN 64x64x64 f32"] = {0.5, 2.0 * 64 * 64 * 64};
+  p.ops["matmul NN 512x512x512 f32"] = {100, 2.0 * 512 * 512 * 512};
+  int unpriced = 0;
+  OpCall near{"matmul NN 128x64x64 f32", "matmul", 2.0 * 128 * 64 * 64, 0};
+  EXPECT_DOUBLE_EQ(p.op_time(near, &unpriced), 1.0);  // twice the 64-cube's work, from it
+  OpCall known{"matmul NN 64x64x64 f32", "matmul", 1, 0};
+  EXPECT_DOUBLE_EQ(p.op_time(known, &unpriced), 0.5);
+  OpCall other{"gelu_fwd 100 f32", "gelu_fwd", 0, 800};
+  EXPECT_DOUBLE_EQ(p.op_time(other, &unpriced), 0.0);
+  EXPECT_EQ(unpriced, 1);
+}
+
+// checkpoint.every = "auto": Young's sqrt(2 d M) against numbers worked by
+// hand, Daly's refinement close to it when the save is short against the
+// MTBF, and the interval in steps following the measured save time.
+TEST(CheckpointInterval, YoungsIntervalFollowsTheMeasuredSaveTime) {
+  EXPECT_NEAR(young_interval_s(60, 86400), 3219.94, 0.01);  // 1 min saves, 1 day MTBF: 53.7 min
+  EXPECT_NEAR(young_interval_s(2, 3600), 120.0, 1e-9);
+  EXPECT_NEAR(daly_interval_s(60, 86400) / young_interval_s(60, 86400), 1.0, 0.02);
+  EXPECT_DOUBLE_EQ(daly_interval_s(10000, 3600), 3600);  // saves longer than 2 MTBF: once per MTBF
+  AutoCheckpointInterval a(1.0, 2.0);                     // MTBF 1 h; 2 s assumed before a save is timed
+  for (int i = 0; i < 5; i++) a.stepped(1000);           // 1 s steps
+  EXPECT_NEAR(a.steps(), daly_interval_s(2, 3600), 1);    // about 120 steps
+  a.saved(8000);                                          // the first save took 8 s: the interval doubles
+  EXPECT_NEAR(a.steps(), daly_interval_s(8, 3600), 1);
+  EXPECT_NEAR((double)a.steps() / young_interval_s(8, 3600), 1.0, 0.03);
+  const ExpectedLoss l = expected_loss(240, 8, 3600);
+  EXPECT_NEAR(l.saves, 8.0 / 248, 1e-12);
+  EXPECT_NEAR(l.redone, 248.0 / 7200, 1e-12);
+}

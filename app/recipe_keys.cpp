@@ -188,7 +188,7 @@ std::vector<RecipeKey> make_keys() {
       K("recompute", "layers", Int, "recompute the first K layers of each pipeline chunk (-1: all)", AT(recompute.layers))
           .def(-1L).at_least(-1),
       // [checkpoint]
-      K("checkpoint", "every", Int, "steps between checkpoints (0: none; the last step of a launch is saved too); \"auto\": Young's interval sqrt(2 x save time x checkpoint.mtbf_hours) from the measured blocking save time, re-estimated after every save", AT(checkpoint.every))
+      K("checkpoint", "every", Int, "steps between checkpoints (0: none; the last step of a launch is saved too); \"auto\": Daly's refinement of Young's interval sqrt(2 x save time x checkpoint.mtbf_hours), from the measured blocking save time, re-estimated after every save", AT(checkpoint.every))
           .def(0L).at_least(0).or_auto(kCheckpointEveryAuto),
       K("checkpoint", "mtbf_hours", Float, "the job's mean time between failures, for checkpoint.every = \"auto\" (and the plan's and smoke's interval)", AT(checkpoint.mtbf_hours))
           .def(24.0).above(0),

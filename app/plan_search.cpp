@@ -13,6 +13,7 @@
 #include "app/layout_candidates.h"
 #include "app/memory_fit.h"
 #include "planning/step_model.h"
+#include "report/svg_chart.h"
 #include "runtime/errors.h"
 
 namespace trainer {
@@ -24,15 +25,6 @@ struct Ranked {
   StepPrediction p;
   double memory = 0;  // bytes, the rank that needs most
 };
-
-std::string duration(double s) {
-  char b[64];
-  if (s >= 86400) std::snprintf(b, sizeof b, "%.1f days", s / 86400);
-  else if (s >= 3600) std::snprintf(b, sizeof b, "%.1f h", s / 3600);
-  else if (s >= 60) std::snprintf(b, sizeof b, "%.0f min %.0f s", std::floor(s / 60), std::fmod(s, 60));
-  else std::snprintf(b, sizeof b, "%.1f s", s);
-  return b;
-}
 
 void print_table(const std::vector<Ranked>& ranked, size_t top, double steps, int ranks, double price) {
   std::printf("%-4s %-48s %9s %9s %10s %6s  %s\n", "#", "layout", "MB/rank", "step ms", "tokens/s", "MFU",
@@ -47,7 +39,7 @@ void print_table(const std::vector<Ranked>& ranked, size_t top, double steps, in
                 x.c->label.c_str(), x.memory / 1048576, p.step_ms, p.tokens_per_s, 100 * p.mfu, p.compute_ms,
                 std::max(0.0, p.recompute_ms), std::max(0.0, p.tp_comm_ms), std::max(0.0, p.pp_wait_ms),
                 std::max(0.0, p.contention_ms), p.dp_exposed_ms, p.optimizer_ms,
-                duration(seconds).c_str(), cost);
+                format_duration(seconds).c_str(), cost);
   }
 }
 

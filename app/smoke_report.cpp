@@ -9,7 +9,9 @@
 #include "engine/layout.h"
 #include "model/memory_plan.h"
 #include "model/param_registry.h"
+#include "parallel/comm_stats.h"
 #include "planning/step_model.h"
+#include "report/svg_chart.h"
 #include "report/run_files.h"
 #include "runtime/errors.h"
 #include "runtime/metrics.h"
@@ -33,8 +35,10 @@ double comm_ms(const std::vector<const json*>& recs, const char* group) {
   std::vector<double> v;
   for (const json* r : recs) {
     double s = 0;
-    for (const char* k : {"allreduce", "allgather", "reduce_scatter", "p2p", "other"})
-      if (double x = number(*r, (std::string("comm_") + group + "_" + k + "_ms").c_str()); !std::isnan(x)) s += x;
+    for (int k = 0; k < CommCounters::Other; k++)  // the keys engine/step_log.cpp writes
+      if (double x = number(*r, (std::string("comm_") + group + "_" + CommCounters::name(k) + "_ms").c_str());
+          !std::isnan(x))
+        s += x;
     v.push_back(s);
   }
   return v.empty() ? 0 : median_of(v);
@@ -50,14 +54,6 @@ json layout_json(const Recipe& r) {
           {"virtual_stages", r.virtual_stages}, {"micro_batch", r.training.micro_batch},
           {"recompute", recompute_name(r.recompute.mode)}, {"zero_stage", r.zero_stage},
           {"precision", dtype_name(r.training.precision)}};
-}
-
-std::string duration(double s) {
-  char b[64];
-  if (s >= 3600) std::snprintf(b, sizeof b, "%.1f h", s / 3600);
-  else if (s >= 60) std::snprintf(b, sizeof b, "%.0f min %.0f s", std::floor(s / 60), std::fmod(s, 60));
-  else std::snprintf(b, sizeof b, "%.1f s", s);
-  return b;
 }
 
 // The measured steps' figures (rank 0's view; tokens/s and MFU are the job's).
@@ -145,7 +141,8 @@ void print_report(const json& j) {
                 c["mtbf_hours"].get<double>(), 100 * c["saves_share"].get<double>(), 100 * c["redone_share"].get<double>());
   }
   const json& f = j["full_run"];
-  std::printf("  full run    %ld steps: %s", f["steps"].get<long>(), duration(f["seconds"].get<double>()).c_str());
+  std::printf("  full run    %ld steps: %s", f["steps"].get<long>(),
+              format_duration(f["seconds"].get<double>()).c_str());
   if (f.contains("cost")) std::printf(", $%.2f", f["cost"].get<double>());
   std::printf("\n");
 }

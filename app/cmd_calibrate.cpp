@@ -113,7 +113,7 @@ int calibrate(const RecipeArgs& args, int rank, int size) {
     const GemmProbe probe = gemm_probe(*be, r.training.precision, 1024);
     p.gemm_gflops = measure_gemm_gflops(*be, probe.n, 1.0, probe.dt);
     measure_ops(*be, r.model, shards, p, [](size_t i, size_t n) {
-      if (i % 4 == 0 || i == n) std::fprintf(stderr, "calibrate: shard shape %zu/%zu timed\n", i, n);
+      std::fprintf(stderr, "calibrate: pass %zu/%zu over the shard shapes timed\n", i, n);
     });
   }
   wait_asleep(MPI_COMM_WORLD);

@@ -150,10 +150,10 @@ void measure_sharing(MPI_Comm world, Backend& be, const std::vector<int>& groups
   if (rank == 0) reps = std::max(10.0, std::round(10 * 100 / std::max(0.01, work.run(10))));
   MPI_Bcast(&reps, 1, MPI_DOUBLE, 0, world);
   // Rounds in turn, so that a slow spell of the shared host moves a round's
-  // timings together; the median of five.
+  // timings together; the median of eleven.
   const double units = p.compute_units, T = p.threads_per_rank;
   std::vector<double> overhead, share;
-  for (int i = 0; i < (size > 1 ? 5 : 0); i++) {
+  for (int i = 0; i < (size > 1 ? 11 : 0); i++) {
     const SharingRound r = sharing_round(world, work, (int)reps, rank, size);
     // all = alone x max(1, size T / units) x overhead (when oversubscribed)
     overhead.push_back(std::max(1.0, r.all / (r.alone * std::max(1.0, size * T / units))));
@@ -188,11 +188,14 @@ void measure_sharing(MPI_Comm world, Backend& be, const std::vector<int>& groups
 void measure_ops(Backend& be, const ModelConfig& c, const std::vector<ShardShape>& shards, MachineProfile& p,
                  const std::function<void(size_t, size_t)>& progress) {
   std::map<std::string, Samples> calls;
-  for (size_t i = 0; i < shards.size(); i++) {
-    // One layer with the embedding and the head: every shape a chunk of this
-    // shard computes (more layers repeat the layer's keys).
-    add_calls(calls, trace_chunk(c, ChunkSpec{0, 1, true, true}, shards[i], &be, 5).ops);
-    if (progress) progress(i + 1, shards.size());
+  // Passes over all the shapes in turn, so that a slow spell of the shared
+  // host slows one pass of every shape alike rather than all of one shape's
+  // (which would reorder the layouts); the median of the passes per key.
+  constexpr int kPasses = 7;
+  for (int pass = 0; pass < kPasses; pass++) {
+    for (const ShardShape& shard : shards)  // one layer with the embedding and the head: every shape a chunk computes
+      add_calls(calls, trace_chunk(c, ChunkSpec{0, 1, true, true}, shard, &be, 1).ops);
+    if (progress) progress(pass + 1, kPasses);
   }
   time_optimizer_ops(be, calls);
   for (const auto& [key, s] : calls) p.ops[key] = {median_of(s.ms), s.work};

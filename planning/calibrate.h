@@ -19,7 +19,7 @@
 
 namespace trainer {
 
-// progress(i, n) after each shard shape.
+// progress(i, n) after each pass over the shard shapes.
 void measure_ops(Backend& be, const ModelConfig& c, const std::vector<ShardShape>& shards, MachineProfile& p,
                  const std::function<void(size_t, size_t)>& progress = {});
 // Message sizes in bytes of a rank's buffer; dt the element type sent.

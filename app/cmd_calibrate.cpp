@@ -44,6 +44,9 @@ const char* kCalibrateUsage =
     "  - writing and fsyncing a 64 MB file beside FILE (checkpoint bandwidth)\n"
     "  --all-precisions: time the ops in fp32 and bf16, for plan --search --all-precisions.\n";
 
+// Above this spread between passes of the same work, calibrate warns.
+constexpr double kSpeedVariationWarning = 0.25;
+
 // The shard shapes of every valid layout: one layer of each is timed.
 std::vector<ShardShape> shard_shapes(const std::vector<LayoutCandidate>& cands) {
   std::set<std::tuple<int, int, bool, DType>> seen;
@@ -86,9 +89,17 @@ void describe(const MachineProfile& p, const std::string& path, double seconds) 
     if (pts.size() >= 2)
       std::printf("  %-18s %8.3f ms at %6.0f KB, %8.1f MB/s at %6.1f MB\n", key.c_str(), pts.front().ms,
                   pts.front().bytes / 1024, pts.back().bytes / 1048576 / (pts.back().ms / 1e3), pts.back().bytes / 1048576);
-  std::printf("  a waiting rank takes %.2f of a busy one's share of the cores; sharing them costs x%.2f\n",
-              p.waiting_share, p.sharing_overhead);
+  if (!p.busy_slowdown.empty()) {
+    std::printf("  work slows while 1, 2, ... of the %zu ranks compute (the others waiting):", p.busy_slowdown.size());
+    for (double f : p.busy_slowdown) std::printf(" x%.2f", f);
+    std::printf("\n");
+  }
   std::printf("  disk %.0f MB/s (write + fsync)\nwrote %s in %.0f s\n", p.disk_mb_per_s, path.c_str(), seconds);
+  if (p.speed_variation > kSpeedVariationWarning)
+    std::printf("calibrate: warning: the same work took up to %.0f%% longer in one pass than in another: this "
+                "machine's speed moved while calibrating (other jobs on it, or a shared host), and the profile "
+                "may misprice layouts against each other; calibrate again when it is quiet\n",
+                100 * p.speed_variation);
 }
 
 int calibrate(const RecipeArgs& args, int rank, int size) {
@@ -122,8 +133,7 @@ int calibrate(const RecipeArgs& args, int rank, int size) {
   for (int g = 2; g <= size; g++)
     if (size % g == 0) groups.push_back(g);
   measure_collectives(MPI_COMM_WORLD, groups, {4096, 65536, 1 << 20, 16 << 20}, r.training.precision, p);
-  if (p.device.empty()) measure_sharing(MPI_COMM_WORLD, *be, groups, p);
-  else p.waiting_share = 0;  // a GPU rank's wait leaves its device to nobody else
+  if (p.device.empty()) measure_sharing(MPI_COMM_WORLD, *be, p);  // a GPU rank has its device to itself
   if (rank != 0) return kExitOk;
   const size_t slash = out.find_last_of('/');
   p.disk_mb_per_s = measure_disk(slash == std::string::npos ? "." : out.substr(0, slash), 64);

@@ -1,7 +1,6 @@
 #include "planning/calibrate.h"
 
 #include <fcntl.h>
-#include <time.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -102,19 +101,14 @@ void wait_asleep(MPI_Comm world) {
 
 namespace {
 
-// Process CPU time (ms), all threads.
-double cpu_ms() {
-  timespec ts{};
-  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
-  return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
-}
-
-// One round of the sharing measurements: the work on rank 0 alone (the
-// others asleep) and on every rank at once (the slowest rank's ms), and the
-// CPU a rank waiting in a receive takes while its partner computes (as a
-// stage waits in the bubble), relative to the computing rank's.
+// One round of the sharing measurement: rank 0's work alone (the others
+// asleep), then for b = 1 .. size the same work on ranks 0 .. b-1 at once
+// while the others wait in a receive from them (polling, as a pipeline
+// stage waits for its message on Open MPI): the slowest busy rank's time
+// against alone.
 struct SharingRound {
-  double alone = 0, all = 0, waiting_share = 0;
+  double alone = 0;
+  std::vector<double> slow;  // [b - 1]
 };
 
 SharingRound sharing_round(MPI_Comm world, FixedWork& work, int reps, int rank, int size) {
@@ -122,67 +116,52 @@ SharingRound sharing_round(MPI_Comm world, FixedWork& work, int reps, int rank, 
   if (rank == 0) r.alone = work.run(reps);
   wait_asleep(world);
   MPI_Bcast(&r.alone, 1, MPI_DOUBLE, 0, world);
-  r.all = time_max_over(world, [&] { work.run(reps); });
-  MPI_Barrier(world);
-  const double c0 = cpu_ms();
-  char byte = 0;
-  const bool busy = rank % 2 == 0 || rank + 1 == size;  // an odd count: the last rank computes too
-  if (busy) {
-    work.run(reps);
-    if (rank % 2 == 0 && rank + 1 < size) MPI_Send(&byte, 1, MPI_CHAR, rank + 1, 11, world);
-  } else {
-    MPI_Recv(&byte, 1, MPI_CHAR, rank - 1, 11, world, MPI_STATUS_IGNORE);
+  for (int b = 1; b <= size; b++) {
+    MPI_Barrier(world);
+    double ms = 0;
+    char byte = 0;
+    if (rank < b) {  // then hands over to its waiting ranks, as a stage sends to the next
+      ms = work.run(reps);
+      for (int w = rank + b; w < size; w += b) MPI_Send(&byte, 1, MPI_CHAR, w, 12, world);
+    } else {
+      MPI_Recv(&byte, 1, MPI_CHAR, rank % b, 12, world, MPI_STATUS_IGNORE);
+    }
+    MPI_Allreduce(MPI_IN_PLACE, &ms, 1, MPI_DOUBLE, MPI_MAX, world);
+    r.slow.push_back(std::max(1.0, ms / r.alone));
   }
-  double cpu[4] = {busy ? cpu_ms() - c0 : 0, busy ? 1.0 : 0, busy ? 0 : cpu_ms() - c0, busy ? 0 : 1.0};
-  MPI_Allreduce(MPI_IN_PLACE, cpu, 4, MPI_DOUBLE, MPI_SUM, world);
-  if (cpu[3] > 0 && cpu[0] > 0) r.waiting_share = std::clamp((cpu[2] / cpu[3]) / (cpu[0] / cpu[1]), 0.0, 1.0);
   return r;
+}
+
+// The spread of timings of the same work taken at different moments: on a
+// shared host whose speed moves while calibrating, the profile misprices.
+void note_speed_variation(const std::vector<double>& ms, MachineProfile& p) {
+  if (ms.size() < 2) return;
+  const auto [lo, hi] = std::minmax_element(ms.begin(), ms.end());
+  if (*lo > 0) p.speed_variation = std::max(p.speed_variation, *hi / *lo - 1);
 }
 
 }  // namespace
 
-void measure_sharing(MPI_Comm world, Backend& be, const std::vector<int>& groups, MachineProfile& p) {
+void measure_sharing(MPI_Comm world, Backend& be, MachineProfile& p) {
   int rank = 0, size = 1;
   MPI_Comm_rank(world, &rank);
   MPI_Comm_size(world, &size);
   FixedWork work(be);
-  double reps = 0;  // about 100 ms of work alone
-  if (rank == 0) reps = std::max(10.0, std::round(10 * 100 / std::max(0.01, work.run(10))));
+  double reps = 0;  // about 50 ms of work alone
+  if (rank == 0) reps = std::max(5.0, std::round(10 * 50 / std::max(0.01, work.run(10))));
   MPI_Bcast(&reps, 1, MPI_DOUBLE, 0, world);
-  // Rounds in turn, so that a slow spell of the shared host moves a round's
-  // timings together; the median of eleven.
-  const double units = p.compute_units, T = p.threads_per_rank;
-  std::vector<double> overhead, share;
-  for (int i = 0; i < (size > 1 ? 11 : 0); i++) {
+  // Rounds in turn, so that a slow spell of the shared host moves one
+  // round's figures together; per busy count the median of eleven.
+  std::vector<std::vector<double>> rounds(size);
+  std::vector<double> alone;
+  for (int i = 0; i < 11; i++) {
     const SharingRound r = sharing_round(world, work, (int)reps, rank, size);
-    // all = alone x max(1, size T / units) x overhead (when oversubscribed)
-    overhead.push_back(std::max(1.0, r.all / (r.alone * std::max(1.0, size * T / units))));
-    share.push_back(r.waiting_share);
+    for (int b = 0; b < size; b++) rounds[b].push_back(r.slow[b]);
+    alone.push_back(r.alone);
   }
-  if (!overhead.empty()) p.sharing_overhead = median_of(overhead), p.waiting_share = median_of(share);
-  // Small all-reduces between short computations, every rank busy.
-  const int small = std::max(1, (int)reps / 40), iters = 40;
-  for (int g : groups) {
-    if (g < 2 || size % g) continue;
-    MPI_Comm sub;
-    MPI_Comm_split(world, rank / g, rank, &sub);
-    std::vector<float> x(1024, 1.f);
-    auto loop = [&](bool sync) {
-      return time_max_over(world, [&] {
-        for (int i = 0; i < iters; i++) {
-          work.run(small);
-          if (sync) MPI_Allreduce(MPI_IN_PLACE, x.data(), (int)x.size(), MPI_FLOAT, MPI_SUM, sub);
-        }
-      });
-    };
-    std::vector<double> extra;  // pairs of loops, in turn, so a slow spell hits both alike
-    for (int rep = 0; rep < 3; rep++) {
-      const double without = loop(false), with = loop(true);
-      extra.push_back(std::max(0.0, (with - without) / iters));
-    }
-    p.collectives[comm_key("sync", g)] = {{4096, median_of(extra)}};
-    MPI_Comm_free(&sub);
-  }
+  note_speed_variation(alone, p);
+  p.busy_slowdown.clear();
+  for (const std::vector<double>& r : rounds) p.busy_slowdown.push_back(median_of(r));
 }
 
 void measure_ops(Backend& be, const ModelConfig& c, const std::vector<ShardShape>& shards, MachineProfile& p,
@@ -192,13 +171,20 @@ void measure_ops(Backend& be, const ModelConfig& c, const std::vector<ShardShape
   // host slows one pass of every shape alike rather than all of one shape's
   // (which would reorder the layouts); the median of the passes per key.
   constexpr int kPasses = 7;
+  std::vector<double> pass_ms;  // how the machine's speed moved between passes
   for (int pass = 0; pass < kPasses; pass++) {
-    for (const ShardShape& shard : shards)  // one layer with the embedding and the head: every shape a chunk computes
-      add_calls(calls, trace_chunk(c, ChunkSpec{0, 1, true, true}, shard, &be, 1).ops);
+    double ms = 0;
+    for (const ShardShape& shard : shards) {  // one layer with the embedding and the head: every shape a chunk computes
+      const ChunkTrace t = trace_chunk(c, ChunkSpec{0, 1, true, true}, shard, &be, 1);
+      for (const OpCall& op : t.ops) ms += op.ms;
+      add_calls(calls, t.ops);
+    }
+    pass_ms.push_back(ms);
     if (progress) progress(pass + 1, kPasses);
   }
   time_optimizer_ops(be, calls);
   for (const auto& [key, s] : calls) p.ops[key] = {median_of(s.ms), s.work};
+  note_speed_variation(pass_ms, p);
 }
 
 void measure_collectives(MPI_Comm world, const std::vector<int>& groups, const std::vector<double>& sizes, DType dt,

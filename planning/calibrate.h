@@ -25,12 +25,10 @@ void measure_ops(Backend& be, const ModelConfig& c, const std::vector<ShardShape
 // Message sizes in bytes of a rank's buffer; dt the element type sent.
 void measure_collectives(MPI_Comm world, const std::vector<int>& groups, const std::vector<double>& sizes, DType dt,
                          MachineProfile& p);
-// How ranks share compute units (collective over `world`): the share of
-// its units a rank waiting in a receive still takes (waiting_share), and per
-// group size the time a small all-reduce costs between short computations
-// when every rank is busy ("sync/G" collectives: on an oversubscribed CPU a
-// collective waits for its partners to be scheduled).
-void measure_sharing(MPI_Comm world, Backend& be, const std::vector<int>& groups, MachineProfile& p);
+// How ranks share compute units (collective over `world`): how much slower
+// fixed work runs while 1, 2, ... size ranks compute and the others wait in
+// a collective, against one rank alone (busy_slowdown).
+void measure_sharing(MPI_Comm world, Backend& be, MachineProfile& p);
 // A barrier in which this rank sleeps (2 ms polls) instead of spinning, so
 // that a rank measuring alone has the cores to itself.
 void wait_asleep(MPI_Comm world);

@@ -13,6 +13,8 @@ namespace trainer {
 
 namespace {
 
+constexpr const char* kProfileFormat = "trainer-machine-profile/2";
+
 double work_of(const OpCall& c) { return c.flops > 0 ? c.flops : c.bytes; }
 std::string op_name(const std::string& key) { return key.substr(0, key.find(' ')); }
 
@@ -47,6 +49,15 @@ double MachineProfile::op_time(const OpCall& c, int* unpriced) const {
   return 0;
 }
 
+double MachineProfile::slowdown(double busy) const {
+  const double n = (double)busy_slowdown.size();
+  if (n == 0) return std::max(1.0, busy / compute_units);
+  if (busy <= 1) return 1 + (busy_slowdown[0] - 1) * std::max(0.0, busy);
+  if (busy >= n) return busy_slowdown.back() * std::max(1.0, busy / std::max(n, (double)compute_units));
+  const size_t i = (size_t)busy;  // between the measured counts i and i + 1
+  return busy_slowdown[i - 1] + (busy_slowdown[i] - busy_slowdown[i - 1]) * (busy - i);
+}
+
 double MachineProfile::comm_time(const std::string& op, int group, double bytes) const {
   if (group <= 1 || bytes <= 0) return 0;
   if (auto it = collectives.find(comm_key(op, group)); it != collectives.end()) return interpolate(it->second, bytes);
@@ -67,14 +78,18 @@ MachineProfile load_profile(const std::string& path) {
   MachineProfile p;
   try {
     const nlohmann::json j = nlohmann::json::parse(f);
-    if (j.value("format", "") != "trainer-machine-profile/1")
-      throw UserError(kExitUsage, path + " is not a machine profile of this trainer (no \"format\": "
-                                         "\"trainer-machine-profile/1\"); make one with `trainer calibrate`");
+    const std::string format = j.value("format", "");
+    if (format == "trainer-machine-profile/1")
+      throw UserError(kExitUsage, path + " was made by an earlier trainer (its sharing figures are no longer "
+                                         "used); make a new one with `trainer calibrate`");
+    if (format != kProfileFormat)
+      throw UserError(kExitUsage, path + " is not a machine profile of this trainer (no \"format\": \"" +
+                                      std::string(kProfileFormat) + "\"); make one with `trainer calibrate`");
     p.created = j.value("created", ""), p.host = j.value("host", ""), p.cpu = j.value("cpu", "");
     p.backend = j.value("backend", "cpu"), p.device = j.value("device", ""), p.precision = j.value("precision", "");
     p.compute_units = j.at("compute_units"), p.threads_per_rank = j.at("threads_per_rank"), p.ranks = j.at("ranks");
-    p.waiting_share = j.value("waiting_share", 1.0);
-    p.sharing_overhead = j.value("sharing_overhead", 1.0);
+    p.busy_slowdown = j.value("busy_slowdown", std::vector<double>{});
+    p.speed_variation = j.value("speed_variation", 0.0);
     p.gemm_gflops = j.at("gemm_gflops"), p.disk_mb_per_s = j.value("disk_mb_per_s", 0.0);
     for (const auto& [key, v] : j.at("ops").items()) p.ops[key] = {v.at("ms"), v.at("work")};
     for (const auto& [key, v] : j.at("collectives").items())
@@ -88,11 +103,11 @@ MachineProfile load_profile(const std::string& path) {
 
 void save_profile(const MachineProfile& p, const std::string& path) {
   nlohmann::json j;
-  j["format"] = "trainer-machine-profile/1";
+  j["format"] = kProfileFormat;
   j["created"] = p.created, j["host"] = p.host, j["cpu"] = p.cpu, j["backend"] = p.backend;
   j["device"] = p.device, j["precision"] = p.precision;
   j["compute_units"] = p.compute_units, j["threads_per_rank"] = p.threads_per_rank, j["ranks"] = p.ranks;
-  j["waiting_share"] = p.waiting_share, j["sharing_overhead"] = p.sharing_overhead;
+  j["busy_slowdown"] = p.busy_slowdown, j["speed_variation"] = p.speed_variation;
   j["gemm_gflops"] = p.gemm_gflops, j["disk_mb_per_s"] = p.disk_mb_per_s;
   j["ops"] = nlohmann::json::object();
   for (const auto& [key, f] : p.ops) j["ops"][key] = {{"ms", f.ms}, {"work", f.work}};

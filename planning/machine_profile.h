@@ -25,14 +25,15 @@ struct MachineProfile {
   int compute_units = 1;     // cores (CPU backend) or GPUs of a node
   int threads_per_rank = 1;  // a rank's demand on them (1 on a GPU)
   int ranks = 1;             // ranks of the calibration (all on this node)
-  // How much of the compute units a rank waiting in a communication call
-  // still takes: on the CPU Open MPI's waits poll and yield, so a rank idle
-  // in the pipeline bubble keeps part of its share of the cores; a GPU
-  // rank's wait leaves its device idle (0).
-  double waiting_share = 1;  // 0..1: of a busy rank's demand (measured by calibrate)
-  // When more ranks compute than there are units: the factor by which work
-  // takes longer than the units' division alone explains (>= 1).
-  double sharing_overhead = 1;
+  // busy_slowdown[b - 1]: how much longer a rank's work takes while b of
+  // the node's ranks compute and the others wait in communication calls,
+  // against one rank alone (measured by calibrate on the CPU, where Open
+  // MPI's waits poll and so take part of the cores; empty on a GPU).
+  std::vector<double> busy_slowdown;
+  // How much the same work's time moved between calibrate's passes (max /
+  // min - 1): a host whose speed changes while calibrating gets a profile
+  // that misprices layouts against each other.
+  double speed_variation = 0;
   double gemm_gflops = 0;    // one rank's square-GEMM rate alone: MFU's reference
   double disk_mb_per_s = 0;  // writing + fsync of a checkpoint-sized file where calibrate ran
   struct OpFigure {
@@ -46,6 +47,10 @@ struct MachineProfile {
   // of the same op nearest in work (FLOPs or bytes); `unpriced` counts calls
   // of ops never measured (0 ms).
   double op_time(const OpCall& c, int* unpriced = nullptr) const;
+  // The slowdown while `busy` ranks of a node compute (fractions between
+  // the measured counts interpolated; beyond them, the last one's times the
+  // growth of ranks per unit). Without a table: busy / units, at least 1.
+  double slowdown(double busy) const;
   // A collective's time in a group of `group` ranks (op: "allreduce",
   // "reduce_scatter", "allgather", "send"), interpolated in bytes; a group
   // size not measured is scaled from the nearest measured one by the ring

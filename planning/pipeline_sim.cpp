@@ -15,8 +15,8 @@ namespace {
 // of the action it is in, and when each sent message arrives.
 class SharedRun {
  public:
-  SharedRun(const PipelineSpec& pipe, const std::vector<StageWork>& w, double msg_ms, const Sharing& sharing)
-      : pipe_(pipe), sched_(build_schedule(pipe)), w_(w), msg_ms_(msg_ms), sharing_(sharing), st_(pipe.stages),
+  SharedRun(const PipelineSpec& pipe, const std::vector<StageWork>& w, double msg_ms, const Slowdown& slowdown)
+      : pipe_(pipe), sched_(build_schedule(pipe)), w_(w), msg_ms_(msg_ms), slowdown_(slowdown), st_(pipe.stages),
         out_(pipe.stages) {}
 
   std::vector<StageTimes> run() {
@@ -76,13 +76,13 @@ class SharedRun {
     return moved;
   }
 
-  // How much slower compute runs now: the computing stages' demand plus
-  // the waiting ones' share, against the node's units.
+  // How much slower compute runs now, by the node's ranks computing.
   double slowdown() const {
-    double demand = 0;
+    if (!slowdown_) return 1.0;
+    double busy = 0;
     for (int s = 0; s < pipe_.stages; s++)
-      demand += w_[s].demand * (st_[s].busy && st_[s].compute > 0 ? 1 : sharing_.waiting_share);
-    return demand > sharing_.units ? demand / sharing_.units * sharing_.overhead : 1.0;
+      if (st_[s].busy && st_[s].compute > 0) busy += w_[s].ranks;
+    return slowdown_(busy);
   }
 
   // The next action end or message arrival.
@@ -119,7 +119,7 @@ class SharedRun {
   const std::vector<std::vector<PipeAction>> sched_;
   const std::vector<StageWork>& w_;
   const double msg_ms_;
-  const Sharing sharing_;
+  const Slowdown slowdown_;
   std::vector<State> st_;
   std::vector<StageTimes> out_;
   std::map<Key, double> arrival_;
@@ -129,8 +129,8 @@ class SharedRun {
 }  // namespace
 
 std::vector<StageTimes> simulate_shared(const PipelineSpec& pipe, const std::vector<StageWork>& w, double msg_ms,
-                                        const Sharing& sharing) {
-  return SharedRun(pipe, w, msg_ms, sharing).run();
+                                        const Slowdown& slowdown) {
+  return SharedRun(pipe, w, msg_ms, slowdown).run();
 }
 
 }  // namespace trainer

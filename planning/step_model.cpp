@@ -48,11 +48,6 @@ CheckpointAdvice checkpoint_advice(double save_s, double mtbf_hours, double step
   return a;
 }
 
-double StepModel::sync_wait(int group) const {
-  const double loaded = p_.comm_time("sync", group, 4096), idle = p_.comm_time("allreduce", group, 4096);
-  return loaded > 0 && idle >= 0 ? std::max(0.0, loaded - idle) : 0;
-}
-
 const StepModel::ChunkCost& StepModel::chunk_cost(const Recipe& r, const ChunkSpec& spec, RecomputeMode mode) {
   const std::string key = shape_key(r, spec, mode);
   if (auto it = cache_.find(key); it != cache_.end()) return it->second;
@@ -65,9 +60,8 @@ const StepModel::ChunkCost& StepModel::chunk_cost(const Recipe& r, const ChunkSp
     if (op.phase == OpPhase::Forward) c.fwd_ms += ms;
     else if (op.phase == OpPhase::Backward) c.bwd_ms += ms;
   }
-  const double wait = sync_wait(r.grid.tp);
   for (const CommCall& cc : t.tp_comm) {
-    const double ms = comm(cc.op, r.grid.tp, cc.bytes, c.unpriced_comm) + wait;
+    const double ms = comm(cc.op, r.grid.tp, cc.bytes, c.unpriced_comm);
     if (cc.phase == OpPhase::Forward) c.fwd_comm_ms += ms;
     else if (cc.phase == OpPhase::Backward) c.bwd_comm_ms += ms;
     else c.per_step_comm_ms += ms;
@@ -85,7 +79,7 @@ StepModel::Stages StepModel::price_stages(const Recipe& r, StepPrediction& out) 
   Stages st;
   st.work.resize(P), st.params.assign(P, 0), st.no_recompute.assign(P, 0), st.per_step.assign(P, 0);
   for (int s = 0; s < P; s++) {
-    st.work[s].demand = (double)r.grid.dp * r.grid.tp * p_.threads_per_rank * std::min(per_node_, world) / world;
+    st.work[s].ranks = (double)r.grid.dp * r.grid.tp * std::min(per_node_, world) / world;
     for (const ChunkLayout& ch : rank_layout(r, s).chunks) {
       const ChunkCost& c = chunk_cost(r, ch.spec, r.recompute.mode);
       st.work[s].fwd.push_back(c.fwd_ms), st.work[s].bwd.push_back(c.bwd_ms);
@@ -95,7 +89,7 @@ StepModel::Stages StepModel::price_stages(const Recipe& r, StepPrediction& out) 
       for (const std::string& k : c.unpriced_comm) note_once(out.unpriced_comm, k);
       const ChunkCost& base = chunk_cost(r, ch.spec, RecomputeMode::None);
       st.no_recompute[s] += (base.fwd_ms + base.bwd_ms) * pipe.micro_batches;
-      if (P > 1) st.msg_ms = comm("send", 2, c.boundary_bytes, out.unpriced_comm) + sync_wait(2);
+      if (P > 1) st.msg_ms = comm("send", 2, c.boundary_bytes, out.unpriced_comm);
     }
   }
   return st;
@@ -118,8 +112,7 @@ std::pair<double, double> StepModel::dp_reduction(const Recipe& r, double params
 // AdamW on its part, zeroing; tied-embedding sums between the end stages.
 double StepModel::optimizer_ms(const Recipe& r, double params, StepPrediction& out) {
   const int world = r.grid.dp * r.grid.pp * r.grid.tp;
-  const double demand = std::min(per_node_, world) * p_.threads_per_rank;
-  const double all_busy = demand > p_.compute_units ? demand / p_.compute_units * p_.sharing_overhead : 1.0;
+  const double all_busy = p_.slowdown(std::min(per_node_, world));
   const double owned = r.zero_sharded() ? params / r.grid.dp : params;
   auto op = [&](const char* name, double bytes) {
     return p_.op_time(OpCall{std::string(name) + " " + std::to_string((long)(bytes / 4)), name, 0, bytes},
@@ -138,7 +131,7 @@ StepPrediction StepModel::predict(const Recipe& r) {
   const int P = r.grid.pp, world = r.grid.dp * P * r.grid.tp;
   const Stages st = price_stages(r, out);
   const std::vector<StageTimes> t =
-      simulate_shared(pipe, st.work, st.msg_ms, {(double)p_.compute_units, p_.waiting_share, p_.sharing_overhead});
+      simulate_shared(pipe, st.work, st.msg_ms, [this](double busy) { return p_.slowdown(busy); });
   // The critical stage: the last to finish its reduction.
   int crit = 0;
   double crit_end = -1;

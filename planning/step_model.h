@@ -69,9 +69,6 @@ class StepModel {
                                          std::vector<std::string>& unpriced);
   double optimizer_ms(const Recipe& r, double params, StepPrediction& out);
   double comm(const std::string& op, int group, double bytes, std::vector<std::string>& unpriced);
-  // What a collective of `group` ranks waits beyond its idle-machine time
-  // when every rank computes between collectives (the profile's "sync").
-  double sync_wait(int group) const;
 
   const MachineProfile& p_;
   int per_node_;

@@ -5,14 +5,17 @@ For a 4-rank and an 8-rank job of the demo model (4 layers, so interleaved
 pipelines fit): `trainer calibrate` makes a machine profile with that many
 ranks, `trainer plan --search --json` prices every layout, and `trainer smoke`
 runs each chosen layout (tp, sequence parallel, pp with 1f1b and interleaved,
-recompute modes, micro-batch sizes, ZeRO-1). Prints a markdown table of
+recompute modes, micro-batch sizes, ZeRO-1). The layouts spread over the
+search's ranking, from near its top to its bottom: on 2 shared cores most
+layouts lie within 10% of each other, closer than the host's own drift
+between passes, and no model can order those. Prints a markdown table of
 measured and predicted step time and memory, each ratio, and per job the
 Spearman rank correlation of the step times (the order the search gives
 against the order measured).
 
 usage: scripts/plan_accuracy.py [BUILD/trainer] [--steps N] [--jobs 4,8]
 Run from the repository root after scripts/build.sh; sources the MPI settings
-of scripts/mpi_env.sh itself. Takes about 12 minutes on 2 cores (--repeat 3).
+of scripts/mpi_env.sh itself. Takes about 17 minutes on 2 cores (--repeat 5).
 """
 import argparse
 import json
@@ -29,26 +32,26 @@ LAYOUTS = {
     4: [
         dict(dp=4, tp=1, pp=1, mb=4, rec="none"),
         dict(dp=4, tp=1, pp=1, mb=1, rec="full"),
-        dict(dp=2, tp=2, pp=1, mb=2, rec="none"),
         dict(dp=2, tp=2, pp=1, mb=1, rec="selective", sp=True),
-        dict(dp=1, tp=2, pp=2, mb=2, rec="none"),
         dict(dp=2, tp=1, pp=2, mb=1, rec="none", v=2),
         dict(dp=1, tp=1, pp=4, mb=1, rec="full"),
         dict(dp=1, tp=2, pp=2, mb=4, rec="selective", sp=True),
         dict(dp=2, tp=2, pp=1, mb=4, rec="none", zero=1),
         dict(dp=1, tp=1, pp=4, mb=4, rec="none"),
+        dict(dp=1, tp=1, pp=4, mb=16, rec="none"),  # one micro-batch: the bubble is all but one stage's time
+        dict(dp=1, tp=2, pp=2, mb=8, rec="full", v=2),
     ],
     8: [
         dict(dp=8, tp=1, pp=1, mb=2, rec="none"),
         dict(dp=8, tp=1, pp=1, mb=1, rec="full"),
         dict(dp=4, tp=2, pp=1, mb=4, rec="none", zero=1),
         dict(dp=4, tp=2, pp=1, mb=1, rec="selective", sp=True),
-        dict(dp=2, tp=2, pp=2, mb=2, rec="none", sp=True),
         dict(dp=2, tp=2, pp=2, mb=1, rec="none", v=2),
         dict(dp=4, tp=1, pp=2, mb=1, rec="full"),
         dict(dp=2, tp=1, pp=4, mb=1, rec="none"),
         dict(dp=1, tp=2, pp=4, mb=1, rec="full"),
-        dict(dp=2, tp=2, pp=2, mb=4, rec="none", sp=True),
+        dict(dp=1, tp=2, pp=4, mb=8, rec="full", sp=True),
+        dict(dp=2, tp=2, pp=2, mb=8, rec="full", zero=1),  # one micro-batch per step
     ],
 }
 
@@ -104,13 +107,31 @@ def spearman(a, b):
     return cov / (va * vb)
 
 
+def calibrate(a, n, tmp, env, tries=3):
+    """A profile of n ranks. As calibrate's warning advises, calibrates again
+    (up to `tries` times) while the machine's speed moved more than 25%
+    between its passes, and keeps the steadiest profile."""
+    best = None
+    for t in range(tries):
+        prof = f"{tmp}/profile_{n}_{t}.json"
+        run(with_sets([a.mpirun, "-np", str(n), a.trainer, "calibrate", RECIPE, "--output", prof], MODEL), env)
+        moved = json.load(open(prof))["speed_variation"]
+        print(f"calibrate {n} ranks, try {t + 1}: speed moved {100 * moved:.0f}% between passes", file=sys.stderr,
+              flush=True)
+        if best is None or moved < best[0]:
+            best = (moved, prof)
+        if moved <= 0.25:
+            break
+    return best[1]
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("trainer", nargs="?", default="build/trainer")
     ap.add_argument("--steps", type=int, default=10)
     ap.add_argument("--jobs", default="4,8")
     ap.add_argument("--mpirun", default="mpirun")
-    ap.add_argument("--repeat", type=int, default=3,
+    ap.add_argument("--repeat", type=int, default=5,
                     help="passes over the layouts; each layout's figure is the median of its passes (the machine's "
                          "speed drifts over minutes on a shared host)")
     a = ap.parse_args()
@@ -121,8 +142,7 @@ def main():
     print("| ranks | layout | measured ms (each pass) | predicted ms | ratio | search rank | memory MB (rank 0) | plan MB | ratio |")
     print("|---|---|---|---|---|---|---|---|---|")
     for n in [int(x) for x in a.jobs.split(",")]:
-        prof = f"{tmp}/profile_{n}.json"
-        run(with_sets([a.mpirun, "-np", str(n), a.trainer, "calibrate", RECIPE, "--output", prof], MODEL), env)
+        prof = calibrate(a, n, tmp, env)
         plan = f"{tmp}/plan_{n}.json"
         run(with_sets([a.trainer, "plan", RECIPE, "--ranks", str(n), "--search", "--profile", prof, "--json", plan],
                       MODEL), env)

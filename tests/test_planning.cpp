@@ -40,11 +40,11 @@ double matmul_flops(const ChunkTrace& t, OpPhase phase) {
 }
 
 // Uniform stages without sharing or message time.
-std::vector<StageWork> uniform(const PipelineSpec& p, double f, double b, double demand = 1) {
+std::vector<StageWork> uniform(const PipelineSpec& p, double f, double b, double ranks = 1) {
   StageWork w;
   w.fwd.assign(p.virtual_stages, f), w.bwd.assign(p.virtual_stages, b);
   w.fwd_comm.assign(p.virtual_stages, 0), w.bwd_comm.assign(p.virtual_stages, 0);
-  w.demand = demand;
+  w.ranks = ranks;
   return std::vector<StageWork>(p.stages, w);
 }
 
@@ -93,28 +93,29 @@ TEST(PipelineSim, MatchesTheScheduleSimulatorWithoutSharing) {
                          PipelineSpec{4, 2, 8, ScheduleKind::Interleaved}}) {
     const SimResult ref = simulate(p, build_schedule(p), 1, 2);
     ASSERT_FALSE(ref.deadlock);
-    const std::vector<StageTimes> t = simulate_shared(p, uniform(p, 1, 2), 0, Sharing{});
+    const std::vector<StageTimes> t = simulate_shared(p, uniform(p, 1, 2), 0);
     EXPECT_DOUBLE_EQ(makespan(t), (double)ref.makespan) << p.stages << " stages x " << p.virtual_stages;
   }
   // The closed form of 1F1B: (m + P - 1) x (F + B).
   const PipelineSpec p{4, 1, 8, ScheduleKind::OneFOneB};
-  EXPECT_DOUBLE_EQ(makespan(simulate_shared(p, uniform(p, 1, 2), 0, Sharing{})), (8 + 4 - 1) * 3.0);
+  EXPECT_DOUBLE_EQ(makespan(simulate_shared(p, uniform(p, 1, 2), 0)), (8 + 4 - 1) * 3.0);
 }
 
-// Two one-rank stages on one core. Waiting ranks that take nothing leave the
-// core busy whenever either stage computes, so the step is all the work
-// done one piece at a time; waiting ranks that keep a full share slow every
-// action by the two ranks' count, so the step is twice the unshared one.
+// Two one-rank stages on one core. Waiting ranks that take nothing (the
+// slowdown is the busy count) leave the core busy whenever either stage
+// computes, so the step is all the work done one piece at a time; waiting
+// ranks that keep a full share (a slowdown of 2 whoever computes) make the
+// step twice the unshared one.
 TEST(PipelineSim, SharingOneUnitSerialisesTheWork) {
   const PipelineSpec p{2, 1, 6, ScheduleKind::OneFOneB};
   const double work = 2 * 6 * (1.0 + 2.0);
-  EXPECT_NEAR(makespan(simulate_shared(p, uniform(p, 1, 2), 0, Sharing{1, 0, 1})), work, 1e-9);
-  const double alone = makespan(simulate_shared(p, uniform(p, 1, 2), 0, Sharing{}));
-  EXPECT_NEAR(makespan(simulate_shared(p, uniform(p, 1, 2), 0, Sharing{1, 1, 1})), 2 * alone, 1e-9);
+  EXPECT_NEAR(makespan(simulate_shared(p, uniform(p, 1, 2), 0, [](double busy) { return std::max(1.0, busy); })), work, 1e-9);
+  const double alone = makespan(simulate_shared(p, uniform(p, 1, 2), 0));
+  EXPECT_NEAR(makespan(simulate_shared(p, uniform(p, 1, 2), 0, [](double) { return 2.0; })), 2 * alone, 1e-9);
   // A message delay adds to every hand-over on the critical path: with one
   // micro-batch, the forward goes 0 -> 1 and the gradient 1 -> 0.
   const PipelineSpec one{2, 1, 1, ScheduleKind::OneFOneB};
-  EXPECT_NEAR(makespan(simulate_shared(one, uniform(one, 1, 2), 0.5, Sharing{})), 2 * 3.0 + 2 * 0.5, 1e-9);
+  EXPECT_NEAR(makespan(simulate_shared(one, uniform(one, 1, 2), 0.5)), 2 * 3.0 + 2 * 0.5, 1e-9);
 }
 
 // Collective times: piecewise linear between measured sizes, the smallest
@@ -139,6 +140,26 @@ TEST(MachineProfile, InterpolatesCollectivesAndScalesOps) {
   OpCall other{"gelu_fwd 100 f32", "gelu_fwd", 0, 800};
   EXPECT_DOUBLE_EQ(p.op_time(other, &unpriced), 0.0);
   EXPECT_EQ(unpriced, 1);
+}
+
+// The slowdown by busy ranks: the measured figures at whole counts, linear
+// between them (and from 1 at none), beyond the table the last figure times
+// the growth of ranks per unit; without a table, ranks over units.
+TEST(MachineProfile, SlowdownFollowsTheMeasuredTable) {
+  MachineProfile p;
+  p.compute_units = 2;
+  EXPECT_DOUBLE_EQ(p.slowdown(1), 1.0);
+  EXPECT_DOUBLE_EQ(p.slowdown(6), 3.0);
+  p.busy_slowdown = {1.1, 1.3, 1.9, 2.5};
+  EXPECT_DOUBLE_EQ(p.slowdown(0), 1.0);
+  EXPECT_DOUBLE_EQ(p.slowdown(0.5), 1.05);
+  EXPECT_DOUBLE_EQ(p.slowdown(2), 1.3);
+  EXPECT_DOUBLE_EQ(p.slowdown(2.5), 1.6);
+  EXPECT_DOUBLE_EQ(p.slowdown(4), 2.5);
+  EXPECT_DOUBLE_EQ(p.slowdown(8), 5.0);  // twice the ranks on the same two cores
+  p.busy_slowdown = {1.0};               // calibrated with one rank on two cores
+  EXPECT_DOUBLE_EQ(p.slowdown(2), 1.0);
+  EXPECT_DOUBLE_EQ(p.slowdown(4), 2.0);
 }
 
 // checkpoint.every = "auto": Young's sqrt(2 d M) against numbers worked by

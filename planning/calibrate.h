@@ -27,7 +27,8 @@ void measure_collectives(MPI_Comm world, const std::vector<int>& groups, const s
                          MachineProfile& p);
 // How ranks share compute units (collective over `world`): how much slower
 // fixed work runs while 1, 2, ... size ranks compute and the others wait in
-// a collective, against one rank alone (busy_slowdown).
+// a receive from them, against one rank alone (busy_slowdown), and how much
+// the same work's time moved between rounds (speed_variation).
 void measure_sharing(MPI_Comm world, Backend& be, MachineProfile& p);
 // A barrier in which this rank sleeps (2 ms polls) instead of spinning, so
 // that a rank measuring alone has the cores to itself.

@@ -28,8 +28,9 @@ def main():
     prof = os.path.join(tmp, "profile.json")
     run([mpirun, "-np", "2", trainer, "calibrate", DEMO_RECIPE, "--output", prof] + sets, env=env)
     p = json.load(open(prof))
-    check(p["format"] == "trainer-machine-profile/2" and len(p["busy_slowdown"]) == 2 and any(k.startswith("matmul ") for k in p["ops"])
-          and "allreduce/2" in p["collectives"] and p["gemm_gflops"] > 0,
+    check(p["format"] == "trainer-machine-profile/2" and len(p["busy_slowdown"]) == 2
+          and any(k.startswith("matmul ") for k in p["ops"]) and "allreduce/2" in p["collectives"]
+          and p["gemm_gflops"] > 0,
           f"calibrate: {len(p['ops'])} op shapes, collectives {sorted(p['collectives'])}, "
           f"GEMM {p['gemm_gflops']:.1f} GFLOP/s, slowdown by busy ranks {p['busy_slowdown']}")
 

@@ -109,7 +109,8 @@ TEST(PipelineSim, MatchesTheScheduleSimulatorWithoutSharing) {
 TEST(PipelineSim, SharingOneUnitSerialisesTheWork) {
   const PipelineSpec p{2, 1, 6, ScheduleKind::OneFOneB};
   const double work = 2 * 6 * (1.0 + 2.0);
-  EXPECT_NEAR(makespan(simulate_shared(p, uniform(p, 1, 2), 0, [](double busy) { return std::max(1.0, busy); })), work, 1e-9);
+  const Slowdown busy_count = [](double busy) { return std::max(1.0, busy); };
+  EXPECT_NEAR(makespan(simulate_shared(p, uniform(p, 1, 2), 0, busy_count)), work, 1e-9);
   const double alone = makespan(simulate_shared(p, uniform(p, 1, 2), 0));
   EXPECT_NEAR(makespan(simulate_shared(p, uniform(p, 1, 2), 0, [](double) { return 2.0; })), 2 * alone, 1e-9);
   // A message delay adds to every hand-over on the critical path: with one

@@ -5,6 +5,7 @@
 #include <sched.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <fstream>
@@ -41,6 +42,9 @@ const char* kCalibrateUsage =
     "    the job (every group busy at once, as in training) and send/receive between\n"
     "    pairs, 4 KB to 16 MB; launch it with the ranks per node training will use\n"
     "    (and across nodes to measure the network)\n"
+    "  - on the CPU, how work slows with the number of ranks computing at once, and\n"
+    "    what a tensor-parallel collective waits for its partners between pieces of\n"
+    "    compute when every rank computes\n"
     "  - writing and fsyncing a 64 MB file beside FILE (checkpoint bandwidth)\n"
     "  --all-precisions: time the ops in fp32 and bf16, for plan --search --all-precisions.\n";
 
@@ -58,6 +62,14 @@ std::vector<ShardShape> shard_shapes(const std::vector<LayoutCandidate>& cands) 
     out.push_back({r.training.micro_batch, r.grid.tp, r.sequence_parallel, r.training.precision, {}});
   }
   return out;
+}
+
+// Rank 0's list, on every rank.
+void broadcast_ints(std::vector<int>& v) {
+  int n = (int)v.size();
+  MPI_Bcast(&n, 1, MPI_INT, 0, MPI_COMM_WORLD);
+  v.resize(n);
+  MPI_Bcast(v.data(), n, MPI_INT, 0, MPI_COMM_WORLD);
 }
 
 std::string cpu_model() {
@@ -94,6 +106,11 @@ void describe(const MachineProfile& p, const std::string& path, double seconds) 
     for (double f : p.busy_slowdown) std::printf(" x%.2f", f);
     std::printf("\n");
   }
+  for (const auto& [g, pts] : p.tp_sync) {
+    std::printf("  a tensor-parallel collective in groups of %d waits for its partners, after compute of", g);
+    for (const SyncPoint& s : pts) std::printf(" %.2f ms: +%.3f ms;", s.segment_ms, s.extra_ms);
+    std::printf("\n");
+  }
   std::printf("  disk %.0f MB/s (write + fsync)\nwrote %s in %.0f s\n", p.disk_mb_per_s, path.c_str(), seconds);
   if (p.speed_variation > kSpeedVariationWarning)
     std::printf("calibrate: warning: the same work took up to %.0f%% longer in one pass than in another: this "
@@ -116,9 +133,12 @@ int calibrate(const RecipeArgs& args, int rank, int size) {
   p.host = host;
   p.compute_units = p.device.empty() ? node_cores() : std::max(1, device_memory(ranks_on_node()).devices);
   p.threads_per_rank = p.device.empty() ? r.runtime.threads : 1;
+  std::vector<int> tp_sizes;  // of the valid layouts, for the tensor-parallel waits
   if (rank == 0) {
     const bool both = args.has("--all-precisions");
     const std::vector<ShardShape> shards = shard_shapes(layout_candidates(args.recipe, args.overrides, ranks, both));
+    for (const ShardShape& s : shards)
+      if (s.tp > 1 && std::find(tp_sizes.begin(), tp_sizes.end(), s.tp) == tp_sizes.end()) tp_sizes.push_back(s.tp);
     std::fprintf(stderr, "calibrate: timing the ops of %zu shard shape(s) of %d-rank layouts on rank 0\n",
                  shards.size(), ranks);
     const GemmProbe probe = gemm_probe(*be, r.training.precision, 1024);
@@ -133,7 +153,13 @@ int calibrate(const RecipeArgs& args, int rank, int size) {
   for (int g = 2; g <= size; g++)
     if (size % g == 0) groups.push_back(g);
   measure_collectives(MPI_COMM_WORLD, groups, {4096, 65536, 1 << 20, 16 << 20}, r.training.precision, p);
-  if (p.device.empty()) measure_sharing(MPI_COMM_WORLD, *be, p);  // a GPU rank has its device to itself
+  if (p.device.empty()) {  // a GPU rank has its device to itself
+    measure_sharing(MPI_COMM_WORLD, *be, p);
+    broadcast_ints(tp_sizes);
+    if (rank == 0 && !tp_sizes.empty())
+      std::fprintf(stderr, "calibrate: tensor-parallel collectives between pieces of compute\n");
+    measure_tp_sync(MPI_COMM_WORLD, *be, tp_sizes, p);
+  }
   if (rank != 0) return kExitOk;
   const size_t slash = out.find_last_of('/');
   p.disk_mb_per_s = measure_disk(slash == std::string::npos ? "." : out.substr(0, slash), 64);

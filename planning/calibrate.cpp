@@ -164,6 +164,44 @@ void measure_sharing(MPI_Comm world, Backend& be, MachineProfile& p) {
   for (const std::vector<double>& r : rounds) p.busy_slowdown.push_back(median_of(r));
 }
 
+void measure_tp_sync(MPI_Comm world, Backend& be, const std::vector<int>& groups, MachineProfile& p) {
+  int rank = 0, size = 1;
+  MPI_Comm_rank(world, &rank);
+  MPI_Comm_size(world, &size);
+  FixedWork work(be);
+  double rep_ms = 0;  // one repetition of the fixed work, alone
+  if (rank == 0) rep_ms = std::max(1e-3, work.run(20) / 20);
+  MPI_Bcast(&rep_ms, 1, MPI_DOUBLE, 0, world);
+  std::vector<float> x(kSyncProbeBytes / sizeof(float), 1.f);
+  for (int g : groups) {
+    if (g < 2 || size % g) continue;
+    MPI_Comm sub;
+    MPI_Comm_split(world, rank / g, rank, &sub);  // tensor-parallel groups are consecutive ranks
+    const double latency = std::max(0.0, p.comm_time("allreduce", g, kSyncProbeBytes));
+    std::vector<SyncPoint>& pts = p.tp_sync[g];
+    pts.clear();
+    for (double target : {0.3, 1.0, 3.0}) {  // ms of compute between two collectives, alone
+      const int reps = std::max(1, (int)std::lround(target / rep_ms));
+      const int iters = std::clamp((int)std::lround(60 / target), 20, 200);  // loops of about 60 ms alone
+      auto loop = [&](bool sync) {
+        return time_max_over(world, [&] {
+          for (int i = 0; i < iters; i++) {
+            work.run(reps);
+            if (sync) MPI_Allreduce(MPI_IN_PLACE, x.data(), (int)x.size(), MPI_FLOAT, MPI_SUM, sub);
+          }
+        });
+      };
+      std::vector<double> extra;  // pairs of loops in turn, so that a slow spell hits both alike
+      for (int pair = 0; pair < 9; pair++) {
+        const double without = loop(false), with = loop(true);
+        extra.push_back((with - without) / iters - latency);
+      }
+      pts.push_back({reps * rep_ms, std::max(0.0, median_of(extra))});
+    }
+    MPI_Comm_free(&sub);
+  }
+}
+
 void measure_ops(Backend& be, const ModelConfig& c, const std::vector<ShardShape>& shards, MachineProfile& p,
                  const std::function<void(size_t, size_t)>& progress) {
   std::map<std::string, Samples> calls;

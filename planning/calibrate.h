@@ -7,6 +7,9 @@
 //                        size (every group of that size at once, as training
 //                        runs them) and send/receive between pairs, at
 //                        several message sizes; collective over `world`
+//   measure_sharing      how fixed work slows by the number of ranks computing
+//   measure_tp_sync      what a tensor-parallel collective adds between pieces
+//                        of compute when every rank computes
 //   measure_disk         writing and fsyncing a file where checkpoints go
 #include <mpi.h>
 
@@ -30,6 +33,13 @@ void measure_collectives(MPI_Comm world, const std::vector<int>& groups, const s
 // a receive from them, against one rank alone (busy_slowdown), and how much
 // the same work's time moved between rounds (speed_variation).
 void measure_sharing(MPI_Comm world, Backend& be, MachineProfile& p);
+// What a tensor-parallel collective costs beyond its own time when every
+// rank computes between collectives (tp_sync): the partner must have reached
+// it, and on shared cores it may not be running. For each group size, fixed
+// work with and without a small all-reduce after each piece, at three piece
+// sizes; the extra per collective, less the all-reduce's own latency
+// (measure_collectives first). Collective over `world`.
+void measure_tp_sync(MPI_Comm world, Backend& be, const std::vector<int>& groups, MachineProfile& p);
 // A barrier in which this rank sleeps (2 ms polls) instead of spinning, so
 // that a rank measuring alone has the cores to itself.
 void wait_asleep(MPI_Comm world);

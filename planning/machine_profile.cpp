@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <fstream>
+#include <iterator>
 #include <limits>
 
 #include "runtime/errors.h"
@@ -13,7 +14,7 @@ namespace trainer {
 
 namespace {
 
-constexpr const char* kProfileFormat = "trainer-machine-profile/2";
+constexpr const char* kProfileFormat = "trainer-machine-profile/3";
 
 double work_of(const OpCall& c) { return c.flops > 0 ? c.flops : c.bytes; }
 std::string op_name(const std::string& key) { return key.substr(0, key.find(' ')); }
@@ -72,6 +73,21 @@ double MachineProfile::comm_time(const std::string& op, int group, double bytes)
   return ring * interpolate(collectives.at(comm_key(op, nearest)), bytes);
 }
 
+double MachineProfile::sync_wait(int group, double segment_ms) const {
+  if (group <= 1 || tp_sync.empty()) return 0;
+  auto it = tp_sync.lower_bound(group);  // the nearest measured group size
+  if (it == tp_sync.end() || (it != tp_sync.begin() && group - std::prev(it)->first < it->first - group)) --it;
+  const std::vector<SyncPoint>& pts = it->second;
+  if (pts.empty()) return 0;
+  if (segment_ms <= pts.front().segment_ms) return pts.front().extra_ms;
+  for (size_t i = 1; i < pts.size(); i++)
+    if (segment_ms <= pts[i].segment_ms) {
+      const SyncPoint &a = pts[i - 1], &b = pts[i];
+      return a.extra_ms + (b.extra_ms - a.extra_ms) * (segment_ms - a.segment_ms) / (b.segment_ms - a.segment_ms);
+    }
+  return pts.back().extra_ms;
+}
+
 MachineProfile load_profile(const std::string& path) {
   std::ifstream f(path);
   if (!f) throw UserError(kExitUsage, "cannot read the machine profile " + path + " (make one with `trainer calibrate`)");
@@ -79,9 +95,9 @@ MachineProfile load_profile(const std::string& path) {
   try {
     const nlohmann::json j = nlohmann::json::parse(f);
     const std::string format = j.value("format", "");
-    if (format == "trainer-machine-profile/1")
-      throw UserError(kExitUsage, path + " was made by an earlier trainer (its sharing figures are no longer "
-                                         "used); make a new one with `trainer calibrate`");
+    if (format.rfind("trainer-machine-profile/", 0) == 0 && format != kProfileFormat)
+      throw UserError(kExitUsage, path + " was made by an earlier trainer (" + format +
+                                      ": it lacks figures this cost model uses); make a new one with `trainer calibrate`");
     if (format != kProfileFormat)
       throw UserError(kExitUsage, path + " is not a machine profile of this trainer (no \"format\": \"" +
                                       std::string(kProfileFormat) + "\"); make one with `trainer calibrate`");
@@ -94,9 +110,14 @@ MachineProfile load_profile(const std::string& path) {
     for (const auto& [key, v] : j.at("ops").items()) p.ops[key] = {v.at("ms"), v.at("work")};
     for (const auto& [key, v] : j.at("collectives").items())
       for (const auto& pt : v) p.collectives[key].push_back({pt.at(0), pt.at(1)});
+    for (const auto& [key, v] : j.at("tp_sync").items())
+      for (const auto& pt : v) p.tp_sync[std::stoi(key)].push_back({pt.at(0), pt.at(1)});
   } catch (const nlohmann::json::exception& e) {
     throw UserError(kExitUsage, "machine profile " + path + " is damaged: " + e.what() +
                                     " (make a new one with `trainer calibrate`)");
+  } catch (const std::logic_error&) {  // a group size that is not a number
+    throw UserError(kExitUsage, "machine profile " + path + " is damaged: tp_sync has a group size that is not a "
+                                    "number (make a new one with `trainer calibrate`)");
   }
   return p;
 }
@@ -114,6 +135,9 @@ void save_profile(const MachineProfile& p, const std::string& path) {
   j["collectives"] = nlohmann::json::object();
   for (const auto& [key, pts] : p.collectives)
     for (const CommPoint& c : pts) j["collectives"][key].push_back({c.bytes, c.ms});
+  j["tp_sync"] = nlohmann::json::object();
+  for (const auto& [g, pts] : p.tp_sync)
+    for (const SyncPoint& s : pts) j["tp_sync"][std::to_string(g)].push_back({s.segment_ms, s.extra_ms});
   if (const std::string err = replace_file(path, j.dump(1) + "\n", true); !err.empty())
     throw UserError(kExitUsage, "cannot write the machine profile: " + err);
 }

@@ -20,6 +20,14 @@ struct CommPoint {
   double bytes = 0, ms = 0;
 };
 
+// A tensor-parallel collective's wait beyond its own time, by the compute
+// between two collectives (both ms; measured by calibrate's measure_tp_sync).
+struct SyncPoint {
+  double segment_ms = 0, extra_ms = 0;
+};
+// The size of the all-reduce measure_tp_sync times between pieces of work.
+constexpr double kSyncProbeBytes = 16384;
+
 struct MachineProfile {
   std::string created, host, cpu, backend, device, precision;
   int compute_units = 1;     // cores (CPU backend) or GPUs of a node
@@ -42,6 +50,11 @@ struct MachineProfile {
   };
   std::map<std::string, OpFigure> ops;
   std::map<std::string, std::vector<CommPoint>> collectives;  // sorted by bytes
+  // tp_sync[g]: in groups of g ranks, what a collective waits for its
+  // partners beyond its own time while every rank computes between
+  // collectives (sorted by segment; empty on a GPU, where ranks do not
+  // share compute units).
+  std::map<int, std::vector<SyncPoint>> tp_sync;
 
   // A call's time: its key's measurement, else scaled from the measured key
   // of the same op nearest in work (FLOPs or bytes); `unpriced` counts calls
@@ -56,6 +69,10 @@ struct MachineProfile {
   // size not measured is scaled from the nearest measured one by the ring
   // factor (g - 1) / g. -1 when nothing of that op was measured.
   double comm_time(const std::string& op, int group, double bytes) const;
+  // A tensor-parallel collective's wait for its partners (tp_sync) after
+  // `segment_ms` of compute (alone), interpolated and held at the measured
+  // ends; a group size not measured takes the nearest one's. 0 without.
+  double sync_wait(int group, double segment_ms) const;
 };
 
 MachineProfile load_profile(const std::string& path);  // UserError (exit 2) naming the file and what is wrong

@@ -60,8 +60,13 @@ const StepModel::ChunkCost& StepModel::chunk_cost(const Recipe& r, const ChunkSp
     if (op.phase == OpPhase::Forward) c.fwd_ms += ms;
     else if (op.phase == OpPhase::Backward) c.bwd_ms += ms;
   }
+  // Each collective of the forward and backward waits for its partners
+  // after the compute since the previous one (on shared cores).
+  const auto in_schedule = [](const CommCall& cc) { return cc.phase != OpPhase::PerStep; };
+  const long n = std::count_if(t.tp_comm.begin(), t.tp_comm.end(), in_schedule);
+  const double wait = n ? p_.sync_wait(r.grid.tp, (c.fwd_ms + c.bwd_ms) / n) : 0;
   for (const CommCall& cc : t.tp_comm) {
-    const double ms = comm(cc.op, r.grid.tp, cc.bytes, c.unpriced_comm);
+    const double ms = comm(cc.op, r.grid.tp, cc.bytes, c.unpriced_comm) + (in_schedule(cc) ? wait : 0);
     if (cc.phase == OpPhase::Forward) c.fwd_comm_ms += ms;
     else if (cc.phase == OpPhase::Backward) c.bwd_comm_ms += ms;
     else c.per_step_comm_ms += ms;

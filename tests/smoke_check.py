@@ -28,11 +28,14 @@ def main():
     prof = os.path.join(tmp, "profile.json")
     run([mpirun, "-np", "2", trainer, "calibrate", DEMO_RECIPE, "--output", prof] + sets, env=env)
     p = json.load(open(prof))
-    check(p["format"] == "trainer-machine-profile/2" and len(p["busy_slowdown"]) == 2
+    sync = p["tp_sync"].get("2", [])  # the demo's 6 heads split over 2 ranks
+    check(p["format"] == "trainer-machine-profile/3" and len(p["busy_slowdown"]) == 2
           and any(k.startswith("matmul ") for k in p["ops"]) and "allreduce/2" in p["collectives"]
-          and p["gemm_gflops"] > 0,
+          and p["gemm_gflops"] > 0 and len(sync) == 3 and all(a[0] < b[0] for a, b in zip(sync, sync[1:]))
+          and all(s[1] >= 0 for s in sync),
           f"calibrate: {len(p['ops'])} op shapes, collectives {sorted(p['collectives'])}, "
-          f"GEMM {p['gemm_gflops']:.1f} GFLOP/s, slowdown by busy ranks {p['busy_slowdown']}")
+          f"GEMM {p['gemm_gflops']:.1f} GFLOP/s, slowdown by busy ranks {p['busy_slowdown']}, "
+          f"tensor-parallel waits {sync}")
 
     plan = os.path.join(tmp, "plan.json")
     _, out = run([trainer, "plan", DEMO_RECIPE, "--ranks", "2", "--search", "--profile", prof, "--json", plan,
@@ -50,6 +53,12 @@ def main():
     code, out = run([trainer, "plan", DEMO_RECIPE, "--ranks", "2", "--search", "--profile", bad] + sets,
                     ok_codes=(2,))
     check("not a machine profile" in out, "plan --search with a file that is no profile: exit 2")
+    older = os.path.join(tmp, "older.json")
+    json.dump(dict(p, format="trainer-machine-profile/2"), open(older, "w"))
+    code, out = run([trainer, "plan", DEMO_RECIPE, "--ranks", "2", "--search", "--profile", older] + sets,
+                    ok_codes=(2,))
+    check("earlier trainer" in out and "trainer calibrate" in out,
+          "plan --search with a profile of an earlier format: exit 2, says to calibrate again")
 
     sets += ["--set", "parallel.tp=1", "--set", "parallel.pp=2"]  # the demo's layout on 2 ranks
     base = os.path.join(tmp, "base.json")

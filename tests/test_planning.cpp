@@ -163,6 +163,23 @@ TEST(MachineProfile, SlowdownFollowsTheMeasuredTable) {
   EXPECT_DOUBLE_EQ(p.slowdown(4), 2.0);
 }
 
+// A tensor-parallel collective's wait, against values worked by hand: held
+// at the measured ends, linear between them, the nearest measured group
+// size for another, none for one rank or without measurements (a GPU).
+TEST(MachineProfile, SyncWaitFollowsTheMeasuredTable) {
+  MachineProfile p;
+  EXPECT_DOUBLE_EQ(p.sync_wait(2, 1.0), 0.0);
+  p.tp_sync[2] = {{0.5, 0.1}, {2.0, 0.4}, {4.0, 0.5}};
+  p.tp_sync[8] = {{0.5, 1.0}};
+  EXPECT_DOUBLE_EQ(p.sync_wait(2, 0.25), 0.1);
+  EXPECT_NEAR(p.sync_wait(2, 1.25), 0.25, 1e-12);
+  EXPECT_NEAR(p.sync_wait(2, 3.0), 0.45, 1e-12);
+  EXPECT_DOUBLE_EQ(p.sync_wait(2, 10.0), 0.5);
+  EXPECT_NEAR(p.sync_wait(4, 1.25), 0.25, 1e-12);  // 4 is nearer 2 than 8
+  EXPECT_DOUBLE_EQ(p.sync_wait(6, 3.0), 1.0);      // 6 is nearer 8
+  EXPECT_DOUBLE_EQ(p.sync_wait(1, 1.0), 0.0);
+}
+
 // checkpoint.every = "auto": Young's sqrt(2 d M) against numbers worked by
 // hand, Daly's refinement close to it when the save is short against the
 // MTBF, and the interval in steps following the measured save time.

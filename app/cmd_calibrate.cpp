@@ -7,7 +7,9 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <set>
 #include <string>
@@ -16,9 +18,13 @@
 #include "app/commands.h"
 #include "app/mpi_command.h"
 #include "app/layout_candidates.h"
+#include "app/memory_fit.h"
 #include "app/recipe_args.h"
+#include "app/scratch_run.h"
 #include "engine/job.h"
 #include "planning/calibrate.h"
+#include "planning/step_model.h"
+#include "report/run_files.h"
 #include "runtime/errors.h"
 #include "runtime/flight_recorder.h"
 #include "runtime/sgemm_peak.h"
@@ -45,6 +51,9 @@ const char* kCalibrateUsage =
     "  - on the CPU, how work slows with the number of ranks computing at once, and\n"
     "    what a tensor-parallel collective waits for its partners between pieces of\n"
     "    compute when every rank computes\n"
+    "  - 8 real steps of one layout (data parallel over all ranks, synthetic tokens, a\n"
+    "    scratch directory under $TMPDIR) against the model's prediction for it: plan\n"
+    "    and smoke scale their step times by the ratio (the anchor)\n"
     "  - writing and fsyncing a 64 MB file beside FILE (checkpoint bandwidth)\n"
     "  --all-precisions: time the ops in fp32 and bf16, for plan --search --all-precisions.\n";
 
@@ -64,12 +73,66 @@ std::vector<ShardShape> shard_shapes(const std::vector<LayoutCandidate>& cands) 
   return out;
 }
 
-// Rank 0's list, on every rank.
+// calibrate's real step: this many steps, the median of those after the warm-up.
+constexpr long kAnchorSteps = 8, kAnchorWarmup = 2;
+
+// The anchor: every rank computing, nothing pipelined or recomputed (pure
+// data parallelism in the recipe's precision, the micro-batch nearest the
+// recipe's, memory permitting); null when no such layout is valid.
+const LayoutCandidate* anchor_candidate(const std::vector<LayoutCandidate>& cands, const Recipe& base, int per_node) {
+  const LayoutCandidate* best = nullptr;
+  auto distance = [&](const LayoutCandidate* c) { return std::abs(c->recipe.training.micro_batch - base.training.micro_batch); };
+  for (const LayoutCandidate& c : cands) {
+    const Recipe& r = c.recipe;
+    if (!c.rejected.empty() || r.grid.tp != 1 || r.grid.pp != 1 || r.recompute.mode != RecomputeMode::None ||
+        r.zero_stage != 0 || r.training.precision != base.training.precision)
+      continue;
+    if (check_memory_fit(r, -1, true, per_node).fits && (!best || distance(&c) < distance(best))) best = &c;
+  }
+  return best;
+}
+
+// A few real steps of the anchor layout through `trainer train`'s own code
+// (synthetic tokens, a scratch directory), against what the profile
+// measured so far predicts for it: the factor plan and smoke scale their
+// step times by. Collective; `sets` and `label` from rank 0.
+void measure_anchor(const RecipeArgs& args, const std::vector<std::string>& sets, const std::string& label,
+                    int per_node, MachineProfile& p, int rank, int size) {
+  std::vector<std::string> overrides = args.overrides;
+  overrides.insert(overrides.end(), sets.begin(), sets.end());
+  Scratch s;
+  if (shared_scratch(args.recipe, overrides, true, rank, size, kAnchorSteps, s) != 0) return;
+  if (rank == 0)
+    std::fprintf(stderr, "calibrate: %ld real steps of %s (the cost model's anchor)\n", kAnchorSteps, label.c_str());
+  const int code = run_inside(train_args(args.recipe, overrides, s, kAnchorSteps), rank, size);
+  if (rank != 0) return;
+  std::vector<double> ms;
+  const RunFiles files = code == 0 ? read_run_files(s.dir + "/run") : RunFiles{};
+  for (const auto& [step, rec] : files.latest_by_step())
+    if (step > kAnchorWarmup && rec->contains("step_ms")) ms.push_back(rec->at("step_ms").get<double>());
+  if (!ms.empty()) {
+    const Recipe ran = load_recipe(s.dir + "/run/recipe.resolved.toml", {}, 0, false);
+    p.anchor_layout = label, p.anchor_measured_ms = median_of(ms);
+    p.anchor_predicted_ms = StepModel(p, per_node).predict(ran).step_ms;
+  } else {
+    std::fprintf(stderr, "calibrate: warning: the anchor's steps failed (exit %d): step times will be the cost "
+                         "model's alone\n", code);
+  }
+  std::filesystem::remove_all(s.dir);
+}
+
+// Rank 0's lists, on every rank.
 void broadcast_ints(std::vector<int>& v) {
   int n = (int)v.size();
   MPI_Bcast(&n, 1, MPI_INT, 0, MPI_COMM_WORLD);
   v.resize(n);
   MPI_Bcast(v.data(), n, MPI_INT, 0, MPI_COMM_WORLD);
+}
+void broadcast_strings(std::vector<std::string>& v) {
+  int n = (int)v.size();
+  MPI_Bcast(&n, 1, MPI_INT, 0, MPI_COMM_WORLD);
+  v.resize(n);
+  for (std::string& s : v) s = broadcast_string(s);
 }
 
 std::string cpu_model() {
@@ -111,6 +174,9 @@ void describe(const MachineProfile& p, const std::string& path, double seconds) 
     for (const SyncPoint& s : pts) std::printf(" %.2f ms: +%.3f ms;", s.segment_ms, s.extra_ms);
     std::printf("\n");
   }
+  if (p.anchor_measured_ms > 0)
+    std::printf("  a real step of %s: %.1f ms, the model without it %.1f ms: step times x%.2f\n",
+                p.anchor_layout.c_str(), p.anchor_measured_ms, p.anchor_predicted_ms, p.step_factor());
   std::printf("  disk %.0f MB/s (write + fsync)\nwrote %s in %.0f s\n", p.disk_mb_per_s, path.c_str(), seconds);
   if (p.speed_variation > kSpeedVariationWarning)
     std::printf("calibrate: warning: the same work took up to %.0f%% longer in one pass than in another: this "
@@ -124,7 +190,8 @@ int calibrate(const RecipeArgs& args, int rank, int size) {
   const std::string out = args.has("--output") ? args.options.at("--output") : "machine_profile.json";
   const int ranks = (int)args.integer("--ranks", size, 1);
   const Recipe r = load_recipe(args.recipe, args.overrides, 0, false);
-  auto be = make_backend({r.runtime.backend, r.runtime.threads, -1, ranks_on_node(), r.runtime.allow_tf32});
+  const int per_node = ranks_on_node();
+  auto be = make_backend({r.runtime.backend, r.runtime.threads, -1, per_node, r.runtime.allow_tf32});
   MachineProfile p;
   p.created = iso_time(wall_seconds()), p.cpu = cpu_model(), p.backend = r.runtime.backend;
   p.device = be->device_name(), p.precision = dtype_name(r.training.precision), p.ranks = size;
@@ -134,9 +201,14 @@ int calibrate(const RecipeArgs& args, int rank, int size) {
   p.compute_units = p.device.empty() ? node_cores() : std::max(1, device_memory(ranks_on_node()).devices);
   p.threads_per_rank = p.device.empty() ? r.runtime.threads : 1;
   std::vector<int> tp_sizes;  // of the valid layouts, for the tensor-parallel waits
+  std::vector<std::string> anchor_sets;
+  std::string anchor_label;
   if (rank == 0) {
     const bool both = args.has("--all-precisions");
-    const std::vector<ShardShape> shards = shard_shapes(layout_candidates(args.recipe, args.overrides, ranks, both));
+    const std::vector<LayoutCandidate> cands = layout_candidates(args.recipe, args.overrides, ranks, both);
+    const std::vector<ShardShape> shards = shard_shapes(cands);
+    if (const LayoutCandidate* a = anchor_candidate(cands, r, per_node); a && ranks == size)
+      anchor_sets = a->sets, anchor_label = a->label;
     for (const ShardShape& s : shards)
       if (s.tp > 1 && std::find(tp_sizes.begin(), tp_sizes.end(), s.tp) == tp_sizes.end()) tp_sizes.push_back(s.tp);
     std::fprintf(stderr, "calibrate: timing the ops of %zu shard shape(s) of %d-rank layouts on rank 0\n",
@@ -160,6 +232,9 @@ int calibrate(const RecipeArgs& args, int rank, int size) {
       std::fprintf(stderr, "calibrate: tensor-parallel collectives between pieces of compute\n");
     measure_tp_sync(MPI_COMM_WORLD, *be, tp_sizes, p);
   }
+  broadcast_strings(anchor_sets);
+  anchor_label = broadcast_string(anchor_label);
+  if (!anchor_label.empty()) measure_anchor(args, anchor_sets, anchor_label, per_node, p, rank, size);
   if (rank != 0) return kExitOk;
   const size_t slash = out.find_last_of('/');
   p.disk_mb_per_s = measure_disk(slash == std::string::npos ? "." : out.substr(0, slash), 64);

@@ -9,7 +9,6 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -18,11 +17,10 @@
 #include "app/mpi_command.h"
 #include "app/recipe.h"
 #include "app/recipe_args.h"
+#include "app/scratch_run.h"
 #include "app/smoke_report.h"
-#include "data/shard_writer.h"
 #include "engine/job.h"
 #include "runtime/errors.h"
-#include "runtime/rng.h"
 
 namespace trainer {
 
@@ -54,74 +52,11 @@ const RecipeArgsSpec kSmokeArgs = {"smoke", kSmokeUsage, {"--synthetic", "--chec
                                    {"--steps", "--warmup", "--profile", "--json", "--min-mfu", "--baseline", "--tolerance",
                                     "--price-per-rank-hour"}};
 
-// Random tokens for every sample the steps read, as one llm.c shard.
-std::string write_synthetic_data(const Recipe& r, const std::string& dir, long steps) {
-  const size_t n = (size_t)(steps + 1) * r.training.global_batch * (r.model.seq_len + 1) + 1;
-  std::vector<uint32_t> tokens(n);
-  Rng rng(r.run.seed, "smoke");
-  for (uint32_t& t : tokens) t = (uint32_t)rng.below(r.model.vocab_size);
-  for (const std::string& path : write_shard(ShardFormat::Llmc, dir + "/synthetic", tokens.data(), n, {n},
-                                             (uint32_t)r.model.vocab_size))
-    std::filesystem::rename(path + ".new", path);
-  return dir + "/synthetic.bin";
-}
-
-// Rank 0 decides: the scratch directory, and whether the data is synthetic.
-struct Scratch {
-  std::string dir, data;  // data: the synthetic shard, or "" for the recipe's own
-  std::string note;
-};
-
-Scratch make_scratch(const RecipeArgs& args, int size, long steps) {
-  Scratch s;
-  const char* tmp = std::getenv("TMPDIR");
-  std::string templ = std::string(tmp && *tmp ? tmp : "/tmp") + "/trainer-smoke-XXXXXX";
-  if (!mkdtemp(templ.data())) throw UserError(kExitUsage, "cannot make a scratch directory " + templ + " ($TMPDIR)");
-  s.dir = templ;
-  bool synthetic = args.has("--synthetic");
-  if (!synthetic) {
-    try {
-      load_recipe(args.recipe, args.overrides, size, true);
-    } catch (const DataError& e) {
-      synthetic = true;
-      s.note = std::string("the recipe's data cannot be read (") + e.what() + "): random tokens instead";
-    }
-  }
-  if (synthetic) s.data = write_synthetic_data(load_recipe(args.recipe, args.overrides, size, false), s.dir, steps);
-  return s;
-}
-
-// The arguments of the `trainer train` run inside: the recipe, the user's
-// overrides, then what makes it a smoke test.
-std::vector<std::string> train_args(const RecipeArgs& args, const Scratch& s, long steps) {
-  std::vector<std::string> a = {args.recipe};
-  auto set = [&](const std::string& kv) { a.push_back("--set"), a.push_back(kv); };
-  for (const std::string& o : args.overrides) set(o);
-  set("run.dir=\"" + s.dir + "/run\"");
-  set("checkpoint.dir=\"" + s.dir + "/checkpoints\"");
-  set("checkpoint.every=0");
-  set("checkpoint.resume=\"none\"");
-  set("training.steps=" + std::to_string(steps));
-  set("training.exit_after=0");
-  set("training.log_every=1");
-  set("training.eval_every=0");
-  set("data.val=[]");
-  set("metrics.tensorboard=false");
-  if (!s.data.empty()) set("data.train=[\"" + s.data + "\"]");
-  return a;
-}
-
-int run_inside(const std::vector<std::string>& a, int rank, int size) {
-  std::vector<char*> argv;
-  for (const std::string& s : a) argv.push_back(const_cast<char*>(s.c_str()));
-  return train_job((int)argv.size(), argv.data(), rank, size);
-}
-
 // --check-restart: a first launch that saves at step k and stops, a second
 // (launch 1 to faults, as under the supervisor) that resumes from that
 // checkpoint to the end; both in their own scratch directories.
 int restart_launches(const RecipeArgs& args, const Scratch& s, long steps, long k, int rank, int size) {
-  std::vector<std::string> a = train_args(args, s, steps);
+  std::vector<std::string> a = train_args(args.recipe, args.overrides, s, steps);
   const std::vector<std::string> first = {"run.dir=\"" + s.dir + "/restart_run\"",
                                           "checkpoint.dir=\"" + s.dir + "/restart_ckpt\"",
                                           "checkpoint.every=" + std::to_string(k), "checkpoint.keep=0",
@@ -143,20 +78,10 @@ int smoke(const RecipeArgs& args, int rank, int size) {
   if (warmup >= steps) throw RecipeError("smoke: --warmup " + std::to_string(warmup) + " leaves no step of --steps " +
                                          std::to_string(steps) + " to measure");
   Scratch s;
-  int code = 0;
-  if (rank == 0) {
-    try {
-      s = make_scratch(args, size, steps);
-    } catch (const UserError& e) {
-      std::fprintf(stderr, "error: %s\n", e.what());
-      code = e.exit_code;
-    }
-  }
-  MPI_Bcast(&code, 1, MPI_INT, 0, MPI_COMM_WORLD);
+  int code = shared_scratch(args.recipe, args.overrides, args.has("--synthetic"), rank, size, steps, s);
   if (code) return code;
-  s.dir = broadcast_string(s.dir), s.data = broadcast_string(s.data);
   if (rank == 0 && !s.note.empty()) std::fprintf(stderr, "smoke: %s\n", s.note.c_str());
-  code = run_inside(train_args(args, s, steps), rank, size);
+  code = run_inside(train_args(args.recipe, args.overrides, s, steps), rank, size);
   const long k = std::max(1L, warmup);  // --check-restart saves after the warm-up steps
   if (code == 0 && args.has("--check-restart")) code = restart_launches(args, s, steps, k, rank, size);
   const SmokeRun run{s.dir + "/run", s.data.empty() ? "recipe" : "synthetic", (int)warmup, ranks_on_node()};

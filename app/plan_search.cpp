@@ -126,6 +126,11 @@ int plan_search(const RecipeArgs& args, int ranks) {
               profile.backend == "cpu" ? "cores" : "GPUs", profile.created.c_str());
   std::printf("run: %.0f steps of %.0f tokens%s\n", steps, tokens_per_step,
               price > 0 ? "; cost at the given price per rank-hour" : "");
+  if (profile.step_factor() != 1)
+    std::printf("step times x%.2f: a real step of %s took %.1f ms where the parts below predicted %.1f "
+                "(calibrate's anchor)\n",
+                profile.step_factor(), profile.anchor_layout.c_str(), profile.anchor_measured_ms,
+                profile.anchor_predicted_ms);
   if (ranked.empty()) {
     print_rejected(cands, memory);
     throw RecipeError("no layout of " + std::to_string(ranks) + " ranks is valid and fits (reasons above)");

@@ -117,11 +117,11 @@ void print_report(const json& j) {
   if (j.contains("predicted")) {
     const json& q = j["predicted"];
     std::printf("  predicted   %8.1f ms (measured / predicted %.2f; compute %.0f, tp %.0f, pp wait %.0f, shared %.0f, "
-                "dp exposed %.0f, optimizer %.0f) from %s\n",
+                "dp exposed %.0f, optimizer %.0f; all x%.2f, the profile's real step against its prediction) from %s\n",
                 q["step_ms"].get<double>(), m["step_ms"].get<double>() / q["step_ms"].get<double>(),
                 q["compute_ms"].get<double>(), q["tp_comm_ms"].get<double>(), q["pp_wait_ms"].get<double>(),
                 q["contention_ms"].get<double>(), q["dp_exposed_ms"].get<double>(), q["optimizer_ms"].get<double>(),
-                q["profile"].get<std::string>().c_str());
+                q["step_factor"].get<double>(), q["profile"].get<std::string>().c_str());
   }
   if (j.contains("restart")) {
     const json& r = j["restart"];
@@ -269,7 +269,7 @@ nlohmann::json smoke_figures(const RecipeArgs& args, const SmokeRun& run, const 
                       {"recompute_ms", p.recompute_ms}, {"tp_comm_ms", p.tp_comm_ms}, {"pp_wait_ms", p.pp_wait_ms},
                       {"contention_ms", p.contention_ms}, {"dp_exposed_ms", p.dp_exposed_ms},
                       {"optimizer_ms", p.optimizer_ms}, {"tokens_per_s", p.tokens_per_s}, {"mfu", p.mfu},
-                      {"save_s", p.save_s}};
+                      {"save_s", p.save_s}, {"step_factor", p.step_factor}};
   }
   const double step_ms = j["measured"]["step_ms"].get<double>();
   const double seconds = user.training.steps * step_ms / 1e3;

@@ -55,6 +55,15 @@ struct MachineProfile {
   // collectives (sorted by segment; empty on a GPU, where ranks do not
   // share compute units).
   std::map<int, std::vector<SyncPoint>> tp_sync;
+  // A real step of one layout (`trainer train`'s own code on every rank)
+  // against what the rest of the profile predicted for it: the cost model
+  // scales its step times by their ratio, for what op-by-op pricing misses
+  // (other threads, the allocator, caches, the host). Absent: 1.
+  std::string anchor_layout;
+  double anchor_measured_ms = 0, anchor_predicted_ms = 0;
+  double step_factor() const {
+    return anchor_measured_ms > 0 && anchor_predicted_ms > 0 ? anchor_measured_ms / anchor_predicted_ms : 1.0;
+  }
 
   // A call's time: its key's measurement, else scaled from the measured key
   // of the same op nearest in work (FLOPs or bytes); `unpriced` counts calls

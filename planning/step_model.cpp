@@ -148,7 +148,8 @@ StepPrediction StepModel::predict(const Recipe& r) {
     }
   }
   out.optimizer_ms = optimizer_ms(r, st.params[crit], out);
-  out.step_ms = crit_end + out.optimizer_ms;
+  out.step_factor = p_.step_factor();
+  out.step_ms = (crit_end + out.optimizer_ms) * out.step_factor;
   for (double f : st.work[crit].fwd) out.compute_ms += f * pipe.micro_batches;
   for (double b : st.work[crit].bwd) out.compute_ms += b * pipe.micro_batches;
   out.recompute_ms = out.compute_ms - st.no_recompute[crit];

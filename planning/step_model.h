@@ -28,6 +28,7 @@ struct StepPrediction {
   double compute_ms = 0, recompute_ms = 0, tp_comm_ms = 0, pp_wait_ms = 0, contention_ms = 0;
   double dp_comm_ms = 0, dp_exposed_ms = 0;  // the data-parallel reduction, and the part not overlapped
   double optimizer_ms = 0;                   // tied-embedding and SP sums, gradient norm, AdamW
+  double step_factor = 1;                    // the profile's real step against its prediction: step_ms includes it
   double tokens_per_s = 0, mfu = 0;          // mfu: model FLOPs over the profile's GEMM rate of the job's units
   double save_s = 0;                         // a blocking checkpoint save: its bytes at the profile's disk speed
   int unpriced_ops = 0;                      // calls of ops the profile has no figure for (counted as 0 ms)

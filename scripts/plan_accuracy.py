@@ -114,17 +114,19 @@ def spearman(a, b):
 
 
 def calibrate(a, n, prof, env):
-    """A profile of n ranks at `prof`; how much the machine's speed moved while it ran."""
+    """A profile of n ranks at `prof`; says how much the machine's speed moved while it ran and its anchor."""
     run(with_sets([a.mpirun, "-np", str(n), a.trainer, "calibrate", RECIPE, "--output", prof], MODEL), env)
-    moved = json.load(open(prof))["speed_variation"]
-    print(f"calibrate {n} ranks ({os.path.basename(prof)}): speed moved {100 * moved:.0f}% between passes",
-          file=sys.stderr, flush=True)
+    p = json.load(open(prof))
+    print(f"calibrate {n} ranks ({os.path.basename(prof)}): speed moved {100 * p['speed_variation']:.0f}% between "
+          f"passes; anchor {p['anchor_layout']}: {p['anchor_measured_ms']:.1f} ms measured, "
+          f"{p['anchor_predicted_ms']:.1f} predicted", file=sys.stderr, flush=True)
 
 
 def merge_profiles(paths, out):
     """One profile from calibrations taken at different moments: the median
     of each figure (the ops' and collectives' times, the sharing table, the
-    tensor-parallel waits, the GEMM and disk rates)."""
+    tensor-parallel waits, the GEMM and disk rates, the anchor's measured and
+    predicted step)."""
     ps = [json.load(open(p)) for p in paths]
     med = statistics.median
     m = dict(ps[0])
@@ -134,7 +136,7 @@ def merge_profiles(paths, out):
     m["busy_slowdown"] = [med(p["busy_slowdown"][i] for p in ps) for i in range(len(ps[0]["busy_slowdown"]))]
     m["tp_sync"] = {g: [[med(p["tp_sync"][g][i][j] for p in ps) for j in (0, 1)] for i in range(len(v))]
                     for g, v in ps[0]["tp_sync"].items()}
-    for k in ("gemm_gflops", "disk_mb_per_s"):
+    for k in ("gemm_gflops", "disk_mb_per_s", "anchor_measured_ms", "anchor_predicted_ms"):
         m[k] = med(p[k] for p in ps)
     m["speed_variation"] = max(p["speed_variation"] for p in ps)
     json.dump(m, open(out, "w"), indent=1)

@@ -36,6 +36,10 @@ def main():
           f"calibrate: {len(p['ops'])} op shapes, collectives {sorted(p['collectives'])}, "
           f"GEMM {p['gemm_gflops']:.1f} GFLOP/s, slowdown by busy ranks {p['busy_slowdown']}, "
           f"tensor-parallel waits {sync}")
+    check(p["anchor_layout"].startswith("dp 2 tp 1 pp 1 ") and p["anchor_measured_ms"] > 0
+          and p["anchor_predicted_ms"] > 0 and not [d for d in os.listdir(tmp) if d.startswith("trainer-smoke-")],
+          f"calibrate's anchor: real steps of {p['anchor_layout']} took {p['anchor_measured_ms']:.1f} ms, "
+          f"predicted {p['anchor_predicted_ms']:.1f} ms; its scratch directory removed")
 
     plan = os.path.join(tmp, "plan.json")
     _, out = run([trainer, "plan", DEMO_RECIPE, "--ranks", "2", "--search", "--profile", prof, "--json", plan,

@@ -20,7 +20,7 @@ against the order measured).
 
 usage: scripts/plan_accuracy.py [BUILD/trainer] [--steps N] [--jobs 4,8]
 Run from the repository root after scripts/build.sh; sources the MPI settings
-of scripts/mpi_env.sh itself. Takes about 20 minutes on 2 cores (--repeat 5).
+of scripts/mpi_env.sh itself. Takes about 24 minutes on 2 cores (--repeat 5).
 """
 import argparse
 import json

@@ -198,7 +198,7 @@ int calibrate(const RecipeArgs& args, int rank, int size) {
   char host[256] = {};
   gethostname(host, sizeof host - 1);
   p.host = host;
-  p.compute_units = p.device.empty() ? node_cores() : std::max(1, device_memory(ranks_on_node()).devices);
+  p.compute_units = p.device.empty() ? node_cores() : std::max(1, device_memory(per_node).devices);
   p.threads_per_rank = p.device.empty() ? r.runtime.threads : 1;
   std::vector<int> tp_sizes;  // of the valid layouts, for the tensor-parallel waits
   std::vector<std::string> anchor_sets;

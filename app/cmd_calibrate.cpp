@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdlib>
 #include <cstdio>
 #include <filesystem>
@@ -108,8 +109,8 @@ void measure_anchor(const RecipeArgs& args, const std::vector<std::string>& sets
   if (rank != 0) return;
   std::vector<double> ms;
   const RunFiles files = code == 0 ? read_run_files(s.dir + "/run") : RunFiles{};
-  for (const auto& [step, rec] : files.latest_by_step())
-    if (step > kAnchorWarmup && rec->contains("step_ms")) ms.push_back(rec->at("step_ms").get<double>());
+  for (const nlohmann::json* rec : files.steps_after(kAnchorWarmup))
+    if (const double x = number(*rec, "step_ms"); !std::isnan(x)) ms.push_back(x);
   if (!ms.empty()) {
     const Recipe ran = load_recipe(s.dir + "/run/recipe.resolved.toml", {}, 0, false);
     p.anchor_layout = label, p.anchor_measured_ms = median_of(ms);

@@ -252,9 +252,7 @@ std::string layout_text(const Recipe& r) {
 
 nlohmann::json smoke_figures(const RecipeArgs& args, const SmokeRun& run, const Recipe& r, const Recipe& user) {
   const RunFiles files = read_run_files(run.run_dir);
-  std::vector<const json*> recs;
-  for (const auto& [step, rec] : files.latest_by_step())
-    if (step > run.warmup) recs.push_back(rec);
+  const std::vector<const json*> recs = files.steps_after(run.warmup);
   if (recs.empty()) throw UserError(kExitInternal, "smoke: no step was logged in " + run.run_dir + "/metrics.jsonl");
   const int ranks = r.grid.dp * r.grid.tp * r.grid.pp;
   json j;

@@ -88,6 +88,14 @@ class FixedWork {
   Buffer a_, b_, c_;
 };
 
+// One repetition of the fixed work timed on rank 0 alone (ms), on every rank.
+double fixed_work_ms(MPI_Comm world, FixedWork& work, int rank) {
+  double ms = 0;
+  if (rank == 0) ms = std::max(1e-3, work.run(10) / 10);
+  MPI_Bcast(&ms, 1, MPI_DOUBLE, 0, world);
+  return ms;
+}
+
 }  // namespace
 
 void wait_asleep(MPI_Comm world) {
@@ -147,9 +155,7 @@ void measure_sharing(MPI_Comm world, Backend& be, MachineProfile& p) {
   MPI_Comm_rank(world, &rank);
   MPI_Comm_size(world, &size);
   FixedWork work(be);
-  double reps = 0;  // about 50 ms of work alone
-  if (rank == 0) reps = std::max(5.0, std::round(10 * 50 / std::max(0.01, work.run(10))));
-  MPI_Bcast(&reps, 1, MPI_DOUBLE, 0, world);
+  const double reps = std::max(5.0, std::round(50 / fixed_work_ms(world, work, rank)));  // about 50 ms alone
   // Rounds in turn, so that a slow spell of the shared host moves one
   // round's figures together; per busy count the median of eleven.
   std::vector<std::vector<double>> rounds(size);
@@ -169,9 +175,7 @@ void measure_tp_sync(MPI_Comm world, Backend& be, const std::vector<int>& groups
   MPI_Comm_rank(world, &rank);
   MPI_Comm_size(world, &size);
   FixedWork work(be);
-  double rep_ms = 0;  // one repetition of the fixed work, alone
-  if (rank == 0) rep_ms = std::max(1e-3, work.run(20) / 20);
-  MPI_Bcast(&rep_ms, 1, MPI_DOUBLE, 0, world);
+  const double rep_ms = fixed_work_ms(world, work, rank);
   std::vector<float> x(kSyncProbeBytes / sizeof(float), 1.f);
   for (int g : groups) {
     if (g < 2 || size % g) continue;

@@ -48,6 +48,13 @@ std::map<long, const nlohmann::json*> RunFiles::latest_by_step() const {
   return out;
 }
 
+std::vector<const nlohmann::json*> RunFiles::steps_after(long warmup) const {
+  std::vector<const nlohmann::json*> out;
+  for (const auto& [step, rec] : latest_by_step())
+    if (step > warmup) out.push_back(rec);
+  return out;
+}
+
 double number(const nlohmann::json& r, const char* key) {
   const auto it = r.find(key);
   return it != r.end() && it->is_number() ? it->get<double>() : NAN;

@@ -20,6 +20,8 @@ struct RunFiles {
   // The newest record of each step: after a restart the steps since the last
   // checkpoint are logged again (with the same values, as resume is exact).
   std::map<long, const nlohmann::json*> latest_by_step() const;
+  // Those of the steps after the first `warmup`, in step order.
+  std::vector<const nlohmann::json*> steps_after(long warmup) const;
 };
 
 RunFiles read_run_files(const std::string& dir);

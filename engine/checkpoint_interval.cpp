@@ -34,14 +34,19 @@ ExpectedLoss expected_loss(double interval_s, double save_s, double mtbf_s) {
 AutoCheckpointInterval::AutoCheckpointInterval(double mtbf_hours, double first_save_s)
     : mtbf_s_(mtbf_hours * 3600), first_save_s_(first_save_s) {}
 
-void AutoCheckpointInterval::saved(double blocking_ms) { keep_newest(saves_ms_, blocking_ms, 5); }
+void AutoCheckpointInterval::saved(double blocking_ms) {
+  keep_newest(saves_ms_, blocking_ms, 5);
+  since_save_ = estimate();
+}
 void AutoCheckpointInterval::stepped(double step_ms) { keep_newest(steps_ms_, step_ms, 21); }
 
 double AutoCheckpointInterval::save_s() const {
   return saves_ms_.empty() ? first_save_s_ : median(saves_ms_) / 1e3;
 }
 
-long AutoCheckpointInterval::steps() const {
+long AutoCheckpointInterval::steps() const { return since_save_ > 0 ? since_save_ : estimate(); }
+
+long AutoCheckpointInterval::estimate() const {
   if (steps_ms_.empty()) return 1;
   const double step_s = median(steps_ms_) / 1e3;
   return std::max(1L, std::lround(daly_interval_s(save_s(), mtbf_s_) / std::max(step_s, 1e-6)));

@@ -26,14 +26,17 @@ class AutoCheckpointInterval {
   AutoCheckpointInterval(double mtbf_hours, double first_save_s);
   void saved(double blocking_ms);  // a save's measured blocking time
   void stepped(double step_ms);    // a training step's time
-  // Steps from one save to the next (>= 1); Daly's interval over the median
-  // of the recent step times.
+  // Steps from one save to the next (>= 1): Daly's interval over the median
+  // of the recent step times, fixed at each save until the next (before the
+  // first, from the step times so far).
   long steps() const;
   double save_s() const;  // the save time it works with now (median of those timed)
 
  private:
+  long estimate() const;
   double mtbf_s_, first_save_s_;
   std::deque<double> saves_ms_, steps_ms_;  // the newest few
+  long since_save_ = 0;                     // the interval fixed at the last save; 0 before one
 };
 
 }  // namespace trainer

@@ -18,16 +18,24 @@ measured and predicted step time and memory, each ratio, and per job the
 Spearman rank correlation of the step times (the order the search gives
 against the order measured).
 
-usage: scripts/plan_accuracy.py [BUILD/trainer] [--steps N] [--jobs 4,8]
+usage: scripts/plan_accuracy.py [BUILD/trainer] [--steps N] [--jobs 4,8] [--reprice MEASUREMENTS]
 Run from the repository root after scripts/build.sh; sources the MPI settings
-of scripts/mpi_env.sh itself. Takes about 24 minutes on 2 cores (--repeat 5).
+of scripts/mpi_env.sh itself. Takes 17-24 minutes on 2 cores (--repeat 5).
+The calibrations and smoke results go into a measurements.tar.gz it names at
+the end; `--reprice` with that file (or its directory) prices the same
+measurements again with the given trainer, running nothing (seconds): a
+change to the cost model is then judged against the measurements the
+earlier model was, not against another hour's noise. docs/plan_accuracy/
+holds the runs docs/PERFORMANCE.md reports.
 """
 import argparse
 import json
 import statistics
 import os
+import shutil
 import subprocess
 import sys
+import tarfile
 import tempfile
 
 RECIPE = "configs/demo.toml"
@@ -142,6 +150,31 @@ def merge_profiles(paths, out):
     json.dump(m, open(out, "w"), indent=1)
 
 
+def is_measurement(name):
+    """The calibrations (profile_N_PASS.json) and smoke results (smoke_*.json) of a run."""
+    return name.endswith(".json") and (name.startswith("smoke_") or name.count("_") == 2 and name.startswith("profile_"))
+
+
+def pack_measurements(d):
+    path = f"{d}/measurements.tar.gz"
+    with tarfile.open(path, "w:gz") as t:
+        for name in sorted(os.listdir(d)):
+            if is_measurement(name):
+                t.add(f"{d}/{name}", arcname=name)
+    return path
+
+
+def unpack_measurements(src, d):
+    """An earlier run's measurements into d (nothing else is written where they came from)."""
+    if os.path.isdir(src):
+        for name in os.listdir(src):
+            if is_measurement(name):
+                shutil.copy(f"{src}/{name}", d)
+        return
+    with tarfile.open(src) as t:
+        t.extractall(d, members=[m for m in t.getmembers() if m.isfile() and is_measurement(m.name)])
+
+
 def search(a, n, prof, out, env):
     """plan --search's layouts by label."""
     run(with_sets([a.trainer, "plan", RECIPE, "--ranks", str(n), "--search", "--profile", prof, "--json", out],
@@ -158,10 +191,15 @@ def main():
     ap.add_argument("--repeat", type=int, default=5,
                     help="passes over the layouts; each layout's figure is the median of its passes (the machine's "
                          "speed drifts over minutes on a shared host)")
+    ap.add_argument("--reprice", metavar="MEASUREMENTS",
+                    help="price an earlier run's calibrations and smoke results again (its measurements.tar.gz, or "
+                         "a directory of those files); run nothing")
     a = ap.parse_args()
     env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
                OMPI_MCA_rmaps_base_oversubscribe="1", OMPI_MCA_mpi_yield_when_idle="1")
     tmp = tempfile.mkdtemp(prefix="plan_accuracy_")
+    if a.reprice:
+        unpack_measurements(a.reprice, tmp)
     worst_time, worst_mem, rho_min, rows_all = 0.0, 0.0, 1.0, []
     print("| ranks | layout | measured ms (each pass) | predicted ms | ratio | search rank | first calibration alone: "
           "predicted ms (ratio) | memory MB (rank 0) | plan MB | ratio |")
@@ -171,11 +209,13 @@ def main():
         profiles = []
         for rep in range(a.repeat):  # passes in turn, so a slow spell hits every layout alike
             profiles.append(f"{tmp}/profile_{n}_{rep}.json")
-            calibrate(a, n, profiles[-1], env)  # one calibration per pass, over the same minutes as the runs
+            if not a.reprice:
+                calibrate(a, n, profiles[-1], env)  # one calibration per pass, over the same minutes as the runs
             for i, l in enumerate(LAYOUTS[n]):
                 out = f"{tmp}/smoke_{n}_{i}_{rep}.json"
-                run(with_sets([a.mpirun, "-np", str(n), a.trainer, "smoke", RECIPE, "--steps", str(a.steps),
-                               "--json", out], MODEL + sets(l)), env)
+                if not a.reprice:
+                    run(with_sets([a.mpirun, "-np", str(n), a.trainer, "smoke", RECIPE, "--steps", str(a.steps),
+                                   "--json", out], MODEL + sets(l)), env)
                 runs[i].append(json.load(open(out)))
         merge_profiles(profiles, f"{tmp}/profile_{n}.json")
         searched = search(a, n, f"{tmp}/profile_{n}.json", f"{tmp}/plan_{n}.json", env)
@@ -208,6 +248,9 @@ def main():
           f"(limit 10%), lowest Spearman {rho_min:.2f} (limit 0.8)")
     ok = worst_time <= 0.25 and worst_mem <= 0.10 and rho_min >= 0.8
     print("PASS" if ok else "FAIL")
+    if not a.reprice:
+        kept = pack_measurements(tmp)
+        print(f"measurements kept in {kept}: `--reprice {kept}` prices them again", file=sys.stderr)
     return 0 if ok else 1
 
 

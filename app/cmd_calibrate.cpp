@@ -23,6 +23,7 @@
 #include "app/recipe_args.h"
 #include "app/scratch_run.h"
 #include "engine/job.h"
+#include "planning/action_cost.h"
 #include "planning/calibrate.h"
 #include "planning/step_model.h"
 #include "report/run_files.h"
@@ -54,7 +55,9 @@ const char* kCalibrateUsage =
     "    compute when every rank computes\n"
     "  - 8 real steps of one layout (data parallel over all ranks, synthetic tokens, a\n"
     "    scratch directory under $TMPDIR) against the model's prediction for it: plan\n"
-    "    and smoke scale their step times by the ratio (the anchor)\n"
+    "    and smoke scale their step times by the ratio (the anchor); then 8 of the\n"
+    "    layout with the most pipeline actions per step (2 stages, micro-batch 1,\n"
+    "    interleaved if the layers allow): what an action costs beyond its ops\n"
     "  - writing and fsyncing a 64 MB file beside FILE (checkpoint bandwidth)\n"
     "  --all-precisions: time the ops in fp32 and bf16, for plan --search --all-precisions.\n";
 
@@ -93,33 +96,69 @@ const LayoutCandidate* anchor_candidate(const std::vector<LayoutCandidate>& cand
   return best;
 }
 
-// A few real steps of the anchor layout through `trainer train`'s own code
-// (synthetic tokens, a scratch directory), against what the profile
-// measured so far predicts for it: the factor plan and smoke scale their
-// step times by. Collective; `sets` and `label` from rank 0.
-void measure_anchor(const RecipeArgs& args, const std::vector<std::string>& sets, const std::string& label,
-                    int per_node, MachineProfile& p, int rank, int size) {
+// The layout with the most pipeline actions per step: an interleaved
+// 2-stage pipeline at micro-batch 1 over half the ranks (1F1B if the model
+// has too few layers), nothing recomputed or sharded; null when none is valid.
+const LayoutCandidate* many_actions_candidate(const std::vector<LayoutCandidate>& cands, const Recipe& base,
+                                              int per_node) {
+  const LayoutCandidate* best = nullptr;
+  for (const LayoutCandidate& c : cands) {
+    const Recipe& r = c.recipe;
+    if (!c.rejected.empty() || r.grid.tp != 1 || r.grid.pp != 2 || r.training.micro_batch != 1 ||
+        r.recompute.mode != RecomputeMode::None || r.zero_stage != 0 ||
+        r.training.precision != base.training.precision || !check_memory_fit(r, -1, true, per_node).fits)
+      continue;
+    if (!best || r.virtual_stages > best->recipe.virtual_stages) best = &c;
+  }
+  return best;
+}
+
+// A few real steps of a layout through `trainer train`'s own code
+// (synthetic tokens, a scratch directory): on rank 0 the recipe that ran
+// and the median step after the warm-up (0 ms when they failed).
+// Collective; `sets` and `label` from rank 0.
+struct RealSteps {
+  Recipe ran;
+  double ms = 0;
+};
+RealSteps real_steps(const RecipeArgs& args, const std::vector<std::string>& sets, const std::string& label, int rank,
+                     int size) {
   std::vector<std::string> overrides = args.overrides;
   overrides.insert(overrides.end(), sets.begin(), sets.end());
   Scratch s;
-  if (shared_scratch(args.recipe, overrides, true, rank, size, kAnchorSteps, s) != 0) return;
-  if (rank == 0)
-    std::fprintf(stderr, "calibrate: %ld real steps of %s (the cost model's anchor)\n", kAnchorSteps, label.c_str());
+  RealSteps out;
+  if (shared_scratch(args.recipe, overrides, true, rank, size, kAnchorSteps, s) != 0) return out;
+  if (rank == 0) std::fprintf(stderr, "calibrate: %ld real steps of %s\n", kAnchorSteps, label.c_str());
   const int code = run_inside(train_args(args.recipe, overrides, s, kAnchorSteps), rank, size);
-  if (rank != 0) return;
+  if (rank != 0) return out;
   std::vector<double> ms;
   const RunFiles files = code == 0 ? read_run_files(s.dir + "/run") : RunFiles{};
   for (const nlohmann::json* rec : files.steps_after(kAnchorWarmup))
     if (const double x = number(*rec, "step_ms"); !std::isnan(x)) ms.push_back(x);
-  if (!ms.empty()) {
-    const Recipe ran = load_recipe(s.dir + "/run/recipe.resolved.toml", {}, 0, false);
-    p.anchor_layout = label, p.anchor_measured_ms = median_of(ms);
-    p.anchor_predicted_ms = StepModel(p, per_node).predict(ran).step_ms;
-  } else {
-    std::fprintf(stderr, "calibrate: warning: the anchor's steps failed (exit %d): step times will be the cost "
-                         "model's alone\n", code);
-  }
+  if (!ms.empty())
+    out.ran = load_recipe(s.dir + "/run/recipe.resolved.toml", {}, 0, false), out.ms = median_of(ms);
+  else
+    std::fprintf(stderr, "calibrate: warning: the steps of %s failed (exit %d)\n", label.c_str(), code);
   std::filesystem::remove_all(s.dir);
+  return out;
+}
+
+// The anchor (its factor scales every step time), then the layout with the
+// most actions (what an action costs beyond its ops). Collective.
+void measure_real_steps(const RecipeArgs& args, const std::vector<std::vector<std::string>>& sets,
+                        const std::vector<std::string>& labels, int per_node, MachineProfile& p, int rank, int size) {
+  if (labels.empty()) return;
+  const RealSteps a = real_steps(args, sets[0], labels[0], rank, size);
+  if (rank == 0 && a.ms > 0) {
+    p.anchor_layout = labels[0], p.anchor_measured_ms = a.ms;
+    p.anchor_predicted_ms = StepModel(p, per_node).predict(a.ran).step_ms;
+  }
+  if (labels.size() < 2) return;
+  const RealSteps b = real_steps(args, sets[1], labels[1], rank, size);
+  if (rank == 0 && a.ms > 0 && b.ms > 0) {
+    p.action_layout = labels[1], p.action_measured_ms = b.ms;
+    solve_action_cost(p, per_node, a.ran, b.ran, b.ms);
+  }
 }
 
 // Rank 0's lists, on every rank.
@@ -178,6 +217,9 @@ void describe(const MachineProfile& p, const std::string& path, double seconds) 
   if (p.anchor_measured_ms > 0)
     std::printf("  a real step of %s: %.1f ms, the model without it %.1f ms: step times x%.2f\n",
                 p.anchor_layout.c_str(), p.anchor_measured_ms, p.anchor_predicted_ms, p.step_factor());
+  if (p.action_measured_ms > 0)
+    std::printf("  a real step of %s: %.1f ms: a pipeline action costs %.2f ms beyond its ops (alone)\n",
+                p.action_layout.c_str(), p.action_measured_ms, p.action_ms);
   std::printf("  disk %.0f MB/s (write + fsync)\nwrote %s in %.0f s\n", p.disk_mb_per_s, path.c_str(), seconds);
   if (p.speed_variation > kSpeedVariationWarning)
     std::printf("calibrate: warning: the same work took up to %.0f%% longer in one pass than in another: this "
@@ -202,14 +244,17 @@ int calibrate(const RecipeArgs& args, int rank, int size) {
   p.compute_units = p.device.empty() ? node_cores() : std::max(1, device_memory(per_node).devices);
   p.threads_per_rank = p.device.empty() ? r.runtime.threads : 1;
   std::vector<int> tp_sizes;  // of the valid layouts, for the tensor-parallel waits
-  std::vector<std::string> anchor_sets;
-  std::string anchor_label;
+  std::vector<std::vector<std::string>> real_sets;  // the anchor, then the layout with the most actions
+  std::vector<std::string> real_labels;
   if (rank == 0) {
     const bool both = args.has("--all-precisions");
     const std::vector<LayoutCandidate> cands = layout_candidates(args.recipe, args.overrides, ranks, both);
     const std::vector<ShardShape> shards = shard_shapes(cands);
-    if (const LayoutCandidate* a = anchor_candidate(cands, r, per_node); a && ranks == size)
-      anchor_sets = a->sets, anchor_label = a->label;
+    if (const LayoutCandidate* a = anchor_candidate(cands, r, per_node); a && ranks == size) {
+      real_sets.push_back(a->sets), real_labels.push_back(a->label);
+      if (const LayoutCandidate* m = many_actions_candidate(cands, r, per_node))
+        real_sets.push_back(m->sets), real_labels.push_back(m->label);
+    }
     for (const ShardShape& s : shards)
       if (s.tp > 1 && std::find(tp_sizes.begin(), tp_sizes.end(), s.tp) == tp_sizes.end()) tp_sizes.push_back(s.tp);
     std::fprintf(stderr, "calibrate: timing the ops of %zu shard shape(s) of %d-rank layouts on rank 0\n",
@@ -233,9 +278,10 @@ int calibrate(const RecipeArgs& args, int rank, int size) {
       std::fprintf(stderr, "calibrate: tensor-parallel collectives between pieces of compute\n");
     measure_tp_sync(MPI_COMM_WORLD, *be, tp_sizes, p);
   }
-  broadcast_strings(anchor_sets);
-  anchor_label = broadcast_string(anchor_label);
-  if (!anchor_label.empty()) measure_anchor(args, anchor_sets, anchor_label, per_node, p, rank, size);
+  broadcast_strings(real_labels);
+  real_sets.resize(real_labels.size());
+  for (std::vector<std::string>& v : real_sets) broadcast_strings(v);
+  measure_real_steps(args, real_sets, real_labels, per_node, p, rank, size);
   if (rank != 0) return kExitOk;
   const size_t slash = out.find_last_of('/');
   p.disk_mb_per_s = measure_disk(slash == std::string::npos ? "." : out.substr(0, slash), 64);

@@ -131,6 +131,9 @@ int plan_search(const RecipeArgs& args, int ranks) {
                 "(calibrate's anchor)\n",
                 profile.step_factor(), profile.anchor_layout.c_str(), profile.anchor_measured_ms,
                 profile.anchor_predicted_ms);
+  if (profile.action_measured_ms > 0)
+    std::printf("a pipeline action costs %.2f ms beyond its ops (alone; from a real step of %s, %.1f ms)\n",
+                profile.action_ms, profile.action_layout.c_str(), profile.action_measured_ms);
   if (ranked.empty()) {
     print_rejected(cands, memory);
     throw RecipeError("no layout of " + std::to_string(ranks) + " ranks is valid and fits (reasons above)");

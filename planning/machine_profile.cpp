@@ -109,6 +109,8 @@ MachineProfile load_profile(const std::string& path) {
     p.gemm_gflops = j.at("gemm_gflops"), p.disk_mb_per_s = j.value("disk_mb_per_s", 0.0);
     p.anchor_layout = j.value("anchor_layout", "");
     p.anchor_measured_ms = j.value("anchor_measured_ms", 0.0), p.anchor_predicted_ms = j.value("anchor_predicted_ms", 0.0);
+    p.action_ms = j.value("action_ms", 0.0), p.action_layout = j.value("action_layout", "");
+    p.action_measured_ms = j.value("action_measured_ms", 0.0);
     for (const auto& [key, v] : j.at("ops").items()) p.ops[key] = {v.at("ms"), v.at("work")};
     for (const auto& [key, v] : j.at("collectives").items())
       for (const auto& pt : v) p.collectives[key].push_back({pt.at(0), pt.at(1)});
@@ -134,6 +136,7 @@ void save_profile(const MachineProfile& p, const std::string& path) {
   j["gemm_gflops"] = p.gemm_gflops, j["disk_mb_per_s"] = p.disk_mb_per_s;
   j["anchor_layout"] = p.anchor_layout;
   j["anchor_measured_ms"] = p.anchor_measured_ms, j["anchor_predicted_ms"] = p.anchor_predicted_ms;
+  j["action_ms"] = p.action_ms, j["action_layout"] = p.action_layout, j["action_measured_ms"] = p.action_measured_ms;
   j["ops"] = nlohmann::json::object();
   for (const auto& [key, f] : p.ops) j["ops"][key] = {{"ms", f.ms}, {"work", f.work}};
   j["collectives"] = nlohmann::json::object();

@@ -61,6 +61,14 @@ struct MachineProfile {
   // (other threads, the allocator, caches, the host). Absent: 1.
   std::string anchor_layout;
   double anchor_measured_ms = 0, anchor_predicted_ms = 0;
+  // What one pipeline action (a chunk's forward or backward of one
+  // micro-batch) costs beyond its ops and collectives, alone (ms): posting
+  // and waiting on its messages, the switch to another rank and back on
+  // shared cores. Set by real steps of the layout with the most actions
+  // per step (action_layout), the anchor's factor held. Absent: 0.
+  double action_ms = 0;
+  std::string action_layout;
+  double action_measured_ms = 0;
   double step_factor() const {
     return anchor_measured_ms > 0 && anchor_predicted_ms > 0 ? anchor_measured_ms / anchor_predicted_ms : 1.0;
   }

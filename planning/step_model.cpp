@@ -87,7 +87,7 @@ StepModel::Stages StepModel::price_stages(const Recipe& r, StepPrediction& out) 
     st.work[s].ranks = (double)r.grid.dp * r.grid.tp * std::min(per_node_, world) / world;
     for (const ChunkLayout& ch : rank_layout(r, s).chunks) {
       const ChunkCost& c = chunk_cost(r, ch.spec, r.recompute.mode);
-      st.work[s].fwd.push_back(c.fwd_ms), st.work[s].bwd.push_back(c.bwd_ms);
+      st.work[s].fwd.push_back(c.fwd_ms + p_.action_ms), st.work[s].bwd.push_back(c.bwd_ms + p_.action_ms);
       st.work[s].fwd_comm.push_back(c.fwd_comm_ms), st.work[s].bwd_comm.push_back(c.bwd_comm_ms);
       st.params[s] += c.params, st.per_step[s] += c.per_step_comm_ms;
       out.unpriced_ops += c.unpriced_ops * pipe.micro_batches;

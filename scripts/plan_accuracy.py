@@ -127,14 +127,15 @@ def calibrate(a, n, prof, env):
     p = json.load(open(prof))
     print(f"calibrate {n} ranks ({os.path.basename(prof)}): speed moved {100 * p['speed_variation']:.0f}% between "
           f"passes; anchor {p['anchor_layout']}: {p['anchor_measured_ms']:.1f} ms measured, "
-          f"{p['anchor_predicted_ms']:.1f} predicted", file=sys.stderr, flush=True)
+          f"{p['anchor_predicted_ms']:.1f} predicted; a pipeline action {p.get('action_ms', 0):.2f} ms "
+          f"({p.get('action_layout', '')}: {p.get('action_measured_ms', 0):.1f} ms)", file=sys.stderr, flush=True)
 
 
 def merge_profiles(paths, out):
     """One profile from calibrations taken at different moments: the median
     of each figure (the ops' and collectives' times, the sharing table, the
     tensor-parallel waits, the GEMM and disk rates, the anchor's measured and
-    predicted step)."""
+    predicted step, the cost of a pipeline action)."""
     ps = [json.load(open(p)) for p in paths]
     med = statistics.median
     m = dict(ps[0])
@@ -144,8 +145,8 @@ def merge_profiles(paths, out):
     m["busy_slowdown"] = [med(p["busy_slowdown"][i] for p in ps) for i in range(len(ps[0]["busy_slowdown"]))]
     m["tp_sync"] = {g: [[med(p["tp_sync"][g][i][j] for p in ps) for j in (0, 1)] for i in range(len(v))]
                     for g, v in ps[0]["tp_sync"].items()}
-    for k in ("gemm_gflops", "disk_mb_per_s", "anchor_measured_ms", "anchor_predicted_ms"):
-        m[k] = med(p[k] for p in ps)
+    for k in ("gemm_gflops", "disk_mb_per_s", "anchor_measured_ms", "anchor_predicted_ms", "action_ms"):
+        m[k] = med(p.get(k, 0.0) for p in ps)
     m["speed_variation"] = max(p["speed_variation"] for p in ps)
     json.dump(m, open(out, "w"), indent=1)
 

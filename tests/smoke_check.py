@@ -37,9 +37,12 @@ def main():
           f"GEMM {p['gemm_gflops']:.1f} GFLOP/s, slowdown by busy ranks {p['busy_slowdown']}, "
           f"tensor-parallel waits {sync}")
     check(p["anchor_layout"].startswith("dp 2 tp 1 pp 1 ") and p["anchor_measured_ms"] > 0
-          and p["anchor_predicted_ms"] > 0 and not [d for d in os.listdir(tmp) if d.startswith("trainer-smoke-")],
-          f"calibrate's anchor: real steps of {p['anchor_layout']} took {p['anchor_measured_ms']:.1f} ms, "
-          f"predicted {p['anchor_predicted_ms']:.1f} ms; its scratch directory removed")
+          and p["anchor_predicted_ms"] > 0 and p["action_layout"].startswith("dp 1 tp 1 pp 2 ")
+          and p["action_layout"].endswith(" mb 1 none zero 0") and p["action_measured_ms"] > 0
+          and 0 <= p["action_ms"] <= 20 and not [d for d in os.listdir(tmp) if d.startswith("trainer-smoke-")],
+          f"calibrate's real steps: {p['anchor_layout']} took {p['anchor_measured_ms']:.1f} ms, predicted "
+          f"{p['anchor_predicted_ms']:.1f} ms; {p['action_layout']} {p['action_measured_ms']:.1f} ms, so a pipeline "
+          f"action costs {p['action_ms']:.2f} ms beyond its ops; their scratch directories removed")
 
     plan = os.path.join(tmp, "plan.json")
     _, out = run([trainer, "plan", DEMO_RECIPE, "--ranks", "2", "--search", "--profile", prof, "--json", plan,

@@ -7,12 +7,15 @@
 
 #include <cmath>
 
+#include "app/recipe.h"
 #include "engine/checkpoint_interval.h"
 #include "model/flops.h"
 #include "parallel/pipeline_schedule.h"
+#include "planning/action_cost.h"
 #include "planning/chunk_trace.h"
 #include "planning/machine_profile.h"
 #include "planning/pipeline_sim.h"
+#include "planning/step_model.h"
 
 using namespace trainer;
 
@@ -178,6 +181,45 @@ TEST(MachineProfile, SyncWaitFollowsTheMeasuredTable) {
   EXPECT_NEAR(p.sync_wait(4, 1.25), 0.25, 1e-12);  // 4 is nearer 2 than 8
   EXPECT_DOUBLE_EQ(p.sync_wait(6, 3.0), 1.0);      // 6 is nearer 8
   EXPECT_DOUBLE_EQ(p.sync_wait(1, 1.0), 0.0);
+}
+
+// solve_action_cost finds a per-action cost planted in the "measured" steps:
+// the many-action layout's step priced with 0.3 ms per action (and the
+// anchor's factor taken with it) is what it is given, and it recovers 0.3
+// ms; a measured step faster than the model with no cost gives 0, not a
+// negative cost. The prediction it is checked against is the model's with
+// the planted cost, not the solver's output.
+TEST(ActionCost, RecoversAPlantedCostAndNeverGoesBelowZero) {
+  auto recipe = [](std::vector<std::string> sets) {
+    sets.insert(sets.begin(), {"model.n_layers=4", "parallel.tp=1", "recompute.mode=\"none\"", "parallel.zero_stage=0"});
+    return load_recipe("configs/demo.toml", sets, 0, false);
+  };
+  const Recipe anchor = recipe({"parallel.dp=4", "parallel.pp=1", "training.micro_batch=2"});
+  const Recipe many = recipe({"parallel.dp=2", "parallel.pp=2", "parallel.schedule=\"interleaved\"",
+                              "parallel.virtual_stages=2", "training.micro_batch=1"});
+  MachineProfile p;
+  p.compute_units = 2;
+  p.busy_slowdown = {1.0, 1.1, 1.6, 2.2};
+  for (int mb : {1, 2})  // every op of the model priced by its work, 1 GFLOP or GB per ms
+    for (const OpCall& op : trace_chunk(anchor.model, ChunkSpec{}, {mb, 1, false, DType::F32, {}}).ops)
+      p.ops[op.key] = {(op.flops > 0 ? op.flops : op.bytes) * 1e-9, op.flops > 0 ? op.flops : op.bytes};
+  MachineProfile planted = p;
+  planted.action_ms = 0.3;
+  const double anchor_ms = 1.2 * StepModel(planted, 4).predict(anchor).step_ms;  // the anchor's real step
+  planted.anchor_measured_ms = anchor_ms;
+  planted.anchor_predicted_ms = StepModel(planted, 4).predict(anchor).step_ms;
+  const double many_ms = StepModel(planted, 4).predict(many).step_ms;  // factor 1.2 included
+  p.anchor_measured_ms = anchor_ms;
+  p.anchor_predicted_ms = StepModel(p, 4).predict(anchor).step_ms;  // as calibrate has it before the solve
+  solve_action_cost(p, 4, anchor, many, many_ms);
+  EXPECT_NEAR(p.action_ms, 0.3, 1e-3);
+  EXPECT_NEAR(p.anchor_predicted_ms, planted.anchor_predicted_ms, 1e-3 * anchor_ms);  // solved to 0.1%
+  EXPECT_NEAR(p.step_factor(), 1.2, 1e-3);
+  MachineProfile none = p;  // the many-action step as priced with no cost at all
+  none.action_ms = 0, none.anchor_measured_ms = 0;
+  const double fastest = StepModel(none, 4).predict(many).step_ms * anchor_ms / StepModel(none, 4).predict(anchor).step_ms;
+  solve_action_cost(p, 4, anchor, many, 0.8 * fastest);
+  EXPECT_DOUBLE_EQ(p.action_ms, 0.0);
 }
 
 // checkpoint.every = "auto": Young's sqrt(2 d M) against numbers worked by

@@ -23,9 +23,8 @@
 #include "app/recipe_args.h"
 #include "app/scratch_run.h"
 #include "engine/job.h"
-#include "planning/action_cost.h"
+#include "planning/real_steps.h"
 #include "planning/calibrate.h"
-#include "planning/step_model.h"
 #include "report/run_files.h"
 #include "runtime/errors.h"
 #include "runtime/flight_recorder.h"
@@ -80,19 +79,22 @@ std::vector<ShardShape> shard_shapes(const std::vector<LayoutCandidate>& cands) 
 // calibrate's real step: this many steps, the median of those after the warm-up.
 constexpr long kAnchorSteps = 8, kAnchorWarmup = 2;
 
+// A layout calibrate may run real steps of: valid, no tensor parallelism,
+// nothing recomputed or sharded, the recipe's precision, fitting memory.
+bool plain(const LayoutCandidate& c, const Recipe& base, int per_node) {
+  const Recipe& r = c.recipe;
+  return c.rejected.empty() && r.grid.tp == 1 && r.recompute.mode == RecomputeMode::None && r.zero_stage == 0 &&
+         r.training.precision == base.training.precision && check_memory_fit(r, -1, true, per_node).fits;
+}
+
 // The anchor: every rank computing, nothing pipelined or recomputed (pure
 // data parallelism in the recipe's precision, the micro-batch nearest the
 // recipe's, memory permitting); null when no such layout is valid.
 const LayoutCandidate* anchor_candidate(const std::vector<LayoutCandidate>& cands, const Recipe& base, int per_node) {
   const LayoutCandidate* best = nullptr;
   auto distance = [&](const LayoutCandidate* c) { return std::abs(c->recipe.training.micro_batch - base.training.micro_batch); };
-  for (const LayoutCandidate& c : cands) {
-    const Recipe& r = c.recipe;
-    if (!c.rejected.empty() || r.grid.tp != 1 || r.grid.pp != 1 || r.recompute.mode != RecomputeMode::None ||
-        r.zero_stage != 0 || r.training.precision != base.training.precision)
-      continue;
-    if (check_memory_fit(r, -1, true, per_node).fits && (!best || distance(&c) < distance(best))) best = &c;
-  }
+  for (const LayoutCandidate& c : cands)
+    if (plain(c, base, per_node) && c.recipe.grid.pp == 1 && (!best || distance(&c) < distance(best))) best = &c;
   return best;
 }
 
@@ -102,14 +104,10 @@ const LayoutCandidate* anchor_candidate(const std::vector<LayoutCandidate>& cand
 const LayoutCandidate* many_actions_candidate(const std::vector<LayoutCandidate>& cands, const Recipe& base,
                                               int per_node) {
   const LayoutCandidate* best = nullptr;
-  for (const LayoutCandidate& c : cands) {
-    const Recipe& r = c.recipe;
-    if (!c.rejected.empty() || r.grid.tp != 1 || r.grid.pp != 2 || r.training.micro_batch != 1 ||
-        r.recompute.mode != RecomputeMode::None || r.zero_stage != 0 ||
-        r.training.precision != base.training.precision || !check_memory_fit(r, -1, true, per_node).fits)
-      continue;
-    if (!best || r.virtual_stages > best->recipe.virtual_stages) best = &c;
-  }
+  for (const LayoutCandidate& c : cands)
+    if (plain(c, base, per_node) && c.recipe.grid.pp == 2 && c.recipe.training.micro_batch == 1 &&
+        (!best || c.recipe.virtual_stages > best->recipe.virtual_stages))
+      best = &c;
   return best;
 }
 
@@ -149,10 +147,7 @@ void measure_real_steps(const RecipeArgs& args, const std::vector<std::vector<st
                         const std::vector<std::string>& labels, int per_node, MachineProfile& p, int rank, int size) {
   if (labels.empty()) return;
   const RealSteps a = real_steps(args, sets[0], labels[0], rank, size);
-  if (rank == 0 && a.ms > 0) {
-    p.anchor_layout = labels[0], p.anchor_measured_ms = a.ms;
-    p.anchor_predicted_ms = StepModel(p, per_node).predict(a.ran).step_ms;
-  }
+  if (rank == 0 && a.ms > 0) set_anchor(p, per_node, a.ran, labels[0], a.ms);
   if (labels.size() < 2) return;
   const RealSteps b = real_steps(args, sets[1], labels[1], rank, size);
   if (rank == 0 && a.ms > 0 && b.ms > 0) {

@@ -11,7 +11,7 @@
 #include "engine/checkpoint_interval.h"
 #include "model/flops.h"
 #include "parallel/pipeline_schedule.h"
-#include "planning/action_cost.h"
+#include "planning/real_steps.h"
 #include "planning/chunk_trace.h"
 #include "planning/machine_profile.h"
 #include "planning/pipeline_sim.h"

@@ -1,4 +1,4 @@
-#include "planning/action_cost.h"
+#include "planning/real_steps.h"
 
 #include <algorithm>
 #include <cmath>
@@ -26,6 +26,11 @@ double priced(MachineProfile p, int per_node, const Recipe& anchor, const Recipe
 }
 
 }  // namespace
+
+void set_anchor(MachineProfile& p, int ranks_per_node, const Recipe& r, const std::string& layout, double measured_ms) {
+  p.anchor_layout = layout, p.anchor_measured_ms = measured_ms;
+  p.anchor_predicted_ms = unanchored(p, ranks_per_node, r);
+}
 
 void solve_action_cost(MachineProfile& p, int ranks_per_node, const Recipe& anchor, const Recipe& many_actions,
                        double measured_ms) {

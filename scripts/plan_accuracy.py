@@ -176,6 +176,20 @@ def unpack_measurements(src, d):
         t.extractall(d, members=[m for m in t.getmembers() if m.isfile() and is_measurement(m.name)])
 
 
+def without_action_cost(a, n, prof, env):
+    """The calibration at `prof` as if calibrate had not measured a pipeline
+    action's cost: action_ms 0, and the anchor's price re-taken without it
+    (so its factor is what that model would have used)."""
+    p = json.load(open(prof))
+    if not p.get("action_ms"):
+        return
+    q = dict(p, action_ms=0.0, anchor_measured_ms=0.0, anchor_predicted_ms=0.0)  # no factor: the bare price
+    json.dump(q, open(prof, "w"))
+    p["anchor_predicted_ms"] = search(a, n, prof, prof + ".plan", env)[p["anchor_layout"]]["step_ms"]
+    p["action_ms"] = 0.0
+    json.dump(p, open(prof, "w"))
+
+
 def search(a, n, prof, out, env):
     """plan --search's layouts by label."""
     run(with_sets([a.trainer, "plan", RECIPE, "--ranks", str(n), "--search", "--profile", prof, "--json", out],
@@ -195,6 +209,9 @@ def main():
     ap.add_argument("--reprice", metavar="MEASUREMENTS",
                     help="price an earlier run's calibrations and smoke results again (its measurements.tar.gz, or "
                          "a directory of those files); run nothing")
+    ap.add_argument("--without-action-cost", action="store_true",
+                    help="with --reprice: price as if calibrate had not measured a pipeline action's cost (the model "
+                         "before it, on the same measurements)")
     a = ap.parse_args()
     env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
                OMPI_MCA_rmaps_base_oversubscribe="1", OMPI_MCA_mpi_yield_when_idle="1")
@@ -212,6 +229,8 @@ def main():
             profiles.append(f"{tmp}/profile_{n}_{rep}.json")
             if not a.reprice:
                 calibrate(a, n, profiles[-1], env)  # one calibration per pass, over the same minutes as the runs
+            elif a.without_action_cost:
+                without_action_cost(a, n, profiles[-1], env)
             for i, l in enumerate(LAYOUTS[n]):
                 out = f"{tmp}/smoke_{n}_{i}_{rep}.json"
                 if not a.reprice:

@@ -37,7 +37,9 @@ const char* kPlanUsage =
     "  time and its parts, tokens/s, MFU, the run's wall time for training.steps (or\n"
     "  --tokens) and its cost; the --set lines of the best; why the others were rejected.\n"
     "  --json FILE: every ranked and rejected layout, for scripts. --all-precisions: fp32\n"
-    "  and bf16 both (they change the numbers, not only the speed; calibrate with it too).\n";
+    "  and bf16 both (they change the numbers, not only the speed; calibrate with it too).\n"
+    "  --profile A.json,B.json,...: several calibrations of the job (on a machine whose\n"
+    "  speed moves, calibrate a few times); each layout's prediction is the median of theirs.\n";
 }
 
 int cmd_plan(int argc, char** argv) {

@@ -84,20 +84,37 @@ void write_json(const std::string& path, const std::vector<Ranked>& ranked, cons
   if (!f) throw UserError(kExitUsage, "cannot write --json " + path);
 }
 
+// Where a profile came from and what its real steps said; `indent`: one of several.
+void print_profile(const std::string& path, const MachineProfile& p, bool indent) {
+  const char* at = indent ? "  " : "";
+  std::printf("%s%s (%s, %s, %d %s, %s)\n", at, path.c_str(), p.host.c_str(),
+              p.device.empty() ? p.cpu.c_str() : p.device.c_str(), p.compute_units,
+              p.backend == "cpu" ? "cores" : "GPUs", p.created.c_str());
+  if (p.step_factor() != 1)
+    std::printf("%s  step times x%.2f: a real step of %s took %.1f ms where the parts below predicted %.1f "
+                "(calibrate's anchor)\n",
+                at, p.step_factor(), p.anchor_layout.c_str(), p.anchor_measured_ms, p.anchor_predicted_ms);
+  if (p.action_measured_ms > 0)
+    std::printf("%s  a pipeline action costs %.2f ms beyond its ops (alone; from a real step of %s, %.1f ms)\n", at,
+                p.action_ms, p.action_layout.c_str(), p.action_measured_ms);
+}
+
 }  // namespace
 
 int plan_search(const RecipeArgs& args, int ranks) {
   if (!args.has("--profile"))
     throw RecipeError("plan --search needs --profile FILE: make one on the machine the job will run on with "
                       "`mpirun -np N trainer calibrate RECIPE.toml --output FILE`");
-  const MachineProfile profile = load_profile(args.options.at("--profile"));
+  const std::vector<std::string> paths = args.list("--profile");
+  const std::vector<MachineProfile> profiles = load_profiles(paths);
+  const MachineProfile& profile = profiles.front();
   const int per_node = (int)args.integer("--ranks-per-node", std::min(ranks, profile.ranks), 1);
   const double price = args.number("--price-per-rank-hour", 0, 0);
   const double limit_gb = args.number("--memory-per-rank-gb", 0, 0);
   const size_t top = (size_t)args.integer("--top", 10, 1);
   const std::vector<LayoutCandidate> cands =
       layout_candidates(args.recipe, args.overrides, ranks, args.has("--all-precisions"));
-  StepModel model(profile, per_node);
+  StepModels model(profiles, per_node);
   std::vector<Ranked> ranked;
   std::map<const LayoutCandidate*, std::string> memory;
   for (const LayoutCandidate& c : cands) {
@@ -119,21 +136,13 @@ int plan_search(const RecipeArgs& args, int ranks) {
   const double tokens_per_step = (double)base.training.global_batch * base.model.seq_len;
   const double steps = args.has("--tokens") ? std::ceil(args.number("--tokens", 0, 1) / tokens_per_step)
                                             : (double)base.training.steps;
-  std::printf("search: %d ranks (%d per node), %zu layouts: %zu fit, %zu rejected; priced with %s (%s, %s, %d %s, %s)\n",
-              ranks, per_node, cands.size(), ranked.size(), cands.size() - ranked.size(),
-              args.options.at("--profile").c_str(), profile.host.c_str(),
-              profile.device.empty() ? profile.cpu.c_str() : profile.device.c_str(), profile.compute_units,
-              profile.backend == "cpu" ? "cores" : "GPUs", profile.created.c_str());
+  std::printf("search: %d ranks (%d per node), %zu layouts: %zu fit, %zu rejected; priced with ", ranks, per_node,
+              cands.size(), ranked.size(), cands.size() - ranked.size());
+  if (profiles.size() > 1)
+    std::printf("%zu profiles, each layout at the median of their predictions:\n", profiles.size());
+  for (size_t i = 0; i < profiles.size(); i++) print_profile(paths[i], profiles[i], profiles.size() > 1);
   std::printf("run: %.0f steps of %.0f tokens%s\n", steps, tokens_per_step,
               price > 0 ? "; cost at the given price per rank-hour" : "");
-  if (profile.step_factor() != 1)
-    std::printf("step times x%.2f: a real step of %s took %.1f ms where the parts below predicted %.1f "
-                "(calibrate's anchor)\n",
-                profile.step_factor(), profile.anchor_layout.c_str(), profile.anchor_measured_ms,
-                profile.anchor_predicted_ms);
-  if (profile.action_measured_ms > 0)
-    std::printf("a pipeline action costs %.2f ms beyond its ops (alone; from a real step of %s, %.1f ms)\n",
-                profile.action_ms, profile.action_layout.c_str(), profile.action_measured_ms);
   if (ranked.empty()) {
     print_rejected(cands, memory);
     throw RecipeError("no layout of " + std::to_string(ranks) + " ranks is valid and fits (reasons above)");
@@ -153,8 +162,8 @@ int plan_search(const RecipeArgs& args, int ranks) {
     const CheckpointAdvice a = checkpoint_advice(best.save_s, base.checkpoint.mtbf_hours, best.step_ms);
     std::printf("checkpoints for #1: every %ld steps (checkpoint.every = \"auto\": save %.2f s at the profile's %.0f "
                 "MB/s, MTBF %.3g h): %.2f%% of the time in saves, %.2f%% expected redone after failures\n",
-                a.every_steps, a.save_s, profile.disk_mb_per_s, base.checkpoint.mtbf_hours, 100 * a.saves_share,
-                100 * a.redone_share);
+                a.every_steps, a.save_s, profiles[best.profile].disk_mb_per_s, base.checkpoint.mtbf_hours,
+                100 * a.saves_share, 100 * a.redone_share);
   }
   std::printf("use #1:");
   for (const std::string& s : ranked.front().c->sets) std::printf(" --set %s", s.c_str());

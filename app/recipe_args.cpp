@@ -39,6 +39,19 @@ double RecipeArgs::number(const std::string& opt, double def, double lo) const {
   return v;
 }
 
+std::vector<std::string> RecipeArgs::list(const std::string& opt) const {
+  std::vector<std::string> items;
+  const auto it = options.find(opt);
+  if (it == options.end()) return items;
+  size_t from = 0;
+  for (size_t comma; (comma = it->second.find(',', from)) != std::string::npos; from = comma + 1)
+    items.push_back(it->second.substr(from, comma - from));
+  items.push_back(it->second.substr(from));
+  for (const std::string& x : items)
+    if (x.empty()) throw RecipeError(opt + " " + it->second + ": an empty item in the comma-separated list");
+  return items;
+}
+
 RecipeArgs parse_recipe_args(const RecipeArgsSpec& spec, int argc, char** argv) {
   RecipeArgs a;
   const std::string cmd = spec.command;

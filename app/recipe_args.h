@@ -23,6 +23,8 @@ struct RecipeArgs {
   long integer(const std::string& opt, long def, long lo) const;
   // A valued option as a number >= lo.
   double number(const std::string& opt, double def, double lo) const;
+  // A valued option's comma-separated items ("--profile a.json,b.json"); none when absent.
+  std::vector<std::string> list(const std::string& opt) const;
 };
 
 struct RecipeArgsSpec {

@@ -261,8 +261,8 @@ nlohmann::json smoke_figures(const RecipeArgs& args, const SmokeRun& run, const 
   j["measured"] = measure(recs, r, ranks);
   j["memory"] = memory(*recs.back(), r);
   if (args.has("--profile")) {
-    const MachineProfile prof = load_profile(args.options.at("--profile"));
-    const StepPrediction p = StepModel(prof, run.ranks_per_node).predict(r);
+    const std::vector<MachineProfile> profiles = load_profiles(args.list("--profile"));
+    const StepPrediction p = StepModels(profiles, run.ranks_per_node).predict(r);
     j["predicted"] = {{"profile", args.options.at("--profile")}, {"step_ms", p.step_ms}, {"compute_ms", p.compute_ms},
                       {"recompute_ms", p.recompute_ms}, {"tp_comm_ms", p.tp_comm_ms}, {"pp_wait_ms", p.pp_wait_ms},
                       {"contention_ms", p.contention_ms}, {"dp_exposed_ms", p.dp_exposed_ms},

@@ -126,6 +126,26 @@ MachineProfile load_profile(const std::string& path) {
   return p;
 }
 
+std::vector<MachineProfile> load_profiles(const std::vector<std::string>& paths) {
+  std::vector<MachineProfile> ps;
+  for (const std::string& path : paths) {
+    ps.push_back(load_profile(path));
+    const MachineProfile &a = ps.front(), &b = ps.back();
+    auto differ = [&](const char* what, const std::string& x, const std::string& y) {
+      if (x != y)
+        throw UserError(kExitUsage, "machine profiles " + paths.front() + " and " + path + " differ in " + what + " (" +
+                                        x + ", " + y + "): give several profiles only of the same job, each made by "
+                                        "`mpirun -np N trainer calibrate` with the same N and recipe");
+    };
+    differ("backend", a.backend, b.backend);
+    differ("rank count", std::to_string(a.ranks), std::to_string(b.ranks));
+    differ("compute units", std::to_string(a.compute_units), std::to_string(b.compute_units));
+    differ("precision", a.precision, b.precision);
+  }
+  if (ps.empty()) throw UserError(kExitUsage, "no machine profile given (make one with `trainer calibrate`)");
+  return ps;
+}
+
 void save_profile(const MachineProfile& p, const std::string& path) {
   nlohmann::json j;
   j["format"] = kProfileFormat;

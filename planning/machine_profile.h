@@ -93,6 +93,11 @@ struct MachineProfile {
 };
 
 MachineProfile load_profile(const std::string& path);  // UserError (exit 2) naming the file and what is wrong
+// Several calibrations of the same job on the same kind of machine (planning/
+// step_model.h's StepModels prices with all of them): each loaded, and a
+// UserError (exit 2) when two differ in what makes them price different jobs
+// (backend, rank count, compute units, precision).
+std::vector<MachineProfile> load_profiles(const std::vector<std::string>& paths);
 void save_profile(const MachineProfile& p, const std::string& path);
 std::string comm_key(const std::string& op, int group);  // "allreduce/4"
 

@@ -167,4 +167,18 @@ StepPrediction StepModel::predict(const Recipe& r) {
   return out;
 }
 
+StepModels::StepModels(const std::vector<MachineProfile>& profiles, int ranks_per_node) {
+  if (profiles.empty()) throw std::invalid_argument("StepModels needs at least one machine profile");
+  models_.reserve(profiles.size());  // each model keeps a reference to its profile, not a copy
+  for (const MachineProfile& p : profiles) models_.emplace_back(p, ranks_per_node);
+}
+
+StepPrediction StepModels::predict(const Recipe& r) {
+  std::vector<StepPrediction> all;
+  for (StepModel& m : models_) all.push_back(m.predict(r)), all.back().profile = (int)all.size() - 1;
+  std::stable_sort(all.begin(), all.end(),
+                   [](const StepPrediction& a, const StepPrediction& b) { return a.step_ms < b.step_ms; });
+  return all[(all.size() - 1) / 2];
+}
+
 }  // namespace trainer

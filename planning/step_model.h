@@ -33,6 +33,7 @@ struct StepPrediction {
   double save_s = 0;                         // a blocking checkpoint save: its bytes at the profile's disk speed
   int unpriced_ops = 0;                      // calls of ops the profile has no figure for (counted as 0 ms)
   std::vector<std::string> unpriced_comm;    // collectives it has no figure for
+  int profile = 0;                           // with several profiles (StepModels): whose prediction this is
 };
 
 // checkpoint.every = "auto" for a step time: the interval (Daly) and the
@@ -74,6 +75,22 @@ class StepModel {
   const MachineProfile& p_;
   int per_node_;
   std::map<std::string, ChunkCost> cache_;  // traces are the same for every stage with the same chunk shape
+};
+
+// Several calibrations of one machine, taken at different moments (a shared
+// host's speed moves by tens of percent over minutes, and one calibration
+// sees one moment): a layout is priced with each profile and the prediction
+// with the median step time is kept whole, so its parts still add up (for an
+// even count, the lower of the middle two). Not the median of each figure:
+// figures from different moments (an anchor's measured step from one, the
+// ops it is set against from another) do not make a profile of any moment.
+class StepModels {
+ public:
+  StepModels(const std::vector<MachineProfile>& profiles, int ranks_per_node);
+  StepPrediction predict(const Recipe& r);
+
+ private:
+  std::vector<StepModel> models_;
 };
 
 }  // namespace trainer

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """`trainer calibrate`, `trainer plan --search` and `trainer smoke` through the
 real binary: the profile has what the cost model reads; the search ranks
-layouts, names why others were rejected and writes them as JSON; smoke leaves
+layouts (with several profiles, at the median of their predictions), names
+why others were rejected and writes them as JSON; smoke leaves
 the run's directories alone, measures memory as the plan predicts it, passes
 an unchanged rerun against its own baseline and fails (exit 9, one line) on a
 deliberate slowdown (a `slow` fault) and below --min-mfu; missing data means
@@ -66,6 +67,26 @@ def main():
                     ok_codes=(2,))
     check("earlier trainer" in out and "trainer calibrate" in out,
           "plan --search with a profile of an earlier format: exit 2, says to calibrate again")
+
+    # Several calibrations: each layout is priced at the median of their predictions. The profile with its
+    # anchor's measured step x2 and x3 makes three whose middle is the x2 one, priced alone as the reference.
+    scaled = []
+    for f in (3, 2):
+        scaled.append(os.path.join(tmp, f"x{f}.json"))
+        json.dump(dict(p, anchor_measured_ms=f * p["anchor_measured_ms"]), open(scaled[-1], "w"))
+    plan3, plan2 = os.path.join(tmp, "plan3.json"), os.path.join(tmp, "plan2.json")
+    _, out = run([trainer, "plan", DEMO_RECIPE, "--ranks", "2", "--search", "--profile", ",".join([scaled[0], prof,
+                  scaled[1]]), "--json", plan3] + sets)
+    run([trainer, "plan", DEMO_RECIPE, "--ranks", "2", "--search", "--profile", scaled[1], "--json", plan2] + sets)
+    three = {x["label"]: x["step_ms"] for x in json.load(open(plan3))["layouts"]}
+    alone = {x["label"]: x["step_ms"] for x in json.load(open(plan2))["layouts"]}
+    check(three == alone and "3 profiles, each layout at the median of their predictions" in out,
+          f"plan --search with 3 profiles: all {len(three)} layouts priced as the median one alone")
+    other = os.path.join(tmp, "other.json")
+    json.dump(dict(p, ranks=4), open(other, "w"))
+    code, out = run([trainer, "plan", DEMO_RECIPE, "--ranks", "2", "--search", "--profile", f"{prof},{other}"] + sets,
+                    ok_codes=(2,))
+    check("differ in rank count (2, 4)" in out, "plan --search with profiles of 2 and 4 ranks: exit 2, says so")
 
     sets += ["--set", "parallel.tp=1", "--set", "parallel.pp=2"]  # the demo's layout on 2 ranks
     base = os.path.join(tmp, "base.json")

@@ -16,6 +16,7 @@
 #include "planning/machine_profile.h"
 #include "planning/pipeline_sim.h"
 #include "planning/step_model.h"
+#include "runtime/errors.h"
 
 using namespace trainer;
 
@@ -220,6 +221,54 @@ TEST(ActionCost, RecoversAPlantedCostAndNeverGoesBelowZero) {
   const double fastest = StepModel(none, 4).predict(many).step_ms * anchor_ms / StepModel(none, 4).predict(anchor).step_ms;
   solve_action_cost(p, 4, anchor, many, 0.8 * fastest);
   EXPECT_DOUBLE_EQ(p.action_ms, 0.0);
+}
+
+// Several profiles: a layout's prediction is the whole prediction of the
+// profile with the median step time, whatever the order they are given in,
+// against one plain model's step scaled by the anchors' factors planted by
+// hand (x1, x2, x3: the median is x2; of two, the lower).
+TEST(StepModels, TakeTheMedianProfilesWholePrediction) {
+  const Recipe r = load_recipe("configs/demo.toml", {"model.n_layers=2", "parallel.dp=2", "parallel.pp=1",
+                                                     "parallel.tp=1", "training.micro_batch=2"}, 0, false);
+  MachineProfile base;
+  base.compute_units = 2;
+  for (const OpCall& op : trace_chunk(r.model, ChunkSpec{}, {2, 1, false, DType::F32, {}}).ops)
+    base.ops[op.key] = {(op.flops > 0 ? op.flops : op.bytes) * 1e-9, op.flops > 0 ? op.flops : op.bytes};
+  const double plain = StepModel(base, 2).predict(r).step_ms;
+  ASSERT_GT(plain, 0);
+  auto scaled = [&](double factor) {
+    MachineProfile p = base;
+    p.anchor_measured_ms = factor * 100, p.anchor_predicted_ms = 100;
+    return p;
+  };
+  const std::vector<MachineProfile> three = {scaled(3), scaled(1), scaled(2)};
+  const StepPrediction m = StepModels(three, 2).predict(r);
+  EXPECT_NEAR(m.step_ms, 2 * plain, 1e-9 * plain);
+  EXPECT_EQ(m.profile, 2);
+  EXPECT_DOUBLE_EQ(m.step_factor, 2.0);
+  EXPECT_NEAR(m.tokens_per_s, (double)r.training.global_batch * r.model.seq_len / (2 * plain / 1e3), 1e-6 * m.tokens_per_s);  // parts of one
+  const std::vector<MachineProfile> two = {scaled(3), scaled(1)};
+  EXPECT_NEAR(StepModels(two, 2).predict(r).step_ms, plain, 1e-9 * plain);
+  EXPECT_THROW(StepModels({}, 2), std::invalid_argument);
+}
+
+// Profiles of different jobs are refused with the files and what differs.
+TEST(StepModels, ProfilesOfDifferentJobsAreRefused) {
+  MachineProfile a;
+  a.ranks = 4, a.backend = "cpu", a.precision = "fp32";
+  MachineProfile b = a;
+  b.ranks = 8;
+  const std::string dir = ::testing::TempDir();
+  save_profile(a, dir + "/a.json"), save_profile(b, dir + "/b.json"), save_profile(a, dir + "/c.json");
+  EXPECT_EQ(load_profiles({dir + "/a.json", dir + "/c.json"}).size(), 2u);
+  try {
+    load_profiles({dir + "/a.json", dir + "/c.json", dir + "/b.json"});
+    FAIL() << "profiles of 4 and 8 ranks were accepted together";
+  } catch (const UserError& e) {
+    EXPECT_EQ(e.exit_code, kExitUsage);
+    EXPECT_NE(std::string(e.what()).find("differ in rank count (4, 8)"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("b.json"), std::string::npos) << e.what();
+  }
 }
 
 // checkpoint.every = "auto": Young's sqrt(2 d M) against numbers worked by

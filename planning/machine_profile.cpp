@@ -142,7 +142,6 @@ std::vector<MachineProfile> load_profiles(const std::vector<std::string>& paths)
     differ("compute units", std::to_string(a.compute_units), std::to_string(b.compute_units));
     differ("precision", a.precision, b.precision);
   }
-  if (ps.empty()) throw UserError(kExitUsage, "no machine profile given (make one with `trainer calibrate`)");
   return ps;
 }
 

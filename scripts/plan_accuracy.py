@@ -8,11 +8,13 @@ machine profile with that many ranks; `trainer plan --search --json
 --profile P0,P1,...` prices every layout with each of them and takes the
 median prediction (this host's speed drifts by tens of percent over
 minutes, and one calibration sees one moment while the runs span many).
-The table also gives the first calibration's prediction alone. The layouts cover tp, sequence parallel,
-pp with 1f1b and interleaved, recompute modes, micro-batch sizes and ZeRO-1,
-and spread over the
-search's ranking, from near its top to its bottom: on 2 shared cores most
-layouts lie within 10% of each other, closer than the host's own drift
+The table also gives the first calibration's prediction alone, and each
+layout's ratio paired with each pass's own calibration (the median over the
+passes of that pass's measured over its calibration's predicted step). The
+layouts cover tp, sequence parallel, pp with 1f1b and interleaved, recompute
+modes, micro-batch sizes and ZeRO-1, and spread over the search's ranking,
+from near its top to its bottom: on 2 shared cores most layouts lie within
+10% of each other, closer than the host's own drift
 between passes, and no model can order those. Prints a markdown table of
 measured and predicted step time and memory, each ratio, and per job the
 Spearman rank correlation of the step times (the order the search gives
@@ -221,7 +223,7 @@ def main():
         # Each pass's calibration alone: the prediction a pass's runs are paired with.
         each_pass = [search(a, n, p, f"{p}.plan", env) for p in profiles]
         first = each_pass[0]  # one calibration's prediction
-        measured, predicted, single, paired = [], [], [], []
+        measured, predicted, single = [], [], []
         for i, l in enumerate(LAYOUTS[n]):
             p = searched.get(label(l))
             if p is None:
@@ -233,12 +235,12 @@ def main():
             measured.append(m_ms)
             predicted.append(p_ms)
             single.append(first[label(l)]["step_ms"])
-            paired.append(median([s["measured"]["step_ms"] / e[label(l)]["step_ms"] for s, e in zip(runs[i], each_pass)]))
-            worst_paired = max(worst_paired, abs(paired[-1] - 1))
+            paired = median(s["measured"]["step_ms"] / e[label(l)]["step_ms"] for s, e in zip(runs[i], each_pass))
+            worst_paired = max(worst_paired, abs(paired - 1))
             worst_time = max(worst_time, abs(m_ms / p_ms - 1))
             worst_mem = max(worst_mem, abs(m_mb / p_mb - 1))
             each = "/".join(f"{s['measured']['step_ms']:.0f}" for s in runs[i])
-            print(f"| {n} | {label(l)} | {m_ms:.1f} ({each}) | {p_ms:.1f} | {m_ms / p_ms:.2f} | {paired[-1]:.2f} | "
+            print(f"| {n} | {label(l)} | {m_ms:.1f} ({each}) | {p_ms:.1f} | {m_ms / p_ms:.2f} | {paired:.2f} | "
                   f"{p['rank']} of {len(searched)} | {single[-1]:.1f} ({m_ms / single[-1]:.2f}) | {m_mb:.1f} | "
                   f"{p_mb:.1f} | {m_mb / p_mb:.3f} |", flush=True)
         rho = spearman(measured, predicted)

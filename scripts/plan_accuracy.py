@@ -198,6 +198,14 @@ def main():
     env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
                OMPI_MCA_rmaps_base_oversubscribe="1", OMPI_MCA_mpi_yield_when_idle="1")
     tmp = tempfile.mkdtemp(prefix="plan_accuracy_")
+    try:
+        return measure_and_report(a, env, tmp)
+    finally:
+        if a.reprice:  # a fresh run's directory holds its kept measurements; a re-pricing's only a copy of them
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+def measure_and_report(a, env, tmp):
     if a.reprice:
         unpack_measurements(a.reprice, tmp)
     worst_time, worst_paired, worst_mem, rho_min = 0.0, 0.0, 0.0, 1.0

@@ -48,6 +48,44 @@ double first_of(const json& r, const char* key) {
   return r.contains(key) && r[key].is_array() && !r[key].empty() ? r[key][0].get<double>() : NAN;
 }
 
+// Every pipeline stage's compute (wall time in its actions) and wait for
+// the others, median over the steps: which stage paces the pipeline.
+json stage_times(const std::vector<const json*>& recs) {
+  json out = json::array();
+  const json& first = *recs.front();
+  if (!first.contains("pp_compute_ms") || !first.contains("pp_wait_ms")) return out;
+  for (size_t s = 0; s < first["pp_compute_ms"].size(); s++) {
+    std::vector<double> c, w;
+    for (const json* x : recs)
+      if (x->contains("pp_compute_ms") && x->contains("pp_wait_ms") && (*x)["pp_compute_ms"].size() > s &&
+          (*x)["pp_wait_ms"].size() > s)
+        c.push_back((*x)["pp_compute_ms"][s]), w.push_back((*x)["pp_wait_ms"][s]);
+    out.push_back({{"compute_ms", median_of(c)}, {"wait_ms", median_of(w)}});
+  }
+  return out;
+}
+
+json predicted_stages(const StepPrediction& p) {
+  json out = json::array();
+  for (size_t s = 0; s < p.stage_busy_ms.size(); s++)
+    out.push_back({{"compute_ms", p.stage_busy_ms[s]}, {"wait_ms", p.stage_wait_ms[s]}});
+  return out;
+}
+
+// One stage per entry, "compute/wait" (with the prediction's in brackets).
+void print_stages(const json& measured, const json* predicted) {
+  if (measured.size() < 2) return;
+  std::printf("  stages (ms) compute/pipeline wait per stage%s:", predicted ? ", measured (predicted)" : "");
+  for (size_t s = 0; s < measured.size(); s++) {
+    std::printf("%s %zu %.0f/%.0f", s ? " |" : "", s, measured[s]["compute_ms"].get<double>(),
+                measured[s]["wait_ms"].get<double>());
+    if (predicted && s < predicted->size())
+      std::printf(" (%.0f/%.0f)", (*predicted)[s]["compute_ms"].get<double>(),
+                  (*predicted)[s]["wait_ms"].get<double>());
+  }
+  std::printf("\n");
+}
+
 json layout_json(const Recipe& r) {
   return {{"dp", r.grid.dp}, {"tp", r.grid.tp}, {"pp", r.grid.pp}, {"sequence_parallel", r.sequence_parallel},
           {"schedule", r.schedule == ScheduleKind::OneFOneB ? "1f1b" : "interleaved"},
@@ -75,6 +113,7 @@ json measure(const std::vector<const json*>& recs, const Recipe& r, int ranks) {
                    {"dp_comm", comm_ms(recs, "dp")},
                    {"dp_exposed", recs.front()->contains("comm_dp_exposed_ms") ? median_field(recs, "comm_dp_exposed_ms") : 0.0},
                    {"data_wait", median_field(recs, "data_wait_ms")}};
+  m["stages"] = stage_times(recs);
   return m;
 }
 
@@ -109,6 +148,7 @@ void print_report(const json& j) {
               p["compute"].get<double>(), p["pipeline_wait"].get<double>(), p["tp_comm"].get<double>(),
               p["pp_comm"].get<double>(), p["dp_comm"].get<double>(), p["dp_exposed"].get<double>(),
               p["data_wait"].get<double>());
+  print_stages(m["stages"], j.contains("predicted") ? &j["predicted"]["stages"] : nullptr);
   std::printf("  memory      rank 0 peak / plan, MB:");
   for (const auto& [k, v] : j["memory"].items())
     if (v["plan_mb"].get<double>() > 0 || v["measured_mb"].get<double>() > 0)
@@ -267,7 +307,7 @@ nlohmann::json smoke_figures(const RecipeArgs& args, const SmokeRun& run, const 
                       {"recompute_ms", p.recompute_ms}, {"tp_comm_ms", p.tp_comm_ms}, {"pp_wait_ms", p.pp_wait_ms},
                       {"contention_ms", p.contention_ms}, {"dp_exposed_ms", p.dp_exposed_ms},
                       {"optimizer_ms", p.optimizer_ms}, {"tokens_per_s", p.tokens_per_s}, {"mfu", p.mfu},
-                      {"save_s", p.save_s}, {"step_factor", p.step_factor}};
+                      {"save_s", p.save_s}, {"step_factor", p.step_factor}, {"stages", predicted_stages(p)}};
   }
   const double step_ms = j["measured"]["step_ms"].get<double>();
   const double seconds = user.training.steps * step_ms / 1e3;

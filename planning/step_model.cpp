@@ -150,6 +150,10 @@ StepPrediction StepModel::predict(const Recipe& r) {
   out.optimizer_ms = optimizer_ms(r, st.params[crit], out);
   out.step_factor = p_.step_factor();
   out.step_ms = (crit_end + out.optimizer_ms) * out.step_factor;
+  for (const StageTimes& s : t) {
+    out.stage_busy_ms.push_back(s.in_action * out.step_factor);
+    out.stage_wait_ms.push_back((s.end - s.in_action) * out.step_factor);
+  }
   for (double f : st.work[crit].fwd) out.compute_ms += f * pipe.micro_batches;
   for (double b : st.work[crit].bwd) out.compute_ms += b * pipe.micro_batches;
   out.recompute_ms = out.compute_ms - st.no_recompute[crit];

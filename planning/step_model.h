@@ -34,6 +34,9 @@ struct StepPrediction {
   int unpriced_ops = 0;                      // calls of ops the profile has no figure for (counted as 0 ms)
   std::vector<std::string> unpriced_comm;    // collectives it has no figure for
   int profile = 0;                           // with several profiles (StepModels): whose prediction this is
+  // Per pipeline stage (x step_factor): wall time inside its actions, and
+  // waiting in its schedule for the others; what smoke measures per stage.
+  std::vector<double> stage_busy_ms, stage_wait_ms;
 };
 
 // checkpoint.every = "auto" for a step time: the interval (Daly) and the

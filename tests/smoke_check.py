@@ -5,18 +5,49 @@ layouts (with several profiles, at the median of their predictions), names
 why others were rejected and writes them as JSON; smoke leaves
 the run's directories alone, measures memory as the plan predicts it, passes
 an unchanged rerun against its own baseline and fails (exit 9, one line) on a
-deliberate slowdown (a `slow` fault) and below --min-mfu; missing data means
-synthetic tokens.
+deliberate slowdown (a `slow` fault) and below --min-mfu, reports each
+pipeline stage's compute and wait as its kept run's metrics give them;
+missing data means synthetic tokens.
 
 usage: smoke_check.py TRAINER MPIRUN
 """
 import json
 import os
+import shutil
 import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from harness import DEMO_RECIPE, check, finish, run, small_demo  # noqa: E402
+
+
+def median(v):
+    v = sorted(v)
+    return (v[(len(v) - 1) // 2] + v[len(v) // 2]) / 2
+
+
+def check_stages(j, tmp, out):
+    """Per stage, smoke's compute and pipeline wait are the medians of the kept run's metrics over the measured
+    steps; the prediction's stages end within its step."""
+    kept = [d for d in os.listdir(tmp) if d.startswith("trainer-smoke-")]
+    steps = {}
+    for line in open(os.path.join(tmp, kept[0], "run", "metrics.jsonl")) if len(kept) == 1 else []:
+        r = json.loads(line)
+        if "pp_compute_ms" in r and r["step"] > j["warmup"]:
+            steps[r["step"]] = r  # a step logged twice (a restart) counts once, as its latest
+    want = [tuple(median([r[k][s] for r in steps.values()]) for k in ("pp_compute_ms", "pp_wait_ms"))
+            for s in range(2)] if steps else []
+    got = [(x["compute_ms"], x["wait_ms"]) for x in j["measured"]["stages"]]
+    pred = j["predicted"]
+    ends = [x["compute_ms"] + x["wait_ms"] for x in pred["stages"]]
+    same = len(want) == len(got) == 2 and all(abs(a - b) < 1e-3 for w, g in zip(want, got) for a, b in zip(w, g))
+    check(len(steps) == 4 and same and len(ends) == 2 and all(x["compute_ms"] > 0 for x in pred["stages"])
+          and max(ends) <= pred["step_ms"] + 1e-6 and "stages (ms) compute/pipeline wait per stage, measured (predicted): 0 " in out,
+          f"smoke: per stage compute/wait {[(round(a), round(b)) for a, b in got]} ms, the medians of the kept run's "
+          f"metrics {[(round(a), round(b)) for a, b in want]}; predicted ends {[round(e) for e in ends]} ms within "
+          f"its step of {pred['step_ms']:.0f}")
+    for d in kept:
+        shutil.rmtree(os.path.join(tmp, d))
 
 
 def main():
@@ -103,8 +134,10 @@ def main():
           f"smoke: {b['measured']['tokens_per_s']:.0f} tokens/s, memory {mem['measured_mb']:.1f} MB vs plan "
           f"{mem['plan_mb']:.1f}, measured/predicted {b['measured']['step_ms'] / b['predicted']['step_ms']:.2f}")
 
-    code, out = run(smoke + ["--baseline", base, "--tolerance", "0.4"], env=env)
+    rerun = os.path.join(tmp, "rerun.json")
+    code, out = run(smoke + ["--baseline", base, "--tolerance", "0.4", "--keep", "--json", rerun], env=env)
     check(code == 0, "smoke --baseline: an unchanged rerun passes (tolerance 40% on a shared 2-core machine)")
+    check_stages(json.load(open(rerun)), tmp, out)
     slow = dict(env, TRAINER_FAULT="slow rank=0 ms=1500 launch=all")
     code, out = run(smoke + ["--baseline", base, "--tolerance", "0.4"], ok_codes=(9,), env=slow)
     check("below the baseline" in out, "smoke --baseline: a `slow` fault (1.5 s per step) fails with exit 9: " +

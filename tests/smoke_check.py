@@ -42,7 +42,8 @@ def check_stages(j, tmp, out):
     ends = [x["compute_ms"] + x["wait_ms"] for x in pred["stages"]]
     same = len(want) == len(got) == 2 and all(abs(a - b) < 1e-3 for w, g in zip(want, got) for a, b in zip(w, g))
     check(len(steps) == 4 and same and len(ends) == 2 and all(x["compute_ms"] > 0 for x in pred["stages"])
-          and max(ends) <= pred["step_ms"] + 1e-6 and "stages (ms) compute/pipeline wait per stage, measured (predicted): 0 " in out,
+          and max(ends) <= pred["step_ms"] + 1e-6
+          and "stages (ms) compute/pipeline wait per stage, measured (predicted): 0 " in out,
           f"smoke: per stage compute/wait {[(round(a), round(b)) for a, b in got]} ms, the medians of the kept run's "
           f"metrics {[(round(a), round(b)) for a, b in want]}; predicted ends {[round(e) for e in ends]} ms within "
           f"its step of {pred['step_ms']:.0f}")

@@ -229,10 +229,7 @@ void CudaBackend::sumsq_groups(const std::vector<SumSpan>& spans, double* sums, 
                       return a.x == b.x && a.n == b.n && a.group == b.group;
                     });
   if (!same) {
-    std::vector<cuda::SumPiece> pieces;
-    for (const SumSpan& sp : spans)
-      for (size_t i = 0; i < sp.n; i += cuda::kSumPiece)
-        pieces.push_back({sp.x + i, std::min(cuda::kSumPiece, sp.n - i), sp.group});
+    const std::vector<cuda::SumPiece> pieces = cuda::sum_pieces(spans);
     last_pieces_ = (int)pieces.size();
     const size_t bytes = std::max<size_t>(1, pieces.size()) * sizeof(cuda::SumPiece);
     sum_pieces_ = alloc(bytes / 4 + 1, DType::F32, Mem::Temporaries);  // a byte count in 4-byte units

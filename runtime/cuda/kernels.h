@@ -8,10 +8,12 @@
 #include <cuda_runtime.h>
 
 #include <cstddef>
+#include <algorithm>
 #include <cstdint>
 #include <initializer_list>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 #include "runtime/backend.h"
 
@@ -76,6 +78,13 @@ struct SumPiece {
   int group;
 };
 void sumsq_pieces(cudaStream_t s, const SumPiece* pieces, int npieces, double* partials, double* sums, int groups);
+// The piece table of a set of spans (host memory; uploaded once per set).
+inline std::vector<SumPiece> sum_pieces(const std::vector<Backend::SumSpan>& spans) {
+  std::vector<SumPiece> pieces;
+  for (const Backend::SumSpan& sp : spans)
+    for (size_t i = 0; i < sp.n; i += kSumPiece) pieces.push_back({sp.x + i, std::min(kSumPiece, sp.n - i), sp.group});
+  return pieces;
+}
 
 // With `copy`, the updated weights are also written there (bf16) in the same pass.
 void adamw(cudaStream_t s, float* p, const float* g, float* m, float* v, size_t n, float lr, float beta1,

@@ -1,0 +1,170 @@
+#include "tests/cuda_cpu/emu_backend.h"
+
+#include <cstdlib>
+#include <cstring>
+#include <stdexcept>
+#include <string>
+
+#include "runtime/cuda/kernels.h"
+
+namespace trainer {
+
+namespace {
+constexpr size_t kGuard = 64;  // bytes of NaN after every allocation
+constexpr cudaStream_t kStream = nullptr;
+}  // namespace
+
+EmuBackend::~EmuBackend() { scratch_.reset(); }
+
+void* EmuBackend::allocate(size_t bytes, Mem kind, Space) {
+  char* p = static_cast<char*>(std::malloc(bytes + kGuard));
+  if (!p) throw std::bad_alloc();
+  std::memset(p, 0, bytes);
+  std::memset(p + bytes, 0xff, kGuard);
+  live_[p] = bytes;
+  mem_.add(p, bytes, kind);
+  return p;
+}
+
+void EmuBackend::release(void* p) {
+  check_guards("release");
+  mem_.remove(p);
+  live_.erase(static_cast<char*>(p));
+  std::free(p);
+}
+
+void EmuBackend::check_guards(const char* op) const {
+  for (const auto& [p, bytes] : live_)
+    for (size_t i = 0; i < kGuard; i++)
+      if ((unsigned char)p[bytes + i] != 0xff)
+        throw std::runtime_error(std::string("CUDA CPU tier: ") + op + " wrote " + std::to_string(i) +
+                                 " bytes past the end of a buffer of " + std::to_string(bytes) + " bytes");
+}
+
+float* EmuBackend::scratch(size_t floats) {
+  if (floats > scratch_.count()) scratch_ = alloc(floats, DType::F32, Mem::Temporaries);
+  return scratch_.ref().f32();
+}
+
+// --- memory: host memory, copied directly ---
+
+void EmuBackend::zero(Ref p, size_t n) { std::memset(p.p, 0, n * dtype_size(p.dt)); }
+void EmuBackend::copy(Ref dst, CRef src, size_t n) {
+  if (dst.dt != src.dt) throw std::logic_error("Backend::copy between element types (use convert)");
+  std::memcpy(dst.p, src.p, n * dtype_size(dst.dt));
+}
+void EmuBackend::to_host(void* host, CRef src, size_t n) { std::memcpy(host, src.p, n * dtype_size(src.dt)); }
+void EmuBackend::from_host(Ref dst, const void* host, size_t n) { std::memcpy(dst.p, host, n * dtype_size(dst.dt)); }
+
+// --- the kernels ---
+
+#define EMU_OP(name, ...)  \
+  do {                     \
+    __VA_ARGS__;           \
+    check_guards(#name);   \
+  } while (0)
+
+void EmuBackend::convert(Ref dst, CRef src, size_t n) { EMU_OP(convert, cuda::convert(kStream, dst, src, n)); }
+void EmuBackend::matmul(bool transA, bool transB, int M, int N, int K, float alpha, CRef A, CRef B, float beta,
+                        Ref C) {
+  cpu_.matmul(transA, transB, M, N, K, alpha, A, B, beta, C);
+}
+void EmuBackend::add_bias(Ref y, CRef b, int rows, int cols) { EMU_OP(add_bias, cuda::add_bias(kStream, y, b, rows, cols)); }
+void EmuBackend::bias_bwd(float* db, CRef dy, int rows, int cols) {
+  EMU_OP(bias_bwd, cuda::bias_bwd(kStream, db, dy, rows, cols, scratch(cuda::colsum_scratch_floats(rows, cols))));
+}
+void EmuBackend::add(Ref out, CRef a, CRef b, size_t n) { EMU_OP(add, cuda::add(kStream, out, a, b, n)); }
+
+void EmuBackend::embedding_fwd(Ref out, const int32_t* tokens, int rows, CRef wte, int vocab_offset, int vocab_rows,
+                               int C) {
+  EMU_OP(embedding_fwd, cuda::embedding_fwd(kStream, out, tokens, rows, wte, vocab_offset, vocab_rows, C));
+}
+void EmuBackend::embedding_bwd(float* dwte, CRef dout, const int32_t* tokens, int rows, int vocab_offset,
+                               int vocab_rows, int C) {
+  const size_t bytes = cuda::embedding_bwd_scratch_bytes(rows);
+  EMU_OP(embedding_bwd, cuda::embedding_bwd(kStream, dwte, dout, tokens, rows, vocab_offset, vocab_rows, C,
+                                            scratch((bytes + 3) / 4), bytes));
+}
+void EmuBackend::position_fwd(Ref out, CRef wpe, int rows, int row_offset, int T, int C) {
+  EMU_OP(position_fwd, cuda::position_fwd(kStream, out, wpe, rows, row_offset, T, C));
+}
+void EmuBackend::position_bwd(float* dwpe, CRef dout, int rows, int row_offset, int T, int C) {
+  EMU_OP(position_bwd, cuda::position_bwd(kStream, dwpe, dout, rows, row_offset, T, C));
+}
+void EmuBackend::layernorm_fwd(Ref out, float* mean, float* rstd, CRef x, CRef w, CRef b, int rows, int C,
+                               float eps) {
+  EMU_OP(layernorm_fwd, cuda::layernorm_fwd(kStream, out, mean, rstd, x, w, b, rows, C, eps));
+}
+void EmuBackend::layernorm_bwd(Ref dx, float* dw, float* db, CRef dout, CRef x, CRef w, const float* mean,
+                               const float* rstd, int rows, int C) {
+  EMU_OP(layernorm_bwd, cuda::layernorm_bwd(kStream, dx, dw, db, dout, x, w, mean, rstd, rows, C,
+                                            scratch(cuda::colsum_scratch_floats(rows, C, 2))));
+}
+void EmuBackend::rmsnorm_fwd(Ref out, float* rstd, CRef x, CRef w, int rows, int C, float eps) {
+  EMU_OP(rmsnorm_fwd, cuda::rmsnorm_fwd(kStream, out, rstd, x, w, rows, C, eps));
+}
+void EmuBackend::rmsnorm_bwd(Ref dx, float* dw, CRef dout, CRef x, CRef w, const float* rstd, int rows, int C) {
+  EMU_OP(rmsnorm_bwd, cuda::rmsnorm_bwd(kStream, dx, dw, dout, x, w, rstd, rows, C,
+                                        scratch(cuda::colsum_scratch_floats(rows, C))));
+}
+void EmuBackend::gelu_fwd(Ref out, CRef x, size_t n) { EMU_OP(gelu_fwd, cuda::gelu_fwd(kStream, out, x, n)); }
+void EmuBackend::gelu_bwd(Ref dx, CRef x, CRef dout, size_t n) { EMU_OP(gelu_bwd, cuda::gelu_bwd(kStream, dx, x, dout, n)); }
+void EmuBackend::swiglu_fwd(Ref out, CRef gate_up, int rows, int F) {
+  EMU_OP(swiglu_fwd, cuda::swiglu_fwd(kStream, out, gate_up, rows, F));
+}
+void EmuBackend::swiglu_bwd(Ref dgate_up, CRef gate_up, CRef dout, int rows, int F) {
+  EMU_OP(swiglu_bwd, cuda::swiglu_bwd(kStream, dgate_up, gate_up, dout, rows, F));
+}
+void EmuBackend::rope(Ref qkv, const AttentionShape& s, float theta, bool inverse) {
+  EMU_OP(rope, cuda::rope(kStream, qkv, s, theta, inverse));
+}
+
+void EmuBackend::attention_fwd(Ref out, float* stats, CRef qkv, const AttentionShape& s) {
+  if (qkv.dt != DType::F32) throw std::logic_error("CUDA CPU tier: bf16 attention is cuDNN's, not emulated");
+  EMU_OP(attention_fwd, cuda::attention_fwd_f32(kStream, out.f32(), stats, qkv.f32(), s));
+}
+void EmuBackend::attention_bwd(Ref dqkv, CRef dout, CRef qkv, CRef, const float* stats, const AttentionShape& s) {
+  if (qkv.dt != DType::F32) throw std::logic_error("CUDA CPU tier: bf16 attention is cuDNN's, not emulated");
+  EMU_OP(attention_bwd, cuda::attention_bwd_f32(kStream, dqkv.f32(), dout.f32(), qkv.f32(), stats, s,
+                                                scratch(cuda::attention_bwd_scratch_floats(s))));
+}
+void EmuBackend::lse_to_stats(float* stats, const float* lse, size_t rows) {
+  EMU_OP(lse_to_stats, cuda::lse_to_stats(kStream, stats, lse, rows));
+}
+void EmuBackend::stats_to_lse(float* lse, const float* stats, size_t rows) {
+  EMU_OP(stats_to_lse, cuda::stats_to_lse(kStream, lse, stats, rows));
+}
+
+void EmuBackend::row_max(float* max, const float* logits, int rows, int V) {
+  EMU_OP(row_max, cuda::row_max(kStream, max, logits, rows, V));
+}
+void EmuBackend::ce_exp_sum(float* sum, float* target, float* logits, const int32_t* targets, const float* max,
+                            int rows, int V, int vocab_offset, bool write_exp) {
+  EMU_OP(ce_exp_sum, cuda::ce_exp_sum(kStream, sum, target, logits, targets, max, rows, V, vocab_offset, write_exp));
+}
+void EmuBackend::ce_finish(float* losses, float* logits, const int32_t* targets, const float* max, const float* sum,
+                           const float* target, int rows, int V, int vocab_offset, float grad_scale) {
+  EMU_OP(ce_finish,
+         cuda::ce_finish(kStream, losses, logits, targets, max, sum, target, rows, V, vocab_offset, grad_scale));
+}
+
+void EmuBackend::sumsq_groups(const std::vector<SumSpan>& spans, double* sums, int groups) {
+  const std::vector<cuda::SumPiece> pieces = cuda::sum_pieces(spans);
+  Buffer table = alloc((pieces.size() * sizeof(cuda::SumPiece) + 3) / 4, DType::F32, Mem::Temporaries);
+  std::memcpy(table.ref().p, pieces.data(), pieces.size() * sizeof(cuda::SumPiece));
+  Buffer partials = alloc(2 * std::max<size_t>(1, pieces.size()), DType::F32, Mem::Temporaries);
+  Buffer out = alloc(2 * (size_t)groups, DType::F32, Mem::Temporaries);
+  EMU_OP(sumsq_groups, cuda::sumsq_pieces(kStream, static_cast<const cuda::SumPiece*>(table.ref().p),
+                                          (int)pieces.size(), static_cast<double*>(partials.ref().p),
+                                          static_cast<double*>(out.ref().p), groups));
+  std::memcpy(sums, out.ref().p, groups * sizeof(double));
+}
+
+void EmuBackend::adamw(float* p, const float* g, float* m, float* v, size_t n, float lr, float beta1, float beta2,
+                       float eps, float weight_decay, float bias_corr1, float bias_corr2, float grad_scale,
+                       Ref copy) {
+  EMU_OP(adamw, cuda::adamw(kStream, p, g, m, v, n, lr, beta1, beta2, eps, weight_decay, bias_corr1, bias_corr2,
+                            grad_scale, copy));
+}
+
+}  // namespace trainer

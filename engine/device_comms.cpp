@@ -2,6 +2,7 @@
 
 #include <cstdio>
 
+#include "parallel/solo_communicator.h"
 #include "parallel/staged_communicator.h"
 #include "runtime/watchdog.h"
 
@@ -22,8 +23,11 @@ ProcessGrid::DataCommMaker data_comms_for(Backend& be, int ranks_on_node, bool s
                 "MPI via pinned host memory (correct, not fast)\n", ranks_on_node, cuda::device_count());
   if (!shared) Watchdog::set_abort_hook(&NcclDataComm::abort_all);
   return [gpu, shared](ProcessGrid::Group g, MPI_Comm comm, ControlComm& control) -> std::unique_ptr<DataComm> {
-    if (shared || g == ProcessGrid::Pp)
-      return std::make_unique<StagedDataComm>(std::make_unique<MpiDataComm>(comm), *gpu);
+    switch (gpu_data_comm(control.size(), g == ProcessGrid::Pp, shared)) {
+      case GpuDataComm::Solo: return std::make_unique<SoloDataComm>(*gpu);
+      case GpuDataComm::StagedMpi: return std::make_unique<StagedDataComm>(std::make_unique<MpiDataComm>(comm), *gpu);
+      case GpuDataComm::Nccl: break;
+    }
     return std::make_unique<NcclDataComm>(control, *gpu);
   };
 #else

@@ -78,14 +78,18 @@ DataComm::Handle NcclDataComm::start_allgather(CRef in, Ref out, size_t n) {
   return enqueue([&](cudaStream_t s) { NCCL_CHECK(ncclAllGather(in.p, out.p, n, nccl_type(in.dt), comm_, s)); });
 }
 
-// Tags are not carried: sends and receives between two ranks match in the
-// order they are issued.
-DataComm::Handle NcclDataComm::isend(CRef data, size_t n, int peer, int /*tag*/) {
-  return enqueue([&](cudaStream_t s) { NCCL_CHECK(ncclSend(data.p, n, nccl_type(data.dt), peer, comm_, s)); });
+// Refused: NCCL matches sends and receives by order, not tag, and an
+// ungrouped send blocks until its receive is posted, so two ranks that both
+// send first deadlock. The pipeline group, the only one that sends, goes
+// through the staged MPI path (engine/device_comms.cpp, gpu_data_comm).
+DataComm::Handle NcclDataComm::isend(CRef, size_t, int peer, int) {
+  throw std::logic_error("NCCL data communicator: point-to-point (send to rank " + std::to_string(peer) +
+                         ") is not used; the pipeline group takes the staged MPI path");
 }
 
-DataComm::Handle NcclDataComm::irecv(Ref data, size_t n, int peer, int /*tag*/) {
-  return enqueue([&](cudaStream_t s) { NCCL_CHECK(ncclRecv(data.p, n, nccl_type(data.dt), peer, comm_, s)); });
+DataComm::Handle NcclDataComm::irecv(Ref, size_t, int peer, int) {
+  throw std::logic_error("NCCL data communicator: point-to-point (receive from rank " + std::to_string(peer) +
+                         ") is not used; the pipeline group takes the staged MPI path");
 }
 
 // Polls the completion event (yielding) rather than blocking in the driver,

@@ -7,9 +7,11 @@
 // operation's completion event from the host, so a collective that never
 // completes keeps its flight-recorder entry in flight and the watchdog sees
 // it, then makes the compute stream wait for it.
-// Point-to-point: NCCL matches sends and receives by order per peer, not by
-// tag, so the pipeline group uses the staged MPI communicator instead
-// (parallel/staged_communicator.h) where tags keep messages apart.
+// Point-to-point is refused: NCCL matches sends and receives by order per
+// peer, not by tag, and ungrouped sends deadlock when both peers send first;
+// the pipeline group uses the staged MPI communicator instead
+// (parallel/staged_communicator.h), where tags keep messages apart. Groups
+// of one rank get no NCCL communicator (parallel/solo_communicator.h).
 #include <nccl.h>
 
 #include "parallel/communicator.h"

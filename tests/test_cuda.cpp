@@ -45,10 +45,15 @@ TEST(CudaDevice, LocalRankComesFromTheLauncher) {
 }
 
 TEST(CudaDevice, KnownPeaksComeFromTheTable) {
-  EXPECT_DOUBLE_EQ(cuda::known_peak_gflops("NVIDIA H200", true), 989.4e3);
-  EXPECT_DOUBLE_EQ(cuda::known_peak_gflops("NVIDIA A100-SXM4-80GB", true), 312e3);
-  EXPECT_DOUBLE_EQ(cuda::known_peak_gflops("NVIDIA H100 PCIe", true), 756.5e3);  // not the SXM row
-  EXPECT_EQ(cuda::known_peak_gflops("Some Future GPU", true), 0);
+  using cuda::MathMode;
+  EXPECT_DOUBLE_EQ(cuda::known_peak_gflops("NVIDIA H200", MathMode::Bf16), 989.4e3);
+  EXPECT_DOUBLE_EQ(cuda::known_peak_gflops("NVIDIA A100-SXM4-80GB", MathMode::Bf16), 312e3);
+  EXPECT_DOUBLE_EQ(cuda::known_peak_gflops("NVIDIA H100 PCIe", MathMode::Bf16), 756.5e3);  // not the SXM row
+  EXPECT_EQ(cuda::known_peak_gflops("Some Future GPU", MathMode::Bf16), 0);
+  // MFU of TF32 products against the TF32 peak (half the bf16 one), not bf16's.
+  EXPECT_DOUBLE_EQ(cuda::known_peak_gflops("NVIDIA H200", MathMode::Tf32), 494.7e3);
+  EXPECT_DOUBLE_EQ(cuda::known_peak_gflops("NVIDIA A100-SXM4-80GB", MathMode::Tf32), 156e3);
+  EXPECT_DOUBLE_EQ(cuda::known_peak_gflops("NVIDIA H200", MathMode::Fp32), 66.9e3);
 }
 
 TEST(CudnnSdpa, GraphKeysSeparateShapesAndDirections) {
@@ -136,6 +141,19 @@ TEST_F(Gpu, MatmulMixesFp32GradientsWithBf16Weights) {  // the LM head's backwar
   // The GPU rounds the fp32 operand to bf16 first: errors of ~2^-9 per term
   // add up over K = 300 (a wrong layout would be off by the values' scale).
   p->expect_match(C, 3e-2, 3e-3, "mixed matmul");
+}
+
+// Each stream has its ring of events: 5000 compute-stream events later, the
+// communication stream's handle still names its own stream's slot; a handle
+// that was never recorded is an error, not a wait on some other event.
+TEST_F(Gpu, EventHandlesKeepToTheirStream) {
+  const Backend::Event comm = gpu->record_event(Backend::kCommStream);
+  for (int i = 0; i < 5000; i++) gpu->record_event(Backend::kComputeStream);
+  EXPECT_EQ(comm.stream, Backend::kCommStream);
+  gpu->synchronize_event(comm);
+  EXPECT_TRUE(gpu->event_done(comm));
+  EXPECT_THROW(gpu->wait_event(Backend::kComputeStream, Backend::Event{Backend::kCommStream, 1u << 30}),
+               std::logic_error);
 }
 
 TEST_F(Gpu, MemoryIsCountedByCategoryAndOutOfMemorySaysWhat) {

@@ -13,6 +13,7 @@
 #include "engine/train_loop.h"
 #include "tests/mpi_test_main.h"
 #include "parallel/mpi_communicator.h"
+#include "parallel/solo_communicator.h"
 #include "parallel/staged_communicator.h"
 #include "runtime/cpu/cpu_backend.h"
 
@@ -100,6 +101,37 @@ TEST_P(DataParallel, RerunsAreBitIdentical) {
 
 INSTANTIATE_TEST_SUITE_P(Archs, DataParallel, ::testing::Values(Arch::GPT2, Arch::Llama),
                          [](const auto& info) { return std::string(arch_name(info.param)); });
+
+// A group of one rank: its collectives are what MPI over MPI_COMM_SELF gives
+// (the identity), and it has no peer to send to.
+TEST(SoloDataComm, CollectivesOfOneRankMatchMpiOverSelf) {
+  CpuBackend be(1);
+  MpiDataComm self(MPI_COMM_SELF);
+  SoloDataComm solo(be);
+  const size_t n = 300;
+  std::vector<float> h(n);
+  for (size_t i = 0; i < n; i++) h[i] = (float)((i * 7) % 101) / 8.f;
+  Buffer a = be.alloc(n, DType::F32, Mem::Comm), b = be.alloc(n, DType::F32, Mem::Comm);
+  be.from_host(a.ref(), h.data(), n), be.from_host(b.ref(), h.data(), n);
+  self.allreduce_sum(a.ref(), n), solo.allreduce_sum(b.ref(), n);
+  EXPECT_EQ(0, std::memcmp(a.ref().p, b.ref().p, n * 4)) << "allreduce";
+  Buffer r1 = be.alloc(n, DType::F32, Mem::Comm), r2 = be.alloc(n, DType::F32, Mem::Comm);
+  self.reduce_scatter_sum(a.ref(), r1.ref(), n), solo.reduce_scatter_sum(a.ref(), r2.ref(), n);
+  EXPECT_EQ(0, std::memcmp(r1.ref().p, r2.ref().p, n * 4)) << "reduce_scatter";
+  self.allgather(a.ref(), r1.ref(), n), solo.allgather(b.ref(), r2.ref(), n);
+  EXPECT_EQ(0, std::memcmp(r1.ref().p, r2.ref().p, n * 4)) << "allgather";
+  EXPECT_THROW(solo.isend(a.ref(), n, 1, 0), std::logic_error);
+}
+
+// On GPUs: no NCCL communicator for a group of one; the pipeline group and
+// ranks sharing a GPU take the staged MPI path.
+TEST(SoloDataComm, GpuGroupsGetTheCommunicatorTheyNeed) {
+  EXPECT_EQ(gpu_data_comm(1, false, false), GpuDataComm::Solo);
+  EXPECT_EQ(gpu_data_comm(1, true, true), GpuDataComm::Solo);
+  EXPECT_EQ(gpu_data_comm(4, false, false), GpuDataComm::Nccl);
+  EXPECT_EQ(gpu_data_comm(2, true, false), GpuDataComm::StagedMpi);
+  EXPECT_EQ(gpu_data_comm(2, false, true), GpuDataComm::StagedMpi);
+}
 
 // The staged data communicator (what GPU ranks sharing a GPU use) on the CPU
 // backend: every operation through pinned-style staging gives what the plain

@@ -22,16 +22,33 @@ std::string mb(size_t b) {
 
 CachingAllocator::~CachingAllocator() {
   free_cached();
+  for (cudaEvent_t e : spare_events_) cudaEventDestroy(e);
   for (auto& [p, size] : live_) cudaFree(p);
   for (auto& [p, unused] : pinned_) cudaFreeHost(p);
 }
 
+cudaEvent_t CachingAllocator::take_event() {
+  if (spare_events_.empty()) {
+    cudaEvent_t e = nullptr;
+    CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+    return e;
+  }
+  cudaEvent_t e = spare_events_.back();
+  spare_events_.pop_back();
+  return e;
+}
+
 void* CachingAllocator::allocate(size_t bytes, Mem kind) {
+  if (!compute_ || !comm_) throw std::logic_error("CachingAllocator: streams not set");
   const size_t size = round_up(bytes);
   void* p = nullptr;
   auto it = free_.lower_bound(size);
   if (it != free_.end() && it->first <= 2 * size) {
-    p = it->second;
+    p = it->second.p;
+    if (cudaEvent_t released = it->second.released) {
+      CUDA_CHECK(cudaStreamWaitEvent(compute_, released, 0));
+      spare_events_.push_back(released);
+    }
     live_[p] = it->first;
     cached_ -= it->first;
     free_.erase(it);
@@ -53,7 +70,7 @@ void* CachingAllocator::allocate(size_t bytes, Mem kind) {
     }
     live_[p] = size;
   }
-  CUDA_CHECK(cudaMemset(p, 0, bytes));  // Buffers start zeroed (the default stream orders it first)
+  CUDA_CHECK(cudaMemsetAsync(p, 0, bytes, compute_));  // Buffers start zeroed, in compute-stream order
   tracker_.add(p, bytes, kind);
   return p;
 }
@@ -75,13 +92,25 @@ void CachingAllocator::release(void* p) {
   auto it = live_.find(p);
   if (it == live_.end()) return;
   tracker_.remove(p);
-  free_.emplace(it->second, p);
+  cudaEvent_t released = nullptr;
+  if (comm_) {
+    released = take_event();
+    CUDA_CHECK(cudaEventRecord(released, comm_));
+  }
+  free_.emplace(it->second, Cached{p, released});
   cached_ += it->second;
   live_.erase(it);
 }
 
 void CachingAllocator::free_cached() {
-  for (auto& [size, p] : free_) cudaFree(p);
+  if (!free_.empty() && compute_) {  // cudaFree orders against everything: let queued work finish first
+    cudaStreamSynchronize(compute_);
+    cudaStreamSynchronize(comm_);
+  }
+  for (auto& [size, c] : free_) {
+    cudaFree(c.p);
+    if (c.released) spare_events_.push_back(c.released);
+  }
   free_.clear();
   cached_ = 0;
 }

@@ -17,17 +17,31 @@ constexpr size_t kEventRing = 4096;
 CudaBackend::CudaBackend(const CudaOptions& opt) : device_(opt.device), allow_tf32_(opt.allow_tf32) {
   CUDA_CHECK(cudaSetDevice(device_));
   info_ = cuda::device_info(device_);
-  CUDA_CHECK(cudaStreamCreate(&compute_));
-  CUDA_CHECK(cudaStreamCreate(&comm_));
-  events_.resize(kEventRing, nullptr);
+  // Non-blocking: no implicit ordering with the legacy default stream, which
+  // nothing of the backend uses (its device-wide ordering deadlocks against
+  // NCCL kernels waiting for a peer).
+  CUDA_CHECK(cudaStreamCreateWithFlags(&compute_, cudaStreamNonBlocking));
+  CUDA_CHECK(cudaStreamCreateWithFlags(&comm_, cudaStreamNonBlocking));
+  alloc_.set_streams(compute_, comm_);
+  for (auto& ring : events_) ring.resize(kEventRing, nullptr);
   gemm_workspace_ = alloc(kGemmWorkspaceBytes / 4, DType::F32, Mem::Temporaries);
   gemm_ = std::make_unique<cuda::LtGemm>(gemm_workspace_.ref().p, gemm_workspace_.bytes(), opt.allow_tf32);
 }
 
 CudaBackend::~CudaBackend() {
   cudaDeviceSynchronize();
-  for (cudaEvent_t e : events_)
-    if (e) cudaEventDestroy(e);
+  // The backend's own buffers go back while the streams their release is
+  // ordered on still exist; then the cache goes back to the driver.
+  sums_.clear();
+  sum_out_.reset(), sum_host_.reset(), gemm_workspace_.reset();
+  for (Buffer& b : scratch_) b.reset();
+  gemm_.reset();
+  sdpa_.reset();
+  alloc_.free_cached();
+  alloc_.set_streams(nullptr, nullptr);
+  for (auto& ring : events_)
+    for (cudaEvent_t e : ring)
+      if (e) cudaEventDestroy(e);
   cudaStreamDestroy(compute_);
   cudaStreamDestroy(comm_);
 }
@@ -85,24 +99,26 @@ void CudaBackend::from_host_async(Ref dst, const void* host, size_t n) {
 
 // --- streams and events ---
 
-cudaEvent_t CudaBackend::event_slot(uint64_t id) {
-  cudaEvent_t& e = events_[id % kEventRing];
-  if (!e) CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
-  return e;
+cudaEvent_t CudaBackend::event_slot(const Event& e) {
+  if ((e.stream != kComputeStream && e.stream != kCommStream) || e.id == 0 || e.id > next_event_[e.stream])
+    throw std::logic_error("CUDA backend: an event handle that was never recorded (stream " +
+                           std::to_string(e.stream) + ", id " + std::to_string(e.id) + ")");
+  cudaEvent_t& ev = events_[e.stream][e.id % kEventRing];
+  if (!ev) CUDA_CHECK(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming));
+  return ev;
 }
-// An Event names a ring slot; a slot is re-recorded kEventRing events later,
-// by which time the step that held the old event has long been waited for.
 Backend::Event CudaBackend::record_event(Stream s) {
-  const Event ev{s, ++next_event_};
-  CUDA_CHECK(cudaEventRecord(event_slot(ev.id), stream(s)));
+  const Stream st = s == kCommStream ? kCommStream : kComputeStream;
+  const Event ev{st, ++next_event_[st]};
+  CUDA_CHECK(cudaEventRecord(event_slot(ev), stream(s)));
   return ev;
 }
 void CudaBackend::wait_event(Stream waiter, const Event& e) {
-  CUDA_CHECK(cudaStreamWaitEvent(stream(waiter), event_slot(e.id), 0));
+  CUDA_CHECK(cudaStreamWaitEvent(stream(waiter), event_slot(e), 0));
 }
-void CudaBackend::synchronize_event(const Event& e) { CUDA_CHECK(cudaEventSynchronize(event_slot(e.id))); }
+void CudaBackend::synchronize_event(const Event& e) { CUDA_CHECK(cudaEventSynchronize(event_slot(e))); }
 bool CudaBackend::event_done(const Event& e) {
-  const cudaError_t r = cudaEventQuery(event_slot(e.id));
+  const cudaError_t r = cudaEventQuery(event_slot(e));
   if (r == cudaErrorNotReady) return false;
   CUDA_CHECK(r);
   return true;
@@ -221,31 +237,37 @@ void CudaBackend::ce_finish(float* losses, float* logits, const int32_t* targets
 }
 
 // The spans are split into pieces of at most kSumPiece elements, one block
-// each. The piece table is uploaded only when the spans change (the
-// gradient spans are the same every step).
-void CudaBackend::sumsq_groups(const std::vector<SumSpan>& spans, double* sums, int groups) {
-  const bool same = spans.size() == last_spans_.size() &&
-                    std::equal(spans.begin(), spans.end(), last_spans_.begin(), [](const SumSpan& a, const SumSpan& b) {
-                      return a.x == b.x && a.n == b.n && a.group == b.group;
-                    });
-  if (!same) {
-    const std::vector<cuda::SumPiece> pieces = cuda::sum_pieces(spans);
-    last_pieces_ = (int)pieces.size();
-    const size_t bytes = std::max<size_t>(1, pieces.size()) * sizeof(cuda::SumPiece);
-    sum_pieces_ = alloc(bytes / 4 + 1, DType::F32, Mem::Temporaries);  // a byte count in 4-byte units
-    CUDA_CHECK(cudaStreamSynchronize(compute_));  // the old table may still be read
-    CUDA_CHECK(cudaMemcpy(sum_pieces_.ref().p, pieces.data(), pieces.size() * sizeof(cuda::SumPiece),
-                          cudaMemcpyHostToDevice));
-    sum_partials_ = alloc(2 * (size_t)std::max(1, last_pieces_), DType::F32, Mem::Temporaries);  // doubles
-    last_spans_ = spans;
+// each. Piece tables are kept per set of spans (the gradient spans are the
+// same every step; ZeRO-1 alternates between a few sets), so a step uploads
+// none: the one host wait is the read of the sums.
+CudaBackend::SumTable& CudaBackend::sum_table(const std::vector<SumSpan>& spans) {
+  const auto same = [&](const SumTable& t) {
+    return std::equal(spans.begin(), spans.end(), t.spans.begin(), t.spans.end(),
+                      [](const SumSpan& a, const SumSpan& b) { return a.x == b.x && a.n == b.n && a.group == b.group; });
+  };
+  for (SumTable& t : sums_)
+    if (same(t)) return t;
+  if (sums_.size() == kSumTables) sums_.erase(sums_.begin());  // the oldest set
+  const std::vector<cuda::SumPiece> pieces = cuda::sum_pieces(spans);
+  SumTable t{spans, alloc((std::max<size_t>(1, pieces.size()) * sizeof(cuda::SumPiece) + 3) / 4, DType::F32,
+                          Mem::Temporaries),
+             alloc(2 * std::max<size_t>(1, pieces.size()), DType::F32, Mem::Temporaries), (int)pieces.size()};
+  if (!pieces.empty()) {  // bytes, in 4-byte units
+    static_assert(sizeof(cuda::SumPiece) % 4 == 0);
+    from_host(Ref(t.pieces.ref().p, DType::F32), pieces.data(), pieces.size() * sizeof(cuda::SumPiece) / 4);
   }
+  sums_.push_back(std::move(t));
+  return sums_.back();
+}
+
+void CudaBackend::sumsq_groups(const std::vector<SumSpan>& spans, double* sums, int groups) {
+  SumTable& t = sum_table(spans);
   if (sum_out_.bytes() < (size_t)groups * sizeof(double)) {
     sum_out_ = alloc(2 * (size_t)groups, DType::F32, Mem::Temporaries);  // doubles
     sum_host_ = alloc(2 * (size_t)groups, DType::F32, Mem::Temporaries, Space::Staging);
   }
-  auto* pieces = static_cast<const cuda::SumPiece*>(sum_pieces_.ref().p);
-  cuda::sumsq_pieces(compute_, pieces, last_pieces_, static_cast<double*>(sum_partials_.ref().p),
-                     static_cast<double*>(sum_out_.ref().p), groups);
+  cuda::sumsq_pieces(compute_, static_cast<const cuda::SumPiece*>(t.pieces.ref().p), t.count,
+                     static_cast<double*>(t.partials.ref().p), static_cast<double*>(sum_out_.ref().p), groups);
   CUDA_CHECK(cudaMemcpyAsync(sum_host_.host(), sum_out_.ref().p, groups * sizeof(double), cudaMemcpyDeviceToHost,
                              compute_));
   CUDA_CHECK(cudaStreamSynchronize(compute_));

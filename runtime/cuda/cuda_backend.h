@@ -2,8 +2,8 @@
 // The CUDA backend: one GPU per rank. GEMMs through cuBLASLt, bf16 attention
 // through cuDNN's fused SDPA, everything else through the kernels in
 // runtime/cuda/*.cu. Work is queued on a compute stream and a communication
-// stream (both blocking streams, so the caching allocator's zeroing on the
-// default stream orders after them); events order one against the other.
+// stream (non-blocking: nothing runs on the legacy default stream, so no
+// call orders against the whole device); events order one against the other.
 // Pointers handed in as float*/int32_t* (statistics, gradients, token ids,
 // logits) are device pointers from this backend's Buffers.
 #include <cuda_runtime.h>
@@ -31,7 +31,10 @@ class CudaBackend final : public Backend {
   std::string name() const override { return "cuda"; }
   std::string device_name() const override { return info_.name; }
   double known_peak_gflops(DType dt) const override {
-    return cuda::known_peak_gflops(info_.name, dt == DType::BF16 || allow_tf32_);
+    using cuda::MathMode;
+    return cuda::known_peak_gflops(info_.name, dt == DType::BF16 ? MathMode::Bf16
+                                               : allow_tf32_     ? MathMode::Tf32
+                                                                 : MathMode::Fp32);
   }
   int device() const { return device_; }
   const cuda::DeviceInfo& info() const { return info_; }
@@ -97,7 +100,7 @@ class CudaBackend final : public Backend {
   // Scratch device memory kept between calls, grown on demand (temporaries).
   void* scratch(int slot, size_t bytes);
   float* scratch_f32(int slot, size_t n) { return static_cast<float*>(scratch(slot, n * sizeof(float))); }
-  cudaEvent_t event_slot(uint64_t id);
+  cudaEvent_t event_slot(const Event& e);
   cuda::CudnnSdpa& sdpa();
 
   int device_;
@@ -106,17 +109,29 @@ class CudaBackend final : public Backend {
   MemoryTracker mem_;
   cuda::CachingAllocator alloc_{mem_};
   cudaStream_t compute_ = nullptr, comm_ = nullptr;
-  std::vector<cudaEvent_t> events_;  // a ring: an Event's id picks its slot
-  uint64_t next_event_ = 0;
+  // One ring of events per stream: an Event's stream picks the ring, its id
+  // the slot. A slot is re-recorded kEventRing events later on the same
+  // stream, so a handle that old names a later point of its own stream
+  // (waiting for it waits longer, never less); it can never alias an event
+  // of the other stream, which could complete before the one it stood for.
+  std::vector<cudaEvent_t> events_[2];
+  uint64_t next_event_[2] = {};
   // One slot per use that can be live at once.
   enum Slot { kReduce, kEmbedSort, kAttnRows, kAttnWorkspace, kGemmOperand, kScratchSlots };
   Buffer scratch_[kScratchSlots];
   Buffer gemm_workspace_;
   std::unique_ptr<cuda::LtGemm> gemm_;
   std::unique_ptr<cuda::CudnnSdpa> sdpa_;
-  Buffer sum_pieces_, sum_partials_, sum_out_, sum_host_;  // sumsq_groups
-  std::vector<SumSpan> last_spans_;
-  int last_pieces_ = 0;
+  // sumsq_groups: a piece table and its partial sums per set of spans.
+  struct SumTable {
+    std::vector<SumSpan> spans;
+    Buffer pieces, partials;
+    int count;
+  };
+  static constexpr size_t kSumTables = 8;
+  SumTable& sum_table(const std::vector<SumSpan>& spans);
+  std::vector<SumTable> sums_;
+  Buffer sum_out_, sum_host_;
 };
 
 }  // namespace trainer

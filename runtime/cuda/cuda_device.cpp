@@ -61,20 +61,24 @@ DeviceInfo device_info(int device) {
   return d;
 }
 
-double known_peak_gflops(const std::string& name, bool bf16) {
+double known_peak_gflops(const std::string& name, MathMode mode) {
   // Dense (no sparsity) data-sheet peaks; SXM parts unless named otherwise.
+  // TF32 runs on the tensor cores at half the bf16 rate.
   struct Row {
     const char* match;
-    double bf16, fp32;
+    double bf16, tf32, fp32;
   };
   static const Row rows[] = {
-      {"H200", 989.4e3, 66.9e3},      {"H100 PCIe", 756.5e3, 51.2e3}, {"H100 NVL", 835.5e3, 59.8e3},
-      {"H100", 989.4e3, 66.9e3},      {"H800", 989.4e3, 66.9e3},      {"GH200", 989.4e3, 66.9e3},
-      {"A100", 312e3, 19.5e3},        {"A800", 312e3, 19.5e3},        {"L40S", 362e3, 91.6e3},
-      {"A10G", 70e3, 31.2e3},         {"L4", 121e3, 30.3e3},          {"B200", 2250e3, 80e3},
+      {"H200", 989.4e3, 494.7e3, 66.9e3},    {"H100 PCIe", 756.5e3, 378e3, 51.2e3},
+      {"H100 NVL", 835.5e3, 417.5e3, 59.8e3}, {"H100", 989.4e3, 494.7e3, 66.9e3},
+      {"H800", 989.4e3, 494.7e3, 66.9e3},    {"GH200", 989.4e3, 494.7e3, 66.9e3},
+      {"A100", 312e3, 156e3, 19.5e3},        {"A800", 312e3, 156e3, 19.5e3},
+      {"L40S", 362e3, 181e3, 91.6e3},        {"A10G", 70e3, 35e3, 31.2e3},
+      {"L4", 121e3, 60.5e3, 30.3e3},         {"B200", 2250e3, 1100e3, 80e3},
   };
   for (const Row& r : rows)
-    if (name.find(r.match) != std::string::npos) return bf16 ? r.bf16 : r.fp32;
+    if (name.find(r.match) != std::string::npos)
+      return mode == MathMode::Bf16 ? r.bf16 : mode == MathMode::Tf32 ? r.tf32 : r.fp32;
   return 0;
 }
 

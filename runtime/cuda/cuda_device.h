@@ -39,7 +39,9 @@ DeviceInfo device_info(int device);
 // Dense peak of known GPUs in GFLOP/s for bf16 tensor-core math (fp32 runs
 // on CUDA cores: the fp32 figure), from the vendors' data sheets; 0 when the
 // name is not in the table.
-double known_peak_gflops(const std::string& device_name, bool bf16);
+// How fp32-typed products run: fp32 (exact), TF32 (runtime.allow_tf32), or bf16.
+enum class MathMode { Fp32, Tf32, Bf16 };
+double known_peak_gflops(const std::string& device_name, MathMode mode);
 
 // "CUDA runtime 13.0, cuBLASLt 13.1.0, cuDNN 9.19.0 (frontend 1.32.0), NCCL 2.28.9".
 std::string library_versions();

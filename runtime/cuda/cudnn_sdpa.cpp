@@ -26,6 +26,10 @@ void check_fe(fe::error_t e, const char* what) {
 }
 #define FE_CHECK(x) check_fe((x), #x)
 
+void check_cudnn(cudnnStatus_t st, const char* what) {
+  if (st != CUDNN_STATUS_SUCCESS) fail("cuDNN", cudnnGetErrorString(st), what, __FILE__, __LINE__);
+}
+
 // Dims and strides of one packed head group inside [B*T, row] rows.
 struct Packed {
   std::vector<int64_t> dim, stride;
@@ -108,11 +112,17 @@ size_t k_offset(const AttentionShape& s) { return (size_t)s.H * s.hd; }
 size_t v_offset(const AttentionShape& s) { return (size_t)(s.H + s.KVH) * s.hd; }
 void* at(const void* p, size_t elems) { return (char*)p + 2 * elems; }  // bf16 elements
 
-void run(fe::graph::Graph& g, cudnnHandle_t h, std::unordered_map<int64_t, void*>& ptrs,
-         const SdpaWorkspace& ws) {
+std::string describe(const AttentionShape& s, bool backward) {
+  return std::string("cuDNN SDPA ") + (backward ? "backward" : "forward") + " [B " + std::to_string(s.B) + " T " +
+         std::to_string(s.T) + " H " + std::to_string(s.H) + " KVH " + std::to_string(s.KVH) + " hd " +
+         std::to_string(s.hd) + "]";
+}
+
+void run(fe::graph::Graph& g, cudnnHandle_t h, std::unordered_map<int64_t, void*>& ptrs, const SdpaWorkspace& ws,
+         const AttentionShape& s, bool backward) {
   int64_t bytes = 0;
-  FE_CHECK(g.get_workspace_size(bytes));
-  FE_CHECK(g.execute(h, ptrs, bytes ? ws((size_t)bytes) : nullptr));
+  check_fe(g.get_workspace_size(bytes), (describe(s, backward) + ": workspace size").c_str());
+  check_fe(g.execute(h, ptrs, bytes ? ws((size_t)bytes) : nullptr), describe(s, backward).c_str());
 }
 }  // namespace
 
@@ -132,8 +142,7 @@ struct CudnnSdpa::Impl {
 };
 
 CudnnSdpa::CudnnSdpa() : impl_(new Impl) {
-  const cudnnStatus_t st = cudnnCreate(&impl_->handle);
-  if (st != CUDNN_STATUS_SUCCESS) fail("cuDNN", cudnnGetErrorString(st), "cudnnCreate", __FILE__, __LINE__);
+  check_cudnn(cudnnCreate(&impl_->handle), "cudnnCreate");
 }
 
 CudnnSdpa::~CudnnSdpa() {
@@ -152,18 +161,18 @@ std::string CudnnSdpa::version() {
 
 void CudnnSdpa::forward(cudaStream_t s, void* out, float* lse, const void* qkv, const AttentionShape& sh,
                         const SdpaWorkspace& ws) {
-  cudnnSetStream(impl_->handle, s);
+  check_cudnn(cudnnSetStream(impl_->handle, s), "cudnnSetStream (attention forward)");
   std::unordered_map<int64_t, void*> ptrs = {{kQ, const_cast<void*>(qkv)},
                                              {kK, at(qkv, k_offset(sh))},
                                              {kV, at(qkv, v_offset(sh))},
                                              {kO, out},
                                              {kStats, lse}};
-  run(impl_->graph(sh, false), impl_->handle, ptrs, ws);
+  run(impl_->graph(sh, false), impl_->handle, ptrs, ws, sh, false);
 }
 
 void CudnnSdpa::backward(cudaStream_t s, void* dqkv, const void* dout, const void* qkv, const void* out,
                          const float* lse, const AttentionShape& sh, const SdpaWorkspace& ws) {
-  cudnnSetStream(impl_->handle, s);
+  check_cudnn(cudnnSetStream(impl_->handle, s), "cudnnSetStream (attention backward)");
   std::unordered_map<int64_t, void*> ptrs = {{kQ, const_cast<void*>(qkv)},
                                              {kK, at(qkv, k_offset(sh))},
                                              {kV, at(qkv, v_offset(sh))},
@@ -173,7 +182,7 @@ void CudnnSdpa::backward(cudaStream_t s, void* dqkv, const void* dout, const voi
                                              {kDQ, dqkv},
                                              {kDK, at(dqkv, k_offset(sh))},
                                              {kDV, at(dqkv, v_offset(sh))}};
-  run(impl_->graph(sh, true), impl_->handle, ptrs, ws);
+  run(impl_->graph(sh, true), impl_->handle, ptrs, ws, sh, true);
 }
 
 }  // namespace trainer::cuda

@@ -9,6 +9,9 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <initializer_list>
+#include <stdexcept>
+#include <string>
 
 #include "runtime/tensor_ref.h"
 
@@ -35,6 +38,21 @@ const T* as(CRef r) { return static_cast<const T*>(r.p); }
       __VA_ARGS__;                                \
     }                                             \
   } while (0)
+
+// After every launch (tests/cuda_cpu/rewrite_cuda.py refuses a launch
+// without one) and every runtime or CUB call: a failure (a bad launch
+// configuration, no kernel image for this GPU, the sticky fault of an
+// earlier kernel) throws, naming the operation and its sizes, instead of
+// surfacing later at an unrelated call.
+inline void check_result(cudaError_t e, const char* op, std::initializer_list<size_t> sizes) {
+  if (e == cudaSuccess) return;
+  std::string shape;
+  for (size_t v : sizes) shape += (shape.empty() ? "" : " x ") + std::to_string(v);
+  throw std::runtime_error(std::string("CUDA kernel ") + op + " [" + shape + "]: " + cudaGetErrorString(e));
+}
+inline void check_launch(const char* op, std::initializer_list<size_t> sizes) {
+  check_result(cudaGetLastError(), op, sizes);
+}
 
 inline unsigned blocks_for(size_t n, unsigned threads) {
   const size_t b = (n + threads - 1) / threads;

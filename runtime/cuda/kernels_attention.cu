@@ -128,6 +128,7 @@ void attention_fwd_f32(cudaStream_t st, float* out, float* stats, const float* q
   check_head_dim(s);
   const size_t rows = (size_t)s.B * s.H * s.T;
   if (rows) fwd_kernel<<<warps_grid(rows), kWarpsPerBlock * 32, 0, st>>>(out, stats, qkv, s, 1.f / sqrtf((float)s.hd));
+  check_launch("attention_fwd_f32", {(size_t)s.B, (size_t)s.T, (size_t)s.H, (size_t)s.hd});
 }
 
 void attention_bwd_f32(cudaStream_t st, float* dqkv, const float* dout, const float* qkv, const float* stats,
@@ -137,7 +138,9 @@ void attention_bwd_f32(cudaStream_t st, float* dqkv, const float* dout, const fl
   const size_t qrows = (size_t)s.B * s.H * s.T, kvrows = (size_t)s.B * s.KVH * s.T;
   if (!qrows) return;
   bwd_q_kernel<<<warps_grid(qrows), kWarpsPerBlock * 32, 0, st>>>(dqkv, scratch, dout, qkv, stats, s, scale);
+  check_launch("attention_bwd_f32 (dq)", {(size_t)s.B, (size_t)s.T, (size_t)s.H, (size_t)s.hd});
   bwd_kv_kernel<<<warps_grid(kvrows), kWarpsPerBlock * 32, 0, st>>>(dqkv, scratch, dout, qkv, stats, s, scale);
+  check_launch("attention_bwd_f32 (dk, dv)", {(size_t)s.B, (size_t)s.T, (size_t)s.KVH, (size_t)s.hd});
 }
 
 }  // namespace trainer::cuda

@@ -148,18 +148,21 @@ unsigned grid(size_t n) { return blocks_for(n, kThreads); }
 void convert(cudaStream_t s, Ref dst, CRef src, size_t n) {
   if (!n) return;
   if (dst.dt == src.dt) {
-    cudaMemcpyAsync(dst.p, src.p, n * dtype_size(dst.dt), cudaMemcpyDeviceToDevice, s);
+    check_result(cudaMemcpyAsync(dst.p, src.p, n * dtype_size(dst.dt), cudaMemcpyDeviceToDevice, s),
+                 "convert (a same-type copy)", {n});
     return;
   }
   if (dst.dt == DType::I32 || src.dt == DType::I32) throw std::logic_error("cuda::convert: int32 is not converted");
   TRAINER_DISPATCH(dst.dt, D, TRAINER_DISPATCH(src.dt, S, convert_kernel<<<grid(n), kThreads, 0, s>>>(
                                                               as<D>(dst), as<S>(src), n)));
+  check_launch("convert", {n});
 }
 
 void add(cudaStream_t s, Ref out, CRef a, CRef b, size_t n) {
   if (!n) return;
   TRAINER_DISPATCH(out.dt, T, TRAINER_DISPATCH(a.dt, A, TRAINER_DISPATCH(b.dt, B, add_kernel<<<grid(n), kThreads, 0, s>>>(
                                                                                  as<T>(out), as<A>(a), as<B>(b), n))));
+  check_launch("add", {n});
 }
 
 void add_bias(cudaStream_t s, Ref y, CRef b, int rows, int cols) {
@@ -167,16 +170,19 @@ void add_bias(cudaStream_t s, Ref y, CRef b, int rows, int cols) {
   if (!n) return;
   TRAINER_DISPATCH(y.dt, T, TRAINER_DISPATCH(b.dt, B, add_bias_kernel<<<grid(n), kThreads, 0, s>>>(
                                                           as<T>(y), as<B>(b), (size_t)rows, cols)));
+  check_launch("add_bias", {(size_t)rows, (size_t)cols});
 }
 
 void gelu_fwd(cudaStream_t s, Ref out, CRef x, size_t n) {
   require_same_type("gelu_fwd", {out.dt, x.dt});
   if (n) TRAINER_DISPATCH(out.dt, T, gelu_fwd_kernel<<<grid(n), kThreads, 0, s>>>(as<T>(out), as<T>(x), n));
+  check_launch("gelu_fwd", {n});
 }
 void gelu_bwd(cudaStream_t s, Ref dx, CRef x, CRef dout, size_t n) {
   require_same_type("gelu_bwd", {dx.dt, x.dt, dout.dt});
   if (n)
     TRAINER_DISPATCH(dx.dt, T, gelu_bwd_kernel<<<grid(n), kThreads, 0, s>>>(as<T>(dx), as<T>(x), as<T>(dout), n));
+  check_launch("gelu_bwd", {n});
 }
 void swiglu_fwd(cudaStream_t s, Ref out, CRef gate_up, int rows, int F) {
   require_same_type("swiglu_fwd", {out.dt, gate_up.dt});
@@ -184,6 +190,7 @@ void swiglu_fwd(cudaStream_t s, Ref out, CRef gate_up, int rows, int F) {
   if (n)
     TRAINER_DISPATCH(out.dt, T, swiglu_fwd_kernel<<<grid(n), kThreads, 0, s>>>(as<T>(out), as<T>(gate_up),
                                                                                  (size_t)rows, F));
+  check_launch("swiglu_fwd", {(size_t)rows, (size_t)F});
 }
 void swiglu_bwd(cudaStream_t s, Ref dgate_up, CRef gate_up, CRef dout, int rows, int F) {
   require_same_type("swiglu_bwd", {dgate_up.dt, gate_up.dt, dout.dt});
@@ -191,10 +198,12 @@ void swiglu_bwd(cudaStream_t s, Ref dgate_up, CRef gate_up, CRef dout, int rows,
   if (n)
     TRAINER_DISPATCH(dgate_up.dt, T, swiglu_bwd_kernel<<<grid(n), kThreads, 0, s>>>(
                                          as<T>(dgate_up), as<T>(gate_up), as<T>(dout), (size_t)rows, F));
+  check_launch("swiglu_bwd", {(size_t)rows, (size_t)F});
 }
 void rope(cudaStream_t s, Ref qkv, const AttentionShape& sh, float theta, bool inverse) {
   const size_t n = (size_t)sh.B * sh.T * (sh.H + sh.KVH) * (sh.hd / 2);
   if (n) TRAINER_DISPATCH(qkv.dt, T, rope_kernel<<<grid(n), kThreads, 0, s>>>(as<T>(qkv), sh, theta, inverse));
+  check_launch("rope", {(size_t)sh.B, (size_t)sh.T, (size_t)(sh.H + sh.KVH), (size_t)sh.hd});
 }
 
 void embedding_fwd(cudaStream_t s, Ref out, const int32_t* tokens, int rows, CRef wte, int vocab_offset,
@@ -204,6 +213,7 @@ void embedding_fwd(cudaStream_t s, Ref out, const int32_t* tokens, int rows, CRe
     TRAINER_DISPATCH(out.dt, T, TRAINER_DISPATCH(wte.dt, W, embedding_fwd_kernel<<<grid(n), kThreads, 0, s>>>(
                                                                 as<T>(out), tokens, (size_t)rows, as<W>(wte),
                                                                 vocab_offset, vocab_rows, C)));
+  check_launch("embedding_fwd", {(size_t)rows, (size_t)C});
 }
 void position_fwd(cudaStream_t s, Ref out, CRef wpe, int rows, int row_offset, int T_, int C) {
   const size_t n = (size_t)rows * C;
@@ -211,12 +221,14 @@ void position_fwd(cudaStream_t s, Ref out, CRef wpe, int rows, int row_offset, i
     TRAINER_DISPATCH(out.dt, T, TRAINER_DISPATCH(wpe.dt, W, position_fwd_kernel<<<grid(n), kThreads, 0, s>>>(
                                                                 as<T>(out), as<W>(wpe), (size_t)rows, row_offset,
                                                                 T_, C)));
+  check_launch("position_fwd", {(size_t)rows, (size_t)C});
 }
 void position_bwd(cudaStream_t s, float* dwpe, CRef dout, int rows, int row_offset, int T_, int C) {
   const size_t n = (size_t)T_ * C;
   if (n && rows)
     TRAINER_DISPATCH(dout.dt, T, position_bwd_kernel<<<grid(n), kThreads, 0, s>>>(dwpe, as<T>(dout), rows,
                                                                                      row_offset, T_, C));
+  check_launch("position_bwd", {(size_t)T_, (size_t)C});
 }
 
 void adamw(cudaStream_t s, float* p, const float* g, float* m, float* v, size_t n, float lr, float beta1,
@@ -226,13 +238,16 @@ void adamw(cudaStream_t s, float* p, const float* g, float* m, float* v, size_t 
   if (n)
     adamw_kernel<<<grid(n), kThreads, 0, s>>>(p, g, m, v, n, lr, beta1, beta2, eps, weight_decay, bias_corr1,
                                               bias_corr2, grad_scale, as<__nv_bfloat16>(copy));
+  check_launch("adamw", {n});
 }
 
 void lse_to_stats(cudaStream_t s, float* stats, const float* lse, size_t rows) {
   if (rows) lse_to_stats_kernel<<<grid(rows), kThreads, 0, s>>>(stats, lse, rows);
+  check_launch("lse_to_stats", {rows});
 }
 void stats_to_lse(cudaStream_t s, float* lse, const float* stats, size_t rows) {
   if (rows) stats_to_lse_kernel<<<grid(rows), kThreads, 0, s>>>(lse, stats, rows);
+  check_launch("stats_to_lse", {rows});
 }
 
 }  // namespace trainer::cuda

@@ -30,8 +30,9 @@ __global__ void embedding_bwd_kernel(float* dwte, const T* dout, const int32_t* 
 
 size_t sort_temp_bytes(int rows) {
   size_t bytes = 0;
-  cub::DeviceRadixSort::SortPairs(nullptr, bytes, (const int32_t*)nullptr, (int32_t*)nullptr,
-                                  (const int32_t*)nullptr, (int32_t*)nullptr, rows);
+  check_result(cub::DeviceRadixSort::SortPairs(nullptr, bytes, (const int32_t*)nullptr, (int32_t*)nullptr,
+                                               (const int32_t*)nullptr, (int32_t*)nullptr, rows),
+               "embedding_bwd (CUB's scratch size)", {(size_t)rows});
   return bytes;
 }
 size_t align256(size_t b) { return (b + 255) / 256 * 256; }
@@ -50,9 +51,12 @@ void embedding_bwd(cudaStream_t s, float* dwte, CRef dout, const int32_t* tokens
   void* temp = p + 3 * align256(rows * sizeof(int32_t));
   size_t temp_bytes = sort_temp_bytes(rows);
   iota_kernel<<<blocks_for(rows, 256), 256, 0, s>>>(rows_in, rows);
-  cub::DeviceRadixSort::SortPairs(temp, temp_bytes, tokens, keys, rows_in, rows_sorted, rows, 0, 32, s);
+  check_launch("embedding_bwd (row numbers)", {(size_t)rows});
+  check_result(cub::DeviceRadixSort::SortPairs(temp, temp_bytes, tokens, keys, rows_in, rows_sorted, rows, 0, 32, s),
+               "embedding_bwd (CUB radix sort of the tokens)", {(size_t)rows});
   TRAINER_DISPATCH(dout.dt, T, embedding_bwd_kernel<<<rows, 256, 0, s>>>(dwte, as<T>(dout), keys, rows_sorted, rows,
                                                                           vocab_offset, vocab_rows, C));
+  check_launch("embedding_bwd", {(size_t)rows, (size_t)C});
 }
 
 }  // namespace trainer::cuda

@@ -44,7 +44,9 @@ void column_sums(cudaStream_t s, float* scratch, int rows, int cols, F f, float*
   if (!rows || !cols) return;
   const dim3 g((cols + kColThreads - 1) / kColThreads, chunks(rows));
   colsum_partial_kernel<Sums><<<g, kColThreads, 0, s>>>(scratch, rows, cols, f);
+  check_launch("column sums (partials)", {(size_t)rows, (size_t)cols});
   colsum_finish_kernel<Sums><<<g.x, kColThreads, 0, s>>>(scratch, chunks(rows), cols, dst0, dst1);
+  check_launch("column sums (finish)", {(size_t)rows, (size_t)cols});
 }
 
 template <class T>
@@ -234,6 +236,7 @@ void layernorm_fwd(cudaStream_t s, Ref out, float* mean, float* rstd, CRef x, CR
   TRAINER_DISPATCH(out.dt, T, TRAINER_DISPATCH(w.dt, W, layernorm_fwd_kernel<<<row_blocks(rows), kRowWarps * 32, 0, s>>>(
                                                             as<T>(out), mean, rstd, as<T>(x), as<W>(w), as<W>(b),
                                                             rows, C, eps)));
+  check_launch("layernorm_fwd", {(size_t)rows, (size_t)C});
 }
 
 void layernorm_bwd(cudaStream_t s, Ref dx, float* dw, float* db, CRef dout, CRef x, CRef w, const float* mean,
@@ -245,6 +248,7 @@ void layernorm_bwd(cudaStream_t s, Ref dx, float* dw, float* db, CRef dout, CRef
                                   as<T>(dx), as<T>(dout), as<T>(x), as<W>(w), mean, rstd, rows, C));
     column_sums<2>(s, scratch, rows, C, LayerNormWeightTerms<T>{as<T>(dout), as<T>(x), mean, rstd, C}, dw, db);
   });
+  check_launch("layernorm_bwd", {(size_t)rows, (size_t)C});
 }
 
 void rmsnorm_fwd(cudaStream_t s, Ref out, float* rstd, CRef x, CRef w, int rows, int C, float eps) {
@@ -252,6 +256,7 @@ void rmsnorm_fwd(cudaStream_t s, Ref out, float* rstd, CRef x, CRef w, int rows,
   require_same_type("rmsnorm_fwd", {out.dt, x.dt});
   TRAINER_DISPATCH(out.dt, T, TRAINER_DISPATCH(w.dt, W, rmsnorm_fwd_kernel<<<row_blocks(rows), kRowWarps * 32, 0, s>>>(
                                                             as<T>(out), rstd, as<T>(x), as<W>(w), rows, C, eps)));
+  check_launch("rmsnorm_fwd", {(size_t)rows, (size_t)C});
 }
 
 void rmsnorm_bwd(cudaStream_t s, Ref dx, float* dw, CRef dout, CRef x, CRef w, const float* rstd, int rows, int C,
@@ -263,25 +268,31 @@ void rmsnorm_bwd(cudaStream_t s, Ref dx, float* dw, CRef dout, CRef x, CRef w, c
                                   as<T>(dx), as<T>(dout), as<T>(x), as<W>(w), rstd, rows, C));
     column_sums<1>(s, scratch, rows, C, RmsNormWeightTerm<T>{as<T>(dout), as<T>(x), rstd, C}, dw);
   });
+  check_launch("rmsnorm_bwd", {(size_t)rows, (size_t)C});
 }
 
 void row_max(cudaStream_t s, float* max, const float* logits, int rows, int V) {
   if (rows) row_max_kernel<<<rows, kCeThreads, 0, s>>>(max, logits, V);
+  check_launch("row_max", {(size_t)rows, (size_t)V});
 }
 void ce_exp_sum(cudaStream_t s, float* sum, float* target, float* logits, const int32_t* targets, const float* max,
                 int rows, int V, int vocab_offset, bool write_exp) {
   if (rows) ce_exp_sum_kernel<<<rows, kCeThreads, 0, s>>>(sum, target, logits, targets, max, V, vocab_offset, write_exp);
+  check_launch("ce_exp_sum", {(size_t)rows, (size_t)V});
 }
 void ce_finish(cudaStream_t s, float* losses, float* logits, const int32_t* targets, const float* max,
                const float* sum, const float* target, int rows, int V, int vocab_offset, float grad_scale) {
   if (rows)
     ce_finish_kernel<<<rows, kCeThreads, 0, s>>>(losses, logits, targets, max, sum, target, V, vocab_offset,
                                                  grad_scale);
+  check_launch("ce_finish", {(size_t)rows, (size_t)V});
 }
 
 void sumsq_pieces(cudaStream_t s, const SumPiece* pieces, int npieces, double* partials, double* sums, int groups) {
   if (npieces) sumsq_piece_kernel<<<npieces, kSumThreads, 0, s>>>(pieces, partials);
+  check_launch("sums of squares (pieces)", {(size_t)npieces});
   sumsq_groups_kernel<<<1, 32 * ((groups + 31) / 32), 0, s>>>(pieces, npieces, partials, sums, groups);
+  check_launch("sums of squares (groups)", {(size_t)npieces, (size_t)groups});
 }
 
 }  // namespace trainer::cuda

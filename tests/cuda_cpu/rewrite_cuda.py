@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """Writes a copy of a .cu file that g++ compiles against tests/cuda_cpu/cuda_emu.h.
 
+Refuses a launch not followed by check_launch(...) (the build then fails).
 Two rewrites, nothing else changes (line numbers are kept, and a #line
 directive points diagnostics at the original):
   name<tmpl><<<cfg>>>(args)  ->  ::trainer_emu::Launch(cfg)("name", [&] { name<tmpl>(args); })
@@ -40,6 +41,16 @@ def kernel_name_start(text, end):
     return i
 
 
+def require_check(text, after, name):
+    """A launch must be followed by check_launch before the next launch or the
+    end of its function (runtime/cuda/device_math.cuh): unchecked launch
+    errors surface later, at an unrelated call."""
+    nxt = [i for i in (text.find('<<<', after), text.find('\n}', after)) if i != -1]
+    if 'check_launch(' not in text[after:min(nxt) if nxt else len(text)]:
+        line = text.count('\n', 0, after) + 1
+        raise SystemExit(f"line {line}: the launch of {name} is not followed by check_launch(...)")
+
+
 def rewrite_launches(text):
     out, pos, count = [], 0, 0
     while (k := text.find('<<<', pos)) != -1:
@@ -52,6 +63,7 @@ def rewrite_launches(text):
             raise SystemExit(f"a launch without arguments at offset {k}")
         args_end = matching(text, paren, '(', ')')
         name, cfg, args = text[start:k], text[k + 3:cfg_end], text[paren:args_end]
+        require_check(text, args_end, name)
         bare = re.sub(r'<.*', '', name)
         out.append(text[pos:start])
         out.append(f'::trainer_emu::Launch({cfg})("{bare}", [&] {{ {name}{args}; }})')

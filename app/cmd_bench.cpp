@@ -63,7 +63,8 @@ void print_bench(const Recipe& r, const std::string& path, const std::vector<Ben
         .add("median_step_cpu_ms", median_of(rn.cpu_ms)).add("tokens_per_s", tps)
         .add("model_gflops", achieved).add("mfu", achieved / peak).add("loss", rn.loss)
         .add("recompute", std::string(mode)).add("activations_mb", act_mb)
-        .add("precision", std::string(dtype_name(r.training.precision)));
+        .add("precision", std::string(dtype_name(r.training.precision)))
+        .add("host_syncs_per_step", median_of(rn.host_syncs));
     std::printf("%s\n", rec.str().c_str());
   }
 }

@@ -16,13 +16,6 @@ void reduce_replica_grads(Chunks& chunks, DataComm* embed, bool tied_embeddings)
   }
 }
 
-double global_grad_sumsq(Chunks& chunks, ControlComm* pp) {
-  double s = 0;
-  for (auto& m : chunks) s += m->grad_sumsq();
-  if (pp) pp->allreduce_sum(&s, 1);
-  return s;
-}
-
 void reduce_scatter_grads(Backend& be, Chunks& chunks, DataComm& dp, Buffer* wire_buf, Buffer& block_buf) {
   if (dp.size() == 1) return;
   be.wait_event(Backend::kCommStream, be.record_event(Backend::kComputeStream));
@@ -43,18 +36,29 @@ void reduce_scatter_grads(Backend& be, Chunks& chunks, DataComm& dp, Buffer* wir
   }
 }
 
-double zero_grad_sumsq(Chunks& chunks, int dp_rank, int dp_size, ControlComm& dp, ControlComm* tp, ControlComm* pp) {
-  double sums[2] = {0, 0};  // sharded, replicated
+StepSums read_step_sums(Backend& be, Chunks& chunks, const ZeroShard* zero, ControlComm* tp, ControlComm* pp) {
+  std::vector<Backend::SumSpan> spans;
+  const auto add = [&](const std::vector<Backend::SumSpan>& more) { spans.insert(spans.end(), more.begin(), more.end()); };
   for (auto& m : chunks) {
-    const size_t n = m->num_params(), block = n / (size_t)dp_size, body = block * (size_t)dp_size;
-    m->grad_sumsq_parts(block * (size_t)dp_rank, block * (size_t)(dp_rank + 1), sums);
-    if (dp_rank == 0) m->grad_sumsq_parts(body, n, sums);
+    const size_t n = m->num_params();
+    if (zero) {
+      const size_t block = n / (size_t)zero->dp_size, body = block * (size_t)zero->dp_size;
+      add(m->grad_spans(block * (size_t)zero->dp_rank, block * (size_t)(zero->dp_rank + 1)));
+      if (zero->dp_rank == 0) add(m->grad_spans(body, n));
+    } else {
+      add(m->grad_spans(0, n));
+    }
+    if (m->chunk().head) spans.push_back(m->step_losses_span(2));
   }
-  dp.allreduce_sum(sums, 2);
+  double sums[3] = {0, 0, 0};  // sharded grads, replicated grads, losses
+  be.sumsq_groups(spans, sums, 3);
+  if (zero) zero->dp->allreduce_sum(sums, 2);
   if (tp) tp->allreduce_sum(&sums[0], 1);
-  double s = sums[0] + sums[1];
-  if (pp) pp->allreduce_sum(&s, 1);
-  return s;
+  StepSums out;
+  out.grad_sumsq = sums[0] + sums[1];
+  if (pp) pp->allreduce_sum(&out.grad_sumsq, 1);
+  out.loss_sum = sums[2];
+  return out;
 }
 
 void allgather_weights(Backend& be, Chunks& chunks, DataComm& dp, Buffer& block_buf) {

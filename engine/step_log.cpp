@@ -65,6 +65,7 @@ void StepLoop::log_step(const StepStats& st, const StepExtras& x) {
   JsonRecord rec;
   rec.add("step", st.step).add("loss", st.loss).add("lr", st.lr).add("grad_norm", st.grad_norm)
       .add("tokens_per_s", tps).add("mfu", mfu).add("step_ms", st.step_ms).add("data_wait_ms", st.data_wait_ms)
+      .add("host_syncs", (long)st.host_syncs)
       .add("precision", std::string(dtype_name(r_.training.precision)))
       .add("time", iso_time(wall_seconds()));
   if (st.nonfinite || st.spike) rec.add("update_skipped", 1);
@@ -96,7 +97,7 @@ void StepLoop::log_step(const StepStats& st, const StepExtras& x) {
 void StepLoop::add_blend_counts(JsonRecord& rec) {
   if (!job_.train.blended()) return;
   if (!blend_counter_) blend_counter_ = std::make_unique<BlendOrder>(job_.train.shares());
-  const std::vector<uint64_t> counts = blend_counter_->counts_before(loop_.loader().cursor());
+  const std::vector<uint64_t> counts = blend_counter_->counts_before(loop_.data_cursor());
   for (size_t j = 0; j < counts.size(); j++) rec.add("samples/" + job_.train.sources()[j].name, (long)counts[j]);
 }
 

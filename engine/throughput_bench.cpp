@@ -31,6 +31,7 @@ Runner make_runner(const Recipe& r, RecomputeMode m, std::unique_ptr<Backend> be
   init_params(rn.model->layout(), r.model, r.run.seed, host.data());
   rn.be->from_host(rn.model->params().ref(), host.data(), host.size());
   rn.model->sync_compute_weights();
+  rn.model->keep_losses_on_device(true);  // as training does: one read per step
   rn.out.mode = m;
   rn.out.params = rn.model->num_params();
   return rn;
@@ -44,33 +45,45 @@ double cpu_ms() {
   return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
 }
 
+// One training step as TrainLoop runs it: the loss stays on the device and
+// is read with the gradient norm in one call, then AdamW. The forward
+// phase's end is the bench's own synchronisation (to time the phases); the
+// step's host waits are counted without it.
 void one_step(Runner& rn, const Recipe& r, const std::vector<int32_t>& tokens, bool timed) {
   using clock = std::chrono::steady_clock;
   auto ms = [](clock::time_point a, clock::time_point b) {
     return std::chrono::duration<double, std::milli>(b - a).count();
   };
   Transformer& model = *rn.model;
+  Backend& be = *rn.be;
   const int BT = r.training.micro_batch * r.model.seq_len;
   const auto t0 = clock::now();
   const double c0 = cpu_ms();
-  rn.out.loss = model.forward(tokens.data(), tokens.data() + 1, 1.0f / BT);
-  rn.be->synchronize();
+  const uint64_t syncs0 = be.host_syncs();
+  model.reset_step_losses();
+  model.forward(tokens.data(), tokens.data() + 1, 1.0f / BT);
+  be.synchronize();  // the bench's: where the forward phase ends
   const auto t1 = clock::now();
   model.backward();
-  rn.be->synchronize();
+  std::vector<Backend::SumSpan> spans = model.grad_spans(0, model.num_params());
+  spans.push_back(model.step_losses_span(2));
+  double sums[3];
+  be.sumsq_groups(spans, sums, 3);  // waits for the backward: its phase ends here
   const auto t2 = clock::now();
-  const double norm = std::sqrt(model.grad_sumsq());
+  const double norm = std::sqrt(sums[0] + sums[1]);
   rn.opt->step(model.params(), model.grads(), r.lr.lr, clip_coefficient(norm, r.training.grad_clip),
                model.compute_copy());
-  rn.be->zero(model.grads().ref(), model.num_params());
-  rn.be->synchronize();
+  be.zero(model.grads().ref(), model.num_params());
+  be.synchronize();
   const auto t3 = clock::now();
+  rn.out.loss = sums[2] / BT;
   if (!timed) return;
   rn.out.wall_ms.push_back(ms(t0, t3));
   rn.out.cpu_ms.push_back(cpu_ms() - c0);
   rn.out.phase_ms[0].push_back(ms(t0, t1));
   rn.out.phase_ms[1].push_back(ms(t1, t2));
   rn.out.phase_ms[2].push_back(ms(t2, t3));
+  rn.out.host_syncs.push_back((double)(be.host_syncs() - syncs0 - 1));
 }
 
 }  // namespace

@@ -17,6 +17,9 @@ struct BenchRun {
   size_t params = 0;
   std::vector<double> wall_ms, cpu_ms;  // per timed step; CPU time of the process (all threads)
   std::vector<double> phase_ms[3];      // forward, backward, optimizer
+  // The step's host waits for the backend (Backend::host_syncs), without the
+  // bench's own synchronisation between forward and backward.
+  std::vector<double> host_syncs;
   double loss = 0;                      // of the last step
   MemoryStats memory;                   // the backend's peaks after the steps
 };

@@ -53,6 +53,7 @@ TrainLoop::TrainLoop(Backend& be, ParallelGroups groups, const Recipe& r,
         be, r.model, r.training.micro_batch, TensorParallel{tp_.get(), tp_control_, r.sequence_parallel}, ch.spec,
         ch.slots, r.recompute, compute_));
     Transformer& m = *chunks_.back();
+    m.keep_losses_on_device(true);  // read once per step, with the gradient norm
     // Every replica and layout draws the same initial weights from the run seed.
     host.assign(m.num_params(), 0.f);
     init_params(m.layout(), r.model, r.run.seed, host.data());
@@ -99,13 +100,16 @@ void TrainLoop::make_loader(uint64_t start_position) {
   lc.seed = r_.run.seed;
   lc.start_position = start_position;
   loader_.reset();  // stop the old prefetch thread first
-  loader_ = std::make_unique<Loader>(train_, lc);
+  cursor_ = start_position;
+  const bool reads_data = std::any_of(chunks_.begin(), chunks_.end(),
+                                      [](const auto& m) { return m->chunk().embed || m->chunk().head; });
+  if (reads_data) loader_ = std::make_unique<Loader>(train_, lc);
 }
 
 TrainingState TrainLoop::training_state() const {
   TrainingState st;
   st.step = step_;
-  st.samples = loader_->cursor();
+  st.samples = cursor_;
   st.adam_steps = opts_.front()->steps_taken();
   st.dp = dp_.size(), st.pp = pipe_.stages, st.tp = tp_ ? tp_->size() : 1;
   return st;
@@ -143,9 +147,9 @@ void TrainLoop::init_from_hf(const std::string& dir) {
 }
 
 long TrainLoop::rollback(const std::string& step_dir) {
-  const uint64_t here = loader_->cursor();
+  const uint64_t here = cursor_;
   load_checkpoint(step_dir);
-  const uint64_t there = loader_->cursor();
+  const uint64_t there = cursor_;
   make_loader(here);
   return (long)((here - there) / r_.training.global_batch);
 }
@@ -170,7 +174,7 @@ const Batch& TrainLoop::next_batch(std::map<int, Batch>& batches, int mb, double
   return batches[mb];
 }
 
-double TrainLoop::compute_gradients(StepStats* stats) {
+void TrainLoop::compute_gradients(StepStats* stats) {
   StepStats local;
   StepStats& st = stats ? *stats : local;
   const int accum = r_.accum_steps();
@@ -178,7 +182,10 @@ double TrainLoop::compute_gradients(StepStats* stats) {
   // Each token's loss gradient is pre-scaled so that summing over micro-batches
   // and DP ranks yields the gradient of the mean loss over the global batch.
   const float grad_scale = 1.0f / ((float)tokens_per_micro * accum * dp_.size());
-  for (auto& m : chunks_) be_.zero(m->grads().ref(), m->num_params());
+  for (auto& m : chunks_) {
+    be_.zero(m->grads().ref(), m->num_params());
+    m->reset_step_losses();
+  }
   if (extra_ms_ > 0) std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(extra_ms_));
   std::map<int, Batch> batches;
   ScheduleTimes times;
@@ -186,7 +193,7 @@ double TrainLoop::compute_gradients(StepStats* stats) {
   overlap_now_ = !poison_;
   if (buckets_) buckets_->begin_step();
   const auto t_sched = Clock::now();
-  const double loss_sum = executor_->run_step(
+  executor_->run_step(
       [&](int mb) -> const Batch& { return next_batch(batches, mb, &st.data_wait_ms); }, grad_scale, &times);
   st.span_ms = ms_since(t_sched);
   st.compute_ms = times.compute_ms, st.pipe_wait_ms = times.pipe_wait_ms;
@@ -205,19 +212,26 @@ double TrainLoop::compute_gradients(StepStats* stats) {
     buckets_->finish();
     st.dp_exposed_ms = buckets_->exposed_ms(), st.dp_span_ms = buckets_->span_ms();
   }
-  double loss = loss_sum / accum;  // nonzero on the last stage only
-  dp_control_->allreduce_sum(&loss, 1);
   dp_control_->allreduce_max(&st.data_wait_ms, 1);
-  if (pp_control_) {
-    pp_control_->allreduce_sum(&loss, 1);
-    pp_control_->allreduce_max(&st.data_wait_ms, 1);
-  }
-  return loss / dp_.size();
+  if (pp_control_) pp_control_->allreduce_max(&st.data_wait_ms, 1);
+  cursor_ += r_.training.global_batch;
 }
 
-double TrainLoop::grad_sumsq() {
-  return zero_ ? zero_grad_sumsq(chunks_, dp_.rank(), dp_.size(), *dp_control_, tp_control_, pp_control_)
-               : global_grad_sumsq(chunks_, pp_control_);
+StepSums TrainLoop::read_sums() {
+  const ZeroShard shard{dp_.rank(), dp_.size(), dp_control_};
+  return read_step_sums(be_, chunks_, zero_ ? &shard : nullptr, tp_control_, pp_control_);
+}
+
+double TrainLoop::grad_sumsq() { return read_sums().grad_sumsq; }
+
+// The mean loss over the global batch from this rank's summed per-token
+// losses (nonzero on the last stage only): the same value on every rank.
+double TrainLoop::mean_loss(double loss_sum) {
+  const int tokens_per_micro = r_.training.micro_batch * r_.model.seq_len;
+  double loss = loss_sum / ((double)tokens_per_micro * r_.accum_steps());
+  dp_control_->allreduce_sum(&loss, 1);
+  if (pp_control_) pp_control_->allreduce_sum(&loss, 1);
+  return loss / dp_.size();
 }
 
 StepStats TrainLoop::step() {
@@ -226,8 +240,11 @@ StepStats TrainLoop::step() {
   if (tp_) tp_->counters().reset();
   if (pp_) pp_->counters().reset();
   StepStats s;
-  s.loss = compute_gradients(&s);
-  s.grad_norm = std::sqrt(grad_sumsq());
+  const uint64_t syncs0 = be_.host_syncs();
+  compute_gradients(&s);
+  const StepSums sums = read_sums();  // the step's one read before the update
+  s.loss = mean_loss(sums.loss_sum);
+  s.grad_norm = std::sqrt(sums.grad_sumsq);
   s.lr = lr_at(r_.lr, step_, r_.training.steps);
   // Every rank sees the same loss and norm (both are reduced over all
   // groups), and the caller gives every rank the same limit, so all skip
@@ -245,6 +262,11 @@ StepStats TrainLoop::step() {
   s.step = ++step_;
   be_.synchronize();  // the step's work is done before its time is read
   s.step_ms = ms_since(t0);
+  // The most any rank waited (every rank logs the same figure).
+  double syncs = (double)(be_.host_syncs() - syncs0);
+  for (ControlComm* c : {dp_control_, tp_control_, pp_control_})
+    if (c) c->allreduce_max(&syncs, 1);
+  s.host_syncs = (uint64_t)syncs;
   s.memory = be_.memory();
   s.comm_dp = dp_.counters();
   if (tp_) s.comm_tp = tp_->counters();

@@ -20,6 +20,7 @@
 #include "ckpt/checkpoint.h"
 #include "data/dataset.h"
 #include "data/loader.h"
+#include "engine/grad_reduce.h"
 #include "model/adamw.h"
 #include "model/transformer.h"
 #include "parallel/comm_stats.h"
@@ -37,6 +38,10 @@ struct StepStats {
   double lr = 0;
   double grad_norm = 0;   // before clipping
   double step_ms = 0;
+  // Times a host waited for its backend in the step (Backend::host_syncs),
+  // the most of any rank: the read of loss and gradient norm, and the
+  // end-of-step synchronisation that makes step_ms true (2).
+  uint64_t host_syncs = 0;
   double data_wait_ms = 0;  // slowest rank's wait on its loader this step
   // The data-parallel gradient reduction: how long the step waited for it
   // after the backward (exposed), and from its first start to its last
@@ -80,8 +85,8 @@ class TrainLoop {
   StepStats step();
   // The first half of step(): gradients of the next global batch, reduced
   // over TP (sequence-parallel partials), tied copies and DP, not yet clipped
-  // or applied. Returns the mean loss (on every rank).
-  double compute_gradients(StepStats* stats = nullptr);
+  // or applied; the losses stay on the device until read_sums().
+  void compute_gradients(StepStats* stats = nullptr);
   // Validation loss: per source, over training.eval_batches micro-batches
   // per rank each (the same samples every time), and their weighted mean.
   struct Evaluation {
@@ -95,7 +100,9 @@ class TrainLoop {
   Transformer& model() { return *chunks_.front(); }
   double grad_sumsq();  // whole model, every tensor once
   long steps_done() const { return step_; }
-  const Loader& loader() const { return *loader_; }
+  // Stream position where the next unconsumed step starts (Loader::cursor,
+  // also on pipeline stages that read no data and so build no loader).
+  uint64_t data_cursor() const { return cursor_; }
 
   // Checkpoints (ckpt/checkpoint.h): collective over `world`. save writes this
   // rank's pieces of the weights and AdamW state (first DP rank of each
@@ -143,6 +150,8 @@ class TrainLoop {
   TrainingState training_state() const;  // what a checkpoint records now
   const Batch& next_batch(std::map<int, Batch>& batches, int mb, double* wait_ms);
   void record_stage_times(StepStats& s);
+  StepSums read_sums();                 // after compute_gradients: one backend read
+  double mean_loss(double loss_sum);    // over the global batch, on every rank
 
   Backend& be_;
   CountingDataComm dp_;  // data communicators, counted per step
@@ -164,7 +173,8 @@ class TrainLoop {
   std::vector<std::unique_ptr<AdamW>> opts_;
   std::unique_ptr<PipelineExecutor> executor_;
   std::unique_ptr<CheckpointStaging> staging_;
-  std::unique_ptr<Loader> loader_;
+  std::unique_ptr<Loader> loader_;  // null on stages with neither embedding nor head
+  uint64_t cursor_ = 0;
   long step_ = 0;
   bool poison_ = false, corrupt_ = false;
   bool overlap_now_ = false;  // this step's buckets may start during the backward

@@ -85,6 +85,7 @@ MemoryPlan plan_memory(const ModelConfig& c, const RankLayout& l, const Recomput
     if (ch.spec.head) per_slot += x.M * x.d * e + (2 * x.R + x.M * x.V + 4 * x.M) * f;
     const double tokens = 2 * x.M * 4;  // inputs and targets (int32)
     p.bytes[(int)Mem::Activations] += ch.slots * (per_slot + tokens) + workspace;
+    if (ch.spec.head) p.bytes[(int)Mem::Activations] += x.M * f;  // the step's summed per-token losses
     // Backward scratch; tensor-parallel collective buffers.
     p.bytes[(int)Mem::Temporaries] += (x.R * x.d + x.M * x.d + x.M * x.att + x.M * x.Q + x.M * x.din + x.M * x.F) * e;
     if (l.tp > 1) p.bytes[(int)Mem::Comm] += x.M * x.d * e;

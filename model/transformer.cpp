@@ -55,6 +55,7 @@ Transformer::Transformer(Backend& be, const ModelConfig& cfg, int micro_batch, T
     if (!p.tied_copy) grad_spans_.push_back({G(p.offset), p.numel, p.sharding == Sharding::Replicated ? 1 : 0});
   allocate_activations(slots);
   host_losses_.resize(M_);
+  if (mp_.chunk.head) step_losses_ = be_.alloc(M_, DType::F32, Mem::Activations);
 }
 
 // Four allocations, counted apart: activations saved per micro-batch (compute
@@ -282,10 +283,23 @@ double Transformer::head_fwd(Slot& sl, const int32_t* targets, float grad_scale)
   if (tp_.size() > 1) tp_.comm->allreduce_sum(sl.ce_stats, 2 * (size_t)M);
   be_.ce_finish(sl.losses, sl.logits, tg, sl.ce_max, sl.ce_stats, sl.ce_stats + M, M, V_, vocab_offset_,
                 grad_scale);
+  if (losses_on_device_ && grad_scale != 0.f) {
+    be_.add(step_losses_.ref(), step_losses_.ref(), sl.losses, M);
+    return 0.0;
+  }
   be_.to_host(host_losses_.data(), sl.losses, M);
   double sum = 0.0;
   for (float x : host_losses_) sum += x;
   return sum / M;
+}
+
+void Transformer::reset_step_losses() {
+  if (step_losses_) be_.zero(step_losses_.ref(), M_);
+}
+
+Backend::SumSpan Transformer::step_losses_span(int group) const {
+  if (!step_losses_) throw std::logic_error("Transformer::step_losses_span: not the head chunk");
+  return {step_losses_.ref().f32(), (size_t)M_, group, false};
 }
 
 double Transformer::forward(int slot, const int32_t* inputs, const int32_t* targets, CRef act_in,
@@ -370,16 +384,14 @@ void Transformer::reduce_sequence_parallel_grads() {
     if (p.seq_partial_grad) tp_.comm->allreduce_sum(G(p.offset), p.numel);
 }
 
-void Transformer::grad_sumsq_parts(size_t lo, size_t hi, double sums[2]) {
+std::vector<Backend::SumSpan> Transformer::grad_spans(size_t lo, size_t hi) const {
   const float* base = grads_.ref().f32();
   std::vector<Backend::SumSpan> clipped;
   for (const Backend::SumSpan& s : grad_spans_) {
     const size_t a = std::max<size_t>(s.x - base, lo), b = std::min<size_t>(s.x - base + s.n, hi);
     if (a < b) clipped.push_back({base + a, b - a, s.group});
   }
-  double part[2] = {0, 0};
-  be_.sumsq_groups(clipped, part, 2);
-  sums[0] += part[0], sums[1] += part[1];
+  return clipped;
 }
 
 double Transformer::grad_sumsq() {

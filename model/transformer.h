@@ -103,12 +103,23 @@ class Transformer {
   void set_grad_hook(std::function<void(size_t)> hook) { grad_hook_ = std::move(hook); }
   // Squared L2 norm of this chunk's gradient, each tensor counted once over
   // TP (sharded pieces summed, replicated ones taken once); a tied copy of the
-  // embedding is left out (its original counts it).
+  // embedding is left out (its original counts it). One backend read.
   double grad_sumsq();
-  // Its two partial sums over the part [lo, hi) of the gradient buffer
-  // (ZeRO-1: this rank's block), not yet reduced over TP: sums[0] of
-  // sharded tensors (to be summed over TP), sums[1] of replicated ones.
-  void grad_sumsq_parts(size_t lo, size_t hi, double sums[2]);
+  // The spans behind it over the part [lo, hi) of the gradient buffer
+  // (ZeRO-1: this rank's block): group 0 sharded tensors (to be summed over
+  // TP), group 1 replicated ones. Training reads them with the loss in one
+  // call (engine/grad_reduce.h, read_step_sums).
+  std::vector<Backend::SumSpan> grad_spans(size_t lo, size_t hi) const;
+
+  // Training keeps the loss on the device (the head chunk): each training
+  // forward adds its per-token losses into a buffer that the step reads once,
+  // at its end, with the gradient norm, instead of the host waiting for
+  // every micro-batch's loss; forward() then returns 0. Forward passes
+  // without a gradient (evaluation) still return their mean loss.
+  void keep_losses_on_device(bool on) { losses_on_device_ = on; }
+  void reset_step_losses();
+  // The step's summed per-token losses as a plain-sum span in `group` (head chunk).
+  Backend::SumSpan step_losses_span(int group) const;
 
  private:
   // Saved activations: Ref fields in the compute type, float* ones fp32.
@@ -173,6 +184,8 @@ class Transformer {
   Ref g_resid_, g_norm_, g_rows_, g_full_, g_att_, g_qkv_, g_hin_, g_act_;
   Ref part_, rows_tmp_;
   std::vector<float> host_losses_;
+  bool losses_on_device_ = false;
+  Buffer step_losses_;  // head chunk: per-token losses summed over the step's micro-batches
 };
 
 }  // namespace trainer

@@ -71,6 +71,13 @@ class Backend {
   // need completed work (step time, the sgemm peak) call it, so they stay
   // true where kernels are queued.
   virtual void synchronize() {}
+
+  // How often the host has waited for the backend: blocking copies to and
+  // from host memory (to_host, from_host, the sums of sumsq_groups), stream
+  // and device synchronisations, event waits that had to wait. Every
+  // backend counts the same calls, so a CPU run shows what a GPU step would
+  // wait for (metrics.jsonl host_syncs, trainer bench host_syncs_per_step).
+  uint64_t host_syncs() const { return host_syncs_; }
   // A copy to host staging memory queued on stream s (after the work already
   // there); it is complete once an event recorded on s after it is. The CPU
   // backend copies at once.
@@ -165,10 +172,13 @@ class Backend {
   // per step, however many tensors there are (a device backend reduces on
   // the device and copies the sums back once, instead of one host
   // round-trip per tensor). sums is host memory.
+  // A span with square = false adds its plain sum instead (the step's loss
+  // rides in the same call as the gradient norm: one read for both).
   struct SumSpan {
     const float* x;
     size_t n;
     int group;
+    bool square = true;
   };
   virtual void sumsq_groups(const std::vector<SumSpan>& spans, double* sums, int groups) = 0;
   double sumsq(const float* x, size_t n) {
@@ -189,9 +199,11 @@ class Backend {
   friend class MeteredBackend;  // planning/: forwards allocations to the backend it measures
   virtual void* allocate(size_t bytes, Mem kind, Space space) = 0;  // zeroed
   virtual void release(void* p) = 0;
+  void count_host_sync() { host_syncs_++; }
 
  private:
   uint64_t events_ = 0;
+  uint64_t host_syncs_ = 0;
 };
 
 // A host copy of n fp32 elements of backend memory (tests and tools).

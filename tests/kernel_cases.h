@@ -308,19 +308,24 @@ inline void cross_entropy(Pair& p, const RowsCols& c) {
   p.expect_match(logits, 1e-5, 1e-7, "dlogits");
 }
 
+// Sums of squares in two groups, and a plain sum (the step's loss rides in
+// the same call) in a third, which a double loop checks on the CPU too.
 inline void sums_of_squares(Pair& p, const Sums& c) {
-  Both a = p.make(randn(c.n1, c.seed)), b = p.make(randn(c.n2, c.seed + 1));
+  const std::vector<float> hb = randn(c.n2, c.seed + 1);
+  Both a = p.make(randn(c.n1, c.seed)), b = p.make(hb);
   const auto run = [&](Backend& be, double* s) {
     const bool d = &be == &p.dut;
-    be.sumsq_groups({{(d ? a.d : a.r).ref().f32(), c.n1, 0}, {(d ? b.d : b.r).ref().f32(), c.n2, 1},
-                     {(d ? a.d : a.r).ref().f32(), 10, 1}},
-                    s, 2);
+    const float *x = (d ? a.d : a.r).ref().f32(), *y = (d ? b.d : b.r).ref().f32();
+    be.sumsq_groups({{x, c.n1, 0}, {y, c.n2, 1}, {x, 10, 1}, {y, c.n2, 2, false}}, s, 3);
   };
-  double sr[2], sd[2], sd2[2];
+  double sr[3], sd[3], sd2[3];
   run(p.ref, sr), run(p.dut, sd), run(p.dut, sd2);
-  for (int k = 0; k < 2; k++) {
-    EXPECT_NEAR(sd[k], sr[k], 1e-12 * sr[k]) << k;
-    EXPECT_EQ(sd[k], sd2[k]) << "sumsq twice";
+  double plain = 0;
+  for (float x : hb) plain += x;
+  EXPECT_NEAR(sr[2], plain, 1e-12 * (1 + std::fabs(plain))) << "the CPU backend's plain sum";
+  for (int k = 0; k < 3; k++) {
+    EXPECT_NEAR(sd[k], sr[k], 1e-12 * (1 + std::fabs(sr[k]))) << k;
+    EXPECT_EQ(sd[k], sd2[k]) << "sums twice";
   }
 }
 

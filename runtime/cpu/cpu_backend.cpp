@@ -86,10 +86,20 @@ void CpuBackend::convert(Ref dst, CRef src, size_t n) {
   if (dst.dt == DType::F32 && src.dt == DType::BF16) return widen_to(dst.f32(), src.b16(), n);
   throw std::logic_error("Backend::convert: unsupported element types");
 }
+// The blocking copies and synchronize() are counted as host waits (what they
+// are on a device); the queued copies are not.
 void CpuBackend::to_host(void* host, CRef src, size_t n) {
+  count_host_sync();
   if (n) std::memcpy(host, src.p, n * dtype_size(src.dt));
 }
 void CpuBackend::from_host(Ref dst, const void* host, size_t n) {
+  count_host_sync();
+  if (n) std::memcpy(dst.p, host, n * dtype_size(dst.dt));
+}
+void CpuBackend::to_host_async(void* host, CRef src, size_t n, Stream) {
+  if (n) std::memcpy(host, src.p, n * dtype_size(src.dt));
+}
+void CpuBackend::from_host_async(Ref dst, const void* host, size_t n) {
   if (n) std::memcpy(dst.p, host, n * dtype_size(dst.dt));
 }
 
@@ -380,13 +390,20 @@ void CpuBackend::ce_finish(float* losses, float* logits, const int32_t* targets,
   }
 }
 
-double CpuBackend::f32_sumsq(const float* x, size_t n) {
+// Fixed chunks summed in chunk order: the same bits whatever the threads.
+double CpuBackend::f32_sumsq(const float* x, size_t n, bool square) {
   const size_t nchunk = (n + kSumChunk - 1) / kSumChunk;
   std::vector<double> part(nchunk, 0.0);
 #pragma omp parallel for schedule(static)
   for (size_t k = 0; k < nchunk; k++) {
     const size_t i0 = k * kSumChunk, i1 = std::min(n, i0 + kSumChunk);
-    part[k] = cpu::sumsq(x + i0, i1 - i0);
+    if (square) {
+      part[k] = cpu::sumsq(x + i0, i1 - i0);
+    } else {
+      double t = 0.0;
+      for (size_t i = i0; i < i1; i++) t += x[i];
+      part[k] = t;
+    }
   }
   double total = 0.0;
   for (double p : part) total += p;
@@ -394,8 +411,9 @@ double CpuBackend::f32_sumsq(const float* x, size_t n) {
 }
 
 void CpuBackend::sumsq_groups(const std::vector<SumSpan>& spans, double* sums, int groups) {
+  count_host_sync();  // the sums are read on the host
   std::fill(sums, sums + groups, 0.0);
-  for (const SumSpan& sp : spans) sums[sp.group] += f32_sumsq(sp.x, sp.n);
+  for (const SumSpan& sp : spans) sums[sp.group] += f32_sumsq(sp.x, sp.n, sp.square);
 }
 
 void CpuBackend::adamw(float* p, const float* g, float* m, float* v, size_t n, float lr,

@@ -21,6 +21,9 @@ class CpuBackend final : public Backend {
   void convert(Ref dst, CRef src, size_t n) override;
   void to_host(void* host, CRef src, size_t n) override;
   void from_host(Ref dst, const void* host, size_t n) override;
+  void to_host_async(void* host, CRef src, size_t n, Stream s) override;
+  void from_host_async(Ref dst, const void* host, size_t n) override;
+  void synchronize() override { count_host_sync(); }
 
   void matmul(bool transA, bool transB, int M, int N, int K, float alpha, CRef A, CRef B, float beta,
               Ref C) override;
@@ -102,7 +105,7 @@ class CpuBackend final : public Backend {
   void f32_attention_fwd(float* out, float* stats, const float* qkv, const AttentionShape& s);
   void f32_attention_bwd(float* dqkv, const float* dout, const float* qkv, const float* stats,
                          const AttentionShape& s);
-  double f32_sumsq(const float* x, size_t n);
+  double f32_sumsq(const float* x, size_t n, bool square = true);
   // A scratch buffer of at least n floats kept between calls (attention).
   float* scratch(size_t n);
 

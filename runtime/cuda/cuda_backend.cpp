@@ -79,11 +79,13 @@ void CudaBackend::convert(Ref dst, CRef src, size_t n) { cuda::convert(compute_,
 // Host copies wait for the compute stream: the data must be complete, and
 // the caller's host memory must be usable (or reusable) on return.
 void CudaBackend::to_host(void* host, CRef src, size_t n) {
+  count_host_sync();
   if (!n) return;
   CUDA_CHECK(cudaMemcpyAsync(host, src.p, n * dtype_size(src.dt), cudaMemcpyDefault, compute_));
   CUDA_CHECK(cudaStreamSynchronize(compute_));
 }
 void CudaBackend::from_host(Ref dst, const void* host, size_t n) {
+  count_host_sync();
   if (!n) return;
   CUDA_CHECK(cudaMemcpyAsync(dst.p, host, n * dtype_size(dst.dt), cudaMemcpyDefault, compute_));
   CUDA_CHECK(cudaStreamSynchronize(compute_));
@@ -116,7 +118,11 @@ Backend::Event CudaBackend::record_event(Stream s) {
 void CudaBackend::wait_event(Stream waiter, const Event& e) {
   CUDA_CHECK(cudaStreamWaitEvent(stream(waiter), event_slot(e), 0));
 }
-void CudaBackend::synchronize_event(const Event& e) { CUDA_CHECK(cudaEventSynchronize(event_slot(e))); }
+void CudaBackend::synchronize_event(const Event& e) {
+  if (event_done(e)) return;  // no wait: not a host sync
+  count_host_sync();
+  CUDA_CHECK(cudaEventSynchronize(event_slot(e)));
+}
 bool CudaBackend::event_done(const Event& e) {
   const cudaError_t r = cudaEventQuery(event_slot(e));
   if (r == cudaErrorNotReady) return false;
@@ -124,6 +130,7 @@ bool CudaBackend::event_done(const Event& e) {
   return true;
 }
 void CudaBackend::synchronize() {
+  count_host_sync();
   CUDA_CHECK(cudaStreamSynchronize(compute_));
   CUDA_CHECK(cudaStreamSynchronize(comm_));
 }
@@ -243,7 +250,9 @@ void CudaBackend::ce_finish(float* losses, float* logits, const int32_t* targets
 CudaBackend::SumTable& CudaBackend::sum_table(const std::vector<SumSpan>& spans) {
   const auto same = [&](const SumTable& t) {
     return std::equal(spans.begin(), spans.end(), t.spans.begin(), t.spans.end(),
-                      [](const SumSpan& a, const SumSpan& b) { return a.x == b.x && a.n == b.n && a.group == b.group; });
+                      [](const SumSpan& a, const SumSpan& b) {
+        return a.x == b.x && a.n == b.n && a.group == b.group && a.square == b.square;
+      });
   };
   for (SumTable& t : sums_)
     if (same(t)) return t;
@@ -270,6 +279,7 @@ void CudaBackend::sumsq_groups(const std::vector<SumSpan>& spans, double* sums, 
                      static_cast<double*>(t.partials.ref().p), static_cast<double*>(sum_out_.ref().p), groups);
   CUDA_CHECK(cudaMemcpyAsync(sum_host_.host(), sum_out_.ref().p, groups * sizeof(double), cudaMemcpyDeviceToHost,
                              compute_));
+  count_host_sync();
   CUDA_CHECK(cudaStreamSynchronize(compute_));
   std::memcpy(sums, sum_host_.host(), groups * sizeof(double));
 }

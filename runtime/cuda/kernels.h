@@ -69,20 +69,23 @@ void ce_exp_sum(cudaStream_t s, float* sum, float* target, float* logits, const 
 void ce_finish(cudaStream_t s, float* losses, float* logits, const int32_t* targets, const float* max,
                const float* sum, const float* target, int rows, int V, int vocab_offset, float grad_scale);
 
-// Sums of squares: one block per piece of at most kSumPiece elements of one
-// span, partials in double, then each group's partials in piece order.
+// Sums of squares (or plain sums): one block per piece of at most kSumPiece
+// elements of one span, partials in double, then each group's partials in
+// piece order.
 constexpr size_t kSumPiece = 1 << 16;
 struct SumPiece {
   const float* x;
   size_t n;
   int group;
+  int square;  // 0: the plain sum (Backend::SumSpan::square)
 };
 void sumsq_pieces(cudaStream_t s, const SumPiece* pieces, int npieces, double* partials, double* sums, int groups);
 // The piece table of a set of spans (host memory; uploaded once per set).
 inline std::vector<SumPiece> sum_pieces(const std::vector<Backend::SumSpan>& spans) {
   std::vector<SumPiece> pieces;
   for (const Backend::SumSpan& sp : spans)
-    for (size_t i = 0; i < sp.n; i += kSumPiece) pieces.push_back({sp.x + i, std::min(kSumPiece, sp.n - i), sp.group});
+    for (size_t i = 0; i < sp.n; i += kSumPiece)
+      pieces.push_back({sp.x + i, std::min(kSumPiece, sp.n - i), sp.group, sp.square ? 1 : 0});
   return pieces;
 }
 

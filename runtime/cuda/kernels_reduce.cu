@@ -203,7 +203,7 @@ __global__ void sumsq_piece_kernel(const SumPiece* pieces, double* partials) {
   __shared__ double sh[32];
   const SumPiece p = pieces[blockIdx.x];
   double acc = 0.0;
-  for (size_t i = threadIdx.x; i < p.n; i += blockDim.x) acc += (double)p.x[i] * (double)p.x[i];
+  for (size_t i = threadIdx.x; i < p.n; i += blockDim.x) acc += p.square ? (double)p.x[i] * (double)p.x[i] : (double)p.x[i];
   acc = warp_sum(acc);
   if (threadIdx.x % 32 == 0) sh[threadIdx.x / 32] = acc;
   __syncthreads();

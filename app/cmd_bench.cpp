@@ -19,6 +19,7 @@
 #include "runtime/errors.h"
 #include "runtime/metrics.h"
 #include "runtime/sgemm_peak.h"
+#include "engine/layout.h"
 
 namespace trainer {
 
@@ -89,7 +90,7 @@ int cmd_bench(int argc, char** argv) {
                                        "parallel.sequence_parallel=false", "parallel.schedule=1f1b",
                                        "parallel.virtual_stages=1"});
   const Recipe r = load_recipe(path, overrides, 1, false);
-  auto be = make_backend({r.runtime.backend, r.runtime.threads, -1, 1, r.runtime.allow_tf32});
+  auto be = make_backend(backend_options(r, 1));
   // A known device's data-sheet peak; otherwise the machine is shared:
   // measure the peak before and after the steps and keep the better one (a
   // higher peak can only lower the reported MFU).

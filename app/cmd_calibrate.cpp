@@ -30,6 +30,7 @@
 #include "runtime/flight_recorder.h"
 #include "runtime/sgemm_peak.h"
 #include "runtime/utc_time.h"
+#include "engine/layout.h"
 
 namespace trainer {
 
@@ -229,7 +230,7 @@ int calibrate(const RecipeArgs& args, int rank, int size) {
   const int ranks = (int)args.integer("--ranks", size, 1);
   const Recipe r = load_recipe(args.recipe, args.overrides, 0, false);
   const int per_node = ranks_on_node();
-  auto be = make_backend({r.runtime.backend, r.runtime.threads, -1, per_node, r.runtime.allow_tf32});
+  auto be = make_backend(backend_options(r, per_node));
   MachineProfile p;
   p.created = iso_time(wall_seconds()), p.cpu = cpu_model(), p.backend = r.runtime.backend;
   p.device = be->device_name(), p.precision = dtype_name(r.training.precision), p.ranks = size;

@@ -20,7 +20,9 @@ namespace {
 const char* kPlanUsage =
     "usage: trainer plan RECIPE.toml [--set section.key=value ...] [--ranks N]\n"
     "  Predicts each rank's memory (parameters, gradients, optimizer state,\n"
-    "  activations, communication buffers, temporaries) for every pipeline stage\n"
+    "  activations, communication buffers, temporaries; with runtime.backend = \"cuda\"\n"
+    "  also what only that backend holds: cuDNN's attention workspace, cuBLASLt's,\n"
+    "  NCCL's buffers, the allocator's reserve) for every pipeline stage\n"
     "  and recompute mode (none, selective, full; [recompute] layers applies),\n"
     "  and the forward FLOPs recomputation adds. --ranks N is the world size\n"
     "  the job will have (default: dp * pp * tp with dp from the recipe, or 1).\n"
@@ -40,6 +42,24 @@ const char* kPlanUsage =
     "  and bf16 both (they change the numbers, not only the speed; calibrate with it too).\n"
     "  --profile A.json,B.json,...: several calibrations of the job (on a machine whose\n"
     "  speed moves, calibrate a few times); each layout's prediction is the median of theirs.\n";
+}
+
+// What the cuda column holds, per stage (runtime/cuda_memory.h says where
+// each figure comes from).
+static void print_cuda_memory(const Recipe& r) {
+  const auto mb = [](double b) { return b / 1048576.0; };
+  std::printf("cuda: what only the CUDA backend holds, in MB (the pre-flight counts it):\n");
+  for (int stage = 0; stage < r.grid.pp; stage++) {
+    const CudaMemory c = plan_memory(r.model, rank_layout(r, stage), r.recompute).cuda;
+    std::printf("  stage %d: cuDNN attention workspace %.1f (%s), attention rows %.1f, bf16 logits gradient %.1f, "
+                "cuBLASLt workspace %.1f, NCCL buffers %.1f (estimate), allocator reserve %.1f\n",
+                stage, mb(c.attention_workspace),
+                r.training.precision != DType::BF16 ? "fp32 runs the own kernels"
+                : r.runtime.deterministic_attention ? "deterministic backward: B x H x T^2 fp32"
+                                                    : "non-deterministic backward",
+                mb(c.attention_rows), mb(c.logits_grad_bf16), mb(c.gemm_workspace), mb(c.nccl_buffers),
+                mb(c.allocator_reserve));
+  }
 }
 
 int cmd_plan(int argc, char** argv) {
@@ -70,8 +90,9 @@ int cmd_plan(int argc, char** argv) {
                 "of fewer than dp elements every rank keeps) and writes its part of a checkpoint to a file of its own\n",
                 r.grid.dp);
   std::printf("memory per rank in MB (the recipe's mode is marked *); extra forward FLOPs per step and rank\n");
-  std::printf("%-6s %-11s %9s %9s %9s %11s %9s %11s %9s %16s\n", "stage", "recompute", "params",
-              "grads", "optimizer", "activations", "comm", "temporaries", "total", "extra fwd FLOPs");
+  const bool cuda = r.runtime.backend == "cuda";  // its own buffers: a column of their own
+  std::printf("%-6s %-11s %9s %9s %9s %11s %9s %11s%s %9s %16s\n", "stage", "recompute", "params", "grads",
+              "optimizer", "activations", "comm", "temporaries", cuda ? "      cuda" : "", "total", "extra fwd FLOPs");
   for (int stage = 0; stage < r.grid.pp; stage++) {
     const RankLayout l = rank_layout(r, stage);
     for (RecomputeMode m : {RecomputeMode::None, RecomputeMode::Selective, RecomputeMode::Full}) {
@@ -82,10 +103,12 @@ int cmd_plan(int argc, char** argv) {
       std::snprintf(mode, sizeof mode, "%s%s", recompute_name(m), m == r.recompute.mode ? "*" : "");
       std::printf("%-6d %-11s", stage, mode);
       for (double b : p.bytes) std::printf(" %9.1f", b / 1048576.0);
+      if (cuda) std::printf(" %9.1f", p.cuda.total() / 1048576.0);
       std::printf(" %9.1f %7.2f G (%4.1f%%)\n", p.total() / 1048576.0, extra / 1e9,
                   100 * extra / (step_flops / ranks));
     }
   }
+  if (cuda) print_cuda_memory(r);
   // The same verdict `trainer train` gives before it allocates, for this
   // machine with the job's ranks on it (--ranks-per-node, default all).
   const int per_node = (int)args.integer("--ranks-per-node", ranks, 1);

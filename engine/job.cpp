@@ -13,6 +13,7 @@
 #include "runtime/peak_cache.h"
 #include "runtime/sgemm_peak.h"
 #include "runtime/stop_signal.h"
+#include "engine/layout.h"
 
 namespace trainer {
 
@@ -154,7 +155,7 @@ void set_up_job(Job& job, int rank, int launch) {
   start_recording(job, rank, launch);
   start_probe(job, rank);
   const int local_ranks = ranks_on_node();
-  job.backend = make_backend({r.runtime.backend, r.runtime.threads, -1, local_ranks, r.runtime.allow_tf32});
+  job.backend = make_backend(backend_options(r, local_ranks));
   job.grid = std::make_unique<ProcessGrid>(MPI_COMM_WORLD, r.grid, job.recorder.get(),
                                            data_comms_for(*job.backend, local_ranks, rank == 0));
   job.loop = std::make_unique<TrainLoop>(*job.backend, groups_of(*job.grid), r, job.train, job.val);

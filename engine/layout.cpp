@@ -26,6 +26,8 @@ RankLayout rank_layout(const Recipe& r, int stage) {
   l.threads = r.runtime.threads;
   l.sequence_parallel = r.sequence_parallel;
   l.pipelined = P > 1;
+  l.cuda = r.runtime.backend == "cuda";
+  l.deterministic_attention = r.runtime.deterministic_attention;
   // Slots: the most micro-batches whose forward has run and backward has
   // not, per chunk, in this stage's schedule.
   std::vector<int> live(v, 0), peak(v, 1);
@@ -40,6 +42,16 @@ RankLayout rank_layout(const Recipe& r, int stage) {
     l.chunks.push_back({ChunkSpec{vs * per_chunk, (vs + 1) * per_chunk, vs == 0, vs == P * v - 1}, peak[c]});
   }
   return l;
+}
+
+BackendOptions backend_options(const Recipe& r, int ranks_on_node) {
+  BackendOptions o;
+  o.kind = r.runtime.backend;
+  o.threads = r.runtime.threads;
+  o.ranks_on_node = ranks_on_node;
+  o.allow_tf32 = r.runtime.allow_tf32;
+  o.deterministic_attention = r.runtime.deterministic_attention;
+  return o;
 }
 
 }  // namespace trainer

@@ -6,10 +6,15 @@
 #include "engine/recipe.h"
 #include "model/memory_plan.h"
 #include "parallel/pipeline_schedule.h"
+#include "runtime/backend.h"
 
 namespace trainer {
 
 PipelineSpec pipeline_spec(const Recipe& r);
 RankLayout rank_layout(const Recipe& r, int stage);
+
+// The backend a rank of this recipe computes on, with `ranks_on_node` ranks
+// sharing its node's devices (runtime.backend, threads and the CUDA options).
+BackendOptions backend_options(const Recipe& r, int ranks_on_node);
 
 }  // namespace trainer

@@ -69,6 +69,7 @@ struct RuntimeSection {
   int threads{};
   std::string backend{};
   bool allow_tf32{};      // CUDA: fp32 GEMMs in TF32
+  bool deterministic_attention{};  // CUDA: cuDNN's deterministic attention backward (a B x H x T^2 workspace)
   double peak_gflops{};  // per rank; 0: measure sgemm at start-up
   double comm_timeout{};  // s a rank may sit in one collective (or idle) before the watchdog ends the job; 0: off
   double straggler_factor{};  // a rank whose compute time exceeds the median by this factor is named; 0: off

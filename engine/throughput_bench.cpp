@@ -8,6 +8,7 @@
 #include "model/init.h"
 #include "model/transformer.h"
 #include "runtime/rng.h"
+#include "engine/layout.h"
 
 namespace trainer {
 
@@ -97,7 +98,7 @@ std::vector<BenchRun> bench_training(const Recipe& r, const std::vector<Recomput
   std::vector<Runner> runners;
   for (RecomputeMode m : modes)
     runners.push_back(make_runner(r, m, runners.empty() ? std::move(first)
-                                                        : make_backend({r.runtime.backend, r.runtime.threads})));
+                                                        : make_backend(backend_options(r, 1))));
   for (int s = 0; s < warmup + steps; s++)
     for (Runner& rn : runners) one_step(rn, r, tokens, s >= warmup);
   std::vector<BenchRun> out;

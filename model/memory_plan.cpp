@@ -5,11 +5,16 @@
 
 #include "model/adamw.h"
 #include "runtime/backend.h"
+#include "runtime/cuda_memory.h"
 
 namespace trainer {
 
+double CudaMemory::total() const {
+  return attention_workspace + attention_rows + logits_grad_bf16 + gemm_workspace + nccl_buffers + allocator_reserve;
+}
+
 double MemoryPlan::total() const {
-  double t = 0;
+  double t = cuda.total();
   for (double b : bytes) t += b;
   return t;
 }
@@ -47,6 +52,28 @@ LayerKeeps layer_keeps(const Dims& x) {
           x.M * x.d + x.M * x.Q + x.M * x.att + x.R * x.d + x.M * x.d + x.M * x.din,
           4 * x.R + stats,  // norm means and rstds, attention statistics
           x.M * x.F};
+}
+}  // namespace
+
+// The CUDA backend's own buffers: scratch that grows to the largest call
+// (kept once each, and what the caching allocator may keep of their smaller
+// predecessors), cuBLASLt's workspace, NCCL's buffers per communicator.
+namespace {
+CudaMemory plan_cuda_memory(const Dims& x, const RankLayout& l) {
+  CudaMemory m;
+  const bool bf16 = l.compute == DType::BF16;
+  bool head = false, embed = false;
+  for (const ChunkLayout& ch : l.chunks) head |= ch.spec.head, embed |= ch.spec.embed;
+  if (bf16) m.attention_workspace = cuda_memory::attention_workspace_bytes(x.B, x.H, x.T, l.deterministic_attention);
+  m.attention_rows = x.B * x.H * x.T * 4;
+  if (bf16 && head) m.logits_grad_bf16 = x.M * x.V * 2;
+  m.gemm_workspace = cuda_memory::kGemmWorkspaceBytes;
+  // One communicator per group of more than one rank (the pipeline's goes
+  // through MPI): the world, dp, tp, and the first and last stages' embedding group.
+  const int groups = (l.dp > 1 || l.tp > 1 || l.pipelined) + (l.dp > 1) + (l.tp > 1) + (l.pipelined && (head || embed));
+  m.nccl_buffers = groups * cuda_memory::kNcclBytesPerCommunicator;
+  m.allocator_reserve = m.attention_workspace + m.attention_rows + m.logits_grad_bf16;
+  return m;
 }
 }  // namespace
 
@@ -102,6 +129,7 @@ MemoryPlan plan_memory(const ModelConfig& c, const RankLayout& l, const Recomput
   const double block = std::min<double>(x.T, Backend::kAttentionBlock);
   p.bytes[(int)Mem::Temporaries] += l.threads * 2 * block * x.T * f;
   p.bytes[(int)Mem::Comm] += zero_block;
+  if (l.cuda) p.cuda = plan_cuda_memory(x, l);
   return p;
 }
 

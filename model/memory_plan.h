@@ -24,11 +24,27 @@ struct RankLayout {
   bool sequence_parallel = false, pipelined = false;
   DType compute = DType::F32;  // training.precision: activations, messages, the weights products read
   std::vector<ChunkLayout> chunks;
+  // runtime.backend = "cuda": what only that backend holds is planned too
+  // (MemoryPlan::cuda); with deterministic_attention cuDNN's backward keeps
+  // a workspace quadratic in T.
+  bool cuda = false, deterministic_attention = true;
+};
+
+// What only the CUDA backend holds (runtime/cuda_memory.h): zero elsewhere.
+struct CudaMemory {
+  double attention_workspace = 0;  // cuDNN's bf16 backward (deterministic: B x H x T^2 fp32)
+  double attention_rows = 0;       // per-row statistics in cuDNN's form, fp32
+  double logits_grad_bf16 = 0;     // the LM head's fp32 logits gradient rounded for its products
+  double gemm_workspace = 0;       // cuBLASLt
+  double nccl_buffers = 0;         // an estimate per NCCL communicator
+  double allocator_reserve = 0;    // superseded scratch blocks the caching allocator keeps
+  double total() const;
 };
 
 struct MemoryPlan {
   double bytes[kMemKinds] = {};
-  double total() const;
+  CudaMemory cuda;
+  double total() const;  // every category and the CUDA backend's own
 };
 
 MemoryPlan plan_memory(const ModelConfig& c, const RankLayout& l, const RecomputeConfig& rc);

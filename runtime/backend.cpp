@@ -51,7 +51,7 @@ std::unique_ptr<Backend> make_cuda_backend(const BackendOptions& opt) {
   const std::string why = cuda::no_device_reason();
   if (!why.empty()) throw RecipeError("runtime.backend = \"cuda\" but " + why + "; use runtime.backend = \"cpu\" here");
   const cuda::DeviceChoice c = cuda::device_for_rank(opt.local_rank, opt.ranks_on_node);
-  return std::make_unique<CudaBackend>(CudaOptions{c.device, opt.allow_tf32});
+  return std::make_unique<CudaBackend>(CudaOptions{c.device, opt.allow_tf32, opt.deterministic_attention});
 #else
   (void)opt;
   throw RecipeError("runtime.backend = \"cuda\" but this binary was built without the CUDA backend "

@@ -215,6 +215,7 @@ struct BackendOptions {
   int local_rank = -1;      // CUDA: the rank's index on its node (-1: from the launcher's variables)
   int ranks_on_node = 1;    // CUDA: ranks sharing the node's GPUs
   bool allow_tf32 = false;  // CUDA: fp32 GEMMs in TF32
+  bool deterministic_attention = true;  // CUDA: cuDNN's deterministic attention backward
 };
 
 // The backends compiled into this binary ("cpu", and "cuda" when built with

@@ -10,6 +10,7 @@
 #include "app/recipe.h"
 #include "engine/checkpoint_interval.h"
 #include "model/flops.h"
+#include "model/memory_plan.h"
 #include "parallel/pipeline_schedule.h"
 #include "planning/real_steps.h"
 #include "planning/chunk_trace.h"
@@ -288,4 +289,36 @@ TEST(CheckpointInterval, YoungsIntervalFollowsTheMeasuredSaveTime) {
   const ExpectedLoss l = expected_loss(240, 8, 3600);
   EXPECT_NEAR(l.saves, 8.0 / 248, 1e-12);
   EXPECT_NEAR(l.redone, 248.0 / 7200, 1e-12);
+}
+
+// What only the CUDA backend holds is planned for runtime.backend = "cuda"
+// and nothing else: cuDNN's deterministic attention backward keeps B x H x
+// T^2 fp32 (4x from T = 4096 to 8192, none without determinism or in fp32),
+// the LM head's logits gradient in bf16 (the head stage), cuBLASLt's 32 MiB.
+TEST(CudaMemoryPlan, CountsTheBackendsOwnBuffersOnlyOnCuda) {
+  ModelConfig c = small_model(Arch::Llama);
+  RankLayout l;
+  l.micro_batch = 2;
+  l.compute = DType::BF16;
+  l.chunks = {{ChunkSpec{0, c.n_layers, true, true}, 1}};
+  EXPECT_EQ(plan_memory(c, l, {}).cuda.total(), 0);  // the CPU backend
+  l.cuda = true;
+  const auto at = [&](int T) {
+    c.seq_len = T;
+    return plan_memory(c, l, {}).cuda;
+  };
+  const CudaMemory a = at(4096), b = at(8192);
+  EXPECT_DOUBLE_EQ(a.attention_workspace, 2.0 * c.n_heads * 4096.0 * 4096 * 4);
+  EXPECT_DOUBLE_EQ(b.attention_workspace / a.attention_workspace, 4.0);
+  EXPECT_DOUBLE_EQ(a.logits_grad_bf16, 2.0 * 4096 * c.vocab_size * 2);
+  EXPECT_DOUBLE_EQ(a.gemm_workspace, 32.0 * 1048576);
+  EXPECT_EQ(a.nccl_buffers, 0);  // one rank: no communicator
+  EXPECT_GT(plan_memory(c, l, {}).total(), plan_memory(c, l, {}).cuda.total());
+  l.deterministic_attention = false;
+  EXPECT_EQ(at(8192).attention_workspace, 0);
+  l.deterministic_attention = true, l.compute = DType::F32;
+  EXPECT_EQ(at(8192).attention_workspace, 0);  // fp32 attention runs the own kernels
+  EXPECT_EQ(at(8192).logits_grad_bf16, 0);
+  l.dp = 2, l.tp = 2;
+  EXPECT_DOUBLE_EQ(at(1024).nccl_buffers, 3 * 2.0 * 16 * 4 * 1048576);  // world, dp, tp
 }

@@ -6,15 +6,16 @@
 
 #include "runtime/cuda/cuda_check.h"
 #include "runtime/cuda/kernels.h"
+#include "runtime/cuda_memory.h"
 
 namespace trainer {
 
 namespace {
-constexpr size_t kGemmWorkspaceBytes = 32u << 20;  // cuBLASLt's recommendation for Hopper
 constexpr size_t kEventRing = 4096;
 }  // namespace
 
-CudaBackend::CudaBackend(const CudaOptions& opt) : device_(opt.device), allow_tf32_(opt.allow_tf32) {
+CudaBackend::CudaBackend(const CudaOptions& opt)
+    : device_(opt.device), allow_tf32_(opt.allow_tf32), deterministic_attention_(opt.deterministic_attention) {
   CUDA_CHECK(cudaSetDevice(device_));
   info_ = cuda::device_info(device_);
   // Non-blocking: no implicit ordering with the legacy default stream, which
@@ -24,7 +25,7 @@ CudaBackend::CudaBackend(const CudaOptions& opt) : device_(opt.device), allow_tf
   CUDA_CHECK(cudaStreamCreateWithFlags(&comm_, cudaStreamNonBlocking));
   alloc_.set_streams(compute_, comm_);
   for (auto& ring : events_) ring.resize(kEventRing, nullptr);
-  gemm_workspace_ = alloc(kGemmWorkspaceBytes / 4, DType::F32, Mem::Temporaries);
+  gemm_workspace_ = alloc(cuda_memory::kGemmWorkspaceBytes / 4, DType::F32, Mem::Temporaries);
   gemm_ = std::make_unique<cuda::LtGemm>(gemm_workspace_.ref().p, gemm_workspace_.bytes(), opt.allow_tf32);
 }
 
@@ -61,7 +62,7 @@ void* CudaBackend::scratch(int slot, size_t bytes) {
 }
 
 cuda::CudnnSdpa& CudaBackend::sdpa() {
-  if (!sdpa_) sdpa_ = std::make_unique<cuda::CudnnSdpa>();
+  if (!sdpa_) sdpa_ = std::make_unique<cuda::CudnnSdpa>(deterministic_attention_);
   return *sdpa_;
 }
 

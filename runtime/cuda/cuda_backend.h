@@ -22,6 +22,7 @@ namespace trainer {
 struct CudaOptions {
   int device = 0;
   bool allow_tf32 = false;  // fp32 GEMMs in TF32 (runtime.allow_tf32)
+  bool deterministic_attention = true;  // runtime.deterministic_attention
 };
 
 class CudaBackend final : public Backend {
@@ -104,7 +105,7 @@ class CudaBackend final : public Backend {
   cuda::CudnnSdpa& sdpa();
 
   int device_;
-  bool allow_tf32_;
+  bool allow_tf32_, deterministic_attention_;
   cuda::DeviceInfo info_;
   MemoryTracker mem_;
   cuda::CachingAllocator alloc_{mem_};

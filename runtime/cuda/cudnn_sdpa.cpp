@@ -85,7 +85,7 @@ std::shared_ptr<fe::graph::Graph> forward_graph(const AttentionShape& s, cudnnHa
   return g;
 }
 
-std::shared_ptr<fe::graph::Graph> backward_graph(const AttentionShape& s, cudnnHandle_t h) {
+std::shared_ptr<fe::graph::Graph> backward_graph(const AttentionShape& s, cudnnHandle_t h, bool deterministic) {
   auto g = new_graph();
   auto Q = tensor(*g, "Q", kQ, packed(s, s.H));
   auto K = tensor(*g, "K", kK, packed(s, s.KVH));
@@ -98,7 +98,7 @@ std::shared_ptr<fe::graph::Graph> backward_graph(const AttentionShape& s, cudnnH
                   .set_name("attention_backward")
                   .set_causal_mask(true)
                   .set_attn_scale(1.f / std::sqrt((float)s.hd))
-                  .set_deterministic_algorithm(true);
+                  .set_deterministic_algorithm(deterministic);
   auto [dQ, dK, dV] = g->sdpa_backward(Q, K, V, O, dO, Stats, opts);
   set_output(dQ, kDQ, packed(s, s.H));
   set_output(dK, kDK, packed(s, s.KVH));
@@ -132,16 +132,18 @@ bool SdpaKey::operator<(const SdpaKey& o) const {
 SdpaKey sdpa_key(const AttentionShape& s, bool backward) { return {s.B, s.T, s.H, s.KVH, s.hd, s.row, backward}; }
 
 struct CudnnSdpa::Impl {
+  bool deterministic = true;
   cudnnHandle_t handle = nullptr;
   std::map<SdpaKey, std::shared_ptr<fe::graph::Graph>> graphs;
   fe::graph::Graph& graph(const AttentionShape& s, bool backward) {
     auto& g = graphs[sdpa_key(s, backward)];
-    if (!g) g = backward ? backward_graph(s, handle) : forward_graph(s, handle);
+    if (!g) g = backward ? backward_graph(s, handle, deterministic) : forward_graph(s, handle);
     return *g;
   }
 };
 
-CudnnSdpa::CudnnSdpa() : impl_(new Impl) {
+CudnnSdpa::CudnnSdpa(bool deterministic) : impl_(new Impl) {
+  impl_->deterministic = deterministic;
   check_cudnn(cudnnCreate(&impl_->handle), "cudnnCreate");
 }
 

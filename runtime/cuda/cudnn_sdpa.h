@@ -30,7 +30,9 @@ using SdpaWorkspace = std::function<void*(size_t)>;
 
 class CudnnSdpa {
  public:
-  CudnnSdpa();
+  // deterministic: the backward's deterministic algorithm (bitwise reruns; its
+  // workspace is B x H x T^2 fp32, runtime/cuda_memory.h).
+  explicit CudnnSdpa(bool deterministic = true);
   ~CudnnSdpa();
   // out [B*T, H*hd] bf16; lse [B*H*T] fp32 (log-sum-exp per query row).
   void forward(cudaStream_t s, void* out, float* lse, const void* qkv, const AttentionShape& sh, const SdpaWorkspace& ws);

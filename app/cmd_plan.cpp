@@ -52,12 +52,12 @@ static void print_cuda_memory(const Recipe& r) {
   for (int stage = 0; stage < r.grid.pp; stage++) {
     const CudaMemory c = plan_memory(r.model, rank_layout(r, stage), r.recompute).cuda;
     std::printf("  stage %d: cuDNN attention workspace %.1f (%s), attention rows %.1f, bf16 logits gradient %.1f, "
-                "cuBLASLt workspace %.1f, NCCL buffers %.1f (estimate), allocator reserve %.1f\n",
+                "rope table %.1f, cuBLASLt workspace %.1f, NCCL buffers %.1f (estimate), allocator reserve %.1f\n",
                 stage, mb(c.attention_workspace),
                 r.training.precision != DType::BF16 ? "fp32 runs the own kernels"
                 : r.runtime.deterministic_attention ? "deterministic backward: B x H x T^2 fp32"
                                                     : "non-deterministic backward",
-                mb(c.attention_rows), mb(c.logits_grad_bf16), mb(c.gemm_workspace), mb(c.nccl_buffers),
+                mb(c.attention_rows), mb(c.logits_grad_bf16), mb(c.rope_table), mb(c.gemm_workspace), mb(c.nccl_buffers),
                 mb(c.allocator_reserve));
   }
 }

@@ -80,8 +80,8 @@ void PipelineExecutor::wait_recv(const PipeAction& a, ScheduleTimes* times) {
   recvs_.erase(key);
 }
 
-double PipelineExecutor::forward(const PipeAction& a, const BatchSource& batch, float grad_scale, size_t i,
-                                 ScheduleTimes* times) {
+void PipelineExecutor::forward(const PipeAction& a, const BatchSource& batch, float grad_scale, size_t i,
+                               ScheduleTimes* times) {
   Transformer& m = *chunks_[a.chunk];
   const bool embed = m.chunk().embed, head = m.chunk().head;
   const int32_t* inputs = embed ? batch(a.mb).inputs.data() : nullptr;
@@ -90,10 +90,8 @@ double PipelineExecutor::forward(const PipeAction& a, const BatchSource& batch, 
   const int slot = take_slot(a.chunk, a.mb);
   times->peak_in_flight = std::max(times->peak_in_flight, ++in_flight_);
   const auto t0 = Clock::now();
-  const double loss =
-      m.forward(slot, inputs, targets, embed ? CRef() : CRef(message_buffer(kAct, a.mb, a.chunk)), grad_scale);
+  m.forward(slot, inputs, targets, embed ? CRef() : CRef(message_buffer(kAct, a.mb, a.chunk)), grad_scale);
   times->compute_ms += ms_since(t0);
-  return head ? loss : 0;
 }
 
 void PipelineExecutor::backward(const PipeAction& a, size_t i, ScheduleTimes* times) {
@@ -132,15 +130,14 @@ void PipelineExecutor::send_grad(const PipeAction& a) {
 
 // Receives are posted one compute action ahead so they overlap it; sends are
 // non-blocking and completed before their buffer is reused.
-double PipelineExecutor::run_step(const BatchSource& batch, float grad_scale, ScheduleTimes* times) {
-  double loss_sum = 0;
+void PipelineExecutor::run_step(const BatchSource& batch, float grad_scale, ScheduleTimes* times) {
   in_flight_ = 0;
   for (size_t i = 0; i < schedule_.size(); i++) {
     const PipeAction& a = schedule_[i];
     switch (a.op) {
       case PipeOp::RecvAct:
       case PipeOp::RecvGrad: wait_recv(a, times); break;
-      case PipeOp::Forward: loss_sum += forward(a, batch, grad_scale, i, times); break;
+      case PipeOp::Forward: forward(a, batch, grad_scale, i, times); break;
       case PipeOp::SendAct: send_act(a); break;
       case PipeOp::Backward: backward(a, i, times); break;
       case PipeOp::SendGrad: send_grad(a); break;
@@ -150,7 +147,6 @@ double PipelineExecutor::run_step(const BatchSource& batch, float grad_scale, Sc
   for (auto& [key, r] : act_sends_) pp_->wait(r);
   grad_sends_.clear();
   act_sends_.clear();
-  return loss_sum;
 }
 
 double PipelineExecutor::forward_only(const Batch& b) {

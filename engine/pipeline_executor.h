@@ -35,10 +35,10 @@ class PipelineExecutor {
   PipelineExecutor& operator=(const PipelineExecutor&) = delete;
 
   // The micro-batches of one optimizer step, forward and backward; batch(mb)
-  // is first asked for in micro-batch order. Returns the sum of the
-  // micro-batch losses (nonzero on the stage with the head only).
+  // is first asked for in micro-batch order. The losses stay on the device
+  // (Transformer::keep_losses_on_device), read once at the step's end.
   using BatchSource = std::function<const Batch&(int mb)>;
-  double run_step(const BatchSource& batch, float grad_scale, ScheduleTimes* times);
+  void run_step(const BatchSource& batch, float grad_scale, ScheduleTimes* times);
   // Forward only, one micro-batch through the virtual pipeline (evaluation).
   // Returns its loss on the stage with the head, else 0.
   double forward_only(const Batch& b);
@@ -55,7 +55,7 @@ class PipelineExecutor {
   void post_recv(const PipeAction& a);
   void post_ahead(size_t i);
   void wait_recv(const PipeAction& a, ScheduleTimes* times);
-  double forward(const PipeAction& a, const BatchSource& batch, float grad_scale, size_t i,
+  void forward(const PipeAction& a, const BatchSource& batch, float grad_scale, size_t i,
                  ScheduleTimes* times);
   void backward(const PipeAction& a, size_t i, ScheduleTimes* times);
   void send_act(const PipeAction& a);

@@ -10,7 +10,8 @@
 namespace trainer {
 
 double CudaMemory::total() const {
-  return attention_workspace + attention_rows + logits_grad_bf16 + gemm_workspace + nccl_buffers + allocator_reserve;
+  return attention_workspace + attention_rows + logits_grad_bf16 + rope_table + gemm_workspace + nccl_buffers +
+         allocator_reserve;
 }
 
 double MemoryPlan::total() const {
@@ -59,7 +60,7 @@ LayerKeeps layer_keeps(const Dims& x) {
 // (kept once each, and what the caching allocator may keep of their smaller
 // predecessors), cuBLASLt's workspace, NCCL's buffers per communicator.
 namespace {
-CudaMemory plan_cuda_memory(const Dims& x, const RankLayout& l) {
+CudaMemory plan_cuda_memory(const ModelConfig& c, const Dims& x, const RankLayout& l) {
   CudaMemory m;
   const bool bf16 = l.compute == DType::BF16;
   bool head = false, embed = false;
@@ -67,6 +68,7 @@ CudaMemory plan_cuda_memory(const Dims& x, const RankLayout& l) {
   if (bf16) m.attention_workspace = cuda_memory::attention_workspace_bytes(x.B, x.H, x.T, l.deterministic_attention);
   m.attention_rows = x.B * x.H * x.T * 4;
   if (bf16 && head) m.logits_grad_bf16 = x.M * x.V * 2;
+  if (c.arch == Arch::Llama) m.rope_table = x.T * x.hd * 4;
   m.gemm_workspace = cuda_memory::kGemmWorkspaceBytes;
   // One communicator per group of more than one rank (the pipeline's goes
   // through MPI): the world, dp, tp, and the first and last stages' embedding group.
@@ -129,7 +131,7 @@ MemoryPlan plan_memory(const ModelConfig& c, const RankLayout& l, const Recomput
   const double block = std::min<double>(x.T, Backend::kAttentionBlock);
   p.bytes[(int)Mem::Temporaries] += l.threads * 2 * block * x.T * f;
   p.bytes[(int)Mem::Comm] += zero_block;
-  if (l.cuda) p.cuda = plan_cuda_memory(x, l);
+  if (l.cuda) p.cuda = plan_cuda_memory(c, x, l);
   return p;
 }
 

@@ -35,6 +35,7 @@ struct CudaMemory {
   double attention_workspace = 0;  // cuDNN's bf16 backward (deterministic: B x H x T^2 fp32)
   double attention_rows = 0;       // per-row statistics in cuDNN's form, fp32
   double logits_grad_bf16 = 0;     // the LM head's fp32 logits gradient rounded for its products
+  double rope_table = 0;           // RoPE's cos/sin table (Llama)
   double gemm_workspace = 0;       // cuBLASLt
   double nccl_buffers = 0;         // an estimate per NCCL communicator
   double allocator_reserve = 0;    // superseded scratch blocks the caching allocator keeps

@@ -317,8 +317,9 @@ double Transformer::forward(int slot, const int32_t* inputs, const int32_t* targ
 // LM head: the slot's logits hold dlogits after a training forward.
 void Transformer::head_bwd(Slot& sl) {
   const int M = M_, d = cfg_.d_model;
-  be_.matmul(false, false, M, d, V_, 1.f, sl.logits, W(mp_.lm_head), 0.f, g_norm_);
-  be_.matmul(true, false, V_, d, M, 1.f, sl.logits, sl.normf, 1.f, G(mp_.lm_head));
+  const CRef dlogits = be_.product_operand(sl.logits, (size_t)M * V_, compute_);  // rounded once, if at all
+  be_.matmul(false, false, M, d, V_, 1.f, dlogits, W(mp_.lm_head), 0.f, g_norm_);
+  be_.matmul(true, false, V_, d, M, 1.f, dlogits, sl.normf, 1.f, G(mp_.lm_head));
   be_.zero(g_resid_, (size_t)R_ * d);
   norm_bwd(g_resid_, reduce_input_grad(g_norm_), sl.out, mp_.normf_w, mp_.normf_b, sl.meanf, sl.rstdf);
 }

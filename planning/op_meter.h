@@ -52,6 +52,7 @@ class MeteredBackend final : public Backend {
   void to_host(void* host, CRef src, size_t n) override;
   void from_host(Ref dst, const void* host, size_t n) override;
   void synchronize() override;
+  CRef product_operand(CRef x, size_t n, DType dt) override { return inner_ ? inner_->product_operand(x, n, dt) : x; }
   void matmul(bool transA, bool transB, int M, int N, int K, float alpha, CRef A, CRef B, float beta,
               Ref C) override;
   void add_bias(Ref y, CRef b, int rows, int cols) override;

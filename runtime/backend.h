@@ -89,6 +89,12 @@ class Backend {
   // C[M,N] = alpha * op(A) * op(B) + beta * C, with op(A) [M,K], op(B) [K,N].
   virtual void matmul(bool transA, bool transB, int M, int N, int K, float alpha, CRef A, CRef B,
                       float beta, Ref C) = 0;
+  // The form in which products read an fp32 operand beside operands of type
+  // dt (the LM head's logits gradient, read by two products): the CUDA
+  // backend rounds it to dt once, into scratch valid until the next call
+  // (cuBLASLt multiplies one input type; matmul would round it per call);
+  // the CPU backend reads it as it is (it computes mixed products in fp32).
+  virtual CRef product_operand(CRef x, size_t /*n*/, DType /*dt*/) { return x; }
   // y[r,:] += b for every row r.
   virtual void add_bias(Ref y, CRef b, int rows, int cols) = 0;
   // db += sum over rows of dy.

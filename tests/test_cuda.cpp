@@ -143,6 +143,20 @@ TEST_F(Gpu, MatmulMixesFp32GradientsWithBf16Weights) {  // the LM head's backwar
   p->expect_match(C, 3e-2, 3e-3, "mixed matmul");
 }
 
+// The LM head's fp32 logits gradient is rounded to bf16 once for its two
+// products: product_operand gives what convert gives; fp32 runs keep fp32.
+TEST_F(Gpu, ProductOperandRoundsTheFp32OperandOnce) {
+  const size_t n = 5000;
+  Both x = p->make(randn(n, 41)), ref = p->make(std::vector<float>(n), DType::BF16);
+  gpu->convert(ref.d.ref(), x.d.ref(), n);
+  const CRef narrow = gpu->product_operand(x.d.ref(), n, DType::BF16);
+  ASSERT_EQ(narrow.dt, DType::BF16);
+  std::vector<bf16> a(n), b(n);
+  gpu->to_host(a.data(), narrow, n), gpu->to_host(b.data(), ref.d.ref(), n);
+  for (size_t i = 0; i < n; i++) ASSERT_EQ(a[i].bits, b[i].bits) << i;
+  EXPECT_EQ(gpu->product_operand(x.d.ref(), n, DType::F32).p, x.d.ref().p);
+}
+
 // Each stream has its ring of events: 5000 compute-stream events later, the
 // communication stream's handle still names its own stream's slot; a handle
 // that was never recorded is an error, not a wait on some other event.

@@ -154,6 +154,13 @@ void CudaBackend::matmul(bool transA, bool transB, int M, int N, int K, float al
   gemm_->run(compute_, transA, transB, M, N, K, alpha, A, B, beta, C);
 }
 
+CRef CudaBackend::product_operand(CRef x, size_t n, DType dt) {
+  if (x.dt != DType::F32 || dt != DType::BF16) return x;
+  Ref narrow(scratch(kProductOperand, n * 2), DType::BF16);
+  cuda::convert(compute_, narrow, x, n);
+  return narrow;
+}
+
 void CudaBackend::add_bias(Ref y, CRef b, int rows, int cols) { cuda::add_bias(compute_, y, b, rows, cols); }
 void CudaBackend::bias_bwd(float* db, CRef dy, int rows, int cols) {
   cuda::bias_bwd(compute_, db, dy, rows, cols, scratch_f32(kReduce, cuda::colsum_scratch_floats(rows, cols)));
@@ -202,8 +209,15 @@ void CudaBackend::swiglu_fwd(Ref out, CRef gate_up, int rows, int F) {
 void CudaBackend::swiglu_bwd(Ref dgate_up, CRef gate_up, CRef dout, int rows, int F) {
   cuda::swiglu_bwd(compute_, dgate_up, gate_up, dout, rows, F);
 }
+// The angles come from a table built once per (T, head size, theta): the
+// rotation of every layer, forward and backward, reads it.
 void CudaBackend::rope(Ref qkv, const AttentionShape& s, float theta, bool inverse) {
-  cuda::rope(compute_, qkv, s, theta, inverse);
+  float* table = scratch_f32(kRopeTable, cuda::rope_table_floats(s.T, s.hd));
+  if (rope_key_.T != s.T || rope_key_.hd != s.hd || rope_key_.theta != theta) {
+    cuda::rope_table(compute_, table, s.T, s.hd, theta);
+    rope_key_ = {s.T, s.hd, theta};
+  }
+  cuda::rope(compute_, qkv, s, table, inverse);
 }
 
 // --- attention ---

@@ -59,6 +59,7 @@ class CudaBackend final : public Backend {
 
   void matmul(bool transA, bool transB, int M, int N, int K, float alpha, CRef A, CRef B, float beta,
               Ref C) override;
+  CRef product_operand(CRef x, size_t n, DType dt) override;
   void add_bias(Ref y, CRef b, int rows, int cols) override;
   void bias_bwd(float* db, CRef dy, int rows, int cols) override;
   void add(Ref out, CRef a, CRef b, size_t n) override;
@@ -118,7 +119,12 @@ class CudaBackend final : public Backend {
   std::vector<cudaEvent_t> events_[2];
   uint64_t next_event_[2] = {};
   // One slot per use that can be live at once.
-  enum Slot { kReduce, kEmbedSort, kAttnRows, kAttnWorkspace, kGemmOperand, kScratchSlots };
+  enum Slot { kReduce, kEmbedSort, kAttnRows, kAttnWorkspace, kGemmOperand, kProductOperand, kRopeTable, kScratchSlots };
+  // The rope table in kRopeTable is for this (T, head size, theta).
+  struct RopeKey {
+    int T = 0, hd = 0;
+    float theta = 0;
+  } rope_key_;
   Buffer scratch_[kScratchSlots];
   Buffer gemm_workspace_;
   std::unique_ptr<cuda::LtGemm> gemm_;

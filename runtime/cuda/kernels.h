@@ -61,7 +61,12 @@ void gelu_fwd(cudaStream_t s, Ref out, CRef x, size_t n);
 void gelu_bwd(cudaStream_t s, Ref dx, CRef x, CRef dout, size_t n);
 void swiglu_fwd(cudaStream_t s, Ref out, CRef gate_up, int rows, int F);
 void swiglu_bwd(cudaStream_t s, Ref dgate_up, CRef gate_up, CRef dout, int rows, int F);
-void rope(cudaStream_t s, Ref qkv, const AttentionShape& sh, float theta, bool inverse);
+// RoPE: the angles as a table [2][T][hd/2] (cos, then sin) computed in
+// double and rounded to fp32 as the CPU backend computes them, once per
+// (T, hd, theta); the rotation reads it (inverse: the transpose rotation).
+inline size_t rope_table_floats(int T, int hd) { return 2 * (size_t)T * (hd / 2); }
+void rope_table(cudaStream_t s, float* table, int T, int hd, float theta);
+void rope(cudaStream_t s, Ref qkv, const AttentionShape& sh, const float* table, bool inverse);
 
 void row_max(cudaStream_t s, float* max, const float* logits, int rows, int V);
 void ce_exp_sum(cudaStream_t s, float* sum, float* target, float* logits, const int32_t* targets, const float* max,

@@ -69,17 +69,28 @@ __global__ void swiglu_bwd_kernel(T* dgu, const T* gate_up, const T* dout, size_
   }
 }
 
-// One thread per (token row, rotated head, pair i < hd/2); the angle is
-// computed in double as the CPU backend does, then applied in fp32.
+// One thread per (position, pair i < hd/2): the angle in double, as the CPU
+// backend computes it, then rounded to fp32 once for the table.
+__global__ void rope_table_kernel(float* table, int T, int hd, float theta) {
+  const int half = hd / 2;
+  TRAINER_GRID_LOOP(idx, (size_t)T * half) {
+    const int i = idx % half, t = idx / half;
+    const double freq = pow((double)theta, -2.0 * i / hd);
+    table[idx] = (float)cos(t * freq);
+    table[(size_t)T * half + idx] = (float)sin(t * freq);
+  }
+}
+
+// One thread per (token row, rotated head, pair i < hd/2), applied in fp32.
 template <class T>
-__global__ void rope_kernel(T* qkv, AttentionShape s, float theta, bool inverse) {
+__global__ void rope_kernel(T* qkv, AttentionShape s, const float* table, bool inverse) {
   const int half = s.hd / 2, nheads = s.H + s.KVH;
   TRAINER_GRID_LOOP(idx, (size_t)s.B * s.T * nheads * half) {
     const int i = idx % half;
     const size_t bt = idx / half / nheads;
     const int h = (idx / half) % nheads, t = bt % s.T;
-    const double freq = pow((double)theta, -2.0 * i / s.hd);
-    const float c = (float)cos(t * freq), sn = inverse ? -(float)sin(t * freq) : (float)sin(t * freq);
+    const float c = table[(size_t)t * half + i], sv = table[((size_t)s.T + t) * half + i];
+    const float sn = inverse ? -sv : sv;
     const size_t base = bt * s.row + (size_t)h * s.hd;
     const float x1 = ld(qkv, base + i), x2 = ld(qkv, base + i + half);
     st(qkv, base + i, x1 * c - x2 * sn);
@@ -200,9 +211,14 @@ void swiglu_bwd(cudaStream_t s, Ref dgate_up, CRef gate_up, CRef dout, int rows,
                                          as<T>(dgate_up), as<T>(gate_up), as<T>(dout), (size_t)rows, F));
   check_launch("swiglu_bwd", {(size_t)rows, (size_t)F});
 }
-void rope(cudaStream_t s, Ref qkv, const AttentionShape& sh, float theta, bool inverse) {
+void rope_table(cudaStream_t s, float* table, int T, int hd, float theta) {
+  const size_t n = (size_t)T * (hd / 2);
+  if (n) rope_table_kernel<<<grid(n), kThreads, 0, s>>>(table, T, hd, theta);
+  check_launch("rope_table", {(size_t)T, (size_t)hd});
+}
+void rope(cudaStream_t s, Ref qkv, const AttentionShape& sh, const float* table, bool inverse) {
   const size_t n = (size_t)sh.B * sh.T * (sh.H + sh.KVH) * (sh.hd / 2);
-  if (n) TRAINER_DISPATCH(qkv.dt, T, rope_kernel<<<grid(n), kThreads, 0, s>>>(as<T>(qkv), sh, theta, inverse));
+  if (n) TRAINER_DISPATCH(qkv.dt, T, rope_kernel<<<grid(n), kThreads, 0, s>>>(as<T>(qkv), sh, table, inverse));
   check_launch("rope", {(size_t)sh.B, (size_t)sh.T, (size_t)(sh.H + sh.KVH), (size_t)sh.hd});
 }
 

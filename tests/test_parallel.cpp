@@ -435,6 +435,28 @@ TEST(HostSyncs, TwoPerTrainingStepInEveryLayout) {
   }
 }
 
+// Stages with neither the embedding nor the head read no data and build no
+// loader; every stage still knows where the data stream is (what a
+// checkpoint saves and a rollback counts from): before, a middle stage's
+// unread loader stayed at the start.
+TEST(DataCursor, EveryPipelineStageFollowsTheSteps) {
+  int wrank = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &wrank);
+  const Layout l{Arch::Llama, 1, 1, false, 4};
+  MPI_Comm comm;
+  MPI_Comm_split(MPI_COMM_WORLD, wrank / 4, wrank, &comm);
+  Recipe r = recipe(l);
+  r.training.steps = 3;
+  ProcessGrid grid(comm, r.grid);
+  CpuBackend be(1);
+  TokenDataset ds({g_data}, r.model.seq_len, r.model.vocab_size);
+  TrainLoop loop(be, groups_of(grid), r, Blend::single(ds));
+  for (int s = 0; s < r.training.steps; s++) loop.step();
+  EXPECT_EQ(loop.data_cursor(), (uint64_t)r.training.steps * r.training.global_batch)
+      << "stage " << grid.coords().pp;
+  MPI_Comm_free(&comm);
+}
+
 TEST(TensorParallelMemory, SplitTensorsShrinkAsOneOverTp) {
   ModelConfig c = recipe({Arch::Llama, 1, 1, false}).model;
   c.d_model = 256, c.n_heads = 8, c.d_ff = 1024, c.vocab_size = 1024, c.n_layers = 4;

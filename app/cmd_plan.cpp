@@ -56,7 +56,7 @@ static void print_cuda_memory(const Recipe& r) {
                 stage, mb(c.attention_workspace),
                 r.training.precision != DType::BF16 ? "fp32 runs the own kernels"
                 : r.runtime.deterministic_attention ? "deterministic backward: B x H x T^2 fp32"
-                                                    : "non-deterministic backward",
+                                                    : "non-deterministic backward: B x H x T x hd fp32",
                 mb(c.attention_rows), mb(c.logits_grad_bf16), mb(c.rope_table), mb(c.gemm_workspace), mb(c.nccl_buffers),
                 mb(c.allocator_reserve));
   }

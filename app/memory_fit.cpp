@@ -54,6 +54,11 @@ std::string suggestions(const Recipe& r, int stage, bool writer, double avail) {
     a.recompute = {RecomputeMode::Full, -1};
     consider(a, "recompute.mode = \"full\"");
   }
+  if (r.runtime.backend == "cuda" && r.runtime.deterministic_attention && r.training.precision == DType::BF16) {
+    Recipe a = r;
+    a.runtime.deterministic_attention = false;
+    consider(a, "runtime.deterministic_attention = false (no B x H x T^2 attention workspace; reruns differ in the last bits)");
+  }
   if (r.training.micro_batch > 1) {
     Recipe a = r;
     a.training.micro_batch = 1;
@@ -76,6 +81,7 @@ std::string plan_parts(const MemoryFit& f) {
   std::string parts;
   for (int k = 0; k < kMemKinds; k++)
     if (f.plan.bytes[k] > 0) parts += (parts.empty() ? "" : ", ") + std::string(mem_name((Mem)k)) + " " + gb(f.plan.bytes[k]);
+  if (f.plan.cuda.total() > 0) parts += ", the CUDA backend's own " + gb(f.plan.cuda.total());
   return parts;
 }
 

@@ -213,7 +213,7 @@ std::vector<RecipeKey> make_keys() {
         AT(runtime.backend)).def(std::string("cpu")).choose({"cpu", "cuda"}),
       K("runtime", "allow_tf32", Bool, "CUDA: fp32 matrix products may use TF32 tensor cores (faster, ~1e-3 relative error)",
         AT(runtime.allow_tf32)).def(false),
-      K("runtime", "deterministic_attention", Bool, "CUDA, bf16: cuDNN's deterministic attention backward (bitwise reruns; a B x H x T^2 fp32 workspace, which `trainer plan` shows); false for long sequences: no workspace, last-bit differences between reruns",
+      K("runtime", "deterministic_attention", Bool, "CUDA, bf16: cuDNN's deterministic attention backward (bitwise reruns; a B x H x T^2 fp32 workspace, which `trainer plan` shows); false for long sequences: a workspace linear in T, last-bit differences between reruns",
         AT(runtime.deterministic_attention)).def(true),
       K("runtime", "peak_gflops", Float, "peak GFLOP/s per rank for MFU (0: measured once per machine and cached)",
         AT(runtime.peak_gflops)).def(0.0).at_least(0),

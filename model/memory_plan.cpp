@@ -65,7 +65,7 @@ CudaMemory plan_cuda_memory(const ModelConfig& c, const Dims& x, const RankLayou
   const bool bf16 = l.compute == DType::BF16;
   bool head = false, embed = false;
   for (const ChunkLayout& ch : l.chunks) head |= ch.spec.head, embed |= ch.spec.embed;
-  if (bf16) m.attention_workspace = cuda_memory::attention_workspace_bytes(x.B, x.H, x.T, l.deterministic_attention);
+  if (bf16) m.attention_workspace = cuda_memory::attention_workspace_bytes(x.B, x.H, x.T, x.hd, l.deterministic_attention);
   m.attention_rows = x.B * x.H * x.T * 4;
   if (bf16 && head) m.logits_grad_bf16 = x.M * x.V * 2;
   if (c.arch == Arch::Llama) m.rope_table = x.T * x.hd * 4;
@@ -74,7 +74,11 @@ CudaMemory plan_cuda_memory(const ModelConfig& c, const Dims& x, const RankLayou
   // through MPI): the world, dp, tp, and the first and last stages' embedding group.
   const int groups = (l.dp > 1 || l.tp > 1 || l.pipelined) + (l.dp > 1) + (l.tp > 1) + (l.pipelined && (head || embed));
   m.nccl_buffers = groups * cuda_memory::kNcclBytesPerCommunicator;
-  m.allocator_reserve = m.attention_workspace + m.attention_rows + m.logits_grad_bf16;
+  // The scratch slots grow to their largest request; what the allocator keeps
+  // is their smaller predecessors. The attention workspace is asked for at
+  // its full size by the first backward (the forward's is small), so it
+  // leaves nothing behind; the others count once more.
+  m.allocator_reserve = m.attention_rows + m.logits_grad_bf16 + m.rope_table;
   return m;
 }
 }  // namespace

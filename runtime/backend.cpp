@@ -70,6 +70,11 @@ std::unique_ptr<Backend> make_backend(const BackendOptions& opt) {
 
 namespace trainer {
 
+void Backend::check_recorded(const Event& e) const {
+  if (e.id > events_)
+    throw std::logic_error("Backend: an event handle that was never recorded (id " + std::to_string(e.id) + ")");
+}
+
 std::vector<float> host_copy(Backend& be, CRef src, size_t n) {
   std::vector<float> h(n);
   be.to_host(h.data(), src, n);

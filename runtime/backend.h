@@ -7,6 +7,7 @@
 // Conventions: "_bwd" functions ACCUMULATE into parameter gradients
 // (dw, db) and into dx where documented, so gradient accumulation over
 // micro-batches and residual branches need no extra adds.
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -60,13 +61,17 @@ class Backend {
   // device needs (compute and communication on separate streams).
   using Stream = int;
   static constexpr Stream kComputeStream = 0, kCommStream = 1;
+  // id 0 (a default Event) marks nothing: waiting for it returns at once
+  // (e.g. a staging buffer that was never filled). A handle that names no
+  // recorded event is an error on every backend.
   struct Event {
     Stream stream = kComputeStream;
     uint64_t id = 0;
   };
   virtual Event record_event(Stream s) { return {s, ++events_}; }
-  virtual void wait_event(Stream /*waiter*/, const Event& /*e*/) {}  // later work on waiter waits for e
-  virtual void synchronize_event(const Event& /*e*/) {}            // the host waits for e
+  // Later work on waiter waits for e; the host waits for e.
+  virtual void wait_event(Stream /*waiter*/, const Event& e) { check_recorded(e); }
+  virtual void synchronize_event(const Event& e) { check_recorded(e); }
   // Waits until every operation issued so far has finished. Timings that
   // need completed work (step time, the sgemm peak) call it, so they stay
   // true where kernels are queued.
@@ -75,8 +80,10 @@ class Backend {
   // How often the host has waited for the backend: blocking copies to and
   // from host memory (to_host, from_host, the sums of sumsq_groups), stream
   // and device synchronisations, event waits that had to wait. Every
-  // backend counts the same calls, so a CPU run shows what a GPU step would
-  // wait for (metrics.jsonl host_syncs, trainer bench host_syncs_per_step).
+  // backend counts the same calls, so a CPU run shows what the model code
+  // makes a GPU wait for (metrics.jsonl host_syncs, trainer bench
+  // host_syncs_per_step); a GPU adds what only it does (the staged MPI
+  // path's copies, events still pending).
   uint64_t host_syncs() const { return host_syncs_; }
   // A copy to host staging memory queued on stream s (after the work already
   // there); it is complete once an event recorded on s after it is. The CPU
@@ -206,10 +213,12 @@ class Backend {
   virtual void* allocate(size_t bytes, Mem kind, Space space) = 0;  // zeroed
   virtual void release(void* p) = 0;
   void count_host_sync() { host_syncs_++; }
+  void check_recorded(const Event& e) const;
 
  private:
-  uint64_t events_ = 0;
-  uint64_t host_syncs_ = 0;
+  // Atomic: an async checkpoint's writer thread waits on events too.
+  std::atomic<uint64_t> events_{0};
+  std::atomic<uint64_t> host_syncs_{0};
 };
 
 // A host copy of n fp32 elements of backend memory (tests and tools).

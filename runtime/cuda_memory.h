@@ -15,10 +15,10 @@ constexpr size_t kGemmWorkspaceBytes = 32u << 20;
 // cuDNN's fused attention, bf16: the backward's workspace. The deterministic
 // algorithm (runtime.deterministic_attention = true, the default) keeps dP in
 // fp32 for every (batch, head) pair: B x H x T^2 x 4 bytes, quadratic in T;
-// the non-deterministic one needs none worth counting (it accumulates dQ
-// with atomics, so reruns differ in the last bits).
-inline double attention_workspace_bytes(double B, double H, double T, bool deterministic) {
-  return deterministic ? B * H * T * T * 4 : 0;
+// the non-deterministic one accumulates dQ with atomics (reruns differ in
+// the last bits), in an fp32 buffer of B x H x T x hd, which is counted.
+inline double attention_workspace_bytes(double B, double H, double T, double hd, bool deterministic) {
+  return deterministic ? B * H * T * T * 4 : B * H * T * hd * 4;
 }
 
 // NCCL's buffers per communicator: NCCL_BUFFSIZE (4 MiB by default) per

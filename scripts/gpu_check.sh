@@ -19,7 +19,7 @@
 #                  backend) with CUDA_LAUNCH_BLOCKING=1 and --gtest_output=json
 #     memcheck     compute-sanitizer --tool memcheck of the custom-kernel tests
 #     racecheck    compute-sanitizer --tool racecheck of the same, both
-#                  time-boxed (Cuda/KernelOps/*:-*Large*: tests/kernel_cases.h)
+#                  time-boxed (Cuda/KernelOps/*:-*Large*:*Bf16*: tests/kernel_cases.h)
 #     parity       2 training steps on the GPU against CPU references computed
 #                  beforehand on another machine and carried here (demo and
 #                  GPT-2 124M shapes, fp32 and bf16, on the same token data)
@@ -99,7 +99,7 @@ REFS=$(abspath "${GPU_CHECK_REFS:-gpu_refs}")
 [[ $PHASE == references ]] && REFS=$(abspath "$REF_DIR") BACKEND=cpu
 [[ $BACKEND == cuda || $BACKEND == cpu ]] || { echo "gpu_check: GPU_CHECK_BACKEND is cuda or cpu, not '$BACKEND'" >&2; exit 2; }
 [[ $BACKEND == cpu && $PHASE == perf ]] && { echo "gpu_check: GPU_CHECK_BACKEND=cpu rehearses phase 1 only" >&2; exit 2; }
-KERNEL_FILTER='Cuda/KernelOps/*:-*Large*'
+KERNEL_FILTER='Cuda/KernelOps/*:-*Large*:*Bf16*'
 
 # The recipes of the training steps, shared by the references and the GPU:
 # case_args CASE sets ARGS. Token data: $REFS/data, prepared with the references.

@@ -168,6 +168,10 @@ TEST_F(Gpu, EventHandlesKeepToTheirStream) {
   EXPECT_TRUE(gpu->event_done(comm));
   EXPECT_THROW(gpu->wait_event(Backend::kComputeStream, Backend::Event{Backend::kCommStream, 1u << 30}),
                std::logic_error);
+  // A default Event marks nothing: a staging slot never filled waits for nothing.
+  EXPECT_TRUE(gpu->event_done(Backend::Event{}));
+  gpu->synchronize_event(Backend::Event{});
+  gpu->wait_event(Backend::kComputeStream, Backend::Event{});
 }
 
 TEST_F(Gpu, MemoryIsCountedByCategoryAndOutOfMemorySaysWhat) {

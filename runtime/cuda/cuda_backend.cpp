@@ -103,7 +103,7 @@ void CudaBackend::from_host_async(Ref dst, const void* host, size_t n) {
 // --- streams and events ---
 
 cudaEvent_t CudaBackend::event_slot(const Event& e) {
-  if ((e.stream != kComputeStream && e.stream != kCommStream) || e.id == 0 || e.id > next_event_[e.stream])
+  if ((e.stream != kComputeStream && e.stream != kCommStream) || e.id == 0 || e.id > next_event_[e.stream].load())
     throw std::logic_error("CUDA backend: an event handle that was never recorded (stream " +
                            std::to_string(e.stream) + ", id " + std::to_string(e.id) + ")");
   cudaEvent_t& ev = events_[e.stream][e.id % kEventRing];
@@ -116,8 +116,9 @@ Backend::Event CudaBackend::record_event(Stream s) {
   CUDA_CHECK(cudaEventRecord(event_slot(ev), stream(s)));
   return ev;
 }
+// A default Event (id 0) marks nothing: there is nothing to wait for.
 void CudaBackend::wait_event(Stream waiter, const Event& e) {
-  CUDA_CHECK(cudaStreamWaitEvent(stream(waiter), event_slot(e), 0));
+  if (e.id) CUDA_CHECK(cudaStreamWaitEvent(stream(waiter), event_slot(e), 0));
 }
 void CudaBackend::synchronize_event(const Event& e) {
   if (event_done(e)) return;  // no wait: not a host sync
@@ -125,6 +126,7 @@ void CudaBackend::synchronize_event(const Event& e) {
   CUDA_CHECK(cudaEventSynchronize(event_slot(e)));
 }
 bool CudaBackend::event_done(const Event& e) {
+  if (!e.id) return true;
   const cudaError_t r = cudaEventQuery(event_slot(e));
   if (r == cudaErrorNotReady) return false;
   CUDA_CHECK(r);

@@ -8,6 +8,7 @@
 // logits) are device pointers from this backend's Buffers.
 #include <cuda_runtime.h>
 
+#include <atomic>
 #include <memory>
 #include <vector>
 
@@ -117,7 +118,7 @@ class CudaBackend final : public Backend {
   // (waiting for it waits longer, never less); it can never alias an event
   // of the other stream, which could complete before the one it stood for.
   std::vector<cudaEvent_t> events_[2];
-  uint64_t next_event_[2] = {};
+  std::atomic<uint64_t> next_event_[2] = {};  // an async checkpoint's writer thread reads them
   // One slot per use that can be live at once.
   enum Slot { kReduce, kEmbedSort, kAttnRows, kAttnWorkspace, kGemmOperand, kProductOperand, kRopeTable, kScratchSlots };
   // The rope table in kRopeTable is for this (T, head size, theta).

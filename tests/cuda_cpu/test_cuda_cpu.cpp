@@ -11,6 +11,8 @@
 #include <cmath>
 #include <random>
 
+#include "model/init.h"
+#include "model/transformer.h"
 #include "tests/cuda_cpu/cuda_emu.h"
 #include "tests/cuda_cpu/emu_backend.h"
 #include "tests/kernel_cases.h"
@@ -49,6 +51,50 @@ TEST(CudaCpuGlue, AttentionStatsConvertBothWays) {
   be.stats_to_lse(back.ref().f32(), st.ref().f32(), rows);
   const std::vector<float> b = host_copy(be, back.ref(), rows);
   for (size_t i = 0; i < rows; i++) ASSERT_NEAR(b[i], lse[i] + std::log(1.0 + i / 7.0), 1e-5 * (1 + std::fabs(b[i]))) << i;
+}
+
+// A whole training step of a small model on the CUDA kernels (products on
+// the CPU backend, as cuBLASLt's are not emulated) against the CPU backend:
+// the model code as it drives a GPU (token staging and its events, the loss
+// kept on the device, the one read of loss and gradient norm), its loss and
+// every gradient, for both architectures.
+TEST(CudaCpuModel, ATrainingStepMatchesTheCpuBackend) {
+  for (Arch arch : {Arch::GPT2, Arch::Llama}) {
+    ModelConfig c;
+    c.arch = arch, c.vocab_size = 64, c.d_model = 32, c.n_layers = 2, c.n_heads = 4;
+    c.n_kv_heads = arch == Arch::Llama ? 2 : 4, c.d_ff = 64, c.seq_len = 16, c.tie_embeddings = arch == Arch::GPT2;
+    const int B = 2, BT = B * c.seq_len;
+    std::vector<int32_t> tokens(BT + 1);
+    for (int i = 0; i <= BT; i++) tokens[i] = (i * 37 + 11) % c.vocab_size;
+    struct Out {
+      double loss, sumsq;
+      std::vector<float> grads;
+    };
+    const auto step = [&](Backend& be) {
+      Transformer m(be, c, B, TensorParallel{}, ChunkSpec{}, 1, RecomputeConfig{}, DType::F32);
+      std::vector<float> host(m.num_params());
+      init_params(m.layout(), c, 3, host.data());
+      be.from_host(m.params().ref(), host.data(), host.size());
+      m.keep_losses_on_device(true);
+      m.reset_step_losses();
+      m.forward(tokens.data(), tokens.data() + 1, 1.0f / BT);
+      m.backward();
+      std::vector<Backend::SumSpan> spans = m.grad_spans(0, m.num_params());
+      spans.push_back(m.step_losses_span(2));
+      double sums[3];
+      be.sumsq_groups(spans, sums, 3);
+      return Out{sums[2] / BT, sums[0] + sums[1], host_copy(be, m.grads().ref(), m.num_params())};
+    };
+    CpuBackend cpu(1);
+    EmuBackend emu;
+    const Out r = step(cpu), d = step(emu);
+    EXPECT_NEAR(d.loss, r.loss, 1e-5 * r.loss) << arch_name(arch);
+    EXPECT_NEAR(d.sumsq, r.sumsq, 1e-4 * r.sumsq) << arch_name(arch);
+    double scale = 0;
+    for (float g : r.grads) scale = std::max(scale, (double)std::fabs(g));
+    for (size_t i = 0; i < r.grads.size(); i++)
+      ASSERT_NEAR(d.grads[i], r.grads[i], 1e-4 * scale + 1e-4 * std::fabs(r.grads[i])) << arch_name(arch) << " " << i;
+  }
 }
 
 #ifdef TRAINER_TOOLKIT_BF16

@@ -84,7 +84,8 @@ class Transformer {
 
   // Pipeline form. forward: a chunk with the embedding reads `inputs`, others
   // read act_in [boundary_elems()]; a chunk with the head reads `targets` and
-  // returns the mean loss (others 0). Activations stay in `slot` until
+  // returns the mean loss (others 0; 0 too while keep_losses_on_device
+  // holds a training forward's losses on the device). Activations stay in `slot` until
   // backward(slot, grad_out), where a chunk without the head takes the
   // gradient of its output. output(slot) is what forward passes on;
   // input_grad() what backward passes back (chunks without the embedding).

@@ -262,11 +262,7 @@ StepStats TrainLoop::step() {
   s.step = ++step_;
   be_.synchronize();  // the step's work is done before its time is read
   s.step_ms = ms_since(t0);
-  // The most any rank waited (every rank logs the same figure).
-  double syncs = (double)(be_.host_syncs() - syncs0);
-  for (ControlComm* c : {dp_control_, tp_control_, pp_control_})
-    if (c) c->allreduce_max(&syncs, 1);
-  s.host_syncs = (uint64_t)syncs;
+  s.host_syncs = be_.host_syncs() - syncs0;
   s.memory = be_.memory();
   s.comm_dp = dp_.counters();
   if (tp_) s.comm_tp = tp_->counters();

@@ -38,9 +38,10 @@ struct StepStats {
   double lr = 0;
   double grad_norm = 0;   // before clipping
   double step_ms = 0;
-  // Times a host waited for its backend in the step (Backend::host_syncs),
-  // the most of any rank: the read of loss and gradient norm, and the
-  // end-of-step synchronisation that makes step_ms true (2).
+  // Times this rank's host waited for its backend in the step (Backend::
+  // host_syncs; every rank makes the same calls): the read of loss and
+  // gradient norm, and the end-of-step synchronisation that makes step_ms
+  // true (2). Not reduced over ranks, so it costs no collective.
   uint64_t host_syncs = 0;
   double data_wait_ms = 0;  // slowest rank's wait on its loader this step
   // The data-parallel gradient reduction: how long the step waited for it

@@ -43,12 +43,11 @@ StepSums read_step_sums(Backend& be, Chunks& chunks, const ZeroShard* zero, Cont
     const size_t n = m->num_params();
     if (zero) {
       const size_t block = n / (size_t)zero->dp_size, body = block * (size_t)zero->dp_size;
-      add(m->grad_spans(block * (size_t)zero->dp_rank, block * (size_t)(zero->dp_rank + 1)));
+      add(m->step_sum_spans(block * (size_t)zero->dp_rank, block * (size_t)(zero->dp_rank + 1)));
       if (zero->dp_rank == 0) add(m->grad_spans(body, n));
     } else {
-      add(m->grad_spans(0, n));
+      add(m->step_sum_spans(0, n));
     }
-    if (m->chunk().head) spans.push_back(m->step_losses_span(2));
   }
   double sums[3] = {0, 0, 0};  // sharded grads, replicated grads, losses
   be.sumsq_groups(spans, sums, 3);

@@ -66,10 +66,8 @@ void one_step(Runner& rn, const Recipe& r, const std::vector<int32_t>& tokens, b
   be.synchronize();  // the bench's: where the forward phase ends
   const auto t1 = clock::now();
   model.backward();
-  std::vector<Backend::SumSpan> spans = model.grad_spans(0, model.num_params());
-  spans.push_back(model.step_losses_span(2));
   double sums[3];
-  be.sumsq_groups(spans, sums, 3);  // waits for the backward: its phase ends here
+  be.sumsq_groups(model.step_sum_spans(0, model.num_params()), sums, 3);  // waits for the backward: its phase ends here
   const auto t2 = clock::now();
   const double norm = std::sqrt(sums[0] + sums[1]);
   rn.opt->step(model.params(), model.grads(), r.lr.lr, clip_coefficient(norm, r.training.grad_clip),

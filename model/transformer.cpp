@@ -297,9 +297,10 @@ void Transformer::reset_step_losses() {
   if (step_losses_) be_.zero(step_losses_.ref(), M_);
 }
 
-Backend::SumSpan Transformer::step_losses_span(int group) const {
-  if (!step_losses_) throw std::logic_error("Transformer::step_losses_span: not the head chunk");
-  return {step_losses_.ref().f32(), (size_t)M_, group, false};
+std::vector<Backend::SumSpan> Transformer::step_sum_spans(size_t lo, size_t hi) const {
+  std::vector<Backend::SumSpan> spans = grad_spans(lo, hi);
+  if (step_losses_) spans.push_back({step_losses_.ref().f32(), (size_t)M_, 2, false});
+  return spans;
 }
 
 double Transformer::forward(int slot, const int32_t* inputs, const int32_t* targets, CRef act_in,

@@ -119,8 +119,10 @@ class Transformer {
   // without a gradient (evaluation) still return their mean loss.
   void keep_losses_on_device(bool on) { losses_on_device_ = on; }
   void reset_step_losses();
-  // The step's summed per-token losses as a plain-sum span in `group` (head chunk).
-  Backend::SumSpan step_losses_span(int group) const;
+  // What a step reads in one sumsq_groups call (groups 0, 1: grad_spans over
+  // [lo, hi); group 2 on the head chunk: the step's summed per-token losses,
+  // a plain sum).
+  std::vector<Backend::SumSpan> step_sum_spans(size_t lo, size_t hi) const;
 
  private:
   // Saved activations: Ref fields in the compute type, float* ones fp32.

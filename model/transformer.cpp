@@ -110,7 +110,7 @@ void Transformer::allocate_activations(int slots) {
       sl.rstdf = f.take_f32(head ? R : 0);
       sl.logits = f.take_f32(head ? M * V_ : 0);
       sl.losses = f.take_f32(head ? M : 0);
-      sl.ce_max = f.take_f32(head ? M : 0);
+      sl.ce_max = f.take_f32(head ? (t > 1 ? 2 * M : M) : 0);  // this shard's max, then the global one
       sl.ce_stats = f.take_f32(head ? 2 * M : 0);
     }
     g_resid_ = tmp.take(R * d);
@@ -270,27 +270,33 @@ void Transformer::embed_fwd(Slot& sl, const int32_t* inputs, Ref x0) {
 }
 
 // Final norm, LM head (fp32 logits) and the vocab-parallel cross entropy: a
-// max and two sums reduced over TP. Returns the mean loss.
+// max and two sums reduced over TP (two passes over the logits). Returns the
+// mean loss.
 double Transformer::head_fwd(Slot& sl, const int32_t* targets, float grad_scale) {
   const int M = M_, d = cfg_.d_model;
   stage_tokens(sl, sl.targets, sl.targets_host, targets);
   const int32_t* tg = sl.targets.ref().i32();
   norm_to_full(sl.normf, sl.meanf, sl.rstdf, sl.out, mp_.normf_w, mp_.normf_b);
   be_.matmul(false, true, M, V_, d, 1.f, sl.normf, W(mp_.lm_head), 0.f, sl.logits);
-  be_.row_max(sl.ce_max, sl.logits, M, V_);
-  if (tp_.size() > 1) tp_.comm->allreduce_max(sl.ce_max, M);
-  be_.ce_exp_sum(sl.ce_stats, sl.ce_stats + M, sl.logits, tg, sl.ce_max, M, V_, vocab_offset_, grad_scale != 0.f);
-  if (tp_.size() > 1) tp_.comm->allreduce_sum(sl.ce_stats, 2 * (size_t)M);
-  be_.ce_finish(sl.losses, sl.logits, tg, sl.ce_max, sl.ce_stats, sl.ce_stats + M, M, V_, vocab_offset_,
-                grad_scale);
+  float *max = sl.ce_max, *sum = sl.ce_stats, *target = sl.ce_stats + M;
+  be_.ce_row_stats(max, sum, target, sl.logits, tg, M, V_, vocab_offset_);
+  if (tp_.size() > 1) {  // every shard's sum made relative to the global max, then added
+    float* global_max = sl.ce_max + M;
+    be_.copy(global_max, max, M);
+    tp_.comm->allreduce_max(global_max, M);
+    be_.ce_rebase(sum, max, global_max, M);
+    tp_.comm->allreduce_sum(sl.ce_stats, 2 * (size_t)M);
+    max = global_max;
+  }
+  be_.ce_finish(sl.losses, sl.logits, tg, max, sum, target, M, V_, vocab_offset_, grad_scale);
   if (losses_on_device_ && grad_scale != 0.f) {
     be_.add(step_losses_.ref(), step_losses_.ref(), sl.losses, M);
     return 0.0;
   }
   be_.to_host(host_losses_.data(), sl.losses, M);
-  double sum = 0.0;
-  for (float x : host_losses_) sum += x;
-  return sum / M;
+  double total = 0.0;
+  for (float x : host_losses_) total += x;
+  return total / M;
 }
 
 void Transformer::reset_step_losses() {

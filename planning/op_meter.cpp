@@ -171,13 +171,13 @@ void MeteredBackend::attention_bwd(Ref dqkv, CRef dout, CRef qkv, CRef out, cons
   op("attention_bwd", typed(att_shape(s), dqkv.dt), 2.5 * att_flops(s), 0,
      [&] { inner_->attention_bwd(dqkv, dout, qkv, out, stats, s); });
 }
-void MeteredBackend::row_max(float* max, const float* logits, int rows, int V) {
-  op("row_max", dims({rows, V}), 0, 4.0 * rows * V, [&] { inner_->row_max(max, logits, rows, V); });
+void MeteredBackend::ce_row_stats(float* max, float* sum, float* target, const float* logits, const int32_t* targets,
+                                  int rows, int V, int vocab_offset) {
+  op("ce_row_stats", dims({rows, V}), 0, 4.0 * rows * V,
+     [&] { inner_->ce_row_stats(max, sum, target, logits, targets, rows, V, vocab_offset); });
 }
-void MeteredBackend::ce_exp_sum(float* sum, float* target, float* logits, const int32_t* targets, const float* max,
-                                int rows, int V, int vocab_offset, bool write_exp) {
-  op("ce_exp_sum", dims({rows, V}) + (write_exp ? " exp" : ""), 0, (write_exp ? 8.0 : 4.0) * rows * V,
-     [&] { inner_->ce_exp_sum(sum, target, logits, targets, max, rows, V, vocab_offset, write_exp); });
+void MeteredBackend::ce_rebase(float* sum, const float* max, const float* global_max, int rows) {
+  op("ce_rebase", dims({rows}), 0, 12.0 * rows, [&] { inner_->ce_rebase(sum, max, global_max, rows); });
 }
 void MeteredBackend::ce_finish(float* losses, float* logits, const int32_t* targets, const float* max,
                                const float* sum, const float* target, int rows, int V, int vocab_offset,

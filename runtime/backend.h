@@ -163,18 +163,23 @@ class Backend {
                              const AttentionShape& s) = 0;
 
   // Cross entropy over fp32 logits [rows, V] that may be one vocabulary shard
-  // (token ids [vocab_offset, vocab_offset + V)), in three steps with
-  // reductions across shards in between (none when V is the whole vocabulary):
-  // 1. row_max: max[r] = max of the row (then all-reduce MAX).
-  virtual void row_max(float* max, const float* logits, int rows, int V) = 0;
-  // 2. ce_exp_sum: sum[r] = sum exp(logit - max), target[r] = the target's logit
-  //    if it is in this shard, else 0 (then all-reduce SUM of both). With
-  //    write_exp the logits are replaced by exp(logit - max).
-  virtual void ce_exp_sum(float* sum, float* target, float* logits, const int32_t* targets,
-                          const float* max, int rows, int V, int vocab_offset,
-                          bool write_exp) = 0;
-  // 3. ce_finish: losses[r] = log(sum) + max - target; with grad_scale != 0
-  //    the exp'd logits become (softmax - onehot) * grad_scale.
+  // (token ids [vocab_offset, vocab_offset + V)), in two passes over the
+  // logits (one read, then one read and write) with reductions across shards
+  // in between (none when V is the whole vocabulary):
+  // 1. ce_row_stats: max[r] = the row's max, sum[r] = sum exp(logit - max[r]),
+  //    target[r] = the target's logit if it is in this shard, else 0; the
+  //    logits are left as they are. A device backend keeps a running max and
+  //    rescales its sum (online softmax), so the row is read once.
+  virtual void ce_row_stats(float* max, float* sum, float* target, const float* logits,
+                            const int32_t* targets, int rows, int V, int vocab_offset) = 0;
+  //    Across shards: all-reduce MAX of max into global_max, ce_rebase, then
+  //    all-reduce SUM of sum and target.
+  // ce_rebase: sum[r] *= exp(max[r] - global_max[r]), so every shard's sum is
+  //    relative to the same max and the sums add.
+  virtual void ce_rebase(float* sum, const float* max, const float* global_max, int rows) = 0;
+  // 2. ce_finish: losses[r] = log(sum) + max - target; with grad_scale != 0 the
+  //    logits become (softmax - onehot) * grad_scale, softmax = exp(logit -
+  //    max) / sum (max and sum over the whole vocabulary).
   virtual void ce_finish(float* losses, float* logits, const int32_t* targets,
                          const float* max, const float* sum, const float* target, int rows,
                          int V, int vocab_offset, float grad_scale) = 0;

@@ -189,6 +189,11 @@ inline void elementwise(Pair& p, DType dt, const RowsCols& c) {
   Both db = p.make(randn(F, c.seed + 4));
   p.both([&](Backend& be, auto r) { be.bias_bwd(r(db).f32(), r(y), rows, F); });
   p.expect_match(db, 1e-5, 1e-6, "bias_bwd");
+  // Views one element into their buffers: not 16-byte aligned, so a device
+  // backend must not move them in vector words.
+  if (n < 2) return;
+  p.both([&](Backend& be, auto r) { be.add(r(out) + 1, r(x), r(y) + 1, n - 1); });
+  p.expect_match(out, tol(dt, 1e-6), 0, "add (unaligned)");
 }
 
 // Conversions both ways (fp32 -> bf16 rounds to nearest even, exactly as the
@@ -205,6 +210,12 @@ inline void conversions(Pair& p, const RowsCols& c) {
   Both same = p.make(std::vector<float>(n));
   p.both([&](Backend& be, auto r) { be.convert(r(same), r(wide), n); });
   p.expect_same_bits(same, "convert fp32 -> fp32");
+  // Views one element in: not 16-byte aligned, so not moved in vector words.
+  if (n < 2) return;
+  p.both([&](Backend& be, auto r) { be.convert(r(narrow) + 1, r(wide), n - 1); });
+  p.expect_same_bits(narrow, "convert fp32 -> bf16 (unaligned)");
+  p.both([&](Backend& be, auto r) { be.convert(r(back), r(narrow) + 1, n - 1); });
+  p.expect_same_bits(back, "convert bf16 -> fp32 (unaligned)");
 }
 
 inline void norms(Pair& p, DType dt, const RowsCols& c, bool with_bias) {
@@ -300,18 +311,27 @@ inline void cross_entropy(Pair& p, const RowsCols& c) {
   const int rows = c.rows, V = c.cols, off = V / 3;
   std::vector<int32_t> tg(rows);
   for (int r = 0; r < rows; r++) tg[r] = (r * 397) % (V + V / 2);  // some outside the shard
-  Both t = p.ints(tg), logits = p.make(randn((size_t)rows * V, c.seed, 3.f));
+  const std::vector<float> h = randn((size_t)rows * V, c.seed, 3.f);
+  Both t = p.ints(tg), logits = p.make(h), untouched = p.make(h);
   Both mx = p.make(std::vector<float>(rows)), sum = p.make(std::vector<float>(rows));
   Both tgt = p.make(std::vector<float>(rows)), loss = p.make(std::vector<float>(rows));
   p.both([&](Backend& be, auto r) {
-    be.row_max(r(mx).f32(), r(logits).f32(), rows, V);
-    be.ce_exp_sum(r(sum).f32(), r(tgt).f32(), r(logits).f32(), r(t).i32(), r(mx).f32(), rows, V, off, true);
-    be.ce_finish(r(loss).f32(), r(logits).f32(), r(t).i32(), r(mx).f32(), r(sum).f32(), r(tgt).f32(), rows, V, off,
-                 0.25f);
+    be.ce_row_stats(r(mx).f32(), r(sum).f32(), r(tgt).f32(), r(logits).f32(), r(t).i32(), rows, V, off);
   });
   p.expect_match(mx, 0, 0, "row max");
   p.expect_match(tgt, 0, 0, "target logits");
   p.expect_match(sum, 1e-5, 0, "exp sums");
+  p.expect_bitwise(logits.d, untouched.d, "the statistics pass leaves the logits");
+  // A shard's sum moved to a larger max (as tensor parallelism's is).
+  std::vector<float> hm = Pair::read(p.ref, mx.r);
+  for (int r = 0; r < rows; r++) hm[r] += 0.5f + r % 3;
+  Both global = p.make(hm), rebased = p.make(Pair::read(p.ref, sum.r));
+  p.both([&](Backend& be, auto r) { be.ce_rebase(r(rebased).f32(), r(mx).f32(), r(global).f32(), rows); });
+  p.expect_match(rebased, 1e-6, 0, "rebased sums");
+  p.both([&](Backend& be, auto r) {
+    be.ce_finish(r(loss).f32(), r(logits).f32(), r(t).i32(), r(mx).f32(), r(sum).f32(), r(tgt).f32(), rows, V, off,
+                 0.25f);
+  });
   p.expect_match(loss, 1e-5, 1e-6, "losses");
   p.expect_match(logits, 1e-5, 1e-7, "dlogits");
 }

@@ -352,30 +352,30 @@ TEST_F(Fixture, CausalGqaAttentionForwardBackward) {
   be.set_attention_block(Backend::kAttentionBlock);
 }
 
-// The three cross-entropy steps, run over the whole vocabulary or over two
-// vocabulary shards combined as tensor parallelism does (max and sums added).
+// The cross-entropy passes, run over the whole vocabulary or over vocabulary
+// shards combined as tensor parallelism does (the max's maximum, each shard's
+// sum rebased to it, sums added).
 std::vector<float> cross_entropy(CpuBackend& be, std::vector<float>& logits,
                                  const std::vector<int32_t>& tgt, int rows, int V, int shards,
                                  float grad_scale) {
   const int Vs = V / shards;
-  std::vector<std::vector<float>> part(shards);
-  std::vector<float> mx(rows, -INFINITY), sum(rows, 0.f), target(rows, 0.f), loss(rows);
+  std::vector<std::vector<float>> part(shards), mx(shards, std::vector<float>(rows)),
+      su(shards, std::vector<float>(rows)), tg(shards, std::vector<float>(rows));
+  std::vector<float> gmax(rows, -INFINITY), sum(rows, 0.f), target(rows, 0.f), loss(rows);
   for (int s = 0; s < shards; s++) {  // shard s holds columns [s*Vs, (s+1)*Vs)
     part[s].resize((size_t)rows * Vs);
     for (int r = 0; r < rows; r++)
       std::copy_n(logits.begin() + r * V + s * Vs, Vs, part[s].begin() + r * Vs);
-    std::vector<float> m(rows);
-    be.row_max(m.data(), part[s].data(), rows, Vs);
-    for (int r = 0; r < rows; r++) mx[r] = std::max(mx[r], m[r]);
+    be.ce_row_stats(mx[s].data(), su[s].data(), tg[s].data(), part[s].data(), tgt.data(), rows, Vs,
+                    s * Vs);
+    for (int r = 0; r < rows; r++) gmax[r] = std::max(gmax[r], mx[s][r]);
   }
   for (int s = 0; s < shards; s++) {
-    std::vector<float> su(rows), tg(rows);
-    be.ce_exp_sum(su.data(), tg.data(), part[s].data(), tgt.data(), mx.data(), rows, Vs, s * Vs,
-                  grad_scale != 0.f);
-    for (int r = 0; r < rows; r++) sum[r] += su[r], target[r] += tg[r];
+    be.ce_rebase(su[s].data(), mx[s].data(), gmax.data(), rows);
+    for (int r = 0; r < rows; r++) sum[r] += su[s][r], target[r] += tg[s][r];
   }
   for (int s = 0; s < shards; s++) {
-    be.ce_finish(loss.data(), part[s].data(), tgt.data(), mx.data(), sum.data(), target.data(),
+    be.ce_finish(loss.data(), part[s].data(), tgt.data(), gmax.data(), sum.data(), target.data(),
                  rows, Vs, s * Vs, grad_scale);
     if (grad_scale != 0.f)
       for (int r = 0; r < rows; r++)
@@ -391,7 +391,7 @@ TEST_F(Fixture, CrossEntropyLossAndGradient) {
   const Vec want = ref_cross_entropy(to_d(logits), tgt, rows, V);
   auto f = [&](const Vec& v) { double s = 0; for (double l : ref_cross_entropy(v, tgt, rows, V)) s += 0.25 * l; return s; };
   const Vec want_grad = numeric_grad(f, to_d(logits));
-  for (int shards : {1, 2}) {
+  for (int shards : {1, 2, 19}) {
     std::vector<float> work = logits;
     auto loss = cross_entropy(be, work, tgt, rows, V, shards, 0.f);
     expect_close(loss, want, 1e-5, 1e-6, "ce loss (eval)");

@@ -359,21 +359,20 @@ void CpuBackend::f32_rope(float* qkv, const AttentionShape& s, float theta, bool
   }
 }
 
-void CpuBackend::row_max(float* max, const float* logits, int rows, int V) {
-#pragma omp parallel for schedule(static)
-  for (int r = 0; r < rows; r++) max[r] = cpu::max_of(logits + (size_t)r * V, V);
-}
-
-void CpuBackend::ce_exp_sum(float* sum, float* target, float* logits, const int32_t* targets,
-                            const float* max, int rows, int V, int vocab_offset,
-                            bool write_exp) {
+void CpuBackend::ce_row_stats(float* max, float* sum, float* target, const float* logits,
+                              const int32_t* targets, int rows, int V, int vocab_offset) {
 #pragma omp parallel for schedule(static)
   for (int r = 0; r < rows; r++) {
-    float* l = logits + (size_t)r * V;
+    const float* l = logits + (size_t)r * V;
     const int t = targets[r] - vocab_offset;
     target[r] = (t >= 0 && t < V) ? l[t] : 0.f;
-    sum[r] = write_exp ? cpu::exp_shift_inplace(l, V, max[r]) : cpu::exp_shift_sum(l, V, max[r]);
+    max[r] = cpu::max_of(l, V);  // two reads of a row that stays in cache
+    sum[r] = cpu::exp_shift_sum(l, V, max[r]);
   }
+}
+
+void CpuBackend::ce_rebase(float* sum, const float* max, const float* global_max, int rows) {
+  for (int r = 0; r < rows; r++) sum[r] *= std::exp(max[r] - global_max[r]);
 }
 
 void CpuBackend::ce_finish(float* losses, float* logits, const int32_t* targets,
@@ -384,6 +383,7 @@ void CpuBackend::ce_finish(float* losses, float* logits, const int32_t* targets,
     losses[r] = std::log(sum[r]) + max[r] - target[r];
     if (grad_scale == 0.f) continue;
     float* l = logits + (size_t)r * V;
+    cpu::exp_shift_inplace(l, V, max[r]);
     cpu::scale_inplace(l, grad_scale / sum[r], V);
     const int t = targets[r] - vocab_offset;
     if (t >= 0 && t < V) l[t] -= grad_scale;

@@ -61,9 +61,9 @@ class CpuBackend final : public Backend {
   void set_attention_block(int rows) { attention_block_ = rows; }
   int attention_block() const { return attention_block_; }
 
-  void row_max(float* max, const float* logits, int rows, int V) override;
-  void ce_exp_sum(float* sum, float* target, float* logits, const int32_t* targets,
-                  const float* max, int rows, int V, int vocab_offset, bool write_exp) override;
+  void ce_row_stats(float* max, float* sum, float* target, const float* logits,
+                    const int32_t* targets, int rows, int V, int vocab_offset) override;
+  void ce_rebase(float* sum, const float* max, const float* global_max, int rows) override;
   void ce_finish(float* losses, float* logits, const int32_t* targets, const float* max,
                  const float* sum, const float* target, int rows, int V, int vocab_offset,
                  float grad_scale) override;

@@ -248,12 +248,12 @@ void CudaBackend::attention_bwd(Ref dqkv, CRef dout, CRef qkv, CRef out, const f
 
 // --- cross entropy, norms of gradients, optimizer ---
 
-void CudaBackend::row_max(float* max, const float* logits, int rows, int V) {
-  cuda::row_max(compute_, max, logits, rows, V);
+void CudaBackend::ce_row_stats(float* max, float* sum, float* target, const float* logits, const int32_t* targets,
+                               int rows, int V, int vocab_offset) {
+  cuda::ce_row_stats(compute_, max, sum, target, logits, targets, rows, V, vocab_offset);
 }
-void CudaBackend::ce_exp_sum(float* sum, float* target, float* logits, const int32_t* targets, const float* max,
-                             int rows, int V, int vocab_offset, bool write_exp) {
-  cuda::ce_exp_sum(compute_, sum, target, logits, targets, max, rows, V, vocab_offset, write_exp);
+void CudaBackend::ce_rebase(float* sum, const float* max, const float* global_max, int rows) {
+  cuda::ce_rebase(compute_, sum, max, global_max, rows);
 }
 void CudaBackend::ce_finish(float* losses, float* logits, const int32_t* targets, const float* max, const float* sum,
                             const float* target, int rows, int V, int vocab_offset, float grad_scale) {

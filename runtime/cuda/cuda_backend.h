@@ -84,9 +84,9 @@ class CudaBackend final : public Backend {
   void attention_fwd(Ref out, float* stats, CRef qkv, const AttentionShape& s) override;
   void attention_bwd(Ref dqkv, CRef dout, CRef qkv, CRef out, const float* stats,
                      const AttentionShape& s) override;
-  void row_max(float* max, const float* logits, int rows, int V) override;
-  void ce_exp_sum(float* sum, float* target, float* logits, const int32_t* targets, const float* max, int rows,
-                  int V, int vocab_offset, bool write_exp) override;
+  void ce_row_stats(float* max, float* sum, float* target, const float* logits, const int32_t* targets, int rows,
+                    int V, int vocab_offset) override;
+  void ce_rebase(float* sum, const float* max, const float* global_max, int rows) override;
   void ce_finish(float* losses, float* logits, const int32_t* targets, const float* max, const float* sum,
                  const float* target, int rows, int V, int vocab_offset, float grad_scale) override;
   void sumsq_groups(const std::vector<SumSpan>& spans, double* sums, int groups) override;

@@ -9,6 +9,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <initializer_list>
 #include <stdexcept>
 #include <string>
@@ -21,6 +22,48 @@ __device__ __forceinline__ float ld(const float* p, size_t i) { return p[i]; }
 __device__ __forceinline__ float ld(const __nv_bfloat16* p, size_t i) { return __bfloat162float(p[i]); }
 __device__ __forceinline__ void st(float* p, size_t i, float v) { p[i] = v; }
 __device__ __forceinline__ void st(__nv_bfloat16* p, size_t i, float v) { p[i] = __float2bfloat16_rn(v); }
+
+// Vector memory access: kPack consecutive elements moved as 16-byte words
+// (one word of bf16, two of fp32). A bf16 element loaded alone moves 2 of the
+// 16 bytes one load instruction can, so an elementwise kernel on bf16 runs
+// out of instructions before bandwidth. Every word must be 16-byte aligned
+// (a misaligned vector access faults): see aligned16.
+constexpr int kPack = 8;
+
+template <int N, class T>
+__device__ __forceinline__ void ld_n(const T* p, size_t i, float (&v)[N]) {
+  if constexpr (N == 1) {
+    v[0] = ld(p, i);
+  } else {
+    static_assert(N * sizeof(T) % 16 == 0, "whole 16-byte words");
+    uint4 w[N * sizeof(T) / 16];
+    for (size_t j = 0; j < sizeof w / 16; j++) w[j] = reinterpret_cast<const uint4*>(p + i)[j];
+    T raw[N];
+    memcpy(raw, w, sizeof raw);
+    for (int j = 0; j < N; j++) v[j] = ld(raw, j);
+  }
+}
+template <int N, class T>
+__device__ __forceinline__ void st_n(T* p, size_t i, const float (&v)[N]) {
+  if constexpr (N == 1) {
+    st(p, i, v[0]);
+  } else {
+    T raw[N];
+    for (int j = 0; j < N; j++) st(raw, j, v[j]);
+    uint4 w[N * sizeof(T) / 16];
+    memcpy(w, raw, sizeof raw);
+    for (size_t j = 0; j < sizeof w / 16; j++) reinterpret_cast<uint4*>(p + i)[j] = w[j];
+  }
+}
+
+// Whether packs can be used: every pointer 16-byte aligned (a view into a
+// buffer may not be) and `period` (the row length of an indexing that wraps
+// or jumps per row, 0 for none) a multiple of kPack, so no pack straddles it.
+inline bool packable(std::initializer_list<const void*> ptrs, size_t period = 0) {
+  for (const void* p : ptrs)
+    if (reinterpret_cast<uintptr_t>(p) % 16) return false;
+  return period % kPack == 0;
+}
 
 template <class T>
 T* as(Ref r) { return static_cast<T*>(r.p); }
@@ -71,30 +114,30 @@ __device__ __forceinline__ double warp_sum(double v) {
   for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
   return v;
 }
-__device__ __forceinline__ float warp_max(float v) {
-  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
-  return v;
+// (max, sum of exp(x - max)) of two parts merged; an empty part has max -inf.
+__device__ __forceinline__ void lse_merge(float& m, float& s, float mo, float so) {
+  const float mn = fmaxf(m, mo);
+  if (mn == -INFINITY) return;  // both empty: nothing to rescale
+  s = s * expf(m - mn) + so * expf(mo - mn);
+  m = mn;
 }
-
-// Sum over a block of blockDim.x threads (a multiple of 32, at most 1024),
-// returned to every thread. `shared` holds 32 floats.
-__device__ __forceinline__ float block_sum(float v, float* shared) {
-  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, nwarps = blockDim.x / 32;
-  v = warp_sum(v);
-  __syncthreads();
-  if (lane == 0) shared[warp] = v;
-  __syncthreads();
-  v = lane < nwarps ? shared[lane] : 0.f;
-  return warp_sum(v);
+__device__ __forceinline__ void warp_lse(float& m, float& s) {
+  for (int o = 16; o > 0; o >>= 1) {
+    const float mo = __shfl_xor_sync(0xffffffffu, m, o), so = __shfl_xor_sync(0xffffffffu, s, o);
+    lse_merge(m, s, mo, so);
+  }
 }
-__device__ __forceinline__ float block_max(float v, float* shared) {
+// The (max, sum) pairs of a block of blockDim.x threads (a multiple of 32, at
+// most 1024) merged, returned to every thread. `shared` holds 64 floats.
+__device__ __forceinline__ void block_lse(float& m, float& s, float* shared) {
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, nwarps = blockDim.x / 32;
-  v = warp_max(v);
+  warp_lse(m, s);
   __syncthreads();
-  if (lane == 0) shared[warp] = v;
+  if (lane == 0) shared[warp] = m, shared[32 + warp] = s;
   __syncthreads();
-  v = lane < nwarps ? shared[lane] : -INFINITY;
-  return warp_max(v);
+  m = lane < nwarps ? shared[lane] : -INFINITY;
+  s = lane < nwarps ? shared[32 + lane] : 0.f;
+  warp_lse(m, s);
 }
 
 }  // namespace trainer::cuda

@@ -68,9 +68,9 @@ inline size_t rope_table_floats(int T, int hd) { return 2 * (size_t)T * (hd / 2)
 void rope_table(cudaStream_t s, float* table, int T, int hd, float theta);
 void rope(cudaStream_t s, Ref qkv, const AttentionShape& sh, const float* table, bool inverse);
 
-void row_max(cudaStream_t s, float* max, const float* logits, int rows, int V);
-void ce_exp_sum(cudaStream_t s, float* sum, float* target, float* logits, const int32_t* targets, const float* max,
-                int rows, int V, int vocab_offset, bool write_exp);
+void ce_row_stats(cudaStream_t s, float* max, float* sum, float* target, const float* logits,
+                  const int32_t* targets, int rows, int V, int vocab_offset);
+void ce_rebase(cudaStream_t s, float* sum, const float* max, const float* global_max, int rows);
 void ce_finish(cudaStream_t s, float* losses, float* logits, const int32_t* targets, const float* max,
                const float* sum, const float* target, int rows, int V, int vocab_offset, float grad_scale);
 

@@ -1,6 +1,7 @@
 // Elementwise and gather kernels: conversions, adds, biases, activations,
 // rotary embedding, embeddings, AdamW. No reductions across threads, so
 // their results do not depend on launch sizes.
+#include <algorithm>
 #include <stdexcept>
 
 #include "runtime/cuda/device_math.cuh"
@@ -11,63 +12,131 @@ namespace trainer::cuda {
 namespace {
 constexpr unsigned kThreads = 256;
 
-template <class D, class S>
-__global__ void convert_kernel(D* dst, const S* src, size_t n) {
-  TRAINER_GRID_LOOP(i, n) st(dst, i, ld(src, i));
+// Runs op.run<N>(i) over [0, n): in packs of kPack elements from 0 when
+// `packed` (see packable), then the remaining elements one at a time.
+template <class Op>
+__global__ void map_kernel(Op op, size_t n, bool packed) {
+  const size_t whole = packed ? n / kPack * kPack : 0;
+  TRAINER_GRID_LOOP(k, whole / kPack) op.template run<kPack>(k * kPack);
+  TRAINER_GRID_LOOP(i, n - whole) op.template run<1>(whole + i);
 }
+
+template <class D, class S>
+struct Convert {
+  D* dst;
+  const S* src;
+  template <int N>
+  __device__ void run(size_t i) const {
+    float v[N];
+    ld_n<N>(src, i, v);
+    st_n<N>(dst, i, v);
+  }
+};
 
 template <class T, class A, class B>
-__global__ void add_kernel(T* out, const A* a, const B* b, size_t n) {
-  TRAINER_GRID_LOOP(i, n) st(out, i, ld(a, i) + ld(b, i));
-}
+struct Add {
+  T* out;
+  const A* a;
+  const B* b;
+  template <int N>
+  __device__ void run(size_t i) const {
+    float x[N], y[N];
+    ld_n<N>(a, i, x);
+    ld_n<N>(b, i, y);
+    for (int j = 0; j < N; j++) x[j] += y[j];
+    st_n<N>(out, i, x);
+  }
+};
 
 template <class T, class B>
-__global__ void add_bias_kernel(T* y, const B* b, size_t rows, int cols) {
-  TRAINER_GRID_LOOP(i, rows * cols) st(y, i, ld(y, i) + ld(b, i % cols));
-}
+struct AddBias {
+  T* y;
+  const B* b;
+  int cols;
+  template <int N>
+  __device__ void run(size_t i) const {
+    float x[N], c[N];
+    ld_n<N>(y, i, x);
+    ld_n<N>(b, i % cols, c);
+    for (int j = 0; j < N; j++) x[j] += c[j];
+    st_n<N>(y, i, x);
+  }
+};
 
 constexpr float kGeluS = 0.7978845608028654f;  // sqrt(2/pi)
 constexpr float kGeluK = 0.044715f;
 
 template <class T>
-__global__ void gelu_fwd_kernel(T* out, const T* x, size_t n) {
-  TRAINER_GRID_LOOP(i, n) {
-    const float v = ld(x, i);
-    st(out, i, 0.5f * v * (1.f + tanhf(kGeluS * (v + kGeluK * v * v * v))));
+struct GeluFwd {
+  T* out;
+  const T* x;
+  template <int N>
+  __device__ void run(size_t i) const {
+    float v[N];
+    ld_n<N>(x, i, v);
+    for (int j = 0; j < N; j++) v[j] = 0.5f * v[j] * (1.f + tanhf(kGeluS * (v[j] + kGeluK * v[j] * v[j] * v[j])));
+    st_n<N>(out, i, v);
   }
-}
+};
 
 template <class T>
-__global__ void gelu_bwd_kernel(T* dx, const T* x, const T* dout, size_t n) {
-  TRAINER_GRID_LOOP(i, n) {
-    const float v = ld(x, i);
-    const float t = tanhf(kGeluS * (v + kGeluK * v * v * v));
-    const float d = 0.5f * (1.f + t) + 0.5f * v * (1.f - t * t) * kGeluS * (1.f + 3.f * kGeluK * v * v);
-    st(dx, i, d * ld(dout, i));
+struct GeluBwd {
+  T* dx;
+  const T *x, *dout;
+  template <int N>
+  __device__ void run(size_t i) const {
+    float v[N], d[N];
+    ld_n<N>(x, i, v);
+    ld_n<N>(dout, i, d);
+    for (int j = 0; j < N; j++) {
+      const float t = tanhf(kGeluS * (v[j] + kGeluK * v[j] * v[j] * v[j]));
+      d[j] *= 0.5f * (1.f + t) + 0.5f * v[j] * (1.f - t * t) * kGeluS * (1.f + 3.f * kGeluK * v[j] * v[j]);
+    }
+    st_n<N>(dx, i, d);
   }
-}
+};
 
 __device__ __forceinline__ float sigmoid(float x) { return 1.f / (1.f + expf(-x)); }
 
+// gate_up rows are [gate (F) | up (F)]; element i of the output is (row i / F,
+// column i % F).
 template <class T>
-__global__ void swiglu_fwd_kernel(T* out, const T* gate_up, size_t rows, int F) {
-  TRAINER_GRID_LOOP(i, rows * F) {
-    const size_t r = i / F, c = i % F;
-    const float g = ld(gate_up, r * 2 * F + c), u = ld(gate_up, r * 2 * F + F + c);
-    st(out, i, g * sigmoid(g) * u);
+struct SwigluFwd {
+  T* out;
+  const T* gate_up;
+  int F;
+  template <int N>
+  __device__ void run(size_t i) const {
+    const size_t g0 = i / F * 2 * F + i % F;
+    float g[N], u[N];
+    ld_n<N>(gate_up, g0, g);
+    ld_n<N>(gate_up, g0 + F, u);
+    for (int j = 0; j < N; j++) g[j] = g[j] * sigmoid(g[j]) * u[j];
+    st_n<N>(out, i, g);
   }
-}
+};
 
 template <class T>
-__global__ void swiglu_bwd_kernel(T* dgu, const T* gate_up, const T* dout, size_t rows, int F) {
-  TRAINER_GRID_LOOP(i, rows * F) {
-    const size_t r = i / F, c = i % F;
-    const float g = ld(gate_up, r * 2 * F + c), u = ld(gate_up, r * 2 * F + F + c), d = ld(dout, i);
-    const float sig = sigmoid(g);
-    st(dgu, r * 2 * F + F + c, d * g * sig);
-    st(dgu, r * 2 * F + c, d * u * sig * (1.f + g * (1.f - sig)));
+struct SwigluBwd {
+  T* dgu;
+  const T *gate_up, *dout;
+  int F;
+  template <int N>
+  __device__ void run(size_t i) const {
+    const size_t g0 = i / F * 2 * F + i % F;
+    float g[N], u[N], d[N], dg[N], du[N];
+    ld_n<N>(gate_up, g0, g);
+    ld_n<N>(gate_up, g0 + F, u);
+    ld_n<N>(dout, i, d);
+    for (int j = 0; j < N; j++) {
+      const float sig = sigmoid(g[j]);
+      du[j] = d[j] * g[j] * sig;
+      dg[j] = d[j] * u[j] * sig * (1.f + g[j] * (1.f - sig));
+    }
+    st_n<N>(dgu, g0 + F, du);
+    st_n<N>(dgu, g0, dg);
   }
-}
+};
 
 // One thread per (position, pair i < hd/2): the angle in double, as the CPU
 // backend computes it, then rounded to fp32 once for the table.
@@ -154,6 +223,14 @@ __global__ void stats_to_lse_kernel(float* lse, const float* stats, size_t rows)
 }
 
 unsigned grid(size_t n) { return blocks_for(n, kThreads); }
+
+// One thread per pack (and as many as the unpacked remainder needs).
+template <class Op>
+void map(cudaStream_t s, const char* name, const Op& op, size_t n, bool packed) {
+  const size_t threads = packed ? std::max(n / kPack, n % kPack) : n;
+  map_kernel<<<grid(threads), kThreads, 0, s>>>(op, n, packed);
+  check_launch(name, {n});
+}
 }  // namespace
 
 void convert(cudaStream_t s, Ref dst, CRef src, size_t n) {
@@ -164,52 +241,46 @@ void convert(cudaStream_t s, Ref dst, CRef src, size_t n) {
     return;
   }
   if (dst.dt == DType::I32 || src.dt == DType::I32) throw std::logic_error("cuda::convert: int32 is not converted");
-  TRAINER_DISPATCH(dst.dt, D, TRAINER_DISPATCH(src.dt, S, convert_kernel<<<grid(n), kThreads, 0, s>>>(
-                                                              as<D>(dst), as<S>(src), n)));
-  check_launch("convert", {n});
+  TRAINER_DISPATCH(dst.dt, D, TRAINER_DISPATCH(src.dt, S, map(s, "convert", Convert<D, S>{as<D>(dst), as<S>(src)}, n,
+                                                               packable({dst.p, src.p}))));
 }
 
 void add(cudaStream_t s, Ref out, CRef a, CRef b, size_t n) {
   if (!n) return;
-  TRAINER_DISPATCH(out.dt, T, TRAINER_DISPATCH(a.dt, A, TRAINER_DISPATCH(b.dt, B, add_kernel<<<grid(n), kThreads, 0, s>>>(
-                                                                                 as<T>(out), as<A>(a), as<B>(b), n))));
-  check_launch("add", {n});
+  TRAINER_DISPATCH(out.dt, T, TRAINER_DISPATCH(a.dt, A, TRAINER_DISPATCH(b.dt, B, map(s, "add", Add<T, A, B>{
+      as<T>(out), as<A>(a), as<B>(b)}, n, packable({out.p, a.p, b.p})))));
 }
 
 void add_bias(cudaStream_t s, Ref y, CRef b, int rows, int cols) {
   const size_t n = (size_t)rows * cols;
   if (!n) return;
-  TRAINER_DISPATCH(y.dt, T, TRAINER_DISPATCH(b.dt, B, add_bias_kernel<<<grid(n), kThreads, 0, s>>>(
-                                                          as<T>(y), as<B>(b), (size_t)rows, cols)));
-  check_launch("add_bias", {(size_t)rows, (size_t)cols});
+  TRAINER_DISPATCH(y.dt, T, TRAINER_DISPATCH(b.dt, B, map(s, "add_bias", AddBias<T, B>{as<T>(y), as<B>(b), cols}, n,
+                                                          packable({y.p, b.p}, cols))));
 }
 
 void gelu_fwd(cudaStream_t s, Ref out, CRef x, size_t n) {
   require_same_type("gelu_fwd", {out.dt, x.dt});
-  if (n) TRAINER_DISPATCH(out.dt, T, gelu_fwd_kernel<<<grid(n), kThreads, 0, s>>>(as<T>(out), as<T>(x), n));
-  check_launch("gelu_fwd", {n});
+  if (n) TRAINER_DISPATCH(out.dt, T, map(s, "gelu_fwd", GeluFwd<T>{as<T>(out), as<T>(x)}, n, packable({out.p, x.p})));
 }
 void gelu_bwd(cudaStream_t s, Ref dx, CRef x, CRef dout, size_t n) {
   require_same_type("gelu_bwd", {dx.dt, x.dt, dout.dt});
   if (n)
-    TRAINER_DISPATCH(dx.dt, T, gelu_bwd_kernel<<<grid(n), kThreads, 0, s>>>(as<T>(dx), as<T>(x), as<T>(dout), n));
-  check_launch("gelu_bwd", {n});
+    TRAINER_DISPATCH(dx.dt, T, map(s, "gelu_bwd", GeluBwd<T>{as<T>(dx), as<T>(x), as<T>(dout)}, n,
+                                   packable({dx.p, x.p, dout.p})));
 }
 void swiglu_fwd(cudaStream_t s, Ref out, CRef gate_up, int rows, int F) {
   require_same_type("swiglu_fwd", {out.dt, gate_up.dt});
   const size_t n = (size_t)rows * F;
   if (n)
-    TRAINER_DISPATCH(out.dt, T, swiglu_fwd_kernel<<<grid(n), kThreads, 0, s>>>(as<T>(out), as<T>(gate_up),
-                                                                                 (size_t)rows, F));
-  check_launch("swiglu_fwd", {(size_t)rows, (size_t)F});
+    TRAINER_DISPATCH(out.dt, T, map(s, "swiglu_fwd", SwigluFwd<T>{as<T>(out), as<T>(gate_up), F}, n,
+                                    packable({out.p, gate_up.p}, F)));
 }
 void swiglu_bwd(cudaStream_t s, Ref dgate_up, CRef gate_up, CRef dout, int rows, int F) {
   require_same_type("swiglu_bwd", {dgate_up.dt, gate_up.dt, dout.dt});
   const size_t n = (size_t)rows * F;
   if (n)
-    TRAINER_DISPATCH(dgate_up.dt, T, swiglu_bwd_kernel<<<grid(n), kThreads, 0, s>>>(
-                                         as<T>(dgate_up), as<T>(gate_up), as<T>(dout), (size_t)rows, F));
-  check_launch("swiglu_bwd", {(size_t)rows, (size_t)F});
+    TRAINER_DISPATCH(dgate_up.dt, T, map(s, "swiglu_bwd", SwigluBwd<T>{as<T>(dgate_up), as<T>(gate_up), as<T>(dout), F},
+                                         n, packable({dgate_up.p, gate_up.p, dout.p}, F)));
 }
 void rope_table(cudaStream_t s, float* table, int T, int hd, float theta) {
   const size_t n = (size_t)T * (hd / 2);

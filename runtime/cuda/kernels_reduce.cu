@@ -155,35 +155,38 @@ __global__ void rmsnorm_dx_kernel(T* dx, const T* dout, const T* x, const W* w, 
 
 unsigned row_blocks(int rows) { return (rows + kRowWarps - 1) / kRowWarps; }
 
-// Cross entropy: one block per row.
+// Cross entropy: one block per row, two passes over the logits (stats, then
+// the loss and gradient), as llm.c and Megatron's fused kernels do.
 constexpr unsigned kCeThreads = 512;
 
-__global__ void row_max_kernel(float* max, const float* logits, int V) {
-  __shared__ float sh[32];
-  const float* l = logits + (size_t)blockIdx.x * V;
-  float m = -INFINITY;
-  for (int i = threadIdx.x; i < V; i += blockDim.x) m = fmaxf(m, l[i]);
-  m = block_max(m, sh);
-  if (threadIdx.x == 0) max[blockIdx.x] = m;
+// Each thread keeps a running max and a sum rescaled when the max grows
+// (online softmax), so the row is read once; the threads' pairs are merged
+// in a fixed shuffle order.
+__global__ void ce_row_stats_kernel(float* max, float* sum, float* target, const float* logits,
+                                    const int32_t* targets, int V, int vocab_offset) {
+  __shared__ float sh[64];
+  const int r = blockIdx.x;
+  const float* l = logits + (size_t)r * V;
+  float m = -INFINITY, s = 0.f;
+  for (int i = threadIdx.x; i < V; i += blockDim.x) {
+    const float x = l[i];
+    if (x > m) {
+      s = s * expf(m - x) + 1.f;
+      m = x;
+    } else {
+      s += expf(x - m);
+    }
+  }
+  block_lse(m, s, sh);
+  if (threadIdx.x) return;
+  const int t = targets[r] - vocab_offset;
+  max[r] = m;
+  sum[r] = s;
+  target[r] = (t >= 0 && t < V) ? l[t] : 0.f;
 }
 
-__global__ void ce_exp_sum_kernel(float* sum, float* target, float* logits, const int32_t* targets, const float* max,
-                                  int V, int vocab_offset, bool write_exp) {
-  __shared__ float sh[32];
-  const int r = blockIdx.x;
-  float* l = logits + (size_t)r * V;
-  const int t = targets[r] - vocab_offset;
-  const float mx = max[r];
-  if (threadIdx.x == 0) target[r] = (t >= 0 && t < V) ? l[t] : 0.f;
-  __syncthreads();  // the target logit is read before it is exponentiated
-  float acc = 0.f;
-  for (int i = threadIdx.x; i < V; i += blockDim.x) {
-    const float e = expf(l[i] - mx);
-    if (write_exp) l[i] = e;
-    acc += e;
-  }
-  acc = block_sum(acc, sh);
-  if (threadIdx.x == 0) sum[r] = acc;
+__global__ void ce_rebase_kernel(float* sum, const float* max, const float* global_max, size_t rows) {
+  TRAINER_GRID_LOOP(r, rows) sum[r] *= expf(max[r] - global_max[r]);
 }
 
 __global__ void ce_finish_kernel(float* losses, float* logits, const int32_t* targets, const float* max,
@@ -192,9 +195,9 @@ __global__ void ce_finish_kernel(float* losses, float* logits, const int32_t* ta
   if (threadIdx.x == 0) losses[r] = logf(sum[r]) + max[r] - target[r];
   if (grad_scale == 0.f) return;
   float* l = logits + (size_t)r * V;
-  const float a = grad_scale / sum[r];
+  const float a = grad_scale / sum[r], mx = max[r];
   const int t = targets[r] - vocab_offset;
-  for (int i = threadIdx.x; i < V; i += blockDim.x) l[i] = l[i] * a - (i == t ? grad_scale : 0.f);
+  for (int i = threadIdx.x; i < V; i += blockDim.x) l[i] = expf(l[i] - mx) * a - (i == t ? grad_scale : 0.f);
 }
 
 constexpr unsigned kSumThreads = 512;
@@ -271,14 +274,14 @@ void rmsnorm_bwd(cudaStream_t s, Ref dx, float* dw, CRef dout, CRef x, CRef w, c
   check_launch("rmsnorm_bwd", {(size_t)rows, (size_t)C});
 }
 
-void row_max(cudaStream_t s, float* max, const float* logits, int rows, int V) {
-  if (rows) row_max_kernel<<<rows, kCeThreads, 0, s>>>(max, logits, V);
-  check_launch("row_max", {(size_t)rows, (size_t)V});
+void ce_row_stats(cudaStream_t s, float* max, float* sum, float* target, const float* logits,
+                  const int32_t* targets, int rows, int V, int vocab_offset) {
+  if (rows) ce_row_stats_kernel<<<rows, kCeThreads, 0, s>>>(max, sum, target, logits, targets, V, vocab_offset);
+  check_launch("ce_row_stats", {(size_t)rows, (size_t)V});
 }
-void ce_exp_sum(cudaStream_t s, float* sum, float* target, float* logits, const int32_t* targets, const float* max,
-                int rows, int V, int vocab_offset, bool write_exp) {
-  if (rows) ce_exp_sum_kernel<<<rows, kCeThreads, 0, s>>>(sum, target, logits, targets, max, V, vocab_offset, write_exp);
-  check_launch("ce_exp_sum", {(size_t)rows, (size_t)V});
+void ce_rebase(cudaStream_t s, float* sum, const float* max, const float* global_max, int rows) {
+  if (rows) ce_rebase_kernel<<<blocks_for(rows, 256), 256, 0, s>>>(sum, max, global_max, (size_t)rows);
+  check_launch("ce_rebase", {(size_t)rows});
 }
 void ce_finish(cudaStream_t s, float* losses, float* logits, const int32_t* targets, const float* max,
                const float* sum, const float* target, int rows, int V, int vocab_offset, float grad_scale) {

@@ -38,6 +38,12 @@ struct dim3 {
   constexpr dim3(unsigned x_ = 1, unsigned y_ = 1, unsigned z_ = 1) : x(x_), y(y_), z(z_) {}
 };
 
+// The 16-byte vector type of vector loads and stores, aligned as on the GPU
+// (UBSan, in the tier's sanitizer build, reports a misaligned one).
+struct alignas(16) uint4 {
+  unsigned x, y, z, w;
+};
+
 typedef struct CUstream_st* cudaStream_t;
 enum cudaError_t { cudaSuccess = 0 };
 enum cudaMemcpyKind {

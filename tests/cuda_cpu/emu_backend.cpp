@@ -137,12 +137,12 @@ void EmuBackend::stats_to_lse(float* lse, const float* stats, size_t rows) {
   EMU_OP(stats_to_lse, cuda::stats_to_lse(kStream, lse, stats, rows));
 }
 
-void EmuBackend::row_max(float* max, const float* logits, int rows, int V) {
-  EMU_OP(row_max, cuda::row_max(kStream, max, logits, rows, V));
+void EmuBackend::ce_row_stats(float* max, float* sum, float* target, const float* logits, const int32_t* targets,
+                              int rows, int V, int vocab_offset) {
+  EMU_OP(ce_row_stats, cuda::ce_row_stats(kStream, max, sum, target, logits, targets, rows, V, vocab_offset));
 }
-void EmuBackend::ce_exp_sum(float* sum, float* target, float* logits, const int32_t* targets, const float* max,
-                            int rows, int V, int vocab_offset, bool write_exp) {
-  EMU_OP(ce_exp_sum, cuda::ce_exp_sum(kStream, sum, target, logits, targets, max, rows, V, vocab_offset, write_exp));
+void EmuBackend::ce_rebase(float* sum, const float* max, const float* global_max, int rows) {
+  EMU_OP(ce_rebase, cuda::ce_rebase(kStream, sum, max, global_max, rows));
 }
 void EmuBackend::ce_finish(float* losses, float* logits, const int32_t* targets, const float* max, const float* sum,
                            const float* target, int rows, int V, int vocab_offset, float grad_scale) {

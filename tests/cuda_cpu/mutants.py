@@ -23,13 +23,15 @@ ORDERS = ['forward', 'reverse', 'random:20261203']
 # (name, file, the text, its replacement, the tests that must catch it)
 MUTANTS = [
     ('removed __syncthreads in a block reduction', 'device_math.cuh',
-     '  if (lane == 0) shared[warp] = v;\n  __syncthreads();\n  v = lane < nwarps ? shared[lane] : 0.f;',
-     '  if (lane == 0) shared[warp] = v;\n  v = lane < nwarps ? shared[lane] : 0.f;', '*CrossEntropy*'),
+     '  if (lane == 0) shared[warp] = m, shared[32 + warp] = s;\n  __syncthreads();\n',
+     '  if (lane == 0) shared[warp] = m, shared[32 + warp] = s;\n', '*CrossEntropy*'),
     ('grid-stride loop one past the end', 'device_math.cuh',
      'threadIdx.x; i < (n);', 'threadIdx.x; i <= (n);', '*Elementwise*'),
     ('warp reduction stopping one step early', 'device_math.cuh',
      '__device__ __forceinline__ float warp_sum(float v) {\n  for (int o = 16; o > 0; o >>= 1)',
      '__device__ __forceinline__ float warp_sum(float v) {\n  for (int o = 16; o > 1; o >>= 1)', '*Norms*'),
+    ('vector packs rounded up past the end', 'kernels_elementwise.cu',
+     'packed ? n / kPack * kPack : 0;', 'packed ? (n + kPack - 1) / kPack * kPack : 0;', '*Elementwise*'),
     ('dropped term in AdamW (weight decay)', 'kernels_elementwise.cu',
      'const float pi = p[i] * decay - ', 'const float pi = p[i] - ', '*Adamw*'),
     ('double bf16 rounding (LayerNorm output rounded before its bias)', 'kernels_reduce.cu',

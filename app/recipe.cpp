@@ -7,6 +7,7 @@
 #include <toml++/toml.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -105,6 +106,8 @@ class RecipeReader {
         fail(sec, key, "\"" + v + "\" is not one of " + k.allowed() +
                            (near.empty() ? "" : " (did you mean \"" + near + "\"?)"));
       }
+      case KeyType::RopeScaling:
+        return rope_scaling(k, n);
       case KeyType::Sources: {
         if (n.is_string()) return std::vector<DataSource>{{n.as_string()->get(), 0, "", {}}};
         if (!n.is_array()) fail(sec, key, "expected a list of paths or { path, weight, name } tables, got " + type_name(n));
@@ -124,6 +127,48 @@ class RecipeReader {
       }
     }
     return 0L;
+  }
+  // A RopeScaling key: {} (none), { rope_type = "default" }, or llama3 with
+  // its four fields (all required, as in Hugging Face's config.json). The
+  // other types transformers knows change the positions differently and are
+  // refused by name rather than trained as plain RoPE.
+  RopeScaling rope_scaling(const RecipeKey& k, const toml::node& n) const {
+    const auto bad = [&](const std::string& why) { fail(k.section, k.name, why); };
+    if (!n.is_table()) bad("expected an inline table (" + k.allowed() + "), got " + type_name(n));
+    const toml::table& t = *n.as_table();
+    RopeScaling s;
+    if (t.empty()) return s;
+    const toml::node* type = t.get("rope_type");
+    if (!type || !type->is_string()) bad("rope_type: expected a string (\"llama3\")");
+    const std::string name = type->as_string()->get();
+    if (name == "default" && t.size() == 1) return s;
+    if (name == "linear" || name == "dynamic" || name == "yarn" || name == "longrope" || name == "su" ||
+        name == "mrope" || name == "default")
+      bad("rope_type \"" + name + "\" is not implemented (the trainer has \"llama3\" only)");
+    if (name != "llama3") bad("unknown rope_type \"" + name + "\" (the trainer has \"llama3\")");
+    s.type = RopeScaling::Type::Llama3;
+    const auto number = [&](const char* f, double& out) {
+      const toml::node* v = t.get(f);
+      if (!v) bad(std::string(f) + ": missing (llama3 scaling needs factor, low_freq_factor, high_freq_factor and "
+                  "original_max_position_embeddings)");
+      if (v->is_integer()) out = (double)v->as_integer()->get();
+      else if (v->is_floating_point()) out = v->as_floating_point()->get();
+      else bad(std::string(f) + ": expected a number, got " + type_name(*v));
+    };
+    double orig = 0;
+    number("factor", s.factor), number("low_freq_factor", s.low_freq_factor);
+    number("high_freq_factor", s.high_freq_factor), number("original_max_position_embeddings", orig);
+    if (orig != std::floor(orig) || orig < 1 || orig > 2147483647.0)
+      bad("original_max_position_embeddings: expected a positive integer, got " + std::to_string(orig));
+    s.original_max_position_embeddings = (int)orig;
+    for (auto&& [f, v] : t) {
+      const std::string field(f.str());
+      if (field != "rope_type" && field != "factor" && field != "low_freq_factor" && field != "high_freq_factor" &&
+          field != "original_max_position_embeddings")
+        bad("unknown field \"" + field + "\" (fields: rope_type, factor, low_freq_factor, high_freq_factor, "
+            "original_max_position_embeddings)");
+    }
+    return s;
   }
   // One entry of a Sources key: "path" or { path = "...", weight = W, name = "..." }.
   DataSource source(const RecipeKey& k, const toml::node& e) const {

@@ -26,6 +26,7 @@ KeyValue to_value(bool x) { return x; }
 KeyValue to_value(const std::string& x) { return x; }
 KeyValue to_value(const std::vector<std::string>& x) { return x; }
 KeyValue to_value(const std::vector<DataSource>& x) { return x; }
+KeyValue to_value(const RopeScaling& x) { return x; }
 
 void from_value(int& d, const KeyValue& v) { d = (int)std::get<long>(v); }
 void from_value(long& d, const KeyValue& v) { d = std::get<long>(v); }
@@ -36,6 +37,7 @@ void from_value(bool& d, const KeyValue& v) { d = std::get<bool>(v); }
 void from_value(std::string& d, const KeyValue& v) { d = std::get<std::string>(v); }
 void from_value(std::vector<std::string>& d, const KeyValue& v) { d = std::get<std::vector<std::string>>(v); }
 void from_value(std::vector<DataSource>& d, const KeyValue& v) { d = std::get<std::vector<DataSource>>(v); }
+void from_value(RopeScaling& d, const KeyValue& v) { d = std::get<RopeScaling>(v); }
 
 // set and get of a Recipe field: AT(training.steps)
 #define AT(field)                                                          \
@@ -83,7 +85,7 @@ struct K {
 
 constexpr KeyType Int = KeyType::Int, Float = KeyType::Float, Bool = KeyType::Bool,
                   String = KeyType::String, List = KeyType::List, Choice = KeyType::Choice,
-                  Sources = KeyType::Sources;
+                  Sources = KeyType::Sources, Scaling = KeyType::RopeScaling;
 using Strings = std::vector<std::string>;
 using SourceList = std::vector<DataSource>;
 
@@ -115,6 +117,10 @@ std::vector<RecipeKey> make_keys() {
           .def([](const Recipe& r, int) { return KeyValue(r.model.arch == Arch::GPT2 ? 1e-5 : 1e-6); }, "1e-5 gpt2, 1e-6 llama")
           .above(0).below(1),
       K("model", "rope_theta", Float, "RoPE base (llama only)", AT(model.rope_theta)).def(10000.0).above(1).shown_if(llama),
+      K("model", "rope_scaling", Scaling, "RoPE frequency scaling as in Hugging Face's config.json (llama only): "
+        "{ rope_type = \"llama3\", factor = 8.0, low_freq_factor = 1.0, high_freq_factor = 4.0, "
+        "original_max_position_embeddings = 8192 } (Llama 3.1-3.3), or {} for none", AT(model.rope_scaling))
+          .def(RopeScaling{}).shown_if(llama),
       // [parallel]
       K("parallel", "tp", Int, "tensor-parallel ranks; n_heads, n_kv_heads, d_ff and vocab_size must divide by it", AT(grid.tp))
           .def(1L).at_least(1),
@@ -301,6 +307,7 @@ std::string RecipeKey::allowed() const {
     case KeyType::String: return "a string";
     case KeyType::List: return "a list of strings";
     case KeyType::Sources: return "a list of paths/globs, or of { path, weight, name } tables";
+    case KeyType::RopeScaling: return "{} or a table with rope_type = \"llama3\" and its four fields";
     case KeyType::Choice: {
       std::string s;
       for (const auto& c : choices) s += (s.empty() ? "\"" : ", \"") + c + "\"";
@@ -349,6 +356,8 @@ std::string RecipeKey::check(const KeyValue& v) const {
     if (!std::isfinite(x)) return "must be a finite number " + bounds(*this) + ", got " + std::string(std::isnan(x) ? "nan" : "inf");
   } else if (type == KeyType::Sources) {
     return check_sources(std::get<std::vector<DataSource>>(v));
+  } else if (type == KeyType::RopeScaling) {
+    return rope_scaling_problem(std::get<RopeScaling>(v));
   } else if (type == KeyType::Choice) {
     for (const auto& c : choices)
       if (c == std::get<std::string>(v)) return "";
@@ -412,6 +421,7 @@ std::string toml_text(const KeyValue& v, KeyType type) {
       }
       return s + "]";
     }
+    std::string operator()(const RopeScaling& r) const { return rope_scaling_toml(r); }
   };
   return std::visit(Visitor{type}, v);
 }

@@ -14,10 +14,12 @@
 
 namespace trainer {
 
-using KeyValue = std::variant<long, double, bool, std::string, std::vector<std::string>, std::vector<DataSource>>;
+using KeyValue =
+    std::variant<long, double, bool, std::string, std::vector<std::string>, std::vector<DataSource>, RopeScaling>;
 
 // Sources: a list of paths/globs or { path, weight, name } tables (blends).
-enum class KeyType { Int, Float, Bool, String, List, Choice, Sources };
+// RopeScaling: an inline table with Hugging Face's rope_scaling fields.
+enum class KeyType { Int, Float, Bool, String, List, Choice, Sources, RopeScaling };
 
 struct RecipeKey {
   std::string section, name;

@@ -227,6 +227,11 @@ std::string hf_config_json(const ModelConfig& m, DType dtype) {
          {"max_position_embeddings", m.seq_len}, {"hidden_act", "silu"}, {"rms_norm_eps", m.norm_eps},
          {"rope_theta", m.rope_theta}, {"attention_bias", false}, {"tie_word_embeddings", m.tie_embeddings},
          {"torch_dtype", torch_dtype}};
+    const RopeScaling& s = m.rope_scaling;
+    if (s.type == RopeScaling::Type::Llama3)  // transformers 4.43+ form, which 5.x still reads
+      j["rope_scaling"] = {{"rope_type", "llama3"}, {"factor", s.factor}, {"low_freq_factor", s.low_freq_factor},
+                           {"high_freq_factor", s.high_freq_factor},
+                           {"original_max_position_embeddings", s.original_max_position_embeddings}};
   }
   return j.dump(2) + "\n";
 }

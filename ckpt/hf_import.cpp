@@ -13,6 +13,88 @@ namespace trainer {
 
 namespace {
 
+// RoPE as config.json gives it: transformers 5 keeps the base and the scaling
+// in rope_parameters ({rope_type, rope_theta, factor, ...}); 4.x has a
+// top-level rope_theta and rope_scaling (rope_type, or the older "type").
+struct HfRope {
+  double theta = 10000;
+  RopeScaling scaling;
+  std::string theta_field = "rope_theta";
+  std::vector<std::string> problems;  // what the trainer cannot represent
+};
+
+HfRope read_rope(const nlohmann::json& c) {
+  HfRope r;
+  const auto number = [&](const nlohmann::json& o, const std::string& where, const char* key, double& out) {
+    if (!o.contains(key)) return false;
+    if (!o[key].is_number()) r.problems.push_back(where + key + ": expected a number, config.json has " + o[key].dump());
+    else out = o[key].get<double>();
+    return true;
+  };
+  if (c.contains("rope_theta")) number(c, "", "rope_theta", r.theta);
+  const bool v5 = c.contains("rope_parameters") && !c["rope_parameters"].is_null();
+  const char* field = v5 ? "rope_parameters" : "rope_scaling";
+  if (v5 && c.contains("rope_scaling") && !c["rope_scaling"].is_null() && c["rope_scaling"] != c["rope_parameters"])
+    r.problems.push_back("rope_scaling and rope_parameters: both given and they differ; config.json must say one thing");
+  if (!c.contains(field) || c[field].is_null()) return r;
+  const nlohmann::json& p = c[field];
+  const std::string where = std::string(field) + ".";
+  if (!p.is_object()) {
+    r.problems.push_back(std::string(field) + ": expected an object, config.json has " + p.dump());
+    return r;
+  }
+  if (v5 && number(p, where, "rope_theta", r.theta)) r.theta_field = where + "rope_theta";
+  const nlohmann::json type = p.contains("rope_type") ? p["rope_type"] : p.value("type", nlohmann::json("default"));
+  if (!type.is_string()) {
+    r.problems.push_back(where + "rope_type: expected a string, config.json has " + type.dump());
+    return r;
+  }
+  const std::string t = type.get<std::string>();
+  if (t == "default") return r;
+  if (t != "llama3") {
+    r.problems.push_back(where + "rope_type: \"" + t + "\" changes the positions in a way the trainer does not "
+                         "implement (it has \"llama3\")");
+    return r;
+  }
+  RopeScaling& s = r.scaling;
+  s.type = RopeScaling::Type::Llama3;
+  double orig = 0;
+  for (auto [key, out] : {std::pair<const char*, double*>{"factor", &s.factor}, {"low_freq_factor", &s.low_freq_factor},
+                          {"high_freq_factor", &s.high_freq_factor}, {"original_max_position_embeddings", &orig}})
+    if (!number(p, where, key, *out)) r.problems.push_back(where + key + ": missing (llama3 scaling needs it)");
+  s.original_max_position_embeddings = (int)orig;
+  for (auto it = p.begin(); it != p.end(); ++it)
+    if (it.key() != "rope_type" && it.key() != "type" && it.key() != "rope_theta" && it.key() != "factor" &&
+        it.key() != "low_freq_factor" && it.key() != "high_freq_factor" &&
+        it.key() != "original_max_position_embeddings")
+      r.problems.push_back(where + it.key() + ": a field of llama3 scaling the trainer does not know");
+  return r;
+}
+
+// Fields that change what a model computes, at the value that does not:
+// another value is refused by name rather than ignored.
+void unsupported_fields(const nlohmann::json& c, bool gpt2, std::vector<std::string>& out) {
+  const std::vector<std::pair<const char*, nlohmann::json>> neutral =
+      gpt2 ? std::vector<std::pair<const char*, nlohmann::json>>{{"scale_attn_weights", true},
+                                                                 {"scale_attn_by_inverse_layer_idx", false},
+                                                                 {"add_cross_attention", false}}
+           : std::vector<std::pair<const char*, nlohmann::json>>{{"attention_bias", false},
+                                                                 {"mlp_bias", false},
+                                                                 {"partial_rotary_factor", 1.0},
+                                                                 {"sliding_window", nullptr},
+                                                                 {"attn_logit_softcapping", nullptr},
+                                                                 {"final_logit_softcapping", nullptr}};
+  for (const auto& [key, value] : neutral)
+    if (c.contains(key) && c[key] != value)
+      out.push_back(std::string(key) + ": config.json " + c[key].dump() + "; the trainer computes only " + value.dump());
+  if (!gpt2 && c.contains("head_dim") && c["head_dim"].is_number() && c.contains("hidden_size") &&
+      c.contains("num_attention_heads") && c["hidden_size"].is_number() && c["num_attention_heads"].is_number() &&
+      c["num_attention_heads"].get<double>() > 0 &&
+      c["head_dim"].get<double>() != c["hidden_size"].get<double>() / c["num_attention_heads"].get<double>())
+    out.push_back("head_dim: config.json " + c["head_dim"].dump() + "; the trainer's heads are hidden_size / "
+                  "num_attention_heads wide");
+}
+
 // (field, ours, theirs) for each config.json field that differs from the recipe.
 std::vector<std::string> config_differences(const nlohmann::json& c, const ModelConfig& m) {
   std::vector<std::string> out;
@@ -51,9 +133,17 @@ std::vector<std::string> config_differences(const nlohmann::json& c, const Model
     num("num_key_value_heads", m.n_kv_heads, c.value("num_attention_heads", -1.0));
     num("intermediate_size", m.d_ff, -1);
     num("rms_norm_eps", m.norm_eps, 1e-6);
-    num("rope_theta", m.rope_theta, 10000);
+    const HfRope rope = read_rope(c);
+    out.insert(out.end(), rope.problems.begin(), rope.problems.end());
+    if ((float)rope.theta != m.rope_theta)
+      out.push_back(rope.theta_field + ": recipe " + text(m.rope_theta) + ", config.json " + text(rope.theta) +
+                    " (model.rope_theta)");
+    if (rope.problems.empty() && rope.scaling != m.rope_scaling)
+      out.push_back("rope_scaling: recipe " + rope_scaling_toml(m.rope_scaling) + ", config.json " +
+                    rope_scaling_toml(rope.scaling) + " (model.rope_scaling)");
     if (c.value("hidden_act", "silu") != "silu") out.push_back("hidden_act: the trainer's MLP is SwiGLU (silu)");
   }
+  unsupported_fields(c, gpt2, out);
   return out;
 }
 

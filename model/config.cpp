@@ -19,6 +19,8 @@ std::vector<std::pair<std::string, std::string>> validate(const ModelConfig& c) 
   if (c.d_model % c.n_heads != 0)
     err.push_back({"n_heads", "n_heads = " + std::to_string(c.n_heads) +
                                   " must divide d_model = " + std::to_string(c.d_model)});
+  if (c.arch == Arch::GPT2 && c.rope_scaling.type != RopeScaling::Type::None)
+    err.push_back({"rope_scaling", "gpt2 has learned positions, not RoPE: set rope_scaling = {} or arch = \"llama\""});
   if (c.arch == Arch::Llama) {
     if (c.n_kv_heads <= 0 || c.n_heads % c.n_kv_heads != 0)
       err.push_back({"n_kv_heads", "n_kv_heads = " + std::to_string(c.n_kv_heads) +

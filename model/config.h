@@ -4,6 +4,8 @@
 #include <string>
 #include <vector>
 
+#include "runtime/rope.h"
+
 namespace trainer {
 
 enum class Arch { GPT2, Llama };
@@ -19,7 +21,10 @@ struct ModelConfig {
   int seq_len = 128;
   bool tie_embeddings = true;
   float norm_eps = 1e-5f;
-  float rope_theta = 10000.f;
+  float rope_theta = 10000.f;                // llama only
+  RopeScaling rope_scaling;                  // llama only; type None: plain RoPE
+
+  RopeFreqs rope() const { return {rope_theta, rope_scaling}; }
 
   int head_dim() const { return d_model / n_heads; }
   int kv_heads() const { return arch == Arch::Llama ? n_kv_heads : n_heads; }

@@ -242,7 +242,7 @@ void Transformer::layer_fwd(LayerActs& a, const LayerParams& lp, Ref out, Upto u
   norm_to_full(a.norm1, a.mean1, a.rstd1, a.resid_in, lp.norm1_w, lp.norm1_b);
   be_.matmul(false, true, M, Q, d, 1.f, a.norm1, W(lp.wqkv), 0.f, a.qkv);
   if (gpt2) be_.add_bias(a.qkv, W(lp.bqkv), M, Q);
-  else be_.rope(a.qkv, as, c.rope_theta, false);
+  else be_.rope(a.qkv, as, c.rope(), false);
   be_.attention_fwd(a.att, a.stats, a.qkv, as);
   row_parallel(a.resid_mid, a.resid_in, a.att, H_ * hd, lp.wo, lp.bo, gpt2);
   // MLP block
@@ -355,7 +355,7 @@ void Transformer::layer_bwd(LayerActs& a, const LayerParams& lp, int l) {
   be_.matmul(false, false, M, A, d, 1.f, gf, W(lp.wo), 0.f, g_att_);
   be_.matmul(true, false, d, A, M, 1.f, gf, a.att, 1.f, G(lp.wo));
   be_.attention_bwd(g_qkv_, g_att_, a.qkv, a.att, a.stats, attn_shape());
-  if (!gpt2) be_.rope(g_qkv_, attn_shape(), cfg_.rope_theta, true);
+  if (!gpt2) be_.rope(g_qkv_, attn_shape(), cfg_.rope(), true);
   be_.matmul(false, false, M, d, Q, 1.f, g_qkv_, W(lp.wqkv), 0.f, g_norm_);
   be_.matmul(true, false, Q, d, M, 1.f, g_qkv_, a.norm1, 1.f, G(lp.wqkv));
   if (gpt2) be_.bias_bwd(G(lp.bqkv), g_qkv_, M, Q);

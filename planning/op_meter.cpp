@@ -158,9 +158,9 @@ void MeteredBackend::swiglu_bwd(Ref dgate_up, CRef gate_up, CRef dout, int rows,
   op("swiglu_bwd", typed(dims({rows, F}), dgate_up.dt), 0, 5.0 * rows * F * esize(dgate_up.dt),
      [&] { inner_->swiglu_bwd(dgate_up, gate_up, dout, rows, F); });
 }
-void MeteredBackend::rope(Ref qkv, const AttentionShape& s, float theta, bool inverse) {
+void MeteredBackend::rope(Ref qkv, const AttentionShape& s, const RopeFreqs& freqs, bool inverse) {
   op(inverse ? "rope_bwd" : "rope_fwd", typed(att_shape(s), qkv.dt), 0,
-     2.0 * s.B * s.T * (s.H + s.KVH) * s.hd * esize(qkv.dt), [&] { inner_->rope(qkv, s, theta, inverse); });
+     2.0 * s.B * s.T * (s.H + s.KVH) * s.hd * esize(qkv.dt), [&] { inner_->rope(qkv, s, freqs, inverse); });
 }
 void MeteredBackend::attention_fwd(Ref out, float* stats, CRef qkv, const AttentionShape& s) {
   op("attention_fwd", typed(att_shape(s), out.dt), att_flops(s), 0,

@@ -16,6 +16,7 @@
 
 #include "runtime/buffer.h"
 #include "runtime/memory.h"
+#include "runtime/rope.h"
 #include "runtime/tensor_ref.h"
 
 namespace trainer {
@@ -143,7 +144,7 @@ class Backend {
   // Rotary embedding applied in place to the q and k heads of a packed q|k|v
   // buffer (rotate-half convention, positions 0..T-1). inverse=true applies
   // the transpose rotation, which is the backward pass.
-  virtual void rope(Ref qkv, const AttentionShape& s, float theta, bool inverse) = 0;
+  virtual void rope(Ref qkv, const AttentionShape& s, const RopeFreqs& freqs, bool inverse) = 0;
 
   // Causal softmax attention over packed q|k|v rows [B*T, row]; out [B*T, H*hd].
   // Flash-style contract: the probabilities are never kept. stats

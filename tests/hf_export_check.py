@@ -20,6 +20,7 @@ usage: hf_export_check.py TRAINER MPIEXEC
 """
 import json
 import os
+import shutil
 import struct
 import subprocess
 import sys
@@ -126,6 +127,7 @@ def main():
             rc, out = run([trainer, "ckpt", "export", step, "--format", "hf", "--output", hf])
             check(rc == 4 and "not empty" in out, f"{name}: exporting onto a non-empty directory is refused (exit 4)")
     import_checks(trainer, tmp, data)
+    rope_checks(trainer, tmp, data)
     tokenizer_files(trainer, tmp)
     if failures:
         sys.exit(1)
@@ -238,6 +240,79 @@ def import_checks(trainer, tmp, data):
                    "--set", "model.n_kv_heads=4", "--set", f'run.dir="{rdir}_bad"'])
     check(rc == 4 and "intermediate_size" in out and "num_key_value_heads" in out,
           "init_from a model that differs from the recipe: exit 4, every differing field listed")
+
+
+LLAMA3 = dict(rope_type="llama3", factor=8.0, low_freq_factor=1.0, high_freq_factor=4.0,
+              original_max_position_embeddings=16)
+LLAMA3_TOML = ('{ rope_type = "llama3", factor = 8.0, low_freq_factor = 1.0, high_freq_factor = 4.0, '
+               'original_max_position_embeddings = 16 }')
+
+
+def rope_checks(trainer, tmp, data):
+    """Llama 3 RoPE scaling trains, exports into config.json and loads back
+    exactly; a recipe without it is refused by name. transformers 5's
+    rope_parameters form is read (theta and scaling), a differing theta named
+    with both values; scaling types and model fields the trainer does not
+    implement are refused by name. (transformers 4.31 here cannot load llama3
+    scaling itself: its numerics are held to an independent reference by
+    parity_torch_llama3.)"""
+    name = "llama3_scaled"
+    recipe = os.path.join(tmp, name + ".toml")
+    rdir = os.path.join(tmp, name)
+    open(recipe, "w").write(RECIPE.format(run=rdir, arch="llama", tied="false", data=data, kv="n_kv_heads = 2"))
+    scaled = ["--set", f"model.rope_scaling={LLAMA3_TOML}", "--set", "model.rope_theta=500000.0"]
+    rc, out = run([trainer, "train", recipe, *scaled, "--set", "training.steps=2", "--set", "checkpoint.every=2",
+                   "--set", "training.eval_every=0"])
+    hf = os.path.join(tmp, name + "_hf")
+    if rc == 0:
+        rc, out = run([trainer, "ckpt", "export", os.path.join(rdir, "checkpoints", "step_00000002"), "--format", "hf",
+                       "--output", hf])
+    cfg = json.load(open(os.path.join(hf, "config.json"))) if rc == 0 else {}
+    if not check(rc == 0 and cfg.get("rope_scaling") == LLAMA3 and cfg.get("rope_theta") == 500000.0,
+                 f"{name}: trains and exports rope_scaling {cfg.get('rope_scaling')} into config.json"):
+        print(out)
+        return
+    back = os.path.join(tmp, name + "_back")
+    frozen = ["--set", "training.steps=1", "--set", "checkpoint.every=1", "--set", "optimizer.lr=1e-30",
+              "--set", "optimizer.min_lr=1e-30", "--set", "optimizer.warmup_steps=0", "--set", "training.eval_every=0"]
+    rc, out = run([trainer, "train", recipe, *scaled, "--set", f'checkpoint.init_from="{hf}"', *frozen,
+                   "--set", f'run.dir="{back}"'])
+    a = {k[1]: v for k, v in tensors(os.path.join(rdir, "checkpoints", "step_00000002")).items() if k[1].startswith("param/")}
+    b = {k[1]: v for k, v in tensors(os.path.join(back, "checkpoints", "step_00000001")).items()
+         if k[1].startswith("param/")} if rc == 0 else {}
+    check(rc == 0 and sorted(a) == sorted(b) and all((a[k] == b[k]).all() for k in a),
+          f"{name}: export -> init_from with the same scaling: all {len(a)} weight tensors come back bit-identical")
+    rc, out = run([trainer, "train", recipe, "--set", "model.rope_theta=500000.0", "--set",
+                   f'checkpoint.init_from="{hf}"', "--set", f'run.dir="{back}_unscaled"'])
+    check(rc == 4 and "rope_scaling: recipe {}" in out and "llama3" in out,
+          f"{name}: a recipe without the scaling is refused (exit 4, rope_scaling named with both values)")
+
+    def variant(label, edit, sets, want_rc, *words):
+        d = os.path.join(tmp, f"{name}_{label}")
+        shutil.copytree(hf, d)
+        c = json.load(open(os.path.join(d, "config.json")))
+        edit(c)
+        json.dump(c, open(os.path.join(d, "config.json"), "w"), indent=2)
+        rc, out = run([trainer, "train", recipe, *sets, "--set", f'checkpoint.init_from="{d}"', *frozen,
+                       "--set", f'run.dir="{d}_run"'])
+        ok = rc == want_rc and all(w in out for w in words)
+        check(ok, f"{name}: {label}: exit {rc}" + (f", naming {', '.join(words)}" if words else ""))
+        if not ok:
+            print(out[-2000:])
+
+    def v5(c, rope_type="llama3"):  # transformers 5: theta and scaling in rope_parameters
+        c["rope_parameters"] = dict(LLAMA3, rope_type=rope_type, rope_theta=c.pop("rope_theta"))
+        del c["rope_scaling"]
+
+    variant("transformers 5 rope_parameters, matching recipe", v5, scaled, 0)
+    variant("transformers 5 rope_parameters, recipe at the default theta", v5,
+            ["--set", f"model.rope_scaling={LLAMA3_TOML}"], 4, "rope_parameters.rope_theta: recipe 10000, "
+            "config.json 500000")
+    variant("transformers 5 rope_parameters without scaling (default type)",
+            lambda c: (v5(c), c["rope_parameters"].update(rope_type="default")), scaled, 4, "rope_scaling: recipe {")
+    variant("rope_type yarn", lambda c: v5(c, "yarn"), scaled, 4, '"yarn"')
+    variant("attention_bias true", lambda c: c.update(attention_bias=True), scaled, 4, "attention_bias")
+    variant("an unknown scaling field", lambda c: c["rope_scaling"].update(beta_fast=32), scaled, 4, "beta_fast")
 
 
 main()

@@ -278,10 +278,14 @@ inline void embeddings(Pair& p, const Embedding& c) {
 inline void rope(Pair& p, DType dt, const Attention& c) {
   const AttentionShape s = packed(c.s);
   Both q = p.make(randn((size_t)s.B * s.T * s.row, c.seed), dt);
-  for (bool inv : {false, true}) {
-    p.both([&](Backend& be, auto r) { be.rope(r(q), s, 10000.f, inv); });
-    p.expect_match(q, tol(dt, 1e-5), 1e-6, inv ? "rope inverse" : "rope");
-  }
+  // Plain, and Llama 3.1's scaling with an original length that puts the
+  // head's pairs in all three of its bands.
+  const RopeFreqs llama3{500000.f, {RopeScaling::Type::Llama3, 8.0, 1.0, 4.0, 4 * s.T}};
+  for (const RopeFreqs& f : {RopeFreqs{}, llama3})
+    for (bool inv : {false, true}) {
+      p.both([&](Backend& be, auto r) { be.rope(r(q), s, f, inv); });
+      p.expect_match(q, tol(dt, 1e-5), 1e-6, inv ? "rope inverse" : "rope");
+    }
 }
 
 inline void attention(Pair& p, DType dt, const Attention& c) {

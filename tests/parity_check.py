@@ -12,7 +12,11 @@ divides by sqrt(v), so an element whose gradient is at rounding-noise level
 moves by up to lr in a direction set by that noise: one step's largest move
 is lr, and agreement to a tenth of it (typically 1e-3 of it) is the test.
 
-usage: parity_check.py PARITY_DUMP_BINARY gpt2|llama
+llama3 (Llama 3.1's RoPE scaling) also requires the loss to differ clearly
+(more than 100x the bound) from the same model's loss with plain RoPE, so
+that the scaling is shown to matter.
+
+usage: parity_check.py PARITY_DUMP_BINARY gpt2|llama|llama3
 """
 import os
 import subprocess
@@ -43,7 +47,8 @@ def main():
         cfg = dict(arch="llama" if c[0] else "gpt2", vocab_size=int(c[1]), d_model=int(c[2]),
                    n_layers=int(c[3]), n_heads=int(c[4]), n_kv_heads=int(c[5]), d_ff=int(c[6]),
                    seq_len=int(c[7]), tie_embeddings=bool(c[8]),
-                   norm_eps=float(f["norm_eps"][()]), rope_theta=float(f["rope_theta"][()]))
+                   norm_eps=float(f["norm_eps"][()]), rope_theta=float(f["rope_theta"][()]),
+                   rope_llama3=tuple(f["rope_llama3"][()].tolist()) if "rope_llama3" in f else None)
         names = list(torch_model.param_shapes(cfg))
         assert sorted(names) == sorted(f["init"].keys()), "parameter names differ"
         P = {n: torch.tensor(f["init"][n][()], dtype=torch.float64, requires_grad=True) for n in names}
@@ -57,6 +62,13 @@ def main():
         print(f"{arch}: loss trainer {float(f['loss'][()]):.8f} torch {loss.item():.8f} rel err {e:.2e}")
         if e > LOSS_RTOL:
             failures.append(f"loss rel err {e:.2e} > {LOSS_RTOL}")
+        if cfg["rope_llama3"] is not None:
+            with torch.no_grad():
+                plain = torch_model.loss_fn(dict(cfg, rope_llama3=None), P, inputs, targets).item()
+            moved = abs(plain - loss.item()) / loss.item()
+            print(f"{arch}: plain RoPE loss {plain:.8f}: the scaling moves the loss by {moved:.2e} relative")
+            if moved < 100 * LOSS_RTOL:
+                failures.append(f"the scaling moves the loss by only {moved:.2e}: not shown to matter")
         worst = 0.0
         floor = 1e-3 * max(P[n].grad.abs().max().item() for n in names)
         for n in names:

@@ -1,7 +1,10 @@
 // Writes what the PyTorch parity check compares against: initial weights, a
 // batch, the loss, every gradient, and the weights after 3 AdamW steps (with
 // gradient clipping) for a small model of the given architecture.
-//   parity_dump gpt2|llama OUT.h5
+//   parity_dump gpt2|llama|llama3 OUT.h5
+// llama3: Llama with Llama 3.1's RoPE scaling (theta 500000; the original
+// length 64 puts this head's pairs in all three bands of the formula), and
+// q/k weights 16x larger so that attention, and so the positions, move the loss.
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -19,10 +22,11 @@ using namespace trainer;
 
 int main(int argc, char** argv) {
   if (argc != 3) {
-    std::fprintf(stderr, "usage: parity_dump gpt2|llama OUT.h5\n");
+    std::fprintf(stderr, "usage: parity_dump gpt2|llama|llama3 OUT.h5\n");
     return 2;
   }
-  const bool llama = !std::strcmp(argv[1], "llama");
+  const bool scaled = !std::strcmp(argv[1], "llama3");
+  const bool llama = scaled || !std::strcmp(argv[1], "llama");
   ModelConfig c;
   c.arch = llama ? Arch::Llama : Arch::GPT2;
   c.vocab_size = 256;
@@ -34,6 +38,10 @@ int main(int argc, char** argv) {
   c.seq_len = 32;
   c.tie_embeddings = !llama;
   c.norm_eps = llama ? 1e-6f : 1e-5f;
+  if (scaled) {
+    c.rope_theta = 500000.f;
+    c.rope_scaling = {RopeScaling::Type::Llama3, 8.0, 1.0, 4.0, 64};
+  }
   const int B = 2, BT = B * c.seq_len;
   const float lr = 1e-3f, clip = 1.0f;
   AdamWConfig ac;  // beta 0.9/0.95, eps 1e-8, weight decay 0.1
@@ -43,6 +51,10 @@ int main(int argc, char** argv) {
   {
     std::vector<float> init(model.num_params());
     init_params(model.layout(), c, 7, init.data());
+    if (scaled)
+      for (const ParamInfo& p : model.registry().all())
+        if (p.name.find("attn.wq") != std::string::npos || p.name.find("attn.wk") != std::string::npos)
+          for (size_t i = 0; i < p.numel; i++) init[p.offset + i] *= 16.f;
     be.from_host(model.params().ref(), init.data(), init.size());
   }
   std::vector<int32_t> tokens(BT + 1);
@@ -55,6 +67,12 @@ int main(int argc, char** argv) {
   f.write("config", cfg, {10});
   f.write_scalar("norm_eps", c.norm_eps);
   f.write_scalar("rope_theta", c.rope_theta);
+  if (scaled) {
+    const RopeScaling& s = c.rope_scaling;
+    const float fields[] = {(float)s.factor, (float)s.low_freq_factor, (float)s.high_freq_factor,
+                            (float)s.original_max_position_embeddings};
+    f.write("rope_llama3", fields, {4});
+  }
   f.write_scalar("lr", lr);
   f.write_scalar("grad_clip", clip);
   f.write("inputs", tokens.data(), {B, c.seq_len});

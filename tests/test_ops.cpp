@@ -309,10 +309,10 @@ TEST_F(Fixture, RopeForwardAndInverseIsBackward) {
   s.row = (s.H + 2 * s.KVH) * s.hd;
   auto x = randn((size_t)s.B * s.T * s.row, 1), R = randn((size_t)s.B * s.T * s.row, 2);
   auto fwd = x;
-  be.rope(fwd.data(), s, 10000.f, false);
+  be.rope(fwd.data(), s, RopeFreqs{}, false);
   expect_close(fwd, ref_rope(to_d(x), s, 10000.0), 1e-5, 1e-6, "rope fwd");
   auto bwd = R;
-  be.rope(bwd.data(), s, 10000.f, true);
+  be.rope(bwd.data(), s, RopeFreqs{}, true);
   auto f = [&](const Vec& v) { return dot(ref_rope(v, s, 10000.0), to_d(R)); };
   expect_close(bwd, numeric_grad(f, to_d(x)), 1e-4, 1e-5, "rope bwd");
 }

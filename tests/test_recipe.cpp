@@ -240,6 +240,25 @@ TEST_F(RecipeErrors, OverrideValueIsChecked) {
                {"--set training.micro_batch", "must be >= 1"});
 }
 
+// model.rope_scaling: types the trainer does not implement, unknown or
+// missing fields and out-of-range values are refused by name; gpt2 has no RoPE.
+TEST_F(RecipeErrors, RopeScalingIsChecked) {
+  const std::string p = write(edit(base(), "arch = \"gpt2\"", "arch = \"llama\""));
+  const std::string l3 = "rope_type=\"llama3\",factor=8.0,low_freq_factor=1.0,high_freq_factor=4.0";
+  expect_error(train(p, "--set 'model.rope_scaling={rope_type=\"yarn\",factor=4.0}'"), 2,
+               {"--set model.rope_scaling", "\"yarn\" is not implemented"});
+  expect_error(train(p, "--set 'model.rope_scaling={" + l3 + "}'"), 2,
+               {"model.rope_scaling", "original_max_position_embeddings: missing"});
+  expect_error(train(p, "--set 'model.rope_scaling={" + l3 + ",original_max_position_embeddings=64,beta=1}'"), 2,
+               {"unknown field \"beta\""});
+  expect_error(train(p, "--set 'model.rope_scaling={" +
+                            edit(l3, "high_freq_factor=4.0", "high_freq_factor=0.5") +
+                            ",original_max_position_embeddings=64}'"),
+               2, {"high_freq_factor must be > low_freq_factor"});
+  expect_error(train(write(base()), "--set 'model.rope_scaling={" + l3 + ",original_max_position_embeddings=64}'"), 2,
+               {"rope_scaling", "gpt2 has learned positions"});
+}
+
 TEST_F(RecipeErrors, MissingRecipeFile) {
   expect_error(train(dir_ + "/absent.toml"), 2, {dir_ + "/absent.toml", "cannot read the recipe file"});
 }

@@ -331,13 +331,13 @@ void CpuBackend::f32_swiglu_bwd(float* dgate_up, const float* gate_up, const flo
   }
 }
 
-void CpuBackend::f32_rope(float* qkv, const AttentionShape& s, float theta, bool inverse) {
+void CpuBackend::f32_rope(float* qkv, const AttentionShape& s, const RopeFreqs& freqs, bool inverse) {
   const int half = s.hd / 2;
   float* cs = scratch(2 * (size_t)s.T * half);
   float* sn = cs + (size_t)s.T * half;
   for (int t = 0; t < s.T; t++)
     for (int i = 0; i < half; i++) {
-      const double freq = std::pow((double)theta, -2.0 * i / s.hd);
+      const double freq = rope_inv_freq(freqs, i, s.hd);
       cs[(size_t)t * half + i] = (float)std::cos(t * freq);
       sn[(size_t)t * half + i] = (float)(inverse ? -std::sin(t * freq) : std::sin(t * freq));
     }

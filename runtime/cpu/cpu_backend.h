@@ -49,7 +49,7 @@ class CpuBackend final : public Backend {
   void gelu_bwd(Ref dx, CRef x, CRef dout, size_t n) override;
   void swiglu_fwd(Ref out, CRef gate_up, int rows, int F) override;
   void swiglu_bwd(Ref dgate_up, CRef gate_up, CRef dout, int rows, int F) override;
-  void rope(Ref qkv, const AttentionShape& s, float theta, bool inverse) override;
+  void rope(Ref qkv, const AttentionShape& s, const RopeFreqs& freqs, bool inverse) override;
 
   void attention_fwd(Ref out, float* stats, CRef qkv, const AttentionShape& s) override;
   void attention_bwd(Ref dqkv, CRef dout, CRef qkv, CRef out, const float* stats,
@@ -101,7 +101,7 @@ class CpuBackend final : public Backend {
   void f32_gelu_bwd(float* dx, const float* x, const float* dout, size_t n);
   void f32_swiglu_fwd(float* out, const float* gate_up, int rows, int F);
   void f32_swiglu_bwd(float* dgate_up, const float* gate_up, const float* dout, int rows, int F);
-  void f32_rope(float* qkv, const AttentionShape& s, float theta, bool inverse);
+  void f32_rope(float* qkv, const AttentionShape& s, const RopeFreqs& freqs, bool inverse);
   void f32_attention_fwd(float* out, float* stats, const float* qkv, const AttentionShape& s);
   void f32_attention_bwd(float* dqkv, const float* dout, const float* qkv, const float* stats,
                          const AttentionShape& s);

@@ -109,9 +109,9 @@ void CpuBackend::swiglu_bwd(Ref dgate_up, CRef gate_up, CRef dout, int rows, int
   f32_swiglu_bwd(f.out(dgate_up, (size_t)rows * 2 * F), g, d, rows, F);
 }
 
-void CpuBackend::rope(Ref qkv, const AttentionShape& s, float theta, bool inverse) {
+void CpuBackend::rope(Ref qkv, const AttentionShape& s, const RopeFreqs& freqs, bool inverse) {
   F32Args f;
-  f32_rope(f.inout(qkv, (size_t)s.B * s.T * s.row), s, theta, inverse);
+  f32_rope(f.inout(qkv, (size_t)s.B * s.T * s.row), s, freqs, inverse);
 }
 
 void CpuBackend::attention_fwd(Ref out, float* stats, CRef qkv, const AttentionShape& s) {

@@ -211,13 +211,13 @@ void CudaBackend::swiglu_fwd(Ref out, CRef gate_up, int rows, int F) {
 void CudaBackend::swiglu_bwd(Ref dgate_up, CRef gate_up, CRef dout, int rows, int F) {
   cuda::swiglu_bwd(compute_, dgate_up, gate_up, dout, rows, F);
 }
-// The angles come from a table built once per (T, head size, theta): the
-// rotation of every layer, forward and backward, reads it.
-void CudaBackend::rope(Ref qkv, const AttentionShape& s, float theta, bool inverse) {
+// The angles come from a table built once per (T, head size, frequencies):
+// the rotation of every layer, forward and backward, reads it.
+void CudaBackend::rope(Ref qkv, const AttentionShape& s, const RopeFreqs& freqs, bool inverse) {
   float* table = scratch_f32(kRopeTable, cuda::rope_table_floats(s.T, s.hd));
-  if (rope_key_.T != s.T || rope_key_.hd != s.hd || rope_key_.theta != theta) {
-    cuda::rope_table(compute_, table, s.T, s.hd, theta);
-    rope_key_ = {s.T, s.hd, theta};
+  if (rope_key_.T != s.T || rope_key_.hd != s.hd || rope_key_.freqs != freqs) {
+    cuda::rope_table(compute_, table, s.T, s.hd, freqs);
+    rope_key_ = {s.T, s.hd, freqs};
   }
   cuda::rope(compute_, qkv, s, table, inverse);
 }

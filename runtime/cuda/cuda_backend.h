@@ -80,7 +80,7 @@ class CudaBackend final : public Backend {
   void gelu_bwd(Ref dx, CRef x, CRef dout, size_t n) override;
   void swiglu_fwd(Ref out, CRef gate_up, int rows, int F) override;
   void swiglu_bwd(Ref dgate_up, CRef gate_up, CRef dout, int rows, int F) override;
-  void rope(Ref qkv, const AttentionShape& s, float theta, bool inverse) override;
+  void rope(Ref qkv, const AttentionShape& s, const RopeFreqs& freqs, bool inverse) override;
   void attention_fwd(Ref out, float* stats, CRef qkv, const AttentionShape& s) override;
   void attention_bwd(Ref dqkv, CRef dout, CRef qkv, CRef out, const float* stats,
                      const AttentionShape& s) override;
@@ -121,10 +121,10 @@ class CudaBackend final : public Backend {
   std::atomic<uint64_t> next_event_[2] = {};  // an async checkpoint's writer thread reads them
   // One slot per use that can be live at once.
   enum Slot { kReduce, kEmbedSort, kAttnRows, kAttnWorkspace, kGemmOperand, kProductOperand, kRopeTable, kScratchSlots };
-  // The rope table in kRopeTable is for this (T, head size, theta).
+  // The rope table in kRopeTable is for this (T, head size, frequencies).
   struct RopeKey {
     int T = 0, hd = 0;
-    float theta = 0;
+    RopeFreqs freqs{0.f, {}};
   } rope_key_;
   Buffer scratch_[kScratchSlots];
   Buffer gemm_workspace_;

@@ -63,9 +63,9 @@ void swiglu_fwd(cudaStream_t s, Ref out, CRef gate_up, int rows, int F);
 void swiglu_bwd(cudaStream_t s, Ref dgate_up, CRef gate_up, CRef dout, int rows, int F);
 // RoPE: the angles as a table [2][T][hd/2] (cos, then sin) computed in
 // double and rounded to fp32 as the CPU backend computes them, once per
-// (T, hd, theta); the rotation reads it (inverse: the transpose rotation).
+// (T, hd, frequencies); the rotation reads it (inverse: the transpose rotation).
 inline size_t rope_table_floats(int T, int hd) { return 2 * (size_t)T * (hd / 2); }
-void rope_table(cudaStream_t s, float* table, int T, int hd, float theta);
+void rope_table(cudaStream_t s, float* table, int T, int hd, const RopeFreqs& freqs);
 void rope(cudaStream_t s, Ref qkv, const AttentionShape& sh, const float* table, bool inverse);
 
 void ce_row_stats(cudaStream_t s, float* max, float* sum, float* target, const float* logits,

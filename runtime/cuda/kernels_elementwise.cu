@@ -140,11 +140,11 @@ struct SwigluBwd {
 
 // One thread per (position, pair i < hd/2): the angle in double, as the CPU
 // backend computes it, then rounded to fp32 once for the table.
-__global__ void rope_table_kernel(float* table, int T, int hd, float theta) {
+__global__ void rope_table_kernel(float* table, int T, int hd, RopeFreqs freqs) {
   const int half = hd / 2;
   TRAINER_GRID_LOOP(idx, (size_t)T * half) {
     const int i = idx % half, t = idx / half;
-    const double freq = pow((double)theta, -2.0 * i / hd);
+    const double freq = rope_inv_freq(freqs, i, hd);
     table[idx] = (float)cos(t * freq);
     table[(size_t)T * half + idx] = (float)sin(t * freq);
   }
@@ -282,9 +282,9 @@ void swiglu_bwd(cudaStream_t s, Ref dgate_up, CRef gate_up, CRef dout, int rows,
     TRAINER_DISPATCH(dgate_up.dt, T, map(s, "swiglu_bwd", SwigluBwd<T>{as<T>(dgate_up), as<T>(gate_up), as<T>(dout), F},
                                          n, packable({dgate_up.p, gate_up.p, dout.p}, F)));
 }
-void rope_table(cudaStream_t s, float* table, int T, int hd, float theta) {
+void rope_table(cudaStream_t s, float* table, int T, int hd, const RopeFreqs& freqs) {
   const size_t n = (size_t)T * (hd / 2);
-  if (n) rope_table_kernel<<<grid(n), kThreads, 0, s>>>(table, T, hd, theta);
+  if (n) rope_table_kernel<<<grid(n), kThreads, 0, s>>>(table, T, hd, freqs);
   check_launch("rope_table", {(size_t)T, (size_t)hd});
 }
 void rope(cudaStream_t s, Ref qkv, const AttentionShape& sh, const float* table, bool inverse) {

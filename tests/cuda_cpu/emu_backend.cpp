@@ -115,9 +115,9 @@ void EmuBackend::swiglu_fwd(Ref out, CRef gate_up, int rows, int F) {
 void EmuBackend::swiglu_bwd(Ref dgate_up, CRef gate_up, CRef dout, int rows, int F) {
   EMU_OP(swiglu_bwd, cuda::swiglu_bwd(kStream, dgate_up, gate_up, dout, rows, F));
 }
-void EmuBackend::rope(Ref qkv, const AttentionShape& s, float theta, bool inverse) {
+void EmuBackend::rope(Ref qkv, const AttentionShape& s, const RopeFreqs& freqs, bool inverse) {
   Buffer table = alloc(cuda::rope_table_floats(s.T, s.hd), DType::F32, Mem::Temporaries);
-  EMU_OP(rope_table, cuda::rope_table(kStream, table.ref().f32(), s.T, s.hd, theta));
+  EMU_OP(rope_table, cuda::rope_table(kStream, table.ref().f32(), s.T, s.hd, freqs));
   EMU_OP(rope, cuda::rope(kStream, qkv, s, table.ref().f32(), inverse));
 }
 

@@ -48,7 +48,7 @@ class EmuBackend final : public Backend {
   void gelu_bwd(Ref dx, CRef x, CRef dout, size_t n) override;
   void swiglu_fwd(Ref out, CRef gate_up, int rows, int F) override;
   void swiglu_bwd(Ref dgate_up, CRef gate_up, CRef dout, int rows, int F) override;
-  void rope(Ref qkv, const AttentionShape& s, float theta, bool inverse) override;
+  void rope(Ref qkv, const AttentionShape& s, const RopeFreqs& freqs, bool inverse) override;
   void attention_fwd(Ref out, float* stats, CRef qkv, const AttentionShape& s) override;
   void attention_bwd(Ref dqkv, CRef dout, CRef qkv, CRef out, const float* stats,
                      const AttentionShape& s) override;

@@ -69,11 +69,24 @@ def init_params(cfg, dtype=torch.float32, seed=0):
     return out
 
 
-def _rope(x, theta):
-    # x: [B, heads, T, hd]; rotate-half convention
+def _llama3_inv_freq(inv, factor, low_freq_factor, high_freq_factor, original):
+    """Llama 3.1's scaled frequencies, as transformers' _compute_llama3_parameters
+    computes them (masks over the whole vector)."""
+    wavelen = 2 * math.pi / inv
+    scaled = torch.where(wavelen > original / low_freq_factor, inv / factor, inv)
+    smooth = (original / wavelen - low_freq_factor) / (high_freq_factor - low_freq_factor)
+    smoothed = (1 - smooth) * scaled / factor + smooth * scaled
+    medium = ~(wavelen < original / high_freq_factor) & ~(wavelen > original / low_freq_factor)
+    return torch.where(medium, smoothed, scaled)
+
+
+def _rope(x, theta, llama3=None):
+    # x: [B, heads, T, hd]; rotate-half convention; llama3: (factor, low, high, original) or None
     T, hd = x.shape[2], x.shape[3]
     half = hd // 2
     inv = theta ** (-torch.arange(0, half, dtype=torch.float64) * 2 / hd)
+    if llama3 is not None:
+        inv = _llama3_inv_freq(inv, *llama3)
     ang = torch.arange(T, dtype=torch.float64)[:, None] * inv[None, :]
     cos, sin = ang.cos().to(x.dtype), ang.sin().to(x.dtype)
     x1, x2 = x[..., :half], x[..., half:]
@@ -111,7 +124,8 @@ def loss_fn(cfg, P, inputs, targets):
         k = k.view(B, T, KV, hd).transpose(1, 2)
         v = v.view(B, T, KV, hd).transpose(1, 2)
         if not gpt2:
-            q, k = _rope(q, cfg["rope_theta"]), _rope(k, cfg["rope_theta"])
+            scaling = cfg.get("rope_llama3")
+            q, k = _rope(q, cfg["rope_theta"], scaling), _rope(k, cfg["rope_theta"], scaling)
         k = k.repeat_interleave(H // KV, dim=1)
         v = v.repeat_interleave(H // KV, dim=1)
         s = (q @ k.transpose(-1, -2)) / math.sqrt(hd)

@@ -12,6 +12,7 @@
 // supervisor.hang_timeout seconds is killed and retried like a crash.
 #include <dirent.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/types.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -34,6 +35,7 @@
 #include "app/recipe_args.h"
 #include "app/resume.h"
 #include "runtime/errors.h"
+#include "runtime/self_exe.h"
 #include "runtime/flight_recorder.h"
 #include "runtime/metrics.h"
 #include "runtime/replace_file.h"
@@ -95,6 +97,7 @@ std::string meaning(int code) {
     case kExitCommTimeout: return "communication timeout (watchdog)";
     case kExitBadStep: return "NaN/Inf loss or gradient, or a loss spike";
     case kExitPreempted: return "preempted, checkpoint saved";
+    case kExitNoSpace: return "a run file cannot be written (disk full)";
     case 126: return "the launch command cannot be executed";
     case 127: return "the launch command was not found";
   }
@@ -103,11 +106,11 @@ std::string meaning(int code) {
 }
 
 // A retry cannot fix a wrong recipe, bad data, an unusable checkpoint, a NaN
-// that on_nan = "stop" refused to train through, or a launch command that
-// cannot be run at all (126, 127 from the shell's convention).
+// that on_nan = "stop" refused to train through, a full disk, or a launch
+// command that cannot be run at all (126, 127 from the shell's convention).
 bool retryable(int code) {
   return code != kExitUsage && code != kExitData && code != kExitCheckpoint && code != kExitBadStep &&
-         code != kExitPreempted && code != kExitOk && code != 126 && code != 127;
+         code != kExitPreempted && code != kExitOk && code != kExitNoSpace && code != 126 && code != 127;
 }
 
 class EventLog {
@@ -116,14 +119,30 @@ class EventLog {
   void write(const std::string& event, int launch, const std::string& text, JsonRecord extra = {}) {
     JsonRecord r;
     r.add("time", iso_time(now_s())).add("event", event).add("launch", launch).add("message", text).add(extra);
-    log_.write(r);
+    if (!log_.write(r) && !reported_) {
+      reported_ = true;  // once: the console still gets every event
+      std::fprintf(stderr, "supervise: warning: cannot write %s; events go to the console only\n",
+                   log_.error().c_str());
+    }
     std::printf("supervise: %s\n", text.c_str());
     std::fflush(stdout);
   }
 
  private:
   MetricsLog log_;
+  bool reported_ = false;
 };
+
+// Why run.dir cannot take a heartbeat: "" when it can, else the system's
+// reason (a full disk, a quota, a read-only remount). Tried by writing, as the
+// heartbeat is written; a job whose heartbeat stops for this is not hung.
+std::string run_dir_unwritable(const std::string& dir) {
+  const std::string probe = dir + "/.supervisor_probe";
+  std::string err = replace_file(probe, std::string(4096, '\n'), false);
+  std::remove(probe.c_str());
+  std::remove((probe + ".tmp").c_str());
+  return err;
+}
 
 // Every process of the job's session (the launcher and the ranks it started
 // locally), so a hung job is killed whole even when the launcher put its
@@ -153,11 +172,19 @@ void stop_job(pid_t pid, const std::string& launcher) {
   kill_session(pid, SIGKILL);
 }
 
+// Called from the supervisor's main thread only: the parent-death signal
+// fires when the thread that forked ends, which for the main thread is when
+// the supervisor does.
 pid_t spawn(const std::vector<std::string>& cmd, int launch) {
+  const pid_t parent = getpid();
   const pid_t pid = fork();
   if (pid < 0) throw std::runtime_error(std::string("fork: ") + std::strerror(errno));
   if (pid == 0) {
     setsid();  // a session of its own: signals to the supervisor's group do not hit it
+    // If the supervisor dies (even by SIGKILL), the launcher gets SIGTERM and
+    // ends the ranks with it: no job left training without its supervisor.
+    prctl(PR_SET_PDEATHSIG, SIGTERM);
+    if (getppid() != parent) _exit(128 + SIGTERM);  // it died before the line above
     setenv("TRAINER_ATTEMPT", std::to_string(launch).c_str(), 1);
     setenv("TRAINER_RESUME", "auto", 1);
     signal(SIGTERM, SIG_DFL), signal(SIGUSR1, SIG_DFL), signal(SIGINT, SIG_DFL);
@@ -186,10 +213,8 @@ int dumps_since(const std::string& dir, double t) {
 // executable's `train`.
 std::vector<std::string> launch_command(const Recipe& r, const std::string& recipe_path,
                                         const std::vector<std::string>& overrides, int ranks) {
-  char self[4096];
-  const ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
-  if (n <= 0) throw std::runtime_error("cannot find this executable (/proc/self/exe)");
-  self[n] = 0;
+  const std::string self = self_executable();
+  if (self.empty()) throw std::runtime_error("cannot find this executable (/proc/self/exe)");
   std::vector<std::string> command;
   if (r.launch.launcher == "mpirun") {
     command = {"mpirun", "-np", std::to_string(ranks)};
@@ -214,6 +239,7 @@ struct Supervisor {
   struct Outcome {
     int code = 0;
     bool hung = false;
+    bool no_space = false;  // the heartbeat stopped because run.dir cannot be written
     int forwarded = 0;  // the stop signal passed on to the job
     double t0 = 0;
   };
@@ -255,6 +281,16 @@ struct Supervisor {
       const double beat = std::max(o.t0, mtime_seconds(r.run.dir + "/heartbeat"));
       const double hang_timeout = r.supervisor.hang_timeout;
       if (hang_timeout > 0 && now_s() - beat > hang_timeout) {
+        if (const std::string why = run_dir_unwritable(r.run.dir); !why.empty()) {
+          events.write("disk_full", launch,
+                       "launch " + std::to_string(launch) + ": no heartbeat because " + r.run.dir +
+                           " cannot be written (" + why + "): not a hang; stopping the job instead of restarting "
+                           "into it. Free space, then run the same command to resume from the newest checkpoint",
+                       JsonRecord().add("reason", why));
+          kill_hung(pid, &status);
+          o.no_space = true;
+          break;
+        }
         char b[160];
         std::snprintf(b, sizeof b, "launch %d: no heartbeat for %.0f s (supervisor.hang_timeout = %g s): killing the job",
                       launch, now_s() - beat, hang_timeout);
@@ -266,7 +302,9 @@ struct Supervisor {
       std::this_thread::sleep_for(std::chrono::milliseconds(200));
     }
     kill_session(pid, SIGKILL);  // ranks the launcher left behind
-    o.code = o.hung ? 128 + SIGKILL : WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    o.code = o.no_space ? kExitNoSpace
+             : o.hung   ? 128 + SIGKILL
+                        : WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
     return o;
   }
 

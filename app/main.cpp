@@ -9,6 +9,7 @@
 #include "app/commands.h"
 #include "runtime/cpu/blas_core.h"
 #include "runtime/errors.h"
+#include "runtime/self_exe.h"
 
 namespace {
 const char* kUsage =
@@ -54,6 +55,7 @@ const char* kUsage =
     "            4 checkpoint/HDF5 error, 5 communication timeout (watchdog),\n"
     "            6 NaN/Inf loss or gradient, or a loss spike (on_nan / on_spike = stop),\n"
     "            7 supervise: restart budget used up,\n"
+    "            8 a run file cannot be written (disk full): required save policy, or supervise\n"
     "            9 smoke: below --min-mfu, slower than --baseline, or a restart that\n"
     "              does not continue bit for bit (--check-restart),\n"
     "            75 preempted (SIGTERM/SIGUSR1): checkpoint saved, requeue the job\n"
@@ -83,10 +85,8 @@ void tune_runtime_environment(char** argv) {
   setenv("TRAINER_REEXECED", "1", 1);
   // By the executable's real path, not /proc/self/exe: the kernel names the
   // process after the file it runs, and ps/top/pgrep should say "trainer".
-  char self[4096];
-  const ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
-  if (n > 0) self[n] = 0;
-  execv(n > 0 ? self : "/proc/self/exe", argv);  // returns only on failure: carry on as we are
+  const std::string self = trainer::self_executable();
+  execv(!self.empty() ? self.c_str() : "/proc/self/exe", argv);  // returns only on failure: carry on as we are
 }
 
 }  // namespace

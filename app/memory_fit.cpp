@@ -4,6 +4,7 @@
 #include <cstdio>
 
 #include "engine/layout.h"
+#include "model/flops.h"
 #include "runtime/backend.h"
 #include "runtime/host_memory.h"
 
@@ -111,9 +112,22 @@ MemoryFit check_device_fit(const Recipe& r, int stage, bool writer, int ranks_on
 
 MemoryFit check_memory_fit(const Recipe& r, int stage, bool writer, int ranks_on_node) {
   if (r.runtime.backend == "cuda") return check_device_fit(r, stage, writer, ranks_on_node);
-  MemoryFit f = worst(r, stage, writer);
   const HostMemory host = host_memory();
   const int share = ranks_on_node > 0 ? ranks_on_node : 1;
+  // Weights, gradients and AdamW state alone (16 bytes a parameter), in
+  // closed form: a model far too large is refused before the plan is built
+  // tensor by tensor, which for such a model takes more memory than it checks.
+  const double floor_bytes = 16.0 * matmul_params(r.model) / ((double)r.grid.tp * r.grid.pp);
+  if (host.available > 0 && floor_bytes > 4.0 * host.available / share) {
+    MemoryFit f;
+    f.need = floor_bytes, f.available = (double)host.available / share, f.fits = false;
+    f.message = "needs at least " + gb(floor_bytes) + " per rank for the weights, gradients and AdamW state alone (" +
+                gb(16.0 * matmul_params(r.model)) + " over tp x pp = " + std::to_string(r.grid.tp * r.grid.pp) +
+                " ranks); " + gb(f.available) + " available per rank (" + host.describe() + "). Try a smaller model "
+                "(model.n_layers, model.d_model, model.d_ff) or more tensor- and pipeline-parallel ranks";
+    return f;
+  }
+  MemoryFit f = worst(r, stage, writer);
   f.available = (double)host.available / share;
   f.fits = host.available == 0 || f.need <= f.available;  // unknown: do not block
   std::string parts = plan_parts(f);

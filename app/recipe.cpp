@@ -18,6 +18,7 @@
 #include "data/dataset.h"
 #include "model/param_registry.h"
 #include "runtime/errors.h"
+#include "runtime/regular_file.h"
 
 namespace trainer {
 
@@ -247,10 +248,19 @@ std::set<std::string> apply_overrides(toml::table& root, const std::vector<std::
     const std::string val = o.substr(eq + 1);
     if (sec.empty() || key.empty())
       throw RecipeError("--set " + o + ": expected section.key=value");
+    // One TOML value, or a bare word taken as a string (--set launch.launcher=srun). A
+    // value that starts as TOML (a quote, list or table) but does not parse,
+    // or that holds more than one value, is refused rather than kept as text.
     toml::table parsed;
+    const size_t first = val.find_first_not_of(" \t");
+    const bool looks_toml = first != std::string::npos && std::string("\"'[{").find(val[first]) != std::string::npos;
     try {
       parsed = toml::parse("v = " + val);
-    } catch (const toml::parse_error&) {
+      if (parsed.size() != 1) throw RecipeError("--set " + o + ": the value must be one TOML value, not several");
+    } catch (const toml::parse_error& e) {
+      if (looks_toml || val.find_first_of("\n\r") != std::string::npos)
+        throw RecipeError("--set " + o + ": not one TOML value (" + std::string(e.description()) +
+                          "); quote a string: --set " + sec + "." + key + "='\"...\"'");
       parsed.insert_or_assign("v", val);  // bare words are strings
     }
     if (!root.contains(sec)) root.insert(sec, toml::table{});
@@ -266,6 +276,13 @@ std::set<std::string> apply_overrides(toml::table& root, const std::vector<std::
 void check_rules(Recipe& r, RecipeReader& rd, int world_size) {
   const ModelConfig& m = r.model;
   if (r.run.dir.empty()) rd.fail("run", "dir", "must not be empty");
+  // The name is one path component of the default run.dir (runs/NAME) and
+  // is printed in logs: no separators, no way up, no control characters.
+  const std::string& name = r.run.name;
+  const bool control = std::any_of(name.begin(), name.end(), [](unsigned char c) { return c < 0x20 || c == 0x7f; });
+  if (name.empty() || name == "." || name == ".." || name.find('/') != std::string::npos || control)
+    rd.fail("run", "name", toml_text(name, KeyType::String) + " is not one plain path component (no \"/\", not \".\" "
+            "or \"..\", no control characters); put directories in run.dir");
   if (m.arch == Arch::GPT2 && rd.present("model", "n_kv_heads") && m.n_kv_heads != m.n_heads)
     rd.fail("model", "n_kv_heads", "grouped-query attention needs arch = \"llama\" (gpt2 uses n_heads)");
   for (const auto& [key, msg] : validate(m)) rd.fail("model", key, msg);
@@ -368,6 +385,7 @@ Recipe load_recipe(const std::string& path, const std::vector<std::string>& over
   std::error_code ec;
   if (std::filesystem::is_directory(path, ec))
     throw RecipeError(path + ": is a directory; give a recipe file (e.g. configs/demo.toml)");
+  if (const std::string why = not_regular_file(path); !why.empty()) throw RecipeError(path + ": " + why);
   try {
     root = toml::parse_file(path);
   } catch (const toml::parse_error& e) {

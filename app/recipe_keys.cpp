@@ -103,7 +103,7 @@ std::vector<RecipeKey> make_keys() {
           .def(std::string("gpt2")).choose({"gpt2", "llama"}),
       K("model", "vocab_size", Int, "vocabulary size (tokens are ids below it)", AT(model.vocab_size)).def(256L).at_least(1),
       K("model", "d_model", Int, "width", AT(model.d_model)).def(128L).at_least(1),
-      K("model", "n_layers", Int, "transformer layers", AT(model.n_layers)).def(4L).at_least(1),
+      K("model", "n_layers", Int, "transformer layers", AT(model.n_layers)).def(4L).at_least(1).at_most(100000),
       K("model", "n_heads", Int, "attention (query) heads; d_model must divide by it", AT(model.n_heads)).def(4L).at_least(1),
       K("model", "n_kv_heads", Int, "key/value heads (grouped-query attention; llama only)", AT(model.n_kv_heads))
           .def([](const Recipe& r, int) { return KeyValue((long)r.model.n_heads); }, "n_heads")

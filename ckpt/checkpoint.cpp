@@ -15,6 +15,7 @@
 #include "ckpt/hdf5_tensors.h"
 #include "runtime/errors.h"
 #include "runtime/replace_file.h"
+#include "runtime/utc_time.h"
 #include "runtime/version.h"
 
 namespace fs = std::filesystem;
@@ -81,18 +82,42 @@ struct Manifest {
   std::string version;
 };
 
+// A name a manifest or `latest` gives: one plain file name inside the
+// checkpoint's directory, nothing that leads out of it.
+bool plain_name(const std::string& n) {
+  return !n.empty() && n != "." && n != ".." && n.find('/') == std::string::npos && n.find('\0') == std::string::npos;
+}
+
+// The manifest's own checksum: "crc XXXXXXXX", the CRC-32 of every byte
+// before that line (manifests of earlier releases have none).
+std::string manifest_crc_line(const std::string& text_before) {
+  char l[32];
+  std::snprintf(l, sizeof l, "crc %08lx", crc32(0L, reinterpret_cast<const Bytef*>(text_before.data()), (uInt)text_before.size()));
+  return l;
+}
+
 Manifest parse_manifest(const std::string& step_dir) {
   const std::string path = step_dir + "/manifest";
   std::ifstream f(path);
   if (!f) throw CheckpointError(path + ": missing (the checkpoint was not committed)");
-  std::string line;
+  std::string line, before;
   if (!std::getline(f, line) || line != kManifestMagic)
     throw CheckpointError(path + ": not a trainer checkpoint manifest");
+  before = line + "\n";
   Manifest m;
+  bool stepped = false;
   while (std::getline(f, line)) {
     std::istringstream is(line);
     std::string key;
     is >> key;
+    if (key == "crc") {
+      if (line != manifest_crc_line(before))
+        throw CheckpointError(path + ": its checksum does not match its contents (the manifest was changed)");
+      before += line + "\n";
+      continue;
+    }
+    before += line + "\n";
+    stepped |= key == "step";
     if (key == "step") is >> m.state.step;
     else if (key == "samples") is >> m.state.samples;
     else if (key == "adam_steps") is >> m.state.adam_steps;
@@ -104,14 +129,41 @@ Manifest parse_manifest(const std::string& step_dir) {
       (key == "file" ? m.files : m.meta).push_back(e);
     }
     if (!is && key != "end") throw CheckpointError(path + ": malformed line: " + line);
+    if ((key == "file" || key == "meta") && !plain_name((key == "file" ? m.files : m.meta).back().name))
+      throw CheckpointError(path + ": names " + (key == "file" ? m.files : m.meta).back().name +
+                            ", which is not a file of this checkpoint's directory");
   }
   if (m.files.empty()) throw CheckpointError(path + ": lists no shard files");
+  const long dir_step = checkpoint_step(step_dir);
+  if (!stepped || m.state.step < 0 || (dir_step >= 0 && m.state.step != dir_step))
+    throw CheckpointError(path + ": says step " + std::to_string(m.state.step) + " but its directory is " +
+                          fs::path(step_dir).filename().string() + " (the manifest was changed or moved)");
   return m;
 }
 
 }  // namespace
 
 namespace {
+
+// A step directory about to be written again: one that verifies (the same
+// step saved twice) is replaced; one that does not is never deleted but
+// moved aside as step_N.broken_<UTC time>, where retention does not reach.
+void set_aside_or_remove(const std::string& final_dir) {
+  std::error_code ec;
+  if (!fs::exists(final_dir, ec)) return;
+  try {
+    read_manifest(final_dir, true);
+    fs::remove_all(final_dir, ec);
+    return;
+  } catch (const CheckpointError& e) {
+    std::string to = final_dir + ".broken_" + utc_time("%Y%m%dT%H%M%SZ");
+    for (int k = 1; fs::exists(to, ec); k++) to = final_dir + ".broken_" + std::to_string(k);
+    fs::rename(final_dir, to, ec);
+    if (ec) throw CheckpointError(final_dir + ": does not verify and cannot be moved aside: " + ec.message());
+    std::fprintf(stderr, "warning: %s did not verify (%s); moved aside to %s instead of being overwritten\n",
+                 final_dir.c_str(), e.what(), to.c_str());
+  }
+}
 
 // Phase 1 (collective): rank 0 makes a fresh step_N.tmp directory.
 std::string prepare_dir(const std::string& dir, long step, ControlComm& world) {
@@ -215,12 +267,12 @@ std::string commit(const std::string& dir, const TrainingState& st, int keep, Co
       for (int r = 0; r < size; r++)
         if (lines[(size_t)r * sizeof line]) m << &lines[(size_t)r * sizeof line] << "\n";
       if (!recipe_line.empty()) m << recipe_line << "\n";
-      m << "end\n";
+      m << manifest_crc_line(m.str()) << "\nend\n";
       write_atomically(tmp_dir + "/manifest", m.str());
       fsync_or_throw(tmp_dir, true);
       point("manifest_written");
       std::error_code ec;
-      fs::remove_all(final_dir, ec);  // the same step saved again
+      set_aside_or_remove(final_dir);  // the same step saved again
       if (std::rename(tmp_dir.c_str(), final_dir.c_str()) != 0)
         throw CheckpointError(final_dir + ": cannot commit: " + std::strerror(errno));
       fsync_or_throw(dir, true);
@@ -313,6 +365,11 @@ std::string latest_checkpoint(const std::string& dir) {
   std::ifstream f(dir + "/latest");
   std::string name;
   if (!f || !(f >> name)) return "";
+  if (!plain_name(name) || checkpoint_step(name) < 0) {  // a `latest` that leads out of dir is not followed
+    std::fprintf(stderr, "warning: %s/latest names \"%s\", not a step directory here; ignored\n", dir.c_str(),
+                 name.c_str());
+    return "";
+  }
   return dir + "/" + name;
 }
 

@@ -8,6 +8,7 @@
 
 #include "ckpt/safetensors.h"
 #include "runtime/errors.h"
+#include "runtime/regular_file.h"
 
 namespace trainer {
 
@@ -101,15 +102,29 @@ std::vector<std::string> config_differences(const nlohmann::json& c, const Model
   auto text = [](double x) {
     return x == std::floor(x) && std::fabs(x) < 1e15 ? std::to_string((long long)x) : nlohmann::json(x).dump();
   };
+  // A field of the wrong JSON type is named with what it holds (exit 4), and
+  // the default stands in for it so the other fields are still compared.
+  auto typed = [&](const char* key, bool ok, const char* expected) {
+    if (c.contains(key) && !ok) out.push_back(std::string(key) + ": expected " + expected + ", config.json has " + c[key].dump());
+    return c.contains(key) && ok;
+  };
+  auto number = [&](const char* key, double dflt) {
+    return typed(key, c.contains(key) && c[key].is_number(), "a number") ? c[key].get<double>() : dflt;
+  };
+  auto string = [&](const char* key, const char* dflt) {
+    return typed(key, c.contains(key) && c[key].is_string(), "a string") ? c[key].get<std::string>() : std::string(dflt);
+  };
   auto num = [&](const char* key, double ours, double dflt) {
-    const double theirs = c.contains(key) && c[key].is_number() ? c[key].get<double>() : dflt;
+    const double theirs = number(key, dflt);
     if ((float)theirs != (float)ours) out.push_back(std::string(key) + ": recipe " + text(ours) + ", config.json " + text(theirs));
   };
   const bool gpt2 = m.arch == Arch::GPT2;
-  const std::string type = c.value("model_type", "");
+  const std::string type = string("model_type", "");
   if (type != (gpt2 ? "gpt2" : "llama"))
     out.push_back("model_type: recipe " + std::string(gpt2 ? "gpt2" : "llama") + ", config.json \"" + type + "\"");
-  const bool tied = c.value("tie_word_embeddings", gpt2);  // transformers' defaults: GPT-2 tied, Llama not
+  // transformers' defaults: GPT-2 tied, Llama not
+  const bool tied = typed("tie_word_embeddings", c.contains("tie_word_embeddings") && c["tie_word_embeddings"].is_boolean(),
+                          "true or false") ? c["tie_word_embeddings"].get<bool>() : gpt2;
   if (tied != m.tie_embeddings)
     out.push_back(std::string("tie_word_embeddings: recipe ") + (m.tie_embeddings ? "true" : "false") +
                   ", config.json " + (tied ? "true" : "false"));
@@ -118,19 +133,23 @@ std::vector<std::string> config_differences(const nlohmann::json& c, const Model
     num("n_embd", m.d_model, -1);
     num("n_layer", m.n_layers, -1);
     num("n_head", m.n_heads, -1);
-    num("n_inner", m.d_ff, c.contains("n_embd") ? 4 * c["n_embd"].get<double>() : -1);
+    const double n_embd = c.contains("n_embd") && c["n_embd"].is_number() ? c["n_embd"].get<double>() : -1;
+    num("n_inner", m.d_ff, n_embd > 0 ? 4 * n_embd : -1);
     num("layer_norm_epsilon", m.norm_eps, 1e-5);
-    const std::string act = c.value("activation_function", "gelu_new");
+    const std::string act = string("activation_function", "gelu_new");
     if (act != "gelu_new" && act != "gelu_pytorch_tanh")
       out.push_back("activation_function: the trainer's GELU is the tanh form (gelu_new), config.json \"" + act + "\"");
-    if (c.value("n_positions", 1024) < m.seq_len)
-      out.push_back("n_positions: config.json " + std::to_string(c.value("n_positions", 1024)) +
-                    " is shorter than model.seq_len " + std::to_string(m.seq_len));
+    const double positions = number("n_positions", 1024);
+    if (positions < m.seq_len)
+      out.push_back("n_positions: config.json " + text(positions) + " is shorter than model.seq_len " +
+                    std::to_string(m.seq_len));
   } else {
     num("hidden_size", m.d_model, -1);
     num("num_hidden_layers", m.n_layers, -1);
     num("num_attention_heads", m.n_heads, -1);
-    num("num_key_value_heads", m.n_kv_heads, c.value("num_attention_heads", -1.0));
+    const double heads = c.contains("num_attention_heads") && c["num_attention_heads"].is_number()
+                             ? c["num_attention_heads"].get<double>() : -1;
+    num("num_key_value_heads", m.n_kv_heads, heads);
     num("intermediate_size", m.d_ff, -1);
     num("rms_norm_eps", m.norm_eps, 1e-6);
     const HfRope rope = read_rope(c);
@@ -141,7 +160,7 @@ std::vector<std::string> config_differences(const nlohmann::json& c, const Model
     if (rope.problems.empty() && rope.scaling != m.rope_scaling)
       out.push_back("rope_scaling: recipe " + rope_scaling_toml(m.rope_scaling) + ", config.json " +
                     rope_scaling_toml(rope.scaling) + " (model.rope_scaling)");
-    if (c.value("hidden_act", "silu") != "silu") out.push_back("hidden_act: the trainer's MLP is SwiGLU (silu)");
+    if (string("hidden_act", "silu") != "silu") out.push_back("hidden_act: the trainer's MLP is SwiGLU (silu)");
   }
   unsupported_fields(c, gpt2, out);
   return out;
@@ -235,6 +254,8 @@ void llama(Mapper& mp, const ModelConfig& m) {
 }  // namespace
 
 std::map<std::string, GlobalTensor> import_hf_dir(const std::string& dir, const ModelConfig& m) {
+  if (const std::string why = not_regular_file(dir + "/config.json"); !why.empty())
+    throw CheckpointError(dir + "/config.json: " + why);
   std::ifstream f(dir + "/config.json");
   if (!f) throw CheckpointError(dir + "/config.json: cannot read (checkpoint.init_from names a Hugging Face model directory)");
   const nlohmann::json c = nlohmann::json::parse(f, nullptr, false);

@@ -2,7 +2,9 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <cstdint>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -12,6 +14,7 @@
 #include <nlohmann/json.hpp>
 
 #include "runtime/errors.h"
+#include "runtime/regular_file.h"
 
 namespace fs = std::filesystem;
 
@@ -85,38 +88,67 @@ std::vector<std::string> write_safetensors(const std::string& dir, const std::ve
 }
 
 namespace {
+// Reading is hostile-input safe: every offset and shape is checked with
+// arithmetic that cannot wrap, every read's count is checked, and what the
+// format forbids (overlapping tensors, holes in the data, fractional or
+// negative numbers) is refused with the file and tensor named (exit 4).
+constexpr uint64_t kMaxHeaderBytes = 100u << 20;  // the format's own limit
+
+uint64_t checked_count(const nlohmann::json& shape, const std::string& where) {
+  if (!shape.is_array()) throw CheckpointError(where + ": shape is not a list of integers: " + shape.dump());
+  uint64_t count = 1;
+  for (const nlohmann::json& d : shape) {
+    if (!d.is_number_unsigned() || d.get<uint64_t>() > (uint64_t)INT32_MAX)
+      throw CheckpointError(where + ": shape " + shape.dump() + " has a dimension that is not an integer in [0, 2^31)");
+    if (__builtin_mul_overflow(count, d.get<uint64_t>(), &count))
+      throw CheckpointError(where + ": shape " + shape.dump() + " has more elements than 2^64");
+  }
+  return count;
+}
+
 void read_file(const std::string& path, std::map<std::string, LoadedTensor>& out) {
+  if (const std::string why = not_regular_file(path); !why.empty()) throw CheckpointError(path + ": " + why);
   std::ifstream f(path, std::ios::binary);
   if (!f) throw CheckpointError(path + ": cannot read");
   f.seekg(0, std::ios::end);
   const uint64_t size = (uint64_t)f.tellg();
   f.seekg(0);
   uint64_t n = 0;
-  if (size < 8 || !f.read(reinterpret_cast<char*>(&n), 8) || n > size - 8)
-    throw CheckpointError(path + ": not a safetensors file (the header length at byte 0 exceeds the file)");
+  if (size < 8 || !f.read(reinterpret_cast<char*>(&n), 8) || n > size - 8 || n > kMaxHeaderBytes)
+    throw CheckpointError(path + ": not a safetensors file (the header length at byte 0 exceeds the file or 100 MB)");
   std::string text(n, '\0');
-  f.read(text.data(), (std::streamsize)n);
+  if (!f.read(text.data(), (std::streamsize)n)) throw CheckpointError(path + ": cannot read its header");
   const nlohmann::json h = nlohmann::json::parse(text, nullptr, false);
   if (h.is_discarded() || !h.is_object())
     throw CheckpointError(path + ": the safetensors header (bytes 8.." + std::to_string(8 + n) + ") is not a JSON object");
-  const uint64_t data_at = 8 + n;
+  const uint64_t data_at = 8 + n, data_bytes = size - data_at;
+  std::vector<std::pair<uint64_t, uint64_t>> spans;
   for (const auto& [name, t] : h.items()) {
     if (name == "__metadata__") continue;
-    const std::string dt = t.value("dtype", "");
+    const std::string where = path + ": tensor " + name;
+    if (!t.is_object() || !t.contains("dtype") || !t.contains("shape") || !t.contains("data_offsets"))
+      throw CheckpointError(where + ": expected an object with dtype, shape and data_offsets, got " + t.dump());
+    const std::string dt = t["dtype"].is_string() ? t["dtype"].get<std::string>() : t["dtype"].dump();
     if (dt != "F32" && dt != "BF16")
-      throw CheckpointError(path + ": tensor " + name + " has dtype \"" + dt + "\" (F32 or BF16 are read)");
-    const size_t width = dt == "F32" ? 4 : 2;
+      throw CheckpointError(where + " has dtype \"" + dt + "\" (F32 or BF16 are read)");
+    const uint64_t width = dt == "F32" ? 4 : 2, count = checked_count(t["shape"], where);
+    const nlohmann::json& o = t["data_offsets"];
+    if (!o.is_array() || o.size() != 2 || !o[0].is_number_unsigned() || !o[1].is_number_unsigned())
+      throw CheckpointError(where + ": data_offsets must be two non-negative integers, got " + o.dump());
+    const uint64_t b = o[0].get<uint64_t>(), e = o[1].get<uint64_t>();
+    uint64_t bytes = 0;
+    if (e < b || e > data_bytes || __builtin_mul_overflow(count, width, &bytes) || e - b != bytes)
+      throw CheckpointError(where + ": data_offsets [" + std::to_string(b) + ", " + std::to_string(e) +
+                            "] do not fit its shape (" + std::to_string(count) + " x " + std::to_string(width) +
+                            " bytes) or the file's " + std::to_string(data_bytes) + " data bytes");
+    if (out.count(name)) throw CheckpointError(where + ": a second copy of this tensor (names must be unique)");
+    spans.emplace_back(b, e);
     LoadedTensor& lt = out[name];
-    lt.shape = t.at("shape").get<std::vector<int>>();
-    size_t count = 1;
-    for (int d : lt.shape) count *= (size_t)d;
-    const uint64_t b = t.at("data_offsets")[0].get<uint64_t>(), e = t.at("data_offsets")[1].get<uint64_t>();
-    if (e < b || e - b != count * width || data_at + e > size)
-      throw CheckpointError(path + ": tensor " + name + ": data_offsets [" + std::to_string(b) + ", " +
-                            std::to_string(e) + "] do not fit its shape or the file");
-    std::vector<uint8_t> raw(e - b);
+    for (const nlohmann::json& d : t["shape"]) lt.shape.push_back((int)d.get<uint64_t>());
+    std::vector<uint8_t> raw(bytes);
     f.seekg((std::streamoff)(data_at + b));
-    f.read(reinterpret_cast<char*>(raw.data()), (std::streamsize)raw.size());
+    if (!f.read(reinterpret_cast<char*>(raw.data()), (std::streamsize)raw.size()) || (uint64_t)f.gcount() != bytes)
+      throw CheckpointError(where + ": cannot read its " + std::to_string(bytes) + " bytes");
     lt.data.resize(count);
     if (width == 4) std::memcpy(lt.data.data(), raw.data(), raw.size());
     else
@@ -126,6 +158,24 @@ void read_file(const std::string& path, std::map<std::string, LoadedTensor>& out
         lt.data[i] = from_bf16(v);
       }
   }
+  // The tensors tile the data: sorted, each starts where the last ended.
+  std::sort(spans.begin(), spans.end());
+  uint64_t at = 0;
+  for (const auto& [b, e] : spans) {
+    if (b != at)
+      throw CheckpointError(path + ": tensors " + (b < at ? "overlap" : "leave a hole") + " at data byte " +
+                            std::to_string(std::min(b, at)) + " (the format requires them to tile the data)");
+    at = e;
+  }
+}
+
+// A weight_map's file: a plain name inside the model directory.
+std::string shard_name(const nlohmann::json& file, const std::string& index, const std::string& tensor) {
+  const std::string f = file.is_string() ? file.get<std::string>() : "";
+  if (f.empty() || f == "." || f == ".." || f.find('/') != std::string::npos || f.find('\0') != std::string::npos)
+    throw CheckpointError(index + ": weight_map[\"" + tensor + "\"] = " + file.dump() +
+                          ": expected the name of a file in the model directory (no path)");
+  return f;
 }
 }  // namespace
 
@@ -139,12 +189,14 @@ std::map<std::string, LoadedTensor> read_safetensors_dir(const std::string& dir)
   if (!fs::exists(index))
     throw CheckpointError(dir + ": no model.safetensors or model.safetensors.index.json (a PyTorch .bin model? "
                           "save it with save_pretrained(DIR, safe_serialization=True))");
+  if (const std::string why = not_regular_file(index.string()); !why.empty())
+    throw CheckpointError(index.string() + ": " + why);
   std::ifstream f(index);
   const nlohmann::json j = nlohmann::json::parse(f, nullptr, false);
-  if (j.is_discarded() || !j.contains("weight_map"))
-    throw CheckpointError(index.string() + ": not a safetensors index (no weight_map)");
+  if (j.is_discarded() || !j.is_object() || !j.contains("weight_map") || !j["weight_map"].is_object())
+    throw CheckpointError(index.string() + ": not a safetensors index (no weight_map object)");
   std::set<std::string> files;
-  for (const auto& [name, file] : j["weight_map"].items()) files.insert(file.get<std::string>());
+  for (const auto& [name, file] : j["weight_map"].items()) files.insert(shard_name(file, index.string(), name));
   for (const std::string& file : files) read_file((fs::path(dir) / file).string(), out);
   return out;
 }

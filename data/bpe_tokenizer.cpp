@@ -9,6 +9,7 @@
 #include <queue>
 
 #include "runtime/errors.h"
+#include "runtime/regular_file.h"
 
 namespace trainer {
 
@@ -108,6 +109,8 @@ class BpeEncoder : public TokenEncoder {
 BpeTokenizer::BpeTokenizer(const BpeSpec& spec) : pattern_(spec.pattern), specials_(spec.specials) {
   name_ = spec.name;
   marks = spec.marks;
+  if (const std::string why = not_regular_file(spec.ranks_file); !why.empty())
+    throw DataError(spec.ranks_file + ": " + why);
   std::ifstream f(spec.ranks_file);
   if (!f) throw DataError(spec.ranks_file + ": cannot read the tokenizer's ranks file");
   std::vector<std::pair<std::string, uint32_t>> rows;

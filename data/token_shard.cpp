@@ -12,6 +12,7 @@
 
 #include "data/shard_writer.h"
 #include "runtime/errors.h"
+#include "runtime/regular_file.h"
 
 namespace trainer {
 
@@ -46,7 +47,7 @@ TokenShard::TokenShard(const std::string& path) : path_(path) {
 }
 
 void TokenShard::map(const std::string& file, size_t min_bytes, const char* what) {
-  const int fd = ::open(file.c_str(), O_RDONLY);
+  const int fd = ::open(file.c_str(), O_RDONLY | O_NONBLOCK);  // a FIFO does not block the open
   if (fd < 0) throw DataError(file + ": cannot open " + what + ": " + std::strerror(errno));
   struct stat st {};
   ::fstat(fd, &st);
@@ -54,6 +55,10 @@ void TokenShard::map(const std::string& file, size_t min_bytes, const char* what
     ::close(fd);
     throw DataError(file + ": is a directory, not a token shard; name the shard files, e.g. \"" + file +
                     "/train_*.bin\"");
+  }
+  if (!S_ISREG(st.st_mode)) {
+    ::close(fd);
+    throw DataError(file + ": " + not_regular_file(file) + " (" + what + ")");
   }
   const size_t bytes = (size_t)st.st_size;
   if (bytes < min_bytes) {
@@ -117,18 +122,21 @@ void TokenShard::open_megatron(const std::string& prefix) {
     case 1: width_ = 1; break;
     case 2: width_ = 1, signed_ = true; break;
     case 3: width_ = 2, signed_ = true; break;
-    case 4: case 5: width_ = code == 4 ? 4 : 8; break;
+    case 4: case 5: width_ = code == 4 ? 4 : 8, signed_ = true; break;  // int32, int64 (Megatron has no uint32)
     case 8: width_ = 2; break;
     default:
       throw bad(17, "unsupported dtype code " + std::to_string(code) +
                         " (token ids must be integers: 1 uint8, 2 int8, 3 int16, 4 int32, 5 int64, 8 uint16)");
   }
   const uint64_t S = read_at<uint64_t>(p, 18), D = read_at<uint64_t>(p, 26);
-  const size_t want = kHead + S * 4 + S * 8 + D * 8;
-  if (S > bytes || D > bytes || bytes < want)
+  // In 128 bits: counts read from a hostile file must not wrap the need.
+  const unsigned __int128 want = (unsigned __int128)kHead + (unsigned __int128)S * 12 + (unsigned __int128)D * 8;
+  if (want > bytes) {
+    std::string need;
+    for (unsigned __int128 v = want; v > 0; v /= 10) need.insert(need.begin(), char('0' + (int)(v % 10)));
     throw bad(bytes, "truncated index: " + std::to_string(S) + " sequences and " + std::to_string(D) +
-                         " document entries need " + std::to_string(want) + " bytes, the file has " +
-                         std::to_string(bytes));
+                         " document entries need " + need + " bytes, the file has " + std::to_string(bytes));
+  }
   const size_t len_at = kHead, ptr_at = len_at + S * 4, doc_at = ptr_at + S * 8;
   const std::string bin_path = prefix + ".bin";
   struct stat st {};

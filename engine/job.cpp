@@ -44,6 +44,7 @@ void find_peak(Job& job) {
     return;
   }
   const std::string key = peak_cache_key(r.runtime.threads, ranks_on_node());
+  job.peak_cache_key = key;
   std::string when;
   double cached = world.rank() == 0 ? read_cached_peak(key, &when) : 0;
   world.broadcast(&cached, sizeof cached, 0);

@@ -35,6 +35,7 @@ struct Job {
   int launch = 0;            // the supervisor's launch number (TRAINER_ATTEMPT), 0 without one
   double peak_gflops = 0;    // per rank
   std::string peak_source;   // where it came from, for the run header
+  std::string peak_cache_key;  // set when the peak came from (or went into) the cache
   std::string resumed_from;  // checkpoint step directory, or empty
   long resumed_step = -1;
 

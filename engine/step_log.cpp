@@ -6,6 +6,7 @@
 #include "model/flops.h"
 #include "model/param_registry.h"
 #include "runtime/flight_recorder.h"
+#include "runtime/peak_cache.h"
 #include "runtime/utc_time.h"
 
 namespace trainer {
@@ -24,8 +25,8 @@ std::string human(double x) {
 // Per pipeline stage and per group and kind of collective (rank 0's view;
 // every rank of a group moves the same bytes); peak memory per category.
 void add_breakdown(JsonRecord& rec, const StepStats& st) {
-  rec.add("pp_compute_ms", st.stage_compute_ms).add("pp_wait_ms", st.stage_wait_ms)
-      .add("pp_span_ms", st.stage_span_ms).add("pp_peak_in_flight", st.stage_peak_in_flight);
+  rec.add("pp_compute_ms", st.stage_compute_ms, "stage").add("pp_wait_ms", st.stage_wait_ms, "stage")
+      .add("pp_span_ms", st.stage_span_ms, "stage").add("pp_peak_in_flight", st.stage_peak_in_flight, "stage");
   for (const auto& [group, cc] :
        {std::pair{"dp", &st.comm_dp}, std::pair{"tp", &st.comm_tp}, std::pair{"pp", &st.comm_pp}})
     for (int k = 0; k < CommCounters::Other; k++) {
@@ -55,13 +56,36 @@ void StepLoop::print_header() const {
   std::fflush(stdout);
 }
 
+// MFU against the peak (rank 0). A run faster than its peak shows the peak
+// is stale (a cached measurement of a busier moment, or a wrong
+// runtime.peak_gflops): from then on the run's own rate is the peak, a cached
+// entry is dropped so that the next start measures again, and it says so
+// once. So MFU never reads above 100%.
+double StepLoop::model_flops_utilization(double tokens_per_s) {
+  if (job_.peak_gflops <= 0) return 0;
+  const double rate = train_flops_per_token(r_.model) * tokens_per_s / 1e9 / world_.size();  // GFLOP/s per rank
+  if (rate > job_.peak_gflops && stale_peak_noted_) job_.peak_gflops = rate;  // still rising: said once already
+  if (rate > job_.peak_gflops) {
+    stale_peak_noted_ = true;
+    const bool cached = !job_.peak_cache_key.empty() && forget_cached_peak(job_.peak_cache_key);
+    std::fprintf(stderr,
+                 "note: this run computes %.1f GFLOP/s per rank, more than the peak MFU was relative to (%.1f, %s): "
+                 "that peak is stale; MFU is relative to the run's own rate from here on%s\n",
+                 rate, job_.peak_gflops, job_.peak_source.c_str(),
+                 cached ? ", and the cached peak is dropped (the next run measures again)" : "");
+    job_.peak_gflops = rate;
+    job_.peak_source = "this run's rate, above the stale peak";
+    job_.peak_cache_key.clear();
+  }
+  return rate / job_.peak_gflops;
+}
+
 void StepLoop::log_step(const StepStats& st, const StepExtras& x) {
   const bool log = st.step % r_.training.log_every == 0 || st.step == r_.training.steps || st.step == 1;
   const bool named = x.straggler_report && !x.slow.ranks.empty();  // a quiet report does not force a line
   if (!lead_ || (!log && x.val < 0 && x.ckpt_ms < 0 && !named && !st.nonfinite && !st.spike)) return;
   const double tps = (double)r_.training.global_batch * r_.model.seq_len / (st.step_ms / 1e3);
-  const double peak_total = job_.peak_gflops * 1e9 * world_.size();
-  const double mfu = peak_total > 0 ? train_flops_per_token(r_.model) * tps / peak_total : 0;
+  const double mfu = model_flops_utilization(tps);
   JsonRecord rec;
   rec.add("step", st.step).add("loss", st.loss).add("lr", st.lr).add("grad_norm", st.grad_norm)
       .add("tokens_per_s", tps).add("mfu", mfu).add("step_ms", st.step_ms).add("data_wait_ms", st.data_wait_ms)
@@ -70,7 +94,7 @@ void StepLoop::log_step(const StepStats& st, const StepExtras& x) {
       .add("time", iso_time(wall_seconds()));
   if (st.nonfinite || st.spike) rec.add("update_skipped", 1);
   if (st.spike) rec.add("loss_spike", 1);
-  if (x.val >= 0) rec.add("val_loss", x.val);
+  if (x.val >= 0) rec.add("val_loss", x.val), rec.add("val_windows", (long)x.val_windows);
   for (const auto& [name, loss] : x.val_sources) rec.add("val_loss/" + name, loss);
   add_blend_counts(rec);
   if (x.ckpt_ms >= 0) rec.add("ckpt_ms", x.ckpt_ms);
@@ -80,7 +104,7 @@ void StepLoop::log_step(const StepStats& st, const StepExtras& x) {
   if (world_.size() > 1 && r_.grid.dp > 1)
     rec.add("comm_dp_exposed_ms", st.dp_exposed_ms).add("comm_dp_span_ms", st.dp_span_ms);
   add_breakdown(rec, st);
-  job_.metrics->write(rec);
+  if (!job_.metrics->write(rec)) run_file_unwritable(job_.metrics->error());
   std::printf("step %5ld/%ld | loss %.4f | lr %.2e | grad norm %.3f | %s tok/s | mfu %.1f%% | %.0f ms | data wait %.2f ms",
               st.step, r_.training.steps, st.loss, st.lr, st.grad_norm, human(tps).c_str(), 100 * mfu, st.step_ms,
               st.data_wait_ms);

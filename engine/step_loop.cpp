@@ -160,6 +160,17 @@ void StepLoop::maybe_evaluate(const StepStats& st, StepExtras& x) {
   TrainLoop::Evaluation ev = loop_.evaluate();
   x.val = ev.overall;
   x.val_sources = std::move(ev.sources);
+  x.val_windows = ev.windows;
+  if (lead_ && !ev.short_sources.empty() && !warned_short_val_) {
+    warned_short_val_ = true;  // the same samples every evaluation: once is enough
+    for (const auto& [name, held, reads] : ev.short_sources)
+      std::fprintf(stderr,
+                   "warning: evaluation: %s holds %zu windows of seq_len + 1 tokens but training.eval_batches x "
+                   "micro_batch x dp = %zu are read, so %zu are counted twice or more; set training.eval_batches "
+                   "<= %zu to read each once (metrics.jsonl val_windows says how many distinct windows were used)\n",
+                   name.c_str(), held, reads, reads - held,
+                   std::max<size_t>(1, held / (reads / r_.training.eval_batches)));
+  }
 }
 
 // What this rank does between communication calls, for the flight recorder
@@ -170,11 +181,24 @@ void StepLoop::phase(const char* what, long step) {
 }
 
 // Rank 0 touches <run.dir>/heartbeat after every step: `trainer supervise`
-// reads its age to find a hung job.
+// reads its age to find a hung job (and tells a full disk from a hang).
 void StepLoop::beat(long step) {
-  if (lead_)
-    replace_file(r_.run.dir + "/heartbeat", std::to_string(step) + " " + std::to_string(wall_seconds()) + "\n",
-                 false);
+  if (!lead_) return;
+  const std::string err = replace_file(r_.run.dir + "/heartbeat",
+                                       std::to_string(step) + " " + std::to_string(wall_seconds()) + "\n", false);
+  if (!err.empty()) run_file_unwritable(err);
+}
+
+// A run file (metrics, heartbeat) could not be written: the same policy as a
+// failed checkpoint save. With checkpoint.required the job stops (exit 8);
+// else it trains on, and says so once per file (the writer names the file).
+void StepLoop::run_file_unwritable(const std::string& what) {
+  if (r_.checkpoint.required)
+    abort_job(kExitNoSpace, "cannot write " + what + " (checkpoint.required = true makes a failed write of the "
+                            "run's files fatal); free space and resume");
+  if (unwritable_.insert(what.substr(0, what.find(':'))).second)
+    std::fprintf(stderr, "warning: cannot write %s; training goes on (checkpoint.required = true makes this fatal)\n",
+                 what.c_str());
 }
 
 }  // namespace trainer

@@ -35,8 +35,16 @@ struct StragglerReport {
   std::vector<double> ranks, ms, ratios;  // world ranks named, their compute ms/step and ratio to their peers
   double worst_ratio = 0, median_ms = 0;  // median: over all ranks
 };
+// The verdict on every rank's mean compute ms (index: world rank). A rank is
+// compared with the ranks of its pipeline stage (the same work) where the
+// stage has at least 3, else with all ranks after dividing each time by its
+// stage's predicted share of the work (stage_work: the head's stage is
+// slower by design and is not named for it).
+StragglerReport judge_stragglers(const std::vector<float>& ms, const GridShape& grid, double factor,
+                                 const std::vector<double>& stage_work);
 // Collective over the world group; my_compute_ms: this rank's mean.
-StragglerReport find_stragglers(ControlComm& world, const GridShape& grid, double factor, double my_compute_ms);
+StragglerReport find_stragglers(ControlComm& world, const GridShape& grid, double factor, double my_compute_ms,
+                                const std::vector<double>& stage_work);
 
 class StepLoop {
  public:
@@ -48,6 +56,7 @@ class StepLoop {
   struct StepExtras {
     double val = -1, ckpt_ms = -1;
     std::vector<std::pair<std::string, double>> val_sources;  // named validation sources
+    size_t val_windows = 0;                                   // distinct windows the evaluation read
     bool straggler_report = false;
     StragglerReport slow;
   };
@@ -75,6 +84,8 @@ class StepLoop {
   void beat(long step);
   void fault_at_commit_point(const char* point);
   void log_step(const StepStats& st, const StepExtras& x);
+  void run_file_unwritable(const std::string& what);
+  double model_flops_utilization(double tokens_per_s);
   void print_stragglers(const StepStats& st, const StragglerReport& slow) const;
   void print_header() const;
   void print_summary();
@@ -84,6 +95,9 @@ class StepLoop {
   TrainLoop& loop_;
   ControlComm& world_;
   const bool lead_;
+  bool warned_short_val_ = false;
+  bool stale_peak_noted_ = false;
+  std::set<std::string> unwritable_;  // run files already reported unwritable
   const int rank_;
   long first_ = 0, end_ = 0;
   long last_saved_;      // a checkpoint of this step exists

@@ -7,24 +7,26 @@
 #include <cstdio>
 
 #include "engine/step_loop.h"
+#include "model/flops.h"
 #include "runtime/utc_time.h"
 
 namespace trainer {
 
-StragglerReport find_stragglers(ControlComm& world, const GridShape& grid, double factor, double my_compute_ms) {
-  const int n = world.size();
-  std::vector<float> all(n);
-  const float mine = (float)my_compute_ms;
-  world.allgather(&mine, all.data(), 1);
-  const double global = median_of(all);
+StragglerReport judge_stragglers(const std::vector<float>& all, const GridShape& grid, double factor,
+                                 const std::vector<double>& stage_work) {
+  const int n = (int)all.size();
+  // Each rank's time per unit of its stage's predicted work, and their median.
+  std::vector<float> per_work(n);
+  for (int k = 0; k < n; k++) per_work[k] = all[k] / (float)stage_work[grid_coords(grid, k).pp];
+  const double per_work_median = median_of(per_work);
   // Each pipeline stage's ranks, and the median they are compared with.
   std::vector<std::vector<float>> stage_times(grid.pp);
   for (int k = 0; k < n; k++) stage_times[grid_coords(grid, k).pp].push_back(all[k]);
   std::vector<double> stage_median(grid.pp);
   for (int p = 0; p < grid.pp; p++)
-    stage_median[p] = stage_times[p].size() >= 3 ? median_of(stage_times[p]) : global;
+    stage_median[p] = stage_times[p].size() >= 3 ? median_of(stage_times[p]) : per_work_median * stage_work[p];
   StragglerReport rep;
-  rep.median_ms = global;
+  rep.median_ms = median_of(all);
   for (int k = 0; k < n; k++) {
     const double med = stage_median[grid_coords(grid, k).pp];
     const double ratio = med > 0 ? all[k] / med : 0;
@@ -38,11 +40,20 @@ StragglerReport find_stragglers(ControlComm& world, const GridShape& grid, doubl
   return rep;
 }
 
+StragglerReport find_stragglers(ControlComm& world, const GridShape& grid, double factor, double my_compute_ms,
+                                const std::vector<double>& stage_work) {
+  std::vector<float> all(world.size());
+  const float mine = (float)my_compute_ms;
+  world.allgather(&mine, all.data(), 1);
+  return judge_stragglers(all, grid, factor, stage_work);
+}
+
 void StepLoop::track_stragglers(const StepStats& st, StepExtras& x) {
   if (r_.runtime.straggler_factor <= 0) return;
   window_compute_ms_ += st.step_ms - st.comm_ms();
   if (++window_steps_ < r_.runtime.straggler_every) return;
-  x.slow = find_stragglers(world_, r_.grid, r_.runtime.straggler_factor, window_compute_ms_ / window_steps_);
+  x.slow = find_stragglers(world_, r_.grid, r_.runtime.straggler_factor, window_compute_ms_ / window_steps_,
+                           stage_work(r_.model, r_.grid.pp));
   x.straggler_report = true;
   window_compute_ms_ = 0, window_steps_ = 0;
 }
@@ -52,7 +63,8 @@ void StepLoop::print_stragglers(const StepStats& st, const StragglerReport& slow
     const GridCoords at = grid_coords(r_.grid, (int)slow.ranks[i]);
     std::fprintf(stderr,
                  "warning: step %ld: straggler: rank %d (dp %d, pp %d, tp %d) computed %.1f ms per step over the "
-                 "last %d steps, %.2fx the median of the ranks doing the same work (runtime.straggler_factor = "
+                 "last %d steps, %.2fx the median of the ranks doing the same work, or of all ranks scaled by "
+                 "each stage's predicted work (runtime.straggler_factor = "
                  "%g; median of all ranks %.1f ms)\n",
                  st.step, (int)slow.ranks[i], at.dp, at.pp, at.tp, slow.ms[i], r_.runtime.straggler_every,
                  slow.ratios[i], r_.runtime.straggler_factor, slow.median_ms);

@@ -292,11 +292,15 @@ TrainLoop::Evaluation TrainLoop::evaluate() {
   if (val_.sources().empty()) return ev;
   const std::vector<double> shares = val_.shares();
   ev.overall = 0;
+  const size_t reads = (size_t)r_.training.eval_batches * r_.training.micro_batch * dp_.size();
   for (size_t j = 0; j < val_.sources().size(); j++) {
     const BlendSource& s = val_.sources()[j];
     const double loss = evaluate(*s.data);
     ev.overall += shares[j] * loss;
     if (!s.name.empty()) ev.sources.emplace_back(s.name, loss);
+    const size_t held = s.data->num_samples();
+    ev.windows += std::min(reads, held);
+    if (held < reads) ev.short_sources.emplace_back(s.name.empty() ? "data.val" : s.name, held, reads);
   }
   return ev;
 }

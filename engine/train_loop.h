@@ -93,6 +93,10 @@ class TrainLoop {
   struct Evaluation {
     double overall = -1;
     std::vector<std::pair<std::string, double>> sources;  // named sources only
+    size_t windows = 0;                                    // distinct windows read, all sources
+    // Sources with fewer windows than an evaluation reads (it wraps and
+    // counts some twice): (source, windows it holds, windows read).
+    std::vector<std::tuple<std::string, size_t, size_t>> short_sources;
   };
   Evaluation evaluate();
   double evaluate(const TokenDataset& data);  // collective, as evaluate()

@@ -13,4 +13,15 @@ double train_flops_per_token(const ModelConfig& c) {
   return 6.0 * matmul_params(c) + 12.0 * c.n_layers * (double)c.seq_len * c.d_model;
 }
 
+std::vector<double> stage_work(const ModelConfig& c, int pp) {
+  ModelConfig body = c;
+  body.vocab_size = 0;
+  const double layers = train_flops_per_token(body), head = 6.0 * c.vocab_size * c.d_model;
+  std::vector<double> w(pp, layers / pp);
+  w.back() += head;
+  const double mean = (layers + head) / pp;
+  for (double& x : w) x /= mean;
+  return w;
+}
+
 }  // namespace trainer

@@ -3,11 +3,17 @@
 // plus attention's score and value products, 12 * n_layers * seq_len * d_model
 // per token (forward + backward, full T x T as PaLM and Megatron count it).
 // Embedding lookups are not FLOPs; a tied LM head counts as a product.
+#include <vector>
+
 #include "model/config.h"
 
 namespace trainer {
 
 double matmul_params(const ModelConfig& c);
 double train_flops_per_token(const ModelConfig& c);
+// Each of pp pipeline stages' share of a step's products, relative to the
+// mean stage (1.0 each without pipelining): equal layers per stage, and the
+// LM head on the last, which is slower by design.
+std::vector<double> stage_work(const ModelConfig& c, int pp);
 
 }  // namespace trainer

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <array>
+#include <initializer_list>
 #include <cmath>
 #include <cstdio>
 
@@ -219,6 +220,14 @@ LineChart timeline_chart(const RunFiles& f, const std::vector<TimelineItem>& ite
 
 // ---- tables ----------------------------------------------------------------------
 
+// A table row of data cells, each escaped: the route by which text from the
+// run's files (any field may have been edited or injected) reaches a table.
+std::string cells(std::initializer_list<std::string> values, const std::string& key = "") {
+  std::string s = "<tr" + (key.empty() ? "" : " data-key=\"" + html_escape(key) + "\"") + ">";
+  for (const std::string& v : values) s += "<td>" + html_escape(v) + "</td>";
+  return s + "</tr>\n";
+}
+
 std::string row(const std::string& a, const std::string& b, const std::string& id = "") {
   return "<tr" + (id.empty() ? "" : " data-key=\"" + id + "\"") + "><th>" + html_escape(a) + "</th><td>" +
          html_escape(b) + "</td></tr>\n";
@@ -318,11 +327,9 @@ std::string events_table(const std::vector<TimelineItem>& items, double t0) {
            " more: see events.jsonl and metrics.jsonl</td></tr>\n";
       break;
     }
-    s += "<tr data-key=\"" + html_escape(it.kind) + "\"><td>" +
-         (std::isfinite(it.t) ? iso_time(it.t) : std::string("-")) + "</td><td>" +
-         format_duration(it.t - t0) + "</td><td>" + html_escape(it.kind) + "</td><td>" +
-         (it.launch >= 0 ? std::to_string(it.launch) : "") + "</td><td>" + (it.step >= 0 ? std::to_string(it.step) : "") +
-         "</td><td>" + html_escape(it.detail) + "</td></tr>\n";
+    s += cells({std::isfinite(it.t) ? iso_time(it.t) : std::string("-"), format_duration(it.t - t0), it.kind,
+                it.launch >= 0 ? std::to_string(it.launch) : "", it.step >= 0 ? std::to_string(it.step) : "", it.detail},
+               it.kind);
   }
   return s + "</table>\n";
 }
@@ -332,11 +339,10 @@ std::string launches_table(const RunFiles& f) {
                   "<th>trainer</th><th>backend, device</th><th>ranks</th><th>host</th><th>libraries</th></tr>\n";
   for (const json& l : f.launches) {
     const std::string device = str(l, "device");
-    s += "<tr><td>" + html_escape(str(l, "time")) + "</td><td>" + str(l, "first_step") + "</td><td>" +
-         html_escape(str(l, "trainer") + " (git " + str(l, "git") + ")") + "</td><td>" +
-         html_escape(str(l, "backend") + (device.empty() ? "" : ", " + device)) + "</td><td>" +
-         html_escape(str(l, "ranks") + " = dp " + str(l, "dp") + " x pp " + str(l, "pp") + " x tp " + str(l, "tp")) +
-         "</td><td>" + html_escape(str(l, "host")) + "</td><td>" + html_escape(str(l, "libraries")) + "</td></tr>\n";
+    s += cells({str(l, "time"), str(l, "first_step"), str(l, "trainer") + " (git " + str(l, "git") + ")",
+                str(l, "backend") + (device.empty() ? "" : ", " + device),
+                str(l, "ranks") + " = dp " + str(l, "dp") + " x pp " + str(l, "pp") + " x tp " + str(l, "tp"),
+                str(l, "host"), str(l, "libraries")});
   }
   return s + "</table>\n";
 }

@@ -159,6 +159,7 @@ std::string html_escape(const std::string& s) {
       case '<': o += "&lt;"; break;
       case '>': o += "&gt;"; break;
       case '"': o += "&quot;"; break;
+      case '\'': o += "&#39;"; break;
       default: o += c;
     }
   }

@@ -21,6 +21,10 @@ constexpr int kExitBadStep = 6;      // NaN/Inf loss or gradient, or a loss spik
 constexpr int kExitPreempted = 75;   // SIGTERM/SIGUSR1: checkpoint saved, requeue me (EX_TEMPFAIL)
 // `trainer supervise`: the restart budget ran out (the job's own code otherwise).
 constexpr int kExitGaveUp = 7;
+// A run's files cannot be written because their disk is full: `trainer
+// train` with checkpoint.required = true, and `trainer supervise` when a
+// missing heartbeat is a full disk, not a hang (no restart into it).
+constexpr int kExitNoSpace = 8;
 // `trainer smoke`: below --min-mfu, slower than --baseline allows, or a
 // restart that did not continue bit for bit (--check-restart).
 constexpr int kExitSmokeShortfall = 9;

@@ -2,6 +2,8 @@
 
 #include "runtime/flight_recorder.h"
 
+#include <unistd.h>
+
 #include <cerrno>
 #include <cmath>
 #include <cstring>
@@ -37,13 +39,14 @@ JsonRecord& JsonRecord::add(const std::string& k, double v) {
   body_ += b;
   return *this;
 }
-JsonRecord& JsonRecord::add(const std::string& k, const std::vector<double>& v) {
+JsonRecord& JsonRecord::add(const std::string& k, const std::vector<double>& v, const std::string& element) {
   key(k);
   body_ += '[';
   for (size_t i = 0; i < v.size(); i++) {
     char b[32];
     std::snprintf(b, sizeof b, "%s%.9g", i ? ", " : "", v[i]);
     body_ += std::isfinite(v[i]) ? b : (i ? ", null" : "null");
+    if (!element.empty() && std::isfinite(v[i])) numbers_.emplace_back(k + "/" + element + std::to_string(i), v[i]);
   }
   body_ += ']';
   return *this;
@@ -63,26 +66,66 @@ JsonRecord& JsonRecord::add(const std::string& k, const std::string& v) {
   return *this;
 }
 
+namespace {
+// A run killed mid-write leaves a last line without its newline; the next
+// record appended to it would make one unreadable line of two. Cut the file
+// back to its last complete record (the partial one was never whole).
+void drop_partial_last_line(const std::string& path) {
+  std::FILE* f = std::fopen(path.c_str(), "rb");
+  if (!f) return;
+  long end = std::fseek(f, 0, SEEK_END) == 0 ? std::ftell(f) : 0, keep = end;
+  char c = '\n';
+  if (end > 0 && std::fseek(f, end - 1, SEEK_SET) == 0 && std::fread(&c, 1, 1, f) == 1 && c != '\n') {
+    char block[4096];
+    keep = 0;
+    for (long at = end; at > 0 && keep == 0;) {
+      const long from = std::max(0L, at - (long)sizeof block);
+      std::fseek(f, from, SEEK_SET);
+      const size_t n = std::fread(block, 1, (size_t)(at - from), f);
+      for (size_t i = n; i > 0; i--)
+        if (block[i - 1] == '\n') {
+          keep = from + (long)i;
+          break;
+        }
+      at = from;
+    }
+  }
+  std::fclose(f);
+  if (keep < end && truncate(path.c_str(), keep) != 0)
+    throw UserError(kExitInternal, path + ": cannot cut off its partial last line: " + std::strerror(errno));
+  if (keep < end)
+    std::fprintf(stderr, "note: %s: its last line was cut off (a run stopped mid-write); dropped %ld bytes\n",
+                 path.c_str(), end - keep);
+}
+}  // namespace
+
 MetricsLog::MetricsLog(const std::string& path, bool truncate) {
   if (path.empty()) return;
+  if (!truncate) drop_partial_last_line(path);
+  path_ = path;
   f_ = std::fopen(path.c_str(), truncate ? "w" : "a");
   if (!f_) throw UserError(kExitInternal, path + ": cannot open metrics log: " + std::strerror(errno));
 }
 MetricsLog::~MetricsLog() {
   if (f_) std::fclose(f_);
 }
-void MetricsLog::write(const JsonRecord& r) {
-  if (!f_) return;
-  std::fprintf(f_, "%s\n", r.str().c_str());
-  std::fflush(f_);
-  if (!tb_) return;
+bool MetricsLog::write(const JsonRecord& r) {
+  if (!f_) return true;
+  errno = 0;
+  const bool ok = std::fprintf(f_, "%s\n", r.str().c_str()) >= 0 && std::fflush(f_) == 0;
+  if (!ok) {
+    error_ = path_ + ": " + std::strerror(errno ? errno : EIO);
+    std::clearerr(f_);
+  }
+  if (!tb_) return ok;
   const auto& nums = r.numbers();
   const auto step = std::find_if(nums.begin(), nums.end(), [](const auto& kv) { return kv.first == "step"; });
-  if (step == nums.end()) return;
+  if (step == nums.end()) return ok;
   const double now = wall_seconds();
   for (const auto& [k, v] : nums)
     if (k != "step") tb_->scalar(k, (long)step->second, (float)v, now);
   tb_->flush();
+  return ok;
 }
 
 void MetricsLog::add_tensorboard(const std::string& dir) { tb_ = std::make_unique<TensorBoardWriter>(dir); }

@@ -19,7 +19,10 @@ class JsonRecord {
   JsonRecord& add(const std::string& key, long v);
   JsonRecord& add(const std::string& key, int v) { return add(key, (long)v); }
   JsonRecord& add(const std::string& key, const std::string& v);
-  JsonRecord& add(const std::string& key, const std::vector<double>& v);
+  // A list: a JSON array. With `element` (e.g. "stage": one value per
+  // pipeline stage) TensorBoard also gets each value as key/element0,
+  // key/element1, ...; lists of varying meaning (the ranks named) stay JSON only.
+  JsonRecord& add(const std::string& key, const std::vector<double>& v, const std::string& element = "");
   // Appends every field of o.
   JsonRecord& add(const JsonRecord& o) {
     if (!o.body_.empty()) body_ += (body_.empty() ? "" : ", ") + o.body_;
@@ -27,7 +30,8 @@ class JsonRecord {
     return *this;
   }
   std::string str() const { return "{" + body_ + "}"; }
-  // The number fields (finite ones), in order: what TensorBoard gets.
+  // The number fields (finite ones) and list elements, in order: what
+  // TensorBoard gets.
   const std::vector<std::pair<std::string, double>>& numbers() const { return numbers_; }
 
  private:
@@ -55,7 +59,10 @@ class MetricsLog {
   ~MetricsLog();
   MetricsLog(const MetricsLog&) = delete;
   MetricsLog& operator=(const MetricsLog&) = delete;
-  void write(const JsonRecord& r);
+  // False when the line could not be written; error() says the file and the
+  // system's reason ("runs/x/metrics.jsonl: No space left on device").
+  bool write(const JsonRecord& r);
+  const std::string& error() const { return error_; }
   // Also write every number field of each record (but "step") as a
   // TensorBoard scalar at the record's step.
   void add_tensorboard(const std::string& dir);
@@ -63,6 +70,7 @@ class MetricsLog {
 
  private:
   FILE* f_ = nullptr;
+  std::string path_, error_;
   std::unique_ptr<TensorBoardWriter> tb_;
 };
 

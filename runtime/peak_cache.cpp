@@ -9,6 +9,7 @@
 #include <sstream>
 #include <vector>
 
+#include "runtime/cpu/blas_core.h"
 #include "runtime/replace_file.h"
 #include "runtime/utc_time.h"
 
@@ -34,8 +35,7 @@ std::string peak_cache_path() {
 std::string peak_cache_key(int threads, int ranks_on_node) {
   char host[256] = {0};
   gethostname(host, sizeof host - 1);
-  const char* core = std::getenv("OPENBLAS_CORETYPE");
-  std::string key = std::string(host) + "|" + cpu_model() + "|blas " + (core ? core : "auto") + "|threads " +
+  std::string key = std::string(host) + "|" + cpu_model() + "|blas " + blas_library_version() + "|threads " +
                     std::to_string(threads) + "|ranks " + std::to_string(ranks_on_node);
   for (char& c : key)
     if (c == '\t' || c == '\n') c = ' ';
@@ -56,7 +56,9 @@ double read_cached_peak(const std::string& key, std::string* when) {
   return 0;
 }
 
-bool write_cached_peak(const std::string& key, double gflops) {
+namespace {
+// The cache without the key's line, plus `line` when it is not empty.
+bool rewrite_cache(const std::string& key, const std::string& line_for_key) {
   const std::string path = peak_cache_path();
   if (path.empty()) return false;
   std::error_code ec;
@@ -65,8 +67,14 @@ bool write_cached_peak(const std::string& key, double gflops) {
   std::ifstream f(path);
   while (std::getline(f, line))
     if (line.rfind(key + "\t", 0) != 0) text += line + "\n";
-  text += key + "\t" + std::to_string(gflops) + "\t" + utc_time("%Y-%m-%d %H:%M UTC") + "\n";
-  return replace_file(path, text, false).empty();
+  return replace_file(path, text + line_for_key, false).empty();
 }
+}  // namespace
+
+bool write_cached_peak(const std::string& key, double gflops) {
+  return rewrite_cache(key, key + "\t" + std::to_string(gflops) + "\t" + utc_time("%Y-%m-%d %H:%M UTC") + "\n");
+}
+
+bool forget_cached_peak(const std::string& key) { return rewrite_cache(key, ""); }
 
 }  // namespace trainer

@@ -12,8 +12,9 @@ namespace trainer {
 // Where the cache lives ("" when no home or cache directory is known).
 std::string peak_cache_path();
 
-// The key of this machine and launch shape: host, CPU model, BLAS kernels,
-// threads per rank and ranks on this node (they share the cores).
+// The key of this machine and launch shape: host, CPU model, the BLAS
+// library (version, build and the kernels it runs), threads per rank and
+// ranks on this node (they share the cores).
 std::string peak_cache_key(int threads, int ranks_on_node);
 
 // The cached peak (GFLOP/s per rank) and when it was measured; 0 if none.
@@ -21,5 +22,7 @@ double read_cached_peak(const std::string& key, std::string* when);
 
 // Adds or replaces the key's line; false (silently) when the file cannot be written.
 bool write_cached_peak(const std::string& key, double gflops);
+// Drops the key's line (a run computed faster than it: the next start measures again).
+bool forget_cached_peak(const std::string& key);
 
 }  // namespace trainer

@@ -144,6 +144,37 @@ def main():
         check(len(moved) == 1, "the corrupted newer checkpoint is moved aside, not deleted or overwritten")
         out = train(run, 1, single + ["--resume", moved[0] if moved else "missing"], ok_codes=(4,))
         check("checksum mismatch" in out, "resuming the corrupted checkpoint by path fails with exit code 4")
+
+        # Tampered manifests and `latest`: each checkpoint refused by name, the next older one that verifies used.
+        def tampered(label, edit, words, latest=None):
+            r = os.path.join(tmp, "tamper_" + label.split()[0])
+            train(r, 1, single + ["--set", "checkpoint.every=5", "--set", "training.steps=15"])
+            man = r + "/checkpoints/step_00000015/manifest"
+            text = open(man).read()
+            open(man, "w").write(edit(text))
+            if latest is not None:
+                open(r + "/checkpoints/latest", "w").write(latest)
+            out = train(r, 1, single + ["--set", "training.steps=20", "--set", "checkpoint.every=5"])
+            ok = all(w in out for w in words) and "step_00000010 at step 10" in out
+            check(ok, f"a manifest {label}: refused by name, step 10 resumed instead")
+            if not ok:
+                print(out[-1500:])
+            return r
+        def no_crc(t):  # as a manifest of an earlier release, without its own checksum
+            return "".join(l for l in t.splitlines(True) if not l.startswith("crc "))
+        tampered("saying another step (15 -> 7)", lambda t: no_crc(t).replace("\nstep 15\n", "\nstep 7\n"),
+                 ["says step 7 but its directory is step_00000015"])
+        tampered("with a checksum that no longer matches (samples edited)", lambda t: t.replace("samples ", "samples 1"),
+                 ["checksum does not match"])
+        tampered("naming a file outside its directory", lambda t: no_crc(t).replace("file ", "file ../", 1),
+                 ["not a file of this checkpoint's directory"])
+        r = os.path.join(tmp, "tamper_latest")
+        train(r, 1, single + ["--set", "checkpoint.every=5", "--set", "training.steps=10"])
+        open(r + "/checkpoints/latest", "w").write("../../../etc\n")
+        out = train(r, 1, single + ["--set", "training.steps=15", "--set", "checkpoint.every=5",
+                                    "--resume", r + "/checkpoints"])
+        check("latest names \"../../../etc\"" in out and "step_00000010 at step 10" in out,
+              "a `latest` that leads out of the checkpoint directory is ignored (the newest step directory is used)")
         # Export: a 2x2x2 run evaluated at step 10 and checkpointed there.
         run = os.path.join(tmp, "export")
         train(run, 8, ["--set", f'data.val=["{data}/val_*.bin"]', "--set", "training.eval_every=10",

@@ -119,7 +119,8 @@ def main():
         flat = [t for d in docs for t in d]
         for name in (prefix, prefix + ".bin", prefix + ".idx"):
             rc, head, toks = inspect_tokens(trainer, name, len(flat))
-            check(rc == 0 and toks == flat and "40 documents" in head,
+            dtype = "megatron, " + {8: "uint16", 4: "int32"}[code] + ","
+            check(rc == 0 and toks == flat and "40 documents" in head and dtype in head,
                   f"megatron dtype {code} named as {os.path.basename(name)}: {len(flat)} tokens read as written ({head})")
     v7 = os.path.join(tmp, "llama3_shard.bin")
     toks7 = [rng.randrange(128256) for _ in range(5000)]
@@ -147,6 +148,9 @@ def main():
     defect("wrong_magic", b"MMIDIDY\x00\x00" + idx[9:], want="magic")
     defect("past_bin", idx, open(good + ".bin", "rb").read()[:-10], want="past its end")
     defect("float_dtype", idx[:17] + bytes([6]) + idx[18:], want="dtype code 6")
+    huge = 2 ** 62  # sequences: the need must be reported as read, not wrapped around 2^64
+    defect("huge_count", idx[:18] + struct.pack("<Q", huge) + idx[26:], want=f"{huge} sequences")
+    defect("huge_count_need", idx[:18] + struct.pack("<Q", huge) + idx[26:], want=f"need {12 * huge + 34 + 8 * struct.unpack('<Q', idx[26:34])[0]}")
     rc, out = train(trainer, mpiexec, tmp, "bad_train", f'["{os.path.join(tmp, "wrong_magic")}"]')
     check(rc == 3 and "byte offset" in out, "a defective index in data.train: the run stops with exit 3")
 

@@ -19,6 +19,7 @@ keep the default.
 usage: hf_export_check.py TRAINER MPIEXEC
 """
 import json
+import math
 import os
 import shutil
 import struct
@@ -128,6 +129,7 @@ def main():
             check(rc == 4 and "not empty" in out, f"{name}: exporting onto a non-empty directory is refused (exit 4)")
     import_checks(trainer, tmp, data)
     rope_checks(trainer, tmp, data)
+    hostile_checks(trainer, tmp, data)
     tokenizer_files(trainer, tmp)
     if failures:
         sys.exit(1)
@@ -313,6 +315,77 @@ def rope_checks(trainer, tmp, data):
     variant("rope_type yarn", lambda c: v5(c, "yarn"), scaled, 4, '"yarn"')
     variant("attention_bias true", lambda c: c.update(attention_bias=True), scaled, 4, "attention_bias")
     variant("an unknown scaling field", lambda c: c["rope_scaling"].update(beta_fast=32), scaled, 4, "beta_fast")
+
+
+def hostile_checks(trainer, tmp, data):
+    """Tampered model directories (classes of them, each with variants): every
+    one refused with exit 4 naming the file and the tensor or entry, none
+    loaded as zeros, none read outside the directory."""
+    src = os.path.join(tmp, "llama_untied_hf")
+    raw = open(os.path.join(src, "model.safetensors"), "rb").read()
+    n = struct.unpack("<Q", raw[:8])[0]
+    header, body = json.loads(raw[8:8 + n]), raw[8 + n:]
+    names = [k for k in header if k != "__metadata__"]
+    first, last = min(names, key=lambda k: header[k]["data_offsets"][0]), names[-1]
+    recipe = os.path.join(tmp, "hostile.toml")
+    open(recipe, "w").write(RECIPE.format(run=os.path.join(tmp, "hostile_run"), arch="llama", tied="false", data=data,
+                                          kv="n_kv_heads = 2"))
+
+    def attempt(label, files, *words):
+        d = tempfile.mkdtemp(prefix="hostile_", dir=tmp)
+        if "config.json" not in files:
+            shutil.copy(os.path.join(src, "config.json"), d)
+        for fname, content in files.items():
+            open(os.path.join(d, fname), "wb" if isinstance(content, bytes) else "w").write(content)
+        rc, out = run([trainer, "train", recipe, "--set", f'checkpoint.init_from="{d}"', "--set", "training.steps=1",
+                       "--set", f'run.dir="{d}/run"'])
+        ok = rc == 4 and all(w in out for w in words) and "error" in out
+        check(ok, f"hostile model directory: {label}: exit {rc}, naming {', '.join(words)}")
+        if not ok:
+            print(out[-1500:])
+
+    def tampered(edit):
+        h = json.loads(json.dumps(header))
+        edit(h)
+        text = json.dumps(h).encode()
+        return struct.pack("<Q", len(text)) + text + body
+
+    def offsets(name, b, e):
+        return lambda h: h[name].update(data_offsets=[b, e])
+
+    size = len(body)
+    for label, edit, words in (
+            ("data_offsets near 2^64 (the end wraps when added to the header)",
+             offsets(last, 2 ** 64 - 1 - 4 * math.prod(header[last]["shape"]), 2 ** 64 - 1), [last]),
+            ("data_offsets beyond the file", offsets(first, size, size + 4 * math.prod(header[first]["shape"])),
+             [first]),
+            ("a fractional offset", offsets(first, 0.5, 4.5), [first, "non-negative integers"]),
+            ("a negative offset", offsets(first, -4, 0), [first]),
+            ("two tensors overlapping", offsets(last, 0, 4 * math.prod(header[last]["shape"])), ["overlap"]),
+            ("a shape whose product overflows", lambda h: h[first].update(shape=[2 ** 40, 2 ** 40]), [first]),
+            ("a negative dimension", lambda h: h[first].update(shape=[-1, 4]), [first]),
+            ("a tensor entry that is a string", lambda h: h.update({first: "x"}), [first]),
+            ("a missing data_offsets", lambda h: h[first].pop("data_offsets"), [first, "data_offsets"]),
+            ("a string dtype of the wrong type", lambda h: h[first].update(dtype=7), [first, "dtype"])):
+        attempt(label, {"model.safetensors": tampered(edit)}, "model.safetensors", *words)
+    for label, wmap, words in (
+            ("weight_map naming /etc/passwd", {first: "/etc/passwd"}, ["/etc/passwd"]),
+            ("weight_map naming ../x", {first: "../" + os.path.basename(src) + "/model.safetensors"}, [".."]),
+            ("weight_map not an object", ["model.safetensors"], ["weight_map"]),
+            ("weight_map naming a number", {first: 3}, [first])):
+        files = {"shard.safetensors": raw, "model.safetensors.index.json": json.dumps({"weight_map": wmap})}
+        attempt(label, files, "model.safetensors.index.json", *words)
+    config = json.load(open(os.path.join(src, "config.json")))
+    for key, value in (("hidden_size", "32"), ("tie_word_embeddings", "yes"), ("model_type", 5),
+                       ("num_key_value_heads", [2]), ("rope_theta", "big"), ("hidden_act", None)):
+        attempt(f"config.json {key} = {json.dumps(value)}", {"config.json": json.dumps(dict(config, **{key: value})),
+                                                                "model.safetensors": raw},
+                "config.json", key, "expected")
+    d = tempfile.mkdtemp(prefix="hostile_", dir=tmp)
+    os.makedirs(os.path.join(d, "config.json"))
+    shutil.copy(os.path.join(src, "model.safetensors"), d)
+    rc, out = run([trainer, "train", recipe, "--set", f'checkpoint.init_from="{d}"', "--set", f'run.dir="{d}/run"'])
+    check(rc == 4 and "config.json" in out, f"hostile model directory: config.json is a directory: exit {rc}")
 
 
 main()

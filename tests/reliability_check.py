@@ -255,6 +255,60 @@ def case_full_disk(e):
     check(code == 2 and "[run] dir" in out, "11 read-only run directory: exit 2 naming the key")
 
 
+def case_full_run_dir(e):
+    """The disk of run.dir fills during a run: every failed write is reported
+    once with the file and the system's reason; the run trains on (or stops
+    with exit 8 under checkpoint.required); the supervisor tells the full
+    disk from a hang and stops instead of restarting into it."""
+    fs = Tmpfs(os.path.join(e.tmp, "small_run"), 1200)
+    if not fs.ok:
+        check(os.geteuid() != 0, "12 full run.dir: a tmpfs could be mounted")
+        return
+    ck = os.path.join(e.tmp, "full_run_ck")  # checkpoints on the big disk: only the run files fill up
+
+    def start(cmd_word, name, *extra):
+        run = os.path.join(fs.path, name)
+        r = e.recipe(name, run=run)
+        p = subprocess.Popen([e.trainer, cmd_word, r, "--set", f'checkpoint.dir="{ck}_{name}"',
+                              "--set", "training.log_every=1", *extra],
+                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        end = time.time() + 60
+        while not os.path.exists(os.path.join(run, "heartbeat")) and time.time() < end:
+            time.sleep(0.05)
+        try:
+            fs.fill(leave_kb=0)
+        except OSError:
+            pass  # the last block: full is full
+        return p, run
+
+    p, run = start("train", "fill_train", "--set", "training.steps=2000", "--set", "checkpoint.every=100000")
+    out = p.communicate(timeout=300)[0]
+    metrics = os.path.join(run, "metrics.jsonl")
+    check(p.returncode == 0 and f"cannot write {metrics}: No space left on device" in out
+          and out.count(f"cannot write {metrics}") == 1 and "heartbeat" in out and "done: 2000 steps" in out,
+          f"12 full run.dir: train reports each unwritable file once with the reason and finishes (exit {p.returncode})")
+    os.remove(os.path.join(fs.path, "filler"))
+    p, run = start("train", "fill_required", "--set", "training.steps=2000", "--set", "checkpoint.every=100000",
+                   "--set", "checkpoint.required=true")
+    out = p.communicate(timeout=300)[0]
+    check(p.returncode == 8 and "No space left on device" in out and "checkpoint.required = true" in out,
+          f"12 full run.dir with checkpoint.required: exit {p.returncode} (8) naming the file and the reason")
+    os.remove(os.path.join(fs.path, "filler"))
+    p, run = start("supervise", "fill_supervised", "--set", "training.steps=100000", "--set", "checkpoint.every=100000",
+                   "--set", "supervisor.hang_timeout=4", "--set", "launch.ranks=1")
+    try:
+        out = p.communicate(timeout=120)[0]
+    except subprocess.TimeoutExpired:
+        p.kill()
+        out = p.communicate()[0]
+    check(p.returncode == 8 and "not a hang" in out and "No space left on device" in out and "restart 1 of" not in out
+          and "killing the job" not in out,
+          f"12 full run.dir under supervise: a full disk, not a hang: exit {p.returncode} (8), no restart")
+    if p.returncode != 8 or "restart 1 of" in out:
+        print(out[-3000:])
+    os.remove(os.path.join(fs.path, "filler"))
+
+
 def case_memory(e):
     r = e.recipe("memory")
     huge = ["--set", "model.d_model=2048", "--set", "model.n_layers=24", "--set", "model.n_heads=16",

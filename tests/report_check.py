@@ -320,6 +320,35 @@ def main():
         check_numbers(page, recs, events, plan_for(trainer, os.path.join(rdir, "recipe.resolved.toml")),
                       tokens_per_step)
 
+        # Hostile values in every field of every input file: nothing reaches the page as markup.
+        evil = '<script>alert(1)</script><img src=x onerror=alert(2)>"\'&'
+        hostile = os.path.join(tmp, "hostile")
+        shutil.copytree(rdir, hostile, ignore=shutil.ignore_patterns("checkpoints", "report.html"))
+
+        def poison(name, keys_too):
+            out = []
+            for line in open(os.path.join(rdir, name)):
+                r = json.loads(line)
+                r = {k: (v if k in ("step", "time") and name == "metrics.jsonl" else evil) for k, v in r.items()}
+                if keys_too:
+                    r["val_loss/" + evil] = 1.0
+                    r[evil] = evil
+                out.append(json.dumps(r))
+            open(os.path.join(hostile, name), "w").write("\n".join(out) + "\n")
+        poison("launches.jsonl", True)
+        poison("events.jsonl", True)
+        ms = [json.loads(l) for l in open(os.path.join(rdir, "metrics.jsonl"))]
+        with open(os.path.join(hostile, "metrics.jsonl"), "w") as f:
+            for r in ms:
+                r["stragglers"] = evil
+                r["val_loss/" + evil] = r.get("loss", 1.0)
+                f.write(json.dumps(r) + "\n")
+        code, out = run([trainer, "report", hostile, "--output", os.path.join(tmp, "hostile.html")])
+        text = open(os.path.join(tmp, "hostile.html")).read() if code == 0 else ""
+        check(code == 0 and "<script" not in text and "<img" not in text and "onerror=alert" not in text.replace(
+              "onerror=alert(2)&gt;", "") and "&lt;script&gt;" in text,
+              f"hostile values in every field of launches, events and metrics: the page shows them as text (exit {code})")
+
         # A run still going: half a line at the end, the first launch's events only.
         live = os.path.join(tmp, "live")
         shutil.copytree(rdir, live, ignore=shutil.ignore_patterns("checkpoints", "report.html"))

@@ -17,6 +17,7 @@
 - preemption: SIGTERM to every rank at a random moment saves a checkpoint
   and exits 75; a second launch finishes bit-identical; SIGTERM to the
   supervisor does the same through it;
+- SIGKILL to the supervisor ends mpirun and the ranks (none left training);
 - restart budget: a crash at every launch gives up after max_restarts with
   exit 7 and a message;
 - NaN: on_nan stop exits 6 (and the supervisor does not retry it), skip
@@ -193,6 +194,30 @@ def main():
         check(p.returncode == 75 and "signal" in ev and ev[-1] == "preempted", f"supervised preempt: exit 75, events {ev}")
         code, out = supervise(run, [])
         check(same_tensors(final(run), ref), "supervised preempt: relaunch ended bit-identical")
+
+        # SIGKILL to the supervisor: mpirun and the ranks end with it (parent-death signal), no orphans training on.
+        run = os.path.join(tmp, "supervisor_killed")
+        p = subprocess.Popen([trainer, "supervise", recipe, *base, "--set", f"run.dir={run}", "--set",
+                              "training.steps=100000"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        while not os.path.exists(os.path.join(run, "heartbeat")):
+            time.sleep(0.05)
+        time.sleep(1.0)
+
+        def left():  # the launch's processes: mpirun and the ranks name the run directory on their command line
+            out = subprocess.run(["pgrep", "-f", f"run.dir={run}"], capture_output=True, text=True).stdout.split()
+            return [x for x in out if int(x) != p.pid]
+        before = left()
+        p.kill()
+        p.wait()
+        end = time.time() + 20
+        while left() and time.time() < end:
+            time.sleep(0.25)
+        after = left()
+        check(len(before) >= 9 and not after,
+              f"supervisor killed (SIGKILL): its {len(before)} launcher and rank processes ended with it "
+              f"({len(after)} left after 20 s)")
+        for pid in after:
+            os.kill(int(pid), signal.SIGKILL)
 
         # Restart budget.
         run = os.path.join(tmp, "budget")

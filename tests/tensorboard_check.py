@@ -42,6 +42,8 @@ eval_every = 6
 eval_batches = 1
 [optimizer]
 lr = 1e-3
+[parallel]
+pp = 2
 [metrics]
 tensorboard = true
 [runtime]
@@ -73,6 +75,10 @@ def main():
         for k, v in r.items():
             if k != "step" and isinstance(v, (int, float)) and not isinstance(v, bool):
                 want[(k, r["step"])] = v
+            elif k.startswith("pp_") and isinstance(v, list):  # per pipeline stage: one tag each
+                for i, x in enumerate(v):
+                    if x is not None:
+                        want[(f"{k}/stage{i}", r["step"])] = x
     got = {(t, e.step): e.value for t in tags for e in acc.Scalars(t)}
     missing = [k for k in want if k not in got]
     # JSON keeps 9 significant digits, so its float32 may differ from the one written by an ulp.
@@ -82,6 +88,8 @@ def main():
           f"equal as float32 within an ulp (missing {missing[:3]}, different {wrong[:3]}, extra {len(got) - len(want)})")
     check({"loss", "lr", "grad_norm", "tokens_per_s", "mfu", "step_ms", "val_loss", "val_loss/a", "samples/a"} <= tags,
           "the tags include loss, lr, grad norm, tokens/s, MFU, step time, val loss per source, blend counts")
+    check({"pp_compute_ms/stage0", "pp_compute_ms/stage1", "pp_wait_ms/stage1"} <= tags,
+          "the per-stage lists are one tag per stage (pp_compute_ms/stage0, ...)")
     if failures:
         sys.exit(1)
 

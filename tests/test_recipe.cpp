@@ -2,7 +2,9 @@
 // exit code 2 (data errors: 3) and a single message naming file, line and key,
 // before training starts. Plus in-process checks of defaults and round trips.
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <cstdio>
 #include <filesystem>
@@ -101,6 +103,49 @@ TEST_F(RecipeErrors, BaseRecipeTrains) {
   const Outcome o = train(write(base()));
   EXPECT_EQ(o.code, 0) << o.out;
   EXPECT_NE(o.out.find("done: 2 steps"), std::string::npos) << o.out;
+}
+
+// A peak below what the run computes (a stale cache, a wrong
+// runtime.peak_gflops) never gives an MFU above 100%: the run says the peak
+// is stale once and measures MFU against its own rate from then on.
+TEST_F(RecipeErrors, AStalePeakNeverGivesAnMfuAbove100Percent) {
+  const std::string run = dir_ + "/stale_peak";
+  const Outcome o = train(write(base()), "--set runtime.peak_gflops=0.001 --set run.dir='\"" + run + "\"'" +
+                                             " --set training.log_every=1");
+  ASSERT_EQ(o.code, 0) << o.out;
+  EXPECT_EQ(count(o.out, "that peak is stale"), 1) << o.out;
+  std::ifstream in(run + "/metrics.jsonl");
+  int records = 0;
+  for (std::string l; std::getline(in, l);) {
+    const size_t at = l.find("\"mfu\": ");
+    if (at == std::string::npos) continue;
+    records++;
+    EXPECT_LE(std::stod(l.substr(at + 7)), 1.0) << l;
+  }
+  EXPECT_EQ(records, 2);
+}
+
+// An evaluation that reads more windows than the validation set holds wraps
+// around: it says so once, with the figures, and metrics.jsonl says how many
+// distinct windows were used.
+TEST_F(RecipeErrors, AnEvaluationThatWrapsSaysSoOnce) {
+  const std::string run = dir_ + "/eval_wrap";
+  const Outcome o = train(write(base()), "--set 'data.val=[\"" + dir_ + "/train.bin\"]' --set training.steps=3 "
+                                         "--set training.eval_every=1 --set training.eval_batches=200 "
+                                         "--set run.dir='\"" + run + "\"'");
+  ASSERT_EQ(o.code, 0) << o.out;
+  EXPECT_EQ(count(o.out, "are counted twice or more"), 1) << o.out;
+  const size_t windows = (4000 - 1) / 16;  // the shard's windows of seq_len + 1 tokens, shifted by seq_len
+  EXPECT_NE(o.out.find("holds " + std::to_string(windows) + " windows"), std::string::npos) << o.out;
+  EXPECT_NE(o.out.find("= 400 are read"), std::string::npos) << o.out;  // 200 x micro-batch 1 x dp 2
+  std::ifstream in(run + "/metrics.jsonl");
+  int evals = 0;
+  for (std::string l; std::getline(in, l);)
+    if (l.find("\"val_loss\"") != std::string::npos) {
+      evals++;
+      EXPECT_NE(l.find("\"val_windows\": " + std::to_string(windows)), std::string::npos) << l;
+    }
+  EXPECT_EQ(evals, 3);
 }
 
 TEST_F(RecipeErrors, UnknownKeySuggestsNearest) {
@@ -257,6 +302,41 @@ TEST_F(RecipeErrors, RopeScalingIsChecked) {
                2, {"high_freq_factor must be > low_freq_factor"});
   expect_error(train(write(base()), "--set 'model.rope_scaling={" + l3 + ",original_max_position_embeddings=64}'"), 2,
                {"rope_scaling", "gpt2 has learned positions"});
+}
+
+// A value that is not one TOML value is refused, not kept as text with its
+// quotes; a run name is one path component, printed escaped.
+TEST_F(RecipeErrors, OverridesAndRunNamesAreOneThing) {
+  const std::string p = write(base());
+  expect_error(train(p, "--set 'run.dir=\"/x\" ; x=1'"), 2, {"--set run.dir", "not one TOML value"});
+  expect_error(train(p, "--set 'run.name=\"../evil\"'"), 2, {"[run] name", "not one plain path component"});
+  expect_error(train(p, "--set 'run.name=\"a/b\"'"), 2, {"not one plain path component"});
+  const Outcome o = train(p, "--set 'run.name=\"a\\nb\\u001b[31m\"'");
+  expect_error(o, 2, {"\"a\\nb\\u001b[31m\" is not one plain path component"});
+  EXPECT_EQ(o.out.find('\x1b'), std::string::npos) << "a terminal escape printed raw";
+}
+
+// A FIFO where a file belongs was opened and waited on forever (ignoring
+// SIGTERM): it is refused by name before anything opens it.
+TEST_F(RecipeErrors, AFifoIsRefusedNotWaitedOn) {
+  const std::string recipe = dir_ + "/fifo.toml", shard = dir_ + "/fifo.bin";
+  ::unlink(recipe.c_str()), ::unlink(shard.c_str());
+  ASSERT_EQ(::mkfifo(recipe.c_str(), 0600), 0);
+  ASSERT_EQ(::mkfifo(shard.c_str(), 0600), 0);
+  expect_error(train(recipe), 2, {recipe, "is a FIFO, not a regular file"});
+  expect_error(train(write(edit(base(), dir_ + "/train.bin", shard))), 3, {shard, "is a FIFO, not a regular file"});
+}
+
+// A model far too large is refused from its figures before anything is
+// built per layer (a billion layers grew to 13 GB and was killed).
+TEST_F(RecipeErrors, AHugeModelIsRefusedBeforeItIsBuilt) {
+  const std::string p = write(base());
+  expect_error(train(p, "--set model.n_layers=1000000000"), 2, {"[model] n_layers", "100000"});
+  const std::string huge = "--set model.d_model=65536 --set model.d_ff=262144 --set model.n_heads=512 "
+                           "--set model.n_layers=2000";
+  expect_error(train(p, huge), 2, {"for the weights, gradients and AdamW state alone"});
+  const Outcome plan = run(std::string(TRAINER_BIN) + " plan " + p + " " + huge);
+  EXPECT_NE(plan.out.find("for the weights, gradients and AdamW state alone"), std::string::npos) << plan.out;
 }
 
 TEST_F(RecipeErrors, MissingRecipeFile) {

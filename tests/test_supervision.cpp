@@ -24,6 +24,9 @@
 #include "runtime/crash_report.h"
 #include "runtime/errors.h"
 #include "runtime/flight_recorder.h"
+#include "runtime/metrics.h"
+#include "engine/step_loop.h"
+#include "model/flops.h"
 #include "runtime/peer_probe.h"
 #include "runtime/watchdog.h"
 
@@ -485,6 +488,59 @@ TEST(Diagnose, WithoutDumpsSaysWhere) {
   EXPECT_EQ(code, kExitUsage);
   EXPECT_NE(out.find("no flight recorder dumps"), std::string::npos) << out;
   std::filesystem::remove_all(dir);
+}
+
+
+// A metrics log whose last line was cut off by a kill: reopening drops the
+// partial record, so the next one starts a line of its own (before, it was
+// appended to the fragment and both were lost to every JSON reader).
+TEST(MetricsLog, ReopeningDropsAPartialLastLine) {
+  const std::string path = testing::TempDir() + "/metrics_partial.jsonl";
+  for (const std::string& tail : {std::string("{\"step\": 3, \"lo"), std::string(9000, 'x'), std::string()}) {
+    std::ofstream(path) << "{\"step\": 1}\n{\"step\": 2}\n" << tail;
+    {
+      MetricsLog log(path, false);
+      JsonRecord r;
+      r.add("step", 4L);
+      log.write(r);
+    }
+    std::ifstream in(path);
+    std::vector<std::string> lines;
+    for (std::string l; std::getline(in, l);) lines.push_back(l);
+    ASSERT_EQ(lines.size(), 3u) << "tail of " << tail.size() << " bytes";
+    for (const std::string& l : lines) EXPECT_NO_THROW((void)nlohmann::json::parse(l)) << l;
+    EXPECT_EQ(lines[2], "{\"step\": 4}");
+  }
+}
+
+// Stragglers: the last pipeline stage holds the LM head and is slower by
+// design; with one rank per stage it was named on every run. Each stage is
+// now held to its predicted share of the work; ranks of a stage with peers
+// are compared with those peers.
+TEST(Stragglers, TheHeadsStageIsNotNamedForItsHeadAndASlowStageIs) {
+  ModelConfig m;  // the demo's shape: 256-token vocabulary, 4 layers of width 128
+  const std::vector<double> work = stage_work(m, 4);
+  ASSERT_GT(work[3], 1.05 * work[0]) << "the head's stage predicted to be the slowest";
+  const GridShape pp4{1, 4, 1};
+  const float unit = 50.f;
+  std::vector<float> ms;
+  for (double w : work) ms.push_back(unit * (float)w);
+  EXPECT_TRUE(judge_stragglers(ms, pp4, 1.05, work).ranks.empty()) << "each stage at its predicted time";
+  std::vector<float> plain = {unit, unit, unit, unit * 1.4f};  // what the old median-of-all rule judged
+  const std::vector<double> even(4, 1.0);
+  EXPECT_EQ(judge_stragglers(plain, pp4, 1.3, even).ranks, std::vector<double>{3}) << "the check can fail";
+  ms[1] *= 2.f;
+  const StragglerReport slow = judge_stragglers(ms, pp4, 1.5, work);
+  ASSERT_EQ(slow.ranks, std::vector<double>{1});
+  EXPECT_NEAR(slow.ratios[0], 2.0, 0.01);
+  // dp 3 x pp 2: a rank is compared with the two others of its stage.
+  const GridShape dp3pp2{3, 2, 1};
+  std::vector<float> six(6);
+  for (int k = 0; k < 6; k++) six[k] = grid_coords(dp3pp2, k).pp == 1 ? 90.f : 50.f;
+  EXPECT_TRUE(judge_stragglers(six, dp3pp2, 1.5, even).ranks.empty()) << "stage peers, not all ranks";
+  for (int k = 0; k < 6; k++)
+    if (grid_coords(dp3pp2, k).pp == 0 && grid_coords(dp3pp2, k).dp == 2) six[k] = 100.f;
+  EXPECT_EQ(judge_stragglers(six, dp3pp2, 1.5, even).ranks.size(), 1u);
 }
 
 }  // namespace

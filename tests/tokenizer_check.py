@@ -88,10 +88,11 @@ def first_difference(a, b):
     return min(len(a), len(b)) if len(a) != len(b) else -1
 
 
-def prepare(trainer, tmp, spec, inputs, name, extra=()):
+def prepare(trainer, tmp, spec, inputs, name, extra=(), cwd=None, env=None):
     out = os.path.join(tmp, name)
     p = subprocess.run([trainer, "data", "prepare", "--tokenizer", spec, "--input", *inputs, "--output", out,
-                        "--val-fraction", "0", "--threads", "2", *extra], capture_output=True, text=True)
+                        "--val-fraction", "0", "--threads", "2", *extra], capture_output=True, text=True, cwd=cwd,
+                       env=env)
     if p.returncode != 0:
         print(p.stdout + p.stderr)
         return None
@@ -154,6 +155,14 @@ def main():
         for d in json_docs:
             jwant += start + encode(d)
         compare(f"{name}: the same text as gzip JSONL", prepare(trainer, tmp, spec, [jsonl], name + "_jsonl"), jwant)
+    if os.path.exists(gpt2):
+        # The family alone, from another working directory: the file is found beside the executable.
+        env = {k: v for k, v in os.environ.items() if k != "TRAINER_TOKENIZER_DIR"}
+        want = []
+        for d in docs[:3]:
+            want += [50256] + enc.encode_ordinary(d)
+        compare("--tokenizer gpt2 run from another directory", prepare(
+            os.path.abspath(trainer), tmp, "gpt2", lic_files[:3], "gpt2_elsewhere", cwd=tmp, env=env), want)
     if failures:
         sys.exit(1)
 

@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -42,6 +43,13 @@ std::string duration(double s) {
   return b;
 }
 
+// A record's number, or `dflt` when absent or not a number (a damaged or
+// edited file must not stop the status).
+double num(const json& r, const char* key, double dflt) {
+  const double v = number(r, key);
+  return std::isnan(v) ? dflt : v;
+}
+
 }  // namespace
 
 int cmd_status(int argc, char** argv) {
@@ -68,23 +76,25 @@ int cmd_status(int argc, char** argv) {
                                    ? facts.checkpoint_dir
                                    : dir + "/checkpoints";
   std::printf("run %s\n", dir.c_str());
+  if (files.unreadable > 0)
+    std::printf("  note:       %d damaged or partial line(s) in the run's .jsonl files skipped\n", files.unreadable);
 
   if (!metrics.empty()) {
     const json& last = metrics.back();
-    const long step = last.value("step", 0L);
+    const long step = (long)num(last, "step", 0);
     std::printf("  progress:   step %ld", step);
     if (steps > 0) std::printf(" of %ld (%.0f%%)", steps, 100.0 * step / steps);
-    std::printf(", loss %.4f", last.value("loss", 0.0));
+    std::printf(", loss %.4f", num(last, "loss", 0));
     for (auto it = metrics.rbegin(); it != metrics.rend(); ++it)
       if (it->contains("val_loss")) {
-        std::printf(", val loss %.4f (step %ld)", (*it)["val_loss"].get<double>(), (*it)["step"].get<long>());
+        std::printf(", val loss %.4f (step %ld)", num(*it, "val_loss", NAN), (long)num(*it, "step", 0));
         break;
       }
-    std::printf(", %.0f tokens/s\n", last.value("tokens_per_s", 0.0));
+    std::printf(", %.0f tokens/s\n", num(last, "tokens_per_s", 0));
     // Time to go: the mean step time of the last 20 logged steps.
     double ms = 0;
     int n = 0;
-    for (auto it = metrics.rbegin(); it != metrics.rend() && n < 20; ++it, ++n) ms += it->value("step_ms", 0.0);
+    for (auto it = metrics.rbegin(); it != metrics.rend() && n < 20; ++it, ++n) ms += num(*it, "step_ms", 0);
     if (steps > step && n > 0)
       std::printf("  to go:      %ld steps, about %s at %.0f ms per step\n", steps - step,
                   duration((steps - step) * ms / n / 1e3).c_str(), ms / n);
@@ -101,29 +111,29 @@ int cmd_status(int argc, char** argv) {
   std::vector<json> supervisor;
   const json* drop = nullptr;
   for (const json& e : events) {
-    if (e.value("event", "") == "throughput_drop") drop = &e;
+    if (field_text(e, "event") == "throughput_drop") drop = &e;
     else supervisor.push_back(e);
   }
-  if (drop) std::printf("  throughput: %s\n", drop->value("message", "").c_str());
+  if (drop) std::printf("  throughput: %s\n", field_text(*drop, "message").c_str());
   if (!supervisor.empty()) {
     const std::vector<json>& events = supervisor;
     int launches = 0, restarts = 0;
     const json* failure = nullptr;  // the last exit that was not a success
     std::vector<const json*> explained;  // crash / diagnosis events of that launch
     for (const json& e : events) {
-      const std::string ev = e.value("event", "");
+      const std::string ev = field_text(e, "event");
       if (ev == "start") launches++;
       if (ev == "restart") restarts++;
-      if (ev == "exit" && e.value("code", 0) != 0) failure = &e, explained.clear();
-      if ((ev == "crash" || ev == "diagnosis") && failure && e.value("launch", -1) == failure->value("launch", -2))
+      if (ev == "exit" && num(e, "code", 0) != 0) failure = &e, explained.clear();
+      if ((ev == "crash" || ev == "diagnosis") && failure && num(e, "launch", -1) == num(*failure, "launch", -2))
         explained.push_back(&e);
     }
     const json& last = events.back();
     std::printf("  supervisor: %d launch(es), %d restart(s); last event: %s at %s: %s\n", launches, restarts,
-                last.value("event", "").c_str(), last.value("time", "").c_str(), last.value("message", "").c_str());
+                field_text(last, "event").c_str(), field_text(last, "time").c_str(), field_text(last, "message").c_str());
     if (failure) {
-      std::printf("  last failure: %s\n", failure->value("message", "").c_str());
-      for (const json* e : explained) std::printf("    %s: %s\n", e->value("event", "").c_str(), e->value("message", "").c_str());
+      std::printf("  last failure: %s\n", field_text(*failure, "message").c_str());
+      for (const json* e : explained) std::printf("    %s: %s\n", field_text(*e, "event").c_str(), field_text(*e, "message").c_str());
     }
   }
   const double made = mtime_seconds(dir + "/report.html");

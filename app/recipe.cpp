@@ -98,7 +98,7 @@ class RecipeReader {
         return n.as_boolean()->get();
       case KeyType::String:
         if (!n.is_string()) fail(sec, key, "expected a string, got " + type_name(n));
-        return n.as_string()->get();
+        return no_nul(k, n.as_string()->get());
       case KeyType::Choice: {
         if (!n.is_string()) fail(sec, key, "expected a string, got " + type_name(n));
         const std::string v = n.as_string()->get();
@@ -110,7 +110,7 @@ class RecipeReader {
       case KeyType::RopeScaling:
         return rope_scaling(k, n);
       case KeyType::Sources: {
-        if (n.is_string()) return std::vector<DataSource>{{n.as_string()->get(), 0, "", {}}};
+        if (n.is_string()) return std::vector<DataSource>{{no_nul(k, n.as_string()->get()), 0, "", {}}};
         if (!n.is_array()) fail(sec, key, "expected a list of paths or { path, weight, name } tables, got " + type_name(n));
         std::vector<DataSource> out;
         for (const toml::node& e : *n.as_array()) out.push_back(source(k, e));
@@ -122,7 +122,7 @@ class RecipeReader {
         std::vector<std::string> out;
         for (const toml::node& e : *n.as_array()) {
           if (!e.is_string()) fail(sec, key, "expected a list of strings, found " + type_name(e));
-          out.push_back(e.as_string()->get());
+          out.push_back(no_nul(k, e.as_string()->get()));
         }
         return out;
       }
@@ -171,14 +171,21 @@ class RecipeReader {
     }
     return s;
   }
+  // Strings go to C APIs (paths, names) that stop at a NUL byte, so a value
+  // holding one would be cut off silently: refused, shown escaped.
+  std::string no_nul(const RecipeKey& k, const std::string& v) const {
+    if (v.find('\0') != std::string::npos)
+      fail(k.section, k.name, toml_text(v, KeyType::String) + " contains a NUL byte");
+    return v;
+  }
   // One entry of a Sources key: "path" or { path = "...", weight = W, name = "..." }.
   DataSource source(const RecipeKey& k, const toml::node& e) const {
-    if (e.is_string()) return {e.as_string()->get(), 0, "", {}};
+    if (e.is_string()) return {no_nul(k, e.as_string()->get()), 0, "", {}};
     if (!e.is_table()) fail(k.section, k.name, "expected a path or a { path, weight, name } table, found " + type_name(e));
     DataSource s;
     for (auto&& [kk, v] : *e.as_table()) {
       const std::string f(kk.str());
-      if (f == "path" && v.is_string()) s.path = v.as_string()->get();
+      if (f == "path" && v.is_string()) s.path = no_nul(k, v.as_string()->get());
       else if (f == "name" && v.is_string()) s.name = v.as_string()->get();
       else if (f == "weight" && (v.is_floating_point() || v.is_integer()))
         s.weight = v.is_integer() ? (double)v.as_integer()->get() : v.as_floating_point()->get();

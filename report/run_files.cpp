@@ -65,4 +65,9 @@ double record_time(const nlohmann::json& r) {
   return it != r.end() && it->is_string() ? parse_iso_time(it->get<std::string>()) : NAN;
 }
 
+std::string field_text(const nlohmann::json& r, const char* key) {
+  const auto it = r.find(key);
+  return it == r.end() ? "" : it->is_string() ? it->get<std::string>() : it->dump();
+}
+
 }  // namespace trainer

@@ -29,6 +29,8 @@ RunFiles read_run_files(const std::string& dir);
 // A record's number (NaN when absent or not a number) and its time
 // (seconds since the epoch from "time"; NaN when absent).
 double number(const nlohmann::json& r, const char* key);
+// A record's field as text: a string as it is, another value as JSON, "" when absent.
+std::string field_text(const nlohmann::json& r, const char* key);
 double record_time(const nlohmann::json& r);
 
 }  // namespace trainer

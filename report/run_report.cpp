@@ -22,11 +22,6 @@ const char* const kPalette[] = {"#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#94
 const char* color(size_t i) { return kPalette[i % 10]; }
 constexpr size_t kMaxPoints = 2000, kMaxBars = 120, kMaxRows = 300;
 
-std::string str(const json& r, const char* key) {
-  const auto it = r.find(key);
-  return it == r.end() ? "" : it->is_string() ? it->get<std::string>() : it->dump();
-}
-
 // ---- where the step time goes ---------------------------------------------
 
 // The parts of one step as rank 0 saw it (ms): compute is what is left of
@@ -78,7 +73,7 @@ std::vector<TimelineItem> timeline_items(const RunFiles& f) {
   std::vector<TimelineItem> out;
   std::string cause;  // the last failure, which the next restart is for
   for (const json& e : f.events) {
-    TimelineItem it{record_time(e), str(e, "event"), "", "", str(e, "message"), (long)number(e, "launch")};
+    TimelineItem it{record_time(e), field_text(e, "event"), "", "", field_text(e, "message"), (long)number(e, "launch")};
     if (it.kind == "exit" && number(e, "code") == 0) continue;  // "done" follows
     if (it.kind == "exit" || it.kind == "crash" || it.kind == "hang" || it.kind == "diagnosis") cause = it.detail;
     it.label = it.kind == "start" ? "launch " + std::to_string(it.launch) : it.kind;
@@ -89,13 +84,13 @@ std::vector<TimelineItem> timeline_items(const RunFiles& f) {
   // Without a supervisor (no start events; the trainer's own throughput
   // reports may be there), each launch from launches.jsonl.
   const bool supervised = std::any_of(f.events.begin(), f.events.end(),
-                                      [](const json& e) { return str(e, "event") == "start"; });
+                                      [](const json& e) { return field_text(e, "event") == "start"; });
   if (!supervised)
     for (size_t i = 0; i < f.launches.size(); i++) {
       const json& l = f.launches[i];
-      const std::string from = str(l, "resumed_from");
+      const std::string from = field_text(l, "resumed_from");
       out.push_back({record_time(l), "launch", "launch " + std::to_string(i), event_color("launch"),
-                     "trainer train starts at step " + str(l, "first_step") + (from.empty() ? "" : " from " + from),
+                     "trainer train starts at step " + field_text(l, "first_step") + (from.empty() ? "" : " from " + from),
                      (long)i, (long)number(l, "first_step")});
     }
   for (const json& r : f.metrics) {
@@ -111,8 +106,8 @@ std::vector<TimelineItem> timeline_items(const RunFiles& f) {
                          (r.contains("loss_spike") ? "loss spike" : "NaN/Inf loss or gradient") + ", loss " +
                          format_number(number(r, "loss")), -1, step});
     if (r.contains("stragglers"))
-      out.push_back({t, "straggler", "slow " + str(r, "stragglers"), event_color("straggler"),
-                     "straggler rank(s) " + str(r, "stragglers") + " at step " + std::to_string(step) + ": " +
+      out.push_back({t, "straggler", "slow " + field_text(r, "stragglers"), event_color("straggler"),
+                     "straggler rank(s) " + field_text(r, "stragglers") + " at step " + std::to_string(step) + ": " +
                          format_number(number(r, "straggler_ratio")) + "x the median compute time", -1, step});
   }
   std::stable_sort(out.begin(), out.end(), [](const TimelineItem& a, const TimelineItem& b) {
@@ -235,9 +230,9 @@ std::string row(const std::string& a, const std::string& b, const std::string& i
 
 std::string run_state(const RunFiles& f, const ReportFacts& facts, long last_step) {
   for (auto e = f.events.rbegin(); e != f.events.rend(); ++e) {
-    const std::string k = str(*e, "event");
+    const std::string k = field_text(*e, "event");
     if (k == "done") return "finished";
-    if (k == "give_up") return "stopped: " + str(*e, "message");
+    if (k == "give_up") return "stopped: " + field_text(*e, "message");
     if (k == "preempted") return "preempted at step " + std::to_string(last_step) + " (requeue to go on)";
     if (k == "start") break;
   }
@@ -338,11 +333,11 @@ std::string launches_table(const RunFiles& f) {
   std::string s = "<table class=\"numbers\" id=\"launches\"><tr><th>started (UTC)</th><th>from step</th>"
                   "<th>trainer</th><th>backend, device</th><th>ranks</th><th>host</th><th>libraries</th></tr>\n";
   for (const json& l : f.launches) {
-    const std::string device = str(l, "device");
-    s += cells({str(l, "time"), str(l, "first_step"), str(l, "trainer") + " (git " + str(l, "git") + ")",
-                str(l, "backend") + (device.empty() ? "" : ", " + device),
-                str(l, "ranks") + " = dp " + str(l, "dp") + " x pp " + str(l, "pp") + " x tp " + str(l, "tp"),
-                str(l, "host"), str(l, "libraries")});
+    const std::string device = field_text(l, "device");
+    s += cells({field_text(l, "time"), field_text(l, "first_step"), field_text(l, "trainer") + " (git " + field_text(l, "git") + ")",
+                field_text(l, "backend") + (device.empty() ? "" : ", " + device),
+                field_text(l, "ranks") + " = dp " + field_text(l, "dp") + " x pp " + field_text(l, "pp") + " x tp " + field_text(l, "tp"),
+                field_text(l, "host"), field_text(l, "libraries")});
   }
   return s + "</table>\n";
 }

@@ -343,6 +343,13 @@ def main():
                 r["stragglers"] = evil
                 r["val_loss/" + evil] = r.get("loss", 1.0)
                 f.write(json.dumps(r) + "\n")
+        with open(os.path.join(hostile, "events.jsonl"), "a") as f:
+            f.write("{not json\n[1, 2]\n")
+        code, out = run([trainer, "status", hostile])
+        check(code == 0 and "2 damaged or partial line(s)" in out and "supervisor:" in out,
+              f"trainer status on the same files: exit {code}, damaged lines skipped and counted")
+        if code != 0:
+            print(out[-1500:])
         code, out = run([trainer, "report", hostile, "--output", os.path.join(tmp, "hostile.html")])
         text = open(os.path.join(tmp, "hostile.html")).read() if code == 0 else ""
         check(code == 0 and "<script" not in text and "<img" not in text and "onerror=alert" not in text.replace(

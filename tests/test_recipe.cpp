@@ -314,6 +314,8 @@ TEST_F(RecipeErrors, OverridesAndRunNamesAreOneThing) {
   const Outcome o = train(p, "--set 'run.name=\"a\\nb\\u001b[31m\"'");
   expect_error(o, 2, {"\"a\\nb\\u001b[31m\" is not one plain path component"});
   EXPECT_EQ(o.out.find('\x1b'), std::string::npos) << "a terminal escape printed raw";
+  expect_error(train(p, "--set 'checkpoint.dir=\"/tmp/a\\u0000b\"'"), 2,
+               {"[checkpoint] dir", "\"/tmp/a\\u0000b\" contains a NUL byte"});
 }
 
 // A FIFO where a file belongs was opened and waited on forever (ignoring

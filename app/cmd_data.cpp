@@ -27,6 +27,10 @@ const char* kDataUsage =
     "  --tokenizer SPEC      bytes (default) | gpt2[:RANKS_FILE] | llama3[:RANKS_FILE] |\n"
     "                        sentencepiece:MODEL_FILE | DESCRIPTION.json (docs/DATA.md)\n"
     "  --json-key KEY        the document's field in JSONL lines (default text)\n"
+    "  --special-tokens P    text that spells a special token (\"<|endoftext|>\"): error\n"
+    "                        (default, as tiktoken: the file and byte named), text (encoded\n"
+    "                        as ordinary text), special (as the token, as the exported\n"
+    "                        Hugging Face tokenizer does)\n"
     "  --output-format F     llmc (default: llm.c shards, uint16, or llm.c's uint32\n"
     "                        version 7 past 65536 ids) | megatron (.bin + .idx)\n"
     "  --shard-tokens N      tokens per file (default 100000000)\n"
@@ -71,6 +75,9 @@ PrepareConfig parse(int argc, char** argv) {
       cfg.tokenizer = argv[++i];
     } else if (a == "--json-key" && has) {
       cfg.json_key = argv[++i];
+    } else if (a == "--special-tokens" && has) {
+      if (!parse_special_text(argv[++i], &cfg.special_text))
+        throw RecipeError(std::string("--special-tokens: error, text or special, got ") + argv[i]);
     } else if (a == "--output-format" && has) {
       const std::string f = argv[++i];
       if (f != "llmc" && f != "megatron") throw RecipeError("--output-format: llmc or megatron, got " + f);

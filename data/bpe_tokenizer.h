@@ -38,7 +38,7 @@ class BpeTokenizer : public Tokenizer {
   const void* regex() const { return code_; }
   // The pre-tokenizer pattern and special tokens it was made with.
   const std::string& pattern() const { return pattern_; }
-  const std::vector<std::pair<std::string, uint32_t>>& specials() const { return specials_; }
+  const std::vector<std::pair<std::string, uint32_t>>& specials() const override { return specials_; }
 
  private:
   std::string pattern_;

@@ -78,6 +78,7 @@ bool DocumentReader::open_next() {
   buf_.clear();
   line_ = 1;
   file_text_bytes_ = 0;
+  piece_at_ = 0;
   return true;
 }
 
@@ -122,6 +123,7 @@ bool DocumentReader::next_json(TextPiece& out) {
           throw DataError(files_[file_ - 1] + ":" + std::to_string(here) + ": no string \"" + opt_.json_key +
                           "\" in this JSON line (choose the key with --json-key)");
         out.text = it->get<std::string>();
+        out.where = files_[file_ - 1] + ":" + std::to_string(here), out.offset = 0;
       } catch (const nlohmann::json::exception& e) {
         throw DataError(files_[file_ - 1] + ":" + std::to_string(here) + ": not a JSON object: " + e.what());
       }
@@ -147,6 +149,8 @@ bool DocumentReader::next_text(TextPiece& out) {
   if (buf_.empty()) return false;  // an empty file: no document
   if (eof_) cut = buf_.size();
   out.text.assign(buf_, 0, cut);
+  out.where = files_[file_ - 1], out.offset = piece_at_;
+  piece_at_ += cut;
   buf_.erase(0, cut);
   out.doc_start = !started_;
   started_ = true;

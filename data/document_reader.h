@@ -15,6 +15,10 @@ namespace trainer {
 struct TextPiece {
   std::string text;
   bool doc_start = false, doc_end = false;
+  // Where the text is, for messages: the file and the byte of the file's
+  // (uncompressed) text the piece starts at, or "file:line" of a JSONL document.
+  std::string where;
+  uint64_t offset = 0;
 };
 
 struct ReaderOptions {
@@ -50,6 +54,7 @@ class DocumentReader {
   bool json_ = false, eof_ = false, started_ = false;
   std::string buf_;
   size_t line_ = 0;  // JSONL line number of the next line
+  uint64_t piece_at_ = 0;  // text bytes of this file handed out in pieces so far
   uint64_t done_bytes_ = 0, total_bytes_ = 0, file_text_bytes_ = 0;
   std::vector<std::string> empty_;
 };

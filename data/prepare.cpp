@@ -122,8 +122,8 @@ class TokenizePipeline {
     size_t text_bytes = 0, replaced = 0;
   };
 
-  TokenizePipeline(const Tokenizer& tok, DocumentReader& reader, int threads)
-      : tok_(tok), reader_(reader), limit_((size_t)threads * 3 + 2) {
+  TokenizePipeline(const Tokenizer& tok, DocumentReader& reader, int threads, SpecialText special_text)
+      : tok_(tok), reader_(reader), limit_((size_t)threads * 3 + 2), special_text_(special_text) {
     threads_.emplace_back([this] { guard([this] { read(); }); });
     for (int i = 0; i < threads; i++) threads_.emplace_back([this] { guard([this] { work(); }); });
   }
@@ -210,7 +210,7 @@ class TokenizePipeline {
         d.replaced += repair_utf8(p.text);
         d.text_bytes += p.text.size();
         d.ids.emplace_back();
-        enc->encode(p.text, d.ids.back());
+        encode_text(*enc, tok_.specials(), special_text_, p.text, p.where, p.offset, d.ids.back());
         p.text = std::string();
       }
       d.pieces = std::move(job.pieces);
@@ -228,6 +228,7 @@ class TokenizePipeline {
   const Tokenizer& tok_;
   DocumentReader& reader_;
   const size_t limit_;  // batches in flight: bounds memory
+  const SpecialText special_text_;
   std::mutex mu_;
   std::condition_variable cv_;
   std::deque<Job> todo_;
@@ -249,6 +250,7 @@ void write_data_info(const std::string& path, const PrepareConfig& cfg, const To
   const nlohmann::json j = {
       {"tokenizer", tok.name()}, {"tokenizer_spec", cfg.tokenizer}, {"vocab_size", tok.vocab_size()},
       {"doc_start", mark(tok.marks.start)}, {"doc_end", mark(tok.marks.end)},
+      {"special_tokens", special_text_name(cfg.special_text)},
       {"format", cfg.format == ShardFormat::Llmc ? "llmc" : "megatron"}, {"documents", r.documents},
       {"train_tokens", r.train_tokens}, {"val_tokens", r.val_tokens}, {"train", names(r.train_shards)},
       {"val", names(r.val_shards)}};
@@ -308,7 +310,7 @@ PrepareResult prepare_tokens(const PrepareConfig& cfg) {
                   std::chrono::duration<double>(last - t0).count()});
   };
   {
-    TokenizePipeline pipe(*tok, reader, threads);
+    TokenizePipeline pipe(*tok, reader, threads, cfg.special_text);
     TokenizePipeline::Done d;
     while (pipe.next(d, [&] { tick(false); })) {
       for (size_t i = 0; i < d.pieces.size(); i++) {

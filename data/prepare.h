@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "data/shard_writer.h"
+#include "data/special_text.h"
 
 namespace trainer {
 
@@ -34,6 +35,7 @@ struct PrepareConfig {
   bool overwrite = false;
   std::string tokenizer = "bytes";  // make_tokenizer's SPEC
   std::string json_key = "text";
+  SpecialText special_text = SpecialText::Error;  // text spelling a special token (data/special_text.h)
   ShardFormat format = ShardFormat::Llmc;
   int threads = 0;  // tokenizer threads; 0: one per core
   // Replace the tokenizer's document marks (-1: none).

@@ -116,6 +116,12 @@ BpeSpec described_spec(const std::string& path) {
 
 }  // namespace
 
+const std::vector<std::pair<std::string, uint32_t>>& Tokenizer::specials() const {
+  static const std::vector<std::pair<std::string, uint32_t>> none;
+  return none;
+}
+
+
 const char* tokenizer_spec_help() {
   return "bytes | gpt2[:RANKS_FILE] | llama3[:RANKS_FILE] | sentencepiece:MODEL_FILE | DESCRIPTION.json";
 }

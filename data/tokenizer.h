@@ -11,6 +11,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 namespace trainer {
@@ -41,6 +42,8 @@ class Tokenizer {
   // tokens (true of the byte-level families; SentencePiece adds a prefix
   // space to every call, so it encodes whole documents).
   virtual bool splits_at_lines() const = 0;
+  // Special tokens as (the text that spells one, its id); none by default.
+  virtual const std::vector<std::pair<std::string, uint32_t>>& specials() const;
   const std::string& name() const { return name_; }
   DocumentMarks marks;
 

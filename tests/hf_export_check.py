@@ -172,6 +172,26 @@ def tokenizer_files(trainer, tmp):
         kinds = "fast" if name == "llama3" else "fast and slow"
         check(differ == 0, f"{name}: AutoTokenizer ({kinds}) from the export encodes all {len(texts)} licence "
                            f"texts as the reference does ({differ} differ); files {sorted(os.listdir(out_dir))}")
+        if name == "sentencepiece":
+            continue
+        # Text spelling a special token: the export and `data prepare --special-tokens special` agree (the
+        # default, an error, refuses such text, so the two never disagree on data they both accept).
+        special = "<|endoftext|>" if name == "gpt2" else "<|end_of_text|>"
+        text = f"before {special} after"
+        doc = os.path.join(tmp, name + "_special.txt")
+        open(doc, "w").write(text)
+        sp_data = os.path.join(tmp, name + "_special_data")
+        rc, out = run([trainer, "data", "prepare", "--tokenizer", spec, "--input", doc, "--output", sp_data,
+                       "--val-fraction", "0", "--special-tokens", "special"])
+        rc3, head = run([trainer, "data", "inspect", os.path.join(sp_data, "train_000000.bin"), "--head", "100"])
+        ours = [int(x) for x in head.strip().split("\n")[1].split()] if rc == 0 and rc3 == 0 else []
+        tok = transformers.AutoTokenizer.from_pretrained(out_dir)
+        theirs = tok(text)["input_ids"]
+        if name == "gpt2":
+            theirs = [50256] + theirs  # the export's GPT-2 tokenizer adds no mark; prepare puts <|endoftext|> first
+        check(ours == theirs and len(ours) < len(tok(text.replace(special, "x"))["input_ids"]) + 3,
+              f"{name}: text spelling {special}: the exported tokenizer and --special-tokens special give the same "
+              f"ids ({ours[:8]} / {theirs[:8]})")
 
 
 def one_batch_shard(path, tokens):

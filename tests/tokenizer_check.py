@@ -156,6 +156,26 @@ def main():
             jwant += start + encode(d)
         compare(f"{name}: the same text as gzip JSONL", prepare(trainer, tmp, spec, [jsonl], name + "_jsonl"), jwant)
     if os.path.exists(gpt2):
+        # Text that spells a special token: an error naming the file and byte (tiktoken's encode), or as asked.
+        text = "Hello <|endoftext|> world, and <|endoftext|>again\n"
+        doc = os.path.join(tmp, "specials.txt")
+        open(doc, "w").write(text)
+        p = subprocess.run([trainer, "data", "prepare", "--tokenizer", "gpt2:" + gpt2, "--input", doc, "--output",
+                            os.path.join(tmp, "sp_err")], capture_output=True, text=True)
+        check(p.returncode == 3 and f"{doc}: byte 6: the text \"<|endoftext|>\"" in p.stderr + p.stdout,
+              f"special-token text in a document: exit {p.returncode} (3) naming the file and byte")
+        line = os.path.join(tmp, "specials.jsonl")
+        open(line, "w").write(json.dumps({"text": "fine"}) + "\n" + json.dumps({"text": text}) + "\n")
+        p = subprocess.run([trainer, "data", "prepare", "--tokenizer", "gpt2:" + gpt2, "--input", line, "--output",
+                            os.path.join(tmp, "sp_err_jsonl")], capture_output=True, text=True)
+        check(p.returncode == 3 and f"{line}:2: byte 6" in p.stderr + p.stdout,
+              f"the same in a JSONL document: exit {p.returncode}, naming file:line")
+        compare("--special-tokens text (tiktoken's encode_ordinary)",
+                prepare(trainer, tmp, "gpt2:" + gpt2, [doc], "sp_text", extra=("--special-tokens", "text")),
+                [50256] + enc.encode_ordinary(text))
+        compare("--special-tokens special (tiktoken's encode, allowed_special='all')",
+                prepare(trainer, tmp, "gpt2:" + gpt2, [doc], "sp_special", extra=("--special-tokens", "special")),
+                [50256] + enc.encode(text, allowed_special="all"))
         # The family alone, from another working directory: the file is found beside the executable.
         env = {k: v for k, v in os.environ.items() if k != "TRAINER_TOKENIZER_DIR"}
         want = []

@@ -29,7 +29,8 @@ Watchdog::Watchdog(FlightRecorder& rec, double timeout_s, std::string dump_path,
 bool Watchdog::dump(const std::string& why, const std::string& extra) {
   std::error_code ec;
   std::filesystem::create_directories(std::filesystem::path(dump_path_).parent_path(), ec);
-  return replace_file(dump_path_, rec_.to_json(why, extra), false).empty();
+  dump_error_ = replace_file(dump_path_, rec_.to_json(why, extra), false);
+  return dump_error_.empty();
 }
 
 Watchdog::~Watchdog() {
@@ -58,7 +59,8 @@ void Watchdog::run() {
       requests_seen = dump_requests_();
       const bool dumped = dump("dump requested (SIGUSR2)");
       std::fprintf(stderr, "rank %d (step %ld, %s): flight recorder %s %s on request\n", rec_.world_rank(),
-                   s.step + 1, phase_text(s.phase, s.phase_step).c_str(), dumped ? "written to" : "could NOT be written to", dump_path_.c_str());
+                   s.step + 1, phase_text(s.phase, s.phase_step).c_str(), dumped ? "written to" : "could NOT be written to",
+                   dumped ? dump_path_.c_str() : dump_error_.c_str());
       std::fflush(stderr);
       continue;
     }
@@ -79,7 +81,7 @@ void Watchdog::run() {
     std::fprintf(stderr, "error (rank %d, step %ld): watchdog: %s; flight recorder %s %s; ending the job "
                          "(exit %d). Run `trainer diagnose RUN_DIR` to see which rank is behind.\n",
                  rec_.world_rank(), s.step + 1, why, dumped ? "written to" : "could NOT be written to",
-                 dump_path_.c_str(), kExitCommTimeout);
+                 dumped ? dump_path_.c_str() : dump_error_.c_str(), kExitCommTimeout);
     std::fflush(stderr);
     std::this_thread::sleep_for(std::chrono::duration<double>(grace_s_));
     std::fflush(stdout);

@@ -44,6 +44,7 @@ class Watchdog {
   NetworkCheck network_check_;
   double timeout_s_, grace_s_;
   std::string dump_path_;
+  std::string dump_error_;  // why the last dump could not be written (the file and the system's reason)
   std::atomic<bool> stop_{false};
   std::thread thread_;
 };

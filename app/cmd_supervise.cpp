@@ -97,7 +97,7 @@ std::string meaning(int code) {
     case kExitCommTimeout: return "communication timeout (watchdog)";
     case kExitBadStep: return "NaN/Inf loss or gradient, or a loss spike";
     case kExitPreempted: return "preempted, checkpoint saved";
-    case kExitNoSpace: return "a run file cannot be written (disk full)";
+    case kExitNoSpace: return "a run file cannot be written (disk full, read-only or over quota)";
     case 126: return "the launch command cannot be executed";
     case 127: return "the launch command was not found";
   }
@@ -258,6 +258,18 @@ struct Supervisor {
     waitpid(pid, status, 0);
   }
 
+  // SIGUSR1 (the ranks checkpoint at the next step and exit 75), then up to
+  // two minutes for them to finish before the job is killed.
+  void stop_gracefully(pid_t pid, int* status) {
+    kill(pid, SIGUSR1);
+    for (int i = 0; i < 1200; i++) {
+      if (waitpid(pid, status, WNOHANG) == pid) return;
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+    kill_session(pid, SIGKILL);
+    waitpid(pid, status, 0);
+  }
+
   // Runs one launch to its end: forwards a stop signal, kills it when the
   // heartbeat stops.
   Outcome run_launch(int launch) {
@@ -284,10 +296,11 @@ struct Supervisor {
         if (const std::string why = run_dir_unwritable(r.run.dir); !why.empty()) {
           events.write("disk_full", launch,
                        "launch " + std::to_string(launch) + ": no heartbeat because " + r.run.dir +
-                           " cannot be written (" + why + "): not a hang; stopping the job instead of restarting "
-                           "into it. Free space, then run the same command to resume from the newest checkpoint",
+                           " cannot be written (" + why + "): not a hang; asking the job to checkpoint and stop "
+                           "(checkpoint.dir may have room) instead of restarting into it. Free space, then run the "
+                           "same command to resume from the newest checkpoint",
                        JsonRecord().add("reason", why));
-          kill_hung(pid, &status);
+          stop_gracefully(pid, &status);
           o.no_space = true;
           break;
         }

@@ -14,6 +14,7 @@
 
 #include "ckpt/hdf5_tensors.h"
 #include "runtime/errors.h"
+#include "runtime/regular_file.h"
 #include "runtime/replace_file.h"
 #include "runtime/utc_time.h"
 #include "runtime/version.h"
@@ -32,6 +33,7 @@ void fsync_or_throw(const std::string& path, bool directory) {
 }
 
 uint32_t file_crc32(const std::string& path, size_t* bytes) {
+  if (const std::string why = not_regular_file(path); !why.empty()) throw CheckpointError(path + ": " + why);
   std::ifstream f(path, std::ios::binary);
   if (!f) throw CheckpointError(path + ": cannot read");
   std::vector<char> buf(1 << 20);
@@ -88,6 +90,22 @@ bool plain_name(const std::string& n) {
   return !n.empty() && n != "." && n != ".." && n.find('/') == std::string::npos && n.find('\0') == std::string::npos;
 }
 
+// A name read from a file, quoted for a message: control bytes (a NUL, a
+// terminal escape) shown as \xHH, so nothing is cut off or acted on.
+std::string shown(const std::string& n) {
+  std::string o = "\"";
+  for (unsigned char c : n) {
+    if (c < 0x20 || c == 0x7f || c == '"' || c == '\\') {
+      char b[8];
+      std::snprintf(b, sizeof b, "\\x%02x", c);
+      o += b;
+    } else {
+      o += (char)c;
+    }
+  }
+  return o + "\"";
+}
+
 // The manifest's own checksum: "crc XXXXXXXX", the CRC-32 of every byte
 // before that line (manifests of earlier releases have none).
 std::string manifest_crc_line(const std::string& text_before) {
@@ -98,6 +116,7 @@ std::string manifest_crc_line(const std::string& text_before) {
 
 Manifest parse_manifest(const std::string& step_dir) {
   const std::string path = step_dir + "/manifest";
+  if (const std::string why = not_regular_file(path); !why.empty()) throw CheckpointError(path + ": " + why);
   std::ifstream f(path);
   if (!f) throw CheckpointError(path + ": missing (the checkpoint was not committed)");
   std::string line, before;
@@ -105,17 +124,22 @@ Manifest parse_manifest(const std::string& step_dir) {
     throw CheckpointError(path + ": not a trainer checkpoint manifest");
   before = line + "\n";
   Manifest m;
-  bool stepped = false;
+  bool stepped = false, checked = false, ended = false;
   while (std::getline(f, line)) {
     std::istringstream is(line);
     std::string key;
     is >> key;
+    if (ended) throw CheckpointError(path + ": a line after its end: " + shown(line));
+    if (checked && key != "end")
+      throw CheckpointError(path + ": a line after its checksum: " + shown(line) + " (the manifest was changed)");
     if (key == "crc") {
       if (line != manifest_crc_line(before))
         throw CheckpointError(path + ": its checksum does not match its contents (the manifest was changed)");
       before += line + "\n";
+      checked = true;
       continue;
     }
+    ended = key == "end";
     before += line + "\n";
     stepped |= key == "step";
     if (key == "step") is >> m.state.step;
@@ -130,7 +154,7 @@ Manifest parse_manifest(const std::string& step_dir) {
     }
     if (!is && key != "end") throw CheckpointError(path + ": malformed line: " + line);
     if ((key == "file" || key == "meta") && !plain_name((key == "file" ? m.files : m.meta).back().name))
-      throw CheckpointError(path + ": names " + (key == "file" ? m.files : m.meta).back().name +
+      throw CheckpointError(path + ": names " + shown((key == "file" ? m.files : m.meta).back().name) +
                             ", which is not a file of this checkpoint's directory");
   }
   if (m.files.empty()) throw CheckpointError(path + ": lists no shard files");
@@ -366,8 +390,8 @@ std::string latest_checkpoint(const std::string& dir) {
   std::string name;
   if (!f || !(f >> name)) return "";
   if (!plain_name(name) || checkpoint_step(name) < 0) {  // a `latest` that leads out of dir is not followed
-    std::fprintf(stderr, "warning: %s/latest names \"%s\", not a step directory here; ignored\n", dir.c_str(),
-                 name.c_str());
+    std::fprintf(stderr, "warning: %s/latest names %s, not a step directory here; ignored\n", dir.c_str(),
+                 shown(name).c_str());
     return "";
   }
   return dir + "/" + name;

@@ -3,6 +3,7 @@
 #include <cmath>
 #include <fstream>
 #include <functional>
+#include <set>
 
 #include <nlohmann/json.hpp>
 
@@ -27,7 +28,7 @@ struct HfRope {
 HfRope read_rope(const nlohmann::json& c) {
   HfRope r;
   const auto number = [&](const nlohmann::json& o, const std::string& where, const char* key, double& out) {
-    if (!o.contains(key)) return false;
+    if (!o.contains(key) || o[key].is_null()) return false;  // null: absent, as transformers reads it
     if (!o[key].is_number()) r.problems.push_back(where + key + ": expected a number, config.json has " + o[key].dump());
     else out = o[key].get<double>();
     return true;
@@ -63,7 +64,11 @@ HfRope read_rope(const nlohmann::json& c) {
   for (auto [key, out] : {std::pair<const char*, double*>{"factor", &s.factor}, {"low_freq_factor", &s.low_freq_factor},
                           {"high_freq_factor", &s.high_freq_factor}, {"original_max_position_embeddings", &orig}})
     if (!number(p, where, key, *out)) r.problems.push_back(where + key + ": missing (llama3 scaling needs it)");
-  s.original_max_position_embeddings = (int)orig;
+  if (orig != std::floor(orig) || orig < 1 || orig > 2147483647.0)
+    r.problems.push_back(where + "original_max_position_embeddings: expected a positive integer, config.json has " +
+                         nlohmann::json(orig).dump());
+  else
+    s.original_max_position_embeddings = (int)orig;
   for (auto it = p.begin(); it != p.end(); ++it)
     if (it.key() != "rope_type" && it.key() != "type" && it.key() != "rope_theta" && it.key() != "factor" &&
         it.key() != "low_freq_factor" && it.key() != "high_freq_factor" &&
@@ -104,28 +109,35 @@ std::vector<std::string> config_differences(const nlohmann::json& c, const Model
   };
   // A field of the wrong JSON type is named with what it holds (exit 4), and
   // the default stands in for it so the other fields are still compared.
+  // null is absent, as transformers reads it (GPT2Config saves "n_inner": null).
+  std::set<std::string> wrong;  // fields named for their type: not compared again
+  auto present = [&](const char* key) { return c.contains(key) && !c[key].is_null(); };
   auto typed = [&](const char* key, bool ok, const char* expected) {
-    if (c.contains(key) && !ok) out.push_back(std::string(key) + ": expected " + expected + ", config.json has " + c[key].dump());
-    return c.contains(key) && ok;
+    if (present(key) && !ok) {
+      out.push_back(std::string(key) + ": expected " + expected + ", config.json has " + c[key].dump());
+      wrong.insert(key);
+    }
+    return present(key) && ok;
   };
   auto number = [&](const char* key, double dflt) {
-    return typed(key, c.contains(key) && c[key].is_number(), "a number") ? c[key].get<double>() : dflt;
+    return typed(key, present(key) && c[key].is_number(), "a number") ? c[key].get<double>() : dflt;
   };
   auto string = [&](const char* key, const char* dflt) {
-    return typed(key, c.contains(key) && c[key].is_string(), "a string") ? c[key].get<std::string>() : std::string(dflt);
+    return typed(key, present(key) && c[key].is_string(), "a string") ? c[key].get<std::string>() : std::string(dflt);
   };
   auto num = [&](const char* key, double ours, double dflt) {
     const double theirs = number(key, dflt);
+    if (wrong.count(key)) return;
     if ((float)theirs != (float)ours) out.push_back(std::string(key) + ": recipe " + text(ours) + ", config.json " + text(theirs));
   };
   const bool gpt2 = m.arch == Arch::GPT2;
   const std::string type = string("model_type", "");
-  if (type != (gpt2 ? "gpt2" : "llama"))
+  if (!wrong.count("model_type") && type != (gpt2 ? "gpt2" : "llama"))
     out.push_back("model_type: recipe " + std::string(gpt2 ? "gpt2" : "llama") + ", config.json \"" + type + "\"");
   // transformers' defaults: GPT-2 tied, Llama not
-  const bool tied = typed("tie_word_embeddings", c.contains("tie_word_embeddings") && c["tie_word_embeddings"].is_boolean(),
+  const bool tied = typed("tie_word_embeddings", present("tie_word_embeddings") && c["tie_word_embeddings"].is_boolean(),
                           "true or false") ? c["tie_word_embeddings"].get<bool>() : gpt2;
-  if (tied != m.tie_embeddings)
+  if (!wrong.count("tie_word_embeddings") && tied != m.tie_embeddings)
     out.push_back(std::string("tie_word_embeddings: recipe ") + (m.tie_embeddings ? "true" : "false") +
                   ", config.json " + (tied ? "true" : "false"));
   num("vocab_size", m.vocab_size, -1);
@@ -154,7 +166,7 @@ std::vector<std::string> config_differences(const nlohmann::json& c, const Model
     num("rms_norm_eps", m.norm_eps, 1e-6);
     const HfRope rope = read_rope(c);
     out.insert(out.end(), rope.problems.begin(), rope.problems.end());
-    if ((float)rope.theta != m.rope_theta)
+    if (rope.problems.empty() && (float)rope.theta != m.rope_theta)
       out.push_back(rope.theta_field + ": recipe " + text(m.rope_theta) + ", config.json " + text(rope.theta) +
                     " (model.rope_theta)");
     if (rope.problems.empty() && rope.scaling != m.rope_scaling)

@@ -17,16 +17,24 @@ bool parse_special_text(const std::string& word, SpecialText* out) {
 }
 
 namespace {
-// The first special spelled at or after `from`: (position, index), or npos.
-// Candidates are found by their first byte, so text without specials' first
-// bytes ('<' for GPT-2's and Llama 3's) is scanned once.
+// The first special spelled at or after `from`, the longest where several
+// start there (as Hugging Face's added tokens match): (position, index), or
+// npos. Candidates are found by their first byte, so text without specials'
+// first bytes ('<' for GPT-2's and Llama 3's) is scanned once. Empty
+// specials never match (make_tokenizer refuses them).
 std::pair<size_t, size_t> next_special(std::string_view text, size_t from,
                                        const std::vector<std::pair<std::string, uint32_t>>& specials,
                                        const std::array<bool, 256>& first) {
   for (size_t i = from; i < text.size(); i++) {
     if (!first[(unsigned char)text[i]]) continue;
-    for (size_t k = 0; k < specials.size(); k++)
-      if (text.compare(i, specials[k].first.size(), specials[k].first) == 0) return {i, k};
+    size_t best = specials.size();
+    for (size_t k = 0; k < specials.size(); k++) {
+      const std::string& s = specials[k].first;
+      if (!s.empty() && text.compare(i, s.size(), s) == 0 &&
+          (best == specials.size() || s.size() > specials[best].first.size()))
+        best = k;
+    }
+    if (best < specials.size()) return {i, best};
   }
   return {std::string_view::npos, 0};
 }

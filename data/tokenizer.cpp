@@ -104,7 +104,10 @@ BpeSpec described_spec(const std::string& path) {
     s.ranks_file = (fs::path(path).parent_path() / j.at("ranks").get<std::string>()).string();
     s.pattern = j.at("pattern").get<std::string>();
     if (j.contains("specials"))
-      for (const auto& [text, id] : j["specials"].items()) s.specials.emplace_back(text, id.get<uint32_t>());
+      for (const auto& [text, id] : j["specials"].items()) {
+        if (text.empty()) throw DataError(path + ": specials: a special token with empty text (id " + id.dump() + ")");
+        s.specials.emplace_back(text, id.get<uint32_t>());
+      }
     s.marks.start = optional_id(j, "doc_start");
     s.marks.end = optional_id(j, "doc_end");
     return s;

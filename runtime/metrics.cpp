@@ -2,8 +2,6 @@
 
 #include "runtime/flight_recorder.h"
 
-#include <unistd.h>
-
 #include <cerrno>
 #include <cmath>
 #include <cstring>
@@ -68,40 +66,28 @@ JsonRecord& JsonRecord::add(const std::string& k, const std::string& v) {
 
 namespace {
 // A run killed mid-write leaves a last line without its newline; the next
-// record appended to it would make one unreadable line of two. Cut the file
-// back to its last complete record (the partial one was never whole).
-void drop_partial_last_line(const std::string& path) {
+// record appended to it would make one unreadable line of two. The next
+// record starts a line of its own: the fragment stays (readers skip it, and
+// nothing another process may still be writing is cut away).
+void end_partial_last_line(const std::string& path) {
   std::FILE* f = std::fopen(path.c_str(), "rb");
   if (!f) return;
-  long end = std::fseek(f, 0, SEEK_END) == 0 ? std::ftell(f) : 0, keep = end;
   char c = '\n';
-  if (end > 0 && std::fseek(f, end - 1, SEEK_SET) == 0 && std::fread(&c, 1, 1, f) == 1 && c != '\n') {
-    char block[4096];
-    keep = 0;
-    for (long at = end; at > 0 && keep == 0;) {
-      const long from = std::max(0L, at - (long)sizeof block);
-      std::fseek(f, from, SEEK_SET);
-      const size_t n = std::fread(block, 1, (size_t)(at - from), f);
-      for (size_t i = n; i > 0; i--)
-        if (block[i - 1] == '\n') {
-          keep = from + (long)i;
-          break;
-        }
-      at = from;
-    }
-  }
+  const bool partial = std::fseek(f, -1, SEEK_END) == 0 && std::fread(&c, 1, 1, f) == 1 && c != '\n';
   std::fclose(f);
-  if (keep < end && truncate(path.c_str(), keep) != 0)
-    throw UserError(kExitInternal, path + ": cannot cut off its partial last line: " + std::strerror(errno));
-  if (keep < end)
-    std::fprintf(stderr, "note: %s: its last line was cut off (a run stopped mid-write); dropped %ld bytes\n",
-                 path.c_str(), end - keep);
+  if (!partial) return;
+  if (std::FILE* a = std::fopen(path.c_str(), "ab")) {
+    std::fputc('\n', a);
+    std::fclose(a);
+  }
+  std::fprintf(stderr, "note: %s: its last line was cut off (a run stopped mid-write); the next record starts a new line\n",
+               path.c_str());
 }
 }  // namespace
 
 MetricsLog::MetricsLog(const std::string& path, bool truncate) {
   if (path.empty()) return;
-  if (!truncate) drop_partial_last_line(path);
+  if (!truncate) end_partial_last_line(path);
   path_ = path;
   f_ = std::fopen(path.c_str(), truncate ? "w" : "a");
   if (!f_) throw UserError(kExitInternal, path + ": cannot open metrics log: " + std::strerror(errno));

@@ -166,6 +166,7 @@ def main():
                  ["says step 7 but its directory is step_00000015"])
         tampered("with a checksum that no longer matches (samples edited)", lambda t: t.replace("samples ", "samples 1"),
                  ["checksum does not match"])
+        tampered("extended by a line after its end", lambda t: t + "samples 999\n", ["a line after its end"])
         tampered("naming a file outside its directory", lambda t: no_crc(t).replace("file ", "file ../", 1),
                  ["not a file of this checkpoint's directory"])
         r = os.path.join(tmp, "tamper_latest")

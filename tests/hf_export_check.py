@@ -242,6 +242,18 @@ def import_checks(trainer, tmp, data):
               f"{got:.6f}, transformers {want:.6f}")
         if rc != 0:
             print(out)
+    # GPT2Config's default n_inner is saved as null: it means 4 * n_embd, not a field of the wrong type.
+    src = os.path.join(tmp, "random_gpt2_default_inner")
+    transformers.AutoModelForCausalLM.from_config(transformers.GPT2Config(
+        vocab_size=256, n_embd=32, n_layer=2, n_head=4, n_positions=32)).save_pretrained(src, safe_serialization=True)
+    null_inner = json.load(open(os.path.join(src, "config.json"))).get("n_inner", "absent")
+    recipe = os.path.join(tmp, "default_inner.toml")
+    open(recipe, "w").write(RECIPE.format(run=src + "_run", arch="gpt2", tied="true", data=one, kv=""))
+    rc, out = run([trainer, "train", recipe, "--set", f'checkpoint.init_from="{src}"', "--set", "training.steps=1",
+                   "--set", "model.d_ff=128", "--set", "training.eval_every=0", "--set", "data.val=[]"])
+    check(rc == 0, f"a GPT-2 saved with the default n_inner (config.json n_inner = {null_inner}) loads with d_ff = 128")
+    if rc != 0:
+        print(out[-1500:])
     # export -> init_from: the weights come back exactly (an lr of 1e-30 moves no fp32 weight by an ulp).
     src_ck = os.path.join(tmp, "llama_untied", "checkpoints", "step_00000010")
     hf = os.path.join(tmp, "llama_untied_hf")
@@ -397,7 +409,7 @@ def hostile_checks(trainer, tmp, data):
         attempt(label, files, "model.safetensors.index.json", *words)
     config = json.load(open(os.path.join(src, "config.json")))
     for key, value in (("hidden_size", "32"), ("tie_word_embeddings", "yes"), ("model_type", 5),
-                       ("num_key_value_heads", [2]), ("rope_theta", "big"), ("hidden_act", None)):
+                       ("num_key_value_heads", [2]), ("rope_theta", "big"), ("hidden_act", 1)):
         attempt(f"config.json {key} = {json.dumps(value)}", {"config.json": json.dumps(dict(config, **{key: value})),
                                                                 "model.safetensors": raw},
                 "config.json", key, "expected")

@@ -14,6 +14,7 @@
 
 #include "ckpt/hdf5_tensors.h"
 #include "runtime/errors.h"
+#include "runtime/metrics.h"
 #include "runtime/regular_file.h"
 #include "runtime/replace_file.h"
 #include "runtime/utc_time.h"
@@ -90,21 +91,9 @@ bool plain_name(const std::string& n) {
   return !n.empty() && n != "." && n != ".." && n.find('/') == std::string::npos && n.find('\0') == std::string::npos;
 }
 
-// A name read from a file, quoted for a message: control bytes (a NUL, a
-// terminal escape) shown as \xHH, so nothing is cut off or acted on.
-std::string shown(const std::string& n) {
-  std::string o = "\"";
-  for (unsigned char c : n) {
-    if (c < 0x20 || c == 0x7f || c == '"' || c == '\\') {
-      char b[8];
-      std::snprintf(b, sizeof b, "\\x%02x", c);
-      o += b;
-    } else {
-      o += (char)c;
-    }
-  }
-  return o + "\"";
-}
+// A name read from a file, quoted for a message with its control bytes (a
+// NUL, a terminal escape) escaped, so nothing is cut off or acted on.
+std::string shown(const std::string& n) { return "\"" + json_escape(n) + "\""; }
 
 // The manifest's own checksum: "crc XXXXXXXX", the CRC-32 of every byte
 // before that line (manifests of earlier releases have none).
@@ -169,14 +158,16 @@ Manifest parse_manifest(const std::string& step_dir) {
 
 namespace {
 
-// A step directory about to be written again: one that verifies (the same
-// step saved twice) is replaced; one that does not is never deleted but
-// moved aside as step_N.broken_<UTC time>, where retention does not reach.
+// A step directory about to be written again: one whose manifest verifies
+// (the same step saved twice) is replaced; one whose manifest does not (a
+// tampered or foreign one) is never deleted but moved aside as
+// step_N.broken_<UTC time>, where retention does not reach. Shards are not
+// re-read here: rank 0 commits while the other ranks wait.
 void set_aside_or_remove(const std::string& final_dir) {
   std::error_code ec;
   if (!fs::exists(final_dir, ec)) return;
   try {
-    read_manifest(final_dir, true);
+    read_manifest(final_dir, false);  // its manifest: the shards' checksums are not read inside the commit
     fs::remove_all(final_dir, ec);
     return;
   } catch (const CheckpointError& e) {

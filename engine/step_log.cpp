@@ -1,5 +1,6 @@
 // What the step loop tells people: the run's header, one metrics.jsonl
 // record and one line per logged step, and the summary at the end.
+#include <algorithm>
 #include <cstdio>
 
 #include "engine/step_loop.h"
@@ -64,8 +65,7 @@ void StepLoop::print_header() const {
 double StepLoop::model_flops_utilization(double tokens_per_s) {
   if (job_.peak_gflops <= 0) return 0;
   const double rate = train_flops_per_token(r_.model) * tokens_per_s / 1e9 / world_.size();  // GFLOP/s per rank
-  if (rate > job_.peak_gflops && stale_peak_noted_) job_.peak_gflops = rate;  // still rising: said once already
-  if (rate > job_.peak_gflops) {
+  if (rate > job_.peak_gflops && !stale_peak_noted_) {
     stale_peak_noted_ = true;
     const bool cached = !job_.peak_cache_key.empty() && forget_cached_peak(job_.peak_cache_key);
     std::fprintf(stderr,
@@ -73,10 +73,10 @@ double StepLoop::model_flops_utilization(double tokens_per_s) {
                  "that peak is stale; MFU is relative to the run's own rate from here on%s\n",
                  rate, job_.peak_gflops, job_.peak_source.c_str(),
                  cached ? ", and the cached peak is dropped (the next run measures again)" : "");
-    job_.peak_gflops = rate;
     job_.peak_source = "this run's rate, above the stale peak";
     job_.peak_cache_key.clear();
   }
+  job_.peak_gflops = std::max(job_.peak_gflops, rate);
   return rate / job_.peak_gflops;
 }
 

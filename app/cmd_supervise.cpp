@@ -218,8 +218,10 @@ std::vector<std::string> launch_command(const Recipe& r, const std::string& reci
   std::vector<std::string> command;
   if (r.launch.launcher == "mpirun") {
     command = {"mpirun", "-np", std::to_string(ranks)};
-    for (const char* v : {"TRAINER_ATTEMPT", "TRAINER_RESUME", "TRAINER_LOCK_TOKEN", "TRAINER_FAULT"})  // to other nodes too
-      if (std::string(v) != "TRAINER_FAULT" || std::getenv(v)) command.insert(command.end(), {"-x", v});
+    // To other nodes too; the optional ones only when set here.
+    for (const char* v : {"TRAINER_ATTEMPT", "TRAINER_RESUME", "TRAINER_LOCK_TOKEN", "TRAINER_FAULT", "TRAINER_CPU_KERNELS"})
+      if ((std::string(v) != "TRAINER_FAULT" && std::string(v) != "TRAINER_CPU_KERNELS") || std::getenv(v))
+        command.insert(command.end(), {"-x", v});
   } else {
     command = {"srun", "--mpi=pmix", "-n", std::to_string(ranks)};
   }

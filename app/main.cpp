@@ -8,6 +8,7 @@
 
 #include "app/commands.h"
 #include "runtime/cpu/blas_core.h"
+#include "runtime/cpu/cpu_kernels.h"
 #include "runtime/errors.h"
 #include "runtime/self_exe.h"
 
@@ -89,6 +90,17 @@ void tune_runtime_environment(char** argv) {
   execv(!self.empty() ? self.c_str() : "/proc/self/exe", argv);  // returns only on failure: carry on as we are
 }
 
+// TRAINER_CPU_KERNELS=avx2 (or generic) makes runtime.cpu_kernels = "auto"
+// mean that set instead of the widest: the whole test suite, or any command,
+// then runs narrower kernels without a recipe change. A recipe's explicit
+// value still wins.
+void apply_cpu_kernels_environment() {
+  const char* name = std::getenv("TRAINER_CPU_KERNELS");
+  if (!name || !*name) return;
+  trainer::cpu::use_kernel_set(
+      trainer::cpu::resolve_kernel_set(name, trainer::cpu::widest_kernel_set(), "TRAINER_CPU_KERNELS"));
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -99,8 +111,9 @@ int main(int argc, char** argv) {
     return argc < 2 ? trainer::kExitUsage : 0;
   }
   const char* cmd = argv[1];
-  if (!std::strcmp(cmd, "--version") || !std::strcmp(cmd, "version")) return trainer::cmd_version();
   try {
+    apply_cpu_kernels_environment();
+    if (!std::strcmp(cmd, "--version") || !std::strcmp(cmd, "version")) return trainer::cmd_version();
     if (!std::strcmp(cmd, "train")) return trainer::cmd_train(argc - 2, argv + 2);
     if (!std::strcmp(cmd, "data")) return trainer::cmd_data(argc - 2, argv + 2);
     if (!std::strcmp(cmd, "bench")) return trainer::cmd_bench(argc - 2, argv + 2);

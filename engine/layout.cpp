@@ -48,6 +48,7 @@ BackendOptions backend_options(const Recipe& r, int ranks_on_node) {
   BackendOptions o;
   o.kind = r.runtime.backend;
   o.threads = r.runtime.threads;
+  o.cpu_kernels = r.runtime.cpu_kernels;
   o.ranks_on_node = ranks_on_node;
   o.allow_tf32 = r.runtime.allow_tf32;
   o.deterministic_attention = r.runtime.deterministic_attention;

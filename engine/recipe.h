@@ -67,6 +67,7 @@ struct TrainingSection {
 
 struct RuntimeSection {
   int threads{};
+  std::string cpu_kernels{};  // CPU backend: "auto", "avx512", "avx2" or "generic" (runtime/cpu/cpu_kernels.h)
   std::string backend{};
   bool allow_tf32{};      // CUDA: fp32 GEMMs in TF32
   bool deterministic_attention{};  // CUDA: cuDNN's deterministic attention backward (a B x H x T^2 workspace)

@@ -6,6 +6,7 @@
 #include "engine/step_loop.h"
 #include "model/flops.h"
 #include "model/param_registry.h"
+#include "runtime/cpu/cpu_kernels.h"
 #include "runtime/flight_recorder.h"
 #include "runtime/peak_cache.h"
 #include "runtime/utc_time.h"
@@ -45,7 +46,10 @@ void StepLoop::print_header() const {
   size_t here = 0;
   for (auto& m : loop_.chunks()) here += m->num_params();
   const std::string device = job_.backend->device_name();
-  const std::string precision = std::string(dtype_name(r_.training.precision)) + (device.empty() ? "" : " on " + device);
+  // On the CPU, which kernel set runs (the sets agree to the bit; speed differs).
+  const std::string precision = std::string(dtype_name(r_.training.precision)) +
+                                (device.empty() ? std::string(" on CPU, ") + cpu::kernel_set_name(cpu::kernel_set()) + " kernels"
+                                                : " on " + device);
   std::printf("trainer: %s | %s, %s params (%s/rank), %s | dp=%d pp=%d tp=%d%s%s | global batch %d x %d tokens, "
               "micro-batch %d, %d accumulation step(s) | %zu train samples | peak %.1f GFLOP/s/rank (%s)\n",
               r_.run.name.c_str(), arch_name(r_.model.arch), human((double)build_params(r_.model).reg.total()).c_str(),

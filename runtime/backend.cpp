@@ -1,6 +1,7 @@
 #include "runtime/backend.h"
 
 #include "runtime/cpu/cpu_backend.h"
+#include "runtime/cpu/cpu_kernels.h"
 #include "runtime/errors.h"
 
 #include <stdexcept>
@@ -61,7 +62,11 @@ std::unique_ptr<Backend> make_cuda_backend(const BackendOptions& opt) {
 }  // namespace
 
 std::unique_ptr<Backend> make_backend(const BackendOptions& opt) {
-  if (opt.kind == "cpu") return std::make_unique<CpuBackend>(opt.threads);
+  if (opt.kind == "cpu") {
+    // "auto" keeps the process's set: the widest, or TRAINER_CPU_KERNELS (app/main.cpp).
+    if (opt.cpu_kernels != "auto") cpu::use_kernel_set(cpu::resolve_kernel_set(opt.cpu_kernels, cpu::widest_kernel_set()));
+    return std::make_unique<CpuBackend>(opt.threads);
+  }
   if (opt.kind == "cuda") return make_cuda_backend(opt);
   throw RecipeError("runtime.backend = \"" + opt.kind + "\" is not a backend (\"cpu\" or \"cuda\")");
 }

@@ -32,14 +32,12 @@ import sys
 import tempfile
 
 import h5py
-import numpy as np
 import torch
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "reference"))
-import torch_model  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from harness import DEMO_RECIPE, check, failures, losses, run as run_cmd, same_tensors, small_demo, tensors  # noqa: E402
+from harness import (DEMO_RECIPE, check, failures, losses, run as run_cmd, same_tensors, small_demo, tensors,  # noqa: E402
+                     torch_val_loss)
 
 
 def main():
@@ -187,7 +185,9 @@ def main():
         check(v.returncode == 0 and "ok" in v.stdout, "ckpt verify passes")
         out = os.path.join(tmp, "export.h5")
         subprocess.run([trainer, "ckpt", "export", step, "--output", out], check=True, stdout=subprocess.DEVNULL)
-        got = torch_val_loss(out, data, layers=4, eval_sequences=2 * 2 * 2)  # eval_batches x micro x dp
+        demo = dict(arch="gpt2", vocab_size=256, d_model=192, n_layers=4, n_heads=6, n_kv_heads=6,
+                    d_ff=768, seq_len=128, tie_embeddings=True, norm_eps=1e-5, rope_theta=10000.0)
+        got = torch_val_loss(out, demo, glob.glob(data + "/val_*.bin")[0], 2 * 2 * 2)  # eval_batches x micro x dp
         check(abs(got - val) / val < 1e-5, f"PyTorch from the export reproduces val loss {val:.7f} ({got:.7f})")
         # bf16 export: HDF5 converts its bf16 type back to fp32 by itself; the
         # values are PyTorch's bf16 rounding of the fp32 export's.
@@ -208,31 +208,6 @@ def _datasets(h):
     out = []
     h.visititems(lambda n, d: out.append(n) if isinstance(d, h5py.Dataset) else None)
     return out
-
-
-def torch_val_loss(path, data, layers, eval_sequences):
-    """The demo model (gpt2, d 192, 6 heads) in PyTorch from a Hugging Face export."""
-    cfg = dict(arch="gpt2", vocab_size=256, d_model=192, n_layers=layers, n_heads=6, n_kv_heads=6,
-               d_ff=768, seq_len=128, tie_embeddings=True, norm_eps=1e-5, rope_theta=10000.0)
-    h = h5py.File(path, "r")
-    t = lambda n: torch.tensor(h[n][()], dtype=torch.float64)
-    P = {"embed.tok": t("transformer.wte.weight"), "embed.pos": t("transformer.wpe.weight"),
-         "final_norm.weight": t("transformer.ln_f.weight"), "final_norm.bias": t("transformer.ln_f.bias")}
-    for l in range(layers):
-        p, hf = f"layers.{l}.", f"transformer.h.{l}."
-        P[p + "attn_norm.weight"], P[p + "attn_norm.bias"] = t(hf + "ln_1.weight"), t(hf + "ln_1.bias")
-        q, k, v = t(hf + "attn.c_attn.weight").T.chunk(3, dim=0)  # Conv1D [in, out] -> Linear [out, in]
-        P[p + "attn.wq"], P[p + "attn.wk"], P[p + "attn.wv"] = q, k, v
-        P[p + "attn.bq"], P[p + "attn.bk"], P[p + "attn.bv"] = t(hf + "attn.c_attn.bias").chunk(3)
-        P[p + "attn.wo"], P[p + "attn.bo"] = t(hf + "attn.c_proj.weight").T, t(hf + "attn.c_proj.bias")
-        P[p + "mlp_norm.weight"], P[p + "mlp_norm.bias"] = t(hf + "ln_2.weight"), t(hf + "ln_2.bias")
-        P[p + "mlp.w_fc"], P[p + "mlp.b_fc"] = t(hf + "mlp.c_fc.weight").T, t(hf + "mlp.c_fc.bias")
-        P[p + "mlp.w_proj"], P[p + "mlp.b_proj"] = t(hf + "mlp.c_proj.weight").T, t(hf + "mlp.c_proj.bias")
-    T = cfg["seq_len"]
-    tokens = np.fromfile(glob.glob(data + "/val_*.bin")[0], dtype=np.uint16, offset=1024).astype(np.int64)
-    x = torch.tensor(np.stack([tokens[k * T:k * T + T + 1] for k in range(eval_sequences)]))
-    with torch.no_grad():
-        return torch_model.loss_fn(cfg, P, x[:, :-1], x[:, 1:]).item()
 
 
 if __name__ == "__main__":

@@ -79,6 +79,38 @@ def run(cmd, ok_codes=(0,), env=None):
     return p.returncode, p.stdout + p.stderr
 
 
+def torch_val_loss(export_h5, cfg, val_file, windows):
+    """The mean loss, in float64, of tests/reference/torch_model.py (a GPT-2
+    model of shape `cfg`) with the weights of a Hugging Face-named export
+    (`trainer ckpt export`), over the first `windows` windows of seq_len + 1
+    tokens of an llm.c uint16 token file: the windows an evaluation with
+    dp x micro_batch x eval_batches = windows reads."""
+    import sys
+    import numpy as np
+    import torch
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "reference"))
+    import torch_model
+    h = h5py.File(export_h5, "r")
+    t = lambda n: torch.tensor(h[n][()], dtype=torch.float64)
+    P = {"embed.tok": t("transformer.wte.weight"), "embed.pos": t("transformer.wpe.weight"),
+         "final_norm.weight": t("transformer.ln_f.weight"), "final_norm.bias": t("transformer.ln_f.bias")}
+    for l in range(cfg["n_layers"]):
+        p, hf = f"layers.{l}.", f"transformer.h.{l}."
+        P[p + "attn_norm.weight"], P[p + "attn_norm.bias"] = t(hf + "ln_1.weight"), t(hf + "ln_1.bias")
+        q, k, v = t(hf + "attn.c_attn.weight").T.chunk(3, dim=0)  # Conv1D [in, out] -> Linear [out, in]
+        P[p + "attn.wq"], P[p + "attn.wk"], P[p + "attn.wv"] = q, k, v
+        P[p + "attn.bq"], P[p + "attn.bk"], P[p + "attn.bv"] = t(hf + "attn.c_attn.bias").chunk(3)
+        P[p + "attn.wo"], P[p + "attn.bo"] = t(hf + "attn.c_proj.weight").T, t(hf + "attn.c_proj.bias")
+        P[p + "mlp_norm.weight"], P[p + "mlp_norm.bias"] = t(hf + "ln_2.weight"), t(hf + "ln_2.bias")
+        P[p + "mlp.w_fc"], P[p + "mlp.b_fc"] = t(hf + "mlp.c_fc.weight").T, t(hf + "mlp.c_fc.bias")
+        P[p + "mlp.w_proj"], P[p + "mlp.b_proj"] = t(hf + "mlp.c_proj.weight").T, t(hf + "mlp.c_proj.bias")
+    T = cfg["seq_len"]
+    tokens = np.fromfile(val_file, dtype=np.uint16, offset=1024).astype(np.int64)
+    x = torch.tensor(np.stack([tokens[k * T:k * T + T + 1] for k in range(windows)]))
+    with torch.no_grad():
+        return torch_model.loss_fn(cfg, P, x[:, :-1], x[:, 1:]).item()
+
+
 DEMO_RECIPE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "configs", "demo.toml")
 
 

@@ -11,6 +11,8 @@
 #include <vector>
 
 #include "runtime/cpu/cpu_backend.h"
+#include "runtime/cpu/cpu_kernels.h"
+#include "runtime/errors.h"
 #include "runtime/tensorboard.h"
 
 using namespace trainer;
@@ -511,4 +513,147 @@ TEST(TensorBoard, Crc32cMatchesTheStandardCheckValues) {
   EXPECT_EQ(crc32c("123456789", 9), 0xE3069283u);
   const unsigned char zeros[32] = {0};
   EXPECT_EQ(crc32c(zeros, 32), 0x8A9136AAu);
+}
+
+// ---- kernel sets: the same bits from generic, AVX2 and AVX-512 -----------
+
+namespace {
+
+// Runs f under every kernel set this CPU runs and restores the set after.
+template <class F>
+void for_each_kernel_set(F f) {
+  const cpu::KernelSet was = cpu::kernel_set();
+  for (cpu::KernelSet s : cpu::kKernelSets)
+    if (s <= cpu::widest_kernel_set()) {
+      cpu::use_kernel_set(s);
+      f(s);
+    }
+  cpu::use_kernel_set(was);
+}
+
+// Everything one kernel set computes on x (and y) of length n, as bits.
+std::vector<uint32_t> kernel_outputs(const std::vector<float>& x, const std::vector<float>& y) {
+  const size_t n = x.size();
+  std::vector<float> out;
+  auto keep = [&](const std::vector<float>& v) { out.insert(out.end(), v.begin(), v.end()); };
+  auto keep_double = [&](double d) {
+    float two[2];
+    std::memcpy(two, &d, sizeof d);
+    out.insert(out.end(), two, two + 2);
+  };
+  std::vector<float> a(n), b(n);
+  cpu::gelu_fwd(a.data(), x.data(), n), keep(a);
+  cpu::gelu_bwd(a.data(), x.data(), y.data(), n), keep(a);
+  cpu::swiglu_fwd(a.data(), x.data(), y.data(), n), keep(a);
+  cpu::swiglu_bwd(a.data(), b.data(), x.data(), y.data(), x.data(), n), keep(a), keep(b);
+  const float mx = cpu::max_of(x.data(), n);
+  out.push_back(mx);
+  keep_double(cpu::exp_shift_sum(x.data(), n, mx));
+  a = x, keep_double(cpu::exp_shift_inplace(a.data(), n, mx)), keep(a);
+  keep_double(cpu::sumsq(x.data(), n));
+  b = y, cpu::softmax_bwd_row(a.data(), b.data(), n), keep(b);
+  a = x, cpu::scale_inplace(a.data(), 0.37f, n), keep(a);
+  std::vector<float> p = x, m(y), v(n);
+  for (size_t i = 0; i < n; i++) v[i] = y[i] * y[i] * 0.01f;
+  cpu::adamw(p.data(), y.data(), m.data(), v.data(), n, 3e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 0.19f, 0.0975f, 0.7f);
+  keep(p), keep(m), keep(v);
+  std::vector<uint32_t> bits(out.size());
+  std::memcpy(bits.data(), out.data(), out.size() * sizeof(float));
+  return bits;
+}
+
+}  // namespace
+
+// Every kernel, at lengths around the vector widths and a vocabulary row,
+// returns the same bits in every set this CPU runs (on an AVX-512 machine:
+// all three). Sums are held to a double loop too, so a set that agreed with
+// the others on a wrong answer would still fail.
+TEST(KernelSets, EveryKernelGivesTheSameBitsInEverySet) {
+  int sets = 0;
+  for (size_t n : {1, 3, 7, 8, 15, 16, 17, 31, 33, 100, 1000, 4099, 50304}) {
+    std::vector<float> x = randn(n, 11 + (unsigned)n, 4.f), y = randn(n, 12 + (unsigned)n);
+    x[n / 2] = 90.f;   // past exp's clamp
+    x[0] = -100.f;     // below it
+    std::vector<uint32_t> first;
+    sets = 0;
+    for_each_kernel_set([&](cpu::KernelSet s) {
+      const std::vector<uint32_t> got = kernel_outputs(x, y);
+      if (first.empty()) first = got;
+      size_t differ = 0;
+      for (size_t i = 0; i < got.size(); i++) differ += got[i] != first[i];
+      EXPECT_EQ(differ, 0u) << cpu::kernel_set_name(s) << " differs from generic in " << differ
+                            << " words at n = " << n;
+      sets++;
+      double mx = -1e300, es = 0, ss = 0;
+      for (float v : x) mx = std::max(mx, (double)v);
+      for (float v : x) es += std::exp((double)v - mx), ss += (double)v * v;
+      EXPECT_NEAR(cpu::exp_shift_sum(x.data(), n, (float)mx), es, 1e-6 * es) << cpu::kernel_set_name(s);
+      EXPECT_NEAR(cpu::sumsq(x.data(), n), ss, 1e-12 * ss) << cpu::kernel_set_name(s);
+    });
+  }
+  std::printf("kernel sets compared on this CPU: %d (%s)\n", sets,
+              cpu::kernel_sets_up_to(cpu::widest_kernel_set()).c_str());
+  EXPECT_GE(sets, 1);
+}
+
+// A set the CPU lacks is refused naming what the CPU runs; "auto" is the widest.
+TEST(KernelSets, ASetTheCpuLacksIsRefusedNamingWhatItRuns) {
+  using cpu::KernelSet;
+  EXPECT_EQ(cpu::resolve_kernel_set("auto", KernelSet::Avx2), KernelSet::Avx2);
+  EXPECT_EQ(cpu::resolve_kernel_set("generic", KernelSet::Avx2), KernelSet::Generic);
+  EXPECT_EQ(cpu::resolve_kernel_set("avx512", KernelSet::Avx512), KernelSet::Avx512);
+  try {
+    cpu::resolve_kernel_set("avx512", KernelSet::Avx2);
+    FAIL() << "avx512 on an AVX2 CPU was accepted";
+  } catch (const RecipeError& e) {
+    EXPECT_EQ(e.exit_code, 2);
+    EXPECT_NE(std::string(e.what()).find("runtime.cpu_kernels = \"avx512\" but this CPU lacks AVX-512"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("it runs generic, avx2"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(cpu::resolve_kernel_set("avx2", KernelSet::Generic, "TRAINER_CPU_KERNELS"), RecipeError);
+  EXPECT_THROW(cpu::resolve_kernel_set("sse", KernelSet::Avx512), RecipeError);
+}
+
+// Rows shaped like a confident model's: a few logits near the top and tens
+// of thousands whose exponentials are below 1e-8 (an fp32 running sum of
+// about 3 rounds each away: the loss read ~1e-4 low). Loss and gradient
+// against a float64 loop, in every kernel set.
+TEST_F(Fixture, CrossEntropyOfConfidentRowsMatchesFloat64) {
+  for (int V : {50304, 128256}) {
+    const int rows = 3;
+    std::mt19937 g(V);
+    std::uniform_real_distribution<float> tiny(-25.f, -17.5f), top(-1.5f, 0.f);
+    std::vector<float> logits((size_t)rows * V);
+    for (int r = 0; r < rows; r++)
+      for (int j = 0; j < V; j++) logits[(size_t)r * V + j] = 9.f + (j % 2500 == 7 ? top(g) : tiny(g));
+    std::vector<int32_t> tgt = {7, 2507, 12345};  // two likely tokens and an unlikely one
+    const Vec want = ref_cross_entropy(to_d(logits), tgt, rows, V);
+    size_t below = 0;
+    for (int j = 0; j < V; j++) below += std::exp((double)logits[j] - 9.0) < 1e-8;
+    EXPECT_GT(below, (size_t)V * 8 / 10) << "most terms below 1e-8, as in a confident model";
+    for_each_kernel_set([&](cpu::KernelSet s) {
+      std::vector<float> work = logits;
+      const std::vector<float> loss = cross_entropy(be, work, tgt, rows, V, 1, 1.f);
+      for (int r = 0; r < rows; r++) {
+        EXPECT_NEAR(loss[r], want[r], 1e-6 * std::fabs(want[r]))
+            << "V " << V << " row " << r << " (" << cpu::kernel_set_name(s) << ")";
+        double mx = -1e300, sum = 0;
+        for (int j = 0; j < V; j++) mx = std::max(mx, (double)logits[(size_t)r * V + j]);
+        for (int j = 0; j < V; j++) sum += std::exp((double)logits[(size_t)r * V + j] - mx);
+        // Each element's error, in units of its bound: the fp32 argument
+        // logit - max rounds by half an ulp of |logit - max| (that much,
+        // relative, in its exponential: ~1e-6 at 25), plus a few roundings of
+        // the exponential, the sum and the scale (4 x 2^-24); the target's
+        // p - 1 rounds once more.
+        double worst = 0;
+        for (int j = 0; j < V; j++) {
+          const double arg = (double)logits[(size_t)r * V + j] - mx, p = std::exp(arg) / sum;
+          const double want = p - (j == tgt[r]);
+          const double bound = (4 + std::fabs(arg)) * 0x1p-24 * p + 0x1p-24 * std::fabs(want) + 1e-300;
+          worst = std::max(worst, std::fabs(work[(size_t)r * V + j] - want) / bound);
+        }
+        EXPECT_LE(worst, 1.0) << "gradient, V " << V << " row " << r << " (" << cpu::kernel_set_name(s) << ")";
+      }
+    });
+  }
 }

@@ -19,6 +19,7 @@
 #include "tests/mpi_test_main.h"
 #include "parallel/process_grid.h"
 #include "runtime/cpu/cpu_backend.h"
+#include "runtime/cpu/cpu_kernels.h"
 
 using namespace trainer;
 
@@ -354,6 +355,49 @@ TEST(MemoryPlan, PredictsMeasuredActivationPeakWithin10Percent) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Archs, RecomputeBitIdentical, ::testing::Values(Arch::GPT2, Arch::Llama),
+                         [](const auto& info) { return std::string(arch_name(info.param)); });
+
+// The CPU kernel sets (runtime.cpu_kernels) change speed, not results: a few
+// training steps under every set this CPU runs give the same losses and
+// gradients to the bit, in one process (fp32 and bf16) and in 2 x 2 x 2.
+class KernelSetsBitIdentical : public ::testing::TestWithParam<Arch> {};
+
+TEST_P(KernelSetsBitIdentical, EverySetTrainsTheSameBits) {
+  const Layout layouts[] = {
+      {GetParam(), 1, 1, false, 1, 1},
+      {GetParam(), 1, 1, false, 1, 1, {}, DType::BF16},
+      {GetParam(), 2, 2, true, 2, 1},
+  };
+  g_shapes.clear();
+  run(layouts[0], MPI_COMM_SELF);  // the one-process model defines the gradient names
+  const cpu::KernelSet was = cpu::kernel_set();
+  int sets = 0;
+  for (const Layout& l : layouts) {
+    MPI_Comm comm = l.tp * l.dp * l.pp == 1 ? MPI_COMM_SELF : MPI_COMM_WORLD;
+    cpu::use_kernel_set(cpu::KernelSet::Generic);
+    const Result generic = run(l, comm);
+    sets = 1;
+    for (cpu::KernelSet s : {cpu::KernelSet::Avx2, cpu::KernelSet::Avx512}) {
+      if (s > cpu::widest_kernel_set()) continue;
+      cpu::use_kernel_set(s);
+      const Result got = run(l, comm);
+      sets++;
+      const std::string what = layout_name(l) + " " + cpu::kernel_set_name(s) + " against generic";
+      EXPECT_EQ(got.losses, generic.losses) << what;
+      EXPECT_EQ(got.grad_norm, generic.grad_norm) << what;
+      for (const auto& [name, g] : generic.grads)
+        EXPECT_EQ(0, std::memcmp(g.data(), got.grads.at(name).data(), g.size() * sizeof(float)))
+            << what << ": gradient " << name;
+    }
+  }
+  cpu::use_kernel_set(was);
+  int rank = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  if (rank == 0) std::printf("  %d kernel sets trained the same bits (this CPU runs %s)\n", sets,
+                           cpu::kernel_sets_up_to(cpu::widest_kernel_set()).c_str());
+}
+
+INSTANTIATE_TEST_SUITE_P(Archs, KernelSetsBitIdentical, ::testing::Values(Arch::GPT2, Arch::Llama),
                          [](const auto& info) { return std::string(arch_name(info.param)); });
 
 INSTANTIATE_TEST_SUITE_P(Archs, PipelineParallelEquivalence,

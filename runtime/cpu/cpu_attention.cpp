@@ -65,7 +65,7 @@ void CpuBackend::f32_attention_fwd(float* out, float* stats, const float* qkv, c
         const int n = i0 + r + 1;  // keys this query sees
         float* p = P + (size_t)r * kend;
         const float mx = cpu::max_of(p, n);
-        const float sum = cpu::exp_shift_inplace(p, n, mx);
+        const float sum = (float)cpu::exp_shift_inplace(p, n, mx);
         cpu::scale_inplace(p, 1.f / sum, n);
         std::fill(p + n, p + kend, 0.f);
         st[(size_t)(i0 + r) * kAttentionStats] = mx;

@@ -367,7 +367,7 @@ void CpuBackend::ce_row_stats(float* max, float* sum, float* target, const float
     const int t = targets[r] - vocab_offset;
     target[r] = (t >= 0 && t < V) ? l[t] : 0.f;
     max[r] = cpu::max_of(l, V);  // two reads of a row that stays in cache
-    sum[r] = cpu::exp_shift_sum(l, V, max[r]);
+    sum[r] = (float)cpu::exp_shift_sum(l, V, max[r]);  // summed in double
   }
 }
 

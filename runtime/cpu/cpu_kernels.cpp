@@ -1,44 +1,83 @@
-// Picks the widest kernel set this CPU runs, once, at first use.
+// Runs the kernels of one set: the widest this CPU runs unless
+// use_kernel_set (runtime.cpu_kernels) picked a narrower one.
 #include "runtime/cpu/cpu_kernels.h"
+
+#include <atomic>
+
+#include "runtime/errors.h"
 
 namespace trainer::cpu {
 
-#define TRAINER_KERNEL_DECLS                                                                  \
-  void gelu_fwd(float*, const float*, size_t);                                                \
-  void gelu_bwd(float*, const float*, const float*, size_t);                                  \
-  void swiglu_fwd(float*, const float*, const float*, size_t);                                \
-  void swiglu_bwd(float*, float*, const float*, const float*, const float*, size_t);          \
-  float exp_shift_inplace(float*, size_t, float);                                             \
-  float exp_shift_sum(const float*, size_t, float);                                           \
-  float max_of(const float*, size_t);                                                         \
-  void softmax_bwd_row(const float*, float*, size_t);                                         \
-  double sumsq(const float*, size_t);                                                         \
-  void scale_inplace(float*, float, size_t);                                                  \
-  void adamw(float*, const float*, float*, float*, size_t, float, float, float, float, float, \
-             float, float, float);
-namespace avx512 { TRAINER_KERNEL_DECLS }
-namespace avx2 { TRAINER_KERNEL_DECLS }
-namespace generic { TRAINER_KERNEL_DECLS }
-#undef TRAINER_KERNEL_DECLS
+namespace avx512 {
+#include "runtime/cpu/cpu_kernel_decls.inc"
+}
+namespace avx2 {
+#include "runtime/cpu/cpu_kernel_decls.inc"
+}
+namespace generic {
+#include "runtime/cpu/cpu_kernel_decls.inc"
+}
 
-namespace {
-enum class Isa { Avx512, Avx2, Generic };
-Isa detect() {
+const char* kernel_set_name(KernelSet s) {
+  switch (s) {
+    case KernelSet::Avx512: return "avx512";
+    case KernelSet::Avx2: return "avx2";
+    default: return "generic";
+  }
+}
+
+KernelSet widest_kernel_set() {
   __builtin_cpu_init();
   if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
       __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq"))
-    return Isa::Avx512;
-  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return Isa::Avx2;
-  return Isa::Generic;
+    return KernelSet::Avx512;
+  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return KernelSet::Avx2;
+  return KernelSet::Generic;
 }
-const Isa kIsa = detect();
+
+std::string kernel_sets_up_to(KernelSet widest) {
+  std::string runs;
+  for (KernelSet s : kKernelSets)
+    if (s <= widest) runs += std::string(runs.empty() ? "" : ", ") + kernel_set_name(s);
+  return runs;
+}
+
+KernelSet resolve_kernel_set(const std::string& name, KernelSet widest, const std::string& what) {
+  if (name == "auto") return widest;
+  for (KernelSet s : kKernelSets) {
+    if (name != kernel_set_name(s)) continue;
+    if (s <= widest) return s;
+    throw RecipeError(what + " = \"" + name + "\" but this CPU lacks " +
+                      (s == KernelSet::Avx512 ? "AVX-512 (F, BW, VL and DQ)" : "AVX2 with FMA") + "; it runs " +
+                      kernel_sets_up_to(widest) + " (\"auto\" picks " + kernel_set_name(widest) + ")");
+  }
+  throw RecipeError(what + " = \"" + name + "\" is not a kernel set: \"auto\", \"avx512\", \"avx2\" or \"generic\"");
+}
+
+namespace {
+// Constant-initialised (-1: not chosen yet), so a use_kernel_set from
+// another file's static initialiser is not undone by this one's.
+std::atomic<int> chosen{-1};
 }  // namespace
 
-#define TRAINER_DISPATCH(fn, ...)                      \
-  switch (kIsa) {                                      \
-    case Isa::Avx512: return avx512::fn(__VA_ARGS__);  \
-    case Isa::Avx2: return avx2::fn(__VA_ARGS__);      \
-    default: return generic::fn(__VA_ARGS__);          \
+void use_kernel_set(KernelSet s) { chosen.store((int)s, std::memory_order_relaxed); }
+
+KernelSet kernel_set() {
+  int s = chosen.load(std::memory_order_relaxed);
+  if (s < 0) {
+    s = (int)widest_kernel_set();
+    int unset = -1;
+    chosen.compare_exchange_strong(unset, s, std::memory_order_relaxed);
+    s = chosen.load(std::memory_order_relaxed);
+  }
+  return (KernelSet)s;
+}
+
+#define TRAINER_DISPATCH(fn, ...)                                  \
+  switch (kernel_set()) {                                          \
+    case KernelSet::Avx512: return avx512::fn(__VA_ARGS__);        \
+    case KernelSet::Avx2: return avx2::fn(__VA_ARGS__);            \
+    default: return generic::fn(__VA_ARGS__);                      \
   }
 
 void gelu_fwd(float* out, const float* x, size_t n) { TRAINER_DISPATCH(gelu_fwd, out, x, n) }
@@ -52,10 +91,10 @@ void swiglu_bwd(float* dgate, float* dup, const float* gate, const float* up, co
                 size_t n) {
   TRAINER_DISPATCH(swiglu_bwd, dgate, dup, gate, up, dout, n)
 }
-float exp_shift_inplace(float* x, size_t n, float shift) {
+double exp_shift_inplace(float* x, size_t n, float shift) {
   TRAINER_DISPATCH(exp_shift_inplace, x, n, shift)
 }
-float exp_shift_sum(const float* x, size_t n, float shift) {
+double exp_shift_sum(const float* x, size_t n, float shift) {
   TRAINER_DISPATCH(exp_shift_sum, x, n, shift)
 }
 float max_of(const float* x, size_t n) { TRAINER_DISPATCH(max_of, x, n) }

@@ -1,32 +1,37 @@
 #pragma once
 // Elementwise CPU kernels on one contiguous chunk, compiled three times (for
 // AVX-512, AVX2 and baseline x86-64; cpu_kernels_impl.inc) and chosen at
-// start-up from the CPU, so the portable binary still uses wide vectors. exp is our own polynomial (Cephes-style, ~1 ulp
-// in range) because glibc's scalar expf/tanhf calls do not vectorize; they
-// dominated the step before (GELU alone was ~30% of a GPT-2 124M step).
+// start-up, so the portable binary still uses wide vectors. exp is our own
+// polynomial (Cephes-style, ~1 ulp in range) because glibc's scalar
+// expf/tanhf calls do not vectorize; they dominated the step before (GELU
+// alone was ~30% of a GPT-2 124M step). The three sets return the same bits
+// for the same input (fixed partial sums, no fused multiply-adds), so which
+// one runs changes speed only.
 #include <cstddef>
+#include <string>
 
 namespace trainer::cpu {
 
+#include "runtime/cpu/cpu_kernel_decls.inc"
 
-void gelu_fwd(float* out, const float* x, size_t n);
-void gelu_bwd(float* dx, const float* x, const float* dout, size_t n);
-void swiglu_fwd(float* out, const float* gate, const float* up, size_t n);
-void swiglu_bwd(float* dgate, float* dup, const float* gate, const float* up, const float* dout,
-                size_t n);
-// x[i] = exp(x[i] - shift); returns the sum (in a fixed vector order).
-float exp_shift_inplace(float* x, size_t n, float shift);
-// sum of exp(x[i] - shift), x untouched.
-float exp_shift_sum(const float* x, size_t n, float shift);
-float max_of(const float* x, size_t n);
-// Sum of squares accumulated in double (vector lanes summed in a fixed order).
-double sumsq(const float* x, size_t n);
-// Softmax backward on one row: d = p * (d - sum(p * d)).
-void softmax_bwd_row(const float* p, float* d, size_t n);
-void scale_inplace(float* x, float a, size_t n);
-// AdamW on a chunk; the gradient is multiplied by grad_scale first (clipping).
-void adamw(float* p, const float* g, float* m, float* v, size_t n, float lr, float beta1,
-           float beta2, float eps, float weight_decay, float bias_corr1, float bias_corr2,
-           float grad_scale);
+// The kernel sets, narrowest first.
+enum class KernelSet { Generic, Avx2, Avx512 };
+constexpr KernelSet kKernelSets[] = {KernelSet::Generic, KernelSet::Avx2, KernelSet::Avx512};
+
+const char* kernel_set_name(KernelSet s);  // "generic", "avx2", "avx512"
+// The widest set this CPU runs (AVX-512 needs F, BW, VL and DQ; AVX2 needs FMA too).
+KernelSet widest_kernel_set();
+// "auto" (the widest set this CPU runs), "avx512", "avx2" or "generic"
+// against a CPU whose widest set is `widest`: the set, or a RecipeError
+// (exit 2) naming `what` (the key or variable that said it) and what the
+// CPU runs.
+KernelSet resolve_kernel_set(const std::string& name, KernelSet widest,
+                             const std::string& what = "runtime.cpu_kernels");
+// The sets a CPU whose widest set is `widest` runs: "generic, avx2, avx512".
+std::string kernel_sets_up_to(KernelSet widest);
+// The set the kernels run from now on. Call it before threads use them.
+void use_kernel_set(KernelSet s);
+// The set that runs: the last use_kernel_set, else the widest.
+KernelSet kernel_set();
 
 }  // namespace trainer::cpu

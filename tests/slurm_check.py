@@ -219,7 +219,7 @@ def main():
             sup = [trainer, "supervise", recipe, *base, "--set", f"run.dir={run_c}", "--set", 'launch.launcher="srun"',
                    "--set", "launch.ranks=8", "--set", 'launch.args=["--overcommit"]', "--set", "supervisor.backoff=0.5",
                    "--set", 'fault.inject=["hang rank=1 step=4"]', "--set", "runtime.comm_timeout=0",
-                   "--set", "supervisor.hang_timeout=5"]
+                   "--set", "supervisor.hang_timeout=15"]  # a relaunch's set-up counts too
             p = subprocess.run(["sbatch", "--parsable", "--ntasks=8", f"--output={log}", "--wrap",
                                 " ".join(shlex.quote(a) for a in sup)], capture_output=True, text=True, env=env)
             job = p.stdout.strip().split(";")[0]

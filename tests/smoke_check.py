@@ -136,14 +136,17 @@ def main():
           f"{mem['plan_mb']:.1f}, measured/predicted {b['measured']['step_ms'] / b['predicted']['step_ms']:.2f}")
 
     rerun = os.path.join(tmp, "rerun.json")
-    code, out = run(smoke + ["--baseline", base, "--tolerance", "0.4", "--keep", "--json", rerun], env=env)
-    check(code == 0, "smoke --baseline: an unchanged rerun passes (tolerance 40% on a shared 2-core machine)")
+    # Tolerance 70%: another test's 8 ranks on the same 2 cores can halve one run's rate and not the
+    # other's; the slow fault (3 s a step, against a step of well under 1 s) still falls far below.
+    code, out = run(smoke + ["--baseline", base, "--tolerance", "0.7", "--keep", "--json", rerun], env=env)
+    check(code == 0, "smoke --baseline: an unchanged rerun passes (tolerance 70% on a shared 2-core machine)")
     check_stages(json.load(open(rerun)), tmp, out)
-    slow = dict(env, TRAINER_FAULT="slow rank=0 ms=1500 launch=all")
-    code, out = run(smoke + ["--baseline", base, "--tolerance", "0.4"], ok_codes=(9,), env=slow)
-    check("below the baseline" in out, "smoke --baseline: a `slow` fault (1.5 s per step) fails with exit 9: " +
+    slow = dict(env, TRAINER_FAULT="slow rank=0 ms=3000 launch=all")
+    code, out = run(smoke + ["--baseline", base, "--tolerance", "0.7"], ok_codes=(9,), env=slow)
+    check("below the baseline" in out, "smoke --baseline: a `slow` fault (3 s per step) fails with exit 9: " +
           next((l for l in out.splitlines() if "FAILED" in l), "?"))
-    code, out = run(smoke + ["--min-mfu", "0.99"], ok_codes=(9,), env=env)
+    # A peak far above any CPU: a stale cached peak (the run faster than it) would read MFU as 100%.
+    code, out = run(smoke + ["--min-mfu", "0.99", "--set", "runtime.peak_gflops=1e6"], ok_codes=(9,), env=env)
     check("below --min-mfu" in out, "smoke --min-mfu 0.99: exit 9 naming the MFU")
 
     # --check-restart: save, second launch, bit-identical continuation; a NaN

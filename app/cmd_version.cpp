@@ -19,8 +19,10 @@ int cmd_version() {
   std::string backends;
   for (const std::string& b : compiled_backends()) backends += (backends.empty() ? "" : ", ") + b;
   std::printf("backends: %s\n", backends.c_str());
-  std::printf("cpu kernels: %s (this CPU runs %s; runtime.cpu_kernels picks one)\n",
-              cpu::kernel_set_name(cpu::kernel_set()), cpu::kernel_sets_up_to(cpu::widest_kernel_set()).c_str());
+  const cpu::KernelLimits limits = cpu::kernel_limits();
+  std::printf("cpu kernels: %s (this CPU runs %s%s; runtime.cpu_kernels picks one)\n",
+              cpu::kernel_set_name(cpu::kernel_set()), cpu::kernel_sets_up_to(limits.cpu).c_str(),
+              limits.cap < limits.cpu ? (std::string(", TRAINER_CPU_KERNELS caps it at ") + cpu::kernel_set_name(limits.cap)).c_str() : "");
   if (const std::string gpu = backend_library_versions(); !gpu.empty()) std::printf("gpu libraries: %s\n", gpu.c_str());
   std::printf("libraries: %s, %s, toml++ %s, %s, compiler GCC %d.%d.%d\n", mpi_library_version().c_str(),
               hdf5_library_version().c_str(), toml_library_version().c_str(), blas_library_version().c_str(),

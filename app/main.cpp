@@ -90,15 +90,15 @@ void tune_runtime_environment(char** argv) {
   execv(!self.empty() ? self.c_str() : "/proc/self/exe", argv);  // returns only on failure: carry on as we are
 }
 
-// TRAINER_CPU_KERNELS=avx2 (or generic) makes runtime.cpu_kernels = "auto"
-// mean that set instead of the widest: the whole test suite, or any command,
-// then runs narrower kernels without a recipe change. A recipe's explicit
-// value still wins.
+// TRAINER_CPU_KERNELS=avx2 (or generic) makes this process act as one on a
+// CPU without the wider kernel sets: "auto" picks that set and a recipe that
+// names a wider one is refused (the test binaries do the same:
+// tests/kernel_set_from_env.cpp).
 void apply_cpu_kernels_environment() {
   const char* name = std::getenv("TRAINER_CPU_KERNELS");
   if (!name || !*name) return;
-  trainer::cpu::use_kernel_set(
-      trainer::cpu::resolve_kernel_set(name, trainer::cpu::widest_kernel_set(), "TRAINER_CPU_KERNELS"));
+  namespace cpu = trainer::cpu;
+  cpu::cap_kernel_sets(cpu::resolve_kernel_set(name, {cpu::kernel_limits().cpu}, "TRAINER_CPU_KERNELS"));
 }
 
 }  // namespace

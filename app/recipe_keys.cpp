@@ -215,7 +215,7 @@ std::vector<RecipeKey> make_keys() {
         AT(checkpoint.allow_changes)).def(Strings{}),
       // [runtime]
       K("runtime", "threads", Int, "CPU threads per rank", AT(runtime.threads)).def(1L).at_least(1).at_most(1024),
-      K("runtime", "cpu_kernels", Choice, "the CPU backend's elementwise kernel set (all give the same bits; a set the CPU lacks is refused): \"auto\" is the widest this CPU runs, or $TRAINER_CPU_KERNELS when set; `trainer --version` says which runs",
+      K("runtime", "cpu_kernels", Choice, "the CPU backend's elementwise kernel set (all give the same bits; a set the CPU lacks, or that $TRAINER_CPU_KERNELS caps away, is refused): \"auto\" is the widest allowed; `trainer --version` says which runs",
         AT(runtime.cpu_kernels)).def(std::string("auto")).choose({"auto", "avx512", "avx2", "generic"}),
       K("runtime", "backend", Choice, "compute backend (\"cuda\": one GPU per rank; `trainer --version` lists those built in)",
         AT(runtime.backend)).def(std::string("cpu")).choose({"cpu", "cuda"}),

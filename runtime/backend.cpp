@@ -63,8 +63,8 @@ std::unique_ptr<Backend> make_cuda_backend(const BackendOptions& opt) {
 
 std::unique_ptr<Backend> make_backend(const BackendOptions& opt) {
   if (opt.kind == "cpu") {
-    // "auto" keeps the process's set: the widest, or TRAINER_CPU_KERNELS (app/main.cpp).
-    if (opt.cpu_kernels != "auto") cpu::use_kernel_set(cpu::resolve_kernel_set(opt.cpu_kernels, cpu::widest_kernel_set()));
+    // "auto": the widest set allowed (the CPU's, or TRAINER_CPU_KERNELS's cap: app/main.cpp).
+    cpu::use_kernel_set(cpu::resolve_kernel_set(opt.cpu_kernels, cpu::kernel_limits()));
     return std::make_unique<CpuBackend>(opt.threads);
   }
   if (opt.kind == "cuda") return make_cuda_backend(opt);

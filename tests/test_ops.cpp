@@ -519,16 +519,19 @@ TEST(TensorBoard, Crc32cMatchesTheStandardCheckValues) {
 
 namespace {
 
-// Runs f under every kernel set this CPU runs and restores the set after.
+// Runs f under every kernel set this process may run and restores the set
+// after (also when f throws: later tests run on the set they expect).
 template <class F>
 void for_each_kernel_set(F f) {
-  const cpu::KernelSet was = cpu::kernel_set();
+  struct Restore {
+    cpu::KernelSet was = cpu::kernel_set();
+    ~Restore() { cpu::use_kernel_set(was); }
+  } restore;
   for (cpu::KernelSet s : cpu::kKernelSets)
-    if (s <= cpu::widest_kernel_set()) {
+    if (s <= cpu::kernel_limits().widest()) {
       cpu::use_kernel_set(s);
       f(s);
     }
-  cpu::use_kernel_set(was);
 }
 
 // Everything one kernel set computes on x (and y) of length n, as bits.
@@ -584,34 +587,62 @@ TEST(KernelSets, EveryKernelGivesTheSameBitsInEverySet) {
       EXPECT_EQ(differ, 0u) << cpu::kernel_set_name(s) << " differs from generic in " << differ
                             << " words at n = " << n;
       sets++;
+      // The sums against double, on x without its outliers (beside exp(90)
+      // every other term would vanish, and a dropped one go unseen); and
+      // exp_shift_sum equal to exp_shift_inplace's sum, which adds the same
+      // terms in the same lanes.
+      std::vector<float> z = randn(n, 13 + (unsigned)n, 3.f);
       double mx = -1e300, es = 0, ss = 0;
-      for (float v : x) mx = std::max(mx, (double)v);
-      for (float v : x) es += std::exp((double)v - mx), ss += (double)v * v;
-      EXPECT_NEAR(cpu::exp_shift_sum(x.data(), n, (float)mx), es, 1e-6 * es) << cpu::kernel_set_name(s);
-      EXPECT_NEAR(cpu::sumsq(x.data(), n), ss, 1e-12 * ss) << cpu::kernel_set_name(s);
+      for (float v : z) mx = std::max(mx, (double)v);
+      for (float v : z) es += std::exp((double)v - mx), ss += (double)v * v;
+      const double sum = cpu::exp_shift_sum(z.data(), n, (float)mx);
+      EXPECT_NEAR(sum, es, 1e-6 * es) << cpu::kernel_set_name(s) << " n " << n;
+      EXPECT_EQ(sum, cpu::exp_shift_inplace(z.data(), n, (float)mx)) << cpu::kernel_set_name(s) << " n " << n;
+      z = randn(n, 13 + (unsigned)n, 3.f);
+      EXPECT_NEAR(cpu::sumsq(z.data(), n), ss, 1e-12 * ss) << cpu::kernel_set_name(s) << " n " << n;
     });
   }
-  std::printf("kernel sets compared on this CPU: %d (%s)\n", sets,
-              cpu::kernel_sets_up_to(cpu::widest_kernel_set()).c_str());
+  // A zero maximum has one sign in every set (+0), whichever lane saw -0 first.
+  std::vector<float> zeros(37, -1.f);
+  for (size_t i = 0; i < zeros.size(); i += 3) zeros[i] = (i % 2) ? 0.f : -0.f;
+  for_each_kernel_set([&](cpu::KernelSet s) {
+    const float m = cpu::max_of(zeros.data(), zeros.size());
+    EXPECT_TRUE(m == 0.f && !std::signbit(m)) << cpu::kernel_set_name(s);
+  });
+  std::printf("kernel sets compared in this process: %d (%s)\n", sets,
+              cpu::kernel_sets_up_to(cpu::kernel_limits().widest()).c_str());
   EXPECT_GE(sets, 1);
 }
 
-// A set the CPU lacks is refused naming what the CPU runs; "auto" is the widest.
-TEST(KernelSets, ASetTheCpuLacksIsRefusedNamingWhatItRuns) {
+// A set the CPU lacks, or that TRAINER_CPU_KERNELS caps away, is refused
+// naming why and what may run; "auto" is the widest allowed. (Pretend CPUs:
+// this machine's own limits are what the binary checks, tests/cpu_kernels_check.py.)
+TEST(KernelSets, ASetOutOfReachIsRefusedNamingWhy) {
   using cpu::KernelSet;
-  EXPECT_EQ(cpu::resolve_kernel_set("auto", KernelSet::Avx2), KernelSet::Avx2);
-  EXPECT_EQ(cpu::resolve_kernel_set("generic", KernelSet::Avx2), KernelSet::Generic);
-  EXPECT_EQ(cpu::resolve_kernel_set("avx512", KernelSet::Avx512), KernelSet::Avx512);
-  try {
-    cpu::resolve_kernel_set("avx512", KernelSet::Avx2);
-    FAIL() << "avx512 on an AVX2 CPU was accepted";
-  } catch (const RecipeError& e) {
-    EXPECT_EQ(e.exit_code, 2);
-    EXPECT_NE(std::string(e.what()).find("runtime.cpu_kernels = \"avx512\" but this CPU lacks AVX-512"), std::string::npos) << e.what();
-    EXPECT_NE(std::string(e.what()).find("it runs generic, avx2"), std::string::npos) << e.what();
-  }
-  EXPECT_THROW(cpu::resolve_kernel_set("avx2", KernelSet::Generic, "TRAINER_CPU_KERNELS"), RecipeError);
-  EXPECT_THROW(cpu::resolve_kernel_set("sse", KernelSet::Avx512), RecipeError);
+  const cpu::KernelLimits avx2_cpu{KernelSet::Avx2}, capped{KernelSet::Avx512, KernelSet::Avx2};
+  EXPECT_EQ(cpu::resolve_kernel_set("auto", avx2_cpu), KernelSet::Avx2);
+  EXPECT_EQ(cpu::resolve_kernel_set("auto", capped), KernelSet::Avx2);
+  EXPECT_EQ(cpu::resolve_kernel_set("generic", avx2_cpu), KernelSet::Generic);
+  EXPECT_EQ(cpu::resolve_kernel_set("avx512", {KernelSet::Avx512}), KernelSet::Avx512);
+  auto refusal = [](const std::string& name, const cpu::KernelLimits& l, const char* what) {
+    try {
+      cpu::resolve_kernel_set(name, l, what);
+    } catch (const RecipeError& e) {
+      EXPECT_EQ(e.exit_code, 2);
+      return std::string(e.what());
+    }
+    return std::string("accepted");
+  };
+  std::string m = refusal("avx512", avx2_cpu, "runtime.cpu_kernels");
+  EXPECT_NE(m.find("runtime.cpu_kernels = \"avx512\" but this CPU lacks AVX-512"), std::string::npos) << m;
+  EXPECT_NE(m.find("the sets allowed are generic, avx2"), std::string::npos) << m;
+  m = refusal("avx512", capped, "runtime.cpu_kernels");
+  EXPECT_NE(m.find("TRAINER_CPU_KERNELS = \"avx2\" caps this process"), std::string::npos) << m;
+  EXPECT_NE(m.find("generic, avx2, avx512"), std::string::npos) << m;
+  m = refusal("avx2", {KernelSet::Generic}, "TRAINER_CPU_KERNELS");
+  EXPECT_NE(m.find("TRAINER_CPU_KERNELS = \"avx2\" but this CPU lacks AVX2 with FMA"), std::string::npos) << m;
+  m = refusal("sse", {}, "runtime.cpu_kernels");
+  EXPECT_NE(m.find("is not a kernel set"), std::string::npos) << m;
 }
 
 // Rows shaped like a confident model's: a few logits near the top and tens

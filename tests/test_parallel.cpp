@@ -370,7 +370,10 @@ TEST_P(KernelSetsBitIdentical, EverySetTrainsTheSameBits) {
   };
   g_shapes.clear();
   run(layouts[0], MPI_COMM_SELF);  // the one-process model defines the gradient names
-  const cpu::KernelSet was = cpu::kernel_set();
+  struct Restore {
+    cpu::KernelSet was = cpu::kernel_set();
+    ~Restore() { cpu::use_kernel_set(was); }
+  } restore;
   int sets = 0;
   for (const Layout& l : layouts) {
     MPI_Comm comm = l.tp * l.dp * l.pp == 1 ? MPI_COMM_SELF : MPI_COMM_WORLD;
@@ -378,7 +381,7 @@ TEST_P(KernelSetsBitIdentical, EverySetTrainsTheSameBits) {
     const Result generic = run(l, comm);
     sets = 1;
     for (cpu::KernelSet s : {cpu::KernelSet::Avx2, cpu::KernelSet::Avx512}) {
-      if (s > cpu::widest_kernel_set()) continue;
+      if (s > cpu::kernel_limits().widest()) continue;
       cpu::use_kernel_set(s);
       const Result got = run(l, comm);
       sets++;
@@ -390,11 +393,10 @@ TEST_P(KernelSetsBitIdentical, EverySetTrainsTheSameBits) {
             << what << ": gradient " << name;
     }
   }
-  cpu::use_kernel_set(was);
   int rank = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  if (rank == 0) std::printf("  %d kernel sets trained the same bits (this CPU runs %s)\n", sets,
-                           cpu::kernel_sets_up_to(cpu::widest_kernel_set()).c_str());
+  if (rank == 0) std::printf("  %d kernel sets trained the same bits (this process runs %s)\n", sets,
+                           cpu::kernel_sets_up_to(cpu::kernel_limits().widest()).c_str());
 }
 
 INSTANTIATE_TEST_SUITE_P(Archs, KernelSetsBitIdentical, ::testing::Values(Arch::GPT2, Arch::Llama),

@@ -26,7 +26,16 @@ const char* kernel_set_name(KernelSet s) {
   }
 }
 
-KernelSet widest_kernel_set() {
+std::string kernel_sets_up_to(KernelSet widest) {
+  std::string runs;
+  for (KernelSet s : kKernelSets)
+    if (s <= widest) runs += std::string(runs.empty() ? "" : ", ") + kernel_set_name(s);
+  return runs;
+}
+
+namespace {
+
+KernelSet cpu_widest() {
   __builtin_cpu_init();
   if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
       __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq"))
@@ -35,42 +44,46 @@ KernelSet widest_kernel_set() {
   return KernelSet::Generic;
 }
 
-std::string kernel_sets_up_to(KernelSet widest) {
-  std::string runs;
-  for (KernelSet s : kKernelSets)
-    if (s <= widest) runs += std::string(runs.empty() ? "" : ", ") + kernel_set_name(s);
-  return runs;
+// Constant-initialised (-1: not set), so that a cap_kernel_sets from another
+// file's static initialiser (tests/kernel_set_from_env.cpp) is not undone.
+std::atomic<int> cap{-1};
+std::atomic<int> chosen{-1};
+
+}  // namespace
+
+KernelLimits kernel_limits() {
+  static const KernelSet cpu = cpu_widest();
+  const int c = cap.load(std::memory_order_relaxed);
+  return {cpu, c < 0 ? KernelSet::Avx512 : (KernelSet)c};
 }
 
-KernelSet resolve_kernel_set(const std::string& name, KernelSet widest, const std::string& what) {
-  if (name == "auto") return widest;
+void cap_kernel_sets(KernelSet c) {
+  cap.store((int)c, std::memory_order_relaxed);
+  if (chosen.load(std::memory_order_relaxed) > (int)c) chosen.store((int)c, std::memory_order_relaxed);
+}
+
+KernelSet resolve_kernel_set(const std::string& name, const KernelLimits& limits, const std::string& what) {
+  if (name == "auto") return limits.widest();
   for (KernelSet s : kKernelSets) {
     if (name != kernel_set_name(s)) continue;
-    if (s <= widest) return s;
-    throw RecipeError(what + " = \"" + name + "\" but this CPU lacks " +
-                      (s == KernelSet::Avx512 ? "AVX-512 (F, BW, VL and DQ)" : "AVX2 with FMA") + "; it runs " +
-                      kernel_sets_up_to(widest) + " (\"auto\" picks " + kernel_set_name(widest) + ")");
+    if (s <= limits.widest()) return s;
+    const std::string why =
+        s > limits.cpu ? std::string("this CPU lacks ") +
+                             (s == KernelSet::Avx512 ? "AVX-512 (F, BW, VL and DQ)" : "AVX2 with FMA")
+                       : std::string("TRAINER_CPU_KERNELS = \"") + kernel_set_name(limits.cap) +
+                             "\" caps this process there (unset it to run what the CPU runs: " +
+                             kernel_sets_up_to(limits.cpu) + ")";
+    throw RecipeError(what + " = \"" + name + "\" but " + why + "; the sets allowed are " +
+                      kernel_sets_up_to(limits.widest()) + " (\"auto\" picks " + kernel_set_name(limits.widest()) + ")");
   }
   throw RecipeError(what + " = \"" + name + "\" is not a kernel set: \"auto\", \"avx512\", \"avx2\" or \"generic\"");
 }
 
-namespace {
-// Constant-initialised (-1: not chosen yet), so a use_kernel_set from
-// another file's static initialiser is not undone by this one's.
-std::atomic<int> chosen{-1};
-}  // namespace
-
 void use_kernel_set(KernelSet s) { chosen.store((int)s, std::memory_order_relaxed); }
 
 KernelSet kernel_set() {
-  int s = chosen.load(std::memory_order_relaxed);
-  if (s < 0) {
-    s = (int)widest_kernel_set();
-    int unset = -1;
-    chosen.compare_exchange_strong(unset, s, std::memory_order_relaxed);
-    s = chosen.load(std::memory_order_relaxed);
-  }
-  return (KernelSet)s;
+  const int s = chosen.load(std::memory_order_relaxed);
+  return s < 0 ? kernel_limits().widest() : (KernelSet)s;
 }
 
 #define TRAINER_DISPATCH(fn, ...)                                  \

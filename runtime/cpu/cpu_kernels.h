@@ -19,19 +19,30 @@ enum class KernelSet { Generic, Avx2, Avx512 };
 constexpr KernelSet kKernelSets[] = {KernelSet::Generic, KernelSet::Avx2, KernelSet::Avx512};
 
 const char* kernel_set_name(KernelSet s);  // "generic", "avx2", "avx512"
-// The widest set this CPU runs (AVX-512 needs F, BW, VL and DQ; AVX2 needs FMA too).
-KernelSet widest_kernel_set();
-// "auto" (the widest set this CPU runs), "avx512", "avx2" or "generic"
-// against a CPU whose widest set is `widest`: the set, or a RecipeError
-// (exit 2) naming `what` (the key or variable that said it) and what the
-// CPU runs.
-KernelSet resolve_kernel_set(const std::string& name, KernelSet widest,
-                             const std::string& what = "runtime.cpu_kernels");
-// The sets a CPU whose widest set is `widest` runs: "generic, avx2, avx512".
+// The sets "generic" up to `widest`, for messages: "generic, avx2, avx512".
 std::string kernel_sets_up_to(KernelSet widest);
+
+// What a process may run: the widest set of its CPU (AVX-512 needs F, BW,
+// VL and DQ; AVX2 needs FMA too), capped by TRAINER_CPU_KERNELS, which
+// makes a process act as one on a CPU without the wider sets (the whole test
+// suite on an AVX-512 machine runs as on an AVX2 one).
+struct KernelLimits {
+  KernelSet cpu = KernelSet::Avx512;
+  KernelSet cap = KernelSet::Avx512;
+  KernelSet widest() const { return cpu < cap ? cpu : cap; }
+};
+KernelLimits kernel_limits();       // this process's
+void cap_kernel_sets(KernelSet cap);  // before threads use the kernels
+
+// "auto" (the widest set allowed), "avx512", "avx2" or "generic": the set,
+// or a RecipeError (exit 2) naming `what` (the key or variable that said it),
+// why the set is out of reach (the CPU or the cap) and what may run.
+KernelSet resolve_kernel_set(const std::string& name, const KernelLimits& limits,
+                             const std::string& what = "runtime.cpu_kernels");
+
 // The set the kernels run from now on. Call it before threads use them.
 void use_kernel_set(KernelSet s);
-// The set that runs: the last use_kernel_set, else the widest.
+// The set that runs: the last use_kernel_set, else the widest allowed.
 KernelSet kernel_set();
 
 }  // namespace trainer::cpu

@@ -3,6 +3,8 @@
 #include "app/recipe_keys.h"
 
 #include <charconv>
+#include <type_traits>
+#include <utility>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -39,10 +41,12 @@ void from_value(std::vector<std::string>& d, const KeyValue& v) { d = std::get<s
 void from_value(std::vector<DataSource>& d, const KeyValue& v) { d = std::get<std::vector<DataSource>>(v); }
 void from_value(RopeScaling& d, const KeyValue& v) { d = std::get<RopeScaling>(v); }
 
-// set and get of a Recipe field: AT(training.steps)
+// set and get of a Recipe field: AT(training.steps); and whether the field
+// is a float, whose range must hold for the fp32 value too.
 #define AT(field)                                                          \
   [](Recipe& r, const KeyValue& v) { from_value(r.field, v); },           \
-      [](const Recipe& r) { return to_value(r.field); }
+      [](const Recipe& r) { return to_value(r.field); },                  \
+      std::is_same_v<std::remove_cvref_t<decltype(std::declval<Recipe&>().field)>, float>
 
 // An enum field spelled as one of `names` (in enum order).
 #define ENUM(field, Type, ...)                                                                 \
@@ -59,8 +63,9 @@ using Getter = std::function<KeyValue(const Recipe&)>;
 // Builder: K(section, name, type, help, set, get).def(...).at_least(...)...
 struct K {
   RecipeKey k;
-  K(const char* sec, const char* name, KeyType t, const char* help, Setter set, Getter get) {
+  K(const char* sec, const char* name, KeyType t, const char* help, Setter set, Getter get, bool fp32 = false) {
     k.section = sec, k.name = name, k.type = t, k.help = help, k.set = std::move(set), k.get = std::move(get);
+    k.fp32 = fp32;
   }
   K& def(KeyValue v) {
     k.default_text = toml_text(v, k.type);
@@ -368,8 +373,15 @@ std::string RecipeKey::check(const KeyValue& v) const {
     return "";
   }
   if (zero_off && x == 0) return "";
-  const bool ok = (lo_open ? x > lo : x >= lo) && (hi_open ? x < hi : x <= hi);
-  return ok ? "" : "must be " + bounds(*this) + ", got " + number(x, type);
+  const auto in_range = [&](double y) { return (lo_open ? y > lo : y >= lo) && (hi_open ? y < hi : y <= hi); };
+  if (!in_range(x)) return "must be " + bounds(*this) + ", got " + number(x, type);
+  // A float field holds the value rounded to fp32: 0.99999999 is 1 there
+  // (an AdamW beta of 1 divides by zero: NaN weights), 1e-50 is 0, 1e39 inf.
+  const double f = (double)(float)x;
+  if (fp32 && (!std::isfinite(f) || !in_range(f)))
+    return "must be " + bounds(*this) + " in fp32, the precision it is used in; " + number(x, type) + " is " +
+           (std::isfinite(f) ? number(f, type) : std::string(f > 0 ? "inf" : "-inf")) + " there";
+  return "";
 }
 
 std::string toml_text(const RecipeKey& k, const KeyValue& v) {

@@ -36,6 +36,7 @@ struct RecipeKey {
   double lo = -1e300, hi = 1e300;
   bool lo_open = false, hi_open = false, zero_off = false;
   long int_max = 2147483647;  // int fields; long fields raise it
+  bool fp32 = false;          // a float field: the range holds for the fp32 value too
   // Ints that may also be the word auto_word ("auto"), stored as auto_value.
   std::string auto_word;
   long auto_value = 0;

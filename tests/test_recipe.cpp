@@ -285,6 +285,22 @@ TEST_F(RecipeErrors, OverrideValueIsChecked) {
                {"--set training.micro_batch", "must be >= 1"});
 }
 
+// A float field holds its value in fp32: a number in range as a double but
+// not once rounded (an AdamW beta that becomes 1 wrote NaN into every weight
+// at step 1; an eps that becomes 0; a learning rate that becomes inf) is
+// refused naming the key and what the value becomes.
+TEST_F(RecipeErrors, ANumberOutOfRangeInFp32IsRefused) {
+  const std::string p = write(base());
+  expect_error(train(p, "--set optimizer.beta2=0.99999999"), 2,
+               {"--set optimizer.beta2", "must be in [0, 1) in fp32", "0.99999999 is 1 there"});
+  expect_error(train(p, "--set optimizer.beta1=0.99999999999"), 2, {"optimizer.beta1", "is 1 there"});
+  expect_error(train(p, "--set optimizer.eps=1e-50"), 2, {"optimizer.eps", "must be > 0 in fp32", "is 0 there"});
+  expect_error(train(p, "--set optimizer.lr=1e39"), 2, {"optimizer.lr", "is inf there"});
+  expect_error(train(p, "--set training.grad_clip=1e300"), 2, {"training.grad_clip", "is inf there"});
+  // Doubles and the largest beta that stays below 1 in fp32 are untouched.
+  EXPECT_EQ(train(p, "--set optimizer.beta2=0.9999999 --set training.steps=1").code, 0);
+}
+
 // model.rope_scaling: types the trainer does not implement, unknown or
 // missing fields and out-of-range values are refused by name; gpt2 has no RoPE.
 TEST_F(RecipeErrors, RopeScalingIsChecked) {

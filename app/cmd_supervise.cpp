@@ -219,9 +219,9 @@ std::vector<std::string> launch_command(const Recipe& r, const std::string& reci
   if (r.launch.launcher == "mpirun") {
     command = {"mpirun", "-np", std::to_string(ranks)};
     // To other nodes too; the optional ones only when set here.
-    for (const char* v : {"TRAINER_ATTEMPT", "TRAINER_RESUME", "TRAINER_LOCK_TOKEN", "TRAINER_FAULT", "TRAINER_CPU_KERNELS"})
-      if ((std::string(v) != "TRAINER_FAULT" && std::string(v) != "TRAINER_CPU_KERNELS") || std::getenv(v))
-        command.insert(command.end(), {"-x", v});
+    for (const char* v : {"TRAINER_ATTEMPT", "TRAINER_RESUME", "TRAINER_LOCK_TOKEN"}) command.insert(command.end(), {"-x", v});
+    for (const char* v : {"TRAINER_FAULT", "TRAINER_CPU_KERNELS"})
+      if (std::getenv(v)) command.insert(command.end(), {"-x", v});
   } else {
     command = {"srun", "--mpi=pmix", "-n", std::to_string(ranks)};
   }

@@ -233,7 +233,7 @@ std::vector<float> host_copy(Backend& be, CRef src, size_t n);
 struct BackendOptions {
   std::string kind = "cpu";
   int threads = 1;          // CPU threads
-  std::string cpu_kernels = "auto";  // CPU: the kernel set ("auto": the process's, see cpu::kernel_set)
+  std::string cpu_kernels = "auto";  // CPU: the kernel set ("auto": the widest allowed, cpu::resolve_kernel_set)
   int local_rank = -1;      // CUDA: the rank's index on its node (-1: from the launcher's variables)
   int ranks_on_node = 1;    // CUDA: ranks sharing the node's GPUs
   bool allow_tf32 = false;  // CUDA: fp32 GEMMs in TF32

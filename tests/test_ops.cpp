@@ -553,6 +553,7 @@ std::vector<uint32_t> kernel_outputs(const std::vector<float>& x, const std::vec
   out.push_back(mx);
   keep_double(cpu::exp_shift_sum(x.data(), n, mx));
   a = x, keep_double(cpu::exp_shift_inplace(a.data(), n, mx)), keep(a);
+  b = x, cpu::exp_shift(b.data(), n, mx), keep(b);
   keep_double(cpu::sumsq(x.data(), n));
   b = y, cpu::softmax_bwd_row(a.data(), b.data(), n), keep(b);
   a = x, cpu::scale_inplace(a.data(), 0.37f, n), keep(a);

@@ -2,6 +2,8 @@
 
 #include <cblas.h>
 
+#include "runtime/cpu/cpu_kernels.h"
+
 #include <cstring>
 
 namespace trainer {
@@ -12,12 +14,11 @@ const char* blas_core_upgrade() {
                        !std::strcmp(core, "Nehalem") || !std::strcmp(core, "Sandybridge") ||
                        !std::strcmp(core, "Unknown");
   if (!generic) return nullptr;
-  __builtin_cpu_init();
-  if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-      __builtin_cpu_supports("avx512vl"))
-    return "SkylakeX";
-  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return "Haswell";
-  return nullptr;
+  switch (cpu::kernel_limits().cpu) {  // what the CPU runs, whatever TRAINER_CPU_KERNELS says
+    case cpu::KernelSet::Avx512: return "SkylakeX";
+    case cpu::KernelSet::Avx2: return "Haswell";
+    default: return nullptr;
+  }
 }
 
 std::string blas_library_version() {

@@ -106,7 +106,7 @@ void CpuBackend::f32_attention_bwd(float* dqkv, const float* dout, const float* 
         for (int r = 0; r < rows; r++) {
           const int n = i0 + r + 1;
           float* p = P + (size_t)r * kend;
-          cpu::exp_shift_inplace(p, n, st[(size_t)(i0 + r) * kAttentionStats]);
+          cpu::exp_shift(p, n, st[(size_t)(i0 + r) * kAttentionStats]);
           cpu::scale_inplace(p, 1.f / st[(size_t)(i0 + r) * kAttentionStats + 1], n);
           std::fill(p + n, p + kend, 0.f);
         }

@@ -383,7 +383,7 @@ void CpuBackend::ce_finish(float* losses, float* logits, const int32_t* targets,
     losses[r] = std::log(sum[r]) + max[r] - target[r];
     if (grad_scale == 0.f) continue;
     float* l = logits + (size_t)r * V;
-    cpu::exp_shift_inplace(l, V, max[r]);
+    cpu::exp_shift(l, V, max[r]);
     cpu::scale_inplace(l, grad_scale / sum[r], V);
     const int t = targets[r] - vocab_offset;
     if (t >= 0 && t < V) l[t] -= grad_scale;

@@ -1,5 +1,6 @@
-// Runs the kernels of one set: the widest this CPU runs unless
-// use_kernel_set (runtime.cpu_kernels) picked a narrower one.
+// Runs the kernels of one set: the one use_kernel_set picked
+// (runtime.cpu_kernels), else the widest allowed (the CPU's, capped by
+// TRAINER_CPU_KERNELS).
 #include "runtime/cpu/cpu_kernels.h"
 
 #include <atomic>
@@ -104,6 +105,7 @@ void swiglu_bwd(float* dgate, float* dup, const float* gate, const float* up, co
                 size_t n) {
   TRAINER_DISPATCH(swiglu_bwd, dgate, dup, gate, up, dout, n)
 }
+void exp_shift(float* x, size_t n, float shift) { TRAINER_DISPATCH(exp_shift, x, n, shift) }
 double exp_shift_inplace(float* x, size_t n, float shift) {
   TRAINER_DISPATCH(exp_shift_inplace, x, n, shift)
 }

@@ -28,8 +28,10 @@ const char* kBenchUsage =
     "usage: trainer bench RECIPE.toml [--set section.key=value ...] [--steps N] [--warmup N]\n"
     "  Times forward + backward + AdamW on one micro-batch of random tokens for the\n"
     "  recipe's model with runtime.threads threads (or on the GPU with runtime.backend =\n"
-    "  \"cuda\"). MFU is against a known GPU's data-sheet peak, else against a GEMM\n"
-    "  measured in the same process. Prints a summary and a final JSON line.\n"
+    "  \"cuda\"). MFU is against runtime.peak_gflops when set, else a known GPU's\n"
+    "  data-sheet peak, else a GEMM measured in the same process; a model faster\n"
+    "  than that peak shows it is low, and MFU is then against the model's own rate\n"
+    "  (never above 100%). Prints a summary and a final JSON line.\n"
     "  --compare-recompute: one model per recompute mode (none, selective, full),\n"
     "  steps taken round-robin; a summary and JSON line for each.\n"
     "  --blas-core: print the OpenBLAS kernel set the trainer forces on this CPU\n"
@@ -49,6 +51,9 @@ void print_bench(const Recipe& r, const std::string& path, const std::vector<Ben
     const double best = *std::min_element(rn.wall_ms.begin(), rn.wall_ms.end());
     const double tps = BT / (best / 1e3);
     const double achieved = train_flops_per_token(r.model) * tps / 1e9;
+    // As in training (engine/step_log.cpp): a rate above the peak shows the
+    // peak is low, and MFU is against the rate itself, never above 100%.
+    const double against = std::max(peak, achieved);
     const double act_mb = rn.memory.peak[(int)Mem::Activations] / 1048576.0;
     const char* mode = recompute_name(rn.mode);
     std::printf("  [recompute %s]\n", mode);
@@ -56,13 +61,16 @@ void print_bench(const Recipe& r, const std::string& path, const std::vector<Ben
                 best, median_of(rn.wall_ms), steps, warmup, median_of(rn.phase_ms[0]), median_of(rn.phase_ms[1]),
                 median_of(rn.phase_ms[2]));
     std::printf("  throughput     %8.1f tokens/s, %.1f GFLOP/s model FLOPs\n", tps, achieved);
-    std::printf("  MFU            %8.1f%% of that peak\n", 100 * achieved / peak);
+    std::printf("  MFU            %8.1f%% of that peak\n", 100 * achieved / against);
+    if (achieved > peak)
+      std::printf("  note: the model computes %.1f GFLOP/s, above the %.3g GFLOP/s peak (%s): that peak is low, "
+                  "so MFU is against the model's own rate\n", achieved, peak, peak_source.c_str());
     std::printf("  activations    %8.1f MB peak, %.1f MB in all\n", act_mb, rn.memory.total_peak / 1048576.0);
     JsonRecord rec;
     rec.add("bench", path).add("params", (long)rn.params).add("threads", r.runtime.threads)
         .add("sgemm_gflops", peak).add("peak_source", peak_source).add("step_ms", best).add("median_step_ms", median_of(rn.wall_ms))
         .add("median_step_cpu_ms", median_of(rn.cpu_ms)).add("tokens_per_s", tps)
-        .add("model_gflops", achieved).add("mfu", achieved / peak).add("loss", rn.loss)
+        .add("model_gflops", achieved).add("mfu", achieved / against).add("mfu_peak_gflops", against).add("loss", rn.loss)
         .add("recompute", std::string(mode)).add("activations_mb", act_mb)
         .add("precision", std::string(dtype_name(r.training.precision)))
         .add("host_syncs_per_step", median_of(rn.host_syncs));
@@ -85,8 +93,8 @@ int cmd_bench(int argc, char** argv) {
   std::vector<std::string> overrides = args.overrides;
   const int steps = (int)args.integer("--steps", 3, 1), warmup = (int)args.integer("--warmup", 1, 0);
   const bool compare_recompute = args.has("--compare-recompute");
-  // One process: the recipe's parallel layout does not apply.
-  overrides.insert(overrides.begin(), {"parallel.tp=1", "parallel.pp=1", "parallel.dp=1",
+  // One process: the recipe's parallel layout does not apply (nor a --set of it: these come last).
+  overrides.insert(overrides.end(), {"parallel.tp=1", "parallel.pp=1", "parallel.dp=1",
                                        "parallel.sequence_parallel=false", "parallel.schedule=1f1b",
                                        "parallel.virtual_stages=1"});
   const Recipe r = load_recipe(path, overrides, 1, false);
@@ -94,7 +102,9 @@ int cmd_bench(int argc, char** argv) {
   // A known device's data-sheet peak; otherwise the machine is shared:
   // measure the peak before and after the steps and keep the better one (a
   // higher peak can only lower the reported MFU).
-  const KnownPeak known = known_peak(*be, r.training.precision);
+  // runtime.peak_gflops, when set, is the peak, as in training.
+  const double given = r.runtime.peak_gflops;
+  const KnownPeak known = given > 0 ? KnownPeak{given, "runtime.peak_gflops"} : known_peak(*be, r.training.precision);
   const GemmProbe probe = gemm_probe(*be, r.training.precision, 2048);
   double peak = known.gflops > 0 ? known.gflops : measure_gemm_gflops(*be, probe.n, 1.0, probe.dt);
 

@@ -353,7 +353,10 @@ struct Supervisor {
     if (code == kExitPreempted || o.forwarded) {
       events.write("preempted", launch, "the job stopped on a signal; exiting with " + std::to_string(kExitPreempted) +
                                             " so the scheduler can requeue it");
-      return code == kExitPreempted ? kExitPreempted : code;
+      // A job stopped on our signal ends with the requeue code however it
+      // ended (a rank killed by the signal while MPI came up: 138), unless
+      // it failed for a reason a requeue cannot fix.
+      return code == kExitPreempted || retryable(code) ? kExitPreempted : code;
     }
     if (!retryable(code)) {
       events.write("give_up", launch, "not restarting: " + meaning(code) + " (exit " + std::to_string(code) +
@@ -398,6 +401,7 @@ struct Supervisor {
 int cmd_supervise(int argc, char** argv) {
   const RecipeArgs args = parse_recipe_args({"supervise", kSuperviseUsage, {}, {}, false, true}, argc, argv);
   if (args.help) return std::fputs(kSuperviseUsage, stdout), kExitOk;
+  install_stop_signals(true);  // a stop during set-up: no launch, the requeue code (not exit 138)
   const Recipe r = load_recipe(args.recipe, args.overrides, 0, true);
   const int ranks = r.launch.ranks > 0 ? r.launch.ranks : r.grid.dp * r.grid.pp * r.grid.tp;
   std::vector<std::string> command = args.after_dashes;
@@ -409,9 +413,14 @@ int cmd_supervise(int argc, char** argv) {
   lock_run_dirs(r, locks, "");
   setenv("TRAINER_LOCK_TOKEN", locks.run.token().c_str(), 1);
   EventLog events(r.run.dir + "/events.jsonl");
-  install_stop_signals(true);
   Supervisor sup{r, command, ranks, events};
   for (int launch = 0;; launch++) {
+    if (const int sig = stop_signal()) {  // came before this launch (the backoff watches for it too)
+      events.write("preempted", launch, std::string(strsignal(sig)) + " received before launch " +
+                                            std::to_string(launch) + "; nothing started; exiting with " +
+                                            std::to_string(kExitPreempted) + " so the scheduler can requeue it");
+      return kExitPreempted;
+    }
     const Supervisor::Outcome o = sup.run_launch(launch);
     sup.report(launch, o);
     if (const int code = sup.decide(launch, o); code >= 0) return code;

@@ -70,7 +70,10 @@ int describe_only(const RecipeArgs& args) {
 
 // Runs fn on every rank. If any rank fails, the lowest failing rank prints its
 // message once and every rank returns that rank's exit code, so a recipe or
-// data error seen by all ranks is reported once, not N times.
+// data error seen by all ranks is reported once, not N times. A stop signal
+// (SIGTERM, SIGUSR1, Ctrl-C) that came during fn is a failure too: set-up
+// has trained nothing, so there is nothing to save, and the job ends with
+// the requeue code at once instead of after the rest of set-up.
 int agree_on_failure(MPI_Comm world, const std::function<void()>& fn) {
   int rank = 0, code = 0;
   std::string msg;
@@ -82,11 +85,16 @@ int agree_on_failure(MPI_Comm world, const std::function<void()>& fn) {
   } catch (const std::exception& e) {
     code = kExitInternal, msg = std::string("internal error: ") + e.what();
   }
+  if (const int sig = stop_signal(); !code && sig)
+    code = kExitPreempted, msg = std::string(strsignal(sig)) + " received during set-up (rank " +
+                                 std::to_string(rank) + "): nothing trained, nothing to save; exiting with code " +
+                                 std::to_string(kExitPreempted) + " (requeue me). The same command resumes from "
+                                 "the newest checkpoint";
   int failed = code ? rank : INT_MAX, first = INT_MAX;
   MPI_Allreduce(&failed, &first, 1, MPI_INT, MPI_MIN, world);
   if (first == INT_MAX) return 0;
   MPI_Bcast(&code, 1, MPI_INT, first, world);
-  if (rank == first) std::fprintf(stderr, "error: %s\n", msg.c_str());
+  if (rank == first) std::fprintf(stderr, "%s: %s\n", code == kExitPreempted ? "stopped" : "error", msg.c_str());
   return code;
 }
 
@@ -156,13 +164,17 @@ int cmd_train(int argc, char** argv) {
   for (int i = 0; i < argc; i++)
     for (const char* f : {"--print-config", "--keys", "--keys-markdown", "--help", "-h"})
       if (!std::strcmp(argv[i], f)) return describe_only(parse_args(argc, argv));
+  // From here on SIGTERM/SIGUSR1/SIGINT mean "checkpoint and stop", and
+  // SIGUSR2 "write your flight recorder": taken before MPI_Init (which can
+  // take a second), so that a stop sent while MPI comes up ends set-up with
+  // the requeue code instead of killing the process (exit 138).
+  install_stop_signals(true);
+  install_dump_signal();
   int provided = 0;
   MPI_Init_thread(nullptr, nullptr, MPI_THREAD_FUNNELED, &provided);
   int rank = 0, size = 1;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &size);
-  install_stop_signals(true);  // from here on SIGTERM/SIGUSR1/SIGINT mean "checkpoint and stop"
-  install_dump_signal();       // and SIGUSR2 "write your flight recorder"
   const int code = train_job(argc, argv, rank, size);
   MPI_Finalize();
   return code;

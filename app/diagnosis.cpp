@@ -4,6 +4,7 @@
 // rank waiting for a point-to-point transfer waits for its peer. Following
 // "waits for" from the stuck ranks ends at the rank(s) that are behind.
 #include "app/diagnosis.h"
+#include "runtime/regular_file.h"
 
 #include <nlohmann/json.hpp>
 
@@ -87,6 +88,7 @@ struct FlightFiles {
 
 // Line 1: the summary; line 2: "job_start_us N"; then the backtrace.
 void read_crash_report(const std::filesystem::path& path, double newer_than, FlightFiles& f) {
+  if (!not_regular_file(path.string()).empty()) return;  // no rank writes a FIFO here
   std::ifstream in(path);
   CrashReport c;
   std::string key;
@@ -99,6 +101,8 @@ void read_crash_report(const std::filesystem::path& path, double newer_than, Fli
 }
 
 void read_dump(const std::filesystem::path& path, double newer_than, FlightFiles& f) {
+  if (const std::string why = not_regular_file(path.string()); !why.empty())
+    throw std::runtime_error(why);
   std::ifstream in(path);
   const json j = json::parse(in);
   RankDump d;

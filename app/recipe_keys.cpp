@@ -232,7 +232,7 @@ std::vector<RecipeKey> make_keys() {
         AT(runtime.peak_gflops)).def(0.0).at_least(0),
       K("runtime", "comm_timeout", Float, "seconds a rank may sit in one communication call (or make no progress) before its watchdog ends the job (exit 5; 0: off)",
         AT(runtime.comm_timeout)).def(600.0).at_least(0),
-      K("runtime", "straggler_factor", Float, "name a rank whose compute time exceeds its peers' median by this factor",
+      K("runtime", "straggler_factor", Float, "name a rank whose compute time exceeds what its stage should take by this factor",
         AT(runtime.straggler_factor)).def(1.5).above(1).or_zero_off(),
       K("runtime", "straggler_every", Int, "steps between straggler reports", AT(runtime.straggler_every)).def(10L).at_least(1),
       K("runtime", "throughput_drop", Float,

@@ -377,6 +377,10 @@ std::string AsyncSaver::poll(ControlComm& world, bool wait) {
 }
 
 std::string latest_checkpoint(const std::string& dir) {
+  if (const std::string why = not_regular_file(dir + "/latest"); !why.empty()) {
+    std::fprintf(stderr, "warning: %s/latest %s; ignored\n", dir.c_str(), why.c_str());
+    return "";
+  }
   std::ifstream f(dir + "/latest");
   std::string name;
   if (!f || !(f >> name)) return "";
@@ -439,6 +443,7 @@ std::string find_checkpoint(const std::string& path_in) {
 }
 
 std::string checkpoint_recipe(const std::string& step_dir) {
+  if (!not_regular_file(step_dir + "/recipe.toml").empty()) return "";
   std::ifstream f(step_dir + "/recipe.toml");
   if (!f) return "";
   std::stringstream ss;

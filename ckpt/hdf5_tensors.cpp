@@ -13,6 +13,7 @@
 #include <filesystem>
 
 #include "runtime/errors.h"
+#include "runtime/regular_file.h"
 
 namespace trainer {
 
@@ -133,6 +134,7 @@ H5File::H5File(const std::string& path, Mode mode, size_t size_hint) : path_(pat
     file_ = H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl);
     H5Pclose(fapl);
   } else {
+    if (const std::string why = not_regular_file(path); !why.empty()) throw CheckpointError(path + ": " + why);
     file_ = H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
   }
   if (file_ < 0)

@@ -11,6 +11,7 @@
 #include "data/prepare.h"
 
 #include "runtime/errors.h"
+#include "runtime/regular_file.h"
 
 namespace fs = std::filesystem;
 
@@ -40,6 +41,8 @@ std::vector<std::string> expand_paths(const std::vector<std::string>& patterns) 
 
 std::optional<DataInfo> read_data_info(const std::string& data_file) {
   const fs::path info = fs::path(data_file).parent_path() / kDataInfoFile;
+  if (const std::string why = not_regular_file(info.string()); !why.empty())
+    throw DataError(info.string() + ": " + why);
   std::ifstream f(info);
   if (!f) return std::nullopt;
   try {

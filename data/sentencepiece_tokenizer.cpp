@@ -3,6 +3,7 @@
 #include <sentencepiece_processor.h>
 
 #include "runtime/errors.h"
+#include "runtime/regular_file.h"
 
 namespace trainer {
 
@@ -26,11 +27,15 @@ class SpEncoder : public TokenEncoder {
 
 SentencePieceTokenizer::SentencePieceTokenizer(const std::string& model_file)
     : sp_(std::make_unique<sentencepiece::SentencePieceProcessor>()) {
+  if (const std::string why = not_regular_file(model_file); !why.empty()) throw DataError(model_file + ": " + why);
   const auto st = sp_->Load(model_file);
   if (!st.ok()) throw DataError(model_file + ": cannot load as a SentencePiece model: " + st.ToString());
   name_ = "sentencepiece";
   vocab_ = (uint32_t)sp_->GetPieceSize();
   if (sp_->bos_id() >= 0) marks.start = (uint32_t)sp_->bos_id();
+  for (int id = 0; id < (int)vocab_; id++)
+    if ((sp_->IsControl(id) || sp_->IsUnknown(id)) && !sp_->IdToPiece(id).empty())
+      specials_.emplace_back(sp_->IdToPiece(id), (uint32_t)id);
 }
 
 SentencePieceTokenizer::~SentencePieceTokenizer() = default;

@@ -30,7 +30,8 @@ Fault parse_one(const std::string& item, const std::string& where) {
   f.text = item;
   const char* usage =
       " (kinds: crash rank=R step=K | segv rank=R step=K | hang rank=R step=K | freeze rank=R step=K | slow rank=R ms=X [step=K] | nan step=K [rank=R] | "
-      "ckpt_kill point=P step=K | ckpt_hang rank=R step=K | bad_batch step=K; each may add launch=N or launch=all)";
+      "ckpt_kill point=P step=K | ckpt_hang rank=R step=K | bad_batch step=K | setup_stall rank=R ms=X; each may add "
+      "launch=N or launch=all)";
   if (kind == "crash") f.kind = Fault::Crash;
   else if (kind == "segv") f.kind = Fault::Segv;
   else if (kind == "hang") f.kind = Fault::Hang;
@@ -40,6 +41,7 @@ Fault parse_one(const std::string& item, const std::string& where) {
   else if (kind == "ckpt_kill") f.kind = Fault::CkptKill;
   else if (kind == "ckpt_hang") f.kind = Fault::CkptHang;
   else if (kind == "bad_batch") f.kind = Fault::BadBatch;
+  else if (kind == "setup_stall") f.kind = Fault::SetupStall;
   else throw RecipeError(where + ": unknown fault \"" + kind + "\" in \"" + item + "\"" + usage);
   bool has_rank = false, has_step = false, has_ms = false;
   while (in >> kv) {
@@ -62,7 +64,8 @@ Fault parse_one(const std::string& item, const std::string& where) {
     case Fault::Hang:
     case Fault::Freeze:
     case Fault::CkptHang: need(has_rank && has_step && f.step > 0, "rank=R and step=K (K >= 1)"); break;
-    case Fault::Slow: need(has_rank && has_ms, "rank=R and ms=X"); break;
+    case Fault::Slow:
+    case Fault::SetupStall: need(has_rank && has_ms, "rank=R and ms=X"); break;
     case Fault::Nan:
     case Fault::BadBatch: need(has_step && f.step > 0, "step=K (K >= 1)"); break;
     case Fault::CkptKill:

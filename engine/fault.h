@@ -17,6 +17,9 @@
 //                                    moved by vocab/2): a real loss spike; once per launch
 //   ckpt_hang rank=R step=K          rank R stops in the (synchronous) save at step K before
 //                                    writing its file, as on a stalled file system
+//   setup_stall rank=R ms=X          rank R pauses X ms in set-up, after taking the run
+//                                    directory, as on a slow file system (a signal then
+//                                    arrives during set-up)
 // Every fault also takes launch=N (the supervisor's launch it fires in, from
 // 0; default 0: only the first launch) or launch=all. Steps count from 1.
 #include <string>
@@ -25,7 +28,7 @@
 namespace trainer {
 
 struct Fault {
-  enum Kind { Crash, Segv, Hang, Freeze, Slow, Nan, BadBatch, CkptKill, CkptHang } kind = Crash;
+  enum Kind { Crash, Segv, Hang, Freeze, Slow, Nan, BadBatch, CkptKill, CkptHang, SetupStall } kind = Crash;
   int rank = 0;
   long step = 0;       // 0: every step (slow) / any step (ckpt_kill)
   double ms = 0;       // slow

@@ -3,8 +3,10 @@
 #include <mpi.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <thread>
 
 #include "ckpt/checkpoint.h"
 #include "ckpt/hdf5_tensors.h"
@@ -153,6 +155,8 @@ void set_up_job(Job& job, int rank, int launch) {
   job.val = make_blend(job, r.data.val, r.data.val_files);
   job.launch = launch;
   job.faults = FaultPlan(r.faults, rank, launch);
+  for (const Fault* f : job.faults.at(Fault::SetupStall, 0))
+    std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(f->ms));
   start_recording(job, rank, launch);
   start_probe(job, rank);
   const int local_ranks = ranks_on_node();

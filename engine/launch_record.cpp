@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include "runtime/cpu/blas_core.h"
+#include "runtime/errors.h"
 #include "runtime/flight_recorder.h"
 #include "runtime/library_versions.h"
 #include "runtime/utc_time.h"
@@ -10,7 +11,7 @@
 
 namespace trainer {
 
-void append_launch_record(const Job& job, long first_step) {
+std::string append_launch_record(const Job& job, long first_step) {
   const Recipe& r = job.recipe;
   char host[256] = {0};
   gethostname(host, sizeof host - 1);
@@ -24,7 +25,12 @@ void append_launch_record(const Job& job, long first_step) {
       .add("ranks", job.grid->world().size()).add("dp", r.grid.dp).add("pp", r.grid.pp).add("tp", r.grid.tp)
       .add("peak_gflops", job.peak_gflops).add("peak_source", job.peak_source).add("libraries", libraries);
   // A fresh start (not resumed) begins a new file, as metrics.jsonl does.
-  MetricsLog(r.run.dir + "/launches.jsonl", job.resumed_from.empty()).write(rec);
+  try {
+    MetricsLog log(r.run.dir + "/launches.jsonl", job.resumed_from.empty());
+    return log.write(rec) ? "" : log.error();
+  } catch (const UserError& e) {
+    return e.what();
+  }
 }
 
 }  // namespace trainer

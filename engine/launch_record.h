@@ -8,6 +8,8 @@
 
 namespace trainer {
 
-void append_launch_record(const Job& job, long first_step);
+// Returns "" when written, else the file and the system's reason (the caller
+// reports it by the policy for the run's files).
+std::string append_launch_record(const Job& job, long first_step);
 
 }  // namespace trainer

@@ -108,7 +108,8 @@ void StepLoop::log_step(const StepStats& st, const StepExtras& x) {
   if (world_.size() > 1 && r_.grid.dp > 1)
     rec.add("comm_dp_exposed_ms", st.dp_exposed_ms).add("comm_dp_span_ms", st.dp_span_ms);
   add_breakdown(rec, st);
-  if (!job_.metrics->write(rec)) run_file_unwritable(job_.metrics->error());
+  if (!job_.metrics->write(rec))
+    for (const std::string& e : job_.metrics->errors()) run_file_unwritable(e);
   std::printf("step %5ld/%ld | loss %.4f | lr %.2e | grad norm %.3f | %s tok/s | mfu %.1f%% | %.0f ms | data wait %.2f ms",
               st.step, r_.training.steps, st.loss, st.lr, st.grad_norm, human(tps).c_str(), 100 * mfu, st.step_ms,
               st.data_wait_ms);

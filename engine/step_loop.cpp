@@ -33,7 +33,8 @@ StepLoop::StepLoop(Job& job)
 int StepLoop::run() {
   print_header();
   print_blend();
-  if (lead_) append_launch_record(job_, first_);
+  if (lead_)
+    if (const std::string err = append_launch_record(job_, first_); !err.empty()) run_file_unwritable(err);
   t_start_ = std::chrono::steady_clock::now();
   beat(loop_.steps_done());
   if (first_ >= r_.training.steps && lead_)
@@ -194,11 +195,10 @@ void StepLoop::beat(long step) {
 // else it trains on, and says so once per file (the writer names the file).
 void StepLoop::run_file_unwritable(const std::string& what) {
   if (r_.checkpoint.required)
-    abort_job(kExitNoSpace, "cannot write " + what + " (checkpoint.required = true makes a failed write of the "
-                            "run's files fatal); free space and resume");
+    abort_job(kExitNoSpace, what + " (checkpoint.required = true makes a failed write of the run's files fatal); "
+                            "free space and resume");
   if (unwritable_.insert(what.substr(0, what.find(':'))).second)
-    std::fprintf(stderr, "warning: cannot write %s; training goes on (checkpoint.required = true makes this fatal)\n",
-                 what.c_str());
+    std::fprintf(stderr, "warning: %s; training goes on (checkpoint.required = true makes this fatal)\n", what.c_str());
 }
 
 }  // namespace trainer

@@ -28,18 +28,15 @@ namespace trainer {
 // inside a step abort the job (abort_job).
 int run_step_loop(Job& job);
 
-// Ranks whose compute time per step exceeds the median of the ranks doing
-// the same work (their pipeline stage, with 3 or more ranks there; else all
-// ranks) by runtime.straggler_factor.
+// Ranks whose compute time per step exceeds what their pipeline stage should
+// take by runtime.straggler_factor (judge_stragglers says how that is found).
 struct StragglerReport {
-  std::vector<double> ranks, ms, ratios;  // world ranks named, their compute ms/step and ratio to their peers
+  std::vector<double> ranks, ms, ratios;  // world ranks named, their compute ms/step and ratio to what their stage should take
   double worst_ratio = 0, median_ms = 0;  // median: over all ranks
 };
-// The verdict on every rank's mean compute ms (index: world rank). A rank is
-// compared with the ranks of its pipeline stage (the same work) where the
-// stage has at least 3, else with all ranks after dividing each time by its
-// stage's predicted share of the work (stage_work: the head's stage is
-// slower by design and is not named for it).
+// The verdict on every rank's mean compute ms (index: world rank): each rank
+// against its stage's predicted share of the work (stage_work) at the fastest
+// stage's rate, a stage's rate being the median of its ranks.
 StragglerReport judge_stragglers(const std::vector<float>& ms, const GridShape& grid, double factor,
                                  const std::vector<double>& stage_work);
 // Collective over the world group; my_compute_ms: this rank's mean.

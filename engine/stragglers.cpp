@@ -8,28 +8,32 @@
 
 #include "engine/step_loop.h"
 #include "model/flops.h"
+#include "runtime/errors.h"
 #include "runtime/utc_time.h"
 
 namespace trainer {
 
+// Each rank is held to what its stage should take: the stage's predicted
+// share of the work (stage_work, from the plan's flop counts) at the rate of
+// the fastest stage. A stage's rate is the median of its ranks, so one slow
+// rank among three or more peers does not move it and is named against them;
+// a stage slow as a whole, all its ranks alike, is named against the others'
+// rate, and the head's stage is not named for the head's predicted work.
 StragglerReport judge_stragglers(const std::vector<float>& all, const GridShape& grid, double factor,
                                  const std::vector<double>& stage_work) {
   const int n = (int)all.size();
-  // Each rank's time per unit of its stage's predicted work, and their median.
-  std::vector<float> per_work(n);
-  for (int k = 0; k < n; k++) per_work[k] = all[k] / (float)stage_work[grid_coords(grid, k).pp];
-  const double per_work_median = median_of(per_work);
-  // Each pipeline stage's ranks, and the median they are compared with.
   std::vector<std::vector<float>> stage_times(grid.pp);
   for (int k = 0; k < n; k++) stage_times[grid_coords(grid, k).pp].push_back(all[k]);
-  std::vector<double> stage_median(grid.pp);
-  for (int p = 0; p < grid.pp; p++)
-    stage_median[p] = stage_times[p].size() >= 3 ? median_of(stage_times[p]) : per_work_median * stage_work[p];
+  double rate = -1;  // the fastest stage's median ms per unit of predicted work
+  for (int p = 0; p < grid.pp; p++) {
+    const double r = median_of(stage_times[p]) / stage_work[p];
+    if (rate < 0 || r < rate) rate = r;
+  }
   StragglerReport rep;
   rep.median_ms = median_of(all);
   for (int k = 0; k < n; k++) {
-    const double med = stage_median[grid_coords(grid, k).pp];
-    const double ratio = med > 0 ? all[k] / med : 0;
+    const double expected = rate * stage_work[grid_coords(grid, k).pp];
+    const double ratio = expected > 0 ? all[k] / expected : 0;
     rep.worst_ratio = std::max(rep.worst_ratio, ratio);
     if (ratio > factor) {
       rep.ranks.push_back(k);
@@ -63,8 +67,8 @@ void StepLoop::print_stragglers(const StepStats& st, const StragglerReport& slow
     const GridCoords at = grid_coords(r_.grid, (int)slow.ranks[i]);
     std::fprintf(stderr,
                  "warning: step %ld: straggler: rank %d (dp %d, pp %d, tp %d) computed %.1f ms per step over the "
-                 "last %d steps, %.2fx the median of the ranks doing the same work, or of all ranks scaled by "
-                 "each stage's predicted work (runtime.straggler_factor = "
+                 "last %d steps, %.2fx what its stage should take (its predicted share of the work at the "
+                 "fastest stage's rate, each stage's rate the median of its ranks; runtime.straggler_factor = "
                  "%g; median of all ranks %.1f ms)\n",
                  st.step, (int)slow.ranks[i], at.dp, at.pp, at.tp, slow.ms[i], r_.runtime.straggler_every,
                  slow.ratios[i], r_.runtime.straggler_factor, slow.median_ms);
@@ -87,7 +91,7 @@ void StepLoop::watch_throughput(const StepStats& st, const StepExtras& x) {
   const bool straggler = last_named_step_ >= 0 && st.step - last_named_step_ <= 2L * r_.runtime.straggler_every;
   char who[128] = "";
   if (straggler)
-    std::snprintf(who, sizeof who, "; straggler: rank %d computes %.2fx its peers' median", (int)last_named_.ranks[0],
+    std::snprintf(who, sizeof who, "; straggler: rank %d computes %.2fx what its stage should take", (int)last_named_.ranks[0],
                   last_named_.ratios[0]);
   char text[768];
   std::snprintf(text, sizeof text,
@@ -99,14 +103,18 @@ void StepLoop::watch_throughput(const StepStats& st, const StepExtras& x) {
                 drop->base.comm, drop->now.comm, drop->base.data_wait, drop->now.data_wait, who);
   std::fprintf(stderr, "warning: %s\n", text);
   std::fflush(stderr);
-  if (!events_) events_ = std::make_unique<MetricsLog>(r_.run.dir + "/events.jsonl", false);
+  try {
+    if (!events_) events_ = std::make_unique<MetricsLog>(r_.run.dir + "/events.jsonl", false);
+  } catch (const UserError& e) {
+    return run_file_unwritable(e.what());
+  }
   JsonRecord e;
   e.add("time", iso_time(wall_seconds())).add("event", std::string("throughput_drop"))
       .add("launch", job_.launch).add("message", std::string(text)).add("step", st.step)
       .add("ratio", drop->ratio).add("grew", drop->grew).add("grew_ms", drop->grew_ms)
       .add("step_ms", drop->now.step).add("baseline_step_ms", drop->base.step);
   if (straggler) e.add("straggler_rank", (long)last_named_.ranks[0]);
-  events_->write(e);
+  if (!events_->write(e)) run_file_unwritable(events_->error());
 }
 
 }  // namespace trainer

@@ -8,6 +8,7 @@
 #include <limits>
 
 #include "runtime/errors.h"
+#include "runtime/regular_file.h"
 #include "runtime/replace_file.h"
 
 namespace trainer {
@@ -89,6 +90,8 @@ double MachineProfile::sync_wait(int group, double segment_ms) const {
 }
 
 MachineProfile load_profile(const std::string& path) {
+  if (const std::string why = not_regular_file(path); !why.empty())
+    throw UserError(kExitUsage, "the machine profile " + path + " " + why);
   std::ifstream f(path);
   if (!f) throw UserError(kExitUsage, "cannot read the machine profile " + path + " (make one with `trainer calibrate`)");
   MachineProfile p;
@@ -165,7 +168,7 @@ void save_profile(const MachineProfile& p, const std::string& path) {
   for (const auto& [g, pts] : p.tp_sync)
     for (const SyncPoint& s : pts) j["tp_sync"][std::to_string(g)].push_back({s.segment_ms, s.extra_ms});
   if (const std::string err = replace_file(path, j.dump(1) + "\n", true); !err.empty())
-    throw UserError(kExitUsage, "cannot write the machine profile: " + err);
+    throw UserError(kExitUsage, "the machine profile: " + err);
 }
 
 }  // namespace trainer

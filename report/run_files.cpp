@@ -5,6 +5,7 @@
 
 #include "runtime/replace_file.h"
 #include "runtime/utc_time.h"
+#include "runtime/regular_file.h"
 
 namespace trainer {
 
@@ -12,6 +13,7 @@ namespace {
 
 std::vector<nlohmann::json> read_jsonl(const std::string& path, int* unreadable) {
   std::vector<nlohmann::json> out;
+  if (!not_regular_file(path).empty()) return ++*unreadable, out;  // a FIFO would block the read
   std::ifstream in(path);
   std::string line;
   while (std::getline(in, line)) {
@@ -35,7 +37,7 @@ RunFiles read_run_files(const std::string& dir) {
   f.launches = read_jsonl(dir + "/launches.jsonl", &f.unreadable);
   f.events = read_jsonl(dir + "/events.jsonl", &f.unreadable);
   f.heartbeat_mtime = mtime_seconds(dir + "/heartbeat");
-  std::ifstream beat(dir + "/heartbeat");
+  std::ifstream beat(not_regular_file(dir + "/heartbeat").empty() ? dir + "/heartbeat" : "");
   if (!(beat >> f.heartbeat_step)) f.heartbeat_step = -1;
   // Records without a step are not step records.
   std::erase_if(f.metrics, [](const nlohmann::json& r) { return !r.contains("step") || !r["step"].is_number(); });

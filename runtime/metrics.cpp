@@ -7,6 +7,7 @@
 #include <cstring>
 
 #include "runtime/errors.h"
+#include "runtime/regular_file.h"
 
 namespace trainer {
 
@@ -70,6 +71,7 @@ namespace {
 // record starts a line of its own: the fragment stays (readers skip it, and
 // nothing another process may still be writing is cut away).
 void end_partial_last_line(const std::string& path) {
+  if (!not_regular_file(path).empty()) return;  // a device or FIFO has no last line to end
   std::FILE* f = std::fopen(path.c_str(), "rb");
   if (!f) return;
   char c = '\n';
@@ -87,20 +89,26 @@ void end_partial_last_line(const std::string& path) {
 
 MetricsLog::MetricsLog(const std::string& path, bool truncate) {
   if (path.empty()) return;
+  if (is_fifo(path)) throw UserError(kExitUsage, path + " is a FIFO, not a file: a run's log cannot go there");
   if (!truncate) end_partial_last_line(path);
   path_ = path;
   f_ = std::fopen(path.c_str(), truncate ? "w" : "a");
-  if (!f_) throw UserError(kExitInternal, path + ": cannot open metrics log: " + std::strerror(errno));
+  if (!f_) {
+    const int err = errno;  // a full disk is exit 8 as for every run file; else the directory is wrong (exit 2)
+    throw UserError(err == ENOSPC || err == EDQUOT ? kExitNoSpace : kExitUsage,
+                    "cannot open " + path + " for writing: " + std::strerror(err) + " (check [run] dir and its disk)");
+  }
 }
 MetricsLog::~MetricsLog() {
   if (f_) std::fclose(f_);
 }
 bool MetricsLog::write(const JsonRecord& r) {
   if (!f_) return true;
+  errors_.clear();
   errno = 0;
   const bool ok = std::fprintf(f_, "%s\n", r.str().c_str()) >= 0 && std::fflush(f_) == 0;
   if (!ok) {
-    error_ = path_ + ": " + std::strerror(errno ? errno : EIO);
+    errors_.push_back("cannot write " + path_ + ": " + std::strerror(errno ? errno : EIO));
     std::clearerr(f_);
   }
   if (!tb_) return ok;
@@ -110,8 +118,9 @@ bool MetricsLog::write(const JsonRecord& r) {
   const double now = wall_seconds();
   for (const auto& [k, v] : nums)
     if (k != "step") tb_->scalar(k, (long)step->second, (float)v, now);
-  tb_->flush();
-  return ok;
+  if (tb_->flush()) return ok;
+  errors_.push_back(tb_->error());  // each file is reported on its own, once
+  return false;
 }
 
 void MetricsLog::add_tensorboard(const std::string& dir) { tb_ = std::make_unique<TensorBoardWriter>(dir); }

@@ -59,10 +59,13 @@ class MetricsLog {
   ~MetricsLog();
   MetricsLog(const MetricsLog&) = delete;
   MetricsLog& operator=(const MetricsLog&) = delete;
-  // False when the line could not be written; error() says the file and the
-  // system's reason ("runs/x/metrics.jsonl: No space left on device").
+  // False when the line (or its TensorBoard scalars) could not be written;
+  // errors() says, one entry per file that failed, the file and the
+  // system's reason ("cannot write runs/x/metrics.jsonl: No space left on
+  // device"); error() is the first.
   bool write(const JsonRecord& r);
-  const std::string& error() const { return error_; }
+  const std::vector<std::string>& errors() const { return errors_; }
+  const std::string& error() const { return errors_.front(); }
   // Also write every number field of each record (but "step") as a
   // TensorBoard scalar at the record's step.
   void add_tensorboard(const std::string& dir);
@@ -70,7 +73,8 @@ class MetricsLog {
 
  private:
   FILE* f_ = nullptr;
-  std::string path_, error_;
+  std::string path_;
+  std::vector<std::string> errors_;  // of the last write
   std::unique_ptr<TensorBoardWriter> tb_;
 };
 

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "runtime/cpu/blas_core.h"
+#include "runtime/regular_file.h"
 #include "runtime/replace_file.h"
 #include "runtime/utc_time.h"
 
@@ -43,7 +44,9 @@ std::string peak_cache_key(int threads, int ranks_on_node) {
 }
 
 double read_cached_peak(const std::string& key, std::string* when) {
-  std::ifstream f(peak_cache_path());
+  const std::string path = peak_cache_path();
+  if (path.empty() || !not_regular_file(path).empty()) return 0;  // no cache: the peak is measured
+  std::ifstream f(path);
   std::string line;
   while (std::getline(f, line)) {
     std::istringstream is(line);
@@ -64,7 +67,7 @@ bool rewrite_cache(const std::string& key, const std::string& line_for_key) {
   std::error_code ec;
   std::filesystem::create_directories(std::filesystem::path(path).parent_path(), ec);
   std::string text, line;
-  std::ifstream f(path);
+  std::ifstream f(not_regular_file(path).empty() ? path : "");  // a FIFO there is replaced, never read
   while (std::getline(f, line))
     if (line.rfind(key + "\t", 0) != 0) text += line + "\n";
   return replace_file(path, text + line_for_key, false).empty();

@@ -15,4 +15,9 @@ std::string not_regular_file(const std::string& path) {
   return std::string("is ") + kind + ", not a regular file";
 }
 
+bool is_fifo(const std::string& path) {
+  struct stat st {};
+  return ::stat(path.c_str(), &st) == 0 && S_ISFIFO(st.st_mode);
+}
+
 }  // namespace trainer

@@ -11,4 +11,8 @@ namespace trainer {
 // follows says so), else what it is ("is a FIFO, not a regular file").
 std::string not_regular_file(const std::string& path);
 
+// True for a FIFO: an output there would block its open until a reader comes.
+// (A device such as /dev/null is a fine place to write.)
+bool is_fifo(const std::string& path);
+
 }  // namespace trainer

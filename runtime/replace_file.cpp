@@ -22,16 +22,22 @@ bool fsync_path(const std::string& path, bool directory) {
 }
 
 std::string replace_file(const std::string& path, const std::string& text, bool durable) {
+  // Failures name the file the caller asked for (the one a user looks for),
+  // the temporary copy it is written through in parentheses.
   const std::string tmp = path + ".tmp";
-  auto failed = [](const std::string& p, const char* what) { return p + ": " + what + ": " + std::strerror(errno); };
-  FILE* f = std::fopen(tmp.c_str(), "w");
-  if (!f) return failed(tmp, "cannot write");
+  auto failed = [&](const char* verb) {
+    return std::string(verb) + " " + path + " (through " + tmp + "): " + std::strerror(errno);
+  };
+  ::unlink(tmp.c_str());  // a stale copy, or a FIFO someone left there, would be opened (and block)
+  FILE* f = std::fopen(tmp.c_str(), "wx");
+  if (!f) return failed("cannot write");
   const bool written = std::fwrite(text.data(), 1, text.size(), f) == text.size();
-  if (std::fclose(f) != 0 || !written) return failed(tmp, "cannot write");
-  if (durable && !fsync_path(tmp, false)) return failed(tmp, "fsync failed");
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) return failed(path, "cannot replace");
+  if (std::fclose(f) != 0 || !written) return failed("cannot write");
+  if (durable && !fsync_path(tmp, false)) return failed("cannot fsync");
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) return failed("cannot replace");
   const std::string dir = std::filesystem::path(path).parent_path().string();
-  if (durable && !fsync_path(dir.empty() ? "." : dir, true)) return failed(dir, "fsync failed");
+  if (durable && !fsync_path(dir.empty() ? "." : dir, true))
+    return "cannot fsync the directory " + dir + ": " + std::strerror(errno);
   return "";
 }
 

@@ -10,7 +10,8 @@ namespace trainer {
 // fsync a file or directory; false (errno set) on failure.
 bool fsync_path(const std::string& path, bool directory);
 
-// Returns "" on success, else what failed (path and reason).
+// Returns "" on success, else what failed: "cannot write PATH (through
+// PATH.tmp): REASON" (or replace, fsync), a sentence a warning can print.
 std::string replace_file(const std::string& path, const std::string& text, bool durable);
 
 // When path was last replaced (seconds since the epoch; 0: it does not

@@ -13,6 +13,7 @@
 #include <sstream>
 
 #include "runtime/utc_time.h"
+#include "runtime/regular_file.h"
 
 namespace trainer {
 
@@ -47,6 +48,7 @@ RunLock::~RunLock() {
 std::string RunLock::acquire(const std::string& dir, const std::string& token) {
   token_ = token.empty() ? new_token() : token;
   const std::string path = dir + "/.lock";
+  if (const std::string why = not_regular_file(path); !why.empty()) return path + ": the lock file " + why;
   const int fd = open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
   if (fd < 0) return path + ": cannot open the lock file: " + std::strerror(errno);
   if (flock(fd, LOCK_EX | LOCK_NB) != 0) {

@@ -76,10 +76,10 @@ TensorBoardWriter::~TensorBoardWriter() {
 void TensorBoardWriter::record(const std::string& event) {
   const uint64_t n = event.size();
   const uint32_t len_crc = masked(crc32c(&n, 8)), data_crc = masked(crc32c(event.data(), event.size()));
-  std::fwrite(&n, 8, 1, f_);
-  std::fwrite(&len_crc, 4, 1, f_);
-  std::fwrite(event.data(), 1, event.size(), f_);
-  std::fwrite(&data_crc, 4, 1, f_);
+  const bool ok = std::fwrite(&n, 8, 1, f_) == 1 && std::fwrite(&len_crc, 4, 1, f_) == 1 &&
+                  std::fwrite(event.data(), 1, event.size(), f_) == event.size() &&
+                  std::fwrite(&data_crc, 4, 1, f_) == 1;
+  if (!ok && !failed_) failed_ = true, errno_ = errno;
 }
 
 // Event {wall_time = 1, step = 2, summary = 5 {value = 1 {tag = 1, simple_value = 2}}}
@@ -95,6 +95,14 @@ void TensorBoardWriter::scalar(const std::string& name, long step, float value, 
   record(e);
 }
 
-void TensorBoardWriter::flush() { std::fflush(f_); }
+bool TensorBoardWriter::flush() {
+  errno = 0;
+  if (std::fflush(f_) != 0 && !failed_) failed_ = true, errno_ = errno;
+  if (!failed_) return true;
+  error_ = "cannot write " + path_ + ": " + std::strerror(errno_ ? errno_ : EIO);
+  failed_ = false, errno_ = 0;
+  std::clearerr(f_);
+  return false;
+}
 
 }  // namespace trainer

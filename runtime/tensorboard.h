@@ -23,13 +23,18 @@ class TensorBoardWriter {
   TensorBoardWriter& operator=(const TensorBoardWriter&) = delete;
 
   void scalar(const std::string& tag, long step, float value, double wall_time);
-  void flush();
+  // False when a record since the last flush could not be written; error()
+  // says the file and the system's reason ("...: No space left on device").
+  bool flush();
+  const std::string& error() const { return error_; }
   const std::string& path() const { return path_; }
 
  private:
   void record(const std::string& event);
-  std::string path_;
+  std::string path_, error_;
   FILE* f_ = nullptr;
+  bool failed_ = false;
+  int errno_ = 0;
 };
 
 }  // namespace trainer

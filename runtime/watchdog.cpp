@@ -58,8 +58,8 @@ void Watchdog::run() {
     if (dump_requests_ && dump_requests_() != requests_seen) {
       requests_seen = dump_requests_();
       const bool dumped = dump("dump requested (SIGUSR2)");
-      std::fprintf(stderr, "rank %d (step %ld, %s): flight recorder %s %s on request\n", rec_.world_rank(),
-                   s.step + 1, phase_text(s.phase, s.phase_step).c_str(), dumped ? "written to" : "could NOT be written to",
+      std::fprintf(stderr, "rank %d (step %ld, %s): flight recorder %s%s on request\n", rec_.world_rank(),
+                   s.step + 1, phase_text(s.phase, s.phase_step).c_str(), dumped ? "written to " : "NOT written: ",
                    dumped ? dump_path_.c_str() : dump_error_.c_str());
       std::fflush(stderr);
       continue;
@@ -78,9 +78,9 @@ void Watchdog::run() {
     // A stuck call: can its peers' hosts still be reached? (2 s at most)
     const std::string network = network_check_ && s.in_call ? network_check_(rec_.waiting_on()) : "";
     const bool dumped = dump(why, network);
-    std::fprintf(stderr, "error (rank %d, step %ld): watchdog: %s; flight recorder %s %s; ending the job "
+    std::fprintf(stderr, "error (rank %d, step %ld): watchdog: %s; flight recorder %s%s; ending the job "
                          "(exit %d). Run `trainer diagnose RUN_DIR` to see which rank is behind.\n",
-                 rec_.world_rank(), s.step + 1, why, dumped ? "written to" : "could NOT be written to",
+                 rec_.world_rank(), s.step + 1, why, dumped ? "written to " : "NOT written: ",
                  dumped ? dump_path_.c_str() : dump_error_.c_str(), kExitCommTimeout);
     std::fflush(stderr);
     std::this_thread::sleep_for(std::chrono::duration<double>(grace_s_));

@@ -58,20 +58,33 @@ if { command -v nvcc >/dev/null || [[ -x /usr/local/cuda/bin/nvcc ]]; } &&
 fi
 
 # Tests: reference packages from PyPI, pinned, in a venv over Debian's python
-# (so its torch 1.13, numpy and h5py stay visible): tiktoken and sentencepiece
-# (tests/tokenizer_check.py), transformers 4.31.0, the newest that imports
-# with torch 1.13 and the first with Llama's num_key_value_heads
-# (tests/hf_export_check.py), tensorboard for its event-file reader
-# (tests/tensorboard_check.py); and the tokenizer files (fetch_tokenizers.sh).
+# (so its torch 1.13, numpy and h5py stay visible; numpy is pinned to
+# Debian's own, since a pip numpy 2 breaks torch 1.13): tiktoken and
+# sentencepiece (tests/tokenizer_check.py), transformers 4.46.3, the newest
+# 4.x we found that runs models on torch 1.13, with Llama's GQA, rope_theta
+# and Llama 3 RoPE scaling (tests/hf_export_check.py), tensorboard for its
+# event-file reader (tests/tensorboard_check.py); and the tokenizer files
+# (fetch_tokenizers.sh). transformers 5 needs a newer torch, so it gets a
+# venv of its own without Debian's packages (third_party/hf5): there it only
+# writes config.json files as transformers 5 writes them, which is what the
+# import must read.
 if [[ "${1:-}" == "test" ]]; then
   root="$(cd "$(dirname "$0")/.." && pwd)"
   venv="$root/third_party/pyref"
-  if ! "$venv/bin/python" -c "import tiktoken, sentencepiece, transformers, tensorboard" 2>/dev/null; then
+  if ! "$venv/bin/python" -c "import tiktoken, sentencepiece, tensorboard, transformers as t; assert t.__version__ == '4.46.3'" 2>/dev/null; then
     echo "setup: installing tiktoken, sentencepiece, transformers and tensorboard (PyPI) into third_party/pyref"
+    numpy_version="$(/usr/bin/python3 -c 'import numpy; print(numpy.__version__)')"
     /usr/bin/python3 -m venv --system-site-packages "$venv" &&
-      "$venv/bin/pip" install -q tiktoken==0.12.0 sentencepiece==0.2.1 transformers==4.31.0 \
-        huggingface_hub==0.36.2 safetensors==0.8.0 tokenizers==0.13.3 tensorboard==2.21.0 ||
+      "$venv/bin/pip" install -q tiktoken==0.12.0 sentencepiece==0.2.1 transformers==4.46.3 \
+        huggingface_hub==0.36.2 safetensors==0.8.0 tokenizers==0.20.3 tensorboard==2.21.0 \
+        "numpy==$numpy_version" ||
       echo "setup: could not install the reference packages; the tests that compare with them will fail" >&2
+  fi
+  hf5="$root/third_party/hf5"
+  if ! "$hf5/bin/python" -c "import transformers as t; assert t.__version__ == '5.0.0'" 2>/dev/null; then
+    echo "setup: installing transformers 5.0.0 (PyPI, configs only) into third_party/hf5"
+    /usr/bin/python3 -m venv "$hf5" && "$hf5/bin/pip" install -q transformers==5.0.0 ||
+      echo "setup: could not install transformers 5; the check of its config.json files will fail" >&2
   fi
   "$root/scripts/fetch_tokenizers.sh" || echo "setup: some tokenizer files are missing (see above)" >&2
 fi

@@ -10,11 +10,12 @@ the trainer's first-step loss equal to transformers' loss on that batch
 weights; a model that differs from the recipe is refused (exit 4) with
 every difference listed.
 
-transformers 4.31.0 is pinned (scripts/setup.sh test, third_party/pyref):
-it is the newest release that imports with Debian 12's torch 1.13 and the
-first whose LlamaConfig has num_key_value_heads (GQA). It has no
-rope_theta (Llama's default 10000 is what it uses), so the llama runs here
-keep the default.
+transformers 4.46.3 is pinned (scripts/setup.sh test, third_party/pyref):
+the newest 4.x we found that runs models on Debian 12's torch 1.13, with
+Llama's GQA, rope_theta and Llama 3 RoPE scaling, so a scaled export is
+run by transformers itself. transformers 5.0.0 (third_party/hf5, configs
+only, as it needs a newer torch) rewrites an exported config.json as it
+saves models today (rope_parameters), and the import must read that file.
 
 usage: hf_export_check.py TRAINER MPIEXEC
 """
@@ -129,6 +130,8 @@ def main():
             check(rc == 4 and "not empty" in out, f"{name}: exporting onto a non-empty directory is refused (exit 4)")
     import_checks(trainer, tmp, data)
     rope_checks(trainer, tmp, data)
+    scaled_loss_checks(trainer, tmp, data)
+    transformers5_checks(trainer, tmp)
     hostile_checks(trainer, tmp, data)
     tokenizer_files(trainer, tmp)
     if failures:
@@ -172,14 +175,18 @@ def tokenizer_files(trainer, tmp):
         kinds = "fast" if name == "llama3" else "fast and slow"
         check(differ == 0, f"{name}: AutoTokenizer ({kinds}) from the export encodes all {len(texts)} licence "
                            f"texts as the reference does ({differ} differ); files {sorted(os.listdir(out_dir))}")
-        if name == "sentencepiece":
-            continue
-        # Text spelling a special token: the export and `data prepare --special-tokens special` agree (the
-        # default, an error, refuses such text, so the two never disagree on data they both accept).
-        special = "<|endoftext|>" if name == "gpt2" else "<|end_of_text|>"
-        text = f"before {special} after"
+        # Text spelling special tokens: the export and `data prepare --special-tokens special` agree, and the
+        # default (an error, as tiktoken's) refuses such text, so the two never disagree on data they both accept.
+        specials = {"gpt2": {"<|endoftext|>": 50256}, "llama3": {"<|end_of_text|>": 128001},
+                    "sentencepiece": {"<s>": 1, "</s>": 2, "<unk>": 0}}[name]
+        text = "before " + " mid ".join(specials) + " after"
         doc = os.path.join(tmp, name + "_special.txt")
         open(doc, "w").write(text)
+        rc, out = run([trainer, "data", "prepare", "--tokenizer", spec, "--input", doc, "--output",
+                       os.path.join(tmp, name + "_special_refused"), "--val-fraction", "0"])
+        first = next(iter(specials))
+        check(rc != 0 and f'"{first}"' in out and "--special-tokens" in out,
+              f"{name}: text spelling {first}: refused by default, the text and the flag named (exit {rc})")
         sp_data = os.path.join(tmp, name + "_special_data")
         rc, out = run([trainer, "data", "prepare", "--tokenizer", spec, "--input", doc, "--output", sp_data,
                        "--val-fraction", "0", "--special-tokens", "special"])
@@ -189,9 +196,9 @@ def tokenizer_files(trainer, tmp):
         theirs = tok(text)["input_ids"]
         if name == "gpt2":
             theirs = [50256] + theirs  # the export's GPT-2 tokenizer adds no mark; prepare puts <|endoftext|> first
-        check(ours == theirs and len(ours) < len(tok(text.replace(special, "x"))["input_ids"]) + 3,
-              f"{name}: text spelling {special}: the exported tokenizer and --special-tokens special give the same "
-              f"ids ({ours[:8]} / {theirs[:8]})")
+        check(ours == theirs and all(i in ours[1:] for i in specials.values()),
+              f"{name}: text spelling {', '.join(specials)}: the exported tokenizer and --special-tokens special "
+              f"give the same ids, the special ones among them ({ours[:12]} / {theirs[:12]})")
 
 
 def one_batch_shard(path, tokens):
@@ -287,9 +294,7 @@ def rope_checks(trainer, tmp, data):
     exactly; a recipe without it is refused by name. transformers 5's
     rope_parameters form is read (theta and scaling), a differing theta named
     with both values; scaling types and model fields the trainer does not
-    implement are refused by name. (transformers 4.31 here cannot load llama3
-    scaling itself: its numerics are held to an independent reference by
-    parity_torch_llama3.)"""
+    implement are refused by name."""
     name = "llama3_scaled"
     recipe = os.path.join(tmp, name + ".toml")
     rdir = os.path.join(tmp, name)
@@ -347,6 +352,100 @@ def rope_checks(trainer, tmp, data):
     variant("rope_type yarn", lambda c: v5(c, "yarn"), scaled, 4, '"yarn"')
     variant("attention_bias true", lambda c: c.update(attention_bias=True), scaled, 4, "attention_bias")
     variant("an unknown scaling field", lambda c: c["rope_scaling"].update(beta_fast=32), scaled, 4, "beta_fast")
+
+
+FROZEN = ["--set", "training.steps=1", "--set", "checkpoint.every=1", "--set", "optimizer.lr=1e-30",
+          "--set", "optimizer.min_lr=1e-30", "--set", "optimizer.warmup_steps=0"]
+
+
+def scaled_loss_checks(trainer, tmp, data):
+    """Llama 3 scaling computed as transformers 4.46 computes it. A random
+    transformers model with llama3 scaling (theta 500000; q and k weights 16x,
+    v, o and the head larger too, so that positions move the loss) is loaded
+    by init_from and evaluated unchanged (lr 1e-30): the trainer's validation
+    loss equals transformers' on the same tokens (1e-4 relative), the
+    trainer's export of it gives that loss again in transformers, and the same
+    weights without the scaling give a loss at least 20x the tolerance away."""
+    batch = val_tokens(data, 4, 32)
+    cfg = transformers.LlamaConfig(vocab_size=256, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                                   num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=32,
+                                   rms_norm_eps=1e-5, tie_word_embeddings=False, rope_theta=500000.0,
+                                   rope_scaling=dict(LLAMA3))
+    torch.manual_seed(1)
+    model = transformers.AutoModelForCausalLM.from_config(cfg)
+    with torch.no_grad():
+        for layer in model.model.layers:
+            for proj, k in (("q_proj", 16), ("k_proj", 16), ("v_proj", 4), ("o_proj", 4)):
+                getattr(layer.self_attn, proj).weight.mul_(k)
+        model.lm_head.weight.mul_(8)
+    src = os.path.join(tmp, "scaled_src")
+    model.save_pretrained(src, safe_serialization=True)
+    want = hf_loss(src, batch)
+    plain = os.path.join(tmp, "scaled_src_without_scaling")
+    shutil.copytree(src, plain)
+    c = json.load(open(os.path.join(plain, "config.json")))
+    c.pop("rope_scaling")
+    json.dump(c, open(os.path.join(plain, "config.json"), "w"))
+    unscaled = hf_loss(plain, batch)
+    recipe = os.path.join(tmp, "scaled_loss.toml")
+    rdir = os.path.join(tmp, "scaled_loss")
+    open(recipe, "w").write(RECIPE.format(run=rdir, arch="llama", tied="false", data=data, kv="n_kv_heads = 2"))
+    rc, out = run([trainer, "train", recipe, "--set", f"model.rope_scaling={LLAMA3_TOML}", "--set",
+                   "model.rope_theta=500000.0", "--set", "model.norm_eps=1e-5", "--set",
+                   f'checkpoint.init_from="{src}"', *FROZEN, "--set", "training.eval_every=1"])
+    val = [json.loads(l)["val_loss"] for l in open(os.path.join(rdir, "metrics.jsonl")) if "val_loss" in l][-1] \
+        if rc == 0 else float("nan")
+    if not check(abs(val - want) / want < 1e-4 and abs(unscaled - want) / want > 2e-3,
+                 f"llama3 scaling: the trainer's val loss {val:.6f} equals transformers {transformers.__version__}' "
+                 f"{want:.6f} (without the scaling transformers gives {unscaled:.6f})"):
+        print(out[-2000:])
+        return
+    hf = os.path.join(tmp, "scaled_loss_hf")
+    rc, out = run([trainer, "ckpt", "export", os.path.join(rdir, "checkpoints", "step_00000001"), "--format", "hf",
+                   "--output", hf])
+    got = hf_loss(hf, batch) if rc == 0 else float("nan")
+    check(abs(got - want) / want < 1e-6, f"llama3 scaling: the trainer's export loads in transformers to the same "
+                                         f"loss ({got:.6f})")
+
+
+def transformers5_checks(trainer, tmp):
+    """config.json as transformers 5.0.0 itself writes it: LlamaConfig.from_pretrained of the scaled and
+    the unscaled exports, save_pretrained into a copy (theta and scaling move into rope_parameters). Each
+    loads with its matching recipe; a recipe at another theta is refused, the field named with both values."""
+    hf5 = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "third_party", "hf5", "bin", "python")
+    script = ("import sys, transformers as t; c = t.LlamaConfig.from_pretrained(sys.argv[1]); "
+              "c.save_pretrained(sys.argv[2]); print(t.__version__)")
+    for name, kv, sets, theta in (("llama3_scaled_hf", "n_kv_heads = 2",
+                                   ["--set", f"model.rope_scaling={LLAMA3_TOML}", "--set", "model.rope_theta=500000.0"],
+                                   "500000"),
+                                  ("llama_untied_hf", "n_kv_heads = 2", [], "10000")):
+        src = os.path.join(tmp, name)
+        dst = os.path.join(tmp, name + "_v5")
+        p = subprocess.run([hf5, "-c", script, src, dst], capture_output=True, text=True)
+        version = p.stdout.strip()
+        cfg = json.load(open(os.path.join(dst, "config.json"))) if p.returncode == 0 else {}
+        params = cfg.get("rope_parameters", {})
+        if not check(p.returncode == 0 and "rope_theta" not in cfg and "rope_scaling" not in cfg
+                     and params.get("rope_theta") == float(theta),
+                     f"transformers {version or '5'} rewrites {name}/config.json with rope_parameters {params}"):
+            print(p.stderr[-1500:])
+            continue
+        shutil.copy(os.path.join(src, "model.safetensors"), dst)
+        recipe = os.path.join(tmp, name + "_v5.toml")
+        open(recipe, "w").write(RECIPE.format(run=dst + "_run", arch="llama", tied="false", data=os.path.join(tmp, "data"),
+                                              kv=kv))
+        rc, out = run([trainer, "train", recipe, *sets, "--set", f'checkpoint.init_from="{dst}"', *FROZEN,
+                       "--set", "training.eval_every=0"])
+        check(rc == 0 and "weights from the Hugging Face model" in out,
+              f"{name}: transformers 5's config.json loads with the matching recipe (exit {rc})")
+        other = "500000.0" if theta == "10000" else "10000.0"
+        rc, out = run([trainer, "train", recipe, *sets, "--set", f"model.rope_theta={other}", "--set",
+                       f'checkpoint.init_from="{dst}"', *FROZEN, "--set", f'run.dir="{dst}_run_bad"'])
+        words = [f"rope_parameters.rope_theta: recipe {other[:-2]}", f"config.json {theta}"]
+        ok = rc == 4 and all(w in out for w in words)
+        check(ok, f"{name}: transformers 5's config.json with a recipe at theta {other}: exit {rc}, naming both values")
+        if not ok:
+            print(out[-1500:])
 
 
 def hostile_checks(trainer, tmp, data):

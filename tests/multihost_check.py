@@ -6,8 +6,9 @@ Open MPI starts the remote ranks through a plm_rsh_agent that runs
 
 - overlap: with the link rate-limited (tc tbf, 200 Mbit/s), the step's
   exposed data-parallel communication (comm_dp_exposed_ms) with buckets
-  overlapping the backward is well below what it is without overlap, and
-  the losses are bit-identical;
+  overlapping the backward is below what it is without overlap by more
+  than 0.3 of the step's compute (what there is to hide behind), and the
+  losses are bit-identical;
 - a cut link: host 1's link goes down mid-run under `trainer supervise`
   (ZeRO-1, so each host writes its own checkpoint file);
   the watchdog ends the job with exit 5, `trainer diagnose` finds every rank
@@ -132,10 +133,18 @@ def overlap(trainer, launch, base, tmp):
           f"{mean[True]['comm_dp_exposed_ms']:.0f} ms, span {mean[True]['comm_dp_span_ms']:.0f} ms, step "
           f"{mean[True]['step_ms']:.0f} ms; off: exposed {mean[False]['comm_dp_exposed_ms']:.0f} ms, step "
           f"{mean[False]['step_ms']:.0f} ms (means of steps 3-8)")
-    check(same and mean[True]["comm_dp_exposed_ms"] < 0.7 * mean[False]["comm_dp_exposed_ms"],
-          f"overlap across hosts: exposed data-parallel communication {mean[True]['comm_dp_exposed_ms']:.0f} ms with "
-          f"buckets overlapping the backward vs {mean[False]['comm_dp_exposed_ms']:.0f} ms without; losses "
-          f"{'bit-identical' if same else 'DIFFER'}")
+    # What overlap can hide is bounded by the backward's compute, which this
+    # machine sets (a faster CPU has less to hide behind), not by the link:
+    # the bound is a share of the step's own compute (step minus exposed
+    # communication, without overlap; the backward is about 2/3 of it), so
+    # it holds on a fast machine and a slow one alike.
+    off, on = mean[False]["comm_dp_exposed_ms"], mean[True]["comm_dp_exposed_ms"]
+    compute = mean[False]["step_ms"] - off
+    hidden = off - on
+    check(same and hidden > 0.3 * min(off, compute),
+          f"overlap across hosts: exposed data-parallel communication {on:.0f} ms with buckets overlapping the "
+          f"backward vs {off:.0f} ms without: {hidden:.0f} ms hidden, more than 0.3 of the step's compute "
+          f"({compute:.0f} ms); losses {'bit-identical' if same else 'DIFFER'}")
     for i in range(2):
         sh("ip", "netns", "exec", HOSTS[i], "tc", "qdisc", "del", "dev", LINKS[i], "root")
     return [r["loss"] for r in runs[True]]

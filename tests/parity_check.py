@@ -16,6 +16,12 @@ llama3 (Llama 3.1's RoPE scaling) also requires the loss to differ clearly
 (more than 100x the bound) from the same model's loss with plain RoPE, so
 that the scaling is shown to matter.
 
+llama and llama3 are also run by transformers itself (LlamaForCausalLM of
+the pinned release, in float64, eager attention, the same weights): its
+logits give the reference loss and its gradients the reference gradients,
+held to the same bounds. transformers computes the Llama 3 frequencies with
+its own code (_compute_llama3_parameters), not ours.
+
 usage: parity_check.py PARITY_DUMP_BINARY gpt2|llama|llama3
 """
 import os
@@ -27,7 +33,14 @@ import h5py
 import torch
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "reference"))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import torch_model  # noqa: E402
+from harness import under_pyref  # noqa: E402
+
+# The Llama models are run by transformers too (the pinned release, in
+# scripts/setup.sh test's venv: this script re-runs itself there).
+if len(sys.argv) > 2 and sys.argv[2] != "gpt2":
+    (transformers,) = under_pyref(["transformers"])
 
 LOSS_RTOL, GRAD_RTOL, WEIGHT_ATOL_LR = 1e-5, 1e-4, 0.1
 
@@ -35,6 +48,58 @@ LOSS_RTOL, GRAD_RTOL, WEIGHT_ATOL_LR = 1e-5, 1e-4, 0.1
 def rel_err(got, want, floor):
     """max |got - want| / max |want|: relative to the tensor's scale."""
     return ((got - want).abs().max() / max(want.abs().max().item(), floor)).item()
+
+
+# The trainer's parameter names -> transformers' LlamaForCausalLM names.
+def hf_llama_name(name):
+    if name == "embed.tok":
+        return "model.embed_tokens.weight"
+    if name == "final_norm.weight":
+        return "model.norm.weight"
+    if name == "lm_head.weight":
+        return name
+    _, l, rest = name.split(".", 2)
+    return f"model.layers.{l}." + {"attn_norm.weight": "input_layernorm.weight", "attn.wq": "self_attn.q_proj.weight",
+                                   "attn.wk": "self_attn.k_proj.weight", "attn.wv": "self_attn.v_proj.weight",
+                                   "attn.wo": "self_attn.o_proj.weight", "mlp_norm.weight": "post_attention_layernorm.weight",
+                                   "mlp.w_gate": "mlp.gate_proj.weight", "mlp.w_up": "mlp.up_proj.weight",
+                                   "mlp.w_down": "mlp.down_proj.weight"}[rest]
+
+
+def transformers_checks(arch, cfg, f, names, inputs, targets, failures):
+    """The trainer's loss and gradients against transformers' own Llama in float64."""
+    scaling = None
+    if cfg["rope_llama3"] is not None:
+        factor, low, high, original = cfg["rope_llama3"]
+        scaling = dict(rope_type="llama3", factor=factor, low_freq_factor=low, high_freq_factor=high,
+                       original_max_position_embeddings=int(original))
+    hc = transformers.LlamaConfig(vocab_size=cfg["vocab_size"], hidden_size=cfg["d_model"],
+                                  intermediate_size=cfg["d_ff"], num_hidden_layers=cfg["n_layers"],
+                                  num_attention_heads=cfg["n_heads"], num_key_value_heads=cfg["n_kv_heads"],
+                                  max_position_embeddings=cfg["seq_len"], rms_norm_eps=cfg["norm_eps"],
+                                  rope_theta=cfg["rope_theta"], rope_scaling=scaling,
+                                  tie_word_embeddings=cfg["tie_embeddings"], attn_implementation="eager")
+    model = transformers.LlamaForCausalLM(hc).double()
+    params = dict(model.named_parameters())
+    with torch.no_grad():
+        for n in names:
+            params[hf_llama_name(n)].copy_(torch.tensor(f["init"][n][()], dtype=torch.float64))
+    logits = model(input_ids=inputs).logits
+    loss = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1))
+    loss.backward()
+    got = float(f["loss"][()])
+    e = abs(got - loss.item()) / loss.item()
+    print(f"{arch}: loss trainer {got:.8f} transformers {transformers.__version__} {loss.item():.8f} rel err {e:.2e}")
+    if e > LOSS_RTOL:
+        failures.append(f"loss against transformers: rel err {e:.2e} > {LOSS_RTOL}")
+    floor = 1e-3 * max(p.grad.abs().max().item() for p in params.values())
+    worst = 0.0
+    for n in names:
+        e = rel_err(torch.tensor(f["grad"][n][()], dtype=torch.float64), params[hf_llama_name(n)].grad, floor)
+        worst = max(worst, e)
+        if e > GRAD_RTOL:
+            failures.append(f"grad {n} against transformers: rel err {e:.2e} > {GRAD_RTOL}")
+    print(f"{arch}: worst gradient rel err against transformers {worst:.2e} over {len(names)} tensors")
 
 
 def main():
@@ -69,6 +134,8 @@ def main():
             print(f"{arch}: plain RoPE loss {plain:.8f}: the scaling moves the loss by {moved:.2e} relative")
             if moved < 100 * LOSS_RTOL:
                 failures.append(f"the scaling moves the loss by only {moved:.2e}: not shown to matter")
+        if cfg["arch"] == "llama":
+            transformers_checks(arch, cfg, f, names, inputs, targets, failures)
         worst = 0.0
         floor = 1e-3 * max(P[n].grad.abs().max().item() for n in names)
         for n in names:

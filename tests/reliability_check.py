@@ -11,6 +11,7 @@ import glob
 import hashlib
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -298,12 +299,21 @@ def case_full_run_dir(e):
             pass  # the last block: full is full
         return p, run
 
-    p, run = start("train", "fill_train", "--set", "training.steps=2000", "--set", "checkpoint.every=100000")
+    tb = os.path.join(fs.path, "fill_train", "tb")
+    p, run = start("train", "fill_train", "--set", "training.steps=2000", "--set", "checkpoint.every=100000",
+                   "--set", "metrics.tensorboard=true", "--set", f'metrics.tensorboard_dir="{tb}"')
     out = p.communicate(timeout=300)[0]
-    metrics = os.path.join(run, "metrics.jsonl")
-    check(p.returncode == 0 and f"cannot write {metrics}: No space left on device" in out
-          and out.count(f"cannot write {metrics}") == 1 and "heartbeat" in out and "done: 2000 steps" in out,
-          f"12 full run.dir: train reports each unwritable file once with the reason and finishes (exit {p.returncode})")
+    metrics, heartbeat = os.path.join(run, "metrics.jsonl"), os.path.join(run, "heartbeat")
+    tb_file = os.path.join(tb, os.listdir(tb)[0]) if os.path.isdir(tb) and os.listdir(tb) else tb
+    warned = [l for l in out.splitlines() if l.startswith("warning: cannot write")]
+    ok = (p.returncode == 0 and f"cannot write {metrics}: No space left on device" in out
+          and f"cannot write {heartbeat} (through {heartbeat}.tmp): No space left on device" in out
+          and f"{tb_file}: No space left on device" in out and "done: 2000 steps" in out
+          and len(warned) == len({l.split()[3].rstrip(":") for l in warned}))  # once per file
+    check(ok, f"12 full run.dir: train reports each unwritable file (metrics, heartbeat by its own name, the "
+              f"TensorBoard file) once with the reason and finishes (exit {p.returncode}, {len(warned)} warnings)")
+    if not ok:
+        print("\n".join(warned) or out[-3000:])
     os.remove(os.path.join(fs.path, "filler"))
     p, run = start("train", "fill_required", "--set", "training.steps=2000", "--set", "checkpoint.every=100000",
                    "--set", "checkpoint.required=true")
@@ -481,6 +491,196 @@ def case_throughput(e):
     code, out = e.sh([e.trainer, "status", os.path.join(e.tmp, "throughput")])
     check(code == 0 and "throughput: step" in out and "compute grew most" in out,
           "19 trainer status shows the throughput drop")
+    # The same with events.jsonl and launches.jsonl unwritable (/dev/full: every write fails with ENOSPC):
+    # each failed write is reported once with the file and the reason, and the run goes on.
+    run = os.path.join(e.tmp, "throughput_full")
+    os.makedirs(run)
+    for name in ("events.jsonl", "launches.jsonl"):
+        os.symlink("/dev/full", os.path.join(run, name))
+    code, out = e.train(r, "--set", "training.steps=45", "--set", "checkpoint.every=0", "--set", "model.d_model=128",
+                        "--set", "model.d_ff=512", "--set", "model.seq_len=64", "--set", "training.global_batch=8",
+                        "--set", "runtime.throughput_drop=0.25", "--set", "runtime.throughput_window=10",
+                        "--set", f'run.dir="{run}"', "--set", 'fault.inject=["slow rank=0 ms=400 step=30"]', np_=2)
+    named = [f"cannot write {run}/{n}: No space left on device" for n in ("events.jsonl", "launches.jsonl")]
+    check(code == 0 and all(out.count(w) == 1 for w in named) and "throughput down to" in out and "done: 45" in out,
+          f"17 events.jsonl and launches.jsonl unwritable: each named once with the reason, the run finishes "
+          f"(exit {code})")
+
+
+def signal_and_wait(p, sig, limit):
+    """Sends `sig` to process `p` and returns its output once it ends (killed
+    after `limit` s, and said so in the output)."""
+    p.send_signal(sig)
+    try:
+        return p.communicate(timeout=limit)[0]
+    except subprocess.TimeoutExpired:
+        p.kill()
+        return p.communicate()[0] + f"\n(still running {limit} s after the signal)"
+
+
+def case_setup_signal(e):
+    """18 A stop signal during set-up (rank 0 stalled there 3 s, as on a slow
+    file system): the job stops at set-up's next agreed point with exit 75
+    and says so; nothing is trained or saved. SIGTERM and Ctrl-C to one
+    process, SIGUSR1 through mpirun to 2 ranks."""
+    r = e.recipe("setup_signal")
+    for sig, np_ in ((signal.SIGTERM, 1), (signal.SIGINT, 1), (signal.SIGUSR1, 2)):
+        run = os.path.join(e.tmp, f"setup_signal_{sig.name}")
+        cmd = ([e.mpiexec, "-np", str(np_)] if np_ > 1 else []) + [
+            e.trainer, "train", r, "--set", f'run.dir="{run}"', "--set", "training.steps=1000",
+            "--set", 'fault.inject=["setup_stall rank=0 ms=3000"]']
+        p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        end = time.time() + 60
+        while not os.path.exists(os.path.join(run, ".lock")) and time.time() < end and p.poll() is None:
+            time.sleep(0.05)
+        time.sleep(0.3)
+        t0 = time.time()
+        out = signal_and_wait(p, sig, 60)
+        took = time.time() - t0
+        steps = [l for l in out.splitlines() if l.startswith("step ")]
+        saved = glob.glob(os.path.join(run, "checkpoints", "step_*"))
+        ok = p.returncode == 75 and "received during set-up" in out and not steps and not saved and took < 15
+        check(ok, f"18 {sig.name} during set-up ({np_} rank(s)): exit {p.returncode} (75) {took:.1f} s after it, "
+                  f"{len(steps)} steps trained, {len(saved)} checkpoints")
+        if not ok:
+            print(out[-2000:])
+
+
+def catches(pid, sig):
+    """Whether process `pid` has a handler for `sig` (/proc's SigCgt mask)."""
+    try:
+        for line in open(f"/proc/{pid}/status"):
+            if line.startswith("SigCgt:"):
+                return bool(int(line.split()[1], 16) >> (sig - 1) & 1)
+    except OSError:
+        pass
+    return False
+
+
+def trainer_under(pid):
+    """The pid of a `trainer` process among `pid` and its descendants (mpirun's rank), else None."""
+    todo = [pid]
+    while todo:
+        p = todo.pop()
+        try:
+            if os.path.basename(open(f"/proc/{p}/cmdline", "rb").read().split(b"\0")[0]) == b"trainer":
+                return p
+            todo += [int(c) for c in open(f"/proc/{p}/task/{p}/children").read().split()]
+        except OSError:
+            pass
+    return None
+
+
+def case_early_signal(e):
+    """43.5 A stop signal while MPI comes up (the handlers used to be taken
+    after MPI_Init: the ranks died of the signal, exit 138, and supervise
+    passed that on). From the moment the trainer process runs its own code
+    (its handler shows in /proc's SigCgt), a stop through `mpirun -np 1
+    trainer train`, to `trainer train` alone, or to `trainer supervise`, at
+    once or 0.3 or 1 s later, ends with the requeue code 75. (Before the
+    process reaches main, while the loader maps the CUDA libraries, the
+    signal's default action still applies; under supervise that is 75 too.)"""
+    r = e.recipe("early_signal")
+    forms = [("mpirun -np 1 trainer train", [e.mpiexec, "-np", "1", e.trainer, "train", r], (signal.SIGUSR1,)),
+             ("trainer train", [e.trainer, "train", r], (signal.SIGUSR1, signal.SIGTERM)),
+             ("trainer supervise", [e.trainer, "supervise", r, "--set", "launch.ranks=1"],
+              (signal.SIGUSR1, signal.SIGTERM))]
+    n = 0
+    for label, cmd, sigs in forms:
+        for sig in sigs:
+            codes = []
+            for delay in (0, 0.3, 1.0):
+                n += 1
+                run = os.path.join(e.tmp, f"early_{n}")
+                p = subprocess.Popen(cmd + ["--set", f'run.dir="{run}"', "--set", "training.steps=100000"],
+                                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+                end = time.time() + 60
+                while time.time() < end and p.poll() is None:
+                    t = trainer_under(p.pid)
+                    if t and catches(t, sig):
+                        break
+                    time.sleep(0.002)
+                time.sleep(delay)
+                out = signal_and_wait(p, sig, 120)
+                codes.append(p.returncode)
+                if p.returncode != 75:
+                    print(f"{label}, {sig.name} {delay} s after its handler was up:\n{out[-1500:]}")
+            check(all(c == 75 for c in codes),
+                  f"43.5 {label}: {sig.name} at once, 0.3 and 1 s after the trainer process can take it: "
+                  f"exit {codes} (all 75)")
+
+
+def case_fifo_inputs(e):
+    """18 A FIFO in place of every kind of file the trainer reads (and of the
+    run files it appends to): refused by name or passed over, never waited
+    on (each command gets 30 s)."""
+    def fifo(path):
+        if os.path.lexists(path):
+            os.remove(path)
+        os.mkfifo(path)
+        return path
+
+    def attempt(label, cmd, want_rc, *words, env=None):
+        try:
+            code, out = e.sh(cmd, env=env, timeout=30)
+        except subprocess.TimeoutExpired:
+            code, out = None, "hung for 30 s"
+        ok = code in (want_rc if isinstance(want_rc, tuple) else (want_rc,)) and all(w in out for w in words)
+        check(ok, f"18 FIFO as {label}: exit {code}" + (f", naming {', '.join(words)}" if words else ""))
+        if not ok:
+            print(out[-1500:])
+
+    d = os.path.join(e.tmp, "fifo")
+    os.makedirs(d)
+    tok = os.path.join(ROOT, "third_party", "tokenizers")
+    doc = "/usr/share/common-licenses/GPL-3"
+    attempt("the SentencePiece model", [e.trainer, "data", "prepare", "--tokenizer", "sentencepiece:" + fifo(
+        os.path.join(d, "sp.model")), "--input", doc, "--output", os.path.join(d, "o1")], 3, "sp.model", "is a FIFO")
+    attempt("the tiktoken ranks file", [e.trainer, "data", "prepare", "--tokenizer", "gpt2:" + fifo(
+        os.path.join(d, "gpt2.tiktoken")), "--input", doc, "--output", os.path.join(d, "o2")], 3, "gpt2.tiktoken",
+        "is a FIFO")
+    data2 = os.path.join(d, "data")
+    shutil.copytree(e.data, data2)
+    fifo(os.path.join(data2, "data_info.json"))
+    r = e.recipe("fifo_data")
+    attempt("data_info.json beside the shards", [e.trainer, "train", r, "--set", f'data.train=["{data2}/train_*.bin"]',
+                                                 "--set", f'run.dir="{d}/run_data"'], 3, "data_info.json", "is a FIFO")
+    # A run with checkpoints at steps 5 and 10, then its files replaced by FIFOs one kind at a time.
+    r = e.recipe("fifo_run", run=os.path.join(d, "run"))
+    run, ck = os.path.join(d, "run"), os.path.join(d, "run", "checkpoints")
+    e.train(r, "--set", "training.steps=10")
+    fifo(os.path.join(ck, "latest"))
+    fifo(os.path.join(run, "heartbeat.tmp"))
+    attempt("checkpoints/latest, for trainer status", [e.trainer, "status", run], 0, "latest is a FIFO")
+    attempt("checkpoints/latest and heartbeat.tmp", [e.trainer, "train", r, "--set", "training.steps=12"], 0,
+            "resumed from " + os.path.join(ck, "step_00000010"))
+    fifo(os.path.join(ck, "step_00000012", "pp0_tp0.h5"))
+    attempt("a checkpoint shard (the older checkpoint is used)", [e.trainer, "train", r, "--set", "training.steps=14"],
+            0, "pp0_tp0.h5", "resumed from " + os.path.join(ck, "step_00000010"))
+    fifo(os.path.join(run, "metrics.jsonl"))
+    attempt("metrics.jsonl on resume", [e.trainer, "train", r, "--set", "training.steps=16"], 2, "metrics.jsonl",
+            "is a FIFO")
+    attempt("metrics.jsonl, for trainer status", [e.trainer, "status", run], 0)
+    attempt("metrics.jsonl, for trainer report", [e.trainer, "report", run, "--output", os.path.join(d, "r.html")], 0)
+    os.makedirs(os.path.join(run, "flight"), exist_ok=True)
+    fifo(os.path.join(run, "flight", "rank_00000.json"))
+    attempt("a flight recorder dump, for trainer diagnose", [e.trainer, "diagnose", run], 2, "rank_00000.json")
+    fifo(os.path.join(run, ".lock"))
+    attempt("the run directory's lock file", [e.trainer, "train", r, "--set", "training.steps=16"], 2, ".lock",
+            "is a FIFO")
+    cache = os.path.join(d, "cache")
+    os.makedirs(cache)
+    fifo(os.path.join(cache, "peak_gflops"))
+    attempt("the cached matrix-product peak (measured instead)",
+            [e.trainer, "train", r, "--set", "runtime.peak_gflops=0", "--set", f'run.dir="{d}/run_peak"',
+             "--set", "training.steps=2"], 0, env=dict(os.environ, TRAINER_CACHE_DIR=cache))
+    attempt("a machine profile", [e.trainer, "plan", r, "--ranks", "2", "--search", "--profile",
+                                  fifo(os.path.join(d, "profile.json"))], 2, "profile.json", "is a FIFO")
+    hf = os.path.join(d, "hf")
+    os.makedirs(hf)
+    fifo(os.path.join(hf, "config.json"))
+    attempt("a Hugging Face config.json", [e.trainer, "train", r, "--set", f'checkpoint.init_from="{hf}"',
+                                           "--set", f'run.dir="{d}/run_hf"'], 4, "config.json", "is a FIFO")
 
 
 def case_process_name(e):

@@ -205,6 +205,16 @@ def main():
                  env=env)
     check(json.load(open(out_json))["data"] == "synthetic" and "random tokens instead" in out,
           "smoke with the recipe's data missing: random tokens, said so")
+
+    # trainer bench against a peak far below the model's rate: MFU is against the rate itself (100%, said
+    # so), never above; at a peak far above it, the figure is the plain ratio.
+    for peak, want in ((0.001, 1.0), (1e6, None)):
+        _, out = run([trainer, "bench", DEMO_RECIPE, "--steps", "2", "--set", f"runtime.peak_gflops={peak}"] + sets)
+        rec = json.loads(out.strip().splitlines()[-1])
+        ratio = rec["model_gflops"] / peak
+        ok = (rec["mfu"] == want and "that peak is low" in out) if want else abs(rec["mfu"] - ratio) < 1e-9 * ratio
+        check(ok and rec["mfu"] <= 1.0, f"bench at runtime.peak_gflops = {peak}: MFU {100 * rec['mfu']:.4g}% "
+                                        f"({rec['model_gflops']:.1f} GFLOP/s model FLOPs)")
     finish("smoke")
 
 

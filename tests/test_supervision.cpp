@@ -519,8 +519,8 @@ TEST(MetricsLog, ReopeningStartsANewLineAfterAPartialOne) {
 
 // Stragglers: the last pipeline stage holds the LM head and is slower by
 // design; with one rank per stage it was named on every run. Each stage is
-// now held to its predicted share of the work; ranks of a stage with peers
-// are compared with those peers.
+// now held to its predicted share of the work at the fastest stage's rate, so
+// a whole slow stage is named too, and one slow rank against its peers.
 TEST(Stragglers, TheHeadsStageIsNotNamedForItsHeadAndASlowStageIs) {
   ModelConfig m;  // the demo's shape: 256-token vocabulary, 4 layers of width 128
   const std::vector<double> work = stage_work(m, 4);
@@ -537,14 +537,27 @@ TEST(Stragglers, TheHeadsStageIsNotNamedForItsHeadAndASlowStageIs) {
   const StragglerReport slow = judge_stragglers(ms, pp4, 1.5, work);
   ASSERT_EQ(slow.ranks, std::vector<double>{1});
   EXPECT_NEAR(slow.ratios[0], 2.0, 0.01);
-  // dp 3 x pp 2: a rank is compared with the two others of its stage.
+  // dp 3 x pp 2: one slow rank is named against the two others of its stage;
+  // a stage slow as a whole (every rank alike) against the other stage's rate.
   const GridShape dp3pp2{3, 2, 1};
+  const std::vector<double> work2 = stage_work(m, 2);
   std::vector<float> six(6);
-  for (int k = 0; k < 6; k++) six[k] = grid_coords(dp3pp2, k).pp == 1 ? 90.f : 50.f;
-  EXPECT_TRUE(judge_stragglers(six, dp3pp2, 1.5, even).ranks.empty()) << "stage peers, not all ranks";
+  for (int k = 0; k < 6; k++) six[k] = unit * (float)work2[grid_coords(dp3pp2, k).pp];
+  EXPECT_TRUE(judge_stragglers(six, dp3pp2, 1.5, work2).ranks.empty()) << "each stage at its predicted time";
+  std::vector<float> one = six;
   for (int k = 0; k < 6; k++)
-    if (grid_coords(dp3pp2, k).pp == 0 && grid_coords(dp3pp2, k).dp == 2) six[k] = 100.f;
-  EXPECT_EQ(judge_stragglers(six, dp3pp2, 1.5, even).ranks.size(), 1u);
+    if (grid_coords(dp3pp2, k).pp == 0 && grid_coords(dp3pp2, k).dp == 2) one[k] *= 2.f;
+  const StragglerReport peer = judge_stragglers(one, dp3pp2, 1.5, work2);
+  ASSERT_EQ(peer.ranks.size(), 1u);
+  EXPECT_EQ(grid_coords(dp3pp2, (int)peer.ranks[0]).dp, 2);
+  EXPECT_NEAR(peer.ratios[0], 2.0, 0.01);
+  std::vector<float> stage = six;
+  for (int k = 0; k < 6; k++)
+    if (grid_coords(dp3pp2, k).pp == 1) stage[k] *= 1.8f;
+  const StragglerReport whole = judge_stragglers(stage, dp3pp2, 1.5, work2);
+  ASSERT_EQ(whole.ranks.size(), 3u) << "the whole slow stage, though its ranks agree with each other";
+  for (double r : whole.ranks) EXPECT_EQ(grid_coords(dp3pp2, (int)r).pp, 1);
+  EXPECT_NEAR(whole.ratios[0], 1.8, 0.01);
 }
 
 }  // namespace

@@ -3,6 +3,7 @@
 
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <map>
 #include <string>
 #include <vector>
@@ -103,17 +104,8 @@ int cmd_export(const std::string& dir, int argc, char** argv) {
   return 0;
 }
 
-}  // namespace
-
-int cmd_ckpt(int argc, char** argv) {
-  if (argc < 2 || !std::strcmp(argv[0], "--help") || !std::strcmp(argv[0], "-h")) {
-    std::fputs(kCkptUsage, argc < 2 && !(argc == 1 && argv[0][0] == '-') ? stderr : stdout);
-    return argc < 2 && !(argc == 1 && argv[0][0] == '-') ? kExitUsage : 0;
-  }
-  const std::string cmd = argv[0];
-  if (cmd != "inspect" && cmd != "verify" && cmd != "export")
-    throw RecipeError("ckpt: unknown subcommand \"" + cmd + "\"\n" + kCkptUsage);
-  const std::string dir = find_checkpoint(argv[1]);
+// inspect, verify or export one step directory.
+int ckpt_command(const std::string& cmd, const std::string& dir, int argc, char** argv) {
   if (cmd == "inspect") {
     const TrainingState st = read_manifest(dir, false);
     std::printf("%s: step %ld, %llu samples consumed, AdamW step %ld, saved as dp %d x pp %d x tp %d by trainer %s\n",
@@ -147,8 +139,43 @@ int cmd_ckpt(int argc, char** argv) {
     std::printf("%s: ok (%zu tensors complete, every checksum matches)\n", dir.c_str(), t.size());
     return 0;
   }
-  if (cmd == "export") return cmd_export(dir, argc, argv);
-  throw RecipeError("ckpt: unknown subcommand \"" + cmd + "\"\n" + kCkptUsage);
+  return cmd_export(dir, argc, argv);
+}
+
+}  // namespace
+
+int cmd_ckpt(int argc, char** argv) {
+  if (argc < 2 || !std::strcmp(argv[0], "--help") || !std::strcmp(argv[0], "-h")) {
+    std::fputs(kCkptUsage, argc < 2 && !(argc == 1 && argv[0][0] == '-') ? stderr : stdout);
+    return argc < 2 && !(argc == 1 && argv[0][0] == '-') ? kExitUsage : 0;
+  }
+  const std::string cmd = argv[0];
+  if (cmd != "inspect" && cmd != "verify" && cmd != "export")
+    throw RecipeError("ckpt: unknown subcommand \"" + cmd + "\"\n" + kCkptUsage);
+  // A live run with checkpoint.keep may prune the step directory while it
+  // is read: that is said as such (not "not committed"), and when the path
+  // named the checkpoint directory or `latest`, the newest one is read instead.
+  for (int attempt = 0;; attempt++) {
+    const std::string dir = find_checkpoint(argv[1]);
+    try {
+      return ckpt_command(cmd, dir, argc, argv);
+    } catch (const CheckpointError&) {
+      // Its manifest was there when it was found; gone now (the pruning
+      // removes it with the rest): the directory was removed under us.
+      std::error_code ec;
+      if (std::filesystem::exists(dir + "/manifest", ec)) throw;
+      std::string newest;
+      try {
+        newest = find_checkpoint(argv[1]);
+      } catch (const UserError&) {
+      }
+      if (newest.empty() || newest == dir || attempt == 4)
+        throw CheckpointError(dir + " was removed while it was read (a live run's checkpoint.keep prunes older "
+                              "checkpoints); name the checkpoint directory to read the newest");
+      std::fprintf(stderr, "note: %s was removed while it was read (pruned by a live run); reading the newest\n",
+                   dir.c_str());
+    }
+  }
 }
 
 }  // namespace trainer

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "app/commands.h"
+#include "app/shell_words.h"
 #include "app/recipe.h"
 #include "report/run_files.h"
 #include "ckpt/checkpoint.h"
@@ -75,7 +76,9 @@ int cmd_status(int argc, char** argv) {
   const std::string ckpt_dir = !facts.checkpoint_dir.empty() && std::filesystem::exists(facts.checkpoint_dir)
                                    ? facts.checkpoint_dir
                                    : dir + "/checkpoints";
-  std::printf("run %s\n", dir.c_str());
+  // Paths as a shell would take them back (a run dir with spaces is quoted).
+  const std::string shown_dir = shell_quote(dir);
+  std::printf("run %s\n", shown_dir.c_str());
   if (files.unreadable > 0)
     std::printf("  note:       %d damaged or partial line(s) in the run's .jsonl files skipped\n", files.unreadable);
 
@@ -103,9 +106,9 @@ int cmd_status(int argc, char** argv) {
     std::printf("  heartbeat:  %s ago (after step %ld)\n", duration(wall_seconds() - beat_time).c_str(),
                 files.heartbeat_step);
   const std::string latest = latest_checkpoint(ckpt_dir);
-  std::printf("  checkpoint: %s\n", !latest.empty() ? latest.c_str()
+  std::printf("  checkpoint: %s\n", !latest.empty() ? shell_quote(latest).c_str()
                                      : ckpt_every == 0 ? "off (checkpoint.every = 0)"
-                                                       : ("none yet in " + ckpt_dir).c_str());
+                                                       : ("none yet in " + shell_quote(ckpt_dir)).c_str());
 
   // The trainer's own throughput reports, the newest (it writes them to events.jsonl too).
   std::vector<json> supervisor;
@@ -137,8 +140,9 @@ int cmd_status(int argc, char** argv) {
     }
   }
   const double made = mtime_seconds(dir + "/report.html");
-  std::printf("  report:     trainer report %s (charts, launches and events in one HTML page%s)\n", dir.c_str(),
-              made > 0 ? (": " + dir + "/report.html is " + duration(wall_seconds() - made) + " old").c_str() : "");
+  std::printf("  report:     trainer report %s (charts, launches and events in one HTML page%s)\n", shown_dir.c_str(),
+              made > 0 ? (": " + shell_quote(dir + "/report.html") + " is " + duration(wall_seconds() - made) + " old").c_str()
+                       : "");
   return kExitOk;
 }
 

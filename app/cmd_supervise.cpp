@@ -17,6 +17,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -34,10 +35,12 @@
 #include "app/recipe.h"
 #include "app/recipe_args.h"
 #include "app/resume.h"
+#include "app/shell_words.h"
 #include "runtime/errors.h"
 #include "runtime/self_exe.h"
 #include "runtime/flight_recorder.h"
 #include "runtime/metrics.h"
+#include "runtime/regular_file.h"
 #include "runtime/replace_file.h"
 #include "runtime/stop_signal.h"
 #include "runtime/utc_time.h"
@@ -67,25 +70,6 @@ const char* kSuperviseUsage =
 
 double now_s() { return wall_seconds(); }
 
-// Shell words: what can be pasted back into a shell to run the same command.
-std::string shell_quote(const std::string& w) {
-  if (!w.empty() && w.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-./=:,+@%") ==
-                        std::string::npos)
-    return w;
-  std::string q = "'";
-  for (char c : w) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
-  return q + "'";
-}
-
-std::string join(const std::vector<std::string>& v) {
-  std::string s;
-  for (const auto& x : v) {
-    if (!s.empty()) s += ' ';
-    s += shell_quote(x);
-  }
-  return s;
-}
-
 // What an exit code means, for the event log and the console.
 std::string meaning(int code) {
   switch (code) {
@@ -103,6 +87,16 @@ std::string meaning(int code) {
   }
   if (code > 128 && code < 128 + 65) return std::string("killed by signal ") + std::to_string(code - 128) + " (" + strsignal(code - 128) + ")";
   return "failure";
+}
+
+// The step in RUN_DIR/heartbeat (rank 0 writes it after every step); -1
+// when there is none.
+long heartbeat_step(const std::string& dir) {
+  const std::string path = dir + "/heartbeat";
+  long step = -1;
+  if (!not_regular_file(path).empty()) return step;
+  std::ifstream in(path);
+  return in >> step ? step : -1;
 }
 
 // A retry cannot fix a wrong recipe, bad data, an unusable checkpoint, a NaN
@@ -275,14 +269,26 @@ struct Supervisor {
   // Runs one launch to its end: forwards a stop signal, kills it when the
   // heartbeat stops.
   Outcome run_launch(int launch) {
-    events.write("start", launch, "launch " + std::to_string(launch) + ": " + join(command),
-                 JsonRecord().add("command", join(command)));
+    events.write("start", launch, "launch " + std::to_string(launch) + ": " + shell_join(command),
+                 JsonRecord().add("command", shell_join(command)));
     Outcome o;
     o.t0 = now_s();
     const pid_t pid = spawn(command, launch);
     int status = 0;
+    // The supervisor stopped with its job (`scontrol suspend`, gang
+    // scheduling, a paused VM) sees the heartbeat old when it comes back:
+    // that time is not a hang, so the heartbeat's age counts from then.
+    auto last_poll = std::chrono::steady_clock::now();
+    double resumed_at = 0;
     for (;;) {
       if (waitpid(pid, &status, WNOHANG) == pid) break;
+      const auto polled = std::chrono::steady_clock::now();
+      if (const double gap = std::chrono::duration<double>(polled - last_poll).count(); gap > 2.0) {
+        resumed_at = now_s();
+        events.write("resumed", launch, "the supervisor was stopped for " + std::to_string((int)gap) +
+                                            " s (a suspended job?): the heartbeat's age counts from now");
+      }
+      last_poll = polled;
       if (const int sig = stop_signal(); sig && !o.forwarded) {
         // The launcher passes SIGUSR1 on to every rank (mpirun and srun both
         // forward it); the ranks checkpoint at the next step boundary.
@@ -292,7 +298,7 @@ struct Supervisor {
                                            ": asking the job to checkpoint and stop",
                      JsonRecord().add("signal", sig));
       }
-      const double beat = std::max(o.t0, mtime_seconds(r.run.dir + "/heartbeat"));
+      const double beat = std::max({o.t0, resumed_at, mtime_seconds(r.run.dir + "/heartbeat")});
       const double hang_timeout = r.supervisor.hang_timeout;
       if (hang_timeout > 0 && now_s() - beat > hang_timeout) {
         if (const std::string why = run_dir_unwritable(r.run.dir); !why.empty()) {
@@ -347,6 +353,15 @@ struct Supervisor {
   int decide(int launch, const Outcome& o) {
     const int code = o.code;
     if (code == kExitOk) {
+      // training.exit_after ends a launch early by request: not finished.
+      if (const long at = heartbeat_step(r.run.dir); r.training.exit_after > 0 && at >= 0 && at < r.training.steps) {
+        events.write("paused", launch,
+                     "the job stopped at step " + std::to_string(at) + " of " + std::to_string(r.training.steps) +
+                         " (training.exit_after = " + std::to_string(r.training.exit_after) +
+                         "); the same command continues from its checkpoint",
+                     JsonRecord().add("step", at));
+        return kExitOk;
+      }
       events.write("done", launch, "training finished after " + std::to_string(launch + 1) + " launch(es)");
       return kExitOk;
     }
@@ -407,6 +422,9 @@ int cmd_supervise(int argc, char** argv) {
   std::vector<std::string> command = args.after_dashes;
   if (command.empty()) command = launch_command(r, args.recipe, args.overrides, ranks);
   ensure_writable_dir(r.run.dir, "[run] dir");
+  // Made now, so that it is locked from the first launch on (a lock needs
+  // the directory): else a stray run could take it during the first backoff.
+  if (r.checkpoint.saves()) ensure_writable_dir(r.checkpoint.dir, "[checkpoint] dir");
   // The supervisor owns the run's directories across all its launches; each
   // launch's rank 0 shares the lock through the token.
   RunDirLocks locks;

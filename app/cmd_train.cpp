@@ -18,6 +18,7 @@
 #include "engine/job.h"
 #include "engine/step_loop.h"
 #include "runtime/errors.h"
+#include "runtime/replace_file.h"
 #include "runtime/stop_signal.h"
 
 namespace trainer {
@@ -153,7 +154,13 @@ int set_up(Job& job, RunDirLocks& locks, int argc, char** argv, int rank, int si
   job.resumed_from = broadcast_string(job.resumed_from);
   return agree_on_failure(MPI_COMM_WORLD, [&] {
     check_fit(job.recipe, rank);
-    if (rank == 0) std::ofstream(job.recipe.run.dir + "/recipe.resolved.toml") << job.recipe_text;
+    // The resolved recipe is for people and `trainer status` (a checkpoint
+    // keeps its own): a failure to write it is a warning. replace_file also
+    // replaces a FIFO left in its place, which an open would block on.
+    if (rank == 0)
+      if (const std::string err = replace_file(job.recipe.run.dir + "/recipe.resolved.toml", job.recipe_text, false);
+          !err.empty())
+        std::fprintf(stderr, "warning: %s; the run goes on without it\n", err.c_str());
     set_up_job(job, rank, launch);
   });
 }

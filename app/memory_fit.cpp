@@ -60,7 +60,7 @@ std::string suggestions(const Recipe& r, int stage, bool writer, double avail) {
     a.runtime.deterministic_attention = false;
     consider(a, "runtime.deterministic_attention = false (no B x H x T^2 attention workspace; reruns differ in the last bits)");
   }
-  if (r.training.micro_batch > 1) {
+  if (r.training.micro_batch > 1 && r.training.global_batch / r.grid.dp <= Recipe::kMaxAccumSteps) {
     Recipe a = r;
     a.training.micro_batch = 1;
     consider(a, "training.micro_batch = 1 (global_batch stays; more accumulation)");

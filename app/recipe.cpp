@@ -330,12 +330,22 @@ void check_rules(Recipe& r, RecipeReader& rd, int world_size) {
 
   // [training], [optimizer]
   const TrainingSection& t = r.training;
-  if (t.global_batch % (t.micro_batch * r.grid.dp) != 0)
+  const long per_step = (long)t.micro_batch * r.grid.dp;  // both may be near 2^31
+  if (t.global_batch % per_step != 0)
     rd.fail("training", "global_batch",
             std::to_string(t.global_batch) + " is not divisible by micro_batch * dp = " +
                 std::to_string(t.micro_batch) + " * " + std::to_string(r.grid.dp) + " = " +
-                std::to_string(t.micro_batch * r.grid.dp) +
-                " (gradient accumulation needs a whole number of micro-batches per rank)");
+                std::to_string(per_step) + " (gradient accumulation needs a whole number of micro-batches per rank)");
+  if ((long)t.micro_batch * m.seq_len > Recipe::kMaxMicroBatchTokens)
+    rd.fail("training", "micro_batch",
+            std::to_string(t.micro_batch) + " x model.seq_len " + std::to_string(m.seq_len) + " = " +
+                std::to_string((long)t.micro_batch * m.seq_len) + " tokens in one micro-batch: more than " +
+                std::to_string(Recipe::kMaxMicroBatchTokens) + ", the most one tensor is indexed by");
+  if (r.accum_steps() > Recipe::kMaxAccumSteps)
+    rd.fail("training", "global_batch",
+            "global_batch / (micro_batch * dp) = " + std::to_string(r.accum_steps()) +
+                " micro-batches per step: more than " + std::to_string(Recipe::kMaxAccumSteps) +
+                " (raise training.micro_batch or parallel.dp)");
   if (r.schedule == ScheduleKind::Interleaved && r.accum_steps() % r.grid.pp != 0)
     rd.fail("training", "global_batch",
             "the interleaved schedule needs the micro-batches per step, global_batch / (micro_batch * dp) = " +
@@ -414,8 +424,19 @@ Recipe load_recipe(const std::string& path, const std::vector<std::string>& over
   for (const RecipeKey& k : recipe_keys()) {
     const toml::node* n = rd.node(k.section, k.name);
     KeyValue v = n ? rd.read(k, *n) : k.def(r, world_size);
-    if (n)
+    if (n) {
       if (const std::string why = k.check(v); !why.empty()) rd.fail(k.section, k.name, why);
+    } else if (k.type == KeyType::Int && !k.is_auto(v)) {
+      // A default computed from other keys that its field cannot hold (d_ff
+      // = 4 * d_model past 32 bits): the message names those keys, which the
+      // user did set. (Other defaults out of range are left to the rules
+      // below, which say why in the recipe's terms.)
+      const long i = std::get<long>(v);
+      if (i > k.int_max || i < -k.int_max - 1)
+        rd.fail(k.section, k.name, "not set, and its default " + k.default_text + " comes to " + std::to_string(i) +
+                                       ", more than its field holds (at most " + std::to_string(k.int_max) +
+                                       "); set " + k.full() + ", or change the keys its default comes from");
+    }
     k.set(r, v);
   }
   check_rules(r, rd, world_size);
@@ -432,6 +453,7 @@ Recipe load_recipe(const std::string& path, const std::vector<std::string>& over
 
 RunFacts read_run_facts(const std::string& path) {
   RunFacts f;
+  if (!not_regular_file(path).empty()) return f;  // a FIFO would block the read: no facts
   try {
     const toml::table t = toml::parse_file(path);
     f.steps = t["training"]["steps"].value_or<int64_t>(0);

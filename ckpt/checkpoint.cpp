@@ -3,6 +3,7 @@
 #include <zlib.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdlib>
 #include <cstdio>
 #include <cstring>
@@ -213,6 +214,23 @@ namespace {
 // fsync and its manifest line "file NAME BYTES CRC".
 std::string write_shard(const std::string& tmp_dir, const std::string& file_name, const SaveGroups& groups) {
   const std::string path = tmp_dir + "/" + file_name;
+  // Only finite numbers are committed: weights or AdamW state that an update
+  // overflowed would otherwise be resumed from, and rolled back to, as good.
+  for (const auto& [prefix, pieces] : groups)
+    for (const TensorPiece& p : pieces) {
+      uint32_t top = 0;  // the largest exponent field, 255 only for NaN and inf (an integer max vectorizes)
+      for (size_t i = 0; i < p.held(); i++) {
+        uint32_t bits;
+        std::memcpy(&bits, p.data + i, sizeof bits);
+        top = std::max(top, (bits >> 23) & 0xffu);
+      }
+      if (top < 0xffu) continue;
+      size_t at = 0;
+      while (std::isfinite(p.data[at])) at++;
+      throw CheckpointError(path + ": " + prefix + "/" + p.name + " holds " + (std::isnan(p.data[at]) ? "NaN" : "inf") +
+                            " (element " + std::to_string(at) + "): a checkpoint of non-finite weights or optimizer "
+                            "state is never committed; the newest committed checkpoint is the one to resume from");
+    }
   {
     const size_t bytes = shard_bytes(groups);
     // A save that cannot fit fails before it builds anything.
@@ -292,7 +310,16 @@ std::string commit(const std::string& dir, const TrainingState& st, int keep, Co
         throw CheckpointError(final_dir + ": cannot commit: " + std::strerror(errno));
       fsync_or_throw(dir, true);
       point("renamed");
-      write_atomically(dir + "/latest", step_name(st.step) + "\n");
+      // The step is committed now. `latest` is a pointer a resume does not
+      // need (it takes the newest step directory that verifies), so failing
+      // to write it is a warning, once, not a failed save; retention goes on.
+      if (const std::string e = replace_file(dir + "/latest", step_name(st.step) + "\n", true); !e.empty()) {
+        static bool warned = false;
+        if (!warned)
+          std::fprintf(stderr, "warning: checkpoint %s committed, but %s; a resume still finds it (the newest "
+                               "step directory that verifies). Said once.\n", final_dir.c_str(), e.c_str());
+        warned = true;
+      }
       point("latest_written");
       if (keep > 0) {
         // Older committed checkpoints beyond `keep`, oldest first. Only steps

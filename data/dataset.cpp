@@ -89,7 +89,7 @@ TokenDataset::TokenDataset(const std::vector<std::string>& files, int seq_len, i
     std::string names;
     for (const auto& f : files) names += (names.empty() ? "" : ", ") + f;
     throw DataError(names + ": fewer than seq_len+1 = " + std::to_string(T_ + 1) +
-                    " tokens in every shard; no training sample fits");
+                    " tokens in every shard: no sample fits");
   }
 }
 

@@ -28,8 +28,22 @@ StepLoop::Next StepLoop::on_bad_step(const StepStats& st, double median) {
   const char* key = st.nonfinite ? "training.on_nan" : "training.on_spike";
   const std::string what = describe_bad_step(st, median);
   if (policy == BadStep::Skip) {
-    if (lead_) std::fprintf(stderr, "warning: step %ld: %s; update skipped (%s = \"skip\")\n", st.step, what.c_str(), key);
-    return Next::Continue;  // the step and its batch count as done
+    // Skipping helps against a bad batch, not against weights an earlier
+    // update already made NaN or inf (an overflowing learning rate): then
+    // every later step is bad too, and the run would end with NaN weights.
+    double bad_weights = loop_.weights_finite() ? 0 : 1;
+    world_.allreduce_max(&bad_weights, 1);
+    if (bad_weights == 0) {
+      if (lead_) std::fprintf(stderr, "warning: step %ld: %s; update skipped (%s = \"skip\")\n", st.step, what.c_str(), key);
+      return Next::Continue;  // the step and its batch count as done
+    }
+    if (lead_)
+      std::fprintf(stderr,
+                   "error: step %ld: %s, and the weights themselves hold NaN or inf (an earlier update made them "
+                   "so): skipping batches cannot recover. Stopping; resume from the newest checkpoint in %s (a "
+                   "checkpoint of non-finite weights is never committed) with a lower optimizer.lr, or use %s = "
+                   "\"rollback\".\n", st.step, what.c_str(), r_.checkpoint.dir.c_str(), key);
+    return Next::Stop;
   }
   finish_async();
   const CheckpointSection& ck = r_.checkpoint;

@@ -30,7 +30,8 @@ Fault parse_one(const std::string& item, const std::string& where) {
   f.text = item;
   const char* usage =
       " (kinds: crash rank=R step=K | segv rank=R step=K | hang rank=R step=K | freeze rank=R step=K | slow rank=R ms=X [step=K] | nan step=K [rank=R] | "
-      "ckpt_kill point=P step=K | ckpt_hang rank=R step=K | bad_batch step=K | setup_stall rank=R ms=X; each may add "
+      "nan_weight step=K [rank=R] | ckpt_kill point=P step=K | ckpt_hang rank=R step=K | bad_batch step=K | "
+      "setup_stall rank=R ms=X; each may add "
       "launch=N or launch=all)";
   if (kind == "crash") f.kind = Fault::Crash;
   else if (kind == "segv") f.kind = Fault::Segv;
@@ -38,6 +39,7 @@ Fault parse_one(const std::string& item, const std::string& where) {
   else if (kind == "freeze") f.kind = Fault::Freeze;
   else if (kind == "slow") f.kind = Fault::Slow;
   else if (kind == "nan") f.kind = Fault::Nan;
+  else if (kind == "nan_weight") f.kind = Fault::NanWeight;
   else if (kind == "ckpt_kill") f.kind = Fault::CkptKill;
   else if (kind == "ckpt_hang") f.kind = Fault::CkptHang;
   else if (kind == "bad_batch") f.kind = Fault::BadBatch;
@@ -67,6 +69,7 @@ Fault parse_one(const std::string& item, const std::string& where) {
     case Fault::Slow:
     case Fault::SetupStall: need(has_rank && has_ms, "rank=R and ms=X"); break;
     case Fault::Nan:
+    case Fault::NanWeight:
     case Fault::BadBatch: need(has_step && f.step > 0, "step=K (K >= 1)"); break;
     case Fault::CkptKill:
       need(f.point == "shards_written" || f.point == "manifest_written" || f.point == "renamed" ||

@@ -11,6 +11,8 @@
 //   slow      rank=R ms=X [step=K]   rank R computes X ms longer per step (from step K)
 //   nan       step=K [rank=R]        a NaN enters rank R's gradients in step K (default rank 0),
 //                                    once per launch (a rollback does not meet it again)
+//   nan_weight step=K [rank=R]       after step K's update one of rank R's weights is NaN, as
+//                                    after an update that overflowed; once per launch
 //   ckpt_kill point=P step=K         every rank dies at commit point P of the save at step K
 //                                    (P: shards_written, manifest_written, renamed, latest_written)
 //   bad_batch step=K                 step K's batches arrive corrupted on every rank (target ids
@@ -28,7 +30,7 @@
 namespace trainer {
 
 struct Fault {
-  enum Kind { Crash, Segv, Hang, Freeze, Slow, Nan, BadBatch, CkptKill, CkptHang, SetupStall } kind = Crash;
+  enum Kind { Crash, Segv, Hang, Freeze, Slow, Nan, NanWeight, BadBatch, CkptKill, CkptHang, SetupStall } kind = Crash;
   int rank = 0;
   long step = 0;       // 0: every step (slow) / any step (ckpt_kill)
   double ms = 0;       // slow

@@ -12,6 +12,7 @@
 #include "ckpt/hdf5_tensors.h"
 #include "engine/device_comms.h"
 #include "runtime/crash_report.h"
+#include "runtime/errors.h"
 #include "runtime/peak_cache.h"
 #include "runtime/sgemm_peak.h"
 #include "runtime/stop_signal.h"
@@ -129,12 +130,19 @@ void Job::release() {
 
 namespace {
 // Plain entries: one source of all their files (each once). Named or
-// weighted entries: a source each, in the order written.
-Blend make_blend(Job& job, const std::vector<DataSource>& entries, const std::vector<std::string>& all_files) {
+// weighted entries: a source each, in the order written. `key` (data.train,
+// data.val) heads a data error, so a short validation shard is not taken for
+// the training data.
+Blend make_blend(Job& job, const char* key, const std::vector<DataSource>& entries,
+                 const std::vector<std::string>& all_files) {
   const ModelConfig& m = job.recipe.model;
   std::vector<BlendSource> sources;
   auto add = [&](const std::string& name, double weight, const std::vector<std::string>& files) {
-    job.datasets.push_back(std::make_unique<TokenDataset>(files, m.seq_len, m.vocab_size));
+    try {
+      job.datasets.push_back(std::make_unique<TokenDataset>(files, m.seq_len, m.vocab_size));
+    } catch (const DataError& e) {
+      throw DataError(std::string(key) + ": " + e.what());
+    }
     sources.push_back({name, weight, job.datasets.back().get()});
   };
   const bool named = std::any_of(entries.begin(), entries.end(),
@@ -151,8 +159,8 @@ Blend make_blend(Job& job, const std::vector<DataSource>& entries, const std::ve
 
 void set_up_job(Job& job, int rank, int launch) {
   const Recipe& r = job.recipe;
-  job.train = make_blend(job, r.data.train, r.data.train_files);
-  job.val = make_blend(job, r.data.val, r.data.val_files);
+  job.train = make_blend(job, "data.train", r.data.train, r.data.train_files);
+  job.val = make_blend(job, "data.val", r.data.val, r.data.val_files);
   job.launch = launch;
   job.faults = FaultPlan(r.faults, rank, launch);
   for (const Fault* f : job.faults.at(Fault::SetupStall, 0))

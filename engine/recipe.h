@@ -147,7 +147,10 @@ struct Recipe {
   // print; not part of the recipe.
   std::vector<std::string> warnings;
 
-  int accum_steps() const { return training.global_batch / (training.micro_batch * grid.dp); }
+  int accum_steps() const { return (int)(training.global_batch / ((long)training.micro_batch * grid.dp)); }
+  // The most micro-batches a step may take (the pipeline schedule lists each
+  // one), and the most tokens in one micro-batch (int32 indexes its tensors).
+  static constexpr long kMaxAccumSteps = 1048576, kMaxMicroBatchTokens = 2147483647;
   // ZeRO-1 in effect: asked for, and more than one data-parallel rank to shard over.
   bool zero_sharded() const { return zero_stage == 1 && grid.dp > 1; }
 };

@@ -144,6 +144,8 @@ double StepLoop::spike_median() const {
 StepStats StepLoop::one_step(double median) {
   loop_.set_loss_limit(median > 0 ? r_.training.spike_factor * median : std::numeric_limits<double>::infinity());
   StepStats st = loop_.step();
+  for (const Fault* x : job_.faults.at(Fault::NanWeight, st.step))
+    if (fired_once_.insert(x).second) loop_.poison_weights();
   job_.recorder->note_step(st.step);
   beat(st.step);
   if (!st.nonfinite && !st.spike) {

@@ -224,6 +224,17 @@ StepSums TrainLoop::read_sums() {
 
 double TrainLoop::grad_sumsq() { return read_sums().grad_sumsq; }
 
+void TrainLoop::poison_weights() {
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  be_.from_host(chunks_.front()->params().ref(), &nan, 1);
+}
+
+bool TrainLoop::weights_finite() {
+  double s = 0;  // a NaN or inf weight makes the sum of squares NaN or inf
+  for (auto& c : chunks_) s += be_.sumsq(c->params().ref(0).f32(), c->params().count());
+  return std::isfinite(s);
+}
+
 // The mean loss over the global batch from this rank's summed per-token
 // losses (nonzero on the last stage only): the same value on every rank.
 double TrainLoop::mean_loss(double loss_sum) {

@@ -104,6 +104,9 @@ class TrainLoop {
   std::vector<std::unique_ptr<Transformer>>& chunks() { return chunks_; }
   Transformer& model() { return *chunks_.front(); }
   double grad_sumsq();  // whole model, every tensor once
+  // Whether this rank's weights (every chunk's fp32 master parameters) are
+  // all finite. One pass over them: asked only after a non-finite step.
+  bool weights_finite();
   long steps_done() const { return step_; }
   // Stream position where the next unconsumed step starts (Loader::cursor,
   // also on pipeline stages that read no data and so build no loader).
@@ -139,6 +142,8 @@ class TrainLoop {
   // next step, before the data-parallel reduction; each step computes
   // extra_ms longer.
   void poison_next_step() { poison_ = true; }
+  // ... or one of this rank's weights becomes NaN now (an overflowed update).
+  void poison_weights();
   void set_extra_compute_ms(double ms) { extra_ms_ = ms; }
   // ... and the next step's batches arrive corrupted (every target id moved
   // by half the vocabulary, as garbled data would be): a real loss spike.

@@ -232,6 +232,7 @@ std::string run_state(const RunFiles& f, const ReportFacts& facts, long last_ste
   for (auto e = f.events.rbegin(); e != f.events.rend(); ++e) {
     const std::string k = field_text(*e, "event");
     if (k == "done") return "finished";
+    if (k == "paused") return "paused: " + field_text(*e, "message");
     if (k == "give_up") return "stopped: " + field_text(*e, "message");
     if (k == "preempted") return "preempted at step " + std::to_string(last_step) + " (requeue to go on)";
     if (k == "start") break;

@@ -25,8 +25,11 @@ std::string replace_file(const std::string& path, const std::string& text, bool 
   // Failures name the file the caller asked for (the one a user looks for),
   // the temporary copy it is written through in parentheses.
   const std::string tmp = path + ".tmp";
+  // Nothing is left behind on failure: the temporary copy goes too.
   auto failed = [&](const char* verb) {
-    return std::string(verb) + " " + path + " (through " + tmp + "): " + std::strerror(errno);
+    const std::string why = std::string(verb) + " " + path + " (through " + tmp + "): " + std::strerror(errno);
+    ::unlink(tmp.c_str());
+    return why;
   };
   ::unlink(tmp.c_str());  // a stale copy, or a FIFO someone left there, would be opened (and block)
   FILE* f = std::fopen(tmp.c_str(), "wx");

@@ -44,16 +44,31 @@ void Watchdog::run() {
   const auto period = std::chrono::milliseconds(timeout_s_ < 10 ? 100 : 500);
   int requests_seen = dump_requests_ ? dump_requests_() : 0;
   auto last_poll = std::chrono::steady_clock::now();
+  double resumed_at = 0;  // when the process last came back from being stopped (wall seconds)
   while (!stop_) {
     std::this_thread::sleep_for(period);
     // A poll that comes seconds late means the whole process was stopped
-    // (this thread included); the dump says so, since such a rank looks
-    // like its peers otherwise: inside the same call.
+    // (this thread included): SIGSTOP, `scontrol suspend`, gang scheduling,
+    // a paused VM. The dump says so, since such a rank looks like its peers
+    // otherwise (inside the same call); and the time stopped is not a hang:
+    // the timeout counts again from the moment the process came back. The
+    // recorder is dumped then all the same (the process carries on): a rank
+    // frozen alone is continued by the launcher just before it is killed,
+    // and that dump is how the diagnosis learns it was the frozen one.
     const auto polled = std::chrono::steady_clock::now();
     const double gap = std::chrono::duration<double>(polled - last_poll).count();
     last_poll = polled;
-    if (gap > std::max(2.0, 20 * std::chrono::duration<double>(period).count())) rec_.note_stall(gap);
-    const FlightRecorder::Status s = rec_.status();
+    if (gap > std::max(2.0, 20 * std::chrono::duration<double>(period).count())) {
+      rec_.note_stall(gap);
+      resumed_at = wall_seconds();
+      char why[160];
+      std::snprintf(why, sizeof why, "the process was stopped for %.1f s (SIGSTOP, a suspended job, a paused VM) "
+                                     "and carries on; its timeout counts again from now", gap);
+      dump(why);
+    }
+    FlightRecorder::Status s = rec_.status();
+    s.call_start = std::max(s.call_start, resumed_at);
+    s.last_progress = std::max(s.last_progress, resumed_at);
     const double now = wall_seconds();
     if (dump_requests_ && dump_requests_() != requests_seen) {
       requests_seen = dump_requests_();

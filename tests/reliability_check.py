@@ -19,7 +19,8 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from harness import check, failures  # noqa: E402
+import numpy  # noqa: E402
+from harness import check, failures, tensors  # noqa: E402
 
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
 
@@ -135,6 +136,21 @@ def case_lock(e):
     check(code == 2 and f"pid {sup.pid}" in out and sup.returncode == 75 and "trainer: tiny" in sup_out,
           "1 lock: while `trainer supervise` runs a job (which shares its lock), a second run exits 2 naming the "
           "supervisor; the supervised job trained and stopped with 75")
+    # 43.3 On a first run (no checkpoint directory yet) the supervisor makes and locks it before its
+    # first launch: a stray run on that checkpoint.dir, during the supervisor's first backoff, exits 2.
+    fresh = e.recipe("lock_fresh")
+    sup = subprocess.Popen([e.trainer, "supervise", fresh, "--set", "launch.ranks=1", "--set", "supervisor.backoff=20",
+                            "--set", 'fault.inject=["crash rank=0 step=3"]'],
+                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    events = os.path.join(e.tmp, "lock_fresh", "events.jsonl")
+    end = time.time() + 60
+    while time.time() < end and not (os.path.exists(events) and '"restart"' in open(events).read()):
+        time.sleep(0.1)
+    code, out = e.train(e.recipe("lock_stray"), "--set", f'checkpoint.dir="{e.tmp}/lock_fresh/checkpoints"')
+    sup.send_signal(signal.SIGTERM)
+    sup.communicate(timeout=120)
+    check(code == 2 and "in use by another run" in out and f"pid {sup.pid}" in out,
+          f"43.3 a stray run on a first supervised run's checkpoint.dir, during its first backoff: exit {code} (2)")
 
 
 def case_retention(e):
@@ -652,11 +668,20 @@ def case_fifo_inputs(e):
     fifo(os.path.join(ck, "latest"))
     fifo(os.path.join(run, "heartbeat.tmp"))
     attempt("checkpoints/latest, for trainer status", [e.trainer, "status", run], 0, "latest is a FIFO")
+    attempt("checkpoints/latest, for trainer ckpt verify", [e.trainer, "ckpt", "verify", ck], 0, "latest is a FIFO",
+            os.path.join(ck, "step_00000010") + ": ok")
     attempt("checkpoints/latest and heartbeat.tmp", [e.trainer, "train", r, "--set", "training.steps=12"], 0,
             "resumed from " + os.path.join(ck, "step_00000010"))
     fifo(os.path.join(ck, "step_00000012", "pp0_tp0.h5"))
     attempt("a checkpoint shard (the older checkpoint is used)", [e.trainer, "train", r, "--set", "training.steps=14"],
             0, "pp0_tp0.h5", "resumed from " + os.path.join(ck, "step_00000010"))
+    launches = os.path.join(run, "launches.jsonl")
+    os.rename(launches, launches + ".kept")  # put back after: the report below reads it
+    fifo(os.path.join(run, "recipe.resolved.toml"))
+    fifo(launches)
+    attempt("recipe.resolved.toml and launches.jsonl (replaced; passed over with a warning)",
+            [e.trainer, "train", r, "--set", "training.steps=15"], 0, "launches.jsonl is a FIFO", "done: 15 steps")
+    os.replace(launches + ".kept", launches)
     fifo(os.path.join(run, "metrics.jsonl"))
     attempt("metrics.jsonl on resume", [e.trainer, "train", r, "--set", "training.steps=16"], 2, "metrics.jsonl",
             "is a FIFO")
@@ -681,6 +706,170 @@ def case_fifo_inputs(e):
     fifo(os.path.join(hf, "config.json"))
     attempt("a Hugging Face config.json", [e.trainer, "train", r, "--set", f'checkpoint.init_from="{hf}"',
                                            "--set", f'run.dir="{d}/run_hf"'], 4, "config.json", "is a FIFO")
+    # supervise reads the flight recorders after a failed launch: a FIFO among them is passed over and the
+    # job restarted (it used to block in the FIFO's open for good).
+    q = os.path.join(d, "sup")
+    os.makedirs(os.path.join(q, "flight"))
+    fifo(os.path.join(q, "flight", "rank_00005.json"))
+    attempt("a flight recorder dump, for supervise after a crash",
+            [e.trainer, "supervise", r, "--set", f'run.dir="{q}"', "--set", "supervisor.backoff=0.5",
+             "--set", "launch.ranks=1", "--set", 'fault.inject=["crash rank=0 step=8"]'], 0, "restart 1")
+
+
+def case_latest_unwritable(e):
+    """43.7 checkpoints/latest that cannot be replaced (a directory in its
+    place here; `chattr +i` on a real disk): each save still commits, one
+    warning names latest, retention keeps `keep`, no latest.tmp is left,
+    `checkpoint.required` does not stop the run, and a resume takes the
+    newest step."""
+    r = e.recipe("latest_bad")
+    ck = os.path.join(e.tmp, "latest_bad", "checkpoints")
+    os.makedirs(os.path.join(ck, "latest", "x"))
+    for steps, required, want in ((20, "false", ["step_00000015", "step_00000020"]),
+                                  (30, "true", ["step_00000025", "step_00000030"])):
+        code, out = e.train(r, "--set", f"training.steps={steps}", "--set", "checkpoint.keep=2",
+                            "--set", f"checkpoint.required={required}")
+        warned = [l for l in out.splitlines() if l.startswith("warning: checkpoint") and "latest" in l]
+        resumed = steps == 20 or "resumed from " + os.path.join(ck, "step_00000020") in out
+        ok = (code == 0 and len(warned) == 1 and "committed" in warned[0] and steps_of(ck) == want
+              and not os.path.exists(os.path.join(ck, "latest.tmp")) and resumed)
+        check(ok, f"43.7 latest unwritable, checkpoint.required = {required}: exit {code}, {len(warned)} warning(s), "
+                  f"kept {steps_of(ck)}, latest.tmp left: {os.path.exists(os.path.join(ck, 'latest.tmp'))}")
+        if not ok:
+            print(out[-2000:])
+
+
+def case_nan_weights(e):
+    """43.10 Weights an update made NaN (fault nan_weight: after step 10's
+    update, as when a learning rate overflows): the save at step 10 is
+    refused ("holds NaN", never committed); with on_nan = "skip" the next
+    step's NaN loss finds the weights themselves NaN and the run stops
+    (exit 6) instead of skipping to the end; with "rollback" it rolls back to
+    step 5 and finishes. Every checkpoint left verifies and holds finite
+    numbers."""
+    for policy, want_code in (("skip", 6), ("rollback", 0)):
+        r = e.recipe("nan_weights_" + policy)
+        ck = os.path.join(e.tmp, "nan_weights_" + policy, "checkpoints")
+        code, out = e.train(r, "--set", f'training.on_nan="{policy}"', "--set", 'fault.inject=["nan_weight step=10"]')
+        refused = "holds NaN" in out and "never committed" in out
+        said = ("the weights themselves hold NaN" in out) if policy == "skip" else \
+            ("rolled back to " + os.path.join(ck, "step_00000005") in out and "done: 20 steps" in out)
+        good = all(verifies(e, os.path.join(ck, s)) for s in steps_of(ck))
+        finite = all(numpy.isfinite(t).all() for s in steps_of(ck) for t in tensors(os.path.join(ck, s)).values()
+                     if t.dtype.kind == "f")
+        # (after a rollback, step 10 is trained again and saved: finite then)
+        ok = (code == want_code and refused and said and good and finite
+              and (policy == "rollback" or "step_00000010" not in steps_of(ck)))
+        check(ok, f"43.10 NaN weights, on_nan = {policy}: exit {code} ({want_code}), save refused {refused}, "
+                  f"checkpoints {steps_of(ck)} verify {good} and are finite {finite}")
+        if not ok:
+            print(out[-2500:])
+
+
+def descendants(pid):
+    """pid and every process below it."""
+    out, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        out.append(p)
+        try:
+            todo += [int(c) for c in open(f"/proc/{p}/task/{p}/children").read().split()]
+        except OSError:
+            pass
+    return out
+
+
+def case_suspended(e):
+    """43.6 A job stopped whole (SIGSTOP to the supervisor, mpirun and both
+    ranks, as `scontrol suspend` does) for three times runtime.comm_timeout,
+    and past supervisor.hang_timeout, then continued: no watchdog fires, the
+    supervisor does not call it a hang, nothing restarts, and the losses are
+    those of an uninterrupted run."""
+    r = e.recipe("suspended")
+    sets = ["--set", "launch.ranks=2", "--set", "training.steps=40", "--set", "training.log_every=1",
+            "--set", "runtime.comm_timeout=3", "--set", "supervisor.hang_timeout=5",
+            "--set", 'fault.inject=["slow rank=0 ms=100 launch=all"]']
+    losses = {}
+    for name in ("suspended_quiet", "suspended_stopped"):
+        run = os.path.join(e.tmp, name)
+        p = subprocess.Popen([e.trainer, "supervise", r, *sets, "--set", f'run.dir="{run}"'],
+                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        if name == "suspended_stopped":
+            end = time.time() + 60
+            beat = os.path.join(run, "heartbeat")
+            def at_step():
+                try:
+                    return int(open(beat).read().split()[0])
+                except (OSError, IndexError, ValueError):
+                    return 0
+            while time.time() < end and at_step() < 10:
+                time.sleep(0.05)
+            procs = descendants(p.pid)
+            for q in procs:
+                os.kill(q, signal.SIGSTOP)
+            time.sleep(9)  # 3 x comm_timeout, past hang_timeout
+            for q in reversed(procs):
+                os.kill(q, signal.SIGCONT)
+        out = p.communicate(timeout=300)[0]
+        events = [json.loads(l)["event"] for l in open(os.path.join(run, "events.jsonl"))]
+        losses[name] = [json.loads(l)["loss"] for l in open(os.path.join(run, "metrics.jsonl")) if '"loss"' in l]
+        if name == "suspended_stopped":
+            ok = (p.returncode == 0 and events.count("start") == 1 and "hang" not in events
+                  and "watchdog" not in out and losses[name] == losses["suspended_quiet"] and len(losses[name]) == 40)
+            check(ok, f"43.6 a job stopped 9 s (comm_timeout 3 s, hang_timeout 5 s) and continued: exit "
+                      f"{p.returncode}, events {events}, {len(losses[name])} losses equal to an uninterrupted run's: "
+                      f"{losses[name] == losses['suspended_quiet']}")
+            if not ok:
+                print(out[-2500:])
+
+
+def case_exit_after_supervised(e):
+    """43.12 `training.exit_after` under supervise ends the launch before
+    training.steps: a `paused` event (not `done`), the report says paused;
+    the same command without it then finishes. The run directory has a
+    space in its name: `trainer status` prints it quoted, as a shell takes it."""
+    run = os.path.join(e.tmp, "exit after")
+    r = e.recipe("exit_after", run=run)
+    code, out = e.sh([e.trainer, "supervise", r, "--set", "launch.ranks=1", "--set", "training.exit_after=7"])
+    events = [json.loads(l) for l in open(os.path.join(run, "events.jsonl"))]
+    kinds = [ev["event"] for ev in events]
+    check(code == 0 and "paused" in kinds and "done" not in kinds and "step 7 of 20" in events[-1]["message"],
+          f"43.12 exit_after under supervise: exit {code}, events {kinds}, last: {events[-1]['message']}")
+    code, out = e.sh([e.trainer, "report", run, "--output", os.path.join(e.tmp, "exit_after.html")])
+    page = open(os.path.join(e.tmp, "exit_after.html")).read() if code == 0 else ""
+    check("paused: the job stopped at step 7 of 20" in page and ">finished<" not in page,
+          "43.12 the report says paused, not finished")
+    code, out = e.sh([e.trainer, "status", run])
+    check(code == 0 and f"run '{run}'" in out and f"trainer report '{run}'" in out,
+          "43.12 trainer status quotes a run directory with a space: " +
+          next((l for l in out.splitlines() if l.startswith("run ")), out[-300:]))
+    code, out = e.sh([e.trainer, "supervise", r, "--set", "launch.ranks=1"])
+    kinds = [json.loads(l)["event"] for l in open(os.path.join(run, "events.jsonl"))]
+    check(code == 0 and kinds[-1] == "done", f"43.12 the same command without exit_after finishes: {kinds[-3:]}")
+
+
+def case_verify_during_pruning(e):
+    """43.12 `trainer ckpt verify CKPT_DIR` while a live run saves every step
+    with checkpoint.keep = 1 (each step directory pruned soon after it is
+    written): a checkpoint removed while it is read is said to be so and
+    the newest is read instead; never "not committed". 30 verifies."""
+    r = e.recipe("pruning")
+    ck = os.path.join(e.tmp, "pruning", "checkpoints")
+    p = subprocess.Popen([e.trainer, "train", r, "--set", "training.steps=100000", "--set", "checkpoint.every=1",
+                          "--set", "checkpoint.keep=1", "--set", 'fault.inject=["slow rank=0 ms=100"]'],
+                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    end = time.time() + 60
+    while time.time() < end and len(steps_of(ck)) == 0:
+        time.sleep(0.1)
+    codes, bad = [], ""
+    for _ in range(30):
+        code, out = e.sh([e.trainer, "ckpt", "verify", ck])
+        codes.append(code)
+        if code != 0:
+            bad = out[-800:]
+    p.kill()
+    p.wait()
+    check(all(c == 0 for c in codes), f"43.12 ckpt verify during pruning: {codes.count(0)} of 30 exit 0 {bad}")
 
 
 def case_process_name(e):

@@ -148,6 +148,36 @@ TEST_F(RecipeErrors, AnEvaluationThatWrapsSaysSoOnce) {
   EXPECT_EQ(evals, 3);
 }
 
+// Sizes past what one tensor or one schedule can hold are refused from the
+// recipe (exit 2, naming the key), before anything is built; a size that is
+// merely too large for memory is refused by the memory check, whose advice
+// never tries a step of more than 2^20 micro-batches (it used to build that
+// schedule: std::bad_alloc, exit 1).
+TEST_F(RecipeErrors, HugeBatchesAreRefusedNotAllocated) {
+  const std::string p = write(base());
+  expect_error(train(p, "--set training.micro_batch=1000000000 --set training.global_batch=2000000000"), 2,
+               {"[training] micro_batch", "16000000000 tokens in one micro-batch"});
+  expect_error(train(p, "--set training.micro_batch=1 --set training.global_batch=2000000000"), 2,
+               {"[training] global_batch", "1000000000 micro-batches per step", "more than 1048576"});
+  const Outcome plan = run(std::string(TRAINER_BIN) + " plan " + p +
+                           " --ranks 2 --set training.micro_batch=2147483647 --set training.global_batch=2147483647");
+  EXPECT_EQ(plan.code, 2) << plan.out;
+  EXPECT_EQ(plan.out.find("internal error"), std::string::npos) << plan.out;
+  const Outcome big = train(p, "--set training.micro_batch=60000000 --set training.global_batch=120000000");
+  expect_error(big, 2, {"needs", "per rank", "Try:"});
+  EXPECT_EQ(big.out.find("training.micro_batch = 1 "), std::string::npos) << big.out;
+}
+
+// A validation shard too short for one window is named as data.val, not
+// taken for the training data.
+TEST_F(RecipeErrors, AShortValidationShardIsNamedAsSuch) {
+  const std::string val = dir_ + "/short_val.bin";
+  write_token_shard(val, std::vector<uint32_t>(10, 65));
+  const Outcome o = train(write(base()), "--set 'data.val=[\"" + val + "\"]'");
+  expect_error(o, 3, {"data.val: " + val, "fewer than seq_len+1 = 17 tokens"});
+  EXPECT_EQ(o.out.find("training sample"), std::string::npos) << o.out;
+}
+
 TEST_F(RecipeErrors, UnknownKeySuggestsNearest) {
   const std::string p = write(edit(base(), "steps = 2", "stpes = 2"));
   expect_error(train(p), 2, {p + ":15:", "[training] stpes", "unknown key", "did you mean \"steps\""});
@@ -299,6 +329,16 @@ TEST_F(RecipeErrors, ANumberOutOfRangeInFp32IsRefused) {
   expect_error(train(p, "--set training.grad_clip=1e300"), 2, {"training.grad_clip", "is inf there"});
   // Doubles and the largest beta that stays below 1 in fp32 are untouched.
   EXPECT_EQ(train(p, "--set optimizer.beta2=0.9999999 --set training.steps=1").code, 0);
+}
+
+// A default computed from other keys that leaves its range (d_ff = 4 *
+// d_model past 32 bits) is refused naming the key as not set and the
+// default's formula, so the user looks at d_model, which they did set.
+TEST_F(RecipeErrors, ADefaultOutOfRangeNamesWhatItComesFrom) {
+  const std::string p = write(edit(base(), "d_ff = 64\n", ""));
+  expect_error(train(p, "--set model.d_model=1073741824 --set model.n_heads=1"), 2,
+               {"[model] d_ff: not set, and its default 4 * d_model comes to 4294967296", "at most 2147483647",
+                "set model.d_ff, or change the keys its default comes from"});
 }
 
 // model.rope_scaling: types the trainer does not implement, unknown or

@@ -19,6 +19,7 @@
 #include "app/commands.h"
 #include "app/mpi_command.h"
 #include "app/layout_candidates.h"
+#include "app/output_guard.h"
 #include "app/memory_fit.h"
 #include "app/recipe_args.h"
 #include "app/scratch_run.h"
@@ -38,7 +39,7 @@ namespace {
 
 const char* kCalibrateUsage =
     "usage: [mpirun -np N] trainer calibrate RECIPE.toml [--set section.key=value ...]\n"
-    "                                       [--output FILE] [--ranks N] [--all-precisions]\n"
+    "                                       [--output FILE [--force]] [--ranks N] [--all-precisions]\n"
     "  Measures what the cost model of `trainer plan --search` and `trainer smoke`\n"
     "  needs on this machine and backend (a minute or two), and writes it as a machine\n"
     "  profile (JSON, default machine_profile.json):\n"
@@ -59,7 +60,9 @@ const char* kCalibrateUsage =
     "    layout with the most pipeline actions per step (2 stages, micro-batch 1,\n"
     "    interleaved if the layers allow): what an action costs beyond its ops\n"
     "  - writing and fsyncing a 64 MB file beside FILE (checkpoint bandwidth)\n"
-    "  --all-precisions: time the ops in fp32 and bf16, for plan --search --all-precisions.\n";
+    "  --all-precisions: time the ops in fp32 and bf16, for plan --search --all-precisions.\n"
+    "  --output replaces an existing file only when it is an earlier machine profile\n"
+    "  (--force: any file), and never goes inside a checkpoint directory (exit 2).\n";
 
 // Above this spread between passes of the same work, calibrate warns.
 constexpr double kSpeedVariationWarning = 0.25;
@@ -224,9 +227,13 @@ void describe(const MachineProfile& p, const std::string& path, double seconds) 
                 100 * p.speed_variation);
 }
 
+std::string profile_path(const RecipeArgs& args) {
+  return args.has("--output") ? args.options.at("--output") : "machine_profile.json";
+}
+
 int calibrate(const RecipeArgs& args, int rank, int size) {
   const auto t0 = std::chrono::steady_clock::now();
-  const std::string out = args.has("--output") ? args.options.at("--output") : "machine_profile.json";
+  const std::string out = profile_path(args);
   const int ranks = (int)args.integer("--ranks", size, 1);
   const Recipe r = load_recipe(args.recipe, args.overrides, 0, false);
   const int per_node = ranks_on_node();
@@ -290,8 +297,10 @@ int calibrate(const RecipeArgs& args, int rank, int size) {
 
 int cmd_calibrate(int argc, char** argv) {
   const RecipeArgs args =
-      parse_recipe_args({"calibrate", kCalibrateUsage, {"--all-precisions"}, {"--output", "--ranks"}}, argc, argv);
+      parse_recipe_args({"calibrate", kCalibrateUsage, {"--all-precisions", "--force"}, {"--output", "--ranks"}}, argc, argv);
   if (args.help) return std::fputs(kCalibrateUsage, stdout), kExitOk;
+  // Before minutes of measuring: where the profile goes (every process checks the same path).
+  check_output_path(profile_path(args), "machine profile", args.has("--force"), is_machine_profile);
   return run_under_mpi([&](int rank, int size) { return calibrate(args, rank, size); });
 }
 

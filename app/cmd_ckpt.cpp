@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "app/commands.h"
+#include "app/output_guard.h"
 #include "app/recipe.h"
 #include "data/dataset.h"
 #include "data/hf_tokenizer.h"
@@ -24,7 +25,7 @@ namespace {
 const char* kCkptUsage =
     "usage: trainer ckpt inspect PATH              layout, step, files and tensors\n"
     "       trainer ckpt verify PATH               every checksum, and every tensor complete\n"
-    "       trainer ckpt export PATH --output F.h5 [--dtype fp32|bf16]\n"
+    "       trainer ckpt export PATH --output F.h5 [--dtype fp32|bf16] [--force]\n"
     "                                              one HDF5 file, Hugging Face names; fp32 (default)\n"
     "                                              or rounded to bf16 (an HDF5 float type of its own)\n"
     "       trainer ckpt export PATH --format hf --output DIR [--dtype fp32|bf16] [--shard-mb N]\n"
@@ -33,7 +34,9 @@ const char* kCkptUsage =
     "                                              an index past that); from_pretrained(DIR) loads it\n"
     "  PATH: a step directory (run/checkpoints/step_00000100), a checkpoint directory\n"
     "  (its `latest`, else its newest step) or its `latest` file. Exit 4 when the\n"
-    "  checkpoint is broken or PATH is not a checkpoint, or the export cannot be written.\n";
+    "  checkpoint is broken or PATH is not a checkpoint, or the export cannot be written.\n"
+    "  --output never goes inside a checkpoint directory, and replaces an existing file\n"
+    "  only when it is an earlier HDF5 export (--force: any file). Exit 2 otherwise.\n";
 
 
 std::string join(const std::vector<int>& v) {
@@ -61,9 +64,11 @@ std::string data_tokenizer(const Recipe& r) {
 int cmd_export(const std::string& dir, int argc, char** argv) {
   std::string out, dtype = "fp32", format = "h5";
   double shard_mb = 5000;
+  bool force = false;
   for (int i = 2; i < argc; i++) {
     const bool has = i + 1 < argc;
     if (!std::strcmp(argv[i], "--output") && has) out = argv[++i];
+    else if (!std::strcmp(argv[i], "--force")) force = true;
     else if (!std::strcmp(argv[i], "--dtype") && has) dtype = argv[++i];
     else if (!std::strcmp(argv[i], "--format") && has) format = argv[++i];
     else if (!std::strcmp(argv[i], "--shard-mb") && has) shard_mb = std::strtod(argv[++i], nullptr);
@@ -75,6 +80,8 @@ int cmd_export(const std::string& dir, int argc, char** argv) {
   if (format != "h5" && format != "hf")
     throw RecipeError("ckpt export --format must be h5 or hf, got \"" + format + "\"\n" + kCkptUsage);
   if (!(shard_mb > 0 && shard_mb < 1e9)) throw RecipeError("ckpt export --shard-mb must be a number > 0");
+  if (format == "h5") check_output_path(out, "HDF5 export", force, is_hf_h5_export);
+  else check_outside_checkpoints(out, "Hugging Face export");  // export_hf_dir wants a new or empty directory
   read_manifest(dir, true);
   const Recipe rec = recipe_of_checkpoint(dir);
   const ModelConfig& m = rec.model;
@@ -155,8 +162,8 @@ int cmd_ckpt(int argc, char** argv) {
   // A live run with checkpoint.keep may prune the step directory while it
   // is read: that is said as such (not "not committed"), and when the path
   // named the checkpoint directory or `latest`, the newest one is read instead.
+  std::string dir = find_checkpoint(argv[1]);
   for (int attempt = 0;; attempt++) {
-    const std::string dir = find_checkpoint(argv[1]);
     try {
       return ckpt_command(cmd, dir, argc, argv);
     } catch (const CheckpointError&) {
@@ -174,6 +181,7 @@ int cmd_ckpt(int argc, char** argv) {
                               "checkpoints); name the checkpoint directory to read the newest");
       std::fprintf(stderr, "note: %s was removed while it was read (pruned by a live run); reading the newest\n",
                    dir.c_str());
+      dir = newest;
     }
   }
 }

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "app/commands.h"
+#include "app/output_guard.h"
 #include "app/recipe.h"
 #include "engine/layout.h"
 #include "model/memory_plan.h"
@@ -22,7 +23,7 @@ namespace trainer {
 namespace {
 
 const char* kReportUsage =
-    "usage: trainer report RUN_DIR [--output FILE.html]\n"
+    "usage: trainer report RUN_DIR [--output FILE.html] [--force]\n"
     "  One self-contained HTML page about a run (charts drawn as inline SVG; no scripts,\n"
     "  nothing fetched from the network): loss and validation loss against step and\n"
     "  tokens, learning rate, gradient norm, tokens/s, MFU, where the step time goes,\n"
@@ -30,8 +31,9 @@ const char* kReportUsage =
     "  supervisor's events, checkpoints, skipped updates and stragglers on a time axis.\n"
     "  Reads RUN_DIR's metrics.jsonl, launches.jsonl, events.jsonl, heartbeat and\n"
     "  recipe.resolved.toml; safe while the run goes on (run it again to refresh).\n"
-    "  --output: where to write it (default RUN_DIR/report.html).\n"
-    "  Exit 0; 2 when RUN_DIR is not a run directory or the page cannot be written.\n";
+    "  --output: where to write it (default RUN_DIR/report.html): never inside a checkpoint\n"
+    "  directory, and over an existing file only when it is an earlier report (--force: any file).\n"
+    "  Exit 0; 2 when RUN_DIR is not a run directory or the page cannot be written there.\n";
 
 std::string join_sources(const std::vector<DataSource>& v) {
   std::string s;
@@ -85,10 +87,12 @@ void add_recipe_facts(const Recipe& r, ReportFacts& f) {
 
 int cmd_report(int argc, char** argv) {
   std::string dir, out;
+  bool force = false;
   for (int i = 0; i < argc; i++) {
     const std::string a = argv[i];
     if (a == "--help" || a == "-h") return std::fputs(kReportUsage, stdout), kExitOk;
     if (a == "--output" && i + 1 < argc) out = argv[++i];
+    else if (a == "--force") force = true;
     else if (a.rfind("--", 0) != 0 && dir.empty()) dir = a;
     else {
       std::fprintf(stderr, "error: unexpected argument '%s'\n%s", a.c_str(), kReportUsage);
@@ -97,6 +101,7 @@ int cmd_report(int argc, char** argv) {
   }
   if (dir.empty()) return std::fputs(kReportUsage, stderr), kExitUsage;
   if (out.empty()) out = dir + "/report.html";
+  check_output_path(out, "run report", force, is_run_report);
   const RunFiles files = read_run_files(dir);
   if (files.metrics.empty() && files.events.empty() && files.launches.empty()) {
     std::fprintf(stderr, "error: %s has no metrics.jsonl, launches.jsonl or events.jsonl: not a run directory "

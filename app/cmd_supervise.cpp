@@ -237,6 +237,7 @@ struct Supervisor {
     bool hung = false;
     bool no_space = false;  // the heartbeat stopped because run.dir cannot be written
     int forwarded = 0;  // the stop signal passed on to the job
+    double forwarded_at = 0;
     double t0 = 0;
   };
 
@@ -289,10 +290,18 @@ struct Supervisor {
                                             " s (a suspended job?): the heartbeat's age counts from now");
       }
       last_poll = polled;
+      if (o.forwarded && now_s() - o.forwarded_at > 2) {
+        // Again until the job ends: a launcher that is still starting its
+        // ranks forwards the signal to none of them (the ranks take it as
+        // often as it comes; they stop once).
+        kill(pid, SIGUSR1);
+        o.forwarded_at = now_s();
+      }
       if (const int sig = stop_signal(); sig && !o.forwarded) {
         // The launcher passes SIGUSR1 on to every rank (mpirun and srun both
         // forward it); the ranks checkpoint at the next step boundary.
         o.forwarded = sig;
+        o.forwarded_at = now_s();
         kill(pid, SIGUSR1);
         events.write("signal", launch, std::string("received ") + strsignal(sig) +
                                            ": asking the job to checkpoint and stop",

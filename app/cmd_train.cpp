@@ -194,6 +194,7 @@ int train_job(int argc, char** argv, int rank, int size) {
   RunDirLocks locks;  // rank 0: this run owns run.dir and checkpoint.dir
   int code = set_up(job, locks, argc, argv, rank, size, launch);
   if (code == 0) {
+    job.locks = {&locks.run, &locks.ckpt};
     start_watchdog(job, rank);
     code = run_step_loop(job);
   }

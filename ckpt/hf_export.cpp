@@ -179,6 +179,15 @@ void export_hf(const std::map<std::string, GlobalTensor>& t, const ModelConfig& 
   }
 }
 
+bool is_hf_h5_export(const std::string& path) {
+  try {
+    H5File f(path, H5File::Read);
+    return f.has_attr("/", "config.json");
+  } catch (const CheckpointError&) {
+    return false;  // not HDF5, or unreadable: not ours to replace
+  }
+}
+
 std::vector<std::string> export_hf_dir(
     const std::map<std::string, GlobalTensor>& t, const ModelConfig& m, const std::string& out_dir, DType dtype,
     size_t max_shard_bytes, const std::function<std::vector<std::string>(const std::string& dir)>& extra) {

@@ -28,6 +28,10 @@ std::map<std::string, GlobalTensor> assemble_checkpoint(const std::string& step_
 void export_hf(const std::map<std::string, GlobalTensor>& t, const ModelConfig& m, const std::string& out_path,
                DType dtype = DType::F32);
 
+// Whether `path` is a file export_hf wrote (HDF5 with the config.json root
+// attribute): what `ckpt export --output` may replace without --force.
+bool is_hf_h5_export(const std::string& path);
+
 // A Hugging Face model directory that transformers' from_pretrained loads
 // as it is: config.json (GPT2Config / LlamaConfig) and model.safetensors, or
 // shards of at most max_shard_bytes with model.safetensors.index.json. The

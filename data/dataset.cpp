@@ -107,6 +107,7 @@ void TokenDataset::read_sample(size_t k, int32_t* inputs, int32_t* targets) cons
     if (t < T_) inputs[t] = (int32_t)tok;
     if (t > 0) targets[t - 1] = (int32_t)tok;
   }
+  s.check_unchanged();
 }
 
 }  // namespace trainer

@@ -12,6 +12,7 @@
 
 #include "data/shard_writer.h"
 #include "runtime/errors.h"
+#include "runtime/mapped_reads.h"
 #include "runtime/regular_file.h"
 
 namespace trainer {
@@ -73,6 +74,22 @@ void TokenShard::map(const std::string& file, size_t min_bytes, const char* what
     throw DataError(file + ": cannot map " + what + ": " + std::strerror(errno));
   }
   map_bytes_ = bytes;
+  watch_ = watch_mapping(map_, bytes);
+}
+
+void TokenShard::unmap() {
+  unwatch_mapping(watch_);
+  watch_ = -1;
+  if (map_) ::munmap(map_, map_bytes_);
+  map_ = nullptr;
+}
+
+void TokenShard::check_unchanged() const {
+  if (mapping_lost(watch_))
+    throw DataError(path_ + ": the file shrank while the run read it (it was rewritten or truncated in place), so "
+                    "the tokens read past its new end are gone; never change a shard under a running job: write "
+                    "new data under new names (`trainer data prepare --output` a new directory) and resume from "
+                    "the newest checkpoint");
 }
 
 void TokenShard::open_llmc() {
@@ -159,8 +176,7 @@ void TokenShard::open_megatron(const std::string& prefix) {
   }
   if (D == 0 || read_at<int64_t>(p, doc_at) != 0 || read_at<uint64_t>(p, doc_at + (D - 1) * 8) != S)
     throw bad(doc_at, "the document index must start at 0 and end at the sequence count " + std::to_string(S));
-  ::munmap(map_, map_bytes_);
-  map_ = nullptr;
+  unmap();
   path_ = bin_path;
   megatron_ = true;
   header_bytes_ = 0;
@@ -200,14 +216,13 @@ uint32_t TokenShard::max_token(size_t* where) const {
 TokenShard::TokenShard(TokenShard&& o) noexcept
     : path_(std::move(o.path_)), map_(o.map_), map_bytes_(o.map_bytes_), data_(o.data_), count_(o.count_),
       header_bytes_(o.header_bytes_), documents_(o.documents_), width_(o.width_), version_(o.version_),
-      signed_(o.signed_), megatron_(o.megatron_) {
+      signed_(o.signed_), megatron_(o.megatron_), watch_(o.watch_) {
   o.map_ = nullptr;
   o.map_bytes_ = 0;
+  o.watch_ = -1;
 }
 
-TokenShard::~TokenShard() {
-  if (map_) ::munmap(map_, map_bytes_);
-}
+TokenShard::~TokenShard() { unmap(); }
 
 void write_token_shard(const std::string& path, const std::vector<uint32_t>& tokens) {
   const std::string base = path.size() > 4 && path.compare(path.size() - 4, 4, ".bin") == 0 ? path.substr(0, path.size() - 4) : "";

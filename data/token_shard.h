@@ -57,9 +57,14 @@ class TokenShard {
   uint32_t max_token(size_t* where = nullptr) const;
   // Byte offset in path() of token i (for error messages).
   size_t byte_offset(size_t i) const { return header_bytes_ + i * width_; }
+  // Throws DataError naming the file when it shrank under the mapping since
+  // it was opened (rewritten or truncated in place): what was read past its
+  // new end is zeros (runtime/mapped_reads.h). Readers call it after reading.
+  void check_unchanged() const;
 
  private:
   void map(const std::string& file, size_t min_bytes, const char* what);
+  void unmap();
   void open_llmc();
   void open_megatron(const std::string& prefix);
 
@@ -70,6 +75,7 @@ class TokenShard {
   size_t count_ = 0, header_bytes_ = kShardHeaderBytes, documents_ = 0;
   int width_ = 2, version_ = 0;
   bool signed_ = false, megatron_ = false;
+  int watch_ = -1;  // runtime/mapped_reads.h's handle for map_
 };
 
 // The Megatron prefix a path names ("x", "x.bin" or "x.idx" with both files

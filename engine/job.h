@@ -4,6 +4,7 @@
 // loop, engine/step_loop.h, runs it), and the job-wide MPI helpers both use.
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "data/blend.h"
 #include "data/dataset.h"
@@ -13,6 +14,7 @@
 #include "parallel/process_grid.h"
 #include "runtime/backend.h"
 #include "runtime/flight_recorder.h"
+#include "runtime/run_lock.h"
 #include "runtime/metrics.h"
 #include "runtime/peer_probe.h"
 #include "runtime/watchdog.h"
@@ -38,6 +40,7 @@ struct Job {
   std::string peak_cache_key;  // set when the peak came from (or went into) the cache
   std::string resumed_from;  // checkpoint step directory, or empty
   long resumed_step = -1;
+  std::vector<const RunLock*> locks;  // rank 0: the run's directory locks, checked before each heartbeat
 
   // Users of the backend and communicators go first.
   void release();

@@ -85,6 +85,7 @@ int StepLoop::preemption_signal() {
 int StepLoop::save_for_preemption(int sig) {
   try {
     phase("preemption checkpoint", loop_.steps_done());
+    if (lead_) check_locks();
     finish_async();
     const long at = loop_.steps_done();
     std::string where = "(already saved)";
@@ -185,11 +186,20 @@ void StepLoop::phase(const char* what, long step) {
 
 // Rank 0 touches <run.dir>/heartbeat after every step: `trainer supervise`
 // reads its age to find a hung job (and tells a full disk from a hang).
+// First it checks that the run still owns its directories: a deleted .lock
+// lets a second run in, and the saves and metrics after this step would
+// interleave with its (runtime/run_lock.h).
 void StepLoop::beat(long step) {
   if (!lead_) return;
+  check_locks();
   const std::string err = replace_file(r_.run.dir + "/heartbeat",
                                        std::to_string(step) + " " + std::to_string(wall_seconds()) + "\n", false);
   if (!err.empty()) run_file_unwritable(err);
+}
+
+void StepLoop::check_locks() {
+  for (const RunLock* lock : job_.locks)
+    if (const std::string why = lock->lost(); !why.empty()) abort_job(kExitUsage, why);
 }
 
 // A run file (metrics, heartbeat) could not be written: the same policy as a

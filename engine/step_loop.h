@@ -79,6 +79,7 @@ class StepLoop {
   void committed(const std::string& where);
   void phase(const char* what, long step);
   void beat(long step);
+  void check_locks();  // rank 0: aborts (exit 2) once a lock's path no longer names the locked file
   void fault_at_commit_point(const char* point);
   void log_step(const StepStats& st, const StepExtras& x);
   void run_file_unwritable(const std::string& what);

@@ -89,6 +89,15 @@ double MachineProfile::sync_wait(int group, double segment_ms) const {
   return pts.back().extra_ms;
 }
 
+bool is_machine_profile(const std::string& path) {
+  try {
+    load_profile(path);
+    return true;
+  } catch (const UserError&) {
+    return false;
+  }
+}
+
 MachineProfile load_profile(const std::string& path) {
   if (const std::string why = not_regular_file(path); !why.empty())
     throw UserError(kExitUsage, "the machine profile " + path + " " + why);

@@ -99,6 +99,8 @@ MachineProfile load_profile(const std::string& path);  // UserError (exit 2) nam
 // (backend, rank count, compute units, precision).
 std::vector<MachineProfile> load_profiles(const std::vector<std::string>& paths);
 void save_profile(const MachineProfile& p, const std::string& path);
+// Whether `path` loads as a profile: what `calibrate --output` may replace without --force.
+bool is_machine_profile(const std::string& path);
 std::string comm_key(const std::string& op, int group);  // "allreduce/4"
 
 }  // namespace trainer

@@ -5,9 +5,11 @@
 #include <initializer_list>
 #include <cmath>
 #include <cstdio>
+#include <fstream>
 
 #include "report/svg_chart.h"
 #include "runtime/metrics.h"
+#include "runtime/regular_file.h"
 #include "runtime/utc_time.h"
 
 namespace trainer {
@@ -357,12 +359,22 @@ const char* kStyle =
 
 }  // namespace
 
+// How every report begins (is_run_report knows one by it).
+const std::string kPageStart =
+    "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>Run report: ";
+
+bool is_run_report(const std::string& path) {
+  if (!not_regular_file(path).empty()) return false;
+  std::ifstream f(path, std::ios::binary);
+  std::string head(kPageStart.size(), '\0');
+  return f.read(head.data(), (std::streamsize)head.size()) && head == kPageStart;
+}
+
 std::string render_report(const RunFiles& f, const ReportFacts& facts) {
   const ByStep by = f.latest_by_step();
   const std::vector<TimelineItem> items = timeline_items(f);
   const double t0 = time_origin(f);
-  std::string h = "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>Run report: " +
-                  html_escape(facts.run_name) + "</title><style>" + kStyle + "</style></head><body>\n";
+  std::string h = kPageStart + html_escape(facts.run_name) + "</title><style>" + kStyle + "</style></head><body>\n";
   h += "<h1>Run " + html_escape(facts.run_name) + "</h1>\n<p class=\"sub\">" + html_escape(facts.run_dir) +
        " &middot; report made " + iso_time(facts.now) + " by " + html_escape(facts.generated_by) +
        " from metrics.jsonl, launches.jsonl, events.jsonl and the heartbeat</p>\n";

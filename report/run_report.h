@@ -26,4 +26,8 @@ struct ReportFacts {
 
 std::string render_report(const RunFiles& files, const ReportFacts& facts);
 
+// Whether `path` begins as render_report's pages do: what `trainer report
+// --output` may replace without --force.
+bool is_run_report(const std::string& path);
+
 }  // namespace trainer

@@ -9,6 +9,8 @@
 #include <cstdio>
 #include <cstring>
 
+#include "runtime/mapped_reads.h"
+
 namespace trainer {
 
 namespace {
@@ -42,7 +44,15 @@ void write_all(int fd, const char* s, size_t n) {
   }
 }
 
-extern "C" void on_crash(int sig) {
+struct sigaction g_action;  // ours, to take again after a recovered SIGBUS (SA_RESETHAND dropped it)
+
+extern "C" void on_crash(int sig, siginfo_t* info, void*) {
+  // A token shard that shrank under its mapping: not a crash; the reader
+  // names the file (runtime/mapped_reads.h).
+  if (sig == SIGBUS && info && recover_mapped_read(info->si_addr)) {
+    sigaction(SIGBUS, &g_action, nullptr);
+    return;
+  }
   alarm(5);  // should anything below block, SIGALRM still ends the process
   char phase[192];
   const long step = g_crash.phase_step;
@@ -84,10 +94,11 @@ void install_crash_report(const std::string& path, int rank, double job_start) {
   ss.ss_sp = alt_stack;
   ss.ss_size = sizeof alt_stack;
   sigaltstack(&ss, nullptr);
-  struct sigaction sa {};
-  sa.sa_handler = on_crash;
+  struct sigaction& sa = g_action;
+  sa = {};
+  sa.sa_sigaction = on_crash;
   sigemptyset(&sa.sa_mask);
-  sa.sa_flags = SA_ONSTACK | SA_RESETHAND;
+  sa.sa_flags = SA_SIGINFO | SA_ONSTACK | SA_RESETHAND;
   for (int sig : {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT}) sigaction(sig, &sa, nullptr);
 }
 

@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <sys/file.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -64,7 +65,11 @@ std::string RunLock::acquire(const std::string& dir, const std::string& token) {
       return "";
     }
     if (err != EWOULDBLOCK) return path + ": cannot lock: " + std::strerror(err);
-    if (field(held, "token") == token_) return "";
+    if (field(held, "token") == token_) {  // shared with our supervisor: its file is ours to watch
+      struct stat st;
+      if (stat(path.c_str(), &st) == 0) remember(path, st);
+      return "";
+    }
     return dir + " is in use by another run: host " + field(held, "host") + ", pid " + field(held, "pid") +
            ", since " + field(held, "started") + " (" + path +
            "). Two runs writing one directory corrupt each other's checkpoints and metrics: wait for it, "
@@ -81,7 +86,33 @@ std::string RunLock::acquire(const std::string& dir, const std::string& token) {
     return path + ": cannot write the lock file: " + std::strerror(err);
   }
   fd_ = fd;
+  struct stat st;
+  if (fstat(fd, &st) == 0) remember(path, st);
   return "";
+}
+
+void RunLock::remember(const std::string& path, const struct stat& st) {
+  path_ = path;
+  dev_ = st.st_dev;
+  ino_ = st.st_ino;
+  held_ = true;
+}
+
+std::string RunLock::lost() const {
+  if (!held_) return "";
+  struct stat st;
+  std::string what;
+  if (stat(path_.c_str(), &st) != 0)
+    what = std::string("is gone (") + std::strerror(errno) + "): it was deleted, or its directory removed or renamed,";
+  else if (st.st_dev != dev_ || st.st_ino != ino_)
+    what = "was replaced by another file";
+  else
+    return "";
+  return "the run's lock " + path_ + " " + what +
+         " while this run held it, so a second run may now take the directory and the two would overwrite "
+         "each other's checkpoints and metrics. Stopping before writing again: make sure no other run uses it "
+         "(a live run's .lock names its host and pid), then run the same command to resume from the newest "
+         "checkpoint. Never delete .lock under a live run: a lock is released when its process exits";
 }
 
 }  // namespace trainer

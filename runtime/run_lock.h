@@ -9,6 +9,8 @@
 // launches. A supervisor passes its token to the job (TRAINER_LOCK_TOKEN), and
 // rank 0 of that job accepts a lock whose file carries the same token: the
 // supervisor's launches are the same run.
+#include <sys/stat.h>
+
 #include <string>
 
 namespace trainer {
@@ -29,10 +31,19 @@ class RunLock {
   // Set when the file system cannot lock (no flock support): the run goes on
   // unprotected, and this says so.
   const std::string& warning() const { return warning_; }
+  // "" while DIR/.lock still names the file this run locked (or shares);
+  // else why not: the file was deleted, replaced, or the directory removed or
+  // renamed. A lock lives on an inode, not a path: once the path names
+  // another file (or none) a second run can take the directory while this one
+  // writes it, so the holder checks before it writes again (each heartbeat).
+  std::string lost() const;
 
  private:
   int fd_ = -1;
-  std::string token_, warning_;
+  std::string token_, warning_, path_;
+  void remember(const std::string& path, const struct stat& st);
+  bool held_ = false;          // we hold (or share) the lock: lost() is meaningful
+  unsigned long dev_ = 0, ino_ = 0;  // the locked file's identity
 };
 
 }  // namespace trainer

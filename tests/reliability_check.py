@@ -153,6 +153,159 @@ def case_lock(e):
           f"43.3 a stray run on a first supervised run's checkpoint.dir, during its first backoff: exit {code} (2)")
 
 
+def case_lock_lost(e):
+    """43.2 The run lock lives on the .lock file's inode: a run whose .lock was
+    deleted, replaced, or whose directory went away stops (exit 2, naming the
+    file) at its next step instead of writing alongside a second run."""
+    slow = ["--set", "training.steps=100000", "--set", "checkpoint.every=100000",
+            "--set", 'fault.inject=["slow rank=0 ms=20"]']
+
+    def lose(name, how, extra=(), np_=1):
+        run = os.path.join(e.tmp, name)
+        r = e.recipe(name)
+        t0 = time.time()
+        cmd = ([e.mpiexec, "-np", str(np_)] if np_ > 1 else []) + [e.trainer, "train", r, *slow, *extra]
+        first = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        wait_heartbeat(run, t0)
+        how(run)
+        try:
+            out, _ = first.communicate(timeout=30)
+        except subprocess.TimeoutExpired:
+            first.kill()
+            out, _ = first.communicate()
+        return first.returncode, out, r, run
+
+    code, out, r, run = lose("lock_deleted", lambda run: os.remove(os.path.join(run, ".lock")))
+    second, out2 = e.train(r, "--set", "training.steps=5")
+    lines = open(os.path.join(run, "metrics.jsonl")).read().splitlines()
+    parse = all(json.loads(l) is not None for l in lines)
+    check(code == 2 and "lock_deleted/.lock is gone" in out and "Stopping before writing again" in out
+          and second == 0 and parse,
+          f"43.2 .lock deleted under a live run: it stops with exit {code} (2) naming the file; a second run on "
+          f"the directory then trains (exit {second}) and every metrics line parses")
+
+    def replace(run):
+        os.remove(os.path.join(run, ".lock"))
+        open(os.path.join(run, ".lock"), "w").close()
+    code, out, _, _ = lose("lock_replaced", replace)
+    check(code == 2 and "was replaced by another file" in out,
+          f"43.2 .lock replaced by a new file: exit {code} (2), 'was replaced'")
+    code, out, _, _ = lose("lock_rmrf", lambda run: shutil.rmtree(run), np_=2)
+    check(code == 2 and "is gone" in out and not os.path.exists(os.path.join(e.tmp, "lock_rmrf", "checkpoints")),
+          f"43.2 rm -rf of the run directory under a 2-rank run: exit {code} (2), and nothing recreated")
+    ck = os.path.join(e.tmp, "lock_ck_apart")
+    os.makedirs(ck)
+    code, out, _, _ = lose("lock_ck", lambda run: os.rename(ck, ck + ".moved"),
+                           extra=("--set", f'checkpoint.dir="{ck}"'))
+    check(code == 2 and "lock_ck_apart/.lock is gone" in out,
+          f"43.2 a separate checkpoint.dir renamed away under the run: exit {code} (2), naming its lock")
+    # Under supervise the job shares the supervisor's lock: it stops, and the supervisor does not restart it.
+    run = os.path.join(e.tmp, "lock_sup")
+    r = e.recipe("lock_sup")
+    t0 = time.time()
+    sup = subprocess.Popen([e.trainer, "supervise", r, *slow, "--set", "launch.ranks=1"],
+                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    wait_heartbeat(run, t0)
+    os.remove(os.path.join(run, ".lock"))
+    try:
+        out, _ = sup.communicate(timeout=60)
+    except subprocess.TimeoutExpired:
+        sup.kill()
+        out, _ = sup.communicate()
+    events = open(os.path.join(run, "events.jsonl")).read()
+    check(sup.returncode == 2 and "is gone" in out and '"restart"' not in events,
+          f"43.2 .lock deleted under a supervised job: supervise exits {sup.returncode} (2) with no restart")
+
+
+def case_outputs(e):
+    """43.4 What a command writes where --output says: over an earlier output
+    of the same kind, over anything else only with --force, and never inside a
+    checkpoint directory (--force or not)."""
+    r = e.recipe("outputs")
+    e.train(r, "--set", "training.steps=10")
+    run = os.path.join(e.tmp, "outputs")
+    ck = os.path.join(run, "checkpoints")
+    before = digest(ck)
+    notes = os.path.join(e.tmp, "notes.txt")
+    with open(notes, "w") as f:
+        f.write("my notes\n")
+
+    def run_cmd(*args):
+        return e.sh([e.trainer, *args])
+
+    code, out = run_cmd("ckpt", "export", ck, "--output", notes)
+    check(code == 2 and "notes.txt: exists and is not an earlier HDF5 export" in out and "--force" in out
+          and open(notes).read() == "my notes\n",
+          f"43.4 ckpt export onto a user's file: exit {code} (2), the file unchanged, --force suggested")
+    code, out = run_cmd("ckpt", "export", ck, "--output", notes, "--force")
+    code2, out2 = run_cmd("ckpt", "export", ck, "--output", notes)
+    check(code == 0 and open(notes, "rb").read(4) == b"\x89HDF" and code2 == 0,
+          f"43.4 --force replaces it (exit {code}); an earlier export is replaced without --force (exit {code2})")
+    shard = sorted(glob.glob(os.path.join(ck, "step_00000010", "*.h5")))[0]
+    os.symlink(os.path.join(ck, "step_00000010"), os.path.join(e.tmp, "step_link"))
+    inside = [("ckpt", "export", ck, "--output", shard, "--force"),
+              ("ckpt", "export", ck, "--output", os.path.join(ck, "model.h5")),
+              ("ckpt", "export", ck, "--output", os.path.join(ck, "step_00000010", "hf"), "--format", "hf"),
+              ("ckpt", "export", ck, "--output", os.path.join(e.tmp, "step_link", "x.h5")),
+              ("report", run, "--output", os.path.join(ck, "latest"), "--force"),
+              ("report", run, "--output", os.path.join(ck, "step_00000005", "r.html"))]
+    results = [run_cmd(*a) for a in inside]
+    check(all(c == 2 and "inside the checkpoint directory" in o for c, o in results) and digest(ck) == before
+          and verifies(e, ck) and not os.path.exists(os.path.join(ck, "model.h5")),
+          "43.4 onto a shard, `latest`, a new file or directory in a checkpoint or step directory, or through a "
+          f"symlink into one, with or without --force: exit {[c for c, _ in results]} (all 2); every checkpoint "
+          "file unchanged")
+    metrics = os.path.join(run, "metrics.jsonl")
+    kept = open(metrics).read()
+    code, out = run_cmd("report", run, "--output", metrics)
+    check(code == 2 and "not an earlier run report" in out and open(metrics).read() == kept,
+          f"43.4 report --output RUN/metrics.jsonl: exit {code} (2), the metrics unchanged")
+    codes = [run_cmd("report", run)[0] for _ in range(2)]
+    code, out = run_cmd("report", run, "--output", e.tmp)
+    check(codes == [0, 0] and code == 2 and "not a regular file" in out,
+          f"43.4 the default report is replaced by the next (exits {codes}); a directory as --output: exit {code} (2)")
+    code, out = run_cmd("calibrate", r, "--output", metrics)
+    check(code == 2 and "not an earlier machine profile" in out and open(metrics).read() == kept,
+          f"43.4 calibrate --output onto a file that is not a profile: exit {code} (2) before measuring")
+
+
+def case_shard_rewritten(e):
+    """43.8 Token shards rewritten in place under a live run (`head -c 2048
+    shard >s; cp s shard`): the reads past the new end used to die of SIGBUS
+    (exit 135) with no word about the file; now exit 3 naming it, llm.c
+    shards with 1 rank and Megatron .bin files with 2."""
+    slow = ["--set", "training.steps=100000", "--set", "checkpoint.every=100000",
+            "--set", 'fault.inject=["slow rank=0 ms=20"]']
+    for name, fmt, np_ in (("rewrite_llmc", "llmc", 1), ("rewrite_megatron", "megatron", 2)):
+        data = os.path.join(e.tmp, name + "_data")
+        e.sh([e.trainer, "data", "prepare", "--input", "/usr/share/common-licenses", "--output", data,
+              "--output-format", fmt])
+        run = os.path.join(e.tmp, name)
+        r = e.recipe(name, extra="")
+        with open(r) as f:
+            text = f.read().replace(e.data, data)
+        with open(r, "w") as f:
+            f.write(text)
+        t0 = time.time()
+        cmd = ([e.mpiexec, "-np", str(np_)] if np_ > 1 else []) + [e.trainer, "train", r, *slow]
+        p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        wait_heartbeat(run, t0)
+        shards = sorted(glob.glob(os.path.join(data, "train_*.bin")))
+        for s in shards:
+            head = open(s, "rb").read(2048)
+            with open(s, "wb") as f:  # truncates in place, as cp does: the same inode
+                f.write(head)
+        try:
+            out, _ = p.communicate(timeout=60)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            out, _ = p.communicate()
+        named = any(os.path.basename(s) + ": the file shrank while the run read it" in out for s in shards)
+        check(p.returncode == 3 and named,
+              f"43.8 {fmt} shards cut to 2 KB in place under a {np_}-rank run: exit {p.returncode} (3), "
+              f"the file named: {named}")
+
+
 def case_retention(e):
     r = e.recipe("retain")
     e.train(r)
@@ -912,7 +1065,9 @@ def main():
         for name, fn in list(globals().items()):
             if name.startswith("case_") and (not only or name[5:] in only):
                 print(f"--- {name[5:]}", flush=True)
+                t0 = time.time()
                 fn(e)
+                print(f"    ({time.time() - t0:.1f} s)", flush=True)
     sys.exit(1 if failures else 0)
 
 

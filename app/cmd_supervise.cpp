@@ -36,6 +36,7 @@
 #include "app/recipe_args.h"
 #include "app/resume.h"
 #include "app/shell_words.h"
+#include "report/run_files.h"
 #include "runtime/errors.h"
 #include "runtime/self_exe.h"
 #include "runtime/flight_recorder.h"
@@ -87,16 +88,6 @@ std::string meaning(int code) {
   }
   if (code > 128 && code < 128 + 65) return std::string("killed by signal ") + std::to_string(code - 128) + " (" + strsignal(code - 128) + ")";
   return "failure";
-}
-
-// The step in RUN_DIR/heartbeat (rank 0 writes it after every step); -1
-// when there is none.
-long heartbeat_step(const std::string& dir) {
-  const std::string path = dir + "/heartbeat";
-  long step = -1;
-  if (!not_regular_file(path).empty()) return step;
-  std::ifstream in(path);
-  return in >> step ? step : -1;
 }
 
 // A retry cannot fix a wrong recipe, bad data, an unusable checkpoint, a NaN
@@ -363,7 +354,7 @@ struct Supervisor {
     const int code = o.code;
     if (code == kExitOk) {
       // training.exit_after ends a launch early by request: not finished.
-      if (const long at = heartbeat_step(r.run.dir); r.training.exit_after > 0 && at >= 0 && at < r.training.steps) {
+      if (const long at = read_heartbeat_step(r.run.dir); r.training.exit_after > 0 && at >= 0 && at < r.training.steps) {
         events.write("paused", launch,
                      "the job stopped at step " + std::to_string(at) + " of " + std::to_string(r.training.steps) +
                          " (training.exit_after = " + std::to_string(r.training.exit_after) +

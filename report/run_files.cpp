@@ -31,14 +31,21 @@ std::vector<nlohmann::json> read_jsonl(const std::string& path, int* unreadable)
 
 }  // namespace
 
+long read_heartbeat_step(const std::string& dir) {
+  const std::string path = dir + "/heartbeat";
+  long step = -1;
+  if (!not_regular_file(path).empty()) return step;
+  std::ifstream in(path);
+  return in >> step ? step : -1;
+}
+
 RunFiles read_run_files(const std::string& dir) {
   RunFiles f;
   f.metrics = read_jsonl(dir + "/metrics.jsonl", &f.unreadable);
   f.launches = read_jsonl(dir + "/launches.jsonl", &f.unreadable);
   f.events = read_jsonl(dir + "/events.jsonl", &f.unreadable);
   f.heartbeat_mtime = mtime_seconds(dir + "/heartbeat");
-  std::ifstream beat(not_regular_file(dir + "/heartbeat").empty() ? dir + "/heartbeat" : "");
-  if (!(beat >> f.heartbeat_step)) f.heartbeat_step = -1;
+  f.heartbeat_step = read_heartbeat_step(dir);
   // Records without a step are not step records.
   std::erase_if(f.metrics, [](const nlohmann::json& r) { return !r.contains("step") || !r["step"].is_number(); });
   return f;

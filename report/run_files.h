@@ -26,6 +26,10 @@ struct RunFiles {
 
 RunFiles read_run_files(const std::string& dir);
 
+// The step in DIR/heartbeat (rank 0 writes "STEP TIME" after every step,
+// engine/step_loop.cpp); -1 when there is none (or it is not a regular file).
+long read_heartbeat_step(const std::string& dir);
+
 // A record's number (NaN when absent or not a number) and its time
 // (seconds since the epoch from "time"; NaN when absent).
 double number(const nlohmann::json& r, const char* key);

@@ -13,6 +13,7 @@
 #include "app/recipe.h"
 #include "data/dataset.h"
 #include "data/hf_tokenizer.h"
+#include "data/tokenizer.h"
 #include "ckpt/checkpoint.h"
 #include "ckpt/hdf5_tensors.h"
 #include "ckpt/hf_export.h"
@@ -54,11 +55,20 @@ Recipe recipe_of_checkpoint(const std::string& dir) {
   }
 }
 
-// The tokenizer `data prepare` recorded beside the first training files, or "".
-std::string data_tokenizer(const Recipe& r) {
-  if (r.data.train.empty()) return "";
-  const std::optional<DataInfo> info = read_data_info(expand_paths({r.data.train.front().path}).front());
-  return info ? info->spec : "";
+// The tokenizer's special ids for the export's config (model/text_ends.h);
+// none when it is unknown or defines none, which *note says.
+TextEnds special_ids(const std::string& spec, std::string* note) {
+  if (spec.empty()) return {};
+  auto add = [&](const std::string& s) { *note += (note->empty() ? "" : "; ") + s; };
+  try {
+    const TextEnds ends = make_tokenizer(spec)->ends;
+    if (!ends.eos) add("tokenizer \"" + spec + "\" defines no end-of-text token: config.json says bos/eos null "
+                       "(a generator needs another stop condition)");
+    return ends;
+  } catch (const UserError& e) {
+    add(std::string("config.json names no bos/eos ids: the tokenizer cannot be loaded: ") + e.what());
+    return {};
+  }
 }
 
 int cmd_export(const std::string& dir, int argc, char** argv) {
@@ -86,24 +96,35 @@ int cmd_export(const std::string& dir, int argc, char** argv) {
   const Recipe rec = recipe_of_checkpoint(dir);
   const ModelConfig& m = rec.model;
   const DType dt = dtype == "bf16" ? DType::BF16 : DType::F32;
+  // The tokenizer of the run's data (data_info.json beside its shards): its
+  // special ids go into config.json, its files beside a Hugging Face export.
+  std::string spec, note;
+  try {
+    if (!rec.data.train.empty()) spec = recorded_tokenizer(rec.data.train.front().path);
+    if (spec.empty())
+      note = "no data_info.json beside the run's training data: the tokenizer is unknown, so no tokenizer files "
+             "are written and config.json names no bos/eos ids (null)";
+  } catch (const UserError& e) {
+    note = std::string("the run's tokenizer is unknown (") + e.what() + "): no tokenizer files, no bos/eos ids";
+  }
+  const TextEnds ends = special_ids(spec, &note);
   if (format == "h5") {
-    export_hf(assemble_checkpoint(dir), m, out, dt);
+    export_hf(assemble_checkpoint(dir), m, out, dt, ends);
     std::printf("exported %s to %s (%s)\n", dir.c_str(), out.c_str(), dtype.c_str());
+    if (!note.empty()) std::printf("note: %s\n", note.c_str());
     return 0;
   }
-  std::string note;
   auto tokenizer = [&](const std::string& into) {
+    if (spec.empty()) return std::vector<std::string>{};
     try {
-      const std::string spec = data_tokenizer(rec);
-      if (spec.empty()) note = "no data_info.json beside the run's training data: no tokenizer files written";
-      else return write_hf_tokenizer(spec, into, m.seq_len, &note);
+      return write_hf_tokenizer(spec, into, m.seq_len, &note);
     } catch (const UserError& e) {
       note = std::string("tokenizer files not written: ") + e.what();
     }
     return std::vector<std::string>{};
   };
   const std::vector<std::string> files =
-      export_hf_dir(assemble_checkpoint(dir), m, out, dt, (size_t)(shard_mb * 1048576), tokenizer);
+      export_hf_dir(assemble_checkpoint(dir), m, out, dt, (size_t)(shard_mb * 1048576), ends, tokenizer);
   std::printf("exported %s to %s (%s, %s):", dir.c_str(), out.c_str(), arch_name(m.arch), dtype.c_str());
   for (const auto& f : files) std::printf(" %s", f.c_str());
   std::printf("\nload it with transformers.AutoModelForCausalLM.from_pretrained(\"%s\")\n", out.c_str());

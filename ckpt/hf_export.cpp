@@ -1,7 +1,9 @@
 #include "ckpt/hf_export.h"
 
 #include <cerrno>
+#include <charconv>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -77,7 +79,6 @@ struct HfWriter {
       for (int j = 0; j < c; j++) o[(size_t)j * r + i] = g.data[(size_t)i * c + j];
     put(hf, o, {c, r});
   }
-  const GlobalTensor& head() const { return t.count("lm_head.weight") ? get("lm_head.weight") : get("embed.tok"); }
 };
 
 void gpt2_layer(HfWriter& w, int l) {
@@ -113,8 +114,6 @@ void gpt2(HfWriter& w, int layers) {
   for (int l = 0; l < layers; l++) gpt2_layer(w, l);
   w.copy("transformer.ln_f.weight", "final_norm.weight");
   w.copy("transformer.ln_f.bias", "final_norm.bias");
-  // Always written: loaders tie it back to wte when config.tie_word_embeddings.
-  w.put("lm_head.weight", w.head().data, w.head().shape);
 }
 
 void llama(HfWriter& w, int layers) {
@@ -123,7 +122,6 @@ void llama(HfWriter& w, int layers) {
     for (const auto& [ours, hf] : llama_layer_names())
       w.copy("model.layers." + std::to_string(l) + "." + hf, "layers." + std::to_string(l) + "." + ours);
   w.copy("model.norm.weight", "final_norm.weight");
-  w.put("lm_head.weight", w.head().data, w.head().shape);
 }
 
 
@@ -131,6 +129,10 @@ void write_tensors(const std::map<std::string, GlobalTensor>& t, const ModelConf
   HfWriter w{t, emit};
   if (m.arch == Arch::Llama) llama(w, m.n_layers);
   else gpt2(w, m.n_layers);
+  // A tied head is the embedding: stored once, and loaders tie it back
+  // (config.tie_word_embeddings); a second copy would travel into every
+  // conversion (llama.cpp's GGUF).
+  if (!m.tie_embeddings) w.copy("lm_head.weight", "lm_head.weight");
 }
 
 std::vector<bf16> rounded(const std::vector<float>& data) {
@@ -156,7 +158,7 @@ struct TempDir {
 }  // namespace
 
 void export_hf(const std::map<std::string, GlobalTensor>& t, const ModelConfig& m, const std::string& out_path,
-               DType dtype) {
+               DType dtype, const TextEnds& ends) {
   size_t bytes = 0;
   for (const auto& [name, g] : t) bytes += g.data.size() * sizeof(float);
   const std::string tmp = out_path + ".tmp";
@@ -170,7 +172,7 @@ void export_hf(const std::map<std::string, GlobalTensor>& t, const ModelConfig& 
                     llama ? "Hugging Face LlamaForCausalLM names; Linear weights [out, in]; rotate-half RoPE"
                           : "Hugging Face GPT2LMHeadModel names; Conv1D weights [in, out], c_attn = [q k v]");
   f.set_string_attr("/", "dtype", dtype_name(dtype));
-  f.set_string_attr("/", "config.json", hf_config_json(m, dtype));
+  f.set_string_attr("/", "config.json", hf_config_json(m, dtype, ends));
   f.close();
   if (std::rename(tmp.c_str(), out_path.c_str()) != 0) {
     const int err = errno;
@@ -190,7 +192,8 @@ bool is_hf_h5_export(const std::string& path) {
 
 std::vector<std::string> export_hf_dir(
     const std::map<std::string, GlobalTensor>& t, const ModelConfig& m, const std::string& out_dir, DType dtype,
-    size_t max_shard_bytes, const std::function<std::vector<std::string>(const std::string& dir)>& extra) {
+    size_t max_shard_bytes, const TextEnds& ends,
+    const std::function<std::vector<std::string>(const std::string& dir)>& extra) {
   std::error_code ec;
   if (fs::exists(out_dir, ec) && !fs::is_empty(out_dir, ec))
     throw CheckpointError(out_dir + ": exists and is not empty; export into a new directory");
@@ -206,11 +209,13 @@ std::vector<std::string> export_hf_dir(
   });
   TempDir tmp(out_dir + ".tmp");
   std::vector<std::string> files = write_safetensors(tmp.path, tensors, max_shard_bytes, {{"format", "pt"}});
-  const std::string cfg = hf_config_json(m, dtype);
-  std::ofstream(tmp.path + "/config.json") << cfg;
-  if (!std::ofstream(tmp.path + "/config.json", std::ios::app))
-    throw CheckpointError(tmp.path + "/config.json: cannot write");
-  files.push_back("config.json");
+  auto write = [&](const std::string& name, const std::string& text) {
+    std::ofstream f(tmp.path + "/" + name);
+    if (!(f << text) || !f.flush()) throw CheckpointError(tmp.path + "/" + name + ": cannot write");
+    files.push_back(name);
+  };
+  write("config.json", hf_config_json(m, dtype, ends));
+  if (const std::string g = hf_generation_config_json(m, ends); !g.empty()) write("generation_config.json", g);
   if (extra)
     for (const std::string& f : extra(tmp.path)) files.push_back(f);
   fs::remove(out_dir, ec);  // an empty directory makes way
@@ -220,21 +225,45 @@ std::vector<std::string> export_hf_dir(
   return files;
 }
 
-std::string hf_config_json(const ModelConfig& m, DType dtype) {
+namespace {
+// A float recipe value as the recipe wrote it (1e-05), not widened to
+// double (9.999999747378752e-06): its shortest decimal form, read as double.
+double as_written(float v) {
+  char b[32];
+  const auto r = std::to_chars(b, b + sizeof b, v);
+  return std::strtod(std::string(b, r.ptr).c_str(), nullptr);
+}
+
+// An id the vocabulary holds, else null.
+nlohmann::ordered_json id_or_null(const std::optional<uint32_t>& id, const ModelConfig& m) {
+  return id && *id < (uint32_t)m.vocab_size ? nlohmann::ordered_json(*id) : nlohmann::ordered_json(nullptr);
+}
+}  // namespace
+
+std::string hf_generation_config_json(const ModelConfig& m, const TextEnds& ends) {
+  const nlohmann::ordered_json eos = id_or_null(ends.eos, m);
+  if (eos.is_null()) return "";
+  nlohmann::ordered_json j = {{"bos_token_id", id_or_null(ends.bos, m)}, {"eos_token_id", eos}};
+  if (const nlohmann::ordered_json pad = id_or_null(ends.pad, m); !pad.is_null()) j["pad_token_id"] = pad;
+  j["transformers_version"] = kHfTransformersVersion;
+  return j.dump(2) + "\n";
+}
+
+std::string hf_config_json(const ModelConfig& m, DType dtype, const TextEnds& ends) {
   nlohmann::ordered_json j;
   const char* torch_dtype = dtype == DType::BF16 ? "bfloat16" : "float32";
   if (m.arch == Arch::GPT2) {
     j = {{"architectures", {"GPT2LMHeadModel"}}, {"model_type", "gpt2"}, {"vocab_size", m.vocab_size},
          {"n_positions", m.seq_len}, {"n_ctx", m.seq_len}, {"n_embd", m.d_model}, {"n_layer", m.n_layers},
          {"n_head", m.n_heads}, {"n_inner", m.d_ff}, {"activation_function", "gelu_new"},
-         {"layer_norm_epsilon", m.norm_eps}, {"resid_pdrop", 0.0}, {"embd_pdrop", 0.0}, {"attn_pdrop", 0.0},
+         {"layer_norm_epsilon", as_written(m.norm_eps)}, {"resid_pdrop", 0.0}, {"embd_pdrop", 0.0}, {"attn_pdrop", 0.0},
          {"scale_attn_weights", true}, {"tie_word_embeddings", m.tie_embeddings}, {"torch_dtype", torch_dtype}};
   } else {
     j = {{"architectures", {"LlamaForCausalLM"}}, {"model_type", "llama"}, {"vocab_size", m.vocab_size},
          {"hidden_size", m.d_model}, {"intermediate_size", m.d_ff}, {"num_hidden_layers", m.n_layers},
          {"num_attention_heads", m.n_heads}, {"num_key_value_heads", m.n_kv_heads},
-         {"max_position_embeddings", m.seq_len}, {"hidden_act", "silu"}, {"rms_norm_eps", m.norm_eps},
-         {"rope_theta", m.rope_theta}, {"attention_bias", false}, {"tie_word_embeddings", m.tie_embeddings},
+         {"max_position_embeddings", m.seq_len}, {"hidden_act", "silu"}, {"rms_norm_eps", as_written(m.norm_eps)},
+         {"rope_theta", as_written(m.rope_theta)}, {"attention_bias", false}, {"tie_word_embeddings", m.tie_embeddings},
          {"torch_dtype", torch_dtype}};
     const RopeScaling& s = m.rope_scaling;
     if (s.type == RopeScaling::Type::Llama3)  // transformers 4.43+ form, which 5.x still reads
@@ -242,6 +271,10 @@ std::string hf_config_json(const ModelConfig& m, DType dtype) {
                            {"high_freq_factor", s.high_freq_factor},
                            {"original_max_position_embeddings", s.original_max_position_embeddings}};
   }
+  j["bos_token_id"] = id_or_null(ends.bos, m);
+  j["eos_token_id"] = id_or_null(ends.eos, m);
+  if (const nlohmann::ordered_json pad = id_or_null(ends.pad, m); !pad.is_null()) j["pad_token_id"] = pad;
+  j["transformers_version"] = kHfTransformersVersion;
   return j.dump(2) + "\n";
 }
 

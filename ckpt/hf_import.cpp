@@ -178,6 +178,33 @@ std::vector<std::string> config_differences(const nlohmann::json& c, const Model
   return out;
 }
 
+// A model that learned to begin or end text with other ids than the data's
+// tokenizer would, after training, never stop (or stop at an ordinary
+// token). A config may list several eos ids (Llama 3.1: end of text, of a
+// turn, of a message): the data's must be among them.
+void special_id_differences(const nlohmann::json& c, const TextEnds& data, std::vector<std::string>& out) {
+  for (const auto& [key, ours] : {std::pair{"bos_token_id", data.bos}, {"eos_token_id", data.eos}}) {
+    if (!ours || !c.contains(key) || c[key].is_null()) continue;
+    const nlohmann::json& v = c[key];
+    bool has = false, typed = v.is_number_integer();
+    if (v.is_array()) {
+      typed = true;
+      for (const auto& x : v) {
+        typed = typed && x.is_number_integer();
+        has = has || (x.is_number_integer() && x.get<int64_t>() == (int64_t)*ours);
+      }
+    } else if (typed) {
+      has = v.get<int64_t>() == (int64_t)*ours;
+    }
+    if (!typed) out.push_back(std::string(key) + ": expected an id (or a list of ids), config.json has " + v.dump());
+    else if (!has)
+      out.push_back(std::string(key) + ": config.json " + v.dump() + ", but the run's data was tokenized with " +
+                    std::to_string(*ours) + " (its tokenizer, data_info.json): the model would " +
+                    (std::string(key) == "eos_token_id" ? "end" : "begin") +
+                    " text with another token; start from a model of the data's tokenizer");
+  }
+}
+
 GlobalTensor take(const LoadedTensor& t) { return {t.shape, t.data}; }
 
 GlobalTensor transposed(const LoadedTensor& t) {
@@ -265,7 +292,8 @@ void llama(Mapper& mp, const ModelConfig& m) {
 
 }  // namespace
 
-std::map<std::string, GlobalTensor> import_hf_dir(const std::string& dir, const ModelConfig& m) {
+std::map<std::string, GlobalTensor> import_hf_dir(const std::string& dir, const ModelConfig& m,
+                                                  const TextEnds& data_ends) {
   if (const std::string why = not_regular_file(dir + "/config.json"); !why.empty())
     throw CheckpointError(dir + "/config.json: " + why);
   std::ifstream f(dir + "/config.json");
@@ -273,6 +301,7 @@ std::map<std::string, GlobalTensor> import_hf_dir(const std::string& dir, const 
   const nlohmann::json c = nlohmann::json::parse(f, nullptr, false);
   if (c.is_discarded() || !c.is_object()) throw CheckpointError(dir + "/config.json: not a JSON object");
   std::vector<std::string> problems = config_differences(c, m);
+  special_id_differences(c, data_ends, problems);
   std::map<std::string, LoadedTensor> hf = read_safetensors_dir(dir);
   Mapper mp{hf, {}, {}};
   if (m.arch == Arch::GPT2) gpt2(mp, m);

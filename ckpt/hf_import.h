@@ -13,6 +13,9 @@
 
 namespace trainer {
 
-std::map<std::string, GlobalTensor> import_hf_dir(const std::string& dir, const ModelConfig& m);
+// `data_ends`: the special ids of the tokenizer that made the run's data;
+// config.json's bos/eos ids must be those (set fields only are checked).
+std::map<std::string, GlobalTensor> import_hf_dir(const std::string& dir, const ModelConfig& m,
+                                                  const TextEnds& data_ends = {});
 
 }  // namespace trainer

@@ -109,6 +109,7 @@ class BpeEncoder : public TokenEncoder {
 BpeTokenizer::BpeTokenizer(const BpeSpec& spec) : pattern_(spec.pattern), specials_(spec.specials) {
   name_ = spec.name;
   marks = spec.marks;
+  ends = spec.ends;
   if (const std::string why = not_regular_file(spec.ranks_file); !why.empty())
     throw DataError(spec.ranks_file + ": " + why);
   std::ifstream f(spec.ranks_file);

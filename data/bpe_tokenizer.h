@@ -18,6 +18,7 @@ struct BpeSpec {
   std::string pattern;  // PCRE2 syntax (tiktoken's patterns work as written)
   std::vector<std::pair<std::string, uint32_t>> specials;
   DocumentMarks marks;
+  TextEnds ends;
 };
 
 class BpeTokenizer : public Tokenizer {

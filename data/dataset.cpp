@@ -54,6 +54,11 @@ std::optional<DataInfo> read_data_info(const std::string& data_file) {
   }
 }
 
+std::string recorded_tokenizer(const std::string& pattern) {
+  const std::optional<DataInfo> info = read_data_info(expand_paths({pattern}).front());
+  return info ? info->spec : "";
+}
+
 namespace {
 // The tokenizer's vocabulary (data_info.json beside a file) must fit the
 // model's. Files without one are checked by their token ids alone.

@@ -19,6 +19,9 @@ struct DataInfo {
   int64_t vocab_size = 0;
 };
 std::optional<DataInfo> read_data_info(const std::string& data_file);
+// The tokenizer spec recorded beside the first file `pattern` matches, or ""
+// when none is. Throws DataError (no match, a bad data_info.json).
+std::string recorded_tokenizer(const std::string& pattern);
 
 // Expands paths and shell globs (sorted, deduplicated). An entry that matches
 // nothing throws DataError naming it.

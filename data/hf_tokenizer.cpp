@@ -76,19 +76,45 @@ ByteLevelBpe byte_level_bpe(const BpeTokenizer& t, bool strict) {
   return out;
 }
 
+// A special token as tokenizer.json lists it among its added tokens.
+nlohmann::ordered_json added_token(const std::string& text, uint32_t id) {
+  return {{"id", id}, {"content", text}, {"single_word", false}, {"lstrip", false},
+          {"rstrip", false}, {"normalized", false}, {"special", true}};
+}
+
+// The model's inputs, named in every tokenizer_config.json: without it a
+// tokenizer also returns token_type_ids, which generate() refuses.
+const nlohmann::ordered_json kModelInputNames = {"input_ids", "attention_mask"};
+
+// GPT-2: vocab.json + merges.txt for the slow GPT2Tokenizer, and the same
+// as tokenizer.json (byte-level BPE with GPT-2's own regex, as OpenAI's
+// Hugging Face release has it) for the fast one and llama.cpp's converter.
 std::vector<std::string> gpt2_files(const BpeTokenizer& t, const std::string& dir, int max_length) {
+  using oj = nlohmann::ordered_json;
   ByteLevelBpe bpe = byte_level_bpe(t, true);
-  nlohmann::ordered_json& vocab = bpe.vocab;
+  oj& vocab = bpe.vocab;
   std::string merges = "#version: 0.2\n";
   for (const std::string& m : bpe.merges) merges += m + "\n";
-  vocab["<|endoftext|>"] = 50256;
+  const std::string eot = "<|endoftext|>";
+  vocab[eot] = 50256;
   write_text(dir + "/vocab.json", vocab.dump());
   write_text(dir + "/merges.txt", merges);
-  const nlohmann::ordered_json cfg = {{"tokenizer_class", "GPT2Tokenizer"}, {"model_max_length", max_length},
-                                      {"bos_token", "<|endoftext|>"}, {"eos_token", "<|endoftext|>"},
-                                      {"unk_token", "<|endoftext|>"}, {"add_prefix_space", false}};
+  const oj byte_level = {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"trim_offsets", true},
+                         {"use_regex", true}};
+  const oj tok = {
+      {"version", "1.0"}, {"truncation", nullptr}, {"padding", nullptr},
+      {"added_tokens", oj::array({added_token(eot, 50256)})}, {"normalizer", nullptr},
+      {"pre_tokenizer", byte_level}, {"post_processor", byte_level}, {"decoder", byte_level},
+      {"model",
+       {{"type", "BPE"}, {"dropout", nullptr}, {"unk_token", nullptr}, {"continuing_subword_prefix", ""},
+        {"end_of_word_suffix", ""}, {"fuse_unk", false}, {"byte_fallback", false}, {"ignore_merges", false},
+        {"vocab", vocab}, {"merges", bpe.merges}}}};
+  write_text(dir + "/tokenizer.json", tok.dump() + "\n");
+  const oj cfg = {{"tokenizer_class", "GPT2Tokenizer"}, {"model_max_length", max_length},
+                  {"bos_token", eot}, {"eos_token", eot}, {"unk_token", eot}, {"add_prefix_space", false},
+                  {"model_input_names", kModelInputNames}};
   write_text(dir + "/tokenizer_config.json", cfg.dump(2) + "\n");
-  return {"vocab.json", "merges.txt", "tokenizer_config.json"};
+  return {"vocab.json", "merges.txt", "tokenizer.json", "tokenizer_config.json"};
 }
 
 // Llama-3: one tokenizer.json for PreTrainedTokenizerFast (as Meta's
@@ -106,9 +132,7 @@ std::vector<std::string> llama3_files(const BpeTokenizer& t, const std::string& 
     *note = std::to_string(bpe.unmerged) + " Llama-3 tokens are no merge of two lower ranks: tokenizers >= 0.19 "
             "(ignore_merges) encodes as tiktoken does; older versions split pieces equal to those tokens";
   oj added = oj::array();
-  for (const auto& [text, id] : t.specials())
-    added.push_back({{"id", id}, {"content", text}, {"single_word", false}, {"lstrip", false},
-                     {"rstrip", false}, {"normalized", false}, {"special", true}});
+  for (const auto& [text, id] : t.specials()) added.push_back(added_token(text, id));
   const std::string bos = "<|begin_of_text|>";
   const uint32_t bos_id = t.marks.start.value_or(128000);
   const oj bos_piece = {{"SpecialToken", {{"id", bos}, {"type_id", 0}}}};
@@ -134,7 +158,7 @@ std::vector<std::string> llama3_files(const BpeTokenizer& t, const std::string& 
         {"merges", bpe.merges}}}};
   write_text(dir + "/tokenizer.json", tok.dump() + "\n");
   const oj cfg = {{"tokenizer_class", "PreTrainedTokenizerFast"}, {"model_max_length", max_length},
-                  {"bos_token", bos}, {"eos_token", "<|end_of_text|>"}};
+                  {"bos_token", bos}, {"eos_token", "<|end_of_text|>"}, {"model_input_names", kModelInputNames}};
   write_text(dir + "/tokenizer_config.json", cfg.dump(2) + "\n");
   return {"tokenizer.json", "tokenizer_config.json"};
 }
@@ -156,7 +180,8 @@ std::vector<std::string> write_hf_tokenizer(const std::string& spec, const std::
     fs::copy_file(model, dir + "/tokenizer.model", ec);
     if (ec) throw CheckpointError(model + ": cannot copy the SentencePiece model: " + ec.message());
     const nlohmann::ordered_json cfg = {{"tokenizer_class", "LlamaTokenizer"}, {"model_max_length", max_length},
-                                        {"add_bos_token", true}, {"add_eos_token", false}};
+                                        {"add_bos_token", true}, {"add_eos_token", false},
+                                        {"model_input_names", kModelInputNames}};
     write_text(dir + "/tokenizer_config.json", cfg.dump(2) + "\n");
     return {"tokenizer.model", "tokenizer_config.json"};
   }

@@ -4,7 +4,7 @@
 //   gpt2           vocab.json + merges.txt (GPT-2's byte-to-unicode
 //                  alphabet; the merge list recovered from the ranks: the
 //                  token of rank r is its two parts merged using only ranks
-//                  below r), tokenizer_config.json
+//                  below r), the same as tokenizer.json, tokenizer_config.json
 //   llama3         tokenizer.json for PreTrainedTokenizerFast (its pattern
 //                  split, byte-level BPE with the recovered merges, the
 //                  special tokens, <|begin_of_text|> before each text)

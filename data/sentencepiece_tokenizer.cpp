@@ -32,7 +32,9 @@ SentencePieceTokenizer::SentencePieceTokenizer(const std::string& model_file)
   if (!st.ok()) throw DataError(model_file + ": cannot load as a SentencePiece model: " + st.ToString());
   name_ = "sentencepiece";
   vocab_ = (uint32_t)sp_->GetPieceSize();
-  if (sp_->bos_id() >= 0) marks.start = (uint32_t)sp_->bos_id();
+  if (sp_->bos_id() >= 0) marks.start = ends.bos = (uint32_t)sp_->bos_id();
+  if (sp_->eos_id() >= 0) ends.eos = (uint32_t)sp_->eos_id();
+  if (sp_->pad_id() >= 0) ends.pad = (uint32_t)sp_->pad_id();
   for (int id = 0; id < (int)vocab_; id++)
     if ((sp_->IsControl(id) || sp_->IsUnknown(id)) && !sp_->IdToPiece(id).empty())
       specials_.emplace_back(sp_->IdToPiece(id), (uint32_t)id);

@@ -68,13 +68,14 @@ std::string find_tokenizer_file(const std::string& family, const std::string& fi
 }
 
 BpeSpec gpt2_spec(const std::string& file) {
-  BpeSpec s{"gpt2", file, kGpt2Pattern, {{"<|endoftext|>", 50256}}, {}};
+  BpeSpec s{"gpt2", file, kGpt2Pattern, {{"<|endoftext|>", 50256}}, {}, {}};
   s.marks.start = 50256;  // llm.c: <|endoftext|> before every document
+  s.ends.bos = s.ends.eos = 50256;  // as OpenAI's GPT-2 config names it
   return s;
 }
 
 BpeSpec llama3_spec(const std::string& file) {
-  BpeSpec s{"llama3", file, kLlama3Pattern, {}, {}};
+  BpeSpec s{"llama3", file, kLlama3Pattern, {}, {}, {}};
   const char* named[] = {"<|begin_of_text|>", "<|end_of_text|>", "<|reserved_special_token_0|>",
                          "<|reserved_special_token_1|>", "<|finetune_right_pad_id|>", "<|step_id|>",
                          "<|start_header_id|>", "<|end_header_id|>", "<|eom_id|>", "<|eot_id|>", "<|python_tag|>"};
@@ -83,6 +84,7 @@ BpeSpec llama3_spec(const std::string& file) {
     s.specials.emplace_back(i < 11 ? std::string(named[i]) : "<|reserved_special_token_" + std::to_string(i - 9) + "|>",
                             base + i);
   s.marks.start = base;  // <|begin_of_text|> before every document
+  s.ends.bos = base, s.ends.eos = base + 1;  // <|end_of_text|>, as Meta's base model config names it
   return s;
 }
 

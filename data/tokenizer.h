@@ -14,6 +14,8 @@
 #include <utility>
 #include <vector>
 
+#include "model/text_ends.h"
+
 namespace trainer {
 
 class TokenEncoder {
@@ -46,6 +48,7 @@ class Tokenizer {
   virtual const std::vector<std::pair<std::string, uint32_t>>& specials() const;
   const std::string& name() const { return name_; }
   DocumentMarks marks;
+  TextEnds ends;  // its special ids for an exported model (model/text_ends.h)
 
  protected:
   std::string name_;

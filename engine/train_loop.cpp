@@ -9,6 +9,8 @@
 #include <vector>
 
 #include "ckpt/hf_import.h"
+#include "data/dataset.h"
+#include "data/tokenizer.h"
 #include "engine/layout.h"
 #include "model/init.h"
 #include "model/lr_schedule.h"
@@ -141,8 +143,22 @@ void TrainLoop::load_checkpoint(const std::string& step_dir) {
   make_loader(st.samples);
 }
 
+namespace {
+// The special ids of the tokenizer that made the training data (its
+// data_info.json), which an imported model's must equal. Unknown (nothing
+// to check) when no tokenizer is recorded or it cannot be loaded here.
+TextEnds data_text_ends(const Recipe& r) {
+  try {
+    const std::string spec = r.data.train.empty() ? "" : recorded_tokenizer(r.data.train.front().path);
+    return spec.empty() ? TextEnds{} : make_tokenizer(spec)->ends;
+  } catch (const UserError&) {
+    return {};
+  }
+}
+}  // namespace
+
 void TrainLoop::init_from_hf(const std::string& dir) {
-  staging_->load_params(import_hf_dir(dir, r_.model), dir);
+  staging_->load_params(import_hf_dir(dir, r_.model, data_text_ends(r_)), dir);
   for (auto& m : chunks_) m->sync_compute_weights();
 }
 

@@ -175,6 +175,21 @@ def tokenizer_files(trainer, tmp):
         kinds = "fast" if name == "llama3" else "fast and slow"
         check(differ == 0, f"{name}: AutoTokenizer ({kinds}) from the export encodes all {len(texts)} licence "
                            f"texts as the reference does ({differ} differ); files {sorted(os.listdir(out_dir))}")
+        generation_checks(name, out_dir, texts[0])
+        if name == "gpt2":
+            # 44 init_from reads the ids back: the export starts a run on the same data; a config whose
+            # eos is another token (LlamaConfig's default 2, say) is refused, naming the field (exit 4).
+            other = out_dir + "_other_eos"
+            shutil.copytree(out_dir, other)
+            cfg = json.load(open(os.path.join(other, "config.json")))
+            cfg["eos_token_id"] = 2
+            json.dump(cfg, open(os.path.join(other, "config.json"), "w"))
+            back = [run([trainer, "train", recipe, "--set", "training.eval_every=0", "--set", f'run.dir="{rdir}_{k}"',
+                         "--set", f'checkpoint.init_from="{d}"']) for k, d in (("same", out_dir), ("other", other))]
+            check(back[0][0] == 0 and back[1][0] == 4 and "eos_token_id: config.json 2" in back[1][1]
+                  and "50256" in back[1][1],
+                  f"44 {name}: init_from its own export trains (exit {back[0][0]}); with eos 2 in config.json it "
+                  f"is refused naming eos_token_id and the data's 50256 (exit {back[1][0]})")
         # Text spelling special tokens: the export and `data prepare --special-tokens special` agree, and the
         # default (an error, as tiktoken's) refuses such text, so the two never disagree on data they both accept.
         specials = {"gpt2": {"<|endoftext|>": 50256}, "llama3": {"<|end_of_text|>": 128001},
@@ -199,6 +214,59 @@ def tokenizer_files(trainer, tmp):
         check(ours == theirs and all(i in ours[1:] for i in specials.values()),
               f"{name}: text spelling {', '.join(specials)}: the exported tokenizer and --special-tokens special "
               f"give the same ids, the special ones among them ({ours[:12]} / {theirs[:12]})")
+
+
+# The special ids each tokenizer defines (the references: OpenAI's GPT-2
+# config, Meta's Llama 3 base config, the SentencePiece model's own ids).
+SPECIAL_IDS = {"gpt2": (50256, 50256, None), "llama3": (128000, 128001, None)}
+
+
+def generation_checks(name, out_dir, prompt):
+    """44 The export names its tokenizer's special ids (config.json and
+    generation_config.json), its tokenizer gives only the model's inputs, and
+    transformers' greedy generate(**tok(text)) runs on it, stopping at the
+    tokenizer's eos when the model emits it (forced here at the 4th new
+    token) and only there: running to max_new_tokens otherwise."""
+    cfg = json.load(open(os.path.join(out_dir, "config.json")))
+    gen = json.load(open(os.path.join(out_dir, "generation_config.json")))
+    if name == "sentencepiece":
+        sp = sentencepiece.SentencePieceProcessor(model_file=os.path.join(out_dir, "tokenizer.model"))
+        want = (sp.bos_id(), sp.eos_id(), sp.pad_id() if sp.pad_id() >= 0 else None)
+    else:
+        want = SPECIAL_IDS[name]
+    got = (cfg.get("bos_token_id"), cfg.get("eos_token_id"), cfg.get("pad_token_id"))
+    check(got == want and (gen.get("bos_token_id"), gen.get("eos_token_id")) == want[:2]
+          and cfg.get("transformers_version"),
+          f"{name}: config.json and generation_config.json name the tokenizer's bos/eos/pad {want} ({got})")
+    tok = transformers.AutoTokenizer.from_pretrained(out_dir)
+    # The first 8 tokens: with 12 new ones within GPT-2's 32 positions here.
+    inputs = {k: v[:, :8] for k, v in tok(prompt, return_tensors="pt").items()}
+    model = transformers.AutoModelForCausalLM.from_pretrained(out_dir)
+    eos = want[1]
+
+    class ForceEos(transformers.LogitsProcessor):
+        def __call__(self, input_ids, scores):
+            if input_ids.shape[1] - inputs["input_ids"].shape[1] == 3:
+                scores[:] = -float("inf")
+                scores[:, eos] = 0
+            return scores
+
+    n = inputs["input_ids"].shape[1]
+    # synced_gpus=False: left unset, generate() asks whether the model is FSDP-wrapped, which imports
+    # torch.distributed.fsdp, and Debian's torch 1.13 cannot import that under Python 3.11 (a
+    # dataclass default Python 3.11 refuses). Nothing of the export's is involved.
+    greedy = dict(max_new_tokens=12, do_sample=False, synced_gpus=False)
+    try:
+        free = model.generate(**inputs, **greedy)
+        forced = model.generate(**inputs, **greedy, logits_processor=transformers.LogitsProcessorList([ForceEos()]))
+        ok, why = True, ""
+    except Exception as e:  # noqa: BLE001 - the failure is the finding
+        ok, why, free, forced = False, f"{e!r} (prompt of {n} tokens)", None, None
+    new = free[0, n:].tolist() if ok else []
+    check(ok and sorted(inputs) == ["attention_mask", "input_ids"] and eos not in new[:-1]
+          and (len(new) == 12 or new[-1] == eos) and forced.shape[1] == n + 4 and int(forced[0, -1]) == eos,
+          f"{name}: transformers {transformers.__version__} generate(**tok(text)) greedy runs to max_new_tokens "
+          f"and stops at eos {eos} when the model emits it {why}")
 
 
 def one_batch_shard(path, tokens):

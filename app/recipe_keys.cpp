@@ -9,6 +9,8 @@
 #include <cstdio>
 #include <cstdlib>
 
+#include "runtime/float_text.h"
+
 namespace trainer {
 
 namespace {
@@ -19,11 +21,7 @@ KeyValue to_value(int x) { return (long)x; }
 KeyValue to_value(long x) { return x; }
 KeyValue to_value(uint64_t x) { return (long)x; }
 KeyValue to_value(double x) { return x; }
-KeyValue to_value(float x) {
-  char b[32];
-  *std::to_chars(b, b + sizeof b - 1, x).ptr = 0;  // the shortest text that reads back as this float
-  return std::strtod(b, nullptr);
-}
+KeyValue to_value(float x) { return float_as_written(x); }
 KeyValue to_value(bool x) { return x; }
 KeyValue to_value(const std::string& x) { return x; }
 KeyValue to_value(const std::vector<std::string>& x) { return x; }

@@ -1,9 +1,7 @@
 #include "ckpt/hf_export.h"
 
 #include <cerrno>
-#include <charconv>
 #include <cstdio>
-#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -15,6 +13,7 @@
 #include "ckpt/hdf5_tensors.h"
 #include "ckpt/safetensors.h"
 #include "runtime/errors.h"
+#include "runtime/float_text.h"
 
 namespace fs = std::filesystem;
 
@@ -226,14 +225,6 @@ std::vector<std::string> export_hf_dir(
 }
 
 namespace {
-// A float recipe value as the recipe wrote it (1e-05), not widened to
-// double (9.999999747378752e-06): its shortest decimal form, read as double.
-double as_written(float v) {
-  char b[32];
-  const auto r = std::to_chars(b, b + sizeof b, v);
-  return std::strtod(std::string(b, r.ptr).c_str(), nullptr);
-}
-
 // An id the vocabulary holds, else null.
 nlohmann::ordered_json id_or_null(const std::optional<uint32_t>& id, const ModelConfig& m) {
   return id && *id < (uint32_t)m.vocab_size ? nlohmann::ordered_json(*id) : nlohmann::ordered_json(nullptr);
@@ -256,14 +247,14 @@ std::string hf_config_json(const ModelConfig& m, DType dtype, const TextEnds& en
     j = {{"architectures", {"GPT2LMHeadModel"}}, {"model_type", "gpt2"}, {"vocab_size", m.vocab_size},
          {"n_positions", m.seq_len}, {"n_ctx", m.seq_len}, {"n_embd", m.d_model}, {"n_layer", m.n_layers},
          {"n_head", m.n_heads}, {"n_inner", m.d_ff}, {"activation_function", "gelu_new"},
-         {"layer_norm_epsilon", as_written(m.norm_eps)}, {"resid_pdrop", 0.0}, {"embd_pdrop", 0.0}, {"attn_pdrop", 0.0},
+         {"layer_norm_epsilon", float_as_written(m.norm_eps)}, {"resid_pdrop", 0.0}, {"embd_pdrop", 0.0}, {"attn_pdrop", 0.0},
          {"scale_attn_weights", true}, {"tie_word_embeddings", m.tie_embeddings}, {"torch_dtype", torch_dtype}};
   } else {
     j = {{"architectures", {"LlamaForCausalLM"}}, {"model_type", "llama"}, {"vocab_size", m.vocab_size},
          {"hidden_size", m.d_model}, {"intermediate_size", m.d_ff}, {"num_hidden_layers", m.n_layers},
          {"num_attention_heads", m.n_heads}, {"num_key_value_heads", m.n_kv_heads},
-         {"max_position_embeddings", m.seq_len}, {"hidden_act", "silu"}, {"rms_norm_eps", as_written(m.norm_eps)},
-         {"rope_theta", as_written(m.rope_theta)}, {"attention_bias", false}, {"tie_word_embeddings", m.tie_embeddings},
+         {"max_position_embeddings", m.seq_len}, {"hidden_act", "silu"}, {"rms_norm_eps", float_as_written(m.norm_eps)},
+         {"rope_theta", float_as_written(m.rope_theta)}, {"attention_bias", false}, {"tie_word_embeddings", m.tie_embeddings},
          {"torch_dtype", torch_dtype}};
     const RopeScaling& s = m.rope_scaling;
     if (s.type == RopeScaling::Type::Llama3)  // transformers 4.43+ form, which 5.x still reads

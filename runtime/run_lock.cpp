@@ -95,11 +95,10 @@ void RunLock::remember(const std::string& path, const struct stat& st) {
   path_ = path;
   dev_ = st.st_dev;
   ino_ = st.st_ino;
-  held_ = true;
 }
 
 std::string RunLock::lost() const {
-  if (!held_) return "";
+  if (path_.empty()) return "";
   struct stat st;
   std::string what;
   if (stat(path_.c_str(), &st) != 0)

@@ -42,8 +42,8 @@ class RunLock {
   int fd_ = -1;
   std::string token_, warning_, path_;
   void remember(const std::string& path, const struct stat& st);
-  bool held_ = false;          // we hold (or share) the lock: lost() is meaningful
-  unsigned long dev_ = 0, ino_ = 0;  // the locked file's identity
+  // path_ is set once we hold (or share) the lock; dev_/ino_: its file's identity.
+  unsigned long dev_ = 0, ino_ = 0;
 };
 
 }  // namespace trainer

@@ -1,11 +1,16 @@
 #include "data/hf_tokenizer.h"
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <optional>
+#include <tuple>
+#include <unordered_map>
 
 #include <nlohmann/json.hpp>
 
 #include "data/bpe_tokenizer.h"
+#include "data/sentencepiece_tokenizer.h"
 #include "runtime/errors.h"
 
 namespace fs = std::filesystem;
@@ -163,6 +168,111 @@ std::vector<std::string> llama3_files(const BpeTokenizer& t, const std::string& 
   return {"tokenizer.json", "tokenizer_config.json"};
 }
 
+// SentencePiece's BPE as a Hugging Face BPE: every way a normal piece is
+// two normal pieces is a merge, ranked by the merged piece's score (best
+// first, as SentencePiece merges the best-scoring pair of neighbours first),
+// then by the parts' ids.
+std::vector<std::string> sentencepiece_merges(const SentencePieceModel& m) {
+  std::unordered_map<std::string_view, int> normal;
+  for (int id = 0; id < (int)m.pieces.size(); id++)
+    if (m.pieces[id].kind == SentencePieceModel::Kind::kNormal) normal.emplace(m.pieces[id].text, id);
+  std::vector<std::tuple<float, int, int, int>> ranked;  // -score, merged id, left id, right id
+  for (const auto& [text, id] : normal)
+    for (size_t cut = 1; cut < text.size(); cut++) {
+      const auto l = normal.find(text.substr(0, cut)), r = normal.find(text.substr(cut));
+      if (l != normal.end() && r != normal.end()) ranked.emplace_back(-m.pieces[id].score, id, l->second, r->second);
+    }
+  std::sort(ranked.begin(), ranked.end());
+  std::vector<std::string> out;
+  out.reserve(ranked.size());
+  for (const auto& [score, id, l, r] : ranked) {
+    const std::string& left = m.pieces[l].text;
+    if (left.find(' ') != std::string::npos || m.pieces[r].text.find(' ') != std::string::npos)
+      throw CheckpointError("SentencePiece piece " + std::to_string(id) + " holds a space, which a merges line cannot");
+    out.push_back(left + " " + m.pieces[r].text);
+  }
+  return out;
+}
+
+// SentencePiece: its tokenizer.model (the slow LlamaTokenizer, llama.cpp's
+// converter) and, for a BPE model that keeps the text as it is (Llama 2's:
+// "identity" normalizer, spaces kept), a tokenizer.json for
+// PreTrainedTokenizerFast that encodes as the model does: spaces as "▁" (and
+// one before the text), the recovered merges, byte fallback, the control and
+// unknown pieces as special tokens, bos before each text as the run's
+// documents had it. Without one, transformers 5 builds its own from
+// tokenizer.model and splits runs of spaces otherwise (5.25.0: all 17
+// licence texts differ from SentencePiece's ids).
+std::vector<std::string> sentencepiece_files(const SentencePieceTokenizer& t, const std::string& model_file,
+                                             const std::string& dir, int max_length, std::string* note) {
+  using oj = nlohmann::ordered_json;
+  std::error_code ec;
+  fs::copy_file(model_file, dir + "/tokenizer.model", ec);
+  if (ec) throw CheckpointError(model_file + ": cannot copy the SentencePiece model: " + ec.message());
+  const SentencePieceModel m = t.model();
+  const auto piece = [&](std::optional<uint32_t> id) { return id ? oj(m.pieces.at(*id).text) : oj(nullptr); };
+  std::optional<uint32_t> unk;
+  for (uint32_t id = 0; id < m.pieces.size(); id++)
+    if (m.pieces[id].kind == SentencePieceModel::Kind::kUnknown) unk = id;
+  oj cfg = {{"model_max_length", max_length}, {"bos_token", piece(t.ends.bos)}, {"eos_token", piece(t.ends.eos)},
+            {"unk_token", piece(unk)}};
+  if (t.ends.pad) cfg["pad_token"] = piece(t.ends.pad);
+  cfg["model_input_names"] = kModelInputNames;
+  if (!m.bpe || m.normalizer != "identity" || m.remove_extra_whitespaces || !m.escape_whitespaces) {
+    *note = "the SentencePiece model is " + std::string(m.bpe ? "BPE" : "not BPE") + " with the \"" + m.normalizer +
+            "\" normalizer: no tokenizer.json is written (LlamaTokenizer reads tokenizer.model; check its ids "
+            "against the data's)";
+    cfg["tokenizer_class"] = "LlamaTokenizer";
+    cfg["add_bos_token"] = t.ends.bos.has_value(), cfg["add_eos_token"] = false;
+    write_text(dir + "/tokenizer_config.json", cfg.dump(2) + "\n");
+    return {"tokenizer.model", "tokenizer_config.json"};
+  }
+  oj vocab = oj::object(), added = oj::array();
+  for (uint32_t id = 0; id < m.pieces.size(); id++) {
+    vocab[m.pieces[id].text] = id;
+    const auto kind = m.pieces[id].kind;
+    if (kind == SentencePieceModel::Kind::kControl || kind == SentencePieceModel::Kind::kUnknown) {
+      added.push_back(added_token(m.pieces[id].text, id));
+    } else if (kind == SentencePieceModel::Kind::kUserDefined) {
+      oj a = added_token(m.pieces[id].text, id);
+      a["special"] = false;  // matched whole in text, as SentencePiece does, but ordinary text
+      added.push_back(a);
+    }
+  }
+  const std::string space = "\u2581";  // SentencePiece's visible space
+  const oj replace = {{"type", "Replace"}, {"pattern", {{"String", " "}}}, {"content", space}};
+  oj decoders = oj::array({{{"type", "Replace"}, {"pattern", {{"String", space}}}, {"content", " "}}});
+  if (m.byte_fallback) decoders.push_back({{"type", "ByteFallback"}});
+  decoders.push_back({{"type", "Fuse"}});
+  if (m.add_dummy_prefix) decoders.push_back({{"type", "Strip"}, {"content", " "}, {"start", 1}, {"stop", 0}});
+  oj post = nullptr;
+  if (t.ends.bos) {
+    const std::string bos = m.pieces.at(*t.ends.bos).text;
+    const oj bos_piece = {{"SpecialToken", {{"id", bos}, {"type_id", 0}}}};
+    post = {{"type", "TemplateProcessing"},
+            {"single", {bos_piece, {{"Sequence", {{"id", "A"}, {"type_id", 0}}}}}},
+            {"pair", {bos_piece, {{"Sequence", {{"id", "A"}, {"type_id", 0}}}},
+                      {{"SpecialToken", {{"id", bos}, {"type_id", 1}}}}, {{"Sequence", {{"id", "B"}, {"type_id", 1}}}}}},
+            {"special_tokens", {{bos, {{"id", bos}, {"ids", {*t.ends.bos}}, {"tokens", {bos}}}}}}};
+  }
+  const oj tok = {
+      {"version", "1.0"}, {"truncation", nullptr}, {"padding", nullptr}, {"added_tokens", added},
+      {"normalizer", m.add_dummy_prefix ? oj{{"type", "Sequence"},
+                                            {"normalizers", {{{"type", "Prepend"}, {"prepend", space}}, replace}}}
+                                        : replace},
+      {"pre_tokenizer", nullptr}, {"post_processor", post},
+      {"decoder", {{"type", "Sequence"}, {"decoders", decoders}}},
+      {"model",
+       {{"type", "BPE"}, {"dropout", nullptr}, {"unk_token", piece(unk)}, {"continuing_subword_prefix", nullptr},
+        {"end_of_word_suffix", nullptr}, {"fuse_unk", true}, {"byte_fallback", m.byte_fallback},
+        {"ignore_merges", false}, {"vocab", vocab}, {"merges", sentencepiece_merges(m)}}}};
+  write_text(dir + "/tokenizer.json", tok.dump() + "\n");
+  cfg["tokenizer_class"] = "PreTrainedTokenizerFast";
+  cfg["clean_up_tokenization_spaces"] = false;  // decode gives the text back, as SentencePiece's does
+  write_text(dir + "/tokenizer_config.json", cfg.dump(2) + "\n");
+  return {"tokenizer.model", "tokenizer.json", "tokenizer_config.json"};
+}
+
 }  // namespace
 
 std::vector<std::string> write_hf_tokenizer(const std::string& spec, const std::string& dir, int max_length,
@@ -176,14 +286,8 @@ std::vector<std::string> write_hf_tokenizer(const std::string& spec, const std::
   }
   const std::string model = family == "sentencepiece" ? file : (spec.size() > 6 && spec.substr(spec.size() - 6) == ".model") ? spec : "";
   if (!model.empty()) {
-    std::error_code ec;
-    fs::copy_file(model, dir + "/tokenizer.model", ec);
-    if (ec) throw CheckpointError(model + ": cannot copy the SentencePiece model: " + ec.message());
-    const nlohmann::ordered_json cfg = {{"tokenizer_class", "LlamaTokenizer"}, {"model_max_length", max_length},
-                                        {"add_bos_token", true}, {"add_eos_token", false},
-                                        {"model_input_names", kModelInputNames}};
-    write_text(dir + "/tokenizer_config.json", cfg.dump(2) + "\n");
-    return {"tokenizer.model", "tokenizer_config.json"};
+    const auto tok = make_tokenizer(spec);
+    return sentencepiece_files(static_cast<const SentencePieceTokenizer&>(*tok), model, dir, max_length, why);
   }
   *why = "tokenizer \"" + spec + "\": no Hugging Face tokenizer files are written for it (gpt2, llama3 and sentencepiece only)";
   return {};

@@ -8,7 +8,11 @@
 //   llama3         tokenizer.json for PreTrainedTokenizerFast (its pattern
 //                  split, byte-level BPE with the recovered merges, the
 //                  special tokens, <|begin_of_text|> before each text)
-//   sentencepiece  its tokenizer.model and a LlamaTokenizer config
+//   sentencepiece  its tokenizer.model, and for a BPE model as Llama 2's a
+//                  tokenizer.json for PreTrainedTokenizerFast (spaces as
+//                  "▁", the merges recovered from the piece scores, byte
+//                  fallback, bos before each text); other models get a
+//                  LlamaTokenizer config only, and *why says so
 // Other tokenizers (bytes, described ones) have no files written;
 // the returned list is then empty and *why says so (or, with files, what
 // a reader should know about them).

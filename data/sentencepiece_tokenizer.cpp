@@ -42,6 +42,11 @@ SentencePieceTokenizer::SentencePieceTokenizer(const std::string& model_file)
 
 SentencePieceTokenizer::~SentencePieceTokenizer() = default;
 
+SentencePieceModel SentencePieceTokenizer::model() const {
+  const auto proto = sp_->serialized_model_proto();
+  return parse_sentencepiece_model(std::string_view(proto.data(), proto.size()), "SentencePiece model");
+}
+
 std::unique_ptr<TokenEncoder> SentencePieceTokenizer::encoder() const { return std::make_unique<SpEncoder>(*sp_); }
 
 }  // namespace trainer

@@ -7,6 +7,7 @@
 #include <memory>
 #include <string>
 
+#include "data/sentencepiece_model.h"
 #include "data/tokenizer.h"
 
 namespace sentencepiece { class SentencePieceProcessor; }
@@ -21,6 +22,8 @@ class SentencePieceTokenizer : public Tokenizer {
   uint32_t vocab_size() const override { return vocab_; }
   bool splits_at_lines() const override { return false; }
   const std::vector<std::pair<std::string, uint32_t>>& specials() const override { return specials_; }
+  // The model's pieces and settings (data/sentencepiece_model.h).
+  SentencePieceModel model() const;
 
  private:
   std::unique_ptr<sentencepiece::SentencePieceProcessor> sp_;

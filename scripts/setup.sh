@@ -65,9 +65,14 @@ fi
 # and Llama 3 RoPE scaling (tests/hf_export_check.py), tensorboard for its
 # event-file reader (tests/tensorboard_check.py); and the tokenizer files
 # (fetch_tokenizers.sh). transformers 5 needs a newer torch, so it gets a
-# venv of its own without Debian's packages (third_party/hf5): there it only
-# writes config.json files as transformers 5 writes them, which is what the
-# import must read.
+# venv of its own without Debian's packages (third_party/hf5): torch 2.11.0
+# (PyPI's wheel, CUDA libraries included; here it runs on the CPU),
+# transformers 5.25.0 and llama.cpp as llama-cpp-python 0.3.36 builds it from
+# its sdist (about 3 minutes on 2 cores; pip keeps the built wheel), for
+# tests/llama_cpp_check.py and the config.json files transformers 5 writes
+# (tests/hf_export_check.py). llama.cpp's converter (convert_hf_to_gguf.py, its
+# conversion/ modules and gguf-py) comes from the same sdist, checked against
+# its SHA-256, into third_party/llama_cpp.
 if [[ "${1:-}" == "test" ]]; then
   root="$(cd "$(dirname "$0")/.." && pwd)"
   venv="$root/third_party/pyref"
@@ -81,10 +86,33 @@ if [[ "${1:-}" == "test" ]]; then
       echo "setup: could not install the reference packages; the tests that compare with them will fail" >&2
   fi
   hf5="$root/third_party/hf5"
-  if ! "$hf5/bin/python" -c "import transformers as t; assert t.__version__ == '5.0.0'" 2>/dev/null; then
-    echo "setup: installing transformers 5.0.0 (PyPI, configs only) into third_party/hf5"
-    /usr/bin/python3 -m venv "$hf5" && "$hf5/bin/pip" install -q transformers==5.0.0 ||
-      echo "setup: could not install transformers 5; the check of its config.json files will fail" >&2
+  llcpp="$root/third_party/llama_cpp"
+  llcpp_version=0.3.36
+  llcpp_sdist=llama_cpp_python-$llcpp_version.tar.gz
+  llcpp_sha256=832db0699007f1be95a7e41ef12e88926b02ba836461e36a36372db2760c1a2e
+  if ! "$hf5/bin/python" -c "import torch, gguf, tiktoken, llama_cpp as l, transformers as t
+assert t.__version__ == '5.25.0' and l.__version__ == '$llcpp_version'" 2>/dev/null ||
+     [[ ! -f "$llcpp/convert_hf_to_gguf.py" ]]; then
+    echo "setup: installing torch 2.11.0, transformers 5.25.0 and llama.cpp (llama-cpp-python $llcpp_version," \
+         "built here) from PyPI into third_party/hf5, llama.cpp's converter into third_party/llama_cpp"
+    tmp_ll=$(mktemp -d)
+    if python3 -m pip download -q --no-deps --no-binary=:all: -d "$tmp_ll" "llama-cpp-python==$llcpp_version" &&
+       echo "$llcpp_sha256  $tmp_ll/$llcpp_sdist" | sha256sum -c --quiet &&
+       tar -xzf "$tmp_ll/$llcpp_sdist" -C "$tmp_ll" &&
+       rm -rf "$llcpp" && mkdir -p "$llcpp" &&
+       cp -r "$tmp_ll/llama_cpp_python-$llcpp_version/vendor/llama.cpp/"{convert_hf_to_gguf.py,conversion,gguf-py,LICENSE} \
+         "$llcpp/" &&
+       rm -rf "$hf5" && /usr/bin/python3 -m venv "$hf5" &&
+       "$hf5/bin/pip" install -q torch==2.11.0 transformers==5.25.0 sentencepiece==0.2.1 numpy==2.2.6 \
+         protobuf==4.25.9 safetensors==0.8.0 tiktoken==0.12.0 "$llcpp/gguf-py" &&
+       CMAKE_ARGS="-DGGML_NATIVE=OFF" CMAKE_BUILD_PARALLEL_LEVEL="$(nproc)" \
+         "$hf5/bin/pip" install -q "$tmp_ll/$llcpp_sdist"; then
+      :
+    else
+      echo "setup: could not install transformers 5 and llama.cpp; tests/llama_cpp_check.py and the check of" \
+           "transformers 5's config.json files will fail" >&2
+    fi
+    rm -rf "$tmp_ll"
   fi
   "$root/scripts/fetch_tokenizers.sh" || echo "setup: some tokenizer files are missing (see above)" >&2
 fi

@@ -3,8 +3,6 @@ import glob
 import json
 import os
 
-import h5py
-
 failures = []
 
 # tiktoken's GPT-2 pre-tokenizer pattern (tiktoken_ext/openai_public.py) and
@@ -13,23 +11,49 @@ GPT2_PAT = r"""'(?:[sdmt]|ll|ve|re)| ?\p{L}++| ?\p{N}++| ?[^\s\p{L}\p{N}]++|\s++
 LLAMA3_PAT = (r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|"""
               r"""\s*[\r\n]+|\s+(?!\S)|\s+""")
 
-PYREF = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "third_party", "pyref", "bin", "python")
+THIRD_PARTY = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "third_party")
 
 
-def under_pyref(modules):
+def under_venv(venv_name, modules):
     """Imports the reference packages PyPI provides (scripts/setup.sh test puts
-    them in the third_party/pyref venv); re-runs this script under that venv
-    when this python lacks them. Returns the modules."""
+    them in the venv third_party/VENV_NAME); re-runs this script under that
+    venv when this python lacks them. Returns the modules."""
     import importlib
     import sys
+    python = os.path.join(THIRD_PARTY, venv_name, "bin", "python")
     try:
         return [importlib.import_module(m) for m in modules]
     except ImportError:
-        venv = os.path.realpath(os.path.join(os.path.dirname(PYREF), ".."))
-        if os.path.exists(PYREF) and os.path.realpath(sys.prefix) != venv:
-            os.execv(PYREF, [PYREF] + sys.argv)
-        print(f"FAIL the reference packages ({', '.join(modules)}) are missing: run scripts/setup.sh test")
+        venv = os.path.realpath(os.path.join(THIRD_PARTY, venv_name))
+        if os.path.exists(python) and os.path.realpath(sys.prefix) != venv:
+            os.execv(python, [python] + sys.argv)
+        print(f"FAIL the reference packages ({', '.join(modules)}) are missing from third_party/{venv_name}: "
+              "run scripts/setup.sh test")
         sys.exit(1)
+
+
+def reference_encoders():
+    """name -> text -> ids as the reference packages encode a document for
+    each tokenizer with Hugging Face files (tiktoken for gpt2 and llama3,
+    sentencepiece for Llama 2's model), the document mark included where the
+    tokenizer puts one (Llama-3's <|begin_of_text|>, the model's bos)."""
+    import sentencepiece
+    import tiktoken
+    import tiktoken.load
+    tok_dir = os.path.join(THIRD_PARTY, "tokenizers")
+    gpt2 = tiktoken.Encoding("gpt2", pat_str=GPT2_PAT, special_tokens={"<|endoftext|>": 50256},
+                             mergeable_ranks=tiktoken.load.load_tiktoken_bpe(os.path.join(tok_dir, "gpt2.tiktoken")))
+    sp = sentencepiece.SentencePieceProcessor(model_file=os.path.join(tok_dir, "llama2_sp.model"))
+    l3_ranks = tiktoken.load.load_tiktoken_bpe(os.path.join(tok_dir, "llama3.tiktoken"))
+    llama3 = tiktoken.Encoding("llama3", pat_str=LLAMA3_PAT, special_tokens={"<|begin_of_text|>": len(l3_ranks)},
+                               mergeable_ranks=l3_ranks)
+    return {"gpt2": gpt2.encode_ordinary, "sentencepiece": lambda t: [sp.bos_id()] + sp.encode(t),
+            "llama3": lambda t: [128000] + llama3.encode_ordinary(t)}
+
+
+def under_pyref(modules):
+    """under_venv of third_party/pyref: Debian's torch 1.13 with tiktoken, sentencepiece, transformers 4."""
+    return under_venv("pyref", modules)
 
 
 def check(ok, msg):
@@ -55,6 +79,7 @@ def losses(run):
 
 def tensors(step_dir):
     """(file, dataset) -> array for every dataset of a checkpoint step directory."""
+    import h5py
     out = {}
     for f in sorted(glob.glob(os.path.join(step_dir, "*.h5"))):
         with h5py.File(f, "r") as h:
@@ -86,6 +111,7 @@ def torch_val_loss(export_h5, cfg, val_file, windows):
     tokens of an llm.c uint16 token file: the windows an evaluation with
     dp x micro_batch x eval_batches = windows reads."""
     import sys
+    import h5py
     import numpy as np
     import torch
     sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "reference"))

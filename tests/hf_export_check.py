@@ -13,8 +13,8 @@ every difference listed.
 transformers 4.46.3 is pinned (scripts/setup.sh test, third_party/pyref):
 the newest 4.x we found that runs models on Debian 12's torch 1.13, with
 Llama's GQA, rope_theta and Llama 3 RoPE scaling, so a scaled export is
-run by transformers itself. transformers 5.0.0 (third_party/hf5, configs
-only, as it needs a newer torch) rewrites an exported config.json as it
+run by transformers itself. transformers 5.25.0 (third_party/hf5, with
+PyPI's torch, as it needs a newer one than Debian's) rewrites an exported config.json as it
 saves models today (rope_parameters), and the import must read that file.
 
 usage: hf_export_check.py TRAINER MPIEXEC
@@ -29,10 +29,10 @@ import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from harness import GPT2_PAT, LLAMA3_PAT, check, failures, tensors, under_pyref  # noqa: E402
+from harness import THIRD_PARTY, check, failures, reference_encoders, tensors, under_pyref  # noqa: E402
 
-torch, transformers, safetensors_torch, tiktoken, tiktoken_load, sentencepiece = under_pyref(
-    ["torch", "transformers", "safetensors.torch", "tiktoken", "tiktoken.load", "sentencepiece"])
+torch, transformers, safetensors_torch, sentencepiece = under_pyref(
+    ["torch", "transformers", "safetensors.torch", "sentencepiece"])
 load_file = safetensors_torch.load_file
 
 RECIPE = """[run]
@@ -141,21 +141,15 @@ def main():
 def tokenizer_files(trainer, tmp):
     """A run on GPT-2 (Llama-3, SentencePiece) tokens exports the tokenizer too: AutoTokenizer from
     the directory encodes every licence text as tiktoken (sentencepiece) does."""
-    tok_dir = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "third_party", "tokenizers")
-    gpt2 = tiktoken.Encoding("gpt2", pat_str=GPT2_PAT, special_tokens={"<|endoftext|>": 50256},
-                             mergeable_ranks=tiktoken_load.load_tiktoken_bpe(os.path.join(tok_dir, "gpt2.tiktoken")))
-    sp = sentencepiece.SentencePieceProcessor(model_file=os.path.join(tok_dir, "llama2_sp.model"))
-    l3_ranks = tiktoken_load.load_tiktoken_bpe(os.path.join(tok_dir, "llama3.tiktoken"))
-    llama3 = tiktoken.Encoding("llama3", pat_str=LLAMA3_PAT, special_tokens={"<|begin_of_text|>": len(l3_ranks)},
-                               mergeable_ranks=l3_ranks)
+    tok_dir = os.path.join(THIRD_PARTY, "tokenizers")
+    refs = reference_encoders()
     texts = [open(os.path.join("/usr/share/common-licenses", f), encoding="utf-8").read()
              for f in sorted(os.listdir("/usr/share/common-licenses"))]
-    for spec, arch, vocab, ref in (("gpt2:" + os.path.join(tok_dir, "gpt2.tiktoken"), "gpt2", 50304, gpt2.encode_ordinary),
-                                   ("sentencepiece:" + os.path.join(tok_dir, "llama2_sp.model"), "llama", 32000,
-                                    lambda t: [sp.bos_id()] + sp.encode(t)),
-                                   ("llama3:" + os.path.join(tok_dir, "llama3.tiktoken"), "llama", 128256,
-                                    lambda t: [128000] + llama3.encode_ordinary(t))):
+    for spec, arch, vocab in (("gpt2:" + os.path.join(tok_dir, "gpt2.tiktoken"), "gpt2", 50304),
+                              ("sentencepiece:" + os.path.join(tok_dir, "llama2_sp.model"), "llama", 32000),
+                              ("llama3:" + os.path.join(tok_dir, "llama3.tiktoken"), "llama", 128256)):
         name = spec.split(":")[0]
+        ref = refs[name]
         data = os.path.join(tmp, name + "_data")
         run([trainer, "data", "prepare", "--tokenizer", spec, "--input", "/usr/share/common-licenses", "--output", data])
         recipe = os.path.join(tmp, name + "_tok.toml")
@@ -169,10 +163,16 @@ def tokenizer_files(trainer, tmp):
             print(out + out2)
             continue
         differ = -1
-        for fast in ((True,) if name == "llama3" else (True, False)):  # Llama-3 has no slow tokenizer
-            tok = transformers.AutoTokenizer.from_pretrained(out_dir, use_fast=fast)
+        # The fast tokenizer (tokenizer.json) and the slow one: GPT-2's from vocab.json and merges.txt,
+        # LlamaTokenizer's from tokenizer.model. Llama-3 has no slow tokenizer.
+        toks = [transformers.AutoTokenizer.from_pretrained(out_dir)]
+        if name == "gpt2":
+            toks.append(transformers.AutoTokenizer.from_pretrained(out_dir, use_fast=False))
+        if name == "sentencepiece":
+            toks.append(transformers.LlamaTokenizer.from_pretrained(out_dir))
+        for tok in toks:
             differ = max(differ, sum(tok(t)["input_ids"] != ref(t) for t in texts))
-        kinds = "fast" if name == "llama3" else "fast and slow"
+        kinds = " and ".join(type(t).__name__ for t in toks)
         check(differ == 0, f"{name}: AutoTokenizer ({kinds}) from the export encodes all {len(texts)} licence "
                            f"texts as the reference does ({differ} differ); files {sorted(os.listdir(out_dir))}")
         generation_checks(name, out_dir, texts[0])
@@ -477,7 +477,7 @@ def scaled_loss_checks(trainer, tmp, data):
 
 
 def transformers5_checks(trainer, tmp):
-    """config.json as transformers 5.0.0 itself writes it: LlamaConfig.from_pretrained of the scaled and
+    """config.json as transformers 5 itself writes it: LlamaConfig.from_pretrained of the scaled and
     the unscaled exports, save_pretrained into a copy (theta and scaling move into rope_parameters). Each
     loads with its matching recipe; a recipe at another theta is refused, the field named with both values."""
     hf5 = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "third_party", "hf5", "bin", "python")

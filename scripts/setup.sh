@@ -68,7 +68,8 @@ fi
 # venv of its own without Debian's packages (third_party/hf5): torch 2.11.0
 # (PyPI's wheel, CUDA libraries included; here it runs on the CPU),
 # transformers 5.25.0 and llama.cpp as llama-cpp-python 0.3.36 builds it from
-# its sdist (about 3 minutes on 2 cores; pip keeps the built wheel), for
+# its sdist (about 3 minutes on 2 cores, once: the wheel, built for any
+# x86-64 with AVX2, is kept in ~/.cache/trainer/wheels for the next clone), for
 # tests/llama_cpp_check.py and the config.json files transformers 5 writes
 # (tests/hf_export_check.py). llama.cpp's converter (convert_hf_to_gguf.py, its
 # conversion/ modules and gguf-py) comes from the same sdist, checked against
@@ -90,6 +91,7 @@ if [[ "${1:-}" == "test" ]]; then
   llcpp_version=0.3.36
   llcpp_sdist=llama_cpp_python-$llcpp_version.tar.gz
   llcpp_sha256=832db0699007f1be95a7e41ef12e88926b02ba836461e36a36372db2760c1a2e
+  wheels="${XDG_CACHE_HOME:-$HOME/.cache}/trainer/wheels"
   if ! "$hf5/bin/python" -c "import torch, gguf, tiktoken, llama_cpp as l, transformers as t
 assert t.__version__ == '5.25.0' and l.__version__ == '$llcpp_version'" 2>/dev/null ||
      [[ ! -f "$llcpp/convert_hf_to_gguf.py" ]]; then
@@ -105,8 +107,10 @@ assert t.__version__ == '5.25.0' and l.__version__ == '$llcpp_version'" 2>/dev/n
        rm -rf "$hf5" && /usr/bin/python3 -m venv "$hf5" &&
        "$hf5/bin/pip" install -q torch==2.11.0 transformers==5.25.0 sentencepiece==0.2.1 numpy==2.2.6 \
          protobuf==4.25.9 safetensors==0.8.0 tiktoken==0.12.0 "$llcpp/gguf-py" &&
-       CMAKE_ARGS="-DGGML_NATIVE=OFF" CMAKE_BUILD_PARALLEL_LEVEL="$(nproc)" \
-         "$hf5/bin/pip" install -q "$tmp_ll/$llcpp_sdist"; then
+       { compgen -G "$wheels/llama_cpp_python-$llcpp_version-*.whl" >/dev/null ||
+         CMAKE_ARGS="-DGGML_NATIVE=OFF" CMAKE_BUILD_PARALLEL_LEVEL="$(nproc)" \
+           "$hf5/bin/pip" wheel -q --no-deps -w "$wheels" "$tmp_ll/$llcpp_sdist"; } &&
+       "$hf5/bin/pip" install -q "$wheels"/llama_cpp_python-"$llcpp_version"-*.whl; then
       :
     else
       echo "setup: could not install transformers 5 and llama.cpp; tests/llama_cpp_check.py and the check of" \

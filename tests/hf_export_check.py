@@ -108,8 +108,13 @@ def main():
         hf = os.path.join(tmp, name + "_hf")
         rc, out = run([trainer, "ckpt", "export", step, "--format", "hf", "--output", hf])
         cfg = json.load(open(os.path.join(hf, "config.json"))) if rc == 0 else {}
+        # Bytes define no special tokens: bos/eos are null (not LlamaConfig's 1 and 2), no generation_config.json.
         check(rc == 0 and sorted(os.listdir(hf)) == ["config.json", "model.safetensors"]
-              and cfg.get("tie_word_embeddings") == (tied == "true"), f"{name}: export writes config.json + model.safetensors")
+              and cfg.get("tie_word_embeddings") == (tied == "true")
+              and "bos_token_id" in cfg and cfg["bos_token_id"] is None and cfg["eos_token_id"] is None
+              and 'tokenizer "bytes"' in out,
+              f"{name}: export writes config.json + model.safetensors, bos/eos null (bytes define none), "
+              f"and says it writes no tokenizer")
         got = hf_loss(hf, batch)
         check(abs(got - val) / val < 1e-4, f"{name}: transformers {transformers.__version__} from_pretrained "
                                            f"gives the trainer's val loss {val:.6f} ({got:.6f})")

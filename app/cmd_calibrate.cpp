@@ -251,7 +251,7 @@ int calibrate(const RecipeArgs& args, int rank, int size) {
   std::vector<std::string> real_labels;
   if (rank == 0) {
     const bool both = args.has("--all-precisions");
-    const std::vector<LayoutCandidate> cands = layout_candidates(args.recipe, args.overrides, ranks, both);
+    const std::vector<LayoutCandidate> cands = layout_candidates(r, ranks, both);
     const std::vector<ShardShape> shards = shard_shapes(cands);
     if (const LayoutCandidate* a = anchor_candidate(cands, r, per_node); a && ranks == size) {
       real_sets.push_back(a->sets), real_labels.push_back(a->label);

@@ -13,7 +13,7 @@
 #include "app/memory_fit.h"
 #include "app/recipe.h"
 #include "app/recipe_args.h"
-#include "app/recipe_keys.h"
+#include "recipe/recipe_keys.h"
 #include "app/resume.h"
 #include "engine/job.h"
 #include "engine/step_loop.h"

@@ -1,6 +1,9 @@
 #include "app/layout_candidates.h"
 
-#include "runtime/errors.h"
+#include <utility>
+
+#include "recipe/recipe_keys.h"
+#include "recipe/recipe_rules.h"
 
 namespace trainer {
 
@@ -21,10 +24,31 @@ std::string reason(const std::string& what) {
   return s;
 }
 
+using Edits = std::vector<std::pair<std::string, KeyValue>>;  // "section.key", value
+
+// base with the edits made as --set makes them, derived and checked for
+// `ranks` as load_recipe(path, overrides + those --set lines, ranks) would.
+LayoutCandidate candidate(const Recipe& base, const Edits& edits, int ranks) {
+  LayoutCandidate c;
+  c.recipe = base;
+  c.recipe.warnings.clear();
+  for (const auto& [key, value] : edits) {
+    c.sets.push_back(key + "=" + toml_text(*find_recipe_key(key), value));
+    if (c.rejected.empty()) c.rejected = edit_key(c.recipe, key, value);
+  }
+  if (c.rejected.empty()) c.rejected = apply_defaults(c.recipe, ranks);
+  if (c.rejected.empty())
+    for (RecipeProblem& p : check_recipe(c.recipe, ranks)) {
+      if (!p.warning) c.rejected = p.message;
+      else c.recipe.warnings.push_back(std::move(p.message));
+    }
+  if (!c.rejected.empty()) c.rejected = reason(c.rejected), c.recipe = Recipe{};
+  return c;
+}
+
 // Every split, schedule, micro-batch, recompute mode and ZeRO stage in the
-// recipe's precision.
-std::vector<LayoutCandidate> layouts_of(const std::string& path, const std::vector<std::string>& overrides, int ranks) {
-  const Recipe base = load_recipe(path, overrides, 0, false);
+// base's precision (with `precision` edits first, when given).
+std::vector<LayoutCandidate> layouts_of(const Recipe& base, const Edits& precision, int ranks) {
   const int batch = base.training.global_batch;
   std::vector<LayoutCandidate> out;
   for (int tp : divisors(ranks, 8))
@@ -36,23 +60,22 @@ std::vector<LayoutCandidate> layouts_of(const std::string& path, const std::vect
             if (mb * dp > batch) continue;
             for (const char* rec : {"none", "selective", "full"})
               for (int zero : dp > 1 ? std::vector<int>{0, 1} : std::vector<int>{0}) {
-                LayoutCandidate c;
-                c.sets = {"parallel.dp=" + std::to_string(dp), "parallel.tp=" + std::to_string(tp),
-                          "parallel.pp=" + std::to_string(pp),
-                          std::string("parallel.sequence_parallel=") + (sp ? "true" : "false"),
-                          std::string("parallel.schedule=\"") + (v > 1 ? "interleaved" : "1f1b") + "\"",
-                          "parallel.virtual_stages=" + std::to_string(v), "training.micro_batch=" + std::to_string(mb),
-                          std::string("recompute.mode=\"") + rec + "\"", "parallel.zero_stage=" + std::to_string(zero)};
+                Edits edits = precision;
+                const Edits layout = {{"parallel.dp", (long)dp},
+                                      {"parallel.tp", (long)tp},
+                                      {"parallel.pp", (long)pp},
+                                      {"parallel.sequence_parallel", sp},
+                                      {"parallel.schedule", std::string(v > 1 ? "interleaved" : "1f1b")},
+                                      {"parallel.virtual_stages", (long)v},
+                                      {"training.micro_batch", (long)mb},
+                                      {"recompute.mode", std::string(rec)},
+                                      {"parallel.zero_stage", (long)zero}};
+                edits.insert(edits.end(), layout.begin(), layout.end());
+                LayoutCandidate c = candidate(base, edits, ranks);
+                c.sets.erase(c.sets.begin(), c.sets.begin() + (long)precision.size());  // the layout's own lines
                 c.label = "dp " + std::to_string(dp) + " tp " + std::to_string(tp) + (sp ? " sp" : "") + " pp " +
                           std::to_string(pp) + (pp > 1 ? (v > 1 ? " interleaved" : " 1f1b") : "") + " mb " +
                           std::to_string(mb) + " " + rec + " zero " + std::to_string(zero);
-                std::vector<std::string> all = overrides;
-                all.insert(all.end(), c.sets.begin(), c.sets.end());
-                try {
-                  c.recipe = load_recipe(path, all, ranks, false);
-                } catch (const UserError& e) {
-                  c.rejected = reason(e.what());
-                }
                 out.push_back(std::move(c));
               }
           }
@@ -62,15 +85,14 @@ std::vector<LayoutCandidate> layouts_of(const std::string& path, const std::vect
 
 }  // namespace
 
-std::vector<LayoutCandidate> layout_candidates(const std::string& path, const std::vector<std::string>& overrides,
-                                               int ranks, bool all_precisions) {
-  if (!all_precisions) return layouts_of(path, overrides, ranks);
+std::vector<LayoutCandidate> layout_candidates(const Recipe& base, int ranks, bool all_precisions) {
+  if (!all_precisions) return layouts_of(base, {}, ranks);
   std::vector<LayoutCandidate> out;
   for (const std::string p : {"fp32", "bf16"}) {
-    std::vector<std::string> with = overrides;
-    with.push_back("training.precision=\"" + p + "\"");
-    for (LayoutCandidate& c : layouts_of(path, with, ranks)) {
-      c.sets.push_back(with.back()), c.label += " " + p;
+    const Edits precision = {{"training.precision", p}};
+    for (LayoutCandidate& c : layouts_of(base, precision, ranks)) {
+      c.sets.push_back("training.precision=" + toml_text(*find_recipe_key("training.precision"), p));
+      c.label += " " + p;
       out.push_back(std::move(c));
     }
   }

@@ -5,12 +5,14 @@
 // (interleaved with 2 virtual stages), micro-batch sizes, the three
 // recompute modes and ZeRO stages 0 and 1; precision stays the recipe's (it
 // changes the numbers, not only the speed) unless all_precisions asks for
-// fp32 and bf16 both. Each is checked as `trainer train` checks a recipe;
-// one that fails says why.
+// fp32 and bf16 both. Each is the recipe read once, copied and edited as its
+// --set lines would edit the file, its defaults derived again and checked
+// by the same rules as `trainer train` (recipe/recipe_rules.h); one that
+// fails says why.
 #include <string>
 #include <vector>
 
-#include "app/recipe.h"
+#include "recipe/recipe.h"
 
 namespace trainer {
 
@@ -21,7 +23,7 @@ struct LayoutCandidate {
   Recipe recipe;                  // valid ones
 };
 
-std::vector<LayoutCandidate> layout_candidates(const std::string& path, const std::vector<std::string>& overrides,
-                                               int ranks, bool all_precisions = false);
+// base: the recipe as loaded with no world size (load_recipe(path, overrides, 0, false)).
+std::vector<LayoutCandidate> layout_candidates(const Recipe& base, int ranks, bool all_precisions = false);
 
 }  // namespace trainer

@@ -12,6 +12,7 @@
 
 #include "app/layout_candidates.h"
 #include "app/memory_fit.h"
+#include "app/recipe.h"
 #include "planning/step_model.h"
 #include "report/svg_chart.h"
 #include "runtime/errors.h"
@@ -112,8 +113,8 @@ int plan_search(const RecipeArgs& args, int ranks) {
   const double price = args.number("--price-per-rank-hour", 0, 0);
   const double limit_gb = args.number("--memory-per-rank-gb", 0, 0);
   const size_t top = (size_t)args.integer("--top", 10, 1);
-  const std::vector<LayoutCandidate> cands =
-      layout_candidates(args.recipe, args.overrides, ranks, args.has("--all-precisions"));
+  const Recipe base = load_recipe(args.recipe, args.overrides, 0, false);  // read once; each layout a copy
+  const std::vector<LayoutCandidate> cands = layout_candidates(base, ranks, args.has("--all-precisions"));
   StepModels model(profiles, per_node);
   std::vector<Ranked> ranked;
   std::map<const LayoutCandidate*, std::string> memory;
@@ -132,7 +133,6 @@ int plan_search(const RecipeArgs& args, int ranks) {
   }
   std::stable_sort(ranked.begin(), ranked.end(),
                    [](const Ranked& a, const Ranked& b) { return a.p.step_ms < b.p.step_ms; });
-  const Recipe base = load_recipe(args.recipe, args.overrides, 0, false);
   const double tokens_per_step = (double)base.training.global_batch * base.model.seq_len;
   const double steps = args.has("--tokens") ? std::ceil(args.number("--tokens", 0, 1) / tokens_per_step)
                                             : (double)base.training.steps;

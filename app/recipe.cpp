@@ -2,7 +2,6 @@
 // unknown keys (typos) are found by comparing what the file has with what was
 // read, and the nearest known name is suggested.
 #include "app/recipe.h"
-#include "app/recipe_keys.h"
 
 #include <toml++/toml.h>
 
@@ -17,6 +16,7 @@
 
 #include "data/dataset.h"
 #include "model/param_registry.h"
+#include "recipe/recipe_rules.h"
 #include "runtime/errors.h"
 #include "runtime/regular_file.h"
 
@@ -53,22 +53,28 @@ std::string nearest(const std::string& word, const std::vector<std::string>& opt
 
 class RecipeReader {
  public:
+  // The keys the file and the overrides give, and the line of each.
   RecipeReader(toml::table& root, std::string file, std::set<std::string> overridden)
-      : root_(root), file_(std::move(file)), overridden_(std::move(overridden)) {}
+      : root_(root), file_(std::move(file)) {
+    origin_.file = file_;
+    origin_.overridden = std::move(overridden);
+    const auto line_of = [&](const toml::node& n) {
+      return n.source().begin.line > 0 ? file_ + ":" + std::to_string(n.source().begin.line) : std::string();
+    };
+    for (auto&& [sec, v] : root_) {
+      if (!v.is_table()) continue;
+      if (std::string l = line_of(v); !l.empty()) origin_.lines[std::string(sec.str())] = l;
+      for (auto&& [key, n] : *v.as_table()) {
+        const std::string full = std::string(sec.str()) + "." + std::string(key.str());
+        origin_.given.insert(full);
+        if (std::string l = line_of(n); !l.empty()) origin_.lines[full] = l;
+      }
+    }
+  }
+  const RecipeOrigin& origin() const { return origin_; }
 
   // Location of section.key for messages: "file:line" or "--set section.key".
-  std::string where(const std::string& sec, const std::string& key) const {
-    const std::string full = sec + "." + key;
-    if (overridden_.count(full)) return "--set " + full;
-    if (const toml::node* n = root_.at_path(full).node()) {
-      const auto& src = n->source();
-      if (src.begin.line > 0) return file_ + ":" + std::to_string(src.begin.line);
-    }
-    if (const toml::node* s = root_.get(sec)) {
-      if (s->source().begin.line > 0) return file_ + ":" + std::to_string(s->source().begin.line);
-    }
-    return file_;
-  }
+  std::string where(const std::string& sec, const std::string& key) const { return origin_.where(sec, key); }
 
   [[noreturn]] void fail(const std::string& sec, const std::string& key, const std::string& msg) const {
     throw RecipeError(where(sec, key) + ": [" + sec + "] " + key + ": " + msg);
@@ -198,8 +204,6 @@ class RecipeReader {
       fail(k.section, k.name, s.path + ": weight must be > 0");
     return s;
   }
-  bool present(const std::string& sec, const std::string& key) const { return node(sec, key) != nullptr; }
-  bool overridden(const std::string& sec, const std::string& key) const { return overridden_.count(sec + "." + key) > 0; }
 
   // Unknown sections and keys: the first one found is an error.
   void check_unknown() const {
@@ -241,7 +245,7 @@ class RecipeReader {
   }
   toml::table& root_;
   std::string file_;
-  std::set<std::string> overridden_;
+  RecipeOrigin origin_;
 };
 
 // Applies "section.key=value" overrides; values parse as TOML, else as a string.
@@ -277,94 +281,6 @@ std::set<std::string> apply_overrides(toml::table& root, const std::vector<std::
     done.insert(sec + "." + key);
   }
   return done;
-}
-
-// Rules between keys, in the order a reader would fix them.
-void check_rules(Recipe& r, RecipeReader& rd, int world_size) {
-  const ModelConfig& m = r.model;
-  if (r.run.dir.empty()) rd.fail("run", "dir", "must not be empty");
-  // The name is one path component of the default run.dir (runs/NAME) and
-  // is printed in logs: no separators, no way up, no control characters.
-  const std::string& name = r.run.name;
-  const bool control = std::any_of(name.begin(), name.end(), [](unsigned char c) { return c < 0x20 || c == 0x7f; });
-  if (name.empty() || name == "." || name == ".." || name.find('/') != std::string::npos || control)
-    rd.fail("run", "name", toml_text(name, KeyType::String) + " is not one plain path component (no \"/\", not \".\" "
-            "or \"..\", no control characters); put directories in run.dir");
-  if (m.arch == Arch::GPT2 && rd.present("model", "n_kv_heads") && m.n_kv_heads != m.n_heads)
-    rd.fail("model", "n_kv_heads", "grouped-query attention needs arch = \"llama\" (gpt2 uses n_heads)");
-  for (const auto& [key, msg] : validate(m)) rd.fail("model", key, msg);
-
-  // [parallel]: dp is what the launch leaves when not given.
-  const bool dp_given = rd.present("parallel", "dp");
-  const int model_ranks = r.grid.tp * r.grid.pp;
-  // The key a layout problem is blamed on: the one the user set (a --set
-  // override before a line of the file), tp before pp.
-  auto layout_key = [&]() -> std::string {
-    for (const char* k : {"tp", "pp"})
-      if (rd.overridden("parallel", k)) return k;
-    return rd.present("parallel", "tp") ? "tp" : "pp";
-  };
-  if (!dp_given && world_size > 0 && world_size % model_ranks != 0)
-    rd.fail("parallel", layout_key(),
-            "pp * tp = " + std::to_string(model_ranks) + " ranks hold one model copy, so the job needs a multiple of " +
-                std::to_string(model_ranks) + " ranks (dp = ranks / (pp * tp)); it was launched with " +
-                std::to_string(world_size) + ": use mpirun -np " + std::to_string(model_ranks) + " (or " +
-                std::to_string(2 * model_ranks) + ", ...), or lower parallel.pp / parallel.tp");
-  if (world_size > 0 && r.grid.dp * r.grid.pp * r.grid.tp != world_size)
-    rd.fail("parallel", dp_given ? "dp" : layout_key(),
-            "dp * pp * tp = " + std::to_string(r.grid.dp) + " * " + std::to_string(r.grid.pp) + " * " +
-                std::to_string(r.grid.tp) + " = " + std::to_string(r.grid.dp * r.grid.pp * r.grid.tp) +
-                " does not match the " + std::to_string(world_size) + " ranks this job was launched with");
-  for (const auto& [key, msg] : validate_tp(m, r.grid.tp)) rd.fail("model", key, msg);
-  if (r.sequence_parallel && m.seq_len % r.grid.tp != 0)
-    rd.fail("parallel", "sequence_parallel",
-            "needs model.seq_len = " + std::to_string(m.seq_len) + " divisible by tp = " + std::to_string(r.grid.tp));
-  if (r.schedule == ScheduleKind::OneFOneB && r.virtual_stages != 1)
-    rd.fail("parallel", "virtual_stages", "the \"1f1b\" schedule has one chunk per stage; use schedule = \"interleaved\" for virtual_stages > 1");
-  if (r.schedule == ScheduleKind::Interleaved && (r.virtual_stages < 2 || r.grid.pp < 2))
-    rd.fail("parallel", "virtual_stages", "the interleaved schedule needs pp >= 2 and virtual_stages >= 2");
-  if (m.n_layers % (r.grid.pp * r.virtual_stages) != 0)
-    rd.fail("parallel", rd.overridden("parallel", "virtual_stages") ? "virtual_stages" : "pp",
-            "n_layers = " + std::to_string(m.n_layers) + " must be divisible by pp * virtual_stages = " +
-                std::to_string(r.grid.pp) + " * " + std::to_string(r.virtual_stages));
-
-  // [training], [optimizer]
-  const TrainingSection& t = r.training;
-  const long per_step = (long)t.micro_batch * r.grid.dp;  // both may be near 2^31
-  if (t.global_batch % per_step != 0)
-    rd.fail("training", "global_batch",
-            std::to_string(t.global_batch) + " is not divisible by micro_batch * dp = " +
-                std::to_string(t.micro_batch) + " * " + std::to_string(r.grid.dp) + " = " +
-                std::to_string(per_step) + " (gradient accumulation needs a whole number of micro-batches per rank)");
-  if ((long)t.micro_batch * m.seq_len > Recipe::kMaxMicroBatchTokens)
-    rd.fail("training", "micro_batch",
-            std::to_string(t.micro_batch) + " x model.seq_len " + std::to_string(m.seq_len) + " = " +
-                std::to_string((long)t.micro_batch * m.seq_len) + " tokens in one micro-batch: more than " +
-                std::to_string(Recipe::kMaxMicroBatchTokens) + ", the most one tensor is indexed by");
-  if (r.accum_steps() > Recipe::kMaxAccumSteps)
-    rd.fail("training", "global_batch",
-            "global_batch / (micro_batch * dp) = " + std::to_string(r.accum_steps()) +
-                " micro-batches per step: more than " + std::to_string(Recipe::kMaxAccumSteps) +
-                " (raise training.micro_batch or parallel.dp)");
-  if (r.schedule == ScheduleKind::Interleaved && r.accum_steps() % r.grid.pp != 0)
-    rd.fail("training", "global_batch",
-            "the interleaved schedule needs the micro-batches per step, global_batch / (micro_batch * dp) = " +
-                std::to_string(r.accum_steps()) + ", to be a multiple of pp = " + std::to_string(r.grid.pp));
-  if (r.lr.min_lr > r.lr.lr) rd.fail("optimizer", "min_lr", "must be in [0, lr]: at most lr = " + toml_text((double)r.lr.lr, KeyType::Float));
-  if (r.lr.warmup_steps > t.steps)  // legal (the run never reaches the peak rate), rarely meant
-    r.warnings.push_back(rd.where("optimizer", "warmup_steps") + ": [optimizer] warmup_steps = " +
-                         std::to_string(r.lr.warmup_steps) + " is more than training.steps = " + std::to_string(t.steps) +
-                         ": the learning rate never reaches its peak " + toml_text((double)r.lr.lr, KeyType::Float));
-  if (r.recompute.layers == 0)
-    rd.fail("recompute", "layers", "must be a positive number of layers per chunk (or -1: all)");
-  if (r.checkpoint.dir.empty()) rd.fail("checkpoint", "dir", "must not be empty");
-  if (r.supervisor.backoff_max < r.supervisor.backoff) rd.fail("supervisor", "backoff_max", "must be >= supervisor.backoff");
-  if (t.exit_after > 0 && r.checkpoint.every == 0)
-    r.warnings.push_back(rd.where("training", "exit_after") + ": [training] exit_after = " + std::to_string(t.exit_after) +
-                         " stops this launch early, but checkpoint.every = 0 saves nothing to resume from");
-  if (t.eval_every > 0 && r.data.val.empty())
-    rd.fail("training", "eval_every", "evaluation every " + std::to_string(t.eval_every) +
-                                          " steps needs validation data: set [data] val, or eval_every = 0");
 }
 
 // [data]: the files the globs name exist now.
@@ -419,27 +335,22 @@ Recipe load_recipe(const std::string& path, const std::vector<std::string>& over
   rd.check_unknown();
   Recipe r;
   r.path = path;
+  r.origin = rd.origin();
   // Every key in table order (a default may follow keys read before it);
   // a value the recipe gives must be of the key's type and in its range.
   for (const RecipeKey& k : recipe_keys()) {
-    const toml::node* n = rd.node(k.section, k.name);
-    KeyValue v = n ? rd.read(k, *n) : k.def(r, world_size);
-    if (n) {
+    if (const toml::node* n = rd.node(k.section, k.name)) {
+      const KeyValue v = rd.read(k, *n);
       if (const std::string why = k.check(v); !why.empty()) rd.fail(k.section, k.name, why);
-    } else if (k.type == KeyType::Int && !k.is_auto(v)) {
-      // A default computed from other keys that its field cannot hold (d_ff
-      // = 4 * d_model past 32 bits): the message names those keys, which the
-      // user did set. (Other defaults out of range are left to the rules
-      // below, which say why in the recipe's terms.)
-      const long i = std::get<long>(v);
-      if (i > k.int_max || i < -k.int_max - 1)
-        rd.fail(k.section, k.name, "not set, and its default " + k.default_text + " comes to " + std::to_string(i) +
-                                       ", more than its field holds (at most " + std::to_string(k.int_max) +
-                                       "); set " + k.full() + ", or change the keys its default comes from");
+      k.set(r, v);
+    } else if (const std::string why = apply_default(k, r, world_size); !why.empty()) {
+      rd.fail(k.section, k.name, why);
     }
-    k.set(r, v);
   }
-  check_rules(r, rd, world_size);
+  for (RecipeProblem& p : check_recipe(r, world_size)) {
+    if (!p.warning) throw RecipeError(p.message);
+    r.warnings.push_back(std::move(p.message));
+  }
   for (const std::string& spec : r.fault_specs) {  // [fault]: test-only fault injection (engine/fault.h)
     try {
       for (Fault& f : parse_faults(spec, "")) r.faults.push_back(std::move(f));

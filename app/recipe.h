@@ -1,16 +1,14 @@
 #pragma once
 // Reading and printing recipes: app/recipe.cpp is the only code that knows
-// TOML. The typed Recipe itself is engine/recipe.h.
+// TOML. The typed Recipe itself is recipe/recipe.h, its keys
+// recipe/recipe_keys.h, the rules between them recipe/recipe_rules.h.
 #include <string>
 #include <vector>
 
-#include "engine/recipe.h"
+#include "recipe/recipe.h"
+#include "recipe/recipe_keys.h"
 
 namespace trainer {
-
-// Every key at its default (app/recipe_keys.cpp), as a recipe with no keys
-// would load; for code and tests that build a Recipe without a file.
-Recipe default_recipe(int world_size = 0);
 
 // Reads path, applies overrides ("section.key=value"), validates everything
 // that can be checked before training (including that data files exist) and

@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <cstdlib>
 
-#include "app/recipe_keys.h"
+#include "recipe/recipe_keys.h"
 #include "runtime/errors.h"
 
 namespace trainer {

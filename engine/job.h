@@ -9,7 +9,7 @@
 #include "data/blend.h"
 #include "data/dataset.h"
 #include "engine/fault.h"
-#include "engine/recipe.h"
+#include "recipe/recipe.h"
 #include "engine/train_loop.h"
 #include "parallel/process_grid.h"
 #include "runtime/backend.h"

@@ -3,7 +3,7 @@
 // (layer ranges, embedding, head) and how many micro-batches each keeps in
 // flight under the schedule. The training loop builds its model from it and
 // `trainer plan` predicts memory from it.
-#include "engine/recipe.h"
+#include "recipe/recipe.h"
 #include "model/memory_plan.h"
 #include "parallel/pipeline_schedule.h"
 #include "runtime/backend.h"

@@ -7,7 +7,7 @@
 #include <memory>
 #include <vector>
 
-#include "engine/recipe.h"
+#include "recipe/recipe.h"
 #include "runtime/backend.h"
 
 namespace trainer {

@@ -16,7 +16,7 @@
 #include "engine/checkpoint_staging.h"
 #include "engine/grad_buckets.h"
 #include "engine/pipeline_executor.h"
-#include "engine/recipe.h"
+#include "recipe/recipe.h"
 #include "ckpt/checkpoint.h"
 #include "data/dataset.h"
 #include "data/loader.h"

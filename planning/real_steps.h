@@ -7,7 +7,7 @@
 // makes the model, the anchor's factor re-taken with it, meet them.
 #include <string>
 
-#include "engine/recipe.h"
+#include "recipe/recipe.h"
 #include "planning/machine_profile.h"
 
 namespace trainer {

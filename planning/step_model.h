@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-#include "engine/recipe.h"
+#include "recipe/recipe.h"
 #include "planning/machine_profile.h"
 #include "planning/pipeline_sim.h"
 

@@ -1,5 +1,5 @@
 """The README's table of recipe keys (between the recipe-keys markers) is
-exactly what `trainer train --keys-markdown` prints from app/recipe_keys.cpp,
+exactly what `trainer train --keys-markdown` prints from recipe/recipe_keys.cpp,
 so the documentation cannot drift from the code. To refresh it:
     scripts/update_readme_keys.sh
 

@@ -15,7 +15,8 @@
 #include <string>
 
 #include "app/recipe.h"
-#include "app/recipe_keys.h"
+#include "recipe/recipe_keys.h"
+#include "recipe/recipe_rules.h"
 #include "data/token_shard.h"
 #include "runtime/errors.h"
 
@@ -464,6 +465,59 @@ TEST_F(RecipeErrors, PrintConfigRoundTrips) {
             recipe_to_toml(b).substr(recipe_to_toml(b).find('\n')));
 }
 
+// A layout plan --search tries is the recipe read once, copied and edited
+// (edit_key, apply_defaults, check_recipe); the reference is the file read
+// again with the same --set lines. Both give the same recipe, or the same
+// error word for word (the blamed key and where it came from), valid
+// layouts and refused ones, with global_batch given and derived.
+TEST_F(RecipeErrors, ATypedEditIsTheFileWithItsSetLines) {
+  using Edits = std::vector<std::pair<std::string, KeyValue>>;
+  const std::vector<Edits> layouts = {
+      {{"parallel.dp", 2L}, {"parallel.tp", 2L}, {"parallel.pp", 1L}, {"training.micro_batch", 1L}},
+      {{"parallel.dp", 1L}, {"parallel.tp", 1L}, {"parallel.pp", 4L}},
+      {{"parallel.dp", 4L}, {"training.micro_batch", 2L}},
+      {{"parallel.tp", 3L}},
+      {{"parallel.dp", 1L}, {"parallel.tp", 4L}, {"parallel.sequence_parallel", true}},
+      {{"parallel.dp", 2L}, {"parallel.pp", 2L}, {"parallel.schedule", std::string("interleaved")},
+       {"parallel.virtual_stages", 2L}},
+      {{"parallel.dp", 4L}, {"training.micro_batch", 1L}, {"recompute.mode", std::string("full")},
+       {"parallel.zero_stage", 1L}, {"training.precision", std::string("bf16")}},
+      {{"parallel.dp", 2L}, {"parallel.zero_stage", 2L}},
+  };
+  const std::string given = base(), derived = edit(base(), "global_batch = 4\n", "");
+  int valid = 0, refused = 0;
+  for (const std::string& text : {given, derived}) {
+    const std::string p = write(text);
+    const Recipe loaded = load_recipe(p, {}, 0, false);
+    for (const Edits& edits : layouts) {
+      std::vector<std::string> sets;
+      Recipe typed = loaded;
+      std::string typed_error;
+      for (const auto& [key, value] : edits) {
+        sets.push_back(key + "=" + toml_text(*find_recipe_key(key), value));
+        if (typed_error.empty()) typed_error = edit_key(typed, key, value);
+      }
+      if (typed_error.empty()) typed_error = apply_defaults(typed, 4);
+      if (typed_error.empty())
+        for (const RecipeProblem& pr : check_recipe(typed, 4))
+          if (!pr.warning) typed_error = pr.message;
+      std::string file_error, file_toml;
+      try {
+        file_toml = recipe_to_toml(load_recipe(p, sets, 4, false));
+      } catch (const RecipeError& e) {
+        file_error = e.what();
+      }
+      std::string label;
+      for (const std::string& s : sets) label += " --set " + s;
+      EXPECT_EQ(typed_error, file_error) << label;
+      if (file_error.empty() && typed_error.empty()) EXPECT_EQ(recipe_to_toml(typed), file_toml) << label;
+      (file_error.empty() ? valid : refused)++;
+    }
+  }
+  EXPECT_EQ(valid, 7);  // both kinds compared, with several rules and keys blamed
+  EXPECT_EQ(refused, 9);
+}
+
 TEST(Recipe, DefaultsFillDpFromWorldSize) {
   char tmpl[] = "/tmp/trainer_rdef_XXXXXX";
   const std::string d = mkdtemp(tmpl);
@@ -483,7 +537,7 @@ TEST(Recipe, EditDistance) {
   EXPECT_EQ(edit_distance("d_model", "d_model"), 0);
 }
 
-// The key table (app/recipe_keys.cpp) is the one declaration of every key:
+// The key table (recipe/recipe_keys.cpp) is the one declaration of every key:
 // its defaults pass its own checks, an empty recipe loads as
 // default_recipe(), and every number key refuses nan and inf.
 TEST(Recipe, KeyTableDefaultsAreValidAndMatchAnEmptyRecipe) {

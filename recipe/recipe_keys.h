@@ -1,16 +1,18 @@
 #pragma once
 // Every recipe key, declared once: its section and name, type, default,
 // allowed range or choices, help text, and where it lives in Recipe.
-// Reading and validating a recipe (app/recipe.cpp), printing the resolved
+// Reading and validating a recipe (app/recipe.cpp), deriving the defaults of
+// a typed edit (a layout `plan --search` tries), printing the resolved
 // recipe (--print-config, recipe.resolved.toml, a checkpoint's recipe.toml),
 // `trainer train --keys` and the README's table all come from this list.
-// Rules between keys (divisibility, min_lr <= lr, ...) stay in recipe.cpp.
+// Rules between keys (divisibility, min_lr <= lr, ...) are in
+// recipe/recipe_rules.h.
 #include <functional>
 #include <string>
 #include <variant>
 #include <vector>
 
-#include "app/recipe.h"
+#include "recipe/recipe.h"
 
 namespace trainer {
 
@@ -56,6 +58,28 @@ struct RecipeKey {
 
 const std::vector<RecipeKey>& recipe_keys();
 const std::vector<std::string>& recipe_sections();
+// The key named "section.key"; nullptr if there is none.
+const RecipeKey* find_recipe_key(const std::string& full_key);
+
+// Every key at its default, as a recipe with no keys would load; for code
+// and tests that build a Recipe without a file.
+Recipe default_recipe(int world_size = 0);
+
+// k at its default, computed from the keys before it in the table and the
+// job's world size (0: no job). "" when set; else why the default cannot be
+// held (a computed Int default past its field: the message names the keys
+// it comes from).
+std::string apply_default(const RecipeKey& k, Recipe& r, int world_size);
+// Every key the recipe did not give (Recipe::origin) at its default, in
+// table order: how the reader completes a file, and how a typed edit is
+// derived again exactly as the file with that --set would be. "" or the
+// first problem ("where: [section] key: why").
+std::string apply_defaults(Recipe& r, int world_size);
+// A typed edit, as --set section.key=value makes it: range-checked, set,
+// marked given and overridden. "" or the problem ("--set section.key:
+// [section] key: why"). Then apply_defaults derives the other keys again
+// and check_recipe (recipe/recipe_rules.h) checks the rules.
+std::string edit_key(Recipe& r, const std::string& full_key, const KeyValue& v);
 
 // A value as TOML text; floats in their shortest form that reads back the same.
 std::string toml_text(const KeyValue& v, KeyType type);

@@ -1,6 +1,6 @@
 // The recipe key table. Each entry binds one key to its field in Recipe;
 // everything else about the key is said here once.
-#include "app/recipe_keys.h"
+#include "recipe/recipe_keys.h"
 
 #include <charconv>
 #include <type_traits>
@@ -281,6 +281,48 @@ Recipe default_recipe(int world_size) {
   Recipe r;
   for (const RecipeKey& k : recipe_keys()) k.set(r, k.def(r, world_size));
   return r;
+}
+
+std::string apply_default(const RecipeKey& k, Recipe& r, int world_size) {
+  const KeyValue v = k.def(r, world_size);
+  if (k.type == KeyType::Int && !k.is_auto(v)) {
+    // A default computed from other keys that its field cannot hold (d_ff
+    // = 4 * d_model past 32 bits): the message names those keys, which the
+    // user did set. (Other defaults out of range are left to the rules,
+    // which say why in the recipe's terms.)
+    const long i = std::get<long>(v);
+    if (i > k.int_max || i < -k.int_max - 1)
+      return "not set, and its default " + k.default_text + " comes to " + std::to_string(i) +
+             ", more than its field holds (at most " + std::to_string(k.int_max) + "); set " + k.full() +
+             ", or change the keys its default comes from";
+  }
+  k.set(r, v);
+  return "";
+}
+
+std::string apply_defaults(Recipe& r, int world_size) {
+  for (const RecipeKey& k : recipe_keys()) {
+    if (r.origin.given.count(k.full())) continue;
+    if (const std::string why = apply_default(k, r, world_size); !why.empty())
+      return r.origin.where(k.section, k.name) + ": [" + k.section + "] " + k.name + ": " + why;
+  }
+  return "";
+}
+
+const RecipeKey* find_recipe_key(const std::string& full_key) {
+  for (const RecipeKey& k : recipe_keys())
+    if (k.full() == full_key) return &k;
+  return nullptr;
+}
+
+std::string edit_key(Recipe& r, const std::string& full_key, const KeyValue& v) {
+  const RecipeKey* k = find_recipe_key(full_key);
+  if (!k) return "--set " + full_key + ": unknown key";
+  r.origin.given.insert(full_key), r.origin.overridden.insert(full_key);
+  if (const std::string why = k->check(v); !why.empty())
+    return r.origin.where(k->section, k->name) + ": [" + k->section + "] " + k->name + ": " + why;
+  k->set(r, v);
+  return "";
 }
 
 const std::vector<std::string>& recipe_sections() {

@@ -1,8 +1,12 @@
 #pragma once
 // The recipe: the typed, validated form of a TOML recipe plus command-line
 // overrides. The engine and everything else take these structs; only app/
-// reads TOML (app/recipe.cpp) and declares the keys (app/recipe_keys.cpp).
+// reads TOML (app/recipe.cpp). The keys, their defaults and ranges are
+// declared in recipe/recipe_keys.cpp, the rules between keys in
+// recipe/recipe_rules.cpp.
 #include <cstdint>
+#include <map>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -18,7 +22,7 @@
 namespace trainer {
 
 // The recipe's sections. Their defaults, ranges and meaning are declared
-// once, in app/recipe_keys.cpp; default_recipe() applies them. The members
+// once, in recipe/recipe_keys.cpp; default_recipe() applies them. The members
 // here start zeroed.
 struct RunSection {
   std::string name{};
@@ -120,8 +124,27 @@ struct MetricsSection {
   std::string tensorboard_dir;
 };
 
+// Where each key's value came from, so a message names the line to fix:
+// the keys the file or --set gave (the others take their defaults, derived
+// from these), which of them --set gave, and the file's line of each key and
+// section ("recipe.toml:12"). The reader (app/recipe.cpp) fills it; a typed
+// edit (a layout `plan --search` tries) marks what it set as --set does.
+struct RecipeOrigin {
+  std::string file;
+  std::set<std::string> given;       // "section.key"
+  std::set<std::string> overridden;  // "section.key" given by --set
+  std::map<std::string, std::string> lines;  // "section.key" or "section" -> "file:line"
+  // "--set section.key", "file:line" of the key, else of its section, else the file.
+  std::string where(const std::string& section, const std::string& key) const;
+  bool is_given(const std::string& section, const std::string& key) const { return given.count(section + "." + key) > 0; }
+  bool is_overridden(const std::string& section, const std::string& key) const {
+    return overridden.count(section + "." + key) > 0;
+  }
+};
+
 struct Recipe {
   std::string path;  // the recipe file
+  RecipeOrigin origin;
   RunSection run;
   MetricsSection metrics;
   ModelConfig model;

@@ -1,0 +1,147 @@
+#include "recipe/recipe_rules.h"
+
+#include <algorithm>
+
+#include "recipe/recipe_keys.h"
+
+namespace trainer {
+
+namespace {
+
+class Rules {
+ public:
+  explicit Rules(const Recipe& r) : o_(r.origin) {}
+  // An error on section.key: "where: [section] key: why".
+  bool fail(const std::string& sec, const std::string& key, const std::string& why) {
+    out_.push_back({sec, key, o_.where(sec, key) + ": [" + sec + "] " + key + ": " + why, false});
+    return false;
+  }
+  // A warning; text follows "[section] ".
+  void warn(const std::string& sec, const std::string& key, const std::string& text) {
+    out_.push_back({sec, key, o_.where(sec, key) + ": [" + sec + "] " + text, true});
+  }
+  std::vector<RecipeProblem> take() { return std::move(out_); }
+
+ private:
+  const RecipeOrigin& o_;
+  std::vector<RecipeProblem> out_;
+};
+
+// Each returns false at its first error (recorded in `rules`).
+bool run_and_model(const Recipe& r, Rules& rules) {
+  const ModelConfig& m = r.model;
+  if (r.run.dir.empty()) return rules.fail("run", "dir", "must not be empty");
+  // The name is one path component of the default run.dir (runs/NAME) and
+  // is printed in logs: no separators, no way up, no control characters.
+  const std::string& name = r.run.name;
+  const bool control = std::any_of(name.begin(), name.end(), [](unsigned char c) { return c < 0x20 || c == 0x7f; });
+  if (name.empty() || name == "." || name == ".." || name.find('/') != std::string::npos || control)
+    return rules.fail("run", "name",
+                      toml_text(name, KeyType::String) + " is not one plain path component (no \"/\", not \".\" "
+                      "or \"..\", no control characters); put directories in run.dir");
+  if (m.arch == Arch::GPT2 && r.origin.is_given("model", "n_kv_heads") && m.n_kv_heads != m.n_heads)
+    return rules.fail("model", "n_kv_heads", "grouped-query attention needs arch = \"llama\" (gpt2 uses n_heads)");
+  for (const auto& [key, msg] : validate(m)) return rules.fail("model", key, msg);
+  return true;
+}
+
+// [parallel]: dp is what the launch leaves when not given.
+bool layout(const Recipe& r, int world_size, Rules& rules) {
+  const RecipeOrigin& o = r.origin;
+  const ModelConfig& m = r.model;
+  const bool dp_given = o.is_given("parallel", "dp");
+  const int model_ranks = r.grid.tp * r.grid.pp;
+  // The key a layout problem is blamed on: the one the user set (a --set
+  // override before a line of the file), tp before pp.
+  auto layout_key = [&]() -> std::string {
+    for (const char* k : {"tp", "pp"})
+      if (o.is_overridden("parallel", k)) return k;
+    return o.is_given("parallel", "tp") ? "tp" : "pp";
+  };
+  if (!dp_given && world_size > 0 && world_size % model_ranks != 0)
+    return rules.fail("parallel", layout_key(),
+                      "pp * tp = " + std::to_string(model_ranks) +
+                          " ranks hold one model copy, so the job needs a multiple of " + std::to_string(model_ranks) +
+                          " ranks (dp = ranks / (pp * tp)); it was launched with " + std::to_string(world_size) +
+                          ": use mpirun -np " + std::to_string(model_ranks) + " (or " +
+                          std::to_string(2 * model_ranks) + ", ...), or lower parallel.pp / parallel.tp");
+  if (world_size > 0 && r.grid.dp * r.grid.pp * r.grid.tp != world_size)
+    return rules.fail("parallel", dp_given ? "dp" : layout_key(),
+                      "dp * pp * tp = " + std::to_string(r.grid.dp) + " * " + std::to_string(r.grid.pp) + " * " +
+                          std::to_string(r.grid.tp) + " = " + std::to_string(r.grid.dp * r.grid.pp * r.grid.tp) +
+                          " does not match the " + std::to_string(world_size) + " ranks this job was launched with");
+  for (const auto& [key, msg] : validate_tp(m, r.grid.tp)) return rules.fail("model", key, msg);
+  if (r.sequence_parallel && m.seq_len % r.grid.tp != 0)
+    return rules.fail("parallel", "sequence_parallel",
+                      "needs model.seq_len = " + std::to_string(m.seq_len) + " divisible by tp = " +
+                          std::to_string(r.grid.tp));
+  if (r.schedule == ScheduleKind::OneFOneB && r.virtual_stages != 1)
+    return rules.fail("parallel", "virtual_stages",
+                      "the \"1f1b\" schedule has one chunk per stage; use schedule = \"interleaved\" for "
+                      "virtual_stages > 1");
+  if (r.schedule == ScheduleKind::Interleaved && (r.virtual_stages < 2 || r.grid.pp < 2))
+    return rules.fail("parallel", "virtual_stages", "the interleaved schedule needs pp >= 2 and virtual_stages >= 2");
+  if (m.n_layers % (r.grid.pp * r.virtual_stages) != 0)
+    return rules.fail("parallel", o.is_overridden("parallel", "virtual_stages") ? "virtual_stages" : "pp",
+                      "n_layers = " + std::to_string(m.n_layers) + " must be divisible by pp * virtual_stages = " +
+                          std::to_string(r.grid.pp) + " * " + std::to_string(r.virtual_stages));
+  return true;
+}
+
+// [training], [optimizer] and the rest.
+bool training(const Recipe& r, Rules& rules) {
+  const ModelConfig& m = r.model;
+  const TrainingSection& t = r.training;
+  const long per_step = (long)t.micro_batch * r.grid.dp;  // both may be near 2^31
+  if (t.global_batch % per_step != 0)
+    return rules.fail("training", "global_batch",
+                      std::to_string(t.global_batch) + " is not divisible by micro_batch * dp = " +
+                          std::to_string(t.micro_batch) + " * " + std::to_string(r.grid.dp) + " = " +
+                          std::to_string(per_step) +
+                          " (gradient accumulation needs a whole number of micro-batches per rank)");
+  if ((long)t.micro_batch * m.seq_len > Recipe::kMaxMicroBatchTokens)
+    return rules.fail("training", "micro_batch",
+                      std::to_string(t.micro_batch) + " x model.seq_len " + std::to_string(m.seq_len) + " = " +
+                          std::to_string((long)t.micro_batch * m.seq_len) + " tokens in one micro-batch: more than " +
+                          std::to_string(Recipe::kMaxMicroBatchTokens) + ", the most one tensor is indexed by");
+  if (r.accum_steps() > Recipe::kMaxAccumSteps)
+    return rules.fail("training", "global_batch",
+                      "global_batch / (micro_batch * dp) = " + std::to_string(r.accum_steps()) +
+                          " micro-batches per step: more than " + std::to_string(Recipe::kMaxAccumSteps) +
+                          " (raise training.micro_batch or parallel.dp)");
+  if (r.schedule == ScheduleKind::Interleaved && r.accum_steps() % r.grid.pp != 0)
+    return rules.fail("training", "global_batch",
+                      "the interleaved schedule needs the micro-batches per step, global_batch / (micro_batch * dp) = " +
+                          std::to_string(r.accum_steps()) + ", to be a multiple of pp = " + std::to_string(r.grid.pp));
+  if (r.lr.min_lr > r.lr.lr)
+    return rules.fail("optimizer", "min_lr", "must be in [0, lr]: at most lr = " + toml_text((double)r.lr.lr, KeyType::Float));
+  if (r.lr.warmup_steps > t.steps)  // legal (the run never reaches the peak rate), rarely meant
+    rules.warn("optimizer", "warmup_steps",
+               "warmup_steps = " + std::to_string(r.lr.warmup_steps) + " is more than training.steps = " +
+                   std::to_string(t.steps) + ": the learning rate never reaches its peak " +
+                   toml_text((double)r.lr.lr, KeyType::Float));
+  if (r.recompute.layers == 0)
+    return rules.fail("recompute", "layers", "must be a positive number of layers per chunk (or -1: all)");
+  if (r.checkpoint.dir.empty()) return rules.fail("checkpoint", "dir", "must not be empty");
+  if (r.supervisor.backoff_max < r.supervisor.backoff)
+    return rules.fail("supervisor", "backoff_max", "must be >= supervisor.backoff");
+  if (t.exit_after > 0 && r.checkpoint.every == 0)
+    rules.warn("training", "exit_after",
+               "exit_after = " + std::to_string(t.exit_after) +
+                   " stops this launch early, but checkpoint.every = 0 saves nothing to resume from");
+  if (t.eval_every > 0 && r.data.val.empty())
+    return rules.fail("training", "eval_every",
+                      "evaluation every " + std::to_string(t.eval_every) +
+                          " steps needs validation data: set [data] val, or eval_every = 0");
+  return true;
+}
+
+}  // namespace
+
+std::vector<RecipeProblem> check_recipe(const Recipe& r, int world_size) {
+  Rules rules(r);
+  if (run_and_model(r, rules) && layout(r, world_size, rules)) training(r, rules);
+  return rules.take();
+}
+
+}  // namespace trainer

@@ -63,7 +63,7 @@ class RecipeReader {
     };
     for (auto&& [sec, v] : root_) {
       if (!v.is_table()) continue;
-      if (std::string l = line_of(v); !l.empty()) origin_.lines[std::string(sec.str())] = l;
+      if (std::string l = line_of(v); !l.empty()) origin_.lines["[" + std::string(sec.str()) + "]"] = l;
       for (auto&& [key, n] : *v.as_table()) {
         const std::string full = std::string(sec.str()) + "." + std::string(key.str());
         origin_.given.insert(full);

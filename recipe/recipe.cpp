@@ -6,7 +6,7 @@ std::string RecipeOrigin::where(const std::string& section, const std::string& k
   const std::string full = section + "." + key;
   if (overridden.count(full)) return "--set " + full;
   if (const auto it = lines.find(full); it != lines.end()) return it->second;
-  if (const auto it = lines.find(section); it != lines.end()) return it->second;
+  if (const auto it = lines.find("[" + section + "]"); it != lines.end()) return it->second;
   return file;
 }
 

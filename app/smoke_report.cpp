@@ -15,11 +15,13 @@
 #include "report/run_files.h"
 #include "runtime/errors.h"
 #include "runtime/metrics.h"
+#include "runtime/metrics_fields.h"
 
 namespace trainer {
 
 namespace {
 
+namespace mf = metrics_field;
 using nlohmann::json;
 
 // Median over the measured steps of a number field (NaN where absent).
@@ -36,7 +38,7 @@ double comm_ms(const std::vector<const json*>& recs, const char* group) {
   for (const json* r : recs) {
     double s = 0;
     for (int k = 0; k < CommCounters::Other; k++)  // the keys engine/step_log.cpp writes
-      if (double x = number(*r, (std::string("comm_") + group + "_" + CommCounters::name(k) + "_ms").c_str());
+      if (double x = number(*r, (mf::comm_of(group, CommCounters::name(k)) + "ms").c_str());
           !std::isnan(x))
         s += x;
     v.push_back(s);
@@ -53,13 +55,13 @@ double first_of(const json& r, const char* key) {
 json stage_times(const std::vector<const json*>& recs) {
   json out = json::array();
   const json& first = *recs.front();
-  if (!first.contains("pp_compute_ms") || !first.contains("pp_wait_ms")) return out;
-  for (size_t s = 0; s < first["pp_compute_ms"].size(); s++) {
+  if (!first.contains(mf::kPpComputeMs) || !first.contains(mf::kPpWaitMs)) return out;
+  for (size_t s = 0; s < first[mf::kPpComputeMs].size(); s++) {
     std::vector<double> c, w;
     for (const json* x : recs)
-      if (x->contains("pp_compute_ms") && x->contains("pp_wait_ms") && (*x)["pp_compute_ms"].size() > s &&
-          (*x)["pp_wait_ms"].size() > s)
-        c.push_back((*x)["pp_compute_ms"][s]), w.push_back((*x)["pp_wait_ms"][s]);
+      if (x->contains(mf::kPpComputeMs) && x->contains(mf::kPpWaitMs) && (*x)[mf::kPpComputeMs].size() > s &&
+          (*x)[mf::kPpWaitMs].size() > s)
+        c.push_back((*x)[mf::kPpComputeMs][s]), w.push_back((*x)[mf::kPpWaitMs][s]);
     out.push_back({{"compute_ms", median_of(c)}, {"wait_ms", median_of(w)}});
   }
   return out;
@@ -98,21 +100,21 @@ json layout_json(const Recipe& r) {
 json measure(const std::vector<const json*>& recs, const Recipe& r, int ranks) {
   json m;
   std::vector<double> steps;
-  for (const json* x : recs) steps.push_back(number(*x, "step_ms"));
+  for (const json* x : recs) steps.push_back(number(*x, mf::kStepMs));
   m["step_ms"] = median_of(steps);
   m["step_ms_each"] = steps;
   const double tps = (double)r.training.global_batch * r.model.seq_len / (median_of(steps) / 1e3);
   m["tokens_per_s"] = tps, m["tokens_per_s_per_rank"] = tps / ranks;
-  m["mfu"] = median_field(recs, "mfu");
+  m["mfu"] = median_field(recs, mf::kMfu);
   std::vector<double> compute, wait;
-  for (const json* x : recs) compute.push_back(first_of(*x, "pp_compute_ms")), wait.push_back(first_of(*x, "pp_wait_ms"));
+  for (const json* x : recs) compute.push_back(first_of(*x, mf::kPpComputeMs)), wait.push_back(first_of(*x, mf::kPpWaitMs));
   m["parts_ms"] = {{"compute", median_of(compute)},
                    {"pipeline_wait", median_of(wait)},
                    {"tp_comm", comm_ms(recs, "tp")},
                    {"pp_comm", comm_ms(recs, "pp")},
                    {"dp_comm", comm_ms(recs, "dp")},
-                   {"dp_exposed", recs.front()->contains("comm_dp_exposed_ms") ? median_field(recs, "comm_dp_exposed_ms") : 0.0},
-                   {"data_wait", median_field(recs, "data_wait_ms")}};
+                   {"dp_exposed", recs.front()->contains(mf::kCommDpExposedMs) ? median_field(recs, mf::kCommDpExposedMs) : 0.0},
+                   {"data_wait", median_field(recs, mf::kDataWaitMs)}};
   m["stages"] = stage_times(recs);
   return m;
 }
@@ -124,7 +126,7 @@ json memory(const json& last, const Recipe& r) {
   json m = json::object();
   double measured = 0;
   for (int k = 0; k < kMemKinds; k++) {
-    const double mb = number(last, (std::string("mem_peak_") + mem_name((Mem)k) + "_mb").c_str());
+    const double mb = number(last, mf::mem_peak_of(mem_name((Mem)k)).c_str());
     m[mem_name((Mem)k)] = {{"measured_mb", mb}, {"plan_mb", plan.bytes[k] / 1048576}};
     measured += mb;
   }
@@ -203,7 +205,7 @@ std::string first_difference(const RunFiles& a, const RunFiles& b, long after, l
     if (step <= after) continue;
     auto it = sb.find(step);
     if (it == sb.end()) return "step " + std::to_string(step) + " is missing after the restart";
-    for (const char* key : {"loss", "grad_norm"}) {
+    for (const char* key : {mf::kLoss, mf::kGradNorm}) {
       const json &x = (*ra)[key], &y = (*it->second)[key];
       if (x != y)
         return "step " + std::to_string(step) + ": " + key + " " + y.dump() + " after the restart, " + x.dump() +
@@ -231,7 +233,7 @@ json compare_restart(const std::string& straight_dir, const std::string& restart
   r["saved_at_step"] = saved_at, r["steps_compared"] = compared, r["identical"] = diff.empty();
   if (!diff.empty()) r["first_difference"] = diff;
   const auto recs = restarted.latest_by_step();
-  const double ms = recs.count(saved_at) ? number(*recs.at(saved_at), "ckpt_ms") : NAN;
+  const double ms = recs.count(saved_at) ? number(*recs.at(saved_at), mf::kCkptMs) : NAN;
   char step_dir[32];
   std::snprintf(step_dir, sizeof step_dir, "/step_%08ld", saved_at);
   const double bytes = dir_bytes(ckpt_dir + step_dir);

@@ -8,10 +8,13 @@
 #include "model/param_registry.h"
 #include "runtime/cpu/cpu_kernels.h"
 #include "runtime/flight_recorder.h"
+#include "runtime/metrics_fields.h"
 #include "runtime/peak_cache.h"
 #include "runtime/utc_time.h"
 
 namespace trainer {
+
+namespace mf = metrics_field;
 
 namespace {
 
@@ -27,16 +30,16 @@ std::string human(double x) {
 // Per pipeline stage and per group and kind of collective (rank 0's view;
 // every rank of a group moves the same bytes); peak memory per category.
 void add_breakdown(JsonRecord& rec, const StepStats& st) {
-  rec.add("pp_compute_ms", st.stage_compute_ms, "stage").add("pp_wait_ms", st.stage_wait_ms, "stage")
-      .add("pp_span_ms", st.stage_span_ms, "stage").add("pp_peak_in_flight", st.stage_peak_in_flight, "stage");
+  rec.add(mf::kPpComputeMs, st.stage_compute_ms, "stage").add(mf::kPpWaitMs, st.stage_wait_ms, "stage")
+      .add(mf::kPpSpanMs, st.stage_span_ms, "stage").add(mf::kPpPeakInFlight, st.stage_peak_in_flight, "stage");
   for (const auto& [group, cc] :
        {std::pair{"dp", &st.comm_dp}, std::pair{"tp", &st.comm_tp}, std::pair{"pp", &st.comm_pp}})
     for (int k = 0; k < CommCounters::Other; k++) {
-      const std::string key = std::string("comm_") + group + "_" + CommCounters::name(k);
-      rec.add(key + "_bytes", cc->bytes[k]).add(key + "_ms", cc->ms[k]);
+      const std::string key = mf::comm_of(group, CommCounters::name(k));
+      rec.add(key + "bytes", cc->bytes[k]).add(key + "ms", cc->ms[k]);
     }
   for (int k = 0; k < kMemKinds; k++)
-    rec.add(std::string("mem_peak_") + mem_name((Mem)k) + "_mb", st.memory.peak[k] / 1048576.0);
+    rec.add(mf::mem_peak_of(mem_name((Mem)k)), st.memory.peak[k] / 1048576.0);
 }
 
 }  // namespace
@@ -91,22 +94,22 @@ void StepLoop::log_step(const StepStats& st, const StepExtras& x) {
   const double tps = (double)r_.training.global_batch * r_.model.seq_len / (st.step_ms / 1e3);
   const double mfu = model_flops_utilization(tps);
   JsonRecord rec;
-  rec.add("step", st.step).add("loss", st.loss).add("lr", st.lr).add("grad_norm", st.grad_norm)
-      .add("tokens_per_s", tps).add("mfu", mfu).add("step_ms", st.step_ms).add("data_wait_ms", st.data_wait_ms)
-      .add("host_syncs", (long)st.host_syncs)
-      .add("precision", std::string(dtype_name(r_.training.precision)))
-      .add("time", iso_time(wall_seconds()));
-  if (st.nonfinite || st.spike) rec.add("update_skipped", 1);
-  if (st.spike) rec.add("loss_spike", 1);
-  if (x.val >= 0) rec.add("val_loss", x.val), rec.add("val_windows", (long)x.val_windows);
-  for (const auto& [name, loss] : x.val_sources) rec.add("val_loss/" + name, loss);
+  rec.add(mf::kStep, st.step).add(mf::kLoss, st.loss).add(mf::kLr, st.lr).add(mf::kGradNorm, st.grad_norm)
+      .add(mf::kTokensPerS, tps).add(mf::kMfu, mfu).add(mf::kStepMs, st.step_ms).add(mf::kDataWaitMs, st.data_wait_ms)
+      .add(mf::kHostSyncs, (long)st.host_syncs)
+      .add(mf::kPrecision, std::string(dtype_name(r_.training.precision)))
+      .add(mf::kTime, iso_time(wall_seconds()));
+  if (st.nonfinite || st.spike) rec.add(mf::kUpdateSkipped, 1);
+  if (st.spike) rec.add(mf::kLossSpike, 1);
+  if (x.val >= 0) rec.add(mf::kValLoss, x.val), rec.add(mf::kValWindows, (long)x.val_windows);
+  for (const auto& [name, loss] : x.val_sources) rec.add(mf::val_loss_of(name), loss);
   add_blend_counts(rec);
-  if (x.ckpt_ms >= 0) rec.add("ckpt_ms", x.ckpt_ms);
+  if (x.ckpt_ms >= 0) rec.add(mf::kCkptMs, x.ckpt_ms);
   if (named)
-    rec.add("stragglers", x.slow.ranks).add("straggler_compute_ms", x.slow.ms)
-        .add("straggler_ratio", x.slow.worst_ratio).add("compute_ms_median", x.slow.median_ms);
+    rec.add(mf::kStragglers, x.slow.ranks).add(mf::kStragglerComputeMs, x.slow.ms)
+        .add(mf::kStragglerRatio, x.slow.worst_ratio).add(mf::kComputeMsMedian, x.slow.median_ms);
   if (world_.size() > 1 && r_.grid.dp > 1)
-    rec.add("comm_dp_exposed_ms", st.dp_exposed_ms).add("comm_dp_span_ms", st.dp_span_ms);
+    rec.add(mf::kCommDpExposedMs, st.dp_exposed_ms).add(mf::kCommDpSpanMs, st.dp_span_ms);
   add_breakdown(rec, st);
   if (!job_.metrics->write(rec))
     for (const std::string& e : job_.metrics->errors()) run_file_unwritable(e);
@@ -127,7 +130,7 @@ void StepLoop::add_blend_counts(JsonRecord& rec) {
   if (!job_.train.blended()) return;
   if (!blend_counter_) blend_counter_ = std::make_unique<BlendOrder>(job_.train.shares());
   const std::vector<uint64_t> counts = blend_counter_->counts_before(loop_.data_cursor());
-  for (size_t j = 0; j < counts.size(); j++) rec.add("samples/" + job_.train.sources()[j].name, (long)counts[j]);
+  for (size_t j = 0; j < counts.size(); j++) rec.add(mf::samples_of(job_.train.sources()[j].name), (long)counts[j]);
 }
 
 void StepLoop::print_blend() const {

@@ -3,11 +3,14 @@
 #include <cmath>
 #include <fstream>
 
+#include "runtime/metrics_fields.h"
 #include "runtime/replace_file.h"
 #include "runtime/utc_time.h"
 #include "runtime/regular_file.h"
 
 namespace trainer {
+
+namespace mf = metrics_field;
 
 namespace {
 
@@ -47,13 +50,13 @@ RunFiles read_run_files(const std::string& dir) {
   f.heartbeat_mtime = mtime_seconds(dir + "/heartbeat");
   f.heartbeat_step = read_heartbeat_step(dir);
   // Records without a step are not step records.
-  std::erase_if(f.metrics, [](const nlohmann::json& r) { return !r.contains("step") || !r["step"].is_number(); });
+  std::erase_if(f.metrics, [](const nlohmann::json& r) { return !r.contains(mf::kStep) || !r[mf::kStep].is_number(); });
   return f;
 }
 
 std::map<long, const nlohmann::json*> RunFiles::latest_by_step() const {
   std::map<long, const nlohmann::json*> out;
-  for (const auto& r : metrics) out[r["step"].get<long>()] = &r;
+  for (const auto& r : metrics) out[r[mf::kStep].get<long>()] = &r;
   return out;
 }
 
@@ -70,7 +73,7 @@ double number(const nlohmann::json& r, const char* key) {
 }
 
 double record_time(const nlohmann::json& r) {
-  const auto it = r.find("time");
+  const auto it = r.find("time");  // every run file's records say when they were written
   return it != r.end() && it->is_string() ? parse_iso_time(it->get<std::string>()) : NAN;
 }
 

@@ -9,6 +9,7 @@
 
 #include "report/svg_chart.h"
 #include "runtime/metrics.h"
+#include "runtime/metrics_fields.h"
 #include "runtime/regular_file.h"
 #include "runtime/utc_time.h"
 
@@ -16,6 +17,7 @@ namespace trainer {
 
 namespace {
 
+namespace mf = metrics_field;
 using nlohmann::json;
 using ByStep = std::map<long, const json*>;
 
@@ -38,18 +40,18 @@ constexpr int kNumParts = 5;
 
 std::array<double, kNumParts> step_parts(const json& r) {
   auto val = [&](const char* k) { const double v = number(r, k); return std::isfinite(v) ? v : 0.0; };
-  const bool exposed = r.contains("comm_dp_exposed_ms");
-  double comm = exposed ? val("comm_dp_exposed_ms") : 0;
+  const bool exposed = r.contains(mf::kCommDpExposedMs);
+  double comm = exposed ? val(mf::kCommDpExposedMs) : 0;
   for (const char* group : {"dp", "tp", "pp"}) {
     if (exposed && std::string(group) == "dp") continue;
     for (const char* kind : {"allreduce", "allgather", "reduce_scatter"})
-      comm += val(("comm_" + std::string(group) + "_" + kind + "_ms").c_str());
+      comm += val((mf::comm_of(group, kind) + "ms").c_str());
   }
   double bubble = 0;
-  if (const auto w = r.find("pp_wait_ms"); w != r.end() && w->is_array() && !w->empty() && (*w)[0].is_number())
+  if (const auto w = r.find(mf::kPpWaitMs); w != r.end() && w->is_array() && !w->empty() && (*w)[0].is_number())
     bubble = (*w)[0].get<double>();
-  const double data = val("data_wait_ms"), step = val("step_ms");
-  return {std::max(0.0, step - comm - bubble - data), comm, bubble, data, val("ckpt_ms")};
+  const double data = val(mf::kDataWaitMs), step = val(mf::kStepMs);
+  return {std::max(0.0, step - comm - bubble - data), comm, bubble, data, val(mf::kCkptMs)};
 }
 
 // ---- the time axis -----------------------------------------------------------
@@ -96,21 +98,21 @@ std::vector<TimelineItem> timeline_items(const RunFiles& f) {
                      (long)i, (long)number(l, "first_step")});
     }
   for (const json& r : f.metrics) {
-    const long step = r["step"].get<long>();
+    const long step = r[mf::kStep].get<long>();
     const double t = record_time(r);
-    if (r.contains("ckpt_ms"))
+    if (r.contains(mf::kCkptMs))
       out.push_back({t, "checkpoint", "ckpt " + std::to_string(step), event_color("checkpoint"),
-                     "checkpoint of step " + std::to_string(step) + " saved (" + format_number(number(r, "ckpt_ms")) +
+                     "checkpoint of step " + std::to_string(step) + " saved (" + format_number(number(r, mf::kCkptMs)) +
                          " ms in the step loop)", -1, step});
-    if (r.contains("update_skipped"))
+    if (r.contains(mf::kUpdateSkipped))
       out.push_back({t, "skip", "skip " + std::to_string(step), event_color("skip"),
                      std::string("update of step ") + std::to_string(step) + " skipped: " +
-                         (r.contains("loss_spike") ? "loss spike" : "NaN/Inf loss or gradient") + ", loss " +
-                         format_number(number(r, "loss")), -1, step});
-    if (r.contains("stragglers"))
-      out.push_back({t, "straggler", "slow " + field_text(r, "stragglers"), event_color("straggler"),
-                     "straggler rank(s) " + field_text(r, "stragglers") + " at step " + std::to_string(step) + ": " +
-                         format_number(number(r, "straggler_ratio")) + "x the median compute time", -1, step});
+                         (r.contains(mf::kLossSpike) ? "loss spike" : "NaN/Inf loss or gradient") + ", loss " +
+                         format_number(number(r, mf::kLoss)), -1, step});
+    if (r.contains(mf::kStragglers))
+      out.push_back({t, "straggler", "slow " + field_text(r, mf::kStragglers), event_color("straggler"),
+                     "straggler rank(s) " + field_text(r, mf::kStragglers) + " at step " + std::to_string(step) + ": " +
+                         format_number(number(r, mf::kStragglerRatio)) + "x the median compute time", -1, step});
   }
   std::stable_sort(out.begin(), out.end(), [](const TimelineItem& a, const TimelineItem& b) {
     return (std::isfinite(a.t) ? a.t : 1e300) < (std::isfinite(b.t) ? b.t : 1e300);
@@ -135,10 +137,10 @@ std::vector<Series> loss_series(const ByStep& by, double x_scale) {
   std::map<std::string, Series> sources;
   for (const auto& [step, r] : by) {
     const double x = (double)step * x_scale;
-    train.x.push_back(x), train.y.push_back(number(*r, "loss"));
-    if (r->contains("val_loss")) val.x.push_back(x), val.y.push_back(number(*r, "val_loss"));
+    train.x.push_back(x), train.y.push_back(number(*r, mf::kLoss));
+    if (r->contains(mf::kValLoss)) val.x.push_back(x), val.y.push_back(number(*r, mf::kValLoss));
     for (const auto& [k, v] : r->items())
-      if (k.rfind("val_loss/", 0) == 0 && v.is_number()) {
+      if (k.rfind(mf::val_loss_of(""), 0) == 0 && v.is_number()) {
         Series& s = sources[k];
         if (s.name.empty()) s = {k.substr(4), color(2 + sources.size() - 1), {}, {}, true};
         s.x.push_back(x), s.y.push_back(v.get<double>());
@@ -185,7 +187,7 @@ std::array<double, kMemKinds> measured_memory(const ByStep& by) {
   peak.fill(NAN);
   for (const auto& [step, r] : by)
     for (int k = 0; k < kMemKinds; k++) {
-      const double v = number(*r, ("mem_peak_" + std::string(mem_name((Mem)k)) + "_mb").c_str());
+      const double v = number(*r, mf::mem_peak_of(mem_name((Mem)k)).c_str());
       if (std::isfinite(v)) peak[k] = std::isfinite(peak[k]) ? std::max(peak[k], v) : v;
     }
   return peak;
@@ -196,11 +198,11 @@ LineChart timeline_chart(const RunFiles& f, const std::vector<TimelineItem>& ite
   long prev = -1;
   for (const json& r : f.metrics) {
     const double t = record_time(r) - t0;
-    const long step = r["step"].get<long>();
+    const long step = r[mf::kStep].get<long>();
     if (step <= prev) loss.x.push_back(t), loss.y.push_back(NAN);  // a relaunch replays: break the line
     prev = step;
-    loss.x.push_back(t), loss.y.push_back(number(r, "loss"));
-    if (r.contains("val_loss")) val.x.push_back(t), val.y.push_back(number(r, "val_loss"));
+    loss.x.push_back(t), loss.y.push_back(number(r, mf::kLoss));
+    if (r.contains(mf::kValLoss)) val.x.push_back(t), val.y.push_back(number(r, mf::kValLoss));
   }
   thin(loss, kMaxPoints), thin(val, kMaxPoints);
   LineChart c{"timeline", "Loss and events against wall-clock time", "time since the run started", "loss",
@@ -252,10 +254,10 @@ std::string summary_table(const RunFiles& f, const ReportFacts& facts, const ByS
   std::vector<double> tps, mfu, ms;
   double lowest = INFINITY, final_val = NAN;
   for (const auto& [step, r] : by) {
-    lowest = std::min(lowest, number(*r, "loss"));
-    if (r->contains("val_loss")) final_val = number(*r, "val_loss");
+    lowest = std::min(lowest, number(*r, mf::kLoss));
+    if (r->contains(mf::kValLoss)) final_val = number(*r, mf::kValLoss);
     if (step == 1) continue;  // the first step pays for warming up
-    tps.push_back(number(*r, "tokens_per_s")), mfu.push_back(number(*r, "mfu")), ms.push_back(number(*r, "step_ms"));
+    tps.push_back(number(*r, mf::kTokensPerS)), mfu.push_back(number(*r, mf::kMfu)), ms.push_back(number(*r, mf::kStepMs));
   }
   auto median = [](std::vector<double> v) {
     std::erase_if(v, [](double x) { return !std::isfinite(x); });
@@ -270,7 +272,7 @@ std::string summary_table(const RunFiles& f, const ReportFacts& facts, const ByS
   s += row("last step", std::to_string(last) + (facts.steps > 0 ? " of " + std::to_string(facts.steps) : ""), "last_step");
   if (facts.tokens_per_step > 0) s += row("tokens trained", format_tokens((double)last * facts.tokens_per_step), "tokens");
   if (!by.empty()) {
-    s += row("final train loss", format_number(number(*by.rbegin()->second, "loss")), "final_loss");
+    s += row("final train loss", format_number(number(*by.rbegin()->second, mf::kLoss)), "final_loss");
     s += row("lowest train loss", format_number(lowest), "lowest_loss");
   }
   if (std::isfinite(final_val)) s += row("final val loss", format_number(final_val), "final_val_loss");
@@ -389,10 +391,10 @@ std::string render_report(const RunFiles& f, const ReportFacts& facts) {
   if (facts.tokens_per_step > 0)
     h += render(LineChart{"loss_tokens", "Loss against tokens", "tokens", "loss", AxisFormat::Tokens,
                           loss_series(by, facts.tokens_per_step), {}, false});
-  h += render(metric_chart(by, "lr", "Learning rate", "lr", "learning rate", 1));
-  h += render(metric_chart(by, "grad_norm", "Gradient norm (before clipping)", "grad_norm", "norm", 1));
-  h += render(metric_chart(by, "tokens_per_s", "Tokens per second", "tokens_per_s", "tokens/s", 1));
-  h += render(metric_chart(by, "mfu", "Model FLOPs utilisation", "mfu", "MFU %", 100));
+  h += render(metric_chart(by, "lr", "Learning rate", mf::kLr, "learning rate", 1));
+  h += render(metric_chart(by, "grad_norm", "Gradient norm (before clipping)", mf::kGradNorm, "norm", 1));
+  h += render(metric_chart(by, "tokens_per_s", "Tokens per second", mf::kTokensPerS, "tokens/s", 1));
+  h += render(metric_chart(by, "mfu", "Model FLOPs utilisation", mf::kMfu, "MFU %", 100));
   h += "</div>\n<h2>Step time</h2><div class=\"grid\">" + render(step_time_chart(by)) + "<div>" + breakdown_table(by) +
        "<p class=\"note\">Rank 0's view of each logged step. Communication: time inside tensor- and "
        "pipeline-parallel collectives, and the data-parallel reduction's exposed part (what the step waited for "

@@ -18,9 +18,10 @@
 
 #include "app/commands.h"
 #include "app/mpi_command.h"
-#include "app/layout_candidates.h"
+#include "planning/layout_candidates.h"
 #include "app/output_guard.h"
-#include "app/memory_fit.h"
+#include "app/recipe.h"
+#include "planning/memory_fit.h"
 #include "app/recipe_args.h"
 #include "app/scratch_run.h"
 #include "engine/job.h"

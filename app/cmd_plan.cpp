@@ -7,7 +7,7 @@
 
 #include "app/commands.h"
 #include "engine/layout.h"
-#include "app/memory_fit.h"
+#include "planning/memory_fit.h"
 #include "app/plan_search.h"
 #include "app/recipe.h"
 #include "app/recipe_args.h"

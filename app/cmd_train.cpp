@@ -10,7 +10,7 @@
 #include <string>
 
 #include "app/commands.h"
-#include "app/memory_fit.h"
+#include "planning/memory_fit.h"
 #include "app/recipe.h"
 #include "app/recipe_args.h"
 #include "recipe/recipe_keys.h"

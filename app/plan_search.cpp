@@ -1,5 +1,5 @@
 // `trainer plan RECIPE --ranks N --search --profile FILE`: every layout of N
-// ranks (app/layout_candidates.h), checked, fitted to memory, priced by the
+// ranks (planning/layout_candidates.h), checked, fitted to memory, priced by the
 // cost model (planning/step_model.h) and ranked by predicted step time.
 #include "app/plan_search.h"
 
@@ -10,8 +10,8 @@
 #include <map>
 #include <nlohmann/json.hpp>
 
-#include "app/layout_candidates.h"
-#include "app/memory_fit.h"
+#include "planning/layout_candidates.h"
+#include "planning/memory_fit.h"
 #include "app/recipe.h"
 #include "planning/step_model.h"
 #include "report/svg_chart.h"

@@ -81,7 +81,7 @@ struct RuntimeSection {
   int straggler_every{};       // steps between straggler reports
   double throughput_drop{};    // report tokens/s held below this fraction of the early baseline; 0: off
   int throughput_window{};     // steps the baseline and the watched window span
-  bool memory_check{};       // stop before allocating when the plan does not fit (app/memory_fit.h)
+  bool memory_check{};       // stop before allocating when the plan does not fit (planning/memory_fit.h)
 };
 
 // `trainer supervise`: restarts and hang detection.

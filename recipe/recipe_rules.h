@@ -2,7 +2,7 @@
 // The rules between a recipe's keys (names, the layout against the world
 // size, divisibility, min_lr <= lr, ...), on the typed Recipe: the reader
 // applies them to a file (app/recipe.cpp) and `plan --search` to each layout
-// it tries (app/layout_candidates.cpp), so both refuse the same layouts with
+// it tries (planning/layout_candidates.cpp), so both refuse the same layouts with
 // the same words. The range of each key alone is the key table's
 // (recipe/recipe_keys.h); the data files' existence is the reader's.
 #include <string>

@@ -2,7 +2,7 @@
 // How much memory this process may use: the kernel's MemAvailable, capped by
 // a cgroup limit (v2 memory.max, or v1 limit_in_bytes) less what the cgroup
 // already uses. Before a run allocates, the trainer compares its predicted
-// need with its share of this (the memory pre-flight in app/memory_fit.h).
+// need with its share of this (the memory pre-flight in planning/memory_fit.h).
 #include <cstddef>
 #include <string>
 

@@ -1,4 +1,4 @@
-#include "app/memory_fit.h"
+#include "planning/memory_fit.h"
 
 #include <algorithm>
 #include <cstdio>

@@ -1,4 +1,4 @@
-#include "app/layout_candidates.h"
+#include "planning/layout_candidates.h"
 
 #include <utility>
 

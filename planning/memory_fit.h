@@ -7,7 +7,7 @@
 // instead of being killed by the OOM killer with no word.
 #include <string>
 
-#include "app/recipe.h"
+#include "recipe/recipe.h"
 #include "model/memory_plan.h"
 
 namespace trainer {

@@ -77,7 +77,7 @@ class RecipeReader {
   std::string where(const std::string& sec, const std::string& key) const { return origin_.where(sec, key); }
 
   [[noreturn]] void fail(const std::string& sec, const std::string& key, const std::string& msg) const {
-    throw RecipeError(where(sec, key) + ": [" + sec + "] " + key + ": " + msg);
+    throw RecipeError(origin_.problem(sec, key, msg));
   }
 
   const toml::node* node(const std::string& sec, const std::string& key) const {

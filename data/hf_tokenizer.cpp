@@ -87,6 +87,18 @@ nlohmann::ordered_json added_token(const std::string& text, uint32_t id) {
           {"rstrip", false}, {"normalized", false}, {"special", true}};
 }
 
+// tokenizer.json's post-processor that puts `bos` (id) before each text,
+// as the run's documents had it (a pair: before each of the two).
+nlohmann::ordered_json bos_before_each_text(const std::string& bos, uint32_t id) {
+  using oj = nlohmann::ordered_json;
+  const auto piece = [&](int type) { return oj{{"SpecialToken", {{"id", bos}, {"type_id", type}}}}; };
+  const auto text = [](const char* which, int type) { return oj{{"Sequence", {{"id", which}, {"type_id", type}}}}; };
+  return {{"type", "TemplateProcessing"},
+          {"single", {piece(0), text("A", 0)}},
+          {"pair", {piece(0), text("A", 0), piece(1), text("B", 1)}},
+          {"special_tokens", {{bos, {{"id", bos}, {"ids", {id}}, {"tokens", {bos}}}}}}};
+}
+
 // The model's inputs, named in every tokenizer_config.json: without it a
 // tokenizer also returns token_type_ids, which generate() refuses.
 const nlohmann::ordered_json kModelInputNames = {"input_ids", "attention_mask"};
@@ -140,7 +152,6 @@ std::vector<std::string> llama3_files(const BpeTokenizer& t, const std::string& 
   for (const auto& [text, id] : t.specials()) added.push_back(added_token(text, id));
   const std::string bos = "<|begin_of_text|>";
   const uint32_t bos_id = t.marks.start.value_or(128000);
-  const oj bos_piece = {{"SpecialToken", {{"id", bos}, {"type_id", 0}}}};
   const oj tok = {
       {"version", "1.0"}, {"truncation", nullptr}, {"padding", nullptr}, {"added_tokens", added},
       {"normalizer", nullptr},
@@ -149,12 +160,7 @@ std::vector<std::string> llama3_files(const BpeTokenizer& t, const std::string& 
         {"pretokenizers",
          {{{"type", "Split"}, {"pattern", {{"Regex", t.pattern()}}}, {"behavior", "Isolated"}, {"invert", false}},
           {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"trim_offsets", true}, {"use_regex", false}}}}}},
-      {"post_processor",
-       {{"type", "TemplateProcessing"},
-        {"single", {bos_piece, {{"Sequence", {{"id", "A"}, {"type_id", 0}}}}}},
-        {"pair", {bos_piece, {{"Sequence", {{"id", "A"}, {"type_id", 0}}}}, bos_piece,
-                  {{"Sequence", {{"id", "B"}, {"type_id", 1}}}}}},
-        {"special_tokens", {{bos, {{"id", bos}, {"ids", {bos_id}}, {"tokens", {bos}}}}}}}},
+      {"post_processor", bos_before_each_text(bos, bos_id)},
       {"decoder", {{"type", "ByteLevel"}, {"add_prefix_space", true}, {"trim_offsets", true}, {"use_regex", true}}},
       {"model",
        {{"type", "BPE"}, {"dropout", nullptr}, {"unk_token", nullptr}, {"continuing_subword_prefix", nullptr},
@@ -245,16 +251,7 @@ std::vector<std::string> sentencepiece_files(const SentencePieceTokenizer& t, co
   if (m.byte_fallback) decoders.push_back({{"type", "ByteFallback"}});
   decoders.push_back({{"type", "Fuse"}});
   if (m.add_dummy_prefix) decoders.push_back({{"type", "Strip"}, {"content", " "}, {"start", 1}, {"stop", 0}});
-  oj post = nullptr;
-  if (t.ends.bos) {
-    const std::string bos = m.pieces.at(*t.ends.bos).text;
-    const oj bos_piece = {{"SpecialToken", {{"id", bos}, {"type_id", 0}}}};
-    post = {{"type", "TemplateProcessing"},
-            {"single", {bos_piece, {{"Sequence", {{"id", "A"}, {"type_id", 0}}}}}},
-            {"pair", {bos_piece, {{"Sequence", {{"id", "A"}, {"type_id", 0}}}},
-                      {{"SpecialToken", {{"id", bos}, {"type_id", 1}}}}, {{"Sequence", {{"id", "B"}, {"type_id", 1}}}}}},
-            {"special_tokens", {{bos, {{"id", bos}, {"ids", {*t.ends.bos}}, {"tokens", {bos}}}}}}};
-  }
+  const oj post = t.ends.bos ? bos_before_each_text(m.pieces.at(*t.ends.bos).text, *t.ends.bos) : oj(nullptr);
   const oj tok = {
       {"version", "1.0"}, {"truncation", nullptr}, {"padding", nullptr}, {"added_tokens", added},
       {"normalizer", m.add_dummy_prefix ? oj{{"type", "Sequence"},

@@ -136,6 +136,10 @@ struct RecipeOrigin {
   std::map<std::string, std::string> lines;  // "section.key" or "[section]" -> "file:line"
   // "--set section.key", "file:line" of the key, else of its section, else the file.
   std::string where(const std::string& section, const std::string& key) const;
+  // A problem with a key as every recipe message reads: "where: [section] key: why".
+  std::string problem(const std::string& section, const std::string& key, const std::string& why) const {
+    return where(section, key) + ": [" + section + "] " + key + ": " + why;
+  }
   bool is_given(const std::string& section, const std::string& key) const { return given.count(section + "." + key) > 0; }
   bool is_overridden(const std::string& section, const std::string& key) const {
     return overridden.count(section + "." + key) > 0;

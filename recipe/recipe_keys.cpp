@@ -304,7 +304,7 @@ std::string apply_defaults(Recipe& r, int world_size) {
   for (const RecipeKey& k : recipe_keys()) {
     if (r.origin.given.count(k.full())) continue;
     if (const std::string why = apply_default(k, r, world_size); !why.empty())
-      return r.origin.where(k.section, k.name) + ": [" + k.section + "] " + k.name + ": " + why;
+      return r.origin.problem(k.section, k.name, why);
   }
   return "";
 }
@@ -322,7 +322,7 @@ std::string edit_key(Recipe& r, const std::string& full_key, const KeyValue& val
   KeyValue v = value;  // an integer for a number key, as the reader takes one
   if (k->type == KeyType::Float && std::holds_alternative<long>(v)) v = (double)std::get<long>(v);
   if (const std::string why = k->check(v); !why.empty())
-    return r.origin.where(k->section, k->name) + ": [" + k->section + "] " + k->name + ": " + why;
+    return r.origin.problem(k->section, k->name, why);
   k->set(r, v);
   return "";
 }

@@ -13,7 +13,7 @@ class Rules {
   explicit Rules(const Recipe& r) : o_(r.origin) {}
   // An error on section.key: "where: [section] key: why".
   bool fail(const std::string& sec, const std::string& key, const std::string& why) {
-    out_.push_back({sec, key, o_.where(sec, key) + ": [" + sec + "] " + key + ": " + why, false});
+    out_.push_back({sec, key, o_.problem(sec, key, why), false});
     return false;
   }
   // A warning; text follows "[section] ".

@@ -184,8 +184,12 @@ void measure_tp_sync(MPI_Comm world, Backend& be, const std::vector<int>& groups
     const double latency = std::max(0.0, p.comm_time("allreduce", g, kSyncProbeBytes));
     std::vector<SyncPoint>& pts = p.tp_sync[g];
     pts.clear();
+    int last_reps = 0;
     for (double target : {0.3, 1.0, 3.0}) {  // ms of compute between two collectives, alone
-      const int reps = std::max(1, (int)std::lround(target / rep_ms));
+      // Each point a longer segment than the one before, also when a loaded
+      // host makes one repetition longer than the shorter targets.
+      const int reps = std::max(last_reps + 1, (int)std::lround(target / rep_ms));
+      last_reps = reps;
       const int iters = std::clamp((int)std::lround(60 / target), 20, 200);  // loops of about 60 ms alone
       auto loop = [&](bool sync) {
         return time_max_over(world, [&] {

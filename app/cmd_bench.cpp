@@ -19,6 +19,7 @@
 #include "runtime/errors.h"
 #include "runtime/metrics.h"
 #include "runtime/sgemm_peak.h"
+#include "runtime/units.h"
 #include "engine/layout.h"
 
 namespace trainer {
@@ -40,37 +41,30 @@ const char* kBenchUsage =
 // A summary and a JSON line per recompute mode.
 void print_bench(const Recipe& r, const std::string& path, const std::vector<BenchRun>& runs, double peak,
                  const std::string& peak_source, int steps, int warmup) {
-  const int BT = r.training.micro_batch * r.model.seq_len;
   std::printf("bench %s: %s, %zu params, micro-batch %d x %d, %d thread(s), %s\n", path.c_str(),
               arch_name(r.model.arch), runs.front().params, r.training.micro_batch, r.model.seq_len,
               r.runtime.threads, dtype_name(r.training.precision));
   std::printf("  peak           %8.1f GFLOP/s (%s)\n", peak, peak_source.c_str());
   for (const BenchRun& rn : runs) {
-    // Shared machines only ever slow a step down, so the fastest step is the
-    // least noisy estimate of one configuration; medians compare several.
-    const double best = *std::min_element(rn.wall_ms.begin(), rn.wall_ms.end());
-    const double tps = BT / (best / 1e3);
-    const double achieved = train_flops_per_token(r.model) * tps / 1e9;
-    // As in training (engine/step_log.cpp): a rate above the peak shows the
-    // peak is low, and MFU is against the rate itself, never above 100%.
-    const double against = std::max(peak, achieved);
-    const double act_mb = rn.memory.peak[(int)Mem::Activations] / 1048576.0;
+    const BenchFigures f = bench_figures(r, rn, peak);
+    const double best = f.fastest_ms, tps = f.tokens_per_s, achieved = f.model_gflops;
+    const double act_mb = mib(rn.memory.peak[(int)Mem::Activations]);
     const char* mode = recompute_name(rn.mode);
     std::printf("  [recompute %s]\n", mode);
     std::printf("  step           %8.1f ms fastest, %.1f ms median of %d after %d warm-up (forward %.1f, backward %.1f, optimizer %.1f)\n",
                 best, median_of(rn.wall_ms), steps, warmup, median_of(rn.phase_ms[0]), median_of(rn.phase_ms[1]),
                 median_of(rn.phase_ms[2]));
     std::printf("  throughput     %8.1f tokens/s, %.1f GFLOP/s model FLOPs\n", tps, achieved);
-    std::printf("  MFU            %8.1f%% of that peak\n", 100 * achieved / against);
+    std::printf("  MFU            %8.1f%% of that peak\n", 100 * f.mfu);
     if (achieved > peak)
       std::printf("  note: the model computes %.1f GFLOP/s, above the %.3g GFLOP/s peak (%s): that peak is low, "
                   "so MFU is against the model's own rate\n", achieved, peak, peak_source.c_str());
-    std::printf("  activations    %8.1f MB peak, %.1f MB in all\n", act_mb, rn.memory.total_peak / 1048576.0);
+    std::printf("  activations    %8.1f MB peak, %.1f MB in all\n", act_mb, mib(rn.memory.total_peak));
     JsonRecord rec;
     rec.add("bench", path).add("params", (long)rn.params).add("threads", r.runtime.threads)
         .add("sgemm_gflops", peak).add("peak_source", peak_source).add("step_ms", best).add("median_step_ms", median_of(rn.wall_ms))
         .add("median_step_cpu_ms", median_of(rn.cpu_ms)).add("tokens_per_s", tps)
-        .add("model_gflops", achieved).add("mfu", achieved / against).add("mfu_peak_gflops", against).add("loss", rn.loss)
+        .add("model_gflops", achieved).add("mfu", f.mfu).add("mfu_peak_gflops", f.mfu_peak_gflops).add("loss", rn.loss)
         .add("recompute", std::string(mode)).add("activations_mb", act_mb)
         .add("precision", std::string(dtype_name(r.training.precision)))
         .add("host_syncs_per_step", median_of(rn.host_syncs));

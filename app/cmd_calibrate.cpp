@@ -12,16 +12,14 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
-#include <set>
 #include <string>
 #include <thread>
 
 #include "app/commands.h"
 #include "app/mpi_command.h"
-#include "planning/layout_candidates.h"
+#include "planning/calibration_plan.h"
 #include "app/output_guard.h"
 #include "app/recipe.h"
-#include "planning/memory_fit.h"
 #include "app/recipe_args.h"
 #include "app/scratch_run.h"
 #include "engine/job.h"
@@ -29,6 +27,7 @@
 #include "planning/calibrate.h"
 #include "report/run_files.h"
 #include "runtime/errors.h"
+#include "runtime/units.h"
 #include "runtime/flight_recorder.h"
 #include "runtime/sgemm_peak.h"
 #include "runtime/utc_time.h"
@@ -68,54 +67,6 @@ const char* kCalibrateUsage =
 // Above this spread between passes of the same work, calibrate warns.
 constexpr double kSpeedVariationWarning = 0.25;
 
-// The shard shapes of every valid layout: one layer of each is timed.
-std::vector<ShardShape> shard_shapes(const std::vector<LayoutCandidate>& cands) {
-  std::set<std::tuple<int, int, bool, DType>> seen;
-  std::vector<ShardShape> out;
-  for (const LayoutCandidate& c : cands) {
-    if (!c.rejected.empty()) continue;
-    const Recipe& r = c.recipe;
-    if (!seen.insert({r.training.micro_batch, r.grid.tp, r.sequence_parallel, r.training.precision}).second) continue;
-    out.push_back({r.training.micro_batch, r.grid.tp, r.sequence_parallel, r.training.precision, {}});
-  }
-  return out;
-}
-
-// calibrate's real step: this many steps, the median of those after the warm-up.
-constexpr long kAnchorSteps = 8, kAnchorWarmup = 2;
-
-// A layout calibrate may run real steps of: valid, no tensor parallelism,
-// nothing recomputed or sharded, the recipe's precision, fitting memory.
-bool plain(const LayoutCandidate& c, const Recipe& base, int per_node) {
-  const Recipe& r = c.recipe;
-  return c.rejected.empty() && r.grid.tp == 1 && r.recompute.mode == RecomputeMode::None && r.zero_stage == 0 &&
-         r.training.precision == base.training.precision && check_memory_fit(r, -1, true, per_node).fits;
-}
-
-// The anchor: every rank computing, nothing pipelined or recomputed (pure
-// data parallelism in the recipe's precision, the micro-batch nearest the
-// recipe's, memory permitting); null when no such layout is valid.
-const LayoutCandidate* anchor_candidate(const std::vector<LayoutCandidate>& cands, const Recipe& base, int per_node) {
-  const LayoutCandidate* best = nullptr;
-  auto distance = [&](const LayoutCandidate* c) { return std::abs(c->recipe.training.micro_batch - base.training.micro_batch); };
-  for (const LayoutCandidate& c : cands)
-    if (plain(c, base, per_node) && c.recipe.grid.pp == 1 && (!best || distance(&c) < distance(best))) best = &c;
-  return best;
-}
-
-// The layout with the most pipeline actions per step: an interleaved
-// 2-stage pipeline at micro-batch 1 over half the ranks (1F1B if the model
-// has too few layers), nothing recomputed or sharded; null when none is valid.
-const LayoutCandidate* many_actions_candidate(const std::vector<LayoutCandidate>& cands, const Recipe& base,
-                                              int per_node) {
-  const LayoutCandidate* best = nullptr;
-  for (const LayoutCandidate& c : cands)
-    if (plain(c, base, per_node) && c.recipe.grid.pp == 2 && c.recipe.training.micro_batch == 1 &&
-        (!best || c.recipe.virtual_stages > best->recipe.virtual_stages))
-      best = &c;
-  return best;
-}
-
 // A few real steps of a layout through `trainer train`'s own code
 // (synthetic tokens, a scratch directory): on rank 0 the recipe that ran
 // and the median step after the warm-up (0 ms when they failed).
@@ -130,16 +81,13 @@ RealSteps real_steps(const RecipeArgs& args, const std::vector<std::string>& set
   overrides.insert(overrides.end(), sets.begin(), sets.end());
   Scratch s;
   RealSteps out;
-  if (shared_scratch(args.recipe, overrides, true, rank, size, kAnchorSteps, s) != 0) return out;
-  if (rank == 0) std::fprintf(stderr, "calibrate: %ld real steps of %s\n", kAnchorSteps, label.c_str());
-  const int code = run_inside(train_args(args.recipe, overrides, s, kAnchorSteps), rank, size);
+  if (shared_scratch(args.recipe, overrides, true, rank, size, kRealSteps, s) != 0) return out;
+  if (rank == 0) std::fprintf(stderr, "calibrate: %ld real steps of %s\n", kRealSteps, label.c_str());
+  const int code = run_inside(train_args(args.recipe, overrides, s, kRealSteps), rank, size);
   if (rank != 0) return out;
-  std::vector<double> ms;
-  const RunFiles files = code == 0 ? read_run_files(s.dir + "/run") : RunFiles{};
-  for (const nlohmann::json* rec : files.steps_after(kAnchorWarmup))
-    if (const double x = number(*rec, "step_ms"); !std::isnan(x)) ms.push_back(x);
-  if (!ms.empty())
-    out.ran = load_recipe(s.dir + "/run/recipe.resolved.toml", {}, 0, false), out.ms = median_of(ms);
+  out.ms = code == 0 ? real_step_ms(read_run_files(s.dir + "/run")) : 0;
+  if (out.ms > 0)
+    out.ran = load_recipe(s.dir + "/run/recipe.resolved.toml", {}, 0, false);
   else
     std::fprintf(stderr, "calibrate: warning: the steps of %s failed (exit %d)\n", label.c_str(), code);
   std::filesystem::remove_all(s.dir);
@@ -203,7 +151,7 @@ void describe(const MachineProfile& p, const std::string& path, double seconds) 
   for (const auto& [key, pts] : p.collectives)
     if (pts.size() >= 2)
       std::printf("  %-18s %8.3f ms at %6.0f KB, %8.1f MB/s at %6.1f MB\n", key.c_str(), pts.front().ms,
-                  pts.front().bytes / 1024, pts.back().bytes / 1048576 / (pts.back().ms / 1e3), pts.back().bytes / 1048576);
+                  pts.front().bytes / 1024, pts.back().mib_per_s(), mib(pts.back().bytes));
   if (!p.busy_slowdown.empty()) {
     std::printf("  work slows while 1, 2, ... of the %zu ranks compute (the others waiting):", p.busy_slowdown.size());
     for (double f : p.busy_slowdown) std::printf(" x%.2f", f);
@@ -253,14 +201,14 @@ int calibrate(const RecipeArgs& args, int rank, int size) {
   if (rank == 0) {
     const bool both = args.has("--all-precisions");
     const std::vector<LayoutCandidate> cands = layout_candidates(r, ranks, both);
-    const std::vector<ShardShape> shards = shard_shapes(cands);
-    if (const LayoutCandidate* a = anchor_candidate(cands, r, per_node); a && ranks == size) {
-      real_sets.push_back(a->sets), real_labels.push_back(a->label);
-      if (const LayoutCandidate* m = many_actions_candidate(cands, r, per_node))
-        real_sets.push_back(m->sets), real_labels.push_back(m->label);
+    const CalibrationPlan plan = calibration_plan(cands, r, per_node);
+    const std::vector<ShardShape>& shards = plan.shards;
+    if (plan.anchor && ranks == size) {  // real steps run on this job's ranks
+      real_sets.push_back(plan.anchor->sets), real_labels.push_back(plan.anchor->label);
+      if (plan.many_actions)
+        real_sets.push_back(plan.many_actions->sets), real_labels.push_back(plan.many_actions->label);
     }
-    for (const ShardShape& s : shards)
-      if (s.tp > 1 && std::find(tp_sizes.begin(), tp_sizes.end(), s.tp) == tp_sizes.end()) tp_sizes.push_back(s.tp);
+    tp_sizes = plan.tp_sizes;
     std::fprintf(stderr, "calibrate: timing the ops of %zu shard shape(s) of %d-rank layouts on rank 0\n",
                  shards.size(), ranks);
     const GemmProbe probe = gemm_probe(*be, r.training.precision, 1024);

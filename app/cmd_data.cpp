@@ -101,10 +101,9 @@ PrepareConfig parse(int argc, char** argv) {
 
 // One line, rewritten in place, on a terminal only (logs stay clean).
 void show_progress(const PrepareProgress& p) {
-  const double mb = p.bytes_read / 1e6, rate = p.seconds > 0 ? mb / p.seconds : 0;
-  const double left = rate > 0 && p.total_bytes > p.bytes_read ? (p.total_bytes - p.bytes_read) / 1e6 / rate : 0;
-  std::fprintf(stderr, "\r%.1f of %.1f MB read | %llu documents | %llu tokens | %.1f MB/s | %.0f s left   ", mb,
-               p.total_bytes / 1e6, (unsigned long long)p.documents, (unsigned long long)p.tokens, rate, left);
+  std::fprintf(stderr, "\r%.1f of %.1f MB read | %llu documents | %llu tokens | %.1f MB/s | %.0f s left   ",
+               p.bytes_read / 1e6, p.total_bytes / 1e6, (unsigned long long)p.documents, (unsigned long long)p.tokens,
+               p.mb_per_s(), p.seconds_left());
   std::fflush(stderr);
 }
 int cmd_inspect(int argc, char** argv) {
@@ -163,7 +162,7 @@ int cmd_data(int argc, char** argv) {
   std::printf("tokenizer %s: %.3f tokens per byte, %zu of %u ids used (%.1f%%) | %.1f MB in %.1f s (%.1f MB/s)\n",
               r.tokenizer.c_str(), tokens / std::max<double>(1, (double)r.text_bytes), r.distinct_ids, r.vocab_size,
               100.0 * r.distinct_ids / r.vocab_size, r.text_bytes / 1e6, r.seconds,
-              r.text_bytes / 1e6 / std::max(1e-9, r.seconds));
+              r.mb_per_s());
   const uint32_t padded = (r.vocab_size + 127) / 128 * 128;
   std::printf("train with model.vocab_size >= %u (%u, a multiple of 128, suits tensor parallelism)\n", r.vocab_size,
               padded);

@@ -13,6 +13,7 @@
 #include "app/recipe_args.h"
 #include "model/flops.h"
 #include "runtime/errors.h"
+#include "runtime/units.h"
 
 namespace trainer {
 
@@ -47,18 +48,18 @@ const char* kPlanUsage =
 // What the cuda column holds, per stage (runtime/cuda_memory.h says where
 // each figure comes from).
 static void print_cuda_memory(const Recipe& r) {
-  const auto mb = [](double b) { return b / 1048576.0; };
   std::printf("cuda: what only the CUDA backend holds, in MB (the pre-flight counts it):\n");
-  for (int stage = 0; stage < r.grid.pp; stage++) {
+  for (int stage = 0; stage < r.parallel.grid.pp; stage++) {
     const CudaMemory c = plan_memory(r.model, rank_layout(r, stage), r.recompute).cuda;
-    std::printf("  stage %d: cuDNN attention workspace %.1f (%s), attention rows %.1f, bf16 logits gradient %.1f, "
-                "rope table %.1f, cuBLASLt workspace %.1f, NCCL buffers %.1f (estimate), allocator reserve %.1f\n",
-                stage, mb(c.attention_workspace),
-                r.training.precision != DType::BF16 ? "fp32 runs the own kernels"
-                : r.runtime.deterministic_attention ? "deterministic backward: B x H x T^2 fp32"
-                                                    : "non-deterministic backward: B x H x T x hd fp32",
-                mb(c.attention_rows), mb(c.logits_grad_bf16), mb(c.rope_table), mb(c.gemm_workspace), mb(c.nccl_buffers),
-                mb(c.allocator_reserve));
+    std::printf(
+        "  stage %d: cuDNN attention workspace %.1f (%s), attention rows %.1f, bf16 logits gradient %.1f, "
+        "rope table %.1f, cuBLASLt workspace %.1f, NCCL buffers %.1f (estimate), allocator reserve %.1f\n",
+        stage, mib(c.attention_workspace),
+        r.training.precision != DType::BF16 ? "fp32 runs the own kernels"
+        : r.runtime.deterministic_attention ? "deterministic backward: B x H x T^2 fp32"
+                                            : "non-deterministic backward: B x H x T x hd fp32",
+        mib(c.attention_rows), mib(c.logits_grad_bf16), mib(c.rope_table), mib(c.gemm_workspace), mib(c.nccl_buffers),
+        mib(c.allocator_reserve));
   }
 }
 
@@ -75,25 +76,25 @@ int cmd_plan(int argc, char** argv) {
     return plan_search(args, ranks);
   }
   const Recipe r = load_recipe(path, args.overrides, ranks, false);
-  ranks = r.grid.dp * r.grid.pp * r.grid.tp;
+  ranks = r.parallel.grid.ranks();
   const double step_flops = train_flops_per_token(r.model) * r.training.global_batch * r.model.seq_len;
   std::printf("plan %s: %s, %d ranks = dp %d x pp %d x tp %d%s, micro-batch %d x %d, %d micro-batches per step, %s\n",
-              path.c_str(), arch_name(r.model.arch), ranks, r.grid.dp, r.grid.pp, r.grid.tp,
-              r.sequence_parallel ? " (sequence parallel)" : "", r.training.micro_batch,
+              path.c_str(), arch_name(r.model.arch), ranks, r.parallel.grid.dp, r.parallel.grid.pp, r.parallel.grid.tp,
+              r.parallel.sequence_parallel ? " (sequence parallel)" : "", r.training.micro_batch,
               r.model.seq_len, r.accum_steps(), dtype_name(r.training.precision));
   if (r.training.precision != DType::F32)
     std::printf("%s: params = fp32 master weights + their %s copy; activations, messages and the data-parallel "
                 "gradient copy in %s; gradients and optimizer state fp32\n",
                 dtype_name(r.training.precision), dtype_name(r.training.precision), dtype_name(r.training.precision));
-  if (r.zero_sharded())
+  if (r.parallel.zero_sharded())
     std::printf("ZeRO-1: each data-parallel rank keeps 1/%d of AdamW's state (shown: rank 0's block and the tail "
                 "of fewer than dp elements every rank keeps) and writes its part of a checkpoint to a file of its own\n",
-                r.grid.dp);
+                r.parallel.grid.dp);
   std::printf("memory per rank in MB (the recipe's mode is marked *); extra forward FLOPs per step and rank\n");
   const bool cuda = r.runtime.backend == "cuda";  // its own buffers: a column of their own
   std::printf("%-6s %-11s %9s %9s %9s %11s %9s %11s%s %9s %16s\n", "stage", "recompute", "params", "grads",
               "optimizer", "activations", "comm", "temporaries", cuda ? "      cuda" : "", "total", "extra fwd FLOPs");
-  for (int stage = 0; stage < r.grid.pp; stage++) {
+  for (int stage = 0; stage < r.parallel.grid.pp; stage++) {
     const RankLayout l = rank_layout(r, stage);
     for (RecomputeMode m : {RecomputeMode::None, RecomputeMode::Selective, RecomputeMode::Full}) {
       const RecomputeConfig rc{m, r.recompute.layers};
@@ -102,9 +103,9 @@ int cmd_plan(int argc, char** argv) {
       char mode[16];
       std::snprintf(mode, sizeof mode, "%s%s", recompute_name(m), m == r.recompute.mode ? "*" : "");
       std::printf("%-6d %-11s", stage, mode);
-      for (double b : p.bytes) std::printf(" %9.1f", b / 1048576.0);
-      if (cuda) std::printf(" %9.1f", p.cuda.total() / 1048576.0);
-      std::printf(" %9.1f %7.2f G (%4.1f%%)\n", p.total() / 1048576.0, extra / 1e9,
+      for (double b : p.bytes) std::printf(" %9.1f", mib(b));
+      if (cuda) std::printf(" %9.1f", mib(p.cuda.total()));
+      std::printf(" %9.1f %7.2f G (%4.1f%%)\n", mib(p.total()), extra / 1e9,
                   100 * extra / (step_flops / ranks));
     }
   }

@@ -12,7 +12,7 @@
 #include "model/memory_plan.h"
 #include "model/param_registry.h"
 #include "report/run_report.h"
-#include "report/svg_chart.h"
+#include "runtime/units.h"
 #include "runtime/errors.h"
 #include "runtime/flight_recorder.h"
 #include "runtime/replace_file.h"
@@ -50,19 +50,22 @@ void add_recipe_facts(const Recipe& r, ReportFacts& f) {
   f.steps = r.training.steps;
   f.tokens_per_step = (double)r.training.global_batch * m.seq_len;
   auto add = [&](const std::string& k, const std::string& v) { f.recipe.emplace_back(k, v); };
-  add("model", std::string(arch_name(m.arch)) + ", " + format_tokens((double)build_params(m).reg.total()) +
+  add("model", std::string(arch_name(m.arch)) + ", " + format_count((double)build_params(m).reg.total()) +
                    " parameters");
   add("shape", "d_model " + std::to_string(m.d_model) + ", " + std::to_string(m.n_layers) + " layers, " +
                    std::to_string(m.n_heads) + " heads (" + std::to_string(m.kv_heads()) + " kv), d_ff " +
                    std::to_string(m.d_ff) + ", vocabulary " + std::to_string(m.vocab_size) +
                    (m.tie_embeddings ? ", tied embeddings" : ""));
   add("batch", std::to_string(r.training.global_batch) + " x " + std::to_string(m.seq_len) + " = " +
-                   format_tokens(f.tokens_per_step) + " tokens per step, micro-batch " +
+                   format_count(f.tokens_per_step) + " tokens per step, micro-batch " +
                    std::to_string(r.training.micro_batch) + ", " + std::to_string(r.accum_steps()) +
                    " accumulation step(s)");
-  add("layout", "dp " + std::to_string(r.grid.dp) + " x pp " + std::to_string(r.grid.pp) + " x tp " +
-                    std::to_string(r.grid.tp) + (r.grid.tp > 1 && r.sequence_parallel ? ", sequence parallel" : "") +
-                    (r.grid.pp == 1 ? "" : r.schedule == ScheduleKind::OneFOneB ? ", 1F1B" : ", interleaved"));
+  add("layout", "dp " + std::to_string(r.parallel.grid.dp) + " x pp " + std::to_string(r.parallel.grid.pp) + " x tp " +
+                    std::to_string(r.parallel.grid.tp) +
+                    (r.parallel.grid.tp > 1 && r.parallel.sequence_parallel ? ", sequence parallel" : "") +
+                    (r.parallel.grid.pp == 1                         ? ""
+                     : r.parallel.schedule == ScheduleKind::OneFOneB ? ", 1F1B"
+                                                                     : ", interleaved"));
   add("training", std::to_string(r.training.steps) + " steps, lr " + format_number(r.lr.lr) + " " +
                       schedule_name(r.lr.schedule) + " to " + format_number(r.lr.min_lr) + " after " +
                       std::to_string(r.lr.warmup_steps) + " warm-up steps, grad clip " +
@@ -77,7 +80,7 @@ void add_recipe_facts(const Recipe& r, ReportFacts& f) {
                                           : "none");
   if (!r.checkpoint.init_from.empty()) add("initial weights", r.checkpoint.init_from);
   const MemoryPlan p = plan_memory(m, rank_layout(r, 0), r.recompute);
-  for (int k = 0; k < kMemKinds; k++) f.plan_mb[k] = p.bytes[k] / 1048576.0;
+  for (int k = 0; k < kMemKinds; k++) f.plan_mb[k] = mib(p.bytes[k]);
   f.has_plan = true;
   f.plan_note = std::string("trainer plan's prediction for pipeline stage 0 (rank 0's), recompute ") +
                 recompute_name(r.recompute.mode) + ".";

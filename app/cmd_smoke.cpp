@@ -19,6 +19,7 @@
 #include "app/recipe_args.h"
 #include "app/scratch_run.h"
 #include "app/smoke_report.h"
+#include "planning/smoke_figures.h"
 #include "engine/job.h"
 #include "runtime/errors.h"
 
@@ -86,18 +87,18 @@ int smoke(const RecipeArgs& args, int rank, int size) {
   code = run_inside(train_args(args.recipe, args.overrides, s, steps), rank, size);
   const long k = std::max(1L, warmup);  // --check-restart saves after the warm-up steps
   if (code == 0 && args.has("--check-restart")) code = restart_launches(args, s, steps, k, rank, size);
-  const SmokeRun run{s.dir + "/run", s.data.empty() ? "recipe" : "synthetic", (int)warmup, ranks_on_node()};
+  SmokeRun run;
+  run.recipe = args.recipe, run.run_dir = s.dir + "/run", run.data = s.data.empty() ? "recipe" : "synthetic";
+  run.warmup = (int)warmup, run.ranks_per_node = ranks_on_node();
   if (code == 0 && rank == 0) {
+    if (args.has("--profile"))
+      run.profiles = load_profiles(args.list("--profile")), run.profile_names = args.options.at("--profile");
+    if (args.has("--price-per-rank-hour")) run.price_per_rank_hour = args.number("--price-per-rank-hour", 0, 0);
     const Recipe ran = load_recipe(s.dir + "/run/recipe.resolved.toml", {}, 0, false);
     const Recipe user = load_recipe(args.recipe, args.overrides, size, false);
-    nlohmann::json j = smoke_figures(args, run, ran, user);
-    if (args.has("--check-restart")) {
-      j["restart"] = compare_restart(run.run_dir, s.dir + "/restart_run", s.dir + "/restart_ckpt", k);
-      const double ms = j["restart"]["save_blocking_ms"].is_number() ? j["restart"]["save_blocking_ms"].get<double>() : NAN;
-      if (ms > 0)
-        j["checkpoint"] = advice_json(ms / 1e3, "save measured here", user.checkpoint.mtbf_hours,
-                                      j["measured"]["step_ms"].get<double>());
-    }
+    nlohmann::json j = smoke_figures(run, ran, user);
+    if (args.has("--check-restart"))
+      add_restart(j, run.run_dir, s.dir + "/restart_run", s.dir + "/restart_ckpt", k, user.checkpoint.mtbf_hours);
     code = report_smoke(args, j);
   }
   MPI_Bcast(&code, 1, MPI_INT, 0, MPI_COMM_WORLD);

@@ -22,6 +22,7 @@
 #include "runtime/flight_recorder.h"
 #include "runtime/metrics_fields.h"
 #include "runtime/replace_file.h"
+#include "runtime/units.h"
 
 namespace trainer {
 
@@ -38,14 +39,6 @@ const char* kStatusUsage =
     "  left), heartbeat age, newest checkpoint, and, under `trainer supervise`, launches,\n"
     "  restarts and the last failure (events.jsonl); last, how to make the run's report\n"
     "  (`trainer report`). Exit 0; 2 if RUN_DIR has none of them.\n";
-
-std::string duration(double s) {
-  char b[64];
-  if (s < 120) std::snprintf(b, sizeof b, "%.0f s", s);
-  else if (s < 7200) std::snprintf(b, sizeof b, "%.1f min", s / 60);
-  else std::snprintf(b, sizeof b, "%.1f h", s / 3600);
-  return b;
-}
 
 // A record's number, or `dflt` when absent or not a number (a damaged or
 // edited file must not stop the status).
@@ -97,16 +90,12 @@ int cmd_status(int argc, char** argv) {
         break;
       }
     std::printf(", %.0f tokens/s\n", num(last, mf::kTokensPerS, 0));
-    // Time to go: the mean step time of the last 20 logged steps.
-    double ms = 0;
-    int n = 0;
-    for (auto it = metrics.rbegin(); it != metrics.rend() && n < 20; ++it, ++n) ms += num(*it, mf::kStepMs, 0);
-    if (steps > step && n > 0)
-      std::printf("  to go:      %ld steps, about %s at %.0f ms per step\n", steps - step,
-                  duration((steps - step) * ms / n / 1e3).c_str(), ms / n);
+    if (const TimeToGo t = time_to_go(files, steps); t.steps_left > 0)
+      std::printf("  to go:      %ld steps, about %s at %.0f ms per step\n", t.steps_left,
+                  format_duration(t.seconds()).c_str(), t.step_ms);
   }
   if (has_heartbeat)
-    std::printf("  heartbeat:  %s ago (after step %ld)\n", duration(wall_seconds() - beat_time).c_str(),
+    std::printf("  heartbeat:  %s ago (after step %ld)\n", format_duration(wall_seconds() - beat_time).c_str(),
                 files.heartbeat_step);
   const std::string latest = latest_checkpoint(ckpt_dir);
   std::printf("  checkpoint: %s\n", !latest.empty() ? shell_quote(latest).c_str()
@@ -143,9 +132,11 @@ int cmd_status(int argc, char** argv) {
     }
   }
   const double made = mtime_seconds(dir + "/report.html");
-  std::printf("  report:     trainer report %s (charts, launches and events in one HTML page%s)\n", shown_dir.c_str(),
-              made > 0 ? (": " + shell_quote(dir + "/report.html") + " is " + duration(wall_seconds() - made) + " old").c_str()
-                       : "");
+  std::printf(
+      "  report:     trainer report %s (charts, launches and events in one HTML page%s)\n", shown_dir.c_str(),
+      made > 0 ? (": " + shell_quote(dir + "/report.html") + " is " + format_duration(wall_seconds() - made) + " old")
+                     .c_str()
+               : "");
   return kExitOk;
 }
 

@@ -393,7 +393,7 @@ struct Supervisor {
   // Waits out the backoff before the next launch; false if a stop signal came.
   bool back_off(int launch) {
     const SupervisorSection& sv = r.supervisor;
-    const double delay = std::min(sv.backoff * std::pow(2.0, restarts), sv.backoff_max);
+    const double delay = sv.backoff_before(restarts);
     restarts++;
     char b[160];
     std::snprintf(b, sizeof b, "restart %d of %d in %.1f s, from the newest valid checkpoint", restarts,
@@ -418,7 +418,7 @@ int cmd_supervise(int argc, char** argv) {
   if (args.help) return std::fputs(kSuperviseUsage, stdout), kExitOk;
   install_stop_signals(true);  // a stop during set-up: no launch, the requeue code (not exit 138)
   const Recipe r = load_recipe(args.recipe, args.overrides, 0, true);
-  const int ranks = r.launch.ranks > 0 ? r.launch.ranks : r.grid.dp * r.grid.pp * r.grid.tp;
+  const int ranks = r.launch.ranks > 0 ? r.launch.ranks : r.parallel.grid.ranks();
   std::vector<std::string> command = args.after_dashes;
   if (command.empty()) command = launch_command(r, args.recipe, args.overrides, ranks);
   ensure_writable_dir(r.run.dir, "[run] dir");

@@ -5,7 +5,7 @@
 namespace trainer {
 
 Loader::Loader(const Blend& data, const LoaderConfig& cfg)
-    : data_(data), cfg_(cfg), accum_(cfg.global_batch / (cfg.micro_batch * cfg.dp_size)), blend_(data.shares()) {
+    : data_(data), cfg_(cfg), blend_(data.shares()) {
   for (size_t j = 0; j < data_.sources().size(); j++) {
     // Source 0 of a single source uses the run's seed as is: a plain
     // dataset's order is unchanged by blending's existence.
@@ -31,9 +31,9 @@ Loader::~Loader() {
 }
 
 Batch Loader::load(uint64_t index) {
-  const uint64_t step = index / accum_, micro = index % accum_;
-  const uint64_t per_rank = (uint64_t)cfg_.global_batch / cfg_.dp_size;
-  const uint64_t first = cfg_.start_position + step * cfg_.global_batch +
+  const uint64_t step = index / cfg_.micro_batches, micro = index % cfg_.micro_batches;
+  const uint64_t per_rank = (uint64_t)cfg_.micro_batches * cfg_.micro_batch;
+  const uint64_t first = cfg_.start_position + step * cfg_.global_batch() +
                          cfg_.dp_rank * per_rank + micro * cfg_.micro_batch;
   const int T = data_.seq_len();
   Batch b;
@@ -80,7 +80,7 @@ Batch Loader::next() {
 }
 
 uint64_t Loader::cursor() const {
-  return cfg_.start_position + (consumed_ / accum_) * (uint64_t)cfg_.global_batch;
+  return cfg_.start_position + (consumed_ / cfg_.micro_batches) * cfg_.global_batch();
 }
 
 }  // namespace trainer

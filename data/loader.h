@@ -1,6 +1,6 @@
 #pragma once
 // The per-rank batch loader. Optimizer step s consumes global stream
-// positions [cursor + s*G, cursor + (s+1)*G) with G = global_batch; DP rank r
+// positions [cursor + s*G, cursor + (s+1)*G) with G = global_batch(); DP rank r
 // takes the r-th of dp equal slices and cuts it into micro-batches. A
 // background thread keeps up to `prefetch` micro-batches ready in a bounded
 // queue; prefetch = 0 loads on the caller's thread. Either way the batches,
@@ -21,9 +21,11 @@
 namespace trainer {
 
 struct LoaderConfig {
-  int global_batch = 8;  // sequences per optimizer step, all DP ranks together
-  int micro_batch = 1;   // sequences per forward/backward
+  int micro_batch = 1;    // sequences per forward/backward
+  int micro_batches = 1;  // micro-batches per rank and optimizer step (the recipe's accumulation)
   int dp_rank = 0, dp_size = 1;
+  // Sequences per optimizer step, all DP ranks together.
+  uint64_t global_batch() const { return (uint64_t)micro_batch * micro_batches * dp_size; }
   int prefetch = 2;
   uint64_t seed = 0;
   bool shuffle = true;
@@ -47,7 +49,6 @@ class Loader {
 
   // Next micro-batch of this rank; rethrows a DataError from the worker.
   Batch next();
-  int accum_steps() const { return accum_; }
   // Stream position where the next unconsumed optimizer step starts: the
   // cursor a checkpoint saves.
   uint64_t cursor() const;
@@ -60,7 +61,6 @@ class Loader {
 
   Blend data_;
   LoaderConfig cfg_;
-  int accum_;
   std::vector<SampleOrder> orders_;  // one per source
   BlendOrder blend_;
   uint64_t consumed_ = 0;  // micro-batches handed out

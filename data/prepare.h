@@ -7,6 +7,7 @@
 // validation set, the rest train shards of shard_tokens; all go to temporary
 // names and are renamed into place only when every file is written, with
 // DIR/data_info.json recording the tokenizer and its vocabulary.
+#include <algorithm>
 #include <cstdint>
 #include <functional>
 #include <optional>
@@ -22,6 +23,11 @@ struct PrepareProgress {
   uint64_t bytes_read = 0, total_bytes = 0;  // input files on disk
   uint64_t documents = 0, tokens = 0;
   double seconds = 0;
+  // MB (10^6 bytes) read per second so far, and the seconds left at that rate (0: unknown).
+  double mb_per_s() const { return seconds > 0 ? bytes_read / 1e6 / seconds : 0; }
+  double seconds_left() const {
+    return mb_per_s() > 0 && total_bytes > bytes_read ? (total_bytes - bytes_read) / 1e6 / mb_per_s() : 0;
+  }
 };
 
 struct PrepareConfig {
@@ -53,6 +59,8 @@ struct PrepareResult {
   std::vector<std::string> empty_files;  // inputs with no bytes (skipped)
   size_t removed_shards = 0;             // old shards removed (overwrite)
   std::vector<std::string> train_shards, val_shards;
+  // Text MB (10^6 bytes) tokenized per second.
+  double mb_per_s() const { return text_bytes / 1e6 / std::max(1e-9, seconds); }
 };
 
 PrepareResult prepare_tokens(const PrepareConfig& cfg);

@@ -169,7 +169,7 @@ void set_up_job(Job& job, int rank, int launch) {
   start_probe(job, rank);
   const int local_ranks = ranks_on_node();
   job.backend = make_backend(backend_options(r, local_ranks));
-  job.grid = std::make_unique<ProcessGrid>(MPI_COMM_WORLD, r.grid, job.recorder.get(),
+  job.grid = std::make_unique<ProcessGrid>(MPI_COMM_WORLD, r.parallel.grid, job.recorder.get(),
                                            data_comms_for(*job.backend, local_ranks, rank == 0));
   job.loop = std::make_unique<TrainLoop>(*job.backend, groups_of(*job.grid), r, job.train, job.val);
   if (job.resumed_from.empty() && !r.checkpoint.init_from.empty()) {

@@ -18,12 +18,22 @@ std::string append_launch_record(const Job& job, long first_step) {
   std::string libraries = mpi_library_version() + ", " + hdf5_library_version() + ", " + blas_library_version();
   if (const std::string gpu = backend_library_versions(); !gpu.empty()) libraries += ", " + gpu;
   JsonRecord rec;
-  rec.add("time", iso_time(wall_seconds())).add("first_step", first_step).add("steps", r.training.steps)
-      .add("resumed_from", job.resumed_from).add("trainer", std::string(kTrainerVersion))
-      .add("git", std::string(trainer_git_commit())).add("backend", job.backend->name())
-      .add("device", job.backend->device_name()).add("host", std::string(host))
-      .add("ranks", job.grid->world().size()).add("dp", r.grid.dp).add("pp", r.grid.pp).add("tp", r.grid.tp)
-      .add("peak_gflops", job.peak_gflops).add("peak_source", job.peak_source).add("libraries", libraries);
+  rec.add("time", iso_time(wall_seconds()))
+      .add("first_step", first_step)
+      .add("steps", r.training.steps)
+      .add("resumed_from", job.resumed_from)
+      .add("trainer", std::string(kTrainerVersion))
+      .add("git", std::string(trainer_git_commit()))
+      .add("backend", job.backend->name())
+      .add("device", job.backend->device_name())
+      .add("host", std::string(host))
+      .add("ranks", job.grid->world().size())
+      .add("dp", r.parallel.grid.dp)
+      .add("pp", r.parallel.grid.pp)
+      .add("tp", r.parallel.grid.tp)
+      .add("peak_gflops", job.peak_gflops)
+      .add("peak_source", job.peak_source)
+      .add("libraries", libraries);
   // A fresh start (not resumed) begins a new file, as metrics.jsonl does.
   try {
     MetricsLog log(r.run.dir + "/launches.jsonl", job.resumed_from.empty());

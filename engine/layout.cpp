@@ -4,27 +4,18 @@
 
 namespace trainer {
 
-PipelineSpec pipeline_spec(const Recipe& r) {
-  PipelineSpec p;
-  p.stages = r.grid.pp;
-  p.virtual_stages = r.virtual_stages;
-  p.micro_batches = r.accum_steps();
-  p.kind = r.schedule;
-  return p;
-}
-
 RankLayout rank_layout(const Recipe& r, int stage) {
-  const PipelineSpec pipe = pipeline_spec(r);
+  const PipelineSpec pipe = r.pipeline();
   const int P = pipe.stages, v = pipe.virtual_stages;
   RankLayout l;
   l.micro_batch = r.training.micro_batch;
-  l.tp = r.grid.tp;
-  l.dp = r.grid.dp;
-  l.zero_stage = r.zero_stage;
+  l.tp = r.parallel.grid.tp;
+  l.dp = r.parallel.grid.dp;
+  l.zero_stage = r.parallel.zero_stage;
   l.compute = r.training.precision;
   l.micro_batches = pipe.micro_batches;
   l.threads = r.runtime.threads;
-  l.sequence_parallel = r.sequence_parallel;
+  l.sequence_parallel = r.parallel.sequence_parallel;
   l.pipelined = P > 1;
   l.cuda = r.runtime.backend == "cuda";
   l.deterministic_attention = r.runtime.deterministic_attention;

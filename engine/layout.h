@@ -10,7 +10,6 @@
 
 namespace trainer {
 
-PipelineSpec pipeline_spec(const Recipe& r);
 RankLayout rank_layout(const Recipe& r, int stage);
 
 // The backend a rank of this recipe computes on, with `ranks_on_node` ranks

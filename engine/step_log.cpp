@@ -10,6 +10,7 @@
 #include "runtime/flight_recorder.h"
 #include "runtime/metrics_fields.h"
 #include "runtime/peak_cache.h"
+#include "runtime/units.h"
 #include "runtime/utc_time.h"
 
 namespace trainer {
@@ -17,15 +18,6 @@ namespace trainer {
 namespace mf = metrics_field;
 
 namespace {
-
-std::string human(double x) {
-  char b[32];
-  if (x >= 1e9) std::snprintf(b, sizeof b, "%.2fG", x / 1e9);
-  else if (x >= 1e6) std::snprintf(b, sizeof b, "%.2fM", x / 1e6);
-  else if (x >= 1e3) std::snprintf(b, sizeof b, "%.1fk", x / 1e3);
-  else std::snprintf(b, sizeof b, "%.0f", x);
-  return b;
-}
 
 // Per pipeline stage and per group and kind of collective (rank 0's view;
 // every rank of a group moves the same bytes); peak memory per category.
@@ -53,14 +45,17 @@ void StepLoop::print_header() const {
   const std::string precision = std::string(dtype_name(r_.training.precision)) +
                                 (device.empty() ? std::string(" on CPU, ") + cpu::kernel_set_name(cpu::kernel_set()) + " kernels"
                                                 : " on " + device);
-  std::printf("trainer: %s | %s, %s params (%s/rank), %s | dp=%d pp=%d tp=%d%s%s | global batch %d x %d tokens, "
-              "micro-batch %d, %d accumulation step(s) | %zu train samples | peak %.1f GFLOP/s/rank (%s)\n",
-              r_.run.name.c_str(), arch_name(r_.model.arch), human((double)build_params(r_.model).reg.total()).c_str(),
-              human((double)here).c_str(), precision.c_str(), r_.grid.dp, r_.grid.pp, r_.grid.tp,
-              r_.sequence_parallel ? " (sequence parallel)" : "",
-              r_.grid.pp == 1 ? "" : r_.schedule == ScheduleKind::OneFOneB ? " 1f1b" : " interleaved",
-              r_.training.global_batch, r_.model.seq_len, r_.training.micro_batch, r_.accum_steps(),
-              job_.train.num_samples(), job_.peak_gflops, job_.peak_source.c_str());
+  std::printf(
+      "trainer: %s | %s, %s params (%s/rank), %s | dp=%d pp=%d tp=%d%s%s | global batch %d x %d tokens, "
+      "micro-batch %d, %d accumulation step(s) | %zu train samples | peak %.1f GFLOP/s/rank (%s)\n",
+      r_.run.name.c_str(), arch_name(r_.model.arch), format_count((double)build_params(r_.model).reg.total()).c_str(),
+      format_count((double)here).c_str(), precision.c_str(), r_.parallel.grid.dp, r_.parallel.grid.pp,
+      r_.parallel.grid.tp, r_.parallel.sequence_parallel ? " (sequence parallel)" : "",
+      r_.parallel.grid.pp == 1                         ? ""
+      : r_.parallel.schedule == ScheduleKind::OneFOneB ? " 1f1b"
+                                                       : " interleaved",
+      r_.training.global_batch, r_.model.seq_len, r_.training.micro_batch, r_.accum_steps(), job_.train.num_samples(),
+      job_.peak_gflops, job_.peak_source.c_str());
   std::fflush(stdout);
 }
 
@@ -108,14 +103,15 @@ void StepLoop::log_step(const StepStats& st, const StepExtras& x) {
   if (named)
     rec.add(mf::kStragglers, x.slow.ranks).add(mf::kStragglerComputeMs, x.slow.ms)
         .add(mf::kStragglerRatio, x.slow.worst_ratio).add(mf::kComputeMsMedian, x.slow.median_ms);
-  if (world_.size() > 1 && r_.grid.dp > 1)
+  if (world_.size() > 1 && r_.parallel.grid.dp > 1)
     rec.add(mf::kCommDpExposedMs, st.dp_exposed_ms).add(mf::kCommDpSpanMs, st.dp_span_ms);
   add_breakdown(rec, st);
   if (!job_.metrics->write(rec))
     for (const std::string& e : job_.metrics->errors()) run_file_unwritable(e);
-  std::printf("step %5ld/%ld | loss %.4f | lr %.2e | grad norm %.3f | %s tok/s | mfu %.1f%% | %.0f ms | data wait %.2f ms",
-              st.step, r_.training.steps, st.loss, st.lr, st.grad_norm, human(tps).c_str(), 100 * mfu, st.step_ms,
-              st.data_wait_ms);
+  std::printf(
+      "step %5ld/%ld | loss %.4f | lr %.2e | grad norm %.3f | %s tok/s | mfu %.1f%% | %.0f ms | data wait %.2f ms",
+      st.step, r_.training.steps, st.loss, st.lr, st.grad_norm, format_count(tps).c_str(), 100 * mfu, st.step_ms,
+      st.data_wait_ms);
   if (x.val >= 0) std::printf(" | val loss %.4f", x.val);
   for (size_t i = 0; i < x.val_sources.size(); i++)
     std::printf("%s%s %.4f%s", i ? ", " : " (", x.val_sources[i].first.c_str(), x.val_sources[i].second,

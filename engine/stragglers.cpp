@@ -56,15 +56,15 @@ void StepLoop::track_stragglers(const StepStats& st, StepExtras& x) {
   if (r_.runtime.straggler_factor <= 0) return;
   window_compute_ms_ += st.step_ms - st.comm_ms();
   if (++window_steps_ < r_.runtime.straggler_every) return;
-  x.slow = find_stragglers(world_, r_.grid, r_.runtime.straggler_factor, window_compute_ms_ / window_steps_,
-                           stage_work(r_.model, r_.grid.pp));
+  x.slow = find_stragglers(world_, r_.parallel.grid, r_.runtime.straggler_factor, window_compute_ms_ / window_steps_,
+                           stage_work(r_.model, r_.parallel.grid.pp));
   x.straggler_report = true;
   window_compute_ms_ = 0, window_steps_ = 0;
 }
 
 void StepLoop::print_stragglers(const StepStats& st, const StragglerReport& slow) const {
   for (size_t i = 0; i < slow.ranks.size(); i++) {
-    const GridCoords at = grid_coords(r_.grid, (int)slow.ranks[i]);
+    const GridCoords at = grid_coords(r_.parallel.grid, (int)slow.ranks[i]);
     std::fprintf(stderr,
                  "warning: step %ld: straggler: rank %d (dp %d, pp %d, tp %d) computed %.1f ms per step over the "
                  "last %d steps, %.2fx what its stage should take (its predicted share of the work at the "

@@ -1,10 +1,12 @@
 #include "engine/throughput_bench.h"
 
 #include <chrono>
+#include <algorithm>
 #include <cmath>
 #include <ctime>
 
 #include "model/adamw.h"
+#include "model/flops.h"
 #include "model/init.h"
 #include "model/transformer.h"
 #include "runtime/rng.h"
@@ -106,6 +108,16 @@ std::vector<BenchRun> bench_training(const Recipe& r, const std::vector<Recomput
   }
   first = std::move(runners.front().be);
   return out;
+}
+
+BenchFigures bench_figures(const Recipe& r, const BenchRun& run, double peak_gflops) {
+  BenchFigures f;
+  f.fastest_ms = *std::min_element(run.wall_ms.begin(), run.wall_ms.end());
+  f.tokens_per_s = (double)r.training.micro_batch * r.model.seq_len / (f.fastest_ms / 1e3);
+  f.model_gflops = train_flops_per_token(r.model) * f.tokens_per_s / 1e9;
+  f.mfu_peak_gflops = std::max(peak_gflops, f.model_gflops);
+  f.mfu = f.model_gflops / f.mfu_peak_gflops;
+  return f;
 }
 
 }  // namespace trainer

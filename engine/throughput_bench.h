@@ -24,6 +24,18 @@ struct BenchRun {
   MemoryStats memory;                   // the backend's peaks after the steps
 };
 
+// What a mode's steps come to. Shared machines only ever slow a step down,
+// so the fastest step is the least noisy estimate of one configuration. As
+// in training (engine/step_log.cpp): a rate above the peak shows the peak is
+// low, and MFU is against the rate itself, never above 100%.
+struct BenchFigures {
+  double fastest_ms = 0, tokens_per_s = 0;
+  double model_gflops = 0;      // the model's FLOPs per second at that rate
+  double mfu_peak_gflops = 0;   // the larger of the peak and model_gflops
+  double mfu = 0;
+};
+BenchFigures bench_figures(const Recipe& r, const BenchRun& run, double peak_gflops);
+
 // first: the backend the first mode runs on (the caller measured the sgemm
 // peak on it); the others get their own. Returns the backend of the first
 // mode back through `first`.

@@ -43,17 +43,17 @@ TrainLoop::TrainLoop(Backend& be, ParallelGroups groups, const Recipe& r,
       dp_control_(groups.dp.control), pp_control_(pp_ ? groups.pp.control : nullptr),
       tp_control_(tp_ ? groups.tp.control : nullptr), embed_(groups.embed), compute_(r.training.precision),
       r_(r), train_(std::move(train)), val_(std::move(val)) {
-  pipe_ = pipeline_spec(r);
+  pipe_ = r.pipeline();
   if ((pp_ ? pp_->size() : 1) != pipe_.stages) throw std::invalid_argument("pp group size differs from the recipe");
   if (const std::string why = check_pipeline(pipe_); !why.empty()) throw std::invalid_argument(why);
   stage_ = pp_ ? pp_->rank() : 0;
   std::vector<float> host;
   size_t total = 0, largest = 0;
-  zero_ = r.zero_sharded();
+  zero_ = r.parallel.zero_sharded();
   for (const ChunkLayout& ch : rank_layout(r, stage_).chunks) {
     chunks_.push_back(std::make_unique<Transformer>(
-        be, r.model, r.training.micro_batch, TensorParallel{tp_.get(), tp_control_, r.sequence_parallel}, ch.spec,
-        ch.slots, r.recompute, compute_));
+        be, r.model, r.training.micro_batch, TensorParallel{tp_.get(), tp_control_, r.parallel.sequence_parallel},
+        ch.spec, ch.slots, r.recompute, compute_));
     Transformer& m = *chunks_.back();
     m.keep_losses_on_device(true);  // read once per step, with the gradient norm
     // Every replica and layout draws the same initial weights from the run seed.
@@ -82,11 +82,11 @@ TrainLoop::~TrainLoop() = default;
 // embedding's copies (summed over the embedding group first) and, under
 // sequence parallelism, the partial gradients summed over TP.
 void TrainLoop::make_buckets() {
-  const bool sp = r_.sequence_parallel && tp_, tied = r_.model.tie_embeddings && embed_ && embed_->size() > 1;
+  const bool sp = r_.parallel.sequence_parallel && tp_, tied = r_.model.tie_embeddings && embed_ && embed_->size() > 1;
   buckets_ = std::make_unique<GradBuckets>(
-      be_, chunks_, dp_, &grad_wire_, (size_t)(r_.dp_bucket_mb * 1048576),
+      be_, chunks_, dp_, &grad_wire_, (size_t)(r_.parallel.dp_bucket_mb * 1048576),
       [sp, tied](const ParamInfo& p) { return (sp && p.seq_partial_grad) || (tied && p.name == "embed.tok"); });
-  if (r_.dp_overlap)
+  if (r_.parallel.dp_overlap)
     executor_->set_final_backward_hook([this](int c, size_t from) {
       if (overlap_now_) buckets_->grads_final(c, from);
     });
@@ -94,8 +94,8 @@ void TrainLoop::make_buckets() {
 
 void TrainLoop::make_loader(uint64_t start_position) {
   LoaderConfig lc;
-  lc.global_batch = r_.training.global_batch;
   lc.micro_batch = r_.training.micro_batch;
+  lc.micro_batches = pipe_.micro_batches;
   lc.dp_rank = dp_.rank();
   lc.dp_size = dp_.size();
   lc.prefetch = r_.data.prefetch;
@@ -193,7 +193,7 @@ const Batch& TrainLoop::next_batch(std::map<int, Batch>& batches, int mb, double
 void TrainLoop::compute_gradients(StepStats* stats) {
   StepStats local;
   StepStats& st = stats ? *stats : local;
-  const int accum = r_.accum_steps();
+  const int accum = pipe_.micro_batches;
   const int tokens_per_micro = r_.training.micro_batch * r_.model.seq_len;
   // Each token's loss gradient is pre-scaled so that summing over micro-batches
   // and DP ranks yields the gradient of the mean loss over the global batch.
@@ -255,7 +255,7 @@ bool TrainLoop::weights_finite() {
 // losses (nonzero on the last stage only): the same value on every rank.
 double TrainLoop::mean_loss(double loss_sum) {
   const int tokens_per_micro = r_.training.micro_batch * r_.model.seq_len;
-  double loss = loss_sum / ((double)tokens_per_micro * r_.accum_steps());
+  double loss = loss_sum / ((double)tokens_per_micro * pipe_.micro_batches);
   dp_control_->allreduce_sum(&loss, 1);
   if (pp_control_) pp_control_->allreduce_sum(&loss, 1);
   return loss / dp_.size();
@@ -335,7 +335,7 @@ TrainLoop::Evaluation TrainLoop::evaluate() {
 double TrainLoop::evaluate(const TokenDataset& data) {
   LoaderConfig lc;
   lc.micro_batch = r_.training.micro_batch;
-  lc.global_batch = r_.training.eval_batches * lc.micro_batch * dp_.size();
+  lc.micro_batches = r_.training.eval_batches;
   lc.dp_rank = dp_.rank();
   lc.dp_size = dp_.size();
   lc.prefetch = 0;

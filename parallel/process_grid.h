@@ -14,6 +14,7 @@ namespace trainer {
 
 struct GridShape {
   int dp = 1, pp = 1, tp = 1;
+  int ranks() const { return dp * pp * tp; }
 };
 
 struct GridCoords {

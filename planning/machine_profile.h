@@ -18,6 +18,7 @@ namespace trainer {
 
 struct CommPoint {
   double bytes = 0, ms = 0;
+  double mib_per_s() const { return bytes / 1048576 / (ms / 1e3); }
 };
 
 // A tensor-parallel collective's wait beyond its own time, by the compute

@@ -23,7 +23,7 @@ MemoryFit need_of(const Recipe& r, int stage, bool writer) {
   // file from it in memory: twice the state, blocking or async. Under ZeRO-1
   // every rank writes the part it updates.
   const double state = f.plan.bytes[(int)Mem::Optimizer] * 1.5;
-  if (r.checkpoint.saves() && (writer || r.zero_sharded())) f.checkpoint = state * 2;
+  if (r.checkpoint.saves() && (writer || r.parallel.zero_sharded())) f.checkpoint = state * 2;
   f.process = kProcessBytes;
   f.need = f.plan.total() + f.checkpoint + f.process;
   return f;
@@ -32,7 +32,7 @@ MemoryFit need_of(const Recipe& r, int stage, bool writer) {
 MemoryFit worst(const Recipe& r, int stage, bool writer) {
   if (stage >= 0) return need_of(r, stage, writer);
   MemoryFit w;
-  for (int s = 0; s < r.grid.pp; s++)
+  for (int s = 0; s < r.parallel.grid.pp; s++)
     if (MemoryFit f = need_of(r, s, writer); f.need > w.need) w = f;
   return w;
 }
@@ -47,7 +47,7 @@ std::string gb(double b) {
 std::string suggestions(const Recipe& r, int stage, bool writer, double avail) {
   std::string out;
   auto consider = [&](Recipe alt, const std::string& what) {
-    const double n = worst(alt, stage < 0 || stage >= alt.grid.pp ? -1 : stage, writer).need;
+    const double n = worst(alt, stage < 0 || stage >= alt.parallel.grid.pp ? -1 : stage, writer).need;
     out += (out.empty() ? "" : "; ") + what + " (" + gb(n) + (n <= avail ? ", fits)" : ")");
   };
   if (r.recompute.mode != RecomputeMode::Full || r.recompute.layers > 0) {
@@ -60,20 +60,20 @@ std::string suggestions(const Recipe& r, int stage, bool writer, double avail) {
     a.runtime.deterministic_attention = false;
     consider(a, "runtime.deterministic_attention = false (no B x H x T^2 attention workspace; reruns differ in the last bits)");
   }
-  if (r.training.micro_batch > 1 && r.training.global_batch / r.grid.dp <= Recipe::kMaxAccumSteps) {
+  if (r.training.micro_batch > 1 && r.training.global_batch / r.parallel.grid.dp <= Recipe::kMaxAccumSteps) {
     Recipe a = r;
     a.training.micro_batch = 1;
     consider(a, "training.micro_batch = 1 (global_batch stays; more accumulation)");
   }
-  if (validate_tp(r.model, r.grid.tp * 2).empty()) {
+  if (validate_tp(r.model, r.parallel.grid.tp * 2).empty()) {
     Recipe a = r;
-    a.grid.tp *= 2;
-    consider(a, "parallel.tp = " + std::to_string(a.grid.tp) + " (twice the ranks per model copy)");
+    a.parallel.grid.tp *= 2;
+    consider(a, "parallel.tp = " + std::to_string(a.parallel.grid.tp) + " (twice the ranks per model copy)");
   }
-  if (r.model.n_layers % (r.grid.pp * 2 * r.virtual_stages) == 0) {
+  if (r.model.n_layers % (r.parallel.grid.pp * 2 * r.parallel.virtual_stages) == 0) {
     Recipe a = r;
-    a.grid.pp *= 2;
-    consider(a, "parallel.pp = " + std::to_string(a.grid.pp) + " (twice the ranks per model copy)");
+    a.parallel.grid.pp *= 2;
+    consider(a, "parallel.pp = " + std::to_string(a.parallel.grid.pp) + " (twice the ranks per model copy)");
   }
   return out;
 }
@@ -117,13 +117,15 @@ MemoryFit check_memory_fit(const Recipe& r, int stage, bool writer, int ranks_on
   // Weights, gradients and AdamW state alone (16 bytes a parameter), in
   // closed form: a model far too large is refused before the plan is built
   // tensor by tensor, which for such a model takes more memory than it checks.
-  const double floor_bytes = 16.0 * matmul_params(r.model) / ((double)r.grid.tp * r.grid.pp);
+  const double floor_bytes = 16.0 * matmul_params(r.model) / ((double)r.parallel.grid.tp * r.parallel.grid.pp);
   if (host.available > 0 && floor_bytes > 4.0 * host.available / share) {
     MemoryFit f;
     f.need = floor_bytes, f.available = (double)host.available / share, f.fits = false;
     f.message = "needs at least " + gb(floor_bytes) + " per rank for the weights, gradients and AdamW state alone (" +
-                gb(16.0 * matmul_params(r.model)) + " over tp x pp = " + std::to_string(r.grid.tp * r.grid.pp) +
-                " ranks); " + gb(f.available) + " available per rank (" + host.describe() + "). Try a smaller model "
+                gb(16.0 * matmul_params(r.model)) +
+                " over tp x pp = " + std::to_string(r.parallel.grid.tp * r.parallel.grid.pp) + " ranks); " +
+                gb(f.available) + " available per rank (" + host.describe() +
+                "). Try a smaller model "
                 "(model.n_layers, model.d_model, model.d_ff) or more tensor- and pipeline-parallel ranks";
     return f;
   }

@@ -20,9 +20,9 @@ namespace {
 // model's layouts).
 std::string shape_key(const Recipe& r, const ChunkSpec& c, RecomputeMode m) {
   return std::to_string(c.last_layer - c.first_layer) + (c.embed ? "e" : "") + (c.head ? "h" : "") + "/" +
-         std::to_string(r.training.micro_batch) + "/" + std::to_string(r.grid.tp) +
-         (r.sequence_parallel ? "sp/" : "/") + recompute_name(m) + "/" + std::to_string(r.recompute.layers) + "/" +
-         dtype_name(r.training.precision);
+         std::to_string(r.training.micro_batch) + "/" + std::to_string(r.parallel.grid.tp) +
+         (r.parallel.sequence_parallel ? "sp/" : "/") + recompute_name(m) + "/" + std::to_string(r.recompute.layers) +
+         "/" + dtype_name(r.training.precision);
 }
 
 void note_once(std::vector<std::string>& v, const std::string& k) {
@@ -51,7 +51,7 @@ CheckpointAdvice checkpoint_advice(double save_s, double mtbf_hours, double step
 const StepModel::ChunkCost& StepModel::chunk_cost(const Recipe& r, const ChunkSpec& spec, RecomputeMode mode) {
   const std::string key = shape_key(r, spec, mode);
   if (auto it = cache_.find(key); it != cache_.end()) return it->second;
-  const ShardShape s{r.training.micro_batch, r.grid.tp, r.sequence_parallel, r.training.precision,
+  const ShardShape s{r.training.micro_batch, r.parallel.grid.tp, r.parallel.sequence_parallel, r.training.precision,
                      RecomputeConfig{mode, r.recompute.layers}};
   const ChunkTrace t = trace_chunk(r.model, spec, s);
   ChunkCost c;
@@ -64,9 +64,9 @@ const StepModel::ChunkCost& StepModel::chunk_cost(const Recipe& r, const ChunkSp
   // after the compute since the previous one (on shared cores).
   const auto in_schedule = [](const CommCall& cc) { return cc.phase != OpPhase::PerStep; };
   const long n = std::count_if(t.tp_comm.begin(), t.tp_comm.end(), in_schedule);
-  const double wait = n ? p_.sync_wait(r.grid.tp, (c.fwd_ms + c.bwd_ms) / n) : 0;
+  const double wait = n ? p_.sync_wait(r.parallel.grid.tp, (c.fwd_ms + c.bwd_ms) / n) : 0;
   for (const CommCall& cc : t.tp_comm) {
-    const double ms = comm(cc.op, r.grid.tp, cc.bytes, c.unpriced_comm) + (in_schedule(cc) ? wait : 0);
+    const double ms = comm(cc.op, r.parallel.grid.tp, cc.bytes, c.unpriced_comm) + (in_schedule(cc) ? wait : 0);
     if (cc.phase == OpPhase::Forward) c.fwd_comm_ms += ms;
     else if (cc.phase == OpPhase::Backward) c.bwd_comm_ms += ms;
     else c.per_step_comm_ms += ms;
@@ -79,12 +79,12 @@ const StepModel::ChunkCost& StepModel::chunk_cost(const Recipe& r, const ChunkSp
 // Each stage's chunks priced: the simulation's input, and per stage its
 // parameters, recompute-free compute and once-per-step collectives.
 StepModel::Stages StepModel::price_stages(const Recipe& r, StepPrediction& out) {
-  const PipelineSpec pipe = pipeline_spec(r);
-  const int P = r.grid.pp, world = r.grid.dp * P * r.grid.tp;
+  const PipelineSpec pipe = r.pipeline();
+  const int P = r.parallel.grid.pp, world = r.parallel.grid.ranks();
   Stages st;
   st.work.resize(P), st.params.assign(P, 0), st.no_recompute.assign(P, 0), st.per_step.assign(P, 0);
   for (int s = 0; s < P; s++) {
-    st.work[s].ranks = (double)r.grid.dp * r.grid.tp * std::min(per_node_, world) / world;
+    st.work[s].ranks = (double)r.parallel.grid.dp * r.parallel.grid.tp * std::min(per_node_, world) / world;
     for (const ChunkLayout& ch : rank_layout(r, s).chunks) {
       const ChunkCost& c = chunk_cost(r, ch.spec, r.recompute.mode);
       st.work[s].fwd.push_back(c.fwd_ms + p_.action_ms), st.work[s].bwd.push_back(c.bwd_ms + p_.action_ms);
@@ -104,36 +104,37 @@ StepModel::Stages StepModel::price_stages(const Recipe& r, StepPrediction& out) 
 // part overlapped buckets leave exposed (they hide up to the last backward).
 std::pair<double, double> StepModel::dp_reduction(const Recipe& r, double params, double last_bwd,
                                                   std::vector<std::string>& unpriced) {
-  const int dp = r.grid.dp;
+  const int dp = r.parallel.grid.dp;
   const double bytes = params * dtype_size(r.training.precision);
-  const double all = r.zero_sharded() ? comm("reduce_scatter", dp, bytes, unpriced) + comm("allgather", dp, bytes, unpriced)
-                                      : comm("allreduce", dp, bytes, unpriced);
-  if (dp == 1 || r.zero_sharded() || !r.dp_overlap) return {all, all};
-  const double buckets = std::max(1.0, std::ceil(bytes / (r.dp_bucket_mb * 1048576.0)));
+  const double all = r.parallel.zero_sharded()
+                         ? comm("reduce_scatter", dp, bytes, unpriced) + comm("allgather", dp, bytes, unpriced)
+                         : comm("allreduce", dp, bytes, unpriced);
+  if (dp == 1 || r.parallel.zero_sharded() || !r.parallel.dp_overlap) return {all, all};
+  const double buckets = std::max(1.0, std::ceil(bytes / (r.parallel.dp_bucket_mb * 1048576.0)));
   return {all, all - std::min(all * (1 - 1 / buckets), last_bwd)};
 }
 
 // What every rank does at once after its reduction: the gradient norm,
 // AdamW on its part, zeroing; tied-embedding sums between the end stages.
 double StepModel::optimizer_ms(const Recipe& r, double params, StepPrediction& out) {
-  const int world = r.grid.dp * r.grid.pp * r.grid.tp;
+  const int world = r.parallel.grid.ranks();
   const double all_busy = p_.slowdown(std::min(per_node_, world));
-  const double owned = r.zero_sharded() ? params / r.grid.dp : params;
+  const double owned = r.parallel.zero_sharded() ? params / r.parallel.grid.dp : params;
   auto op = [&](const char* name, double bytes) {
     return p_.op_time(OpCall{std::string(name) + " " + std::to_string((long)(bytes / 4)), name, 0, bytes},
                       &out.unpriced_ops);
   };
   double ms = (op("sumsq", 4.0 * params) + op("adamw", 28.0 * owned) + op("zero", 4.0 * params)) * all_busy;
   ms += comm("allreduce", world, 16, out.unpriced_comm);  // the gradient norm's partial sums
-  if (r.grid.pp > 1 && r.model.tie_embeddings)
-    ms += comm("allreduce", 2, 4.0 * r.model.vocab_size / r.grid.tp * r.model.d_model, out.unpriced_comm);
+  if (r.parallel.grid.pp > 1 && r.model.tie_embeddings)
+    ms += comm("allreduce", 2, 4.0 * r.model.vocab_size / r.parallel.grid.tp * r.model.d_model, out.unpriced_comm);
   return ms;
 }
 
 StepPrediction StepModel::predict(const Recipe& r) {
   StepPrediction out;
-  const PipelineSpec pipe = pipeline_spec(r);
-  const int P = r.grid.pp, world = r.grid.dp * P * r.grid.tp;
+  const PipelineSpec pipe = r.pipeline();
+  const int P = r.parallel.grid.pp, world = r.parallel.grid.ranks();
   const Stages st = price_stages(r, out);
   const std::vector<StageTimes> t =
       simulate_shared(pipe, st.work, st.msg_ms, [this](double busy) { return p_.slowdown(busy); });

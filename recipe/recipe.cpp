@@ -10,4 +10,17 @@ std::string RecipeOrigin::where(const std::string& section, const std::string& k
   return file;
 }
 
+int Recipe::accum_steps() const {
+  return (int)(training.global_batch / ((long)training.micro_batch * parallel.grid.dp));
+}
+
+PipelineSpec Recipe::pipeline() const {
+  PipelineSpec p;
+  p.stages = parallel.grid.pp;
+  p.virtual_stages = parallel.virtual_stages;
+  p.micro_batches = accum_steps();
+  p.kind = parallel.schedule;
+  return p;
+}
+
 }  // namespace trainer

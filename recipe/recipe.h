@@ -4,6 +4,8 @@
 // reads TOML (app/recipe.cpp). The keys, their defaults and ranges are
 // declared in recipe/recipe_keys.cpp, the rules between keys in
 // recipe/recipe_rules.cpp.
+#include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <map>
 #include <set>
@@ -69,6 +71,19 @@ struct TrainingSection {
   BadStep on_spike{};
 };
 
+// [parallel]: how the ranks split the model and the batch.
+struct ParallelSection {
+  GridShape grid;            // dp, tp, pp
+  bool sequence_parallel{};  // activations sharded along the sequence between TP regions (tp > 1)
+  ScheduleKind schedule{};   // the pipeline schedule (pp > 1)
+  int virtual_stages{};      // model chunks per pipeline stage
+  double dp_bucket_mb{};     // MB of gradients per data-parallel all-reduce bucket
+  bool dp_overlap{};         // each bucket's all-reduce starts during the backward
+  int zero_stage{};          // 1: AdamW's state sharded over data-parallel ranks (ZeRO-1)
+  // ZeRO-1 in effect: asked for, and more than one data-parallel rank to shard over.
+  bool zero_sharded() const { return zero_stage == 1 && grid.dp > 1; }
+};
+
 struct RuntimeSection {
   int threads{};
   std::string cpu_kernels{};  // CPU backend: "auto", "avx512", "avx2" or "generic" (runtime/cpu/cpu_kernels.h)
@@ -90,6 +105,8 @@ struct SupervisorSection {
   double hang_timeout{};    // s without a heartbeat (a finished step) before the job is killed; 0: off
   double backoff{};           // s before the first relaunch, doubling each time...
   double backoff_max{};      // ...up to this
+  // s to wait before the relaunch after `restarts` earlier ones.
+  double backoff_before(int restarts) const { return std::min(backoff * std::pow(2.0, restarts), backoff_max); }
 };
 
 // How `trainer supervise` starts the job (unless a command follows `--`).
@@ -156,13 +173,7 @@ struct Recipe {
   TrainingSection training;
   LrConfig lr;
   AdamWConfig adamw;
-  GridShape grid;
-  bool sequence_parallel{};  // [parallel] sequence_parallel (with tp > 1)
-  ScheduleKind schedule{};   // [parallel] schedule (with pp > 1)
-  int virtual_stages{};      // [parallel] virtual_stages
-  double dp_bucket_mb{};     // [parallel] dp_bucket_mb
-  bool dp_overlap{};         // [parallel] dp_overlap
-  int zero_stage{};          // [parallel] zero_stage: 1 shards AdamW's state over data-parallel ranks
+  ParallelSection parallel;
   RecomputeConfig recompute;                       // [recompute] mode, layers
   CheckpointSection checkpoint;
   RuntimeSection runtime;
@@ -174,12 +185,15 @@ struct Recipe {
   // print; not part of the recipe.
   std::vector<std::string> warnings;
 
-  int accum_steps() const { return (int)(training.global_batch / ((long)training.micro_batch * grid.dp)); }
+  // What [parallel] and [training] make of each other, derived here only:
+  // the micro-batches each rank runs per optimizer step (gradient
+  // accumulation), and the pipeline the schedule is built from (its stages,
+  // chunks per stage, those micro-batches and the schedule).
+  int accum_steps() const;
+  PipelineSpec pipeline() const;
   // The most micro-batches a step may take (the pipeline schedule lists each
   // one), and the most tokens in one micro-batch (int32 indexes its tensors).
   static constexpr long kMaxAccumSteps = 1048576, kMaxMicroBatchTokens = 2147483647;
-  // ZeRO-1 in effect: asked for, and more than one data-parallel rank to shard over.
-  bool zero_sharded() const { return zero_stage == 1 && grid.dp > 1; }
 };
 
 }  // namespace trainer

@@ -125,38 +125,38 @@ std::vector<RecipeKey> make_keys() {
         "original_max_position_embeddings = 8192 } (Llama 3.1-3.3), or {} for none", AT(model.rope_scaling))
           .def(RopeScaling{}).shown_if(llama),
       // [parallel]
-      K("parallel", "tp", Int, "tensor-parallel ranks; n_heads, n_kv_heads, d_ff and vocab_size must divide by it", AT(grid.tp))
+      K("parallel", "tp", Int, "tensor-parallel ranks; n_heads, n_kv_heads, d_ff and vocab_size must divide by it", AT(parallel.grid.tp))
           .def(1L).at_least(1),
-      K("parallel", "pp", Int, "pipeline stages; n_layers must divide by pp * virtual_stages", AT(grid.pp)).def(1L).at_least(1),
-      K("parallel", "dp", Int, "data-parallel replicas", AT(grid.dp))
-          .def([](const Recipe& r, int world) { return KeyValue(world > 0 ? (long)world / (r.grid.tp * r.grid.pp) : 1L); },
+      K("parallel", "pp", Int, "pipeline stages; n_layers must divide by pp * virtual_stages", AT(parallel.grid.pp)).def(1L).at_least(1),
+      K("parallel", "dp", Int, "data-parallel replicas", AT(parallel.grid.dp))
+          .def([](const Recipe& r, int world) { return KeyValue(world > 0 ? (long)world / (r.parallel.grid.tp * r.parallel.grid.pp) : 1L); },
                "world size / (tp * pp)")
           .at_least(1),
       K("parallel", "sequence_parallel", Bool, "shard activations along the sequence between TP regions (needs seq_len divisible by tp)",
-        AT(sequence_parallel)).def(false),
-      K("parallel", "schedule", Choice, "pipeline schedule", ENUM(schedule, ScheduleKind, "1f1b", "interleaved"))
+        AT(parallel.sequence_parallel)).def(false),
+      K("parallel", "schedule", Choice, "pipeline schedule", ENUM(parallel.schedule, ScheduleKind, "1f1b", "interleaved"))
           .def(std::string("1f1b")).choose({"1f1b", "interleaved"}),
       K("parallel", "virtual_stages", Int, "model chunks per pipeline stage (interleaved: >= 2; micro-batches per step must be a multiple of pp)",
-        AT(virtual_stages))
-          .def([](const Recipe& r, int) { return KeyValue(r.schedule == ScheduleKind::Interleaved ? 2L : 1L); },
+        AT(parallel.virtual_stages))
+          .def([](const Recipe& r, int) { return KeyValue(r.parallel.schedule == ScheduleKind::Interleaved ? 2L : 1L); },
                "1; 2 for interleaved")
           .at_least(1),
       K("parallel", "dp_bucket_mb", Float, "MB of gradients per data-parallel all-reduce bucket (buckets start during "
-        "the last backward)", AT(dp_bucket_mb))
+        "the last backward)", AT(parallel.dp_bucket_mb))
           .def(25.0).above(0),
       K("parallel", "dp_overlap", Bool, "start each bucket's all-reduce as soon as its gradients are final, while the "
-        "backward goes on (false: all after the backward; the same result)", AT(dp_overlap))
+        "backward goes on (false: all after the backward; the same result)", AT(parallel.dp_overlap))
           .def(true),
       K("parallel", "zero_stage", Int, "0: every data-parallel rank keeps all of AdamW's state; 1: ZeRO-1, each keeps "
         "1/dp of it (gradients reduce-scattered, updated weights all-gathered) and writes that part to a checkpoint file of "
-        "its own", AT(zero_stage))
+        "its own", AT(parallel.zero_stage))
           .def(0L).at_least(0).at_most(1),
       // [training]
       K("training", "steps", Int, "optimizer steps of the whole run", AT(training.steps)).def(100L).at_least(1).wide(),
       K("training", "micro_batch", Int, "sequences per micro-batch and rank", AT(training.micro_batch)).def(1L).at_least(1),
       K("training", "global_batch", Int, "sequences per optimizer step, all ranks (accumulation = global_batch / (micro_batch * dp))",
         AT(training.global_batch))
-          .def([](const Recipe& r, int) { return KeyValue((long)r.training.micro_batch * r.grid.dp); }, "micro_batch * dp")
+          .def([](const Recipe& r, int) { return KeyValue((long)r.training.micro_batch * r.parallel.grid.dp); }, "micro_batch * dp")
           .at_least(1),
       K("training", "precision", Choice,
         "fp32, or bf16: bf16 weights in products, activations and gradient communication; fp32 master weights, "

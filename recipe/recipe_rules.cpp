@@ -50,7 +50,7 @@ bool layout(const Recipe& r, int world_size, Rules& rules) {
   const RecipeOrigin& o = r.origin;
   const ModelConfig& m = r.model;
   const bool dp_given = o.is_given("parallel", "dp");
-  const int model_ranks = r.grid.tp * r.grid.pp;
+  const int model_ranks = r.parallel.grid.tp * r.parallel.grid.pp;
   // The key a layout problem is blamed on: the one the user set (a --set
   // override before a line of the file), tp before pp.
   auto layout_key = [&]() -> std::string {
@@ -65,26 +65,27 @@ bool layout(const Recipe& r, int world_size, Rules& rules) {
                           " ranks (dp = ranks / (pp * tp)); it was launched with " + std::to_string(world_size) +
                           ": use mpirun -np " + std::to_string(model_ranks) + " (or " +
                           std::to_string(2 * model_ranks) + ", ...), or lower parallel.pp / parallel.tp");
-  if (world_size > 0 && r.grid.dp * r.grid.pp * r.grid.tp != world_size)
+  if (world_size > 0 && r.parallel.grid.ranks() != world_size)
     return rules.fail("parallel", dp_given ? "dp" : layout_key(),
-                      "dp * pp * tp = " + std::to_string(r.grid.dp) + " * " + std::to_string(r.grid.pp) + " * " +
-                          std::to_string(r.grid.tp) + " = " + std::to_string(r.grid.dp * r.grid.pp * r.grid.tp) +
-                          " does not match the " + std::to_string(world_size) + " ranks this job was launched with");
-  for (const auto& [key, msg] : validate_tp(m, r.grid.tp)) return rules.fail("model", key, msg);
-  if (r.sequence_parallel && m.seq_len % r.grid.tp != 0)
+                      "dp * pp * tp = " + std::to_string(r.parallel.grid.dp) + " * " +
+                          std::to_string(r.parallel.grid.pp) + " * " + std::to_string(r.parallel.grid.tp) + " = " +
+                          std::to_string(r.parallel.grid.ranks()) + " does not match the " +
+                          std::to_string(world_size) + " ranks this job was launched with");
+  for (const auto& [key, msg] : validate_tp(m, r.parallel.grid.tp)) return rules.fail("model", key, msg);
+  if (r.parallel.sequence_parallel && m.seq_len % r.parallel.grid.tp != 0)
     return rules.fail("parallel", "sequence_parallel",
                       "needs model.seq_len = " + std::to_string(m.seq_len) + " divisible by tp = " +
-                          std::to_string(r.grid.tp));
-  if (r.schedule == ScheduleKind::OneFOneB && r.virtual_stages != 1)
+                          std::to_string(r.parallel.grid.tp));
+  if (r.parallel.schedule == ScheduleKind::OneFOneB && r.parallel.virtual_stages != 1)
     return rules.fail("parallel", "virtual_stages",
                       "the \"1f1b\" schedule has one chunk per stage; use schedule = \"interleaved\" for "
                       "virtual_stages > 1");
-  if (r.schedule == ScheduleKind::Interleaved && (r.virtual_stages < 2 || r.grid.pp < 2))
+  if (r.parallel.schedule == ScheduleKind::Interleaved && (r.parallel.virtual_stages < 2 || r.parallel.grid.pp < 2))
     return rules.fail("parallel", "virtual_stages", "the interleaved schedule needs pp >= 2 and virtual_stages >= 2");
-  if (m.n_layers % (r.grid.pp * r.virtual_stages) != 0)
+  if (m.n_layers % (r.parallel.grid.pp * r.parallel.virtual_stages) != 0)
     return rules.fail("parallel", o.is_overridden("parallel", "virtual_stages") ? "virtual_stages" : "pp",
                       "n_layers = " + std::to_string(m.n_layers) + " must be divisible by pp * virtual_stages = " +
-                          std::to_string(r.grid.pp) + " * " + std::to_string(r.virtual_stages));
+                          std::to_string(r.parallel.grid.pp) + " * " + std::to_string(r.parallel.virtual_stages));
   return true;
 }
 
@@ -92,11 +93,11 @@ bool layout(const Recipe& r, int world_size, Rules& rules) {
 bool training(const Recipe& r, Rules& rules) {
   const ModelConfig& m = r.model;
   const TrainingSection& t = r.training;
-  const long per_step = (long)t.micro_batch * r.grid.dp;  // both may be near 2^31
+  const long per_step = (long)t.micro_batch * r.parallel.grid.dp;  // both may be near 2^31
   if (t.global_batch % per_step != 0)
     return rules.fail("training", "global_batch",
                       std::to_string(t.global_batch) + " is not divisible by micro_batch * dp = " +
-                          std::to_string(t.micro_batch) + " * " + std::to_string(r.grid.dp) + " = " +
+                          std::to_string(t.micro_batch) + " * " + std::to_string(r.parallel.grid.dp) + " = " +
                           std::to_string(per_step) +
                           " (gradient accumulation needs a whole number of micro-batches per rank)");
   if ((long)t.micro_batch * m.seq_len > Recipe::kMaxMicroBatchTokens)
@@ -109,10 +110,11 @@ bool training(const Recipe& r, Rules& rules) {
                       "global_batch / (micro_batch * dp) = " + std::to_string(r.accum_steps()) +
                           " micro-batches per step: more than " + std::to_string(Recipe::kMaxAccumSteps) +
                           " (raise training.micro_batch or parallel.dp)");
-  if (r.schedule == ScheduleKind::Interleaved && r.accum_steps() % r.grid.pp != 0)
-    return rules.fail("training", "global_batch",
-                      "the interleaved schedule needs the micro-batches per step, global_batch / (micro_batch * dp) = " +
-                          std::to_string(r.accum_steps()) + ", to be a multiple of pp = " + std::to_string(r.grid.pp));
+  if (r.parallel.schedule == ScheduleKind::Interleaved && r.accum_steps() % r.parallel.grid.pp != 0)
+    return rules.fail(
+        "training", "global_batch",
+        "the interleaved schedule needs the micro-batches per step, global_batch / (micro_batch * dp) = " +
+            std::to_string(r.accum_steps()) + ", to be a multiple of pp = " + std::to_string(r.parallel.grid.pp));
   if (r.lr.min_lr > r.lr.lr)
     return rules.fail("optimizer", "min_lr", "must be in [0, lr]: at most lr = " + toml_text((double)r.lr.lr, KeyType::Float));
   if (r.lr.warmup_steps > t.steps)  // legal (the run never reaches the peak rate), rarely meant

@@ -82,4 +82,19 @@ std::string field_text(const nlohmann::json& r, const char* key) {
   return it == r.end() ? "" : it->is_string() ? it->get<std::string>() : it->dump();
 }
 
+TimeToGo time_to_go(const RunFiles& f, long total_steps) {
+  TimeToGo t;
+  if (f.metrics.empty()) return t;
+  auto num = [](const nlohmann::json& r, const char* key) {
+    const double v = number(r, key);
+    return std::isnan(v) ? 0.0 : v;  // a damaged or edited record counts as 0
+  };
+  const long step = (long)num(f.metrics.back(), mf::kStep);
+  double ms = 0;
+  int n = 0;
+  for (auto it = f.metrics.rbegin(); it != f.metrics.rend() && n < 20; ++it, ++n) ms += num(*it, mf::kStepMs);
+  if (total_steps > step) t.steps_left = total_steps - step, t.step_ms = ms / n;
+  return t;
+}
+
 }  // namespace trainer

@@ -24,6 +24,15 @@ struct RunFiles {
   std::vector<const nlohmann::json*> steps_after(long warmup) const;
 };
 
+// How long a run has to go: the steps after the newest logged one, at the
+// mean step time of the last 20 logged records.
+struct TimeToGo {
+  long steps_left = 0;  // 0: done, or nothing logged
+  double step_ms = 0;
+  double seconds() const { return steps_left * step_ms / 1e3; }
+};
+TimeToGo time_to_go(const RunFiles& f, long total_steps);
+
 RunFiles read_run_files(const std::string& dir);
 
 // The step in DIR/heartbeat (rank 0 writes "STEP TIME" after every step,

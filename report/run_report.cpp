@@ -8,6 +8,7 @@
 #include <fstream>
 
 #include "report/svg_chart.h"
+#include "runtime/units.h"
 #include "runtime/metrics.h"
 #include "runtime/metrics_fields.h"
 #include "runtime/regular_file.h"
@@ -270,7 +271,8 @@ std::string summary_table(const RunFiles& f, const ReportFacts& facts, const ByS
   std::string s = "<table class=\"facts\" id=\"summary\">\n";
   s += row("state", run_state(f, facts, last), "state");
   s += row("last step", std::to_string(last) + (facts.steps > 0 ? " of " + std::to_string(facts.steps) : ""), "last_step");
-  if (facts.tokens_per_step > 0) s += row("tokens trained", format_tokens((double)last * facts.tokens_per_step), "tokens");
+  if (facts.tokens_per_step > 0)
+    s += row("tokens trained", format_count((double)last * facts.tokens_per_step), "tokens");
   if (!by.empty()) {
     s += row("final train loss", format_number(number(*by.rbegin()->second, mf::kLoss)), "final_loss");
     s += row("lowest train loss", format_number(lowest), "lowest_loss");

@@ -52,12 +52,6 @@ std::string render(const LineChart& c);
 std::string render(const StackedBars& c);
 std::string render(const GroupedBars& c);
 
-// A number as the page shows it: 4 significant digits, no exponent for
-// ordinary magnitudes.
-std::string format_number(double v);
-// "1.2 M", "350 k" tokens; "12 min", "3.1 h".
-std::string format_tokens(double v);
-std::string format_duration(double seconds);
 std::string html_escape(const std::string& s);
 
 // At most `limit` points of a long series: every k-th and the last, so the

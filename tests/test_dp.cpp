@@ -41,7 +41,7 @@ Recipe small_recipe(Arch arch, int dp) {
   r.lr.lr = 3e-3f;
   r.lr.min_lr = 3e-4f;
   r.lr.warmup_steps = 2;
-  r.grid.dp = dp;
+  r.parallel.grid.dp = dp;
   r.data.prefetch = 2;
   r.run.seed = 42;
   return r;

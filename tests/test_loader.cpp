@@ -160,13 +160,13 @@ TEST(Loader, EverySampleExactlyOncePerEpochAcrossDpRanks) {
     for (int s = 0; s < N; s++) first_token_to_sample[(s * T) % 251] = s;
     for (int r = 0; r < dp; r++) {
       LoaderConfig c;
-      c.global_batch = 12;
       c.micro_batch = 2;
       c.dp_rank = r;
       c.dp_size = dp;
       c.prefetch = 3;
       c.seed = 99;
-      if (c.global_batch % (c.micro_batch * dp)) c.global_batch = 24;
+      const int global_batch = 12 % (c.micro_batch * dp) ? 24 : 12;
+      c.micro_batches = global_batch / (c.micro_batch * dp);
       Loader ld(ds, c);
       const int micro = N / dp / c.micro_batch;  // one epoch's share
       for (int i = 0; i < micro; i++) {
@@ -184,8 +184,8 @@ TEST(Loader, DeterministicAndPrefetchDoesNotChangeBatches) {
   make_shard(d, "p.bin", 5000);
   TokenDataset ds({d.file("p.bin")}, 16, 256);
   LoaderConfig c;
-  c.global_batch = 8;
   c.micro_batch = 2;
+  c.micro_batches = 2;  // a global batch of 8
   c.dp_size = 2;
   c.dp_rank = 1;
   c.seed = 7;
@@ -207,8 +207,8 @@ TEST(Loader, StartPositionResumesTheStream) {
   make_shard(d, "r.bin", 3000);
   TokenDataset ds({d.file("r.bin")}, 16, 256);
   LoaderConfig c;
-  c.global_batch = 4;
   c.micro_batch = 2;
+  c.micro_batches = 2;  // a global batch of 4
   c.seed = 3;
   Loader full(ds, c);
   auto all = drain(full, 20);
@@ -225,7 +225,6 @@ TEST(Loader, WorkerErrorReachesTheCaller) {
   write_token_shard(d.file("e.bin"), t);
   TokenDataset ds({d.file("e.bin")}, 10, 256, false);  // the error must come from the worker
   LoaderConfig c;
-  c.global_batch = 39;
   c.micro_batch = 39;
   c.shuffle = false;
   c.prefetch = 2;

@@ -60,10 +60,10 @@ Recipe recipe(const Layout& l) {
   r.lr.lr = 3e-3f;
   r.lr.min_lr = 3e-4f;
   r.lr.warmup_steps = 2;
-  r.grid = {l.dp, l.pp, l.tp};
-  r.sequence_parallel = l.sp;
-  r.virtual_stages = l.virtual_stages;
-  r.schedule = l.virtual_stages > 1 ? ScheduleKind::Interleaved : ScheduleKind::OneFOneB;
+  r.parallel.grid = {l.dp, l.pp, l.tp};
+  r.parallel.sequence_parallel = l.sp;
+  r.parallel.virtual_stages = l.virtual_stages;
+  r.parallel.schedule = l.virtual_stages > 1 ? ScheduleKind::Interleaved : ScheduleKind::OneFOneB;
   r.recompute = l.recompute;
   r.training.precision = l.precision;
   r.data.prefetch = 1;
@@ -139,7 +139,7 @@ Result run(const Layout& l, MPI_Comm world) {
   Result res;
   {
     const Recipe r = recipe(l);
-    ProcessGrid grid(comm, r.grid);
+    ProcessGrid grid(comm, r.parallel.grid);
     CpuBackend be(1);
     TokenDataset ds({g_data}, r.model.seq_len, r.model.vocab_size);
     {
@@ -466,7 +466,7 @@ TEST(HostSyncs, TwoPerTrainingStepInEveryLayout) {
     Recipe r = recipe(l);
     r.training.global_batch = 8 * r.training.micro_batch * l.dp;  // 8 micro-batches per rank
     r.training.steps = 3;
-    ProcessGrid grid(comm, r.grid);
+    ProcessGrid grid(comm, r.parallel.grid);
     CpuBackend be(1);
     TokenDataset ds({g_data}, r.model.seq_len, r.model.vocab_size);
     TrainLoop loop(be, groups_of(grid), r, Blend::single(ds));
@@ -493,7 +493,7 @@ TEST(DataCursor, EveryPipelineStageFollowsTheSteps) {
   MPI_Comm_split(MPI_COMM_WORLD, wrank / 4, wrank, &comm);
   Recipe r = recipe(l);
   r.training.steps = 3;
-  ProcessGrid grid(comm, r.grid);
+  ProcessGrid grid(comm, r.parallel.grid);
   CpuBackend be(1);
   TokenDataset ds({g_data}, r.model.seq_len, r.model.vocab_size);
   TrainLoop loop(be, groups_of(grid), r, Blend::single(ds));

@@ -524,7 +524,7 @@ TEST(Recipe, DefaultsFillDpFromWorldSize) {
   write_token_shard(d + "/a.bin", std::vector<uint32_t>(100, 1));
   std::ofstream(d + "/r.toml") << "[data]\ntrain = \"" + d + "/a.bin\"\n[training]\nglobal_batch = 8\n";
   const Recipe r = load_recipe(d + "/r.toml", {}, 4, true);
-  EXPECT_EQ(r.grid.dp, 4);
+  EXPECT_EQ(r.parallel.grid.dp, 4);
   EXPECT_EQ(r.accum_steps(), 2);
   EXPECT_EQ(r.model.arch, Arch::GPT2);
   EXPECT_EQ(r.data.train_files, std::vector<std::string>{d + "/a.bin"});

@@ -1,0 +1,58 @@
+#include "planning/calibration_plan.h"
+
+#include <algorithm>
+#include <cmath>
+#include <set>
+#include <tuple>
+
+#include "planning/memory_fit.h"
+#include "runtime/metrics.h"
+#include "runtime/metrics_fields.h"
+
+namespace trainer {
+
+namespace {
+
+// A layout calibrate may run real steps of: valid, no tensor parallelism,
+// nothing recomputed or sharded, the recipe's precision, fitting memory.
+bool plain(const LayoutCandidate& c, const Recipe& base, int per_node) {
+  const Recipe& r = c.recipe;
+  return c.rejected.empty() && r.parallel.grid.tp == 1 && r.recompute.mode == RecomputeMode::None &&
+         r.parallel.zero_stage == 0 && r.training.precision == base.training.precision &&
+         check_memory_fit(r, -1, true, per_node).fits;
+}
+
+}  // namespace
+
+CalibrationPlan calibration_plan(const std::vector<LayoutCandidate>& cands, const Recipe& base, int per_node) {
+  CalibrationPlan plan;
+  std::set<std::tuple<int, int, bool, DType>> seen;
+  for (const LayoutCandidate& c : cands) {
+    if (!c.rejected.empty()) continue;
+    const Recipe& r = c.recipe;
+    const ShardShape s{r.training.micro_batch, r.parallel.grid.tp, r.parallel.sequence_parallel, r.training.precision, {}};
+    if (!seen.insert({s.micro_batch, s.tp, s.sequence_parallel, s.compute}).second) continue;
+    plan.shards.push_back(s);
+    if (s.tp > 1 && std::find(plan.tp_sizes.begin(), plan.tp_sizes.end(), s.tp) == plan.tp_sizes.end())
+      plan.tp_sizes.push_back(s.tp);
+  }
+  auto distance = [&](const LayoutCandidate* c) { return std::abs(c->recipe.training.micro_batch - base.training.micro_batch); };
+  for (const LayoutCandidate& c : cands)
+    if (plain(c, base, per_node) && c.recipe.parallel.grid.pp == 1 && (!plan.anchor || distance(&c) < distance(plan.anchor)))
+      plan.anchor = &c;
+  if (!plan.anchor) return plan;
+  for (const LayoutCandidate& c : cands)
+    if (plain(c, base, per_node) && c.recipe.parallel.grid.pp == 2 && c.recipe.training.micro_batch == 1 &&
+        (!plan.many_actions || c.recipe.parallel.virtual_stages > plan.many_actions->recipe.parallel.virtual_stages))
+      plan.many_actions = &c;
+  return plan;
+}
+
+double real_step_ms(const RunFiles& files) {
+  std::vector<double> ms;
+  for (const nlohmann::json* rec : files.steps_after(kRealStepsWarmup))
+    if (const double x = number(*rec, metrics_field::kStepMs); !std::isnan(x)) ms.push_back(x);
+  return ms.empty() ? 0 : median_of(ms);
+}
+
+}  // namespace trainer

@@ -1,0 +1,54 @@
+#include "planning/layout_search.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+
+#include "planning/memory_fit.h"
+#include "runtime/units.h"
+
+namespace trainer {
+
+std::string LayoutSearch::rejected(const LayoutCandidate& c) const {
+  if (!c.rejected.empty()) return c.rejected;
+  const auto m = memory.find(&c);
+  return m == memory.end() ? "" : "memory: " + m->second;
+}
+
+double run_seconds(double steps, double step_ms) { return steps * step_ms / 1e3; }
+
+double run_cost(double seconds, int ranks, double price_per_rank_hour) {
+  return seconds / 3600 * ranks * price_per_rank_hour;
+}
+
+LayoutSearch search_layouts(const Recipe& base, const std::vector<MachineProfile>& profiles, const SearchOptions& o) {
+  LayoutSearch s;
+  s.candidates = layout_candidates(base, o.ranks, o.all_precisions);
+  StepModels model(profiles, o.ranks_per_node);
+  for (const LayoutCandidate& c : s.candidates) {
+    if (!c.rejected.empty()) continue;
+    const MemoryFit fit = check_memory_fit(c.recipe, -1, true, o.ranks_per_node);
+    const bool fits = o.memory_limit_gb > 0 ? fit.need <= o.memory_limit_gb * kGiB : fit.fits;
+    if (!fits) {
+      char b[96];
+      std::snprintf(b, sizeof b, "needs %.2f GB per rank, %.2f GB available", gib(fit.need),
+                    o.memory_limit_gb > 0 ? o.memory_limit_gb : gib(fit.available));
+      s.memory[&c] = b;
+      continue;
+    }
+    s.ranked.push_back({&c, model.predict(c.recipe), fit.need});
+  }
+  std::stable_sort(s.ranked.begin(), s.ranked.end(), [](const RankedLayout& a, const RankedLayout& b) {
+    return a.prediction.step_ms < b.prediction.step_ms;
+  });
+  s.tokens_per_step = (double)base.training.global_batch * base.model.seq_len;
+  s.steps = o.tokens > 0 ? std::ceil(o.tokens / s.tokens_per_step) : (double)base.training.steps;
+  if (!s.ranked.empty() && s.ranked.front().prediction.save_s > 0) {
+    const StepPrediction& best = s.ranked.front().prediction;
+    s.advised = true;
+    s.advice = checkpoint_advice(best.save_s, base.checkpoint.mtbf_hours, best.step_ms);
+  }
+  return s;
+}
+
+}  // namespace trainer

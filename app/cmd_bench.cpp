@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "app/environment.h"
 #include "app/commands.h"
 #include "app/recipe.h"
 #include "app/recipe_args.h"
@@ -92,7 +93,8 @@ int cmd_bench(int argc, char** argv) {
                                        "parallel.sequence_parallel=false", "parallel.schedule=1f1b",
                                        "parallel.virtual_stages=1"});
   const Recipe r = load_recipe(path, overrides, 1, false);
-  auto be = make_backend(backend_options(r, 1));
+  const BackendOptions options = backend_options(r, 1, launcher_local_rank());
+  auto be = make_backend(options);
   // A known device's data-sheet peak; otherwise the machine is shared:
   // measure the peak before and after the steps and keep the better one (a
   // higher peak can only lower the reported MFU).
@@ -105,7 +107,7 @@ int cmd_bench(int argc, char** argv) {
   // One model per recompute mode compared.
   std::vector<RecomputeMode> modes = {r.recompute.mode};
   if (compare_recompute) modes = {RecomputeMode::None, RecomputeMode::Selective, RecomputeMode::Full};
-  const std::vector<BenchRun> runs = bench_training(r, modes, steps, warmup, be);
+  const std::vector<BenchRun> runs = bench_training(r, modes, steps, warmup, options, be);
   if (known.gflops == 0) peak = std::max(peak, measure_gemm_gflops(*be, probe.n, 1.0, probe.dt));
   const std::string device = be->device_name();
   const std::string source = known.gflops > 0 ? known.source

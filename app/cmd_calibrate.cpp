@@ -15,6 +15,7 @@
 #include <string>
 #include <thread>
 
+#include "app/environment.h"
 #include "app/commands.h"
 #include "app/mpi_command.h"
 #include "planning/calibration_plan.h"
@@ -32,6 +33,7 @@
 #include "runtime/sgemm_peak.h"
 #include "runtime/utc_time.h"
 #include "engine/layout.h"
+#include "parallel/mpi_world.h"
 
 namespace trainer {
 
@@ -109,20 +111,6 @@ void measure_real_steps(const RecipeArgs& args, const std::vector<std::vector<st
   }
 }
 
-// Rank 0's lists, on every rank.
-void broadcast_ints(std::vector<int>& v) {
-  int n = (int)v.size();
-  MPI_Bcast(&n, 1, MPI_INT, 0, MPI_COMM_WORLD);
-  v.resize(n);
-  MPI_Bcast(v.data(), n, MPI_INT, 0, MPI_COMM_WORLD);
-}
-void broadcast_strings(std::vector<std::string>& v) {
-  int n = (int)v.size();
-  MPI_Bcast(&n, 1, MPI_INT, 0, MPI_COMM_WORLD);
-  v.resize(n);
-  for (std::string& s : v) s = broadcast_string(s);
-}
-
 std::string cpu_model() {
   std::ifstream f("/proc/cpuinfo");
   for (std::string line; std::getline(f, line);)
@@ -186,14 +174,15 @@ int calibrate(const RecipeArgs& args, int rank, int size) {
   const int ranks = (int)args.integer("--ranks", size, 1);
   const Recipe r = load_recipe(args.recipe, args.overrides, 0, false);
   const int per_node = ranks_on_node();
-  auto be = make_backend(backend_options(r, per_node));
+  const int local_rank = launcher_local_rank();
+  auto be = make_backend(backend_options(r, per_node, local_rank));
   MachineProfile p;
   p.created = iso_time(wall_seconds()), p.cpu = cpu_model(), p.backend = r.runtime.backend;
   p.device = be->device_name(), p.precision = dtype_name(r.training.precision), p.ranks = size;
   char host[256] = {};
   gethostname(host, sizeof host - 1);
   p.host = host;
-  p.compute_units = p.device.empty() ? node_cores() : std::max(1, device_memory(per_node).devices);
+  p.compute_units = p.device.empty() ? node_cores() : std::max(1, device_memory(local_rank, per_node).devices);
   p.threads_per_rank = p.device.empty() ? r.runtime.threads : 1;
   std::vector<int> tp_sizes;  // of the valid layouts, for the tensor-parallel waits
   std::vector<std::vector<std::string>> real_sets;  // the anchor, then the layout with the most actions

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "app/environment.h"
 #include "app/commands.h"
 #include "app/output_guard.h"
 #include "app/recipe.h"
@@ -18,6 +19,7 @@
 #include "ckpt/hdf5_tensors.h"
 #include "ckpt/hf_export.h"
 #include "runtime/errors.h"
+#include "runtime/units.h"
 
 namespace trainer {
 
@@ -61,7 +63,7 @@ TextEnds special_ids(const std::string& spec, std::string* note) {
   if (spec.empty()) return {};
   auto add = [&](const std::string& s) { *note += (note->empty() ? "" : "; ") + s; };
   try {
-    const TextEnds ends = make_tokenizer(spec)->ends;
+    const TextEnds ends = make_tokenizer(spec, tokenizer_dir())->ends;
     if (!ends.eos) add("tokenizer \"" + spec + "\" defines no end-of-text token: config.json says bos/eos null "
                        "(a generator needs another stop condition)");
     return ends;
@@ -117,14 +119,14 @@ int cmd_export(const std::string& dir, int argc, char** argv) {
   auto tokenizer = [&](const std::string& into) {
     if (spec.empty()) return std::vector<std::string>{};
     try {
-      return write_hf_tokenizer(spec, into, m.seq_len, &note);
+      return write_hf_tokenizer(spec, tokenizer_dir(), into, m.seq_len, &note);
     } catch (const UserError& e) {
       note = std::string("tokenizer files not written: ") + e.what();
     }
     return std::vector<std::string>{};
   };
   const std::vector<std::string> files =
-      export_hf_dir(assemble_checkpoint(dir), m, out, dt, (size_t)(shard_mb * 1048576), ends, tokenizer);
+      export_hf_dir(assemble_checkpoint(dir), m, out, dt, (size_t)(shard_mb * kMiB), ends, tokenizer);
   std::printf("exported %s to %s (%s, %s):", dir.c_str(), out.c_str(), arch_name(m.arch), dtype.c_str());
   for (const auto& f : files) std::printf(" %s", f.c_str());
   std::printf("\nload it with transformers.AutoModelForCausalLM.from_pretrained(\"%s\")\n", out.c_str());

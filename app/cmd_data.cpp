@@ -5,6 +5,7 @@
 #include <cstring>
 #include <string>
 
+#include "app/environment.h"
 #include "app/commands.h"
 #include "data/dataset.h"
 #include "data/prepare.h"
@@ -148,6 +149,7 @@ int cmd_data(int argc, char** argv) {
       return 0;
     }
   PrepareConfig cfg = parse(argc, argv);
+  cfg.tokenizer_dir = tokenizer_dir();
   const bool tty = ::isatty(STDERR_FILENO);
   if (tty) cfg.progress = show_progress;
   const PrepareResult r = prepare_tokens(cfg);

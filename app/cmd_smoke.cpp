@@ -22,6 +22,7 @@
 #include "planning/smoke_figures.h"
 #include "engine/job.h"
 #include "runtime/errors.h"
+#include "parallel/mpi_world.h"
 
 namespace trainer {
 

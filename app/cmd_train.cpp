@@ -10,6 +10,7 @@
 #include <string>
 
 #include "app/commands.h"
+#include "app/environment.h"
 #include "planning/memory_fit.h"
 #include "app/recipe.h"
 #include "app/recipe_args.h"
@@ -20,6 +21,7 @@
 #include "runtime/errors.h"
 #include "runtime/replace_file.h"
 #include "runtime/stop_signal.h"
+#include "parallel/mpi_world.h"
 
 namespace trainer {
 
@@ -114,6 +116,7 @@ void load_job_recipe(Job& job, RecipeArgs& args, int argc, char** argv, int rank
   if (const char* spec = std::getenv("TRAINER_FAULT"))
     for (Fault& f : parse_faults(spec, "TRAINER_FAULT")) job.recipe.faults.push_back(std::move(f));
   job.recipe_text = recipe_to_toml(job.recipe);
+  job.local_rank = launcher_local_rank(), job.peak_cache_file = peak_cache_file(), job.tokenizer_dir = tokenizer_dir();
   if (rank == 0)
     for (const std::string& w : job.recipe.warnings) std::fprintf(stderr, "warning: %s\n", w.c_str());
 }
@@ -132,10 +135,10 @@ void take_run_dirs(Job& job, RunDirLocks& locks, bool start_over) {
 }
 
 // The memory pre-flight, before anything big is allocated.
-void check_fit(const Recipe& r, int rank) {
+void check_fit(const Recipe& r, int rank, int local_rank) {
   if (!r.runtime.memory_check) return;
   const GridCoords at = grid_coords(r.parallel.grid, rank);
-  const MemoryFit fit = check_memory_fit(r, at.pp, at.dp == 0, ranks_on_node());
+  const MemoryFit fit = check_memory_fit(r, at.pp, at.dp == 0, ranks_on_node(), local_rank);
   if (!fit.fits)
     throw RecipeError("rank " + std::to_string(rank) + " (pipeline stage " + std::to_string(at.pp) + ") " +
                       fit.message + " (runtime.memory_check = false skips this check)");
@@ -153,7 +156,7 @@ int set_up(Job& job, RunDirLocks& locks, int argc, char** argv, int rank, int si
   if (code) return code;
   job.resumed_from = broadcast_string(job.resumed_from);
   return agree_on_failure(MPI_COMM_WORLD, [&] {
-    check_fit(job.recipe, rank);
+    check_fit(job.recipe, rank, job.local_rank);
     // The resolved recipe is for people and `trainer status` (a checkpoint
     // keeps its own): a failure to write it is a warning. replace_file also
     // replaces a FIFO left in its place, which an open would block on.

@@ -12,6 +12,7 @@
 #include "engine/job.h"
 #include "runtime/errors.h"
 #include "runtime/rng.h"
+#include "parallel/mpi_world.h"
 
 namespace trainer {
 

@@ -478,12 +478,6 @@ std::string checkpoint_recipe(const std::string& step_dir) {
   return ss.str();
 }
 
-size_t checkpoint_bytes(const std::string& step_dir) {
-  size_t n = 0;
-  for (const FileEntry& e : parse_manifest(step_dir).files) n += e.bytes;
-  return n;
-}
-
 TrainingState read_manifest(const std::string& step_dir, bool verify_files) {
   const Manifest m = parse_manifest(step_dir);
   std::vector<FileEntry> all = m.files;

@@ -125,8 +125,6 @@ long checkpoint_step(const std::string& step_dir);
 std::string find_checkpoint(const std::string& path);
 // The resolved recipe a checkpoint recorded (recipe.toml), or "" if none.
 std::string checkpoint_recipe(const std::string& step_dir);
-// Bytes of the files a checkpoint lists (its size on disk, roughly).
-size_t checkpoint_bytes(const std::string& step_dir);
 
 // Reads and checks the manifest (and, with verify_files, every file's size
 // and CRC-32). Throws CheckpointError naming the problem.

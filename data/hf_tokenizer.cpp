@@ -272,18 +272,18 @@ std::vector<std::string> sentencepiece_files(const SentencePieceTokenizer& t, co
 
 }  // namespace
 
-std::vector<std::string> write_hf_tokenizer(const std::string& spec, const std::string& dir, int max_length,
-                                            std::string* why) {
+std::vector<std::string> write_hf_tokenizer(const std::string& spec, const std::string& tokenizer_dir,
+                                            const std::string& dir, int max_length, std::string* why) {
   const size_t colon = spec.find(':');
   const std::string family = spec.substr(0, colon), file = colon == std::string::npos ? "" : spec.substr(colon + 1);
   if (family == "gpt2" || family == "llama3") {
-    const auto tok = make_tokenizer(spec);
+    const auto tok = make_tokenizer(spec, tokenizer_dir);
     const auto& bpe = static_cast<const BpeTokenizer&>(*tok);
     return family == "gpt2" ? gpt2_files(bpe, dir, max_length) : llama3_files(bpe, dir, max_length, why);
   }
   const std::string model = family == "sentencepiece" ? file : (spec.size() > 6 && spec.substr(spec.size() - 6) == ".model") ? spec : "";
   if (!model.empty()) {
-    const auto tok = make_tokenizer(spec);
+    const auto tok = make_tokenizer(spec, tokenizer_dir);
     return sentencepiece_files(static_cast<const SentencePieceTokenizer&>(*tok), model, dir, max_length, why);
   }
   *why = "tokenizer \"" + spec + "\": no Hugging Face tokenizer files are written for it (gpt2, llama3 and sentencepiece only)";

@@ -21,7 +21,8 @@
 
 namespace trainer {
 
-std::vector<std::string> write_hf_tokenizer(const std::string& spec, const std::string& dir, int max_length,
-                                            std::string* why);
+// tokenizer_dir: make_tokenizer's search_dir (data/tokenizer.h).
+std::vector<std::string> write_hf_tokenizer(const std::string& spec, const std::string& tokenizer_dir,
+                                            const std::string& dir, int max_length, std::string* why);
 
 }  // namespace trainer

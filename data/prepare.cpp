@@ -288,7 +288,7 @@ PrepareResult prepare_tokens(const PrepareConfig& cfg) {
                     (old.size() > 1 ? " and " + std::to_string(old.size() - 1) + " more" : std::string()) +
                     "); writing a new set there would mix with them. Choose another --output, or add "
                     "--overwrite to remove the old set first.");
-  std::unique_ptr<Tokenizer> tok = make_tokenizer(cfg.tokenizer);
+  std::unique_ptr<Tokenizer> tok = make_tokenizer(cfg.tokenizer, cfg.tokenizer_dir);
   apply_marks(*tok, cfg);
   const std::vector<std::string> files = collect_input_files(cfg.inputs);
   std::error_code ec;

@@ -40,6 +40,7 @@ struct PrepareConfig {
   // that a train_*.bin glob mixes in).
   bool overwrite = false;
   std::string tokenizer = "bytes";  // make_tokenizer's SPEC
+  std::string tokenizer_dir;        // make_tokenizer's search_dir ($TRAINER_TOKENIZER_DIR)
   std::string json_key = "text";
   SpecialText special_text = SpecialText::Error;  // text spelling a special token (data/special_text.h)
   ShardFormat format = ShardFormat::Llmc;

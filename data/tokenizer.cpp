@@ -44,13 +44,13 @@ class BytesTokenizer : public Tokenizer {
 };
 
 // A tokenizer file named without a path, from any working directory:
-// $TRAINER_TOKENIZER_DIR, then beside the executable (a build: build/trainer
+// search_dir ($TRAINER_TOKENIZER_DIR), then beside the executable (a build: build/trainer
 // -> third_party/tokenizers/ of its checkout; an install: bin/trainer ->
 // share/trainer/tokenizers/), then third_party/tokenizers/ under the
 // working directory.
-std::string find_tokenizer_file(const std::string& family, const std::string& file) {
+std::string find_tokenizer_file(const std::string& family, const std::string& file, const std::string& search_dir) {
   std::vector<fs::path> dirs;
-  if (const char* d = std::getenv("TRAINER_TOKENIZER_DIR")) dirs.push_back(d);
+  if (!search_dir.empty()) dirs.push_back(search_dir);
   if (const std::string self = self_executable(); !self.empty()) {
     const fs::path up = fs::path(self).parent_path().parent_path();
     dirs.push_back(up / "third_party" / "tokenizers");
@@ -131,16 +131,17 @@ const char* tokenizer_spec_help() {
   return "bytes | gpt2[:RANKS_FILE] | llama3[:RANKS_FILE] | sentencepiece:MODEL_FILE | DESCRIPTION.json";
 }
 
-std::unique_ptr<Tokenizer> make_tokenizer(const std::string& spec) {
+std::unique_ptr<Tokenizer> make_tokenizer(const std::string& spec, const std::string& search_dir) {
   const size_t colon = spec.find(':');
   const std::string family = spec.substr(0, colon);
   const std::string file = colon == std::string::npos ? "" : spec.substr(colon + 1);
   if (spec == "bytes") return std::make_unique<BytesTokenizer>();
   if (family == "gpt2")
-    return std::make_unique<BpeTokenizer>(gpt2_spec(file.empty() ? find_tokenizer_file("gpt2", "gpt2.tiktoken") : file));
+    return std::make_unique<BpeTokenizer>(
+        gpt2_spec(file.empty() ? find_tokenizer_file("gpt2", "gpt2.tiktoken", search_dir) : file));
   if (family == "llama3")
     return std::make_unique<BpeTokenizer>(
-        llama3_spec(file.empty() ? find_tokenizer_file("llama3", "llama3.tiktoken") : file));
+        llama3_spec(file.empty() ? find_tokenizer_file("llama3", "llama3.tiktoken", search_dir) : file));
   if (family == "sentencepiece" && !file.empty()) return std::make_unique<SentencePieceTokenizer>(file);
   if (spec.size() > 6 && spec.substr(spec.size() - 6) == ".model") return std::make_unique<SentencePieceTokenizer>(spec);
   if (spec.size() > 5 && spec.substr(spec.size() - 5) == ".json") return std::make_unique<BpeTokenizer>(described_spec(spec));

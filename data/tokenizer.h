@@ -57,10 +57,11 @@ class Tokenizer {
 // SPEC: "bytes", "gpt2[:RANKS_FILE]", "llama3[:RANKS_FILE]",
 // "sentencepiece:MODEL_FILE" (or a path ending in .model), or a path to a
 // JSON description of a tiktoken-style tokenizer (docs/DATA.md). Without a
-// file, gpt2 and llama3 look in $TRAINER_TOKENIZER_DIR, then
-// third_party/tokenizers/ (scripts/fetch_tokenizers.sh fills it).
+// file, gpt2 and llama3 look in search_dir ($TRAINER_TOKENIZER_DIR, which
+// app/environment.h reads; "": none), then third_party/tokenizers/
+// (scripts/fetch_tokenizers.sh fills it).
 // Throws RecipeError (bad spec) or DataError (unreadable/bad file).
-std::unique_ptr<Tokenizer> make_tokenizer(const std::string& spec);
+std::unique_ptr<Tokenizer> make_tokenizer(const std::string& spec, const std::string& search_dir);
 
 // The names make_tokenizer knows, for help text.
 const char* tokenizer_spec_help();

@@ -17,7 +17,7 @@ ProcessGrid::DataCommMaker data_comms_for(Backend& be, int ranks_on_node, bool s
 #ifdef TRAINER_WITH_CUDA
   auto* gpu = dynamic_cast<CudaBackend*>(&be);
   if (!gpu) return {};
-  const bool shared = cuda::device_for_rank(-1, ranks_on_node).shared;
+  const bool shared = cuda::choose_device(0, ranks_on_node, cuda::device_count()).shared;
   if (shared && say)
     std::printf("note: %d ranks share %d GPU(s) on this node: NCCL cannot be used, so data collectives go through "
                 "MPI via pinned host memory (correct, not fast)\n", ranks_on_node, cuda::device_count());

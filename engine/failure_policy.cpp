@@ -1,5 +1,5 @@
 // A step whose loss or gradient norm is not finite, or whose loss spiked: its
-// update was not applied (TrainLoop::step); training.on_nan / on_spike say
+// update was not applied (RankStep::step); training.on_nan / on_spike say
 // what follows. Every rank holds the same loss, norm and limit, so all
 // decide alike without talking.
 #include <cmath>
@@ -7,6 +7,7 @@
 
 #include "engine/step_loop.h"
 #include "runtime/errors.h"
+#include "parallel/mpi_world.h"
 
 namespace trainer {
 
@@ -31,7 +32,7 @@ StepLoop::Next StepLoop::on_bad_step(const StepStats& st, double median) {
     // Skipping helps against a bad batch, not against weights an earlier
     // update already made NaN or inf (an overflowing learning rate): then
     // every later step is bad too, and the run would end with NaN weights.
-    double bad_weights = loop_.weights_finite() ? 0 : 1;
+    double bad_weights = rank_step_.weights_finite() ? 0 : 1;
     world_.allreduce_max(&bad_weights, 1);
     if (bad_weights == 0) {
       if (lead_) std::fprintf(stderr, "warning: step %ld: %s; update skipped (%s = \"skip\")\n", st.step, what.c_str(), key);
@@ -61,13 +62,13 @@ StepLoop::Next StepLoop::on_bad_step(const StepStats& st, double median) {
     return Next::Stop;
   }
   phase("rollback", st.step);
-  const long skipped = loop_.rollback(to);
-  last_saved_ = loop_.steps_done();
+  const long skipped = rank_step_.rollback(to);
+  last_saved_ = rank_step_.steps_done();
   if (lead_)
     std::fprintf(stderr,
                  "warning: step %ld: %s; rolled back to %s (step %ld) and skipped the %ld batch(es) since it "
                  "(%s = \"rollback\")\n",
-                 st.step, what.c_str(), to.c_str(), loop_.steps_done(), skipped, key);
+                 st.step, what.c_str(), to.c_str(), rank_step_.steps_done(), skipped, key);
   return Next::Retry;
 }
 

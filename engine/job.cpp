@@ -10,7 +10,9 @@
 
 #include "ckpt/checkpoint.h"
 #include "ckpt/hdf5_tensors.h"
+#include "data/tokenizer.h"
 #include "engine/device_comms.h"
+#include "parallel/mpi_world.h"
 #include "runtime/crash_report.h"
 #include "runtime/errors.h"
 #include "runtime/peak_cache.h"
@@ -49,17 +51,17 @@ void find_peak(Job& job) {
   const std::string key = peak_cache_key(r.runtime.threads, ranks_on_node());
   job.peak_cache_key = key;
   std::string when;
-  double cached = world.rank() == 0 ? read_cached_peak(key, &when) : 0;
+  double cached = world.rank() == 0 ? read_cached_peak(job.peak_cache_file, key, &when) : 0;
   world.broadcast(&cached, sizeof cached, 0);
   if (cached > 0) {
-    job.peak_gflops = cached, job.peak_source = "cached " + when + " in " + peak_cache_path();
+    job.peak_gflops = cached, job.peak_source = "cached " + when + " in " + job.peak_cache_file;
     return;
   }
   double g = measure_gemm_gflops(*job.backend, 1024, 1.0);
   world.allreduce_sum(&g, 1);
   job.peak_gflops = g / world.size();
-  const bool saved = world.rank() == 0 && write_cached_peak(key, job.peak_gflops);
-  job.peak_source = std::string("measured now") + (saved ? ", cached in " + peak_cache_path() : "");
+  const bool saved = world.rank() == 0 && write_cached_peak(job.peak_cache_file, key, job.peak_gflops);
+  job.peak_source = std::string("measured now") + (saved ? ", cached in " + job.peak_cache_file : "");
 }
 
 // At start-up: can checkpoint.dir hold keep + 1 checkpoints (the kept ones
@@ -68,7 +70,7 @@ void find_peak(Job& job) {
 void warn_checkpoint_space(Job& job) {
   const CheckpointSection& ck = job.recipe.checkpoint;
   if (!ck.saves()) return;
-  double bytes = (double)job.loop->checkpoint_file_bytes();
+  double bytes = (double)job.rank_step->checkpoint_file_bytes();
   job.grid->world().allreduce_sum(&bytes, 1);
   if (job.grid->world().rank() != 0) return;
   const double free = (double)free_bytes(ck.dir);
@@ -89,8 +91,7 @@ void warn_checkpoint_space(Job& job) {
 // The flight recorder sees every call on every group; the job start time
 // (rank 0's) tells this job's dumps from older ones.
 void start_recording(Job& job, int rank, int launch) {
-  double job_start = wall_seconds();
-  MPI_Bcast(&job_start, 1, MPI_DOUBLE, 0, MPI_COMM_WORLD);
+  const double job_start = broadcast_double(wall_seconds());
   job.recorder = std::make_unique<FlightRecorder>(rank);
   job.recorder->set_job(job_start, launch);
   char crash_file[64];
@@ -104,14 +105,7 @@ void start_probe(Job& job, int rank) {
   MPI_Comm_size(MPI_COMM_WORLD, &size);
   if (size < 2) return;
   job.probe = std::make_unique<PeerProbe>();
-  constexpr int kLine = 512;
-  std::string mine = job.probe->record();
-  mine.resize(kLine - 1, ' ');
-  std::vector<char> all((size_t)size * kLine);
-  MPI_Allgather(mine.c_str(), kLine, MPI_CHAR, all.data(), kLine, MPI_CHAR, MPI_COMM_WORLD);
-  std::vector<std::string> lines;
-  for (int r = 0; r < size; r++) lines.emplace_back(all.data() + (size_t)r * kLine);
-  job.probe->set_peers(std::move(lines), rank);
+  job.probe->set_peers(allgather_lines(job.probe->record(), 512), rank);
 }
 
 }  // namespace
@@ -120,7 +114,7 @@ void Job::release() {
   watchdog.reset();
   probe.reset();
   metrics.reset();
-  loop.reset();
+  rank_step.reset();
   val = Blend();
   train = Blend();
   datasets.clear();
@@ -157,6 +151,20 @@ Blend make_blend(Job& job, const char* key, const std::vector<DataSource>& entri
 }
 }  // namespace
 
+namespace {
+// The special ids of the tokenizer that made the training data (its
+// data_info.json), which an imported model's must equal. Unknown (nothing
+// to check) when no tokenizer is recorded or it cannot be loaded here.
+TextEnds data_text_ends(const Recipe& r, const std::string& tokenizer_dir) {
+  try {
+    const std::string spec = r.data.train.empty() ? "" : recorded_tokenizer(r.data.train.front().path);
+    return spec.empty() ? TextEnds{} : make_tokenizer(spec, tokenizer_dir)->ends;
+  } catch (const UserError&) {
+    return {};
+  }
+}
+}  // namespace
+
 void set_up_job(Job& job, int rank, int launch) {
   const Recipe& r = job.recipe;
   job.train = make_blend(job, "data.train", r.data.train, r.data.train_files);
@@ -168,18 +176,18 @@ void set_up_job(Job& job, int rank, int launch) {
   start_recording(job, rank, launch);
   start_probe(job, rank);
   const int local_ranks = ranks_on_node();
-  job.backend = make_backend(backend_options(r, local_ranks));
+  job.backend = make_backend(backend_options(r, local_ranks, job.local_rank));
   job.grid = std::make_unique<ProcessGrid>(MPI_COMM_WORLD, r.parallel.grid, job.recorder.get(),
                                            data_comms_for(*job.backend, local_ranks, rank == 0));
-  job.loop = std::make_unique<TrainLoop>(*job.backend, groups_of(*job.grid), r, job.train, job.val);
+  job.rank_step = std::make_unique<RankStep>(*job.backend, groups_of(*job.grid), r, job.train, job.val);
   if (job.resumed_from.empty() && !r.checkpoint.init_from.empty()) {
-    job.loop->init_from_hf(r.checkpoint.init_from);
+    job.rank_step->init_from_hf(r.checkpoint.init_from, data_text_ends(r, job.tokenizer_dir));
     if (rank == 0)
       std::printf("weights from the Hugging Face model %s (optimizer state fresh)\n", r.checkpoint.init_from.c_str());
   }
   if (!job.resumed_from.empty()) {
-    job.loop->load_checkpoint(job.resumed_from);
-    job.resumed_step = job.loop->steps_done();
+    job.rank_step->load_checkpoint(job.resumed_from);
+    job.resumed_step = job.rank_step->steps_done();
   }
   warn_checkpoint_space(job);
   find_peak(job);
@@ -189,7 +197,7 @@ void set_up_job(Job& job, int rank, int launch) {
   job.metrics = std::make_unique<MetricsLog>(r.run.dir + "/metrics.jsonl", job.resumed_from.empty());
   if (r.metrics.tensorboard) job.metrics->add_tensorboard(r.metrics.tensorboard_dir);
   if (!job.resumed_from.empty())
-    std::printf("resumed from %s at step %ld\n", job.resumed_from.c_str(), job.loop->steps_done());
+    std::printf("resumed from %s at step %ld\n", job.resumed_from.c_str(), job.rank_step->steps_done());
 }
 
 void start_watchdog(Job& job, int rank) {
@@ -200,32 +208,6 @@ void start_watchdog(Job& job, int rank) {
     network = [probe](const std::vector<int>& ranks) { return probe->check(ranks, 2.0); };
   job.watchdog = std::make_unique<Watchdog>(*job.recorder, job.recipe.runtime.comm_timeout,
                                             job.recipe.run.dir + dump, 3.0, dump_requests, network);
-}
-
-int ranks_on_node() {
-  MPI_Comm node;
-  int n = 1;
-  MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node);
-  MPI_Comm_size(node, &n);
-  MPI_Comm_free(&node);
-  return n;
-}
-
-std::string broadcast_string(std::string s) {
-  int n = (int)s.size();
-  MPI_Bcast(&n, 1, MPI_INT, 0, MPI_COMM_WORLD);
-  s.resize(n);
-  MPI_Bcast(s.data(), n, MPI_CHAR, 0, MPI_COMM_WORLD);
-  return s;
-}
-
-void abort_job(int code, const std::string& msg) {
-  int rank = 0;
-  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  std::fprintf(stderr, "error (rank %d): %s\n", rank, msg.c_str());
-  std::fflush(stderr);
-  MPI_Abort(MPI_COMM_WORLD, code);
-  std::_Exit(code);
 }
 
 void note_newest_checkpoint(const std::string& newest) {

@@ -1,7 +1,8 @@
 #pragma once
 // One rank's training job: what `trainer train` builds before its first step
 // (app/cmd_train.cpp decides where the run starts and sets it up; the step
-// loop, engine/step_loop.h, runs it), and the job-wide MPI helpers both use.
+// loop, engine/step_loop.h, runs it; parallel/mpi_world.h has the job-wide
+// MPI helpers both use).
 #include <memory>
 #include <string>
 #include <vector>
@@ -10,7 +11,7 @@
 #include "data/dataset.h"
 #include "engine/fault.h"
 #include "recipe/recipe.h"
-#include "engine/train_loop.h"
+#include "engine/rank_step.h"
 #include "parallel/process_grid.h"
 #include "runtime/backend.h"
 #include "runtime/flight_recorder.h"
@@ -28,7 +29,7 @@ struct Job {
   std::unique_ptr<Backend> backend;
   std::vector<std::unique_ptr<TokenDataset>> datasets;  // what train and val read
   Blend train, val;  // val: no sources without validation data
-  std::unique_ptr<TrainLoop> loop;
+  std::unique_ptr<RankStep> rank_step;
   std::unique_ptr<MetricsLog> metrics;       // rank 0
   std::unique_ptr<FlightRecorder> recorder;  // every communication call of this rank
   std::unique_ptr<Watchdog> watchdog;
@@ -37,7 +38,14 @@ struct Job {
   int launch = 0;            // the supervisor's launch number (TRAINER_ATTEMPT), 0 without one
   double peak_gflops = 0;    // per rank
   std::string peak_source;   // where it came from, for the run header
-  std::string peak_cache_key;  // set when the peak came from (or went into) the cache
+  // From the caller (app/environment.h): the launcher's index of this rank on
+  // its node (the GPU it takes; -1: a single process), the sgemm peak cache
+  // (runtime/peak_cache.h; "": none), and where gpt2 and llama3 tokenizers
+  // look first (data/tokenizer.h; "": their usual places).
+  int local_rank = -1;
+  std::string peak_cache_file;
+  std::string tokenizer_dir;
+  std::string peak_cache_key;   // set when the peak came from (or went into) the cache
   std::string resumed_from;  // checkpoint step directory, or empty
   long resumed_step = -1;
   std::vector<const RunLock*> locks;  // rank 0: the run's directory locks, checked before each heartbeat
@@ -55,13 +63,6 @@ void set_up_job(Job& job, int world_rank, int launch);
 // recorded calls).
 void start_watchdog(Job& job, int world_rank);
 
-// Ranks of this job on this node (they share its cores and memory).
-int ranks_on_node();
-// Rank 0's string, on every rank (MPI_COMM_WORLD).
-std::string broadcast_string(std::string s);
-// A failure inside the training loop may hit one rank only (its slice of the
-// data); the others would wait in a collective forever, so abort the job.
-[[noreturn]] void abort_job(int code, const std::string& msg);
 // What rank 0 says the moment a stop signal arrives (runtime/stop_signal.h).
 void note_newest_checkpoint(const std::string& newest);
 

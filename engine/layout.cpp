@@ -35,12 +35,13 @@ RankLayout rank_layout(const Recipe& r, int stage) {
   return l;
 }
 
-BackendOptions backend_options(const Recipe& r, int ranks_on_node) {
+BackendOptions backend_options(const Recipe& r, int ranks_on_node, int local_rank) {
   BackendOptions o;
   o.kind = r.runtime.backend;
   o.threads = r.runtime.threads;
   o.cpu_kernels = r.runtime.cpu_kernels;
   o.ranks_on_node = ranks_on_node;
+  o.local_rank = local_rank;
   o.allow_tf32 = r.runtime.allow_tf32;
   o.deterministic_attention = r.runtime.deterministic_attention;
   return o;

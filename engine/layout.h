@@ -13,7 +13,9 @@ namespace trainer {
 RankLayout rank_layout(const Recipe& r, int stage);
 
 // The backend a rank of this recipe computes on, with `ranks_on_node` ranks
-// sharing its node's devices (runtime.backend, threads and the CUDA options).
-BackendOptions backend_options(const Recipe& r, int ranks_on_node);
+// sharing its node's devices and `local_rank` its index among them (the
+// launcher's; -1: a single process): runtime.backend, threads and the CUDA
+// options.
+BackendOptions backend_options(const Recipe& r, int ranks_on_node, int local_rank);
 
 }  // namespace trainer

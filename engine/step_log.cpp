@@ -31,7 +31,7 @@ void add_breakdown(JsonRecord& rec, const StepStats& st) {
       rec.add(key + "bytes", cc->bytes[k]).add(key + "ms", cc->ms[k]);
     }
   for (int k = 0; k < kMemKinds; k++)
-    rec.add(mf::mem_peak_of(mem_name((Mem)k)), st.memory.peak[k] / 1048576.0);
+    rec.add(mf::mem_peak_of(mem_name((Mem)k)), mib(st.memory.peak[k]));
 }
 
 }  // namespace
@@ -39,7 +39,7 @@ void add_breakdown(JsonRecord& rec, const StepStats& st) {
 void StepLoop::print_header() const {
   if (!lead_) return;
   size_t here = 0;
-  for (auto& m : loop_.chunks()) here += m->num_params();
+  for (auto& m : rank_step_.chunks()) here += m->num_params();
   const std::string device = job_.backend->device_name();
   // On the CPU, which kernel set runs (the sets agree to the bit; speed differs).
   const std::string precision = std::string(dtype_name(r_.training.precision)) +
@@ -54,8 +54,8 @@ void StepLoop::print_header() const {
       r_.parallel.grid.pp == 1                         ? ""
       : r_.parallel.schedule == ScheduleKind::OneFOneB ? " 1f1b"
                                                        : " interleaved",
-      r_.training.global_batch, r_.model.seq_len, r_.training.micro_batch, r_.accum_steps(), job_.train.num_samples(),
-      job_.peak_gflops, job_.peak_source.c_str());
+      r_.training.global_batch, r_.model.seq_len, rank_step_.layout().micro_batch, r_.accum_steps(),
+      job_.train.num_samples(), job_.peak_gflops, job_.peak_source.c_str());
   std::fflush(stdout);
 }
 
@@ -69,7 +69,7 @@ double StepLoop::model_flops_utilization(double tokens_per_s) {
   const double rate = train_flops_per_token(r_.model) * tokens_per_s / 1e9 / world_.size();  // GFLOP/s per rank
   if (rate > job_.peak_gflops && !stale_peak_noted_) {
     stale_peak_noted_ = true;
-    const bool cached = !job_.peak_cache_key.empty() && forget_cached_peak(job_.peak_cache_key);
+    const bool cached = !job_.peak_cache_key.empty() && forget_cached_peak(job_.peak_cache_file, job_.peak_cache_key);
     std::fprintf(stderr,
                  "note: this run computes %.1f GFLOP/s per rank, more than the peak MFU was relative to (%.1f, %s): "
                  "that peak is stale; MFU is relative to the run's own rate from here on%s\n",
@@ -125,7 +125,7 @@ void StepLoop::log_step(const StepStats& st, const StepExtras& x) {
 void StepLoop::add_blend_counts(JsonRecord& rec) {
   if (!job_.train.blended()) return;
   if (!blend_counter_) blend_counter_ = std::make_unique<BlendOrder>(job_.train.shares());
-  const std::vector<uint64_t> counts = blend_counter_->counts_before(loop_.data_cursor());
+  const std::vector<uint64_t> counts = blend_counter_->counts_before(rank_step_.data_cursor());
   for (size_t j = 0; j < counts.size(); j++) rec.add(mf::samples_of(job_.train.sources()[j].name), (long)counts[j]);
 }
 
@@ -151,8 +151,8 @@ void StepLoop::print_summary() {
   world_.allreduce_max(peaks, kMemKinds + 1);
   if (!lead_) return;
   std::printf("memory per rank (peak, largest over ranks):");
-  for (int k = 0; k < kMemKinds; k++) std::printf(" %s %.1f MB", mem_name((Mem)k), peaks[k] / 1048576.0);
-  std::printf(" | total %.1f MB\n", peaks[kMemKinds] / 1048576.0);
+  for (int k = 0; k < kMemKinds; k++) std::printf(" %s %.1f MB", mem_name((Mem)k), mib(peaks[k]));
+  std::printf(" | total %.1f MB\n", mib(peaks[kMemKinds]));
   if (first_ >= r_.training.steps) return;
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_start_).count();
   if (end_ < r_.training.steps)

@@ -11,23 +11,24 @@
 #include "runtime/errors.h"
 #include "runtime/replace_file.h"
 #include "runtime/stop_signal.h"
+#include "parallel/mpi_world.h"
 
 namespace trainer {
 
 int run_step_loop(Job& job) { return StepLoop(job).run(); }
 
 StepLoop::StepLoop(Job& job)
-    : job_(job), r_(job.recipe), loop_(*job.loop), world_(job.grid->world()), lead_(world_.rank() == 0),
+    : job_(job), r_(job.recipe), rank_step_(*job.rank_step), world_(job.grid->world()), lead_(world_.rank() == 0),
       rank_(world_.rank()), last_saved_(job.resumed_step), newest_(job.resumed_from),
       throughput_(r_.runtime.throughput_drop, r_.runtime.throughput_window) {
-  first_ = loop_.steps_done();
+  first_ = rank_step_.steps_done();
   end_ = r_.training.exit_after > 0 ? std::min(r_.training.steps, first_ + r_.training.exit_after)
                                     : r_.training.steps;
   // Before a save is timed, one is assumed to write this rank's file at
   // 200 MB/s (a modest disk): the first save comes early rather than late.
   if (r_.checkpoint.automatic() && lead_)
     auto_interval_ = std::make_unique<AutoCheckpointInterval>(r_.checkpoint.mtbf_hours,
-                                                              std::max(0.1, loop_.checkpoint_file_bytes() / 200e6));
+                                                              std::max(0.1, rank_step_.checkpoint_file_bytes() / 200e6));
 }
 
 int StepLoop::run() {
@@ -36,12 +37,12 @@ int StepLoop::run() {
   if (lead_)
     if (const std::string err = append_launch_record(job_, first_); !err.empty()) run_file_unwritable(err);
   t_start_ = std::chrono::steady_clock::now();
-  beat(loop_.steps_done());
+  beat(rank_step_.steps_done());
   if (first_ >= r_.training.steps && lead_)
     std::printf("nothing to train: the run is at step %ld of training.steps = %ld\n", first_, r_.training.steps);
-  while (loop_.steps_done() < end_) {
+  while (rank_step_.steps_done() < end_) {
     if (const int sig = preemption_signal()) return save_for_preemption(sig);
-    const long next = loop_.steps_done() + 1;
+    const long next = rank_step_.steps_done() + 1;
     phase("training", next);
     inject_faults(next);
     StepStats st;
@@ -84,13 +85,13 @@ int StepLoop::preemption_signal() {
 // "requeue me" code.
 int StepLoop::save_for_preemption(int sig) {
   try {
-    phase("preemption checkpoint", loop_.steps_done());
+    phase("preemption checkpoint", rank_step_.steps_done());
     if (lead_) check_locks();
     finish_async();
-    const long at = loop_.steps_done();
+    const long at = rank_step_.steps_done();
     std::string where = "(already saved)";
     if (at != last_saved_ && at > 0)
-      where = loop_.save_checkpoint(r_.checkpoint.dir, r_.checkpoint.keep, world_, job_.recipe_text,
+      where = rank_step_.save_checkpoint(r_.checkpoint.dir, r_.checkpoint.keep, world_, job_.recipe_text,
                                     [this](const char* p) { fault_at_commit_point(p); });
     if (lead_)
       std::printf("preempted: %s received; checkpoint of step %ld %s; exiting with code %d (requeue me)\n",
@@ -129,10 +130,10 @@ void StepLoop::inject_faults(long next) {
   // A NaN fires once per launch: a transient bad batch, which a rollback to
   // an earlier step must not meet again.
   for (const Fault* x : f.at(Fault::Nan, next))
-    if (fired_once_.insert(x).second) loop_.poison_next_step();
+    if (fired_once_.insert(x).second) rank_step_.poison_next_step();
   for (const Fault* x : f.at(Fault::BadBatch, next))
-    if (fired_once_.insert(x).second) loop_.corrupt_next_step();
-  loop_.set_extra_compute_ms(f.slow_ms(next));
+    if (fired_once_.insert(x).second) rank_step_.corrupt_next_step();
+  rank_step_.set_extra_compute_ms(f.slow_ms(next));
 }
 
 // The median loss of the recent applied steps, 0 until there are enough
@@ -143,10 +144,10 @@ double StepLoop::spike_median() const {
 }
 
 StepStats StepLoop::one_step(double median) {
-  loop_.set_loss_limit(median > 0 ? r_.training.spike_factor * median : std::numeric_limits<double>::infinity());
-  StepStats st = loop_.step();
+  rank_step_.set_loss_limit(median > 0 ? r_.training.spike_factor * median : std::numeric_limits<double>::infinity());
+  StepStats st = rank_step_.step();
   for (const Fault* x : job_.faults.at(Fault::NanWeight, st.step))
-    if (fired_once_.insert(x).second) loop_.poison_weights();
+    if (fired_once_.insert(x).second) rank_step_.poison_weights();
   job_.recorder->note_step(st.step);
   beat(st.step);
   if (!st.nonfinite && !st.spike) {
@@ -161,7 +162,7 @@ void StepLoop::maybe_evaluate(const StepStats& st, StepExtras& x) {
   if (job_.val.sources().empty() || !((r_.training.eval_every > 0 && st.step % r_.training.eval_every == 0) || last))
     return;
   phase("evaluation", st.step);
-  TrainLoop::Evaluation ev = loop_.evaluate();
+  RankStep::Evaluation ev = rank_step_.evaluate();
   x.val = ev.overall;
   x.val_sources = std::move(ev.sources);
   x.val_windows = ev.windows;

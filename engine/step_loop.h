@@ -90,7 +90,7 @@ class StepLoop {
 
   Job& job_;
   const Recipe& r_;
-  TrainLoop& loop_;
+  RankStep& rank_step_;
   ControlComm& world_;
   const bool lead_;
   bool warned_short_val_ = false;

@@ -7,6 +7,7 @@
 
 #include "engine/step_loop.h"
 #include "runtime/errors.h"
+#include "parallel/mpi_world.h"
 
 namespace trainer {
 
@@ -18,8 +19,8 @@ void StepLoop::committed(const std::string& where) {
 
 // Waits for a background save in flight, so the newest checkpoint is final.
 void StepLoop::finish_async() {
-  if (!r_.checkpoint.async || !loop_.async_save_pending()) return;
-  const std::string where = loop_.poll_async_save(world_, true);
+  if (!r_.checkpoint.async || !rank_step_.async_save_pending()) return;
+  const std::string where = rank_step_.poll_async_save(world_, true);
   committed(where);
   if (!where.empty() && lead_) std::printf("checkpoint: %s committed\n", where.c_str());
 }
@@ -27,7 +28,7 @@ void StepLoop::finish_async() {
 // ckpt_kill faults: this process SIGKILLs itself at that commit point;
 // ckpt_hang: this rank stops before writing its file.
 void StepLoop::fault_at_commit_point(const char* point) {
-  const long at = loop_.steps_done();
+  const long at = rank_step_.steps_done();
   for (const Fault* f : job_.faults.at(Fault::CkptKill, at))
     if (f->point == point) std::raise(SIGKILL);
   if (std::string(point) == "writing" && !job_.faults.at(Fault::CkptHang, at).empty()) {
@@ -38,7 +39,7 @@ void StepLoop::fault_at_commit_point(const char* point) {
 
 // Commits a finished background save (waiting for it when `wait`).
 void StepLoop::commit_async(bool wait, bool saving_now, bool* did) {
-  const std::string where = loop_.poll_async_save(world_, wait);
+  const std::string where = rank_step_.poll_async_save(world_, wait);
   if (!where.empty()) *did = true;
   committed(where);
   if (!where.empty() && lead_)
@@ -74,18 +75,18 @@ double StepLoop::save_or_commit(const StepStats& st) {
   const bool at_end = st.step == end_;
   const bool due = ck.automatic() ? auto_save_due(st) : ck.saves() && st.step % ck.every == 0;
   const bool save_now = ck.saves() && (due || st.step == r_.training.steps || at_end);
-  if (!save_now && !loop_.async_save_pending()) return -1;
+  if (!save_now && !rank_step_.async_save_pending()) return -1;
   const auto t0 = std::chrono::steady_clock::now();
   bool did = save_now;
   phase(save_now ? "checkpoint save" : "checkpoint commit", st.step);
   try {
     // Before the next save, and at the end of the run, wait for the pending one.
-    if (ck.async && loop_.async_save_pending()) commit_async(save_now || at_end, false, &did);
+    if (ck.async && rank_step_.async_save_pending()) commit_async(save_now || at_end, false, &did);
     if (save_now && ck.async) {
-      loop_.start_async_save(ck.dir, ck.keep, world_, job_.recipe_text);
+      rank_step_.start_async_save(ck.dir, ck.keep, world_, job_.recipe_text);
       if (at_end) commit_async(true, true, &did);
     } else if (save_now) {
-      const std::string where = loop_.save_checkpoint(ck.dir, ck.keep, world_, job_.recipe_text,
+      const std::string where = rank_step_.save_checkpoint(ck.dir, ck.keep, world_, job_.recipe_text,
                                                       [this](const char* p) { fault_at_commit_point(p); });
       committed(where);
       if (lead_) std::printf("checkpoint: step %ld saved to %s\n", st.step, where.c_str());

@@ -23,12 +23,12 @@ struct Runner {
   BenchRun out;
 };
 
-Runner make_runner(const Recipe& r, RecomputeMode m, std::unique_ptr<Backend> be) {
+Runner make_runner(const Recipe& r, const RankLayout& layout, RecomputeMode m, std::unique_ptr<Backend> be) {
   Runner rn;
   rn.be = std::move(be);
   rn.be->reset_memory_peaks();
-  rn.model = std::make_unique<Transformer>(*rn.be, r.model, r.training.micro_batch, TensorParallel{}, ChunkSpec{}, 1,
-                                           RecomputeConfig{m, r.recompute.layers}, r.training.precision);
+  rn.model = std::make_unique<Transformer>(*rn.be, r.model, layout, layout.chunks.front(), TensorParallel{},
+                                           RecomputeConfig{m, r.recompute.layers});
   rn.opt = std::make_unique<AdamW>(*rn.be, rn.model->registry(), r.adamw);
   std::vector<float> host(rn.model->num_params());
   init_params(rn.model->layout(), r.model, r.run.seed, host.data());
@@ -37,6 +37,7 @@ Runner make_runner(const Recipe& r, RecomputeMode m, std::unique_ptr<Backend> be
   rn.model->keep_losses_on_device(true);  // as training does: one read per step
   rn.out.mode = m;
   rn.out.params = rn.model->num_params();
+  rn.out.micro_batch = layout.micro_batch;
   return rn;
 }
 
@@ -48,7 +49,7 @@ double cpu_ms() {
   return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
 }
 
-// One training step as TrainLoop runs it: the loss stays on the device and
+// One training step as RankStep runs it: the loss stays on the device and
 // is read with the gradient norm in one call, then AdamW. The forward
 // phase's end is the bench's own synchronisation (to time the phases); the
 // step's host waits are counted without it.
@@ -59,7 +60,7 @@ void one_step(Runner& rn, const Recipe& r, const std::vector<int32_t>& tokens, b
   };
   Transformer& model = *rn.model;
   Backend& be = *rn.be;
-  const int BT = r.training.micro_batch * r.model.seq_len;
+  const int BT = model.micro_batch() * r.model.seq_len;
   const auto t0 = clock::now();
   const double c0 = cpu_ms();
   const uint64_t syncs0 = be.host_syncs();
@@ -90,15 +91,15 @@ void one_step(Runner& rn, const Recipe& r, const std::vector<int32_t>& tokens, b
 }  // namespace
 
 std::vector<BenchRun> bench_training(const Recipe& r, const std::vector<RecomputeMode>& modes, int steps,
-                                     int warmup, std::unique_ptr<Backend>& first) {
-  const int BT = r.training.micro_batch * r.model.seq_len;
+                                     int warmup, const BackendOptions& options, std::unique_ptr<Backend>& first) {
+  const RankLayout layout = rank_layout(r, 0);  // one process, the whole model
+  const int BT = layout.micro_batch * r.model.seq_len;
   std::vector<int32_t> tokens(BT + 1);
   Rng rng(r.run.seed, "bench");
   for (auto& t : tokens) t = (int32_t)rng.below(r.model.vocab_size);
   std::vector<Runner> runners;
   for (RecomputeMode m : modes)
-    runners.push_back(make_runner(r, m, runners.empty() ? std::move(first)
-                                                        : make_backend(backend_options(r, 1))));
+    runners.push_back(make_runner(r, layout, m, runners.empty() ? std::move(first) : make_backend(options)));
   for (int s = 0; s < warmup + steps; s++)
     for (Runner& rn : runners) one_step(rn, r, tokens, s >= warmup);
   std::vector<BenchRun> out;
@@ -113,7 +114,7 @@ std::vector<BenchRun> bench_training(const Recipe& r, const std::vector<Recomput
 BenchFigures bench_figures(const Recipe& r, const BenchRun& run, double peak_gflops) {
   BenchFigures f;
   f.fastest_ms = *std::min_element(run.wall_ms.begin(), run.wall_ms.end());
-  f.tokens_per_s = (double)r.training.micro_batch * r.model.seq_len / (f.fastest_ms / 1e3);
+  f.tokens_per_s = (double)run.micro_batch * r.model.seq_len / (f.fastest_ms / 1e3);
   f.model_gflops = train_flops_per_token(r.model) * f.tokens_per_s / 1e9;
   f.mfu_peak_gflops = std::max(peak_gflops, f.model_gflops);
   f.mfu = f.model_gflops / f.mfu_peak_gflops;

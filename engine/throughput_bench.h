@@ -15,6 +15,7 @@ namespace trainer {
 struct BenchRun {
   RecomputeMode mode = RecomputeMode::None;
   size_t params = 0;
+  int micro_batch = 1;                  // sequences per step
   std::vector<double> wall_ms, cpu_ms;  // per timed step; CPU time of the process (all threads)
   std::vector<double> phase_ms[3];      // forward, backward, optimizer
   // The step's host waits for the backend (Backend::host_syncs), without the
@@ -37,9 +38,9 @@ struct BenchFigures {
 BenchFigures bench_figures(const Recipe& r, const BenchRun& run, double peak_gflops);
 
 // first: the backend the first mode runs on (the caller measured the sgemm
-// peak on it); the others get their own. Returns the backend of the first
-// mode back through `first`.
+// peak on it); the others get their own, made with `options`. Returns the
+// backend of the first mode back through `first`.
 std::vector<BenchRun> bench_training(const Recipe& r, const std::vector<RecomputeMode>& modes, int steps,
-                                     int warmup, std::unique_ptr<Backend>& first);
+                                     int warmup, const BackendOptions& options, std::unique_ptr<Backend>& first);
 
 }  // namespace trainer

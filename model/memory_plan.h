@@ -7,28 +7,12 @@
 
 #include "model/config.h"
 #include "model/param_registry.h"
+#include "model/rank_layout.h"
 #include "model/recompute.h"
 #include "runtime/dtype.h"
 #include "runtime/memory.h"
 
 namespace trainer {
-
-struct ChunkLayout {
-  ChunkSpec spec;  // layers, embedding, head (last_layer resolved)
-  int slots = 1;   // micro-batches in flight for this chunk
-};
-
-struct RankLayout {
-  int micro_batch = 1, tp = 1, dp = 1, micro_batches = 1, threads = 1;
-  int zero_stage = 0;  // 1: AdamW's state sharded over the dp ranks
-  bool sequence_parallel = false, pipelined = false;
-  DType compute = DType::F32;  // training.precision: activations, messages, the weights products read
-  std::vector<ChunkLayout> chunks;
-  // runtime.backend = "cuda": what only that backend holds is planned too
-  // (MemoryPlan::cuda); with deterministic_attention cuDNN's backward keeps
-  // a workspace quadratic in T.
-  bool cuda = false, deterministic_attention = true;
-};
 
 // What only the CUDA backend holds (runtime/cuda_memory.h): zero elsewhere.
 struct CudaMemory {

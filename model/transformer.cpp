@@ -27,14 +27,14 @@ class Carver {
 };
 }  // namespace
 
-Transformer::Transformer(Backend& be, const ModelConfig& cfg, int micro_batch, TensorParallel tp,
-                         ChunkSpec chunk, int slots, RecomputeConfig recompute, DType compute)
-    : be_(be), cfg_(cfg), tp_(tp), mp_(build_params(cfg, tp.size(), tp.rank(), chunk)), compute_(compute),
-      B_(micro_batch), M_(micro_batch * cfg.seq_len), rc_(recompute) {
+Transformer::Transformer(Backend& be, const ModelConfig& cfg, const RankLayout& layout, const ChunkLayout& chunk,
+                         TensorParallel tp, RecomputeConfig recompute)
+    : be_(be), cfg_(cfg), tp_(tp), mp_(build_params(cfg, tp.size(), tp.rank(), chunk.spec)), compute_(layout.compute),
+      B_(layout.micro_batch), M_(layout.micro_batch * cfg.seq_len), rc_(recompute) {
   const int t = tp_.size();
   if (!validate_tp(cfg, t).empty()) throw std::invalid_argument("model does not split over tp");
   if (compute_ != DType::F32 && compute_ != DType::BF16) throw std::invalid_argument("compute type must be fp32 or bf16");
-  const bool sp = tp_.sequence_parallel && t > 1;
+  const bool sp = layout.sequence_parallel && t > 1;
   if (sp && M_ % t != 0) throw std::invalid_argument("token rows do not split over tp");
   R_ = sp ? M_ / t : M_;
   row_offset_ = sp ? tp_.rank() * R_ : 0;
@@ -53,7 +53,7 @@ Transformer::Transformer(Backend& be, const ModelConfig& cfg, int micro_batch, T
   // copy is counted once, with its original.
   for (const ParamInfo& p : mp_.reg.all())
     if (!p.tied_copy) grad_spans_.push_back({G(p.offset), p.numel, p.sharding == Sharding::Replicated ? 1 : 0});
-  allocate_activations(slots);
+  allocate_activations(chunk.slots);
   host_losses_.resize(M_);
   if (mp_.chunk.head) step_losses_ = be_.alloc(M_, DType::F32, Mem::Activations);
 }

@@ -21,6 +21,7 @@
 
 #include "model/config.h"
 #include "model/param_registry.h"
+#include "model/rank_layout.h"
 #include "model/recompute.h"
 #include "parallel/communicator.h"
 #include "runtime/backend.h"
@@ -30,22 +31,23 @@ namespace trainer {
 struct TensorParallel {
   DataComm* comm = nullptr;        // activations and gradients; null: no tensor parallelism
   ControlComm* control = nullptr;  // the gradient norm's partial sum (with comm)
-  bool sequence_parallel = false;
   int size() const { return comm ? comm->size() : 1; }
   int rank() const { return comm ? comm->rank() : 0; }
 };
 
 class Transformer {
  public:
-  // micro_batch: sequences per forward/backward; activations are sized for
-  // it, `slots` times (micro-batches whose backward is still to come).
-  // compute: the element type of activations, their gradients, tensor- and
+  // The chunk `chunk` of a rank laid out as `layout` (model/rank_layout.h,
+  // the struct its memory is planned from): activations sized for
+  // layout.micro_batch sequences per forward/backward, chunk.slots times
+  // (micro-batches whose backward is still to come); layout.compute the
+  // element type of activations, their gradients, tensor- and
   // pipeline-parallel messages and the weights the products read (a bf16
-  // copy of the fp32 master weights, refreshed by sync_compute_weights()).
-  // Parameters, gradients, statistics, logits and losses stay fp32.
-  Transformer(Backend& be, const ModelConfig& cfg, int micro_batch, TensorParallel tp = {},
-              ChunkSpec chunk = {}, int slots = 1, RecomputeConfig recompute = {},
-              DType compute = DType::F32);
+  // copy of the fp32 master weights, refreshed by sync_compute_weights());
+  // sequence parallelism over tp as the layout says. Parameters, gradients,
+  // statistics, logits and losses stay fp32.
+  Transformer(Backend& be, const ModelConfig& cfg, const RankLayout& layout, const ChunkLayout& chunk,
+              TensorParallel tp = {}, RecomputeConfig recompute = {});
   ~Transformer();
   Transformer(const Transformer&) = delete;
   Transformer& operator=(const Transformer&) = delete;

@@ -26,11 +26,13 @@ ChunkTrace trace_chunk(const ModelConfig& c, const ChunkSpec& chunk, const Shard
   OpPhase comm_phase = OpPhase::Forward;
   NullDataComm tp(s.tp, &comm_phase);
   NullControlComm tp_control(s.tp);
-  const TensorParallel tpar{s.tp > 1 ? &tp : nullptr, s.tp > 1 ? &tp_control : nullptr,
-                            s.tp > 1 && s.sequence_parallel};
+  const TensorParallel tpar{s.tp > 1 ? &tp : nullptr, s.tp > 1 ? &tp_control : nullptr};
+  RankLayout layout;  // this shard shape's
+  layout.micro_batch = s.micro_batch, layout.tp = s.tp, layout.compute = s.compute;
+  layout.sequence_parallel = s.tp > 1 && s.sequence_parallel;
   ChunkTrace out;
   {
-    Transformer m(be, c, s.micro_batch, tpar, chunk, 1, s.recompute, s.compute);
+    Transformer m(be, c, layout, ChunkLayout{chunk, 1}, tpar, s.recompute);
     out.params = m.num_params();
     out.boundary_elems = m.boundary_elems();
     Buffer act_in = be.alloc(m.boundary_elems(), s.compute, Mem::Temporaries);
@@ -42,7 +44,7 @@ ChunkTrace trace_chunk(const ModelConfig& c, const ChunkSpec& chunk, const Shard
     tp.clear_calls();
     for (int r = 0; r < reps; r++) one_pass(m, be, comm_phase, act_in, grad_out, tokens, chunk);
     be.set_phase(comm_phase = OpPhase::PerStep);
-    if (tpar.sequence_parallel) m.reduce_sequence_parallel_grads();
+    if (layout.sequence_parallel) m.reduce_sequence_parallel_grads();
     out.ops = be.calls();
   }
   out.tp_comm = tp.calls();

@@ -13,12 +13,13 @@
 #include <vector>
 
 #include "planning/op_meter.h"
+#include "runtime/units.h"
 
 namespace trainer {
 
 struct CommPoint {
   double bytes = 0, ms = 0;
-  double mib_per_s() const { return bytes / 1048576 / (ms / 1e3); }
+  double mib_per_s() const { return mib(bytes) / (ms / 1e3); }
 };
 
 // A tensor-parallel collective's wait beyond its own time, by the compute

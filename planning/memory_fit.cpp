@@ -7,6 +7,7 @@
 #include "model/flops.h"
 #include "runtime/backend.h"
 #include "runtime/host_memory.h"
+#include "runtime/units.h"
 
 namespace trainer {
 
@@ -37,18 +38,12 @@ MemoryFit worst(const Recipe& r, int stage, bool writer) {
   return w;
 }
 
-std::string gb(double b) {
-  char s[32];
-  std::snprintf(s, sizeof s, "%.2f GB", b / 1e9);
-  return s;
-}
-
 // Changes that would bring the need under `avail`, each with its need.
 std::string suggestions(const Recipe& r, int stage, bool writer, double avail) {
   std::string out;
   auto consider = [&](Recipe alt, const std::string& what) {
     const double n = worst(alt, stage < 0 || stage >= alt.parallel.grid.pp ? -1 : stage, writer).need;
-    out += (out.empty() ? "" : "; ") + what + " (" + gb(n) + (n <= avail ? ", fits)" : ")");
+    out += (out.empty() ? "" : "; ") + what + " (" + format_gb(n) + (n <= avail ? ", fits)" : ")");
   };
   if (r.recompute.mode != RecomputeMode::Full || r.recompute.layers > 0) {
     Recipe a = r;
@@ -81,37 +76,38 @@ std::string suggestions(const Recipe& r, int stage, bool writer, double avail) {
 std::string plan_parts(const MemoryFit& f) {
   std::string parts;
   for (int k = 0; k < kMemKinds; k++)
-    if (f.plan.bytes[k] > 0) parts += (parts.empty() ? "" : ", ") + std::string(mem_name((Mem)k)) + " " + gb(f.plan.bytes[k]);
-  if (f.plan.cuda.total() > 0) parts += ", the CUDA backend's own " + gb(f.plan.cuda.total());
+    if (f.plan.bytes[k] > 0)
+      parts += (parts.empty() ? "" : ", ") + std::string(mem_name((Mem)k)) + " " + format_gb(f.plan.bytes[k]);
+  if (f.plan.cuda.total() > 0) parts += ", the CUDA backend's own " + format_gb(f.plan.cuda.total());
   return parts;
 }
 
 // On GPUs the plan lives in device memory (checkpoint buffers and the process
 // are host memory, plentiful on GPU nodes): compare it with the free memory
 // of one GPU, shared by the ranks that land on it.
-MemoryFit check_device_fit(const Recipe& r, int stage, bool writer, int ranks_on_node) {
+MemoryFit check_device_fit(const Recipe& r, int stage, bool writer, int ranks_on_node, int local_rank) {
   MemoryFit f = worst(r, stage, writer);
   f.need = f.plan.total();
-  const DeviceMemory dev = device_memory(ranks_on_node);
+  const DeviceMemory dev = device_memory(local_rank, ranks_on_node);
   if (dev.devices == 0) {
-    f.message = "needs " + gb(f.need) + " of GPU memory per rank (" + plan_parts(f) +
+    f.message = "needs " + format_gb(f.need) + " of GPU memory per rank (" + plan_parts(f) +
                 "); no GPU is visible here to compare with";
     return f;
   }
   const int per_gpu = (std::max(1, ranks_on_node) + dev.devices - 1) / dev.devices;
   f.available = (double)dev.free / per_gpu;
   f.fits = f.need <= f.available;
-  f.message = "needs " + gb(f.need) + " of GPU memory per rank (" + plan_parts(f) + "); " + gb(f.available) +
-              " available per rank (" + dev.name + ": " + gb((double)dev.free) + " free of " + gb((double)dev.total) +
-              ", shared by " + std::to_string(per_gpu) + " rank(s))";
+  f.message = "needs " + format_gb(f.need) + " of GPU memory per rank (" + plan_parts(f) + "); " +
+              format_gb(f.available) + " available per rank (" + dev.name + ": " + format_gb((double)dev.free) +
+              " free of " + format_gb((double)dev.total) + ", shared by " + std::to_string(per_gpu) + " rank(s))";
   if (!f.fits) f.message += ". Try: " + suggestions(r, stage, writer, f.available);
   return f;
 }
 
 }  // namespace
 
-MemoryFit check_memory_fit(const Recipe& r, int stage, bool writer, int ranks_on_node) {
-  if (r.runtime.backend == "cuda") return check_device_fit(r, stage, writer, ranks_on_node);
+MemoryFit check_memory_fit(const Recipe& r, int stage, bool writer, int ranks_on_node, int local_rank) {
+  if (r.runtime.backend == "cuda") return check_device_fit(r, stage, writer, ranks_on_node, local_rank);
   const HostMemory host = host_memory();
   const int share = ranks_on_node > 0 ? ranks_on_node : 1;
   // Weights, gradients and AdamW state alone (16 bytes a parameter), in
@@ -121,10 +117,11 @@ MemoryFit check_memory_fit(const Recipe& r, int stage, bool writer, int ranks_on
   if (host.available > 0 && floor_bytes > 4.0 * host.available / share) {
     MemoryFit f;
     f.need = floor_bytes, f.available = (double)host.available / share, f.fits = false;
-    f.message = "needs at least " + gb(floor_bytes) + " per rank for the weights, gradients and AdamW state alone (" +
-                gb(16.0 * matmul_params(r.model)) +
+    f.message = "needs at least " + format_gb(floor_bytes) +
+                " per rank for the weights, gradients and AdamW state alone (" +
+                format_gb(16.0 * matmul_params(r.model)) +
                 " over tp x pp = " + std::to_string(r.parallel.grid.tp * r.parallel.grid.pp) + " ranks); " +
-                gb(f.available) + " available per rank (" + host.describe() +
+                format_gb(f.available) + " available per rank (" + host.describe() +
                 "). Try a smaller model "
                 "(model.n_layers, model.d_model, model.d_ff) or more tensor- and pipeline-parallel ranks";
     return f;
@@ -133,10 +130,11 @@ MemoryFit check_memory_fit(const Recipe& r, int stage, bool writer, int ranks_on
   f.available = (double)host.available / share;
   f.fits = host.available == 0 || f.need <= f.available;  // unknown: do not block
   std::string parts = plan_parts(f);
-  if (f.checkpoint > 0) parts += ", checkpoint buffers " + gb(f.checkpoint);
-  parts += ", process " + gb(f.process);
-  f.message = "needs " + gb(f.need) + " per rank (" + parts + "); " + gb(f.available) + " available per rank (" +
-              host.describe() + " shared by " + std::to_string(share) + " rank(s) on this node)";
+  if (f.checkpoint > 0) parts += ", checkpoint buffers " + format_gb(f.checkpoint);
+  parts += ", process " + format_gb(f.process);
+  f.message = "needs " + format_gb(f.need) + " per rank (" + parts + "); " + format_gb(f.available) +
+              " available per rank (" + host.describe() + " shared by " + std::to_string(share) +
+              " rank(s) on this node)";
   if (!f.fits) f.message += ". Try: " + suggestions(r, stage, writer, f.available);
   return f;
 }

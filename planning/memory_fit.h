@@ -22,7 +22,9 @@ struct MemoryFit {
   std::string message;     // "needs 2.40 GB per rank (params ...), 0.90 GB available (...): try ..."
 };
 
-// stage < 0: the stage that needs most; writer: the rank writes checkpoint files.
-MemoryFit check_memory_fit(const Recipe& r, int stage, bool writer, int ranks_on_node);
+// stage < 0: the stage that needs most; writer: the rank writes checkpoint
+// files; local_rank: on a GPU, the device whose memory is compared (the
+// launcher's index of the rank on its node; -1: device 0).
+MemoryFit check_memory_fit(const Recipe& r, int stage, bool writer, int ranks_on_node, int local_rank = -1);
 
 }  // namespace trainer

@@ -11,6 +11,7 @@
 #include "model/flops.h"
 #include "planning/chunk_trace.h"
 #include "planning/pipeline_sim.h"
+#include "runtime/units.h"
 
 namespace trainer {
 
@@ -110,7 +111,7 @@ std::pair<double, double> StepModel::dp_reduction(const Recipe& r, double params
                          ? comm("reduce_scatter", dp, bytes, unpriced) + comm("allgather", dp, bytes, unpriced)
                          : comm("allreduce", dp, bytes, unpriced);
   if (dp == 1 || r.parallel.zero_sharded() || !r.parallel.dp_overlap) return {all, all};
-  const double buckets = std::max(1.0, std::ceil(bytes / (r.parallel.dp_bucket_mb * 1048576.0)));
+  const double buckets = std::max(1.0, std::ceil(bytes / (r.parallel.dp_bucket_mb * kMiB)));
   return {all, all - std::min(all * (1 - 1 / buckets), last_bwd)};
 }
 

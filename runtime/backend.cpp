@@ -30,18 +30,18 @@ std::string backend_library_versions() {
 #endif
 }
 
-DeviceMemory device_memory(int ranks_on_node) {
+DeviceMemory device_memory(int local_rank, int ranks_on_node) {
   DeviceMemory m;
 #ifdef TRAINER_WITH_CUDA
   m.devices = cuda::device_count();
   if (m.devices == 0) return m;
-  const int dev = cuda::device_for_rank(-1, ranks_on_node).device;
+  const int dev = cuda::device_for_rank(local_rank, ranks_on_node).device;
   if (cudaSetDevice(dev) != cudaSuccess) return cudaGetLastError(), DeviceMemory{};
   const cuda::DeviceInfo d = cuda::device_info(dev);
   m.name = d.name, m.total = d.total_bytes;
   m.free = d.free_bytes ? d.free_bytes : d.total_bytes;
 #else
-  (void)ranks_on_node;
+  (void)local_rank, (void)ranks_on_node;
 #endif
   return m;
 }

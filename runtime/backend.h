@@ -234,7 +234,7 @@ struct BackendOptions {
   std::string kind = "cpu";
   int threads = 1;          // CPU threads
   std::string cpu_kernels = "auto";  // CPU: the kernel set ("auto": the widest allowed, cpu::resolve_kernel_set)
-  int local_rank = -1;      // CUDA: the rank's index on its node (-1: from the launcher's variables)
+  int local_rank = -1;      // CUDA: the rank's index on its node, the launcher's (-1: a single process)
   int ranks_on_node = 1;    // CUDA: ranks sharing the node's GPUs
   bool allow_tf32 = false;  // CUDA: fp32 GEMMs in TF32
   bool deterministic_attention = true;  // CUDA: cuDNN's deterministic attention backward
@@ -254,7 +254,7 @@ struct DeviceMemory {
   size_t free = 0, total = 0;
   int devices = 0;
 };
-DeviceMemory device_memory(int ranks_on_node);
+DeviceMemory device_memory(int local_rank, int ranks_on_node);
 
 std::unique_ptr<Backend> make_backend(const BackendOptions& opt);
 

@@ -69,7 +69,6 @@ class MetricsLog {
   // Also write every number field of each record (but "step") as a
   // TensorBoard scalar at the record's step.
   void add_tensorboard(const std::string& dir);
-  std::string tensorboard_path() const { return tb_ ? tb_->path() : ""; }
 
  private:
   FILE* f_ = nullptr;

@@ -26,13 +26,6 @@ std::string cpu_model() {
 }
 }  // namespace
 
-std::string peak_cache_path() {
-  if (const char* d = std::getenv("TRAINER_CACHE_DIR")) return std::string(d) + "/peak_gflops";
-  if (const char* x = std::getenv("XDG_CACHE_HOME"); x && *x) return std::string(x) + "/trainer/peak_gflops";
-  if (const char* h = std::getenv("HOME"); h && *h) return std::string(h) + "/.cache/trainer/peak_gflops";
-  return "";
-}
-
 std::string peak_cache_key(int threads, int ranks_on_node) {
   char host[256] = {0};
   gethostname(host, sizeof host - 1);
@@ -43,8 +36,7 @@ std::string peak_cache_key(int threads, int ranks_on_node) {
   return key;
 }
 
-double read_cached_peak(const std::string& key, std::string* when) {
-  const std::string path = peak_cache_path();
+double read_cached_peak(const std::string& path, const std::string& key, std::string* when) {
   if (path.empty() || !not_regular_file(path).empty()) return 0;  // no cache: the peak is measured
   std::ifstream f(path);
   std::string line;
@@ -61,8 +53,7 @@ double read_cached_peak(const std::string& key, std::string* when) {
 
 namespace {
 // The cache without the key's line, plus `line` when it is not empty.
-bool rewrite_cache(const std::string& key, const std::string& line_for_key) {
-  const std::string path = peak_cache_path();
+bool rewrite_cache(const std::string& path, const std::string& key, const std::string& line_for_key) {
   if (path.empty()) return false;
   std::error_code ec;
   std::filesystem::create_directories(std::filesystem::path(path).parent_path(), ec);
@@ -74,10 +65,10 @@ bool rewrite_cache(const std::string& key, const std::string& line_for_key) {
 }
 }  // namespace
 
-bool write_cached_peak(const std::string& key, double gflops) {
-  return rewrite_cache(key, key + "\t" + std::to_string(gflops) + "\t" + utc_time("%Y-%m-%d %H:%M UTC") + "\n");
+bool write_cached_peak(const std::string& file, const std::string& key, double gflops) {
+  return rewrite_cache(file, key, key + "\t" + std::to_string(gflops) + "\t" + utc_time("%Y-%m-%d %H:%M UTC") + "\n");
 }
 
-bool forget_cached_peak(const std::string& key) { return rewrite_cache(key, ""); }
+bool forget_cached_peak(const std::string& file, const std::string& key) { return rewrite_cache(file, key, ""); }
 
 }  // namespace trainer

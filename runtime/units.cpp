@@ -41,6 +41,8 @@ std::string format_count(double v) {
   return format_number(v);
 }
 
+std::string format_gb(double bytes) { return fmt("%.2f GB", bytes / 1e9); }
+
 std::string format_duration(double s) {
   if (!std::isfinite(s)) return "-";
   if (s < 120) return format_number(s) + " s";

@@ -1,7 +1,8 @@
 #pragma once
 // Units and how people read numbers, in one place for every command, the
-// step log and the report: bytes in MiB and GiB (what every "MB" and "GB" the
-// trainer prints means), and numbers, counts and durations as text.
+// step log and the report: bytes in MiB and GiB (the "MB" of memory tables,
+// metrics and checkpoint sizes), and numbers, counts, sizes and durations as
+// text.
 #include <string>
 
 namespace trainer {
@@ -15,6 +16,8 @@ inline double gib(double bytes) { return bytes / kGiB; }
 std::string format_number(double v);
 // A count with a k, M or G suffix: "350 k", "2.731 M" (parameters, tokens).
 std::string format_count(double v);
+// "2.40 GB": decimal gigabytes, as the memory pre-flight's messages give them.
+std::string format_gb(double bytes);
 // "45.5 s" below 2 minutes, "12.5 min" below 2 hours, else "3.1 h".
 std::string format_duration(double seconds);
 

@@ -2,7 +2,7 @@
 # Installs the Debian packages the trainer needs, skipping those present.
 #   scripts/setup.sh          build + run (compiler, CMake, MPI, HDF5, toml++, OpenBLAS)
 #   scripts/setup.sh test     also GoogleTest, the PyTorch/h5py reference stack and
-#                             Slurm + munge (a real single-node Slurm for tests/slurm_check.sh),
+#                             Slurm + munge (a real single-node Slurm for tests/slurm_check.py),
 #                             and Chromium (renders `trainer report`'s page headless in a test)
 # Where the CUDA toolkit is installed (nvcc), it also fetches the cuDNN C++
 # frontend headers the CUDA backend compiles against (not in Debian): a pinned

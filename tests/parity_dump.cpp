@@ -47,7 +47,7 @@ int main(int argc, char** argv) {
   AdamWConfig ac;  // beta 0.9/0.95, eps 1e-8, weight decay 0.1
 
   CpuBackend be(1);
-  Transformer model(be, c, B);
+  Transformer model(be, c, single_rank_layout(B), ChunkLayout{});
   {
     std::vector<float> init(model.num_params());
     init_params(model.layout(), c, 7, init.data());

@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "app/environment.h"
 #include "runtime/cpu/cpu_backend.h"
 #include "runtime/cuda/cuda_backend.h"
 #include "runtime/cuda/cuda_device.h"
@@ -35,11 +36,11 @@ TEST(CudaDevice, RanksMapToDevicesRoundRobinAndSharingIsReported) {
 
 TEST(CudaDevice, LocalRankComesFromTheLauncher) {
   for (const char* v : {"OMPI_COMM_WORLD_LOCAL_RANK", "SLURM_LOCALID", "LOCAL_RANK"}) unsetenv(v);
-  EXPECT_EQ(cuda::local_rank_from_env(), -1);
+  EXPECT_EQ(launcher_local_rank(), -1);
   setenv("SLURM_LOCALID", "5", 1);
-  EXPECT_EQ(cuda::local_rank_from_env(), 5);
+  EXPECT_EQ(launcher_local_rank(), 5);
   setenv("OMPI_COMM_WORLD_LOCAL_RANK", "2", 1);  // Open MPI's wins when both are set
-  EXPECT_EQ(cuda::local_rank_from_env(), 2);
+  EXPECT_EQ(launcher_local_rank(), 2);
   unsetenv("SLURM_LOCALID");
   unsetenv("OMPI_COMM_WORLD_LOCAL_RANK");
 }

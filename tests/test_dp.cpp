@@ -10,7 +10,7 @@
 #include <filesystem>
 
 #include "app/recipe.h"
-#include "engine/train_loop.h"
+#include "engine/rank_step.h"
 #include "tests/mpi_test_main.h"
 #include "parallel/mpi_communicator.h"
 #include "parallel/solo_communicator.h"
@@ -62,7 +62,7 @@ TrainResult train(Arch arch, MPI_Comm comm) {
   TokenDataset ds({g_data}, r.model.seq_len, r.model.vocab_size);
   ParallelGroups groups;
   groups.dp = {&dp, &dp_control};
-  TrainLoop loop(be, groups, r, Blend::single(ds));
+  RankStep loop(be, groups, r, Blend::single(ds));
   TrainResult out;
   for (int s = 0; s < r.training.steps; s++) out.losses.push_back(loop.step().loss);
   out.params = host_copy(be, loop.model().params().ref(), loop.model().num_params());

@@ -15,7 +15,7 @@
 
 #include "app/recipe.h"
 #include "engine/layout.h"
-#include "engine/train_loop.h"
+#include "engine/rank_step.h"
 #include "tests/mpi_test_main.h"
 #include "parallel/process_grid.h"
 #include "runtime/cpu/cpu_backend.h"
@@ -108,7 +108,7 @@ void global_grads(Backend& be, Transformer& m, ControlComm& tp, std::map<std::st
 // Every gradient of the model in global shape on every rank of `comm`: the
 // pieces of each pipeline stage (from its first dp and tp rank) are summed
 // into zero-filled buffers, which copies them exactly.
-std::map<std::string, std::vector<float>> model_grads(Backend& be, TrainLoop& loop, ProcessGrid& grid,
+std::map<std::string, std::vector<float>> model_grads(Backend& be, RankStep& loop, ProcessGrid& grid,
                                                       const std::map<std::string, std::vector<float>>& shapes,
                                                       MPI_Comm comm) {
   std::map<std::string, std::vector<float>> mine;
@@ -143,7 +143,7 @@ Result run(const Layout& l, MPI_Comm world) {
     CpuBackend be(1);
     TokenDataset ds({g_data}, r.model.seq_len, r.model.vocab_size);
     {
-      TrainLoop grads_only(be, groups_of(grid), r, Blend::single(ds));
+      RankStep grads_only(be, groups_of(grid), r, Blend::single(ds));
       grads_only.compute_gradients();
       if (g_shapes.empty()) {  // the one-process reference defines the names
         for (auto& m : grads_only.chunks()) global_grads(be, *m, grid.control(ProcessGrid::Tp), g_shapes);
@@ -153,7 +153,7 @@ Result run(const Layout& l, MPI_Comm world) {
       res.params_per_rank = grads_only.model().num_params();
     }
     be.reset_memory_peaks();
-    TrainLoop loop(be, groups_of(grid), r, Blend::single(ds));
+    RankStep loop(be, groups_of(grid), r, Blend::single(ds));
     res.stage = grid.coords().pp;
     for (int s = 0; s < r.training.steps; s++) {
       const StepStats st = loop.step();
@@ -469,7 +469,7 @@ TEST(HostSyncs, TwoPerTrainingStepInEveryLayout) {
     ProcessGrid grid(comm, r.parallel.grid);
     CpuBackend be(1);
     TokenDataset ds({g_data}, r.model.seq_len, r.model.vocab_size);
-    TrainLoop loop(be, groups_of(grid), r, Blend::single(ds));
+    RankStep loop(be, groups_of(grid), r, Blend::single(ds));
     for (int s = 0; s < r.training.steps; s++) {
       const uint64_t before = be.host_syncs();
       const StepStats st = loop.step();  // on every rank of the layout
@@ -496,7 +496,7 @@ TEST(DataCursor, EveryPipelineStageFollowsTheSteps) {
   ProcessGrid grid(comm, r.parallel.grid);
   CpuBackend be(1);
   TokenDataset ds({g_data}, r.model.seq_len, r.model.vocab_size);
-  TrainLoop loop(be, groups_of(grid), r, Blend::single(ds));
+  RankStep loop(be, groups_of(grid), r, Blend::single(ds));
   for (int s = 0; s < r.training.steps; s++) loop.step();
   EXPECT_EQ(loop.data_cursor(), (uint64_t)r.training.steps * r.training.global_batch)
       << "stage " << grid.coords().pp;

@@ -2,6 +2,7 @@
 
 #include "runtime/cpu/cpu_kernels.h"
 #include "runtime/cpu/f32_args.h"
+#include "runtime/units.h"
 
 #include <cblas.h>
 #include <omp.h>
@@ -55,8 +56,8 @@ void* CpuBackend::allocate(size_t bytes_wanted, Mem kind, Space space) {
   if (!p) {
     char b[200];
     std::snprintf(b, sizeof b, "out of memory: allocating %.1f MB of %s failed (%.1f MB allocated so far); "
-                  "`trainer plan RECIPE` shows what each category needs", bytes / 1048576.0, mem_name(kind),
-                  mem_.stats().total_current / 1048576.0);
+                  "`trainer plan RECIPE` shows what each category needs", mib(bytes), mem_name(kind),
+                  mib(mem_.stats().total_current));
     throw std::runtime_error(b);
   }
   std::memset(p, 0, bytes_wanted);

@@ -8,6 +8,7 @@
 #include <string>
 
 #include "runtime/cuda/cuda_check.h"
+#include "runtime/units.h"
 
 namespace trainer::cuda {
 
@@ -15,7 +16,7 @@ namespace {
 size_t round_up(size_t b) { return b ? (b + 511) / 512 * 512 : 512; }
 std::string mb(size_t b) {
   char s[32];
-  std::snprintf(s, sizeof s, "%.1f MB", b / 1048576.0);
+  std::snprintf(s, sizeof s, "%.1f MB", mib(b));
   return s;
 }
 }  // namespace

@@ -34,7 +34,6 @@ class CachingAllocator {
   void* allocate(size_t bytes, Mem kind);
   void* allocate_pinned(size_t bytes);
   void release(void* p);
-  size_t cached_bytes() const { return cached_; }
   void free_cached();  // returns every cached block to the driver
 
  private:

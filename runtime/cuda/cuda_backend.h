@@ -93,8 +93,6 @@ class CudaBackend final : public Backend {
   void adamw(float* p, const float* g, float* m, float* v, size_t n, float lr, float beta1, float beta2,
              float eps, float weight_decay, float bias_corr1, float bias_corr2, float grad_scale, Ref copy = Ref()) override;
 
-  size_t attention_graphs() const { return sdpa_ ? sdpa_->graphs() : 0; }
-
  protected:
   void* allocate(size_t bytes, Mem kind, Space space) override;
   void release(void* p) override;

@@ -30,12 +30,6 @@ std::string no_device_reason() {
   return std::string("no usable GPU: ") + cudaGetErrorString(e);
 }
 
-int local_rank_from_env() {
-  for (const char* v : {"OMPI_COMM_WORLD_LOCAL_RANK", "SLURM_LOCALID", "LOCAL_RANK"})
-    if (const char* s = std::getenv(v); s && *s) return std::atoi(s);
-  return -1;
-}
-
 DeviceChoice choose_device(int local_rank, int ranks_on_node, int devices) {
   DeviceChoice c;
   if (devices <= 0) return c;
@@ -45,7 +39,7 @@ DeviceChoice choose_device(int local_rank, int ranks_on_node, int devices) {
 }
 
 DeviceChoice device_for_rank(int local_rank, int ranks_on_node) {
-  return choose_device(local_rank >= 0 ? local_rank : local_rank_from_env(), ranks_on_node, device_count());
+  return choose_device(local_rank, ranks_on_node, device_count());
 }
 
 DeviceInfo device_info(int device) {

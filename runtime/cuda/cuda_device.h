@@ -13,11 +13,6 @@ int device_count();
 // Why there is no GPU, in a sentence, or "" when there is one.
 std::string no_device_reason();
 
-// The rank's index on its node from Open MPI's, Slurm's or torchrun's
-// variables (OMPI_COMM_WORLD_LOCAL_RANK, SLURM_LOCALID, LOCAL_RANK); -1 when
-// none is set.
-int local_rank_from_env();
-
 // The device for node-local rank `local_rank` of `ranks_on_node` ranks, with
 // `devices` GPUs: local_rank % devices. `shared` says whether more ranks
 // than GPUs run on the node (then NCCL cannot be used; see parallel/).
@@ -26,7 +21,8 @@ struct DeviceChoice {
   bool shared = false;
 };
 DeviceChoice choose_device(int local_rank, int ranks_on_node, int devices);
-// This rank's choice among the GPUs present (local_rank < 0: from the launcher).
+// This rank's choice among the GPUs present (local_rank: the launcher's,
+// app/environment.h; < 0: a single process, device 0).
 DeviceChoice device_for_rank(int local_rank, int ranks_on_node);
 
 struct DeviceInfo {

@@ -152,8 +152,6 @@ CudnnSdpa::~CudnnSdpa() {
   if (impl_->handle) cudnnDestroy(impl_->handle);
 }
 
-size_t CudnnSdpa::graphs() const { return impl_->graphs.size(); }
-
 std::string CudnnSdpa::version() {
   const size_t v = cudnnGetVersion();
   return std::to_string(v / 10000) + "." + std::to_string(v / 100 % 100) + "." + std::to_string(v % 100) +

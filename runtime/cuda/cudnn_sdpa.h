@@ -39,7 +39,6 @@ class CudnnSdpa {
   // dqkv [B*T, row] bf16 (overwritten) from dout, out and lse of the forward.
   void backward(cudaStream_t s, void* dqkv, const void* dout, const void* qkv, const void* out, const float* lse,
                 const AttentionShape& sh, const SdpaWorkspace& ws);
-  size_t graphs() const;
   static std::string version();
 
  private:

@@ -67,7 +67,7 @@ inline cudaError_t cudaPeekAtLastError() { return cudaSuccess; }
 inline const char* cudaGetErrorString(cudaError_t) { return "no error"; }
 
 // bf16: the 16 top bits of an fp32, rounded to nearest even (NaN stays NaN).
-// tests/test_cuda_cpu.cpp holds these against the CUDA toolkit's own
+// tests/cuda_cpu/test_cuda_cpu.cpp holds these against the CUDA toolkit's own
 // cuda_bf16.h.
 struct __nv_bfloat16 {
   unsigned short x;

@@ -71,7 +71,7 @@ TEST(CudaCpuModel, ATrainingStepMatchesTheCpuBackend) {
       std::vector<float> grads;
     };
     const auto step = [&](Backend& be) {
-      Transformer m(be, c, B, TensorParallel{}, ChunkSpec{}, 1, RecomputeConfig{}, DType::F32);
+      Transformer m(be, c, single_rank_layout(B, DType::F32), ChunkLayout{});
       std::vector<float> host(m.num_params());
       init_params(m.layout(), c, 3, host.data());
       be.from_host(m.params().ref(), host.data(), host.size());

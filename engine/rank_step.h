@@ -11,8 +11,6 @@
 #include <memory>
 #include <vector>
 
-#include <mpi.h>
-
 #include "engine/checkpoint_staging.h"
 #include "engine/grad_buckets.h"
 #include "engine/pipeline_executor.h"
@@ -22,6 +20,7 @@
 #include "data/loader.h"
 #include "engine/grad_reduce.h"
 #include "model/adamw.h"
+#include "model/text_ends.h"
 #include "model/transformer.h"
 #include "parallel/comm_stats.h"
 #include "parallel/communicator.h"
@@ -78,11 +77,13 @@ struct ParallelGroups {
 };
 ParallelGroups groups_of(ProcessGrid& grid);
 
-class TrainLoop {
+class RankStep {
  public:
-  // val: no sources for none. The datasets must outlive the loop.
-  TrainLoop(Backend& be, ParallelGroups groups, const Recipe& r, Blend train, Blend val = Blend());
-  ~TrainLoop();
+  // val: no sources for none. The datasets must outlive the step.
+  RankStep(Backend& be, ParallelGroups groups, const Recipe& r, Blend train, Blend val = Blend());
+  ~RankStep();
+  // What this rank holds (engine/layout.h): its micro-batch and chunks.
+  const RankLayout& layout() const { return layout_; }
   StepStats step();
   // The first half of step(): gradients of the next global batch, reduced
   // over TP (sequence-parallel partials), tied copies and DP, not yet clipped
@@ -123,7 +124,9 @@ class TrainLoop {
   void load_checkpoint(const std::string& step_dir);
   // Weights from a Hugging Face model directory (checkpoint.init_from), in
   // this layout; the optimizer, step and data cursor stay at their start.
-  void init_from_hf(const std::string& dir);
+  // data_ends: the special ids of the training data's tokenizer, which the
+  // model's must equal (unknown: not checked).
+  void init_from_hf(const std::string& dir, const TextEnds& data_ends);
   // Bytes this rank's file of a checkpoint takes (0 on ranks that write none).
   size_t checkpoint_file_bytes();
   // on_nan = "rollback": weights, AdamW state and step from step_dir, but the
@@ -178,6 +181,7 @@ class TrainLoop {
   const Recipe& r_;
   Blend train_, val_;
   PipelineSpec pipe_;
+  RankLayout layout_;  // this rank's (engine/layout.h): what its chunks are built from
   int stage_ = 0;
   Chunks chunks_;
   std::vector<std::unique_ptr<AdamW>> opts_;

@@ -1,4 +1,4 @@
-#include "engine/train_loop.h"
+#include "engine/rank_step.h"
 
 #include <algorithm>
 #include <chrono>
@@ -10,12 +10,12 @@
 
 #include "ckpt/hf_import.h"
 #include "data/dataset.h"
-#include "data/tokenizer.h"
 #include "engine/layout.h"
 #include "model/init.h"
 #include "model/lr_schedule.h"
 #include "parallel/process_grid.h"
 #include "runtime/errors.h"
+#include "runtime/units.h"
 
 namespace trainer {
 
@@ -37,8 +37,7 @@ ParallelGroups groups_of(ProcessGrid& g) {
           &g.data(G::Embed)};
 }
 
-TrainLoop::TrainLoop(Backend& be, ParallelGroups groups, const Recipe& r,
-                     Blend train, Blend val)
+RankStep::RankStep(Backend& be, ParallelGroups groups, const Recipe& r, Blend train, Blend val)
     : be_(be), dp_(*groups.dp.data), tp_(counted(groups.tp.data)), pp_(counted(groups.pp.data)),
       dp_control_(groups.dp.control), pp_control_(pp_ ? groups.pp.control : nullptr),
       tp_control_(tp_ ? groups.tp.control : nullptr), embed_(groups.embed), compute_(r.training.precision),
@@ -50,10 +49,10 @@ TrainLoop::TrainLoop(Backend& be, ParallelGroups groups, const Recipe& r,
   std::vector<float> host;
   size_t total = 0, largest = 0;
   zero_ = r.parallel.zero_sharded();
-  for (const ChunkLayout& ch : rank_layout(r, stage_).chunks) {
-    chunks_.push_back(std::make_unique<Transformer>(
-        be, r.model, r.training.micro_batch, TensorParallel{tp_.get(), tp_control_, r.parallel.sequence_parallel},
-        ch.spec, ch.slots, r.recompute, compute_));
+  layout_ = rank_layout(r, stage_);
+  for (const ChunkLayout& ch : layout_.chunks) {
+    chunks_.push_back(
+        std::make_unique<Transformer>(be, r.model, layout_, ch, TensorParallel{tp_.get(), tp_control_}, r.recompute));
     Transformer& m = *chunks_.back();
     m.keep_losses_on_device(true);  // read once per step, with the gradient norm
     // Every replica and layout draws the same initial weights from the run seed.
@@ -76,15 +75,15 @@ TrainLoop::TrainLoop(Backend& be, ParallelGroups groups, const Recipe& r,
   make_loader(0);
 }
 
-TrainLoop::~TrainLoop() = default;
+RankStep::~RankStep() = default;
 
 // Gradients that change after the backward wait for finish(): a tied
 // embedding's copies (summed over the embedding group first) and, under
 // sequence parallelism, the partial gradients summed over TP.
-void TrainLoop::make_buckets() {
+void RankStep::make_buckets() {
   const bool sp = r_.parallel.sequence_parallel && tp_, tied = r_.model.tie_embeddings && embed_ && embed_->size() > 1;
   buckets_ = std::make_unique<GradBuckets>(
-      be_, chunks_, dp_, &grad_wire_, (size_t)(r_.parallel.dp_bucket_mb * 1048576),
+      be_, chunks_, dp_, &grad_wire_, (size_t)(r_.parallel.dp_bucket_mb * kMiB),
       [sp, tied](const ParamInfo& p) { return (sp && p.seq_partial_grad) || (tied && p.name == "embed.tok"); });
   if (r_.parallel.dp_overlap)
     executor_->set_final_backward_hook([this](int c, size_t from) {
@@ -92,9 +91,9 @@ void TrainLoop::make_buckets() {
     });
 }
 
-void TrainLoop::make_loader(uint64_t start_position) {
+void RankStep::make_loader(uint64_t start_position) {
   LoaderConfig lc;
-  lc.micro_batch = r_.training.micro_batch;
+  lc.micro_batch = layout_.micro_batch;
   lc.micro_batches = pipe_.micro_batches;
   lc.dp_rank = dp_.rank();
   lc.dp_size = dp_.size();
@@ -108,7 +107,7 @@ void TrainLoop::make_loader(uint64_t start_position) {
   if (reads_data) loader_ = std::make_unique<Loader>(train_, lc);
 }
 
-TrainingState TrainLoop::training_state() const {
+TrainingState RankStep::training_state() const {
   TrainingState st;
   st.step = step_;
   st.samples = cursor_;
@@ -117,20 +116,20 @@ TrainingState TrainLoop::training_state() const {
   return st;
 }
 
-std::string TrainLoop::save_checkpoint(const std::string& dir, int keep, ControlComm& world,
+std::string RankStep::save_checkpoint(const std::string& dir, int keep, ControlComm& world,
                                        const std::string& recipe_text,
                                        const std::function<void(const char*)>& at_point) {
   return staging_->save(dir, training_state(), keep, world, recipe_text, at_point);
 }
 
-void TrainLoop::start_async_save(const std::string& dir, int keep, ControlComm& world,
+void RankStep::start_async_save(const std::string& dir, int keep, ControlComm& world,
                                  const std::string& recipe_text) {
   staging_->start_async(dir, training_state(), keep, world, recipe_text);
 }
 
-size_t TrainLoop::checkpoint_file_bytes() { return staging_->file_bytes(); }
+size_t RankStep::checkpoint_file_bytes() { return staging_->file_bytes(); }
 
-void TrainLoop::load_checkpoint(const std::string& step_dir) {
+void RankStep::load_checkpoint(const std::string& step_dir) {
   const TrainingState st = read_manifest(step_dir, true);
   if (st.samples % r_.training.global_batch != 0 && st.step > 0)
     throw CheckpointError(step_dir + ": its data cursor (" + std::to_string(st.samples) +
@@ -143,26 +142,12 @@ void TrainLoop::load_checkpoint(const std::string& step_dir) {
   make_loader(st.samples);
 }
 
-namespace {
-// The special ids of the tokenizer that made the training data (its
-// data_info.json), which an imported model's must equal. Unknown (nothing
-// to check) when no tokenizer is recorded or it cannot be loaded here.
-TextEnds data_text_ends(const Recipe& r) {
-  try {
-    const std::string spec = r.data.train.empty() ? "" : recorded_tokenizer(r.data.train.front().path);
-    return spec.empty() ? TextEnds{} : make_tokenizer(spec)->ends;
-  } catch (const UserError&) {
-    return {};
-  }
-}
-}  // namespace
-
-void TrainLoop::init_from_hf(const std::string& dir) {
-  staging_->load_params(import_hf_dir(dir, r_.model, data_text_ends(r_)), dir);
+void RankStep::init_from_hf(const std::string& dir, const TextEnds& data_ends) {
+  staging_->load_params(import_hf_dir(dir, r_.model, data_ends), dir);
   for (auto& m : chunks_) m->sync_compute_weights();
 }
 
-long TrainLoop::rollback(const std::string& step_dir) {
+long RankStep::rollback(const std::string& step_dir) {
   const uint64_t here = cursor_;
   load_checkpoint(step_dir);
   const uint64_t there = cursor_;
@@ -178,7 +163,7 @@ double StepStats::comm_ms() const {
 }
 
 // Micro-batches are first needed in order; the wait on the loader is timed.
-const Batch& TrainLoop::next_batch(std::map<int, Batch>& batches, int mb, double* wait_ms) {
+const Batch& RankStep::next_batch(std::map<int, Batch>& batches, int mb, double* wait_ms) {
   while ((int)batches.size() <= mb) {
     const int k = (int)batches.size();
     const auto t0 = Clock::now();
@@ -190,11 +175,11 @@ const Batch& TrainLoop::next_batch(std::map<int, Batch>& batches, int mb, double
   return batches[mb];
 }
 
-void TrainLoop::compute_gradients(StepStats* stats) {
+void RankStep::compute_gradients(StepStats* stats) {
   StepStats local;
   StepStats& st = stats ? *stats : local;
   const int accum = pipe_.micro_batches;
-  const int tokens_per_micro = r_.training.micro_batch * r_.model.seq_len;
+  const int tokens_per_micro = layout_.micro_batch * r_.model.seq_len;
   // Each token's loss gradient is pre-scaled so that summing over micro-batches
   // and DP ranks yields the gradient of the mean loss over the global batch.
   const float grad_scale = 1.0f / ((float)tokens_per_micro * accum * dp_.size());
@@ -233,19 +218,19 @@ void TrainLoop::compute_gradients(StepStats* stats) {
   cursor_ += r_.training.global_batch;
 }
 
-StepSums TrainLoop::read_sums() {
+StepSums RankStep::read_sums() {
   const ZeroShard shard{dp_.rank(), dp_.size(), dp_control_};
   return read_step_sums(be_, chunks_, zero_ ? &shard : nullptr, tp_control_, pp_control_);
 }
 
-double TrainLoop::grad_sumsq() { return read_sums().grad_sumsq; }
+double RankStep::grad_sumsq() { return read_sums().grad_sumsq; }
 
-void TrainLoop::poison_weights() {
+void RankStep::poison_weights() {
   const float nan = std::numeric_limits<float>::quiet_NaN();
   be_.from_host(chunks_.front()->params().ref(), &nan, 1);
 }
 
-bool TrainLoop::weights_finite() {
+bool RankStep::weights_finite() {
   double s = 0;  // a NaN or inf weight makes the sum of squares NaN or inf
   for (auto& c : chunks_) s += be_.sumsq(c->params().ref(0).f32(), c->params().count());
   return std::isfinite(s);
@@ -253,15 +238,15 @@ bool TrainLoop::weights_finite() {
 
 // The mean loss over the global batch from this rank's summed per-token
 // losses (nonzero on the last stage only): the same value on every rank.
-double TrainLoop::mean_loss(double loss_sum) {
-  const int tokens_per_micro = r_.training.micro_batch * r_.model.seq_len;
+double RankStep::mean_loss(double loss_sum) {
+  const int tokens_per_micro = layout_.micro_batch * r_.model.seq_len;
   double loss = loss_sum / ((double)tokens_per_micro * pipe_.micro_batches);
   dp_control_->allreduce_sum(&loss, 1);
   if (pp_control_) pp_control_->allreduce_sum(&loss, 1);
   return loss / dp_.size();
 }
 
-StepStats TrainLoop::step() {
+StepStats RankStep::step() {
   const auto t0 = Clock::now();
   dp_.counters().reset();
   if (tp_) tp_->counters().reset();
@@ -299,7 +284,7 @@ StepStats TrainLoop::step() {
 }
 
 // Every stage's compute, wait, span and peak in flight, in stage order.
-void TrainLoop::record_stage_times(StepStats& s) {
+void RankStep::record_stage_times(StepStats& s) {
   const float mine[4] = {(float)s.compute_ms, (float)s.pipe_wait_ms, (float)s.span_ms,
                          (float)s.peak_in_flight};
   std::vector<float> all(4 * pipe_.stages);
@@ -314,12 +299,12 @@ void TrainLoop::record_stage_times(StepStats& s) {
 }
 
 // Forward only, one micro-batch at a time through the virtual pipeline.
-TrainLoop::Evaluation TrainLoop::evaluate() {
+RankStep::Evaluation RankStep::evaluate() {
   Evaluation ev;
   if (val_.sources().empty()) return ev;
   const std::vector<double> shares = val_.shares();
   ev.overall = 0;
-  const size_t reads = (size_t)r_.training.eval_batches * r_.training.micro_batch * dp_.size();
+  const size_t reads = (size_t)r_.training.eval_batches * layout_.micro_batch * dp_.size();
   for (size_t j = 0; j < val_.sources().size(); j++) {
     const BlendSource& s = val_.sources()[j];
     const double loss = evaluate(*s.data);
@@ -332,9 +317,9 @@ TrainLoop::Evaluation TrainLoop::evaluate() {
   return ev;
 }
 
-double TrainLoop::evaluate(const TokenDataset& data) {
+double RankStep::evaluate(const TokenDataset& data) {
   LoaderConfig lc;
-  lc.micro_batch = r_.training.micro_batch;
+  lc.micro_batch = layout_.micro_batch;
   lc.micro_batches = r_.training.eval_batches;
   lc.dp_rank = dp_.rank();
   lc.dp_size = dp_.size();

@@ -1,0 +1,41 @@
+#pragma once
+// What one rank holds of a model, in one struct that both the model is built
+// from (model/transformer.h) and its memory is planned from
+// (model/memory_plan.h): the micro-batch, the parallel sizes, the compute
+// type and the model chunks with the micro-batches each keeps in flight.
+// engine/layout.h makes it from a recipe; tools and tests that run one
+// process use single_rank_layout.
+#include <vector>
+
+#include "model/param_registry.h"
+#include "runtime/dtype.h"
+
+namespace trainer {
+
+struct ChunkLayout {
+  ChunkSpec spec;  // layers, embedding, head (last_layer resolved)
+  int slots = 1;   // micro-batches in flight for this chunk
+};
+
+struct RankLayout {
+  int micro_batch = 1, tp = 1, dp = 1, micro_batches = 1, threads = 1;
+  int zero_stage = 0;  // 1: AdamW's state sharded over the dp ranks
+  bool sequence_parallel = false, pipelined = false;
+  DType compute = DType::F32;  // training.precision: activations, messages, the weights products read
+  std::vector<ChunkLayout> chunks;
+  // runtime.backend = "cuda": what only that backend holds is planned too
+  // (MemoryPlan::cuda); with deterministic_attention cuDNN's backward keeps
+  // a workspace quadratic in T.
+  bool cuda = false, deterministic_attention = true;
+};
+
+// One process holding the whole model: no parallelism, one chunk, one
+// micro-batch in flight.
+inline RankLayout single_rank_layout(int micro_batch, DType compute = DType::F32) {
+  RankLayout l;
+  l.micro_batch = micro_batch, l.compute = compute;
+  l.chunks = {ChunkLayout{}};
+  return l;
+}
+
+}  // namespace trainer

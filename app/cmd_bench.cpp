@@ -43,7 +43,7 @@ const char* kBenchUsage =
 void print_bench(const Recipe& r, const std::string& path, const std::vector<BenchRun>& runs, double peak,
                  const std::string& peak_source, int steps, int warmup) {
   std::printf("bench %s: %s, %zu params, micro-batch %d x %d, %d thread(s), %s\n", path.c_str(),
-              arch_name(r.model.arch), runs.front().params, r.training.micro_batch, r.model.seq_len,
+              arch_name(r.model.arch), runs.front().params, runs.front().micro_batch, r.model.seq_len,
               r.runtime.threads, dtype_name(r.training.precision));
   std::printf("  peak           %8.1f GFLOP/s (%s)\n", peak, peak_source.c_str());
   for (const BenchRun& rn : runs) {
@@ -52,9 +52,9 @@ void print_bench(const Recipe& r, const std::string& path, const std::vector<Ben
     const double act_mb = mib(rn.memory.peak[(int)Mem::Activations]);
     const char* mode = recompute_name(rn.mode);
     std::printf("  [recompute %s]\n", mode);
-    std::printf("  step           %8.1f ms fastest, %.1f ms median of %d after %d warm-up (forward %.1f, backward %.1f, optimizer %.1f)\n",
-                best, median_of(rn.wall_ms), steps, warmup, median_of(rn.phase_ms[0]), median_of(rn.phase_ms[1]),
-                median_of(rn.phase_ms[2]));
+    std::printf("  step           %8.1f ms fastest, %.1f ms median of %d after %d warm-up (forward %.1f, backward %.1f, "
+                "optimizer %.1f)\n",
+                best, f.median_ms, steps, warmup, f.median_phase_ms[0], f.median_phase_ms[1], f.median_phase_ms[2]);
     std::printf("  throughput     %8.1f tokens/s, %.1f GFLOP/s model FLOPs\n", tps, achieved);
     std::printf("  MFU            %8.1f%% of that peak\n", 100 * f.mfu);
     if (achieved > peak)
@@ -63,12 +63,12 @@ void print_bench(const Recipe& r, const std::string& path, const std::vector<Ben
     std::printf("  activations    %8.1f MB peak, %.1f MB in all\n", act_mb, mib(rn.memory.total_peak));
     JsonRecord rec;
     rec.add("bench", path).add("params", (long)rn.params).add("threads", r.runtime.threads)
-        .add("sgemm_gflops", peak).add("peak_source", peak_source).add("step_ms", best).add("median_step_ms", median_of(rn.wall_ms))
-        .add("median_step_cpu_ms", median_of(rn.cpu_ms)).add("tokens_per_s", tps)
+        .add("sgemm_gflops", peak).add("peak_source", peak_source).add("step_ms", best).add("median_step_ms", f.median_ms)
+        .add("median_step_cpu_ms", f.median_cpu_ms).add("tokens_per_s", tps)
         .add("model_gflops", achieved).add("mfu", f.mfu).add("mfu_peak_gflops", f.mfu_peak_gflops).add("loss", rn.loss)
         .add("recompute", std::string(mode)).add("activations_mb", act_mb)
         .add("precision", std::string(dtype_name(r.training.precision)))
-        .add("host_syncs_per_step", median_of(rn.host_syncs));
+        .add("host_syncs_per_step", f.host_syncs);
     std::printf("%s\n", rec.str().c_str());
   }
 }

@@ -1,7 +1,7 @@
 #include "engine/throughput_bench.h"
 
-#include <chrono>
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <ctime>
 
@@ -9,6 +9,7 @@
 #include "model/flops.h"
 #include "model/init.h"
 #include "model/transformer.h"
+#include "runtime/metrics.h"
 #include "runtime/rng.h"
 #include "engine/layout.h"
 
@@ -114,6 +115,9 @@ std::vector<BenchRun> bench_training(const Recipe& r, const std::vector<Recomput
 BenchFigures bench_figures(const Recipe& r, const BenchRun& run, double peak_gflops) {
   BenchFigures f;
   f.fastest_ms = *std::min_element(run.wall_ms.begin(), run.wall_ms.end());
+  f.median_ms = median_of(run.wall_ms), f.median_cpu_ms = median_of(run.cpu_ms);
+  for (int k = 0; k < 3; k++) f.median_phase_ms[k] = median_of(run.phase_ms[k]);
+  f.host_syncs = median_of(run.host_syncs);
   f.tokens_per_s = (double)run.micro_batch * r.model.seq_len / (f.fastest_ms / 1e3);
   f.model_gflops = train_flops_per_token(r.model) * f.tokens_per_s / 1e9;
   f.mfu_peak_gflops = std::max(peak_gflops, f.model_gflops);

@@ -31,6 +31,9 @@ struct BenchRun {
 // low, and MFU is against the rate itself, never above 100%.
 struct BenchFigures {
   double fastest_ms = 0, tokens_per_s = 0;
+  double median_ms = 0, median_cpu_ms = 0;  // medians compare configurations
+  double median_phase_ms[3] = {};           // forward, backward, optimizer
+  double host_syncs = 0;                    // per step, the median
   double model_gflops = 0;      // the model's FLOPs per second at that rate
   double mfu_peak_gflops = 0;   // the larger of the peak and model_gflops
   double mfu = 0;

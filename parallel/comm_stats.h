@@ -29,12 +29,7 @@ class CountingDataComm final : public DataComm {
   explicit CountingDataComm(DataComm& inner) : c_(inner) {}
   int rank() const override { return c_.rank(); }
   int size() const override { return c_.size(); }
-  Handle start_allreduce(Ref x, size_t n, ReduceOp op) override;
-  Handle start_reduce_scatter(CRef in, Ref out, size_t n) override;
-  Handle start_allgather(CRef in, Ref out, size_t n) override;
-  Handle isend(CRef data, size_t n, int peer, int tag) override;
-  Handle irecv(Ref data, size_t n, int peer, int tag) override;
-  void wait(Handle h) override;
+  TRAINER_DATA_COMM_OVERRIDES
   bool test(Handle h) override { return c_.test(h); }
   CommCounters& counters() { return k_; }
 

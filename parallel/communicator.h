@@ -18,21 +18,44 @@
 
 namespace trainer {
 
+// Each kind's operations, declared once here: the interface declares them
+// pure, and an implementation (MPI, NCCL, staged, solo, and the recording and
+// counting decorators) declares them all with TRAINER_CONTROL_COMM_OVERRIDES
+// or TRAINER_DATA_COMM_OVERRIDES, defining each in its .cpp.
+//   allreduce_sum/max  in place, across the group
+//   allgather          out[size * n] = every rank's in[n], in rank order
+#define TRAINER_CONTROL_COMM_OPERATIONS(DECLARE)                \
+  DECLARE(void, allreduce_sum, (float* x, size_t n))            \
+  DECLARE(void, allreduce_sum, (double* x, size_t n))           \
+  DECLARE(void, allreduce_max, (float* x, size_t n))            \
+  DECLARE(void, allreduce_max, (double* x, size_t n))           \
+  DECLARE(void, allgather, (const float* in, float* out, size_t n)) \
+  DECLARE(void, allgather_bytes, (const void* in, void* out, size_t bytes)) \
+  DECLARE(void, broadcast, (void* data, size_t bytes, int root)) \
+  DECLARE(void, barrier, ())
+//   start_allreduce       in place: x[n] becomes the element-wise op over the group
+//   start_reduce_scatter  out[n] = this rank's block of the element-wise sum of every in[size * n]
+//   start_allgather       out[size * n] = every rank's in[n], in rank order
+//   isend, irecv          point-to-point (pipeline stages)
+//   wait                  completes a started operation
+#define TRAINER_DATA_COMM_OPERATIONS(DECLARE)                    \
+  DECLARE(Handle, start_allreduce, (Ref x, size_t n, ReduceOp op)) \
+  DECLARE(Handle, start_reduce_scatter, (CRef in, Ref out, size_t n)) \
+  DECLARE(Handle, start_allgather, (CRef in, Ref out, size_t n)) \
+  DECLARE(Handle, isend, (CRef data, size_t n, int peer, int tag)) \
+  DECLARE(Handle, irecv, (Ref data, size_t n, int peer, int tag)) \
+  DECLARE(void, wait, (Handle h))
+#define TRAINER_COMM_PURE_(ret, name, params) virtual ret name params = 0;
+#define TRAINER_COMM_OVERRIDE_(ret, name, params) ret name params override;
+#define TRAINER_CONTROL_COMM_OVERRIDES TRAINER_CONTROL_COMM_OPERATIONS(TRAINER_COMM_OVERRIDE_)
+#define TRAINER_DATA_COMM_OVERRIDES TRAINER_DATA_COMM_OPERATIONS(TRAINER_COMM_OVERRIDE_)
+
 class ControlComm {
  public:
   virtual ~ControlComm() = default;
   virtual int rank() const = 0;
   virtual int size() const = 0;
-  // In-place reductions across the group.
-  virtual void allreduce_sum(float* x, size_t n) = 0;
-  virtual void allreduce_sum(double* x, size_t n) = 0;
-  virtual void allreduce_max(float* x, size_t n) = 0;
-  virtual void allreduce_max(double* x, size_t n) = 0;
-  // out[size * n] = concatenation of every rank's in[n], in rank order.
-  virtual void allgather(const float* in, float* out, size_t n) = 0;
-  virtual void allgather_bytes(const void* in, void* out, size_t bytes) = 0;
-  virtual void broadcast(void* data, size_t bytes, int root) = 0;
-  virtual void barrier() = 0;
+  TRAINER_CONTROL_COMM_OPERATIONS(TRAINER_COMM_PURE_)
 };
 
 enum class ReduceOp { Sum, Max };
@@ -40,19 +63,14 @@ enum class ReduceOp { Sum, Max };
 class DataComm {
  public:
   using Handle = long;
+  DataComm() = default;
   virtual ~DataComm() = default;
+  // A communicator owns its operations in flight: never copied.
+  DataComm(const DataComm&) = delete;
+  DataComm& operator=(const DataComm&) = delete;
   virtual int rank() const = 0;
   virtual int size() const = 0;
-  // In place: x[n] becomes the element-wise op over the group.
-  virtual Handle start_allreduce(Ref x, size_t n, ReduceOp op) = 0;
-  // out[n] = this rank's block of the element-wise sum of every in[size * n].
-  virtual Handle start_reduce_scatter(CRef in, Ref out, size_t n) = 0;
-  // out[size * n] = every rank's in[n], in rank order.
-  virtual Handle start_allgather(CRef in, Ref out, size_t n) = 0;
-  // Point-to-point (pipeline stages).
-  virtual Handle isend(CRef data, size_t n, int peer, int tag) = 0;
-  virtual Handle irecv(Ref data, size_t n, int peer, int tag) = 0;
-  virtual void wait(Handle h) = 0;
+  TRAINER_DATA_COMM_OPERATIONS(TRAINER_COMM_PURE_)
   // Whether h has completed, without blocking; it drives the transfer on
   // (MPI progresses non-blocking collectives only inside MPI calls). A
   // completed handle still takes its wait(). Default: unknown, false.

@@ -16,14 +16,7 @@ class MpiControlComm final : public ControlComm {
   explicit MpiControlComm(MPI_Comm comm);
   int rank() const override { return rank_; }
   int size() const override { return size_; }
-  void allreduce_sum(float* x, size_t n) override;
-  void allreduce_sum(double* x, size_t n) override;
-  void allreduce_max(float* x, size_t n) override;
-  void allreduce_max(double* x, size_t n) override;
-  void allgather(const float* in, float* out, size_t n) override;
-  void allgather_bytes(const void* in, void* out, size_t bytes) override;
-  void broadcast(void* data, size_t bytes, int root) override;
-  void barrier() override;
+  TRAINER_CONTROL_COMM_OVERRIDES
   MPI_Comm comm() const { return comm_; }
 
  private:
@@ -36,16 +29,9 @@ class MpiDataComm final : public DataComm {
   // Duplicates comm, so its traffic never matches the control communicator's.
   explicit MpiDataComm(MPI_Comm comm);
   ~MpiDataComm() override;
-  MpiDataComm(const MpiDataComm&) = delete;
-  MpiDataComm& operator=(const MpiDataComm&) = delete;
   int rank() const override { return rank_; }
   int size() const override { return size_; }
-  Handle start_allreduce(Ref x, size_t n, ReduceOp op) override;
-  Handle start_reduce_scatter(CRef in, Ref out, size_t n) override;
-  Handle start_allgather(CRef in, Ref out, size_t n) override;
-  Handle isend(CRef data, size_t n, int peer, int tag) override;
-  Handle irecv(Ref data, size_t n, int peer, int tag) override;
-  void wait(Handle h) override;
+  TRAINER_DATA_COMM_OVERRIDES
   bool test(Handle h) override;
 
  private:

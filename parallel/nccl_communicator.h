@@ -28,16 +28,9 @@ class NcclDataComm final : public DataComm {
   // Collective over `control`'s group.
   NcclDataComm(ControlComm& control, CudaBackend& be);
   ~NcclDataComm() override;
-  NcclDataComm(const NcclDataComm&) = delete;
-  NcclDataComm& operator=(const NcclDataComm&) = delete;
   int rank() const override { return rank_; }
   int size() const override { return size_; }
-  Handle start_allreduce(Ref x, size_t n, ReduceOp op) override;
-  Handle start_reduce_scatter(CRef in, Ref out, size_t n) override;
-  Handle start_allgather(CRef in, Ref out, size_t n) override;
-  Handle isend(CRef data, size_t n, int peer, int tag) override;
-  Handle irecv(Ref data, size_t n, int peer, int tag) override;
-  void wait(Handle h) override;
+  TRAINER_DATA_COMM_OVERRIDES
   // Ends every NCCL operation of this process at once (the watchdog calls it
   // before exiting, so no kernel waits forever on a dead peer).
   static void abort_all();

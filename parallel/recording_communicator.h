@@ -24,14 +24,7 @@ class RecordingControlComm final : public ControlComm {
   RecordingControlComm(ControlComm& inner, FlightRecorder& rec, int group, const std::vector<int>& members);
   int rank() const override { return c_.rank(); }
   int size() const override { return c_.size(); }
-  void allreduce_sum(float* x, size_t n) override;
-  void allreduce_sum(double* x, size_t n) override;
-  void allreduce_max(float* x, size_t n) override;
-  void allreduce_max(double* x, size_t n) override;
-  void allgather(const float* in, float* out, size_t n) override;
-  void allgather_bytes(const void* in, void* out, size_t bytes) override;
-  void broadcast(void* data, size_t bytes, int root) override;
-  void barrier() override;
+  TRAINER_CONTROL_COMM_OVERRIDES
 
  private:
   template <class F>
@@ -47,12 +40,7 @@ class RecordingDataComm final : public DataComm {
   RecordingDataComm(DataComm& inner, FlightRecorder& rec, int group, const std::vector<int>& members);
   int rank() const override { return c_.rank(); }
   int size() const override { return c_.size(); }
-  Handle start_allreduce(Ref x, size_t n, ReduceOp op) override;
-  Handle start_reduce_scatter(CRef in, Ref out, size_t n) override;
-  Handle start_allgather(CRef in, Ref out, size_t n) override;
-  Handle isend(CRef data, size_t n, int peer, int tag) override;
-  Handle irecv(Ref data, size_t n, int peer, int tag) override;
-  void wait(Handle h) override;
+  TRAINER_DATA_COMM_OVERRIDES
   bool test(Handle h) override { return c_.test(h); }
 
  private:

@@ -20,6 +20,8 @@ DataComm::Handle SoloDataComm::irecv(Ref, size_t, int peer, int) {
   throw std::logic_error("receive from rank " + std::to_string(peer) + " in a group of one rank");
 }
 
+void SoloDataComm::wait(Handle) {}
+
 GpuDataComm gpu_data_comm(int group_size, bool pipeline_group, bool ranks_share_gpu) {
   if (group_size == 1) return GpuDataComm::Solo;
   if (ranks_share_gpu || pipeline_group) return GpuDataComm::StagedMpi;

@@ -15,12 +15,7 @@ class SoloDataComm final : public DataComm {
   explicit SoloDataComm(Backend& be) : be_(be) {}
   int rank() const override { return 0; }
   int size() const override { return 1; }
-  Handle start_allreduce(Ref x, size_t n, ReduceOp op) override;
-  Handle start_reduce_scatter(CRef in, Ref out, size_t n) override;
-  Handle start_allgather(CRef in, Ref out, size_t n) override;
-  Handle isend(CRef data, size_t n, int peer, int tag) override;
-  Handle irecv(Ref data, size_t n, int peer, int tag) override;
-  void wait(Handle) override {}
+  TRAINER_DATA_COMM_OVERRIDES
   bool test(Handle) override { return true; }
 
  private:

@@ -19,12 +19,7 @@ class StagedDataComm final : public DataComm {
   StagedDataComm(std::unique_ptr<DataComm> host_comm, Backend& be);
   int rank() const override { return inner_->rank(); }
   int size() const override { return inner_->size(); }
-  Handle start_allreduce(Ref x, size_t n, ReduceOp op) override;
-  Handle start_reduce_scatter(CRef in, Ref out, size_t n) override;
-  Handle start_allgather(CRef in, Ref out, size_t n) override;
-  Handle isend(CRef data, size_t n, int peer, int tag) override;
-  Handle irecv(Ref data, size_t n, int peer, int tag) override;
-  void wait(Handle h) override;
+  TRAINER_DATA_COMM_OVERRIDES
 
  private:
   struct Pending {

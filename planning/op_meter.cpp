@@ -44,7 +44,7 @@ void MeteredBackend::op(const char* name, const std::string& shape, double flops
 }
 
 void* MeteredBackend::allocate(size_t bytes, Mem kind, Space space) {
-  if (inner_) return inner_->allocate(bytes, kind, space);
+  if (inner_) return allocate_in(*inner_, bytes, kind, space);
   // Untouched anonymous pages: zero, and no RAM until written (never, here).
   const size_t n = bytes ? bytes : 1;
   void* p = mmap(nullptr, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
@@ -55,7 +55,7 @@ void* MeteredBackend::allocate(size_t bytes, Mem kind, Space space) {
 }
 
 void MeteredBackend::release(void* p) {
-  if (inner_) return inner_->release(p);
+  if (inner_) return release_in(*inner_, p);
   mem_.remove(p);
   for (size_t i = 0; i < maps_.size(); i++)
     if (maps_[i].first == p) {

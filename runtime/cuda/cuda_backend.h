@@ -44,11 +44,9 @@ class CudaBackend final : public Backend {
 
   const MemoryStats& memory() const override { return mem_.stats(); }
   void reset_memory_peaks() override { mem_.reset_peaks(); }
-  void zero(Ref p, size_t n) override;
-  void copy(Ref dst, CRef src, size_t n) override;
-  void convert(Ref dst, CRef src, size_t n) override;
-  void to_host(void* host, CRef src, size_t n) override;
-  void from_host(Ref dst, const void* host, size_t n) override;
+  // Every operation of runtime/backend_ops.inc.
+#define TRAINER_BACKEND_OP TRAINER_BACKEND_OVERRIDE
+#include "runtime/backend_ops.inc"
   void to_host_async(void* host, CRef src, size_t n, Stream s) override;
   void from_host_async(Ref dst, const void* host, size_t n) override;
 
@@ -58,40 +56,7 @@ class CudaBackend final : public Backend {
   bool event_done(const Event& e);  // without waiting
   void synchronize() override;
 
-  void matmul(bool transA, bool transB, int M, int N, int K, float alpha, CRef A, CRef B, float beta,
-              Ref C) override;
   CRef product_operand(CRef x, size_t n, DType dt) override;
-  void add_bias(Ref y, CRef b, int rows, int cols) override;
-  void bias_bwd(float* db, CRef dy, int rows, int cols) override;
-  void add(Ref out, CRef a, CRef b, size_t n) override;
-  void embedding_fwd(Ref out, const int32_t* tokens, int rows, CRef wte, int vocab_offset, int vocab_rows,
-                     int C) override;
-  void embedding_bwd(float* dwte, CRef dout, const int32_t* tokens, int rows, int vocab_offset, int vocab_rows,
-                     int C) override;
-  void position_fwd(Ref out, CRef wpe, int rows, int row_offset, int T, int C) override;
-  void position_bwd(float* dwpe, CRef dout, int rows, int row_offset, int T, int C) override;
-  void layernorm_fwd(Ref out, float* mean, float* rstd, CRef x, CRef w, CRef b, int rows, int C,
-                     float eps) override;
-  void layernorm_bwd(Ref dx, float* dw, float* db, CRef dout, CRef x, CRef w, const float* mean,
-                     const float* rstd, int rows, int C) override;
-  void rmsnorm_fwd(Ref out, float* rstd, CRef x, CRef w, int rows, int C, float eps) override;
-  void rmsnorm_bwd(Ref dx, float* dw, CRef dout, CRef x, CRef w, const float* rstd, int rows, int C) override;
-  void gelu_fwd(Ref out, CRef x, size_t n) override;
-  void gelu_bwd(Ref dx, CRef x, CRef dout, size_t n) override;
-  void swiglu_fwd(Ref out, CRef gate_up, int rows, int F) override;
-  void swiglu_bwd(Ref dgate_up, CRef gate_up, CRef dout, int rows, int F) override;
-  void rope(Ref qkv, const AttentionShape& s, const RopeFreqs& freqs, bool inverse) override;
-  void attention_fwd(Ref out, float* stats, CRef qkv, const AttentionShape& s) override;
-  void attention_bwd(Ref dqkv, CRef dout, CRef qkv, CRef out, const float* stats,
-                     const AttentionShape& s) override;
-  void ce_row_stats(float* max, float* sum, float* target, const float* logits, const int32_t* targets, int rows,
-                    int V, int vocab_offset) override;
-  void ce_rebase(float* sum, const float* max, const float* global_max, int rows) override;
-  void ce_finish(float* losses, float* logits, const int32_t* targets, const float* max, const float* sum,
-                 const float* target, int rows, int V, int vocab_offset, float grad_scale) override;
-  void sumsq_groups(const std::vector<SumSpan>& spans, double* sums, int groups) override;
-  void adamw(float* p, const float* g, float* m, float* v, size_t n, float lr, float beta1, float beta2,
-             float eps, float weight_decay, float bias_corr1, float bias_corr2, float grad_scale, Ref copy = Ref()) override;
 
  protected:
   void* allocate(size_t bytes, Mem kind, Space space) override;

@@ -77,7 +77,7 @@ int cmd_plan(int argc, char** argv) {
   }
   const Recipe r = load_recipe(path, args.overrides, ranks, false);
   ranks = r.parallel.grid.ranks();
-  const double step_flops = train_flops_per_token(r.model) * r.training.global_batch * r.model.seq_len;
+  const double step_flops = train_flops_per_token(r.model) * r.tokens_per_step();
   std::printf("plan %s: %s, %d ranks = dp %d x pp %d x tp %d%s, micro-batch %d x %d, %d micro-batches per step, %s\n",
               path.c_str(), arch_name(r.model.arch), ranks, r.parallel.grid.dp, r.parallel.grid.pp, r.parallel.grid.tp,
               r.parallel.sequence_parallel ? " (sequence parallel)" : "", r.training.micro_batch,

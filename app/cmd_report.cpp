@@ -48,7 +48,7 @@ void add_recipe_facts(const Recipe& r, ReportFacts& f) {
   const ModelConfig& m = r.model;
   f.run_name = r.run.name;
   f.steps = r.training.steps;
-  f.tokens_per_step = (double)r.training.global_batch * m.seq_len;
+  f.tokens_per_step = r.tokens_per_step();
   auto add = [&](const std::string& k, const std::string& v) { f.recipe.emplace_back(k, v); };
   add("model", std::string(arch_name(m.arch)) + ", " + format_count((double)build_params(m).reg.total()) +
                    " parameters");

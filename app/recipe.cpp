@@ -351,7 +351,7 @@ Recipe load_recipe(const std::string& path, const std::vector<std::string>& over
     if (!p.warning) throw RecipeError(p.message);
     r.warnings.push_back(std::move(p.message));
   }
-  for (const std::string& spec : r.fault_specs) {  // [fault]: test-only fault injection (engine/fault.h)
+  for (const std::string& spec : r.fault_specs) {  // [fault]: test-only fault injection (recipe/fault.h)
     try {
       for (Fault& f : parse_faults(spec, "")) r.faults.push_back(std::move(f));
     } catch (const RecipeError& e) {

@@ -9,7 +9,7 @@
 
 #include "data/blend.h"
 #include "data/dataset.h"
-#include "engine/fault.h"
+#include "recipe/fault.h"
 #include "recipe/recipe.h"
 #include "engine/rank_step.h"
 #include "parallel/process_grid.h"

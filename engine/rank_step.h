@@ -141,7 +141,7 @@ class RankStep {
   std::string poll_async_save(ControlComm& world, bool wait) { return staging_->poll_async(world, wait); }
   bool async_save_pending() const { return staging_->async_pending(); }
 
-  // Fault injection (engine/fault.h): a NaN enters this rank's gradients in the
+  // Fault injection (recipe/fault.h): a NaN enters this rank's gradients in the
   // next step, before the data-parallel reduction; each step computes
   // extra_ms longer.
   void poison_next_step() { poison_ = true; }

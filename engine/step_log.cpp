@@ -86,7 +86,7 @@ void StepLoop::log_step(const StepStats& st, const StepExtras& x) {
   const bool log = st.step % r_.training.log_every == 0 || st.step == r_.training.steps || st.step == 1;
   const bool named = x.straggler_report && !x.slow.ranks.empty();  // a quiet report does not force a line
   if (!lead_ || (!log && x.val < 0 && x.ckpt_ms < 0 && !named && !st.nonfinite && !st.spike)) return;
-  const double tps = (double)r_.training.global_batch * r_.model.seq_len / (st.step_ms / 1e3);
+  const double tps = r_.tokens_per_step() / (st.step_ms / 1e3);
   const double mfu = model_flops_utilization(tps);
   JsonRecord rec;
   rec.add(mf::kStep, st.step).add(mf::kLoss, st.loss).add(mf::kLr, st.lr).add(mf::kGradNorm, st.grad_norm)

@@ -103,7 +103,7 @@ int StepLoop::save_for_preemption(int sig) {
   return kExitPreempted;
 }
 
-// Injected faults for the step about to run (engine/fault.h).
+// Injected faults for the step about to run (recipe/fault.h).
 void StepLoop::inject_faults(long next) {
   const FaultPlan& f = job_.faults;
   if (f.empty()) return;

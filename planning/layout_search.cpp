@@ -41,7 +41,7 @@ LayoutSearch search_layouts(const Recipe& base, const std::vector<MachineProfile
   std::stable_sort(s.ranked.begin(), s.ranked.end(), [](const RankedLayout& a, const RankedLayout& b) {
     return a.prediction.step_ms < b.prediction.step_ms;
   });
-  s.tokens_per_step = (double)base.training.global_batch * base.model.seq_len;
+  s.tokens_per_step = base.tokens_per_step();
   s.steps = o.tokens > 0 ? std::ceil(o.tokens / s.tokens_per_step) : (double)base.training.steps;
   if (!s.ranked.empty() && s.ranked.front().prediction.save_s > 0) {
     const StepPrediction& best = s.ranked.front().prediction;

@@ -55,10 +55,11 @@ std::string suggestions(const Recipe& r, int stage, bool writer, double avail) {
     a.runtime.deterministic_attention = false;
     consider(a, "runtime.deterministic_attention = false (no B x H x T^2 attention workspace; reruns differ in the last bits)");
   }
-  if (r.training.micro_batch > 1 && r.training.global_batch / r.parallel.grid.dp <= Recipe::kMaxAccumSteps) {
+  if (r.training.micro_batch > 1) {
     Recipe a = r;
     a.training.micro_batch = 1;
-    consider(a, "training.micro_batch = 1 (global_batch stays; more accumulation)");
+    if (a.accum_steps() <= Recipe::kMaxAccumSteps)
+      consider(a, "training.micro_batch = 1 (global_batch stays; more accumulation)");
   }
   if (validate_tp(r.model, r.parallel.grid.tp * 2).empty()) {
     Recipe a = r;

@@ -88,7 +88,7 @@ json measure(const std::vector<const json*>& recs, const Recipe& r, int ranks) {
   for (const json* x : recs) steps.push_back(number(*x, mf::kStepMs));
   m["step_ms"] = median_of(steps);
   m["step_ms_each"] = steps;
-  const double tps = (double)r.training.global_batch * r.model.seq_len / (median_of(steps) / 1e3);
+  const double tps = r.tokens_per_step() / (median_of(steps) / 1e3);
   m["tokens_per_s"] = tps, m["tokens_per_s_per_rank"] = tps / ranks;
   m["mfu"] = median_field(recs, mf::kMfu);
   std::vector<double> compute, wait;

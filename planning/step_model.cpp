@@ -162,7 +162,7 @@ StepPrediction StepModel::predict(const Recipe& r) {
   out.tp_comm_ms = t[crit].full - out.compute_ms + st.per_step[crit];
   out.contention_ms = t[crit].in_action - t[crit].full;
   out.pp_wait_ms = t[crit].end - t[crit].in_action;
-  out.tokens_per_s = (double)r.training.global_batch * r.model.seq_len / (out.step_ms / 1e3);
+  out.tokens_per_s = r.tokens_per_step() / (out.step_ms / 1e3);
   const double per_node = std::min(per_node_, world), nodes = std::ceil(world / per_node);
   // A checkpoint holds fp32 weights and AdamW's m and v once (12 bytes per
   // parameter), written by the nodes' ranks at once to their disks.

@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "engine/fault.h"
+#include "recipe/fault.h"
 #include "model/adamw.h"
 #include "model/config.h"
 #include "model/lr_schedule.h"
@@ -191,6 +191,8 @@ struct Recipe {
   // chunks per stage, those micro-batches and the schedule).
   int accum_steps() const;
   PipelineSpec pipeline() const;
+  // Tokens one optimizer step trains on, all ranks together.
+  double tokens_per_step() const { return (double)training.global_batch * model.seq_len; }
   // The most micro-batches a step may take (the pipeline schedule lists each
   // one), and the most tokens in one micro-batch (int32 indexes its tensors).
   static constexpr long kMaxAccumSteps = 1048576, kMaxMicroBatchTokens = 2147483647;

@@ -255,7 +255,7 @@ std::vector<RecipeKey> make_keys() {
       K("launch", "ranks", Int, "ranks `supervise` launches (0: dp * pp * tp)", AT(launch.ranks)).def(0L).at_least(0),
       K("launch", "args", List, "extra launcher arguments", AT(launch.args)).def(Strings{}),
       // [fault]
-      K("fault", "inject", List, "test-only fault injection (engine/fault.h), e.g. \"crash rank=1 step=7\"", AT(fault_specs))
+      K("fault", "inject", List, "test-only fault injection (recipe/fault.h), e.g. \"crash rank=1 step=7\"", AT(fault_specs))
           .def(Strings{}).shown_if([](const Recipe& r) { return !r.fault_specs.empty(); }),
       // [data]
       K("data", "train", Sources, "training token files (llm.c shards, Megatron prefixes): paths or globs, or a blend of { path = \"...\", weight = 0.3, name = \"web\" } sources (weights are shares of samples)", AT(data.train)).def(SourceList{}),

@@ -4,6 +4,8 @@
 #include <fstream>
 #include <string>
 
+#include "runtime/units.h"
+
 namespace trainer {
 
 namespace {
@@ -57,13 +59,10 @@ HostMemory host_memory() {
 }
 
 std::string HostMemory::describe() const {
-  char b[160];
   if (cgroup_room > 0 && cgroup_room < mem_available)
-    std::snprintf(b, sizeof b, "%.2f GB left under the cgroup memory limit (MemAvailable %.2f GB)", cgroup_room / 1e9,
-                  mem_available / 1e9);
-  else
-    std::snprintf(b, sizeof b, "%.2f GB MemAvailable", mem_available / 1e9);
-  return b;
+    return format_gb((double)cgroup_room) + " left under the cgroup memory limit (MemAvailable " +
+           format_gb((double)mem_available) + ")";
+  return format_gb((double)mem_available) + " MemAvailable";
 }
 
 }  // namespace trainer

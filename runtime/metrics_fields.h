@@ -1,8 +1,8 @@
 #pragma once
 // The fields of a metrics.jsonl record, declared once: engine/step_log.cpp
-// writes them, and report/run_report.cpp, app/smoke_report.cpp and
-// app/cmd_status.cpp read them, so a writer and a reader cannot spell one
-// two ways. docs/ARCHITECTURE.md ("Metrics") says what each holds.
+// writes them, and report/ (run_report.cpp, run_files.cpp's time to go),
+// planning/ (smoke_figures.cpp, calibration_plan.cpp) and app/cmd_status.cpp
+// read them, so a writer and a reader cannot spell one two ways. docs/ARCHITECTURE.md ("Metrics") says what each holds.
 #include <string>
 
 namespace trainer::metrics_field {

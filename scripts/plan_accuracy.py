@@ -73,7 +73,7 @@ LAYOUTS = {
 
 
 def label(l):
-    """The search's label of a layout (app/layout_candidates.cpp)."""
+    """The search's label of a layout (planning/layout_candidates.cpp)."""
     pp = l["pp"]
     sched = (" interleaved" if l.get("v", 1) > 1 else " 1f1b") if pp > 1 else ""
     return (f"dp {l['dp']} tp {l['tp']}{' sp' if l.get('sp') else ''} pp {pp}{sched} mb {l['mb']} "

@@ -19,7 +19,7 @@
 #include <iterator>
 #include <string>
 
-#include "engine/fault.h"
+#include "recipe/fault.h"
 #include "engine/throughput_watch.h"
 #include "runtime/crash_report.h"
 #include "runtime/errors.h"

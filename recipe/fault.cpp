@@ -1,4 +1,4 @@
-#include "engine/fault.h"
+#include "recipe/fault.h"
 
 #include <cstdlib>
 #include <sstream>

@@ -40,7 +40,7 @@ ParallelGroups groups_of(ProcessGrid& g) {
 RankStep::RankStep(Backend& be, ParallelGroups groups, const Recipe& r, Blend train, Blend val)
     : be_(be), dp_(*groups.dp.data), tp_(counted(groups.tp.data)), pp_(counted(groups.pp.data)),
       dp_control_(groups.dp.control), pp_control_(pp_ ? groups.pp.control : nullptr),
-      tp_control_(tp_ ? groups.tp.control : nullptr), embed_(groups.embed), compute_(r.training.precision),
+      tp_control_(tp_ ? groups.tp.control : nullptr), embed_(groups.embed),
       r_(r), train_(std::move(train)), val_(std::move(val)) {
   pipe_ = r.pipeline();
   if ((pp_ ? pp_->size() : 1) != pipe_.stages) throw std::invalid_argument("pp group size differs from the recipe");
@@ -66,8 +66,9 @@ RankStep::RankStep(Backend& be, ParallelGroups groups, const Recipe& r, Blend tr
     total += m.num_params();
     largest = std::max(largest, m.num_params());
   }
-  if (compute_ != DType::F32 && dp_.size() > 1) grad_wire_ = be.alloc(total, compute_, Mem::Comm);
-  if (zero_) zero_block_ = be.alloc(largest / dp_.size(), compute_, Mem::Comm);
+  // Data-parallel traffic in the layout's compute type (bf16 runs send bf16).
+  if (layout_.compute != DType::F32 && dp_.size() > 1) grad_wire_ = be.alloc(total, layout_.compute, Mem::Comm);
+  if (zero_) zero_block_ = be.alloc(largest / dp_.size(), layout_.compute, Mem::Comm);
   executor_ = std::make_unique<PipelineExecutor>(be, pipe_, stage_, pp_.get(), chunks_);
   if (!zero_ && dp_.size() > 1) make_buckets();
   staging_ = std::make_unique<CheckpointStaging>(be, chunks_, opts_, stage_, tp_ ? tp_->rank() : 0,

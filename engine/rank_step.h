@@ -173,7 +173,6 @@ class RankStep {
   ControlComm* pp_control_;  // null without pipeline parallelism
   ControlComm* tp_control_;
   DataComm* embed_;
-  DType compute_;             // training.precision
   Buffer grad_wire_;          // gradients in the compute type for the data-parallel reduction (bf16 runs)
   bool zero_ = false;         // ZeRO-1 with dp > 1: AdamW's state sharded (engine/grad_reduce.h)
   Buffer zero_block_;         // one ZeRO-1 block of the compute type

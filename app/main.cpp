@@ -93,7 +93,7 @@ void tune_runtime_environment(char** argv) {
 // TRAINER_CPU_KERNELS=avx2 (or generic) makes this process act as one on a
 // CPU without the wider kernel sets: "auto" picks that set and a recipe that
 // names a wider one is refused (the test binaries do the same:
-// tests/kernel_set_from_env.cpp).
+// tests/support/kernel_set_from_env.cpp).
 void apply_cpu_kernels_environment() {
   const char* name = std::getenv("TRAINER_CPU_KERNELS");
   if (!name || !*name) return;

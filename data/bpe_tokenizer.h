@@ -2,7 +2,7 @@
 // Byte-level BPE in tiktoken's form: a ranks file (one "base64(bytes) rank"
 // per line), a pre-tokenizer regex run with PCRE2 (JIT), and special tokens
 // numbered after the ranks. Equal, token for token, to tiktoken's
-// encode_ordinary (tests/tokenizer_check.py compares on real text).
+// encode_ordinary (tests/e2e/tokenizer_check.py compares on real text).
 #include <cstdint>
 #include <string>
 #include <unordered_map>

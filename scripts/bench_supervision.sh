@@ -7,4 +7,4 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/build.sh >/dev/null
 . scripts/mpi_env.sh
-mpirun -np 2 build/tests/bench_flight_recorder
+mpirun -np 2 build/bench/bench_flight_recorder

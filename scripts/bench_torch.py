@@ -16,6 +16,7 @@ import tomllib
 
 import torch
 
+sys.dont_write_bytecode = True  # no __pycache__ left under tests/reference/
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "reference"))
 import torch_model  # noqa: E402
 

@@ -19,7 +19,7 @@
 #                  backend) with CUDA_LAUNCH_BLOCKING=1 and --gtest_output=json
 #     memcheck     compute-sanitizer --tool memcheck of the custom-kernel tests
 #     racecheck    compute-sanitizer --tool racecheck of the same, both
-#                  time-boxed (Cuda/KernelOps/*:-*Large*:*Bf16*: tests/kernel_cases.h)
+#                  time-boxed (Cuda/KernelOps/*:-*Large*:*Bf16*: tests/support/kernel_cases.h)
 #     parity       2 training steps on the GPU against CPU references computed
 #                  beforehand on another machine and carried here (demo and
 #                  GPT-2 124M shapes, fp32 and bf16, on the same token data)

@@ -27,7 +27,7 @@ The calibrations and smoke results go into a measurements.tar.gz it names at
 the end; `--reprice` with that file (or its directory) prices the same
 measurements again with the given trainer, running nothing (seconds): a
 change to the cost model is then judged against the measurements the
-earlier model was, not against another hour's noise. docs/plan_accuracy/
+earlier model was, not against another hour's noise. results/plan_accuracy/
 holds the runs docs/PERFORMANCE.md reports.
 """
 import argparse

@@ -2,7 +2,7 @@
 # Installs the Debian packages the trainer needs, skipping those present.
 #   scripts/setup.sh          build + run (compiler, CMake, MPI, HDF5, toml++, OpenBLAS)
 #   scripts/setup.sh test     also GoogleTest, the PyTorch/h5py reference stack and
-#                             Slurm + munge (a real single-node Slurm for tests/slurm_check.py),
+#                             Slurm + munge (a real single-node Slurm for tests/e2e/slurm_check.py),
 #                             and Chromium (renders `trainer report`'s page headless in a test)
 # Where the CUDA toolkit is installed (nvcc), it also fetches the cuDNN C++
 # frontend headers the CUDA backend compiles against (not in Debian): a pinned
@@ -60,18 +60,18 @@ fi
 # Tests: reference packages from PyPI, pinned, in a venv over Debian's python
 # (so its torch 1.13, numpy and h5py stay visible; numpy is pinned to
 # Debian's own, since a pip numpy 2 breaks torch 1.13): tiktoken and
-# sentencepiece (tests/tokenizer_check.py), transformers 4.46.3, the newest
+# sentencepiece (tests/e2e/tokenizer_check.py), transformers 4.46.3, the newest
 # 4.x we found that runs models on torch 1.13, with Llama's GQA, rope_theta
-# and Llama 3 RoPE scaling (tests/hf_export_check.py), tensorboard for its
-# event-file reader (tests/tensorboard_check.py); and the tokenizer files
+# and Llama 3 RoPE scaling (tests/e2e/hf_export_check.py), tensorboard for its
+# event-file reader (tests/e2e/tensorboard_check.py); and the tokenizer files
 # (fetch_tokenizers.sh). transformers 5 needs a newer torch, so it gets a
 # venv of its own without Debian's packages (third_party/hf5): torch 2.11.0
 # (PyPI's wheel, CUDA libraries included; here it runs on the CPU),
 # transformers 5.25.0 and llama.cpp as llama-cpp-python 0.3.36 builds it from
 # its sdist (about 3 minutes on 2 cores, once: the wheel, built for any
 # x86-64 with AVX2, is kept in ~/.cache/trainer/wheels for the next clone), for
-# tests/llama_cpp_check.py and the config.json files transformers 5 writes
-# (tests/hf_export_check.py). llama.cpp's converter (convert_hf_to_gguf.py, its
+# tests/e2e/llama_cpp_check.py and the config.json files transformers 5 writes
+# (tests/e2e/hf_export_check.py). llama.cpp's converter (convert_hf_to_gguf.py, its
 # conversion/ modules and gguf-py) comes from the same sdist, checked against
 # its SHA-256, into third_party/llama_cpp.
 if [[ "${1:-}" == "test" ]]; then
@@ -113,7 +113,7 @@ assert t.__version__ == '5.25.0' and l.__version__ == '$llcpp_version'" 2>/dev/n
        "$hf5/bin/pip" install -q "$wheels"/llama_cpp_python-"$llcpp_version"-*.whl; then
       :
     else
-      echo "setup: could not install transformers 5 and llama.cpp; tests/llama_cpp_check.py and the check of" \
+      echo "setup: could not install transformers 5 and llama.cpp; tests/e2e/llama_cpp_check.py and the check of" \
            "transformers 5's config.json files will fail" >&2
     fi
     rm -rf "$tmp_ll"

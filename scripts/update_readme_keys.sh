@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Rewrites README.md's recipe-key table from `trainer train --keys-markdown`
-# (the table in recipe/recipe_keys.cpp); tests/readme_keys_check.py holds them equal.
+# (the table in recipe/recipe_keys.cpp); tests/e2e/readme_keys_check.py holds them equal.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 table=$("${TRAINER:-build/trainer}" train --keys-markdown)

@@ -46,7 +46,7 @@ KernelSet cpu_widest() {
 }
 
 // Constant-initialised (-1: not set), so that a cap_kernel_sets from another
-// file's static initialiser (tests/kernel_set_from_env.cpp) is not undone.
+// file's static initialiser (tests/support/kernel_set_from_env.cpp) is not undone.
 std::atomic<int> cap{-1};
 std::atomic<int> chosen{-1};
 

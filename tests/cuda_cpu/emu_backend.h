@@ -1,7 +1,7 @@
 #pragma once
 // A Backend whose operations run the CUDA backend's own kernels
 // (runtime/cuda/*.cu, compiled for the host against cuda_emu.h) on host
-// memory, so the op tests of tests/kernel_cases.h hold them to the CPU
+// memory, so the op tests of tests/support/kernel_cases.h hold them to the CPU
 // backend exactly as they hold the CUDA backend on a GPU. What the CUDA
 // backend hands to libraries is not emulated: products go to the CPU
 // backend (cuBLASLt on a GPU), and bf16 attention (cuDNN) is refused.

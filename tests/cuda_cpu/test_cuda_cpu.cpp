@@ -1,5 +1,5 @@
 // The CUDA backend's own kernels (runtime/cuda/*.cu) run on the CPU: the op
-// cases of tests/kernel_cases.h against the CPU backend, in the thread order
+// cases of tests/support/kernel_cases.h against the CPU backend, in the thread order
 // TRAINER_EMU_ORDER names (ctest runs forward, reverse and random, and once
 // under ASan+UBSan); the glue kernels between cuDNN's and the backend's
 // attention statistics against their formula; our bf16 rounding against the
@@ -15,7 +15,7 @@
 #include "model/transformer.h"
 #include "tests/cuda_cpu/cuda_emu.h"
 #include "tests/cuda_cpu/emu_backend.h"
-#include "tests/kernel_cases.h"
+#include "tests/support/kernel_cases.h"
 
 using namespace trainer;
 

@@ -1,0 +1,224 @@
+// `trainer diagnose` on hand-written flight-recorder dumps (a rank behind, a
+// collective-order mismatch, hosts cut off) and `trainer status` on a run
+// directory, through the real binary. The whole chain through mpirun and
+// Slurm is tests/e2e/supervise_check.py and tests/e2e/slurm_check.py.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "runtime/errors.h"
+#include "tests/support/temp_dir.h"
+
+namespace trainer {
+namespace {
+
+// `trainer diagnose` on dumps written by hand.
+struct Dump {
+  int rank;
+  long tp_started;
+  std::string calls;  // JSON array body
+  std::string phase = "training of step 4";
+  double stalled_s = 0;
+  std::string network = "";  // the watchdog's network probe (runtime/peer_probe.h), if any
+};
+
+std::string write_dumps(const char* name, const std::vector<Dump>& dumps) {
+  const std::string dir = temp_dir(name);
+  std::filesystem::create_directories(dir + "/flight");
+  for (const Dump& d : dumps) {
+    char path[256];
+    std::snprintf(path, sizeof path, "%s/flight/rank_%05d.json", dir.c_str(), d.rank);
+    std::ofstream(path) << "{\"rank\": " << d.rank << ", \"job_start\": 100, \"launch\": 0, \"time\": 200, "
+                        << "\"step\": 3, \"reason\": \"t\", \"phase\": \"" << d.phase
+                        << "\", \"process_stalled_s\": " << d.stalled_s
+                        << ", \"stopped_by_fault_injection\": false, \"groups\": ["
+                        << "{\"name\": \"world\", \"members\": [0, 1, 2], \"started\": 0, \"completed\": 0}, "
+                        << "{\"name\": \"tp\", \"members\": [0, 1, 2], \"started\": " << d.tp_started
+                        << ", \"completed\": 0}], \"calls\": [" << d.calls << "]"
+                        << (d.network.empty() ? "" : ", \"network\": " + d.network) << "}\n";
+  }
+  return dir;
+}
+
+std::string call(long gseq, const char* op, long bytes, const char* end) {
+  return "{\"seq\": " + std::to_string(gseq) + ", \"group\": 1, \"group_seq\": " + std::to_string(gseq) +
+         ", \"op\": \"" + op + "\", \"bytes\": " + std::to_string(bytes) + ", \"peer\": -1, \"start\": 150, \"end\": " +
+         end + "}";
+}
+
+// `trainer COMMAND DIR`: exit code and output.
+std::pair<int, std::string> trainer_on(const char* command, const std::string& dir) {
+  FILE* p = popen((std::string(TRAINER_BIN) + " " + command + " " + dir + " 2>&1").c_str(), "r");
+  std::string out;
+  char buf[4096];
+  while (size_t n = fread(buf, 1, sizeof buf, p)) out.append(buf, n);
+  const int st = pclose(p);
+  return {WEXITSTATUS(st), out};
+}
+std::pair<int, std::string> diagnose(const std::string& dir) { return trainer_on("diagnose", dir); }
+std::pair<int, std::string> status(const std::string& dir) { return trainer_on("status", dir); }
+
+TEST(Diagnose, NamesTheRankBehindAndTheCall) {
+  // Ranks 0 and 2 wait in tp call #8; rank 1 finished #7 and never joined.
+  const std::string dir = write_dumps(
+      "diag_behind", {{0, 8, call(7, "allgather", 64, "160") + "," + call(8, "reduce_scatter_sum", 4096, "null")},
+                      {1, 7, call(7, "allgather", 64, "160")},
+                      {2, 8, call(7, "allgather", 64, "160") + "," + call(8, "reduce_scatter_sum", 4096, "null")}});
+  const auto [code, out] = diagnose(dir);
+  EXPECT_EQ(code, 0) << out;
+  EXPECT_NE(out.find("verdict: rank 1 is behind."), std::string::npos) << out;
+  EXPECT_NE(out.find("rank 0 waits in tp reduce_scatter_sum #8 (4096 bytes) (training of step 4), which rank 1 "
+                     "has not joined"),
+            std::string::npos) << out;
+  std::filesystem::remove_all(dir);
+}
+
+TEST(Diagnose, SaysWhatTheRankBehindWasDoing) {
+  // Ranks 0 and 1 wait in call #8 (a checkpoint commit's agreement); rank 2
+  // never reached it: it was writing its checkpoint file.
+  const std::string dir = write_dumps(
+      "diag_phase", {{0, 8, call(7, "allgather", 64, "160") + "," + call(8, "allreduce_max", 8, "null"),
+                      "checkpoint save of step 5"},
+                     {1, 8, call(7, "allgather", 64, "160") + "," + call(8, "allreduce_max", 8, "null"),
+                      "checkpoint save of step 5"},
+                     {2, 7, call(7, "allgather", 64, "160"), "checkpoint save of step 5"}});
+  const auto [code, out] = diagnose(dir);
+  EXPECT_EQ(code, 0) << out;
+  EXPECT_NE(out.find("verdict: rank 2 is behind."), std::string::npos) << out;
+  EXPECT_NE(out.find("rank 2 is not in any communication call: in checkpoint save of step 5"), std::string::npos)
+      << out;
+  std::filesystem::remove_all(dir);
+}
+
+TEST(Diagnose, NamesTheRankWhoseProcessWasStoppedInsideACall) {
+  // All three are inside tp call #8, so the waits point at no one; rank 1's
+  // watchdog saw its own polls stop for 8 s: its process was frozen.
+  const std::string dir = write_dumps(
+      "diag_stall", {{0, 8, call(8, "reduce_scatter_sum", 4096, "null")},
+                     {1, 8, call(8, "reduce_scatter_sum", 4096, "null"), "training of step 4", 8.0},
+                     {2, 8, call(8, "reduce_scatter_sum", 4096, "null")}});
+  const auto [code, out] = diagnose(dir);
+  EXPECT_EQ(code, 0) << out;
+  EXPECT_NE(out.find("verdict: rank 1 is behind."), std::string::npos) << out;
+  EXPECT_NE(out.find("rank 1's process was stopped for 8.0 s"), std::string::npos) << out;
+  std::filesystem::remove_all(dir);
+}
+
+// A network probe's finding, as runtime/peer_probe.h writes it.
+std::string probe(const char* down, const char* reached, const char* unreached, const char* here) {
+  return std::string("{\"links_down\": [") + down + "], \"reached\": [" + reached + "], \"unreached\": [" +
+         unreached + "], \"host_ranks\": [" + here + "]}";
+}
+
+// Three ranks inside the same tp call, each dump with its network probe:
+// `trainer diagnose`'s exit code and output.
+std::pair<int, std::string> diagnose_probes(const char* name, const std::vector<std::string>& probes) {
+  const std::string c = call(8, "reduce_scatter_sum", 4096, "null");
+  std::vector<Dump> dumps;
+  for (int r = 0; r < 3; r++) dumps.push_back({r, 8, c, "training of step 4", 0, probes[r]});
+  const std::string dir = write_dumps(name, dumps);
+  auto result = diagnose(dir);
+  std::filesystem::remove_all(dir);
+  return result;
+}
+
+TEST(Diagnose, NamesTheRanksWhoseHostsLinkIsDown) {
+  // Ranks 1 and 2 share a host whose link went down; rank 0 (elsewhere, its
+  // links up) could not reach them.
+  const char* down = "\"eth1 (10.0.0.2)\"";
+  const auto [code, out] = diagnose_probes(
+      "diag_link", {probe("", "", "1, 2", "0"), probe(down, "", "0", "1, 2"), probe(down, "", "0", "1, 2")});
+  EXPECT_EQ(code, 0) << out;
+  EXPECT_NE(out.find("verdict: the network: ranks 1, 2 lost their link (eth1 (10.0.0.2) down); rank 0 could not "
+                     "reach them."),
+            std::string::npos) << out;
+}
+
+TEST(Diagnose, NamesTheHostNoOtherHostReaches) {
+  // Three hosts, no link seen down: 0 and 1 reach each other, not 2.
+  const auto [code, out] = diagnose_probes(
+      "diag_reach", {probe("", "1", "2", "0"), probe("", "0", "2", "1"), probe("", "", "0, 1", "2")});
+  EXPECT_EQ(code, 0) << out;
+  EXPECT_NE(out.find("verdict: the network: no other host reaches rank 2."), std::string::npos) << out;
+}
+
+TEST(Diagnose, TwoHostsThatLostEachOtherNameNoOne) {
+  // Each reaches none of the others and saw no link of its own go down:
+  // nothing tells which side was cut.
+  const auto [code, out] = diagnose_probes(
+      "diag_pair", {probe("", "", "1, 2", "0"), probe("", "", "0", "1, 2"), probe("", "", "0", "1, 2")});
+  EXPECT_EQ(code, 1) << out;
+  EXPECT_NE(out.find("verdict: no single rank is behind"), std::string::npos) << out;
+  EXPECT_NE(out.find("network: rank 0: its links are up; reached rank(s) [], could not reach [1, 2]"),
+            std::string::npos) << out;
+}
+
+TEST(Diagnose, ReportsACrashOfTheNewestJob) {
+  const std::string dir = temp_dir("diag_crash");
+  std::filesystem::create_directories(dir + "/flight");
+  std::ofstream(dir + "/flight/crash_rank_00002.txt")
+      << "rank 2 (pid 77) died of signal 6 (SIGABRT, abort) in evaluation of step 40\njob_start_us 300000000\n"
+         "backtrace:\n./trainer(main+0x1)[0x1]\n";
+  std::ofstream(dir + "/flight/crash_rank_00005.txt")  // an earlier launch's
+      << "rank 5 (pid 12) died of signal 11 (SIGSEGV) in training of step 3\njob_start_us 100000000\n";
+  const auto [code, out] = diagnose(dir);
+  EXPECT_EQ(code, 0) << out;
+  EXPECT_NE(out.find("crash: rank 2 (pid 77) died of signal 6"), std::string::npos) << out;
+  EXPECT_NE(out.find("verdict: rank 2 (pid 77) died"), std::string::npos) << out;
+  EXPECT_EQ(out.find("rank 5"), std::string::npos) << out;
+  std::filesystem::remove_all(dir);
+}
+
+TEST(Status, ProgressTimeToGoAndTheLastFailure) {
+  const std::string dir = temp_dir("status");
+  std::ofstream(dir + "/recipe.resolved.toml") << "[training]\nsteps = 1000\n\n[checkpoint]\nevery = 0\n";
+  std::ofstream(dir + "/metrics.jsonl")
+      << "{\"step\": 90, \"loss\": 3.5, \"step_ms\": 200, \"tokens_per_s\": 1000, \"val_loss\": 3.75}\n"
+      << "{\"step\": 100, \"loss\": 3.25, \"step_ms\": 400, \"tokens_per_s\": 900}\n";
+  std::ofstream(dir + "/events.jsonl")
+      << "{\"time\": \"t0\", \"event\": \"start\", \"launch\": 0, \"message\": \"launch 0: mpirun\"}\n"
+      << "{\"time\": \"t1\", \"event\": \"exit\", \"launch\": 0, \"message\": \"launch 0 exited with code 139\", "
+         "\"code\": 139}\n"
+      << "{\"time\": \"t1\", \"event\": \"crash\", \"launch\": 0, \"message\": \"launch 0: rank 3 died\"}\n"
+      << "{\"time\": \"t2\", \"event\": \"restart\", \"launch\": 1, \"message\": \"restart 1 of 3\"}\n"
+      << "{\"time\": \"t3\", \"event\": \"start\", \"launch\": 1, \"message\": \"launch 1: mpirun\"}\n";
+  const auto [code, out] = status(dir);
+  EXPECT_EQ(code, 0) << out;
+  for (const std::string& want : std::vector<std::string>{"step 100 of 1000 (10%), loss 3.2500, val loss 3.7500 (step 90)",
+                           // 900 steps left x mean(200, 400) ms = 270 s
+                           "900 steps, about 4.5 min at 300 ms per step", "checkpoint: off",
+                           "2 launch(es), 1 restart(s); last event: start", "last failure: launch 0 exited with code 139",
+                           "crash: launch 0: rank 3 died", "report:     trainer report " + dir})
+    EXPECT_NE(out.find(want), std::string::npos) << "missing \"" << want << "\" in:\n" << out;
+  std::filesystem::remove_all(dir);
+  EXPECT_EQ(status(dir).first, kExitUsage);
+}
+
+TEST(Diagnose, ReportsCollectivesMadeInADifferentOrder) {
+  // Every rank is in call #8, but rank 2's #8 is another operation.
+  const std::string dir = write_dumps(
+      "diag_order", {{0, 8, call(8, "allreduce_sum", 64, "null")},
+                     {1, 8, call(8, "allreduce_sum", 64, "null")},
+                     {2, 8, call(8, "allgather", 64, "null")}});
+  const auto [code, out] = diagnose(dir);
+  EXPECT_NE(out.find("disagree on call #8"), std::string::npos) << out;
+  EXPECT_NE(out.find("no single rank is behind"), std::string::npos) << out;
+  std::filesystem::remove_all(dir);
+}
+
+TEST(Diagnose, WithoutDumpsSaysWhere) {
+  const std::string dir = temp_dir("diag_none");
+  const auto [code, out] = diagnose(dir);
+  EXPECT_EQ(code, kExitUsage);
+  EXPECT_NE(out.find("no flight recorder dumps"), std::string::npos) << out;
+  std::filesystem::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace trainer

@@ -1,0 +1,148 @@
+// Model bookkeeping against known or hand-computed values: parameter counts
+// (GPT-2 small is 124,439,808 parameters), initialisation statistics, weight
+// decay groups, the LR schedule, FLOPs and the ZeRO-1 split.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <vector>
+
+#include "model/adamw.h"
+#include "model/flops.h"
+#include "model/init.h"
+#include "model/lr_schedule.h"
+#include "model/param_registry.h"
+#include "runtime/errors.h"
+
+using namespace trainer;
+
+namespace {
+ModelConfig gpt2_small() {
+  ModelConfig c;
+  c.arch = Arch::GPT2;
+  c.vocab_size = 50257;
+  c.d_model = 768;
+  c.n_layers = 12;
+  c.n_heads = 12;
+  c.d_ff = 3072;
+  c.seq_len = 1024;
+  c.tie_embeddings = true;
+  return c;
+}
+}  // namespace
+
+// ZeRO-1's split: every element owned by exactly one rank's block or by the
+// tail every rank keeps; blocks equal, so they reduce-scatter without padding.
+TEST(Zero, RangesCoverEveryElementOnce) {
+  for (size_t n : {0u, 1u, 3u, 7u, 8u, 1001u})
+    for (int dp : {1, 2, 3, 4}) {
+      std::vector<int> owners(n, 0), tail(n, 0);
+      size_t block = 0;
+      for (int r = 0; r < dp; r++) {
+        const auto ranges = zero_ranges(n, r, dp);
+        size_t local = 0;
+        for (const OwnedRange& o : ranges) {
+          EXPECT_EQ(o.local, local) << n << " " << dp;  // m and v hold the ranges back to back
+          local += o.hi - o.lo;
+          const bool is_tail = dp > 1 && o.hi == n && o.lo == n / dp * dp;
+          if (!is_tail) block = o.hi - o.lo;
+          for (size_t i = o.lo; i < o.hi; i++) (is_tail ? tail : owners)[i]++;
+        }
+        EXPECT_EQ(owned_count(ranges), local);
+      }
+      for (size_t i = 0; i < n; i++) {
+        EXPECT_TRUE((owners[i] == 1 && tail[i] == 0) || (owners[i] == 0 && tail[i] == dp)) << n << " " << dp << " " << i;
+      }
+      if (dp > 1 && n >= (size_t)dp) {
+        EXPECT_EQ(block, n / dp);
+      }
+    }
+}
+
+TEST(Registry, Gpt2SmallHasTheKnownParameterCount) {
+  EXPECT_EQ(build_params(gpt2_small()).reg.total(), 124439808u);  // GPT-2 paper / llm.c
+}
+
+TEST(Registry, LlamaCountMatchesHandFormula) {
+  ModelConfig c;
+  c.arch = Arch::Llama;
+  c.vocab_size = 32000;
+  c.d_model = 768;
+  c.n_layers = 12;
+  c.n_heads = 12;
+  c.n_kv_heads = 4;
+  c.d_ff = 2048;
+  c.tie_embeddings = false;
+  const size_t d = 768, kv = 4 * 64, per_layer = d + d * d + 2 * kv * d + d * d + d + 3 * d * 2048;
+  EXPECT_EQ(build_params(c).reg.total(), 2 * 32000 * d + 12 * per_layer + d);
+}
+
+TEST(Registry, OffsetsAreContiguousAndFusedTensorsAdjacent) {
+  const ModelParams mp = build_params(gpt2_small());
+  size_t next = 0;
+  for (const ParamInfo& p : mp.reg.all()) {
+    EXPECT_EQ(p.offset, next) << p.name;
+    next += p.numel;
+    EXPECT_EQ(p.decay, p.shape.size() == 2) << p.name << ": decay on matrices and embeddings only";
+  }
+  const auto& r = mp.reg;
+  EXPECT_EQ(r.at("layers.3.attn.wk").offset, r.at("layers.3.attn.wq").offset + 768 * 768);
+  EXPECT_EQ(r.at("layers.3.attn.wv").offset, r.at("layers.3.attn.wk").offset + 768 * 768);
+  EXPECT_EQ(mp.layers[3].wqkv, r.at("layers.3.attn.wq").offset);
+  EXPECT_EQ(mp.lm_head, mp.wte) << "tied";
+}
+
+TEST(Init, Gpt2Statistics) {
+  ModelConfig c = gpt2_small();
+  c.vocab_size = 1000;
+  c.d_model = 256;
+  c.d_ff = 1024;
+  c.n_heads = 4;
+  c.n_layers = 8;
+  const ModelParams mp = build_params(c);
+  std::vector<float> w(mp.reg.total());
+  init_params(mp, c, 1, w.data());
+  auto stats = [&](const std::string& name) {
+    const ParamInfo& p = mp.reg.at(name);
+    double s = 0, s2 = 0;
+    for (size_t i = 0; i < p.numel; i++) s += w[p.offset + i], s2 += (double)w[p.offset + i] * w[p.offset + i];
+    return std::make_pair(s / p.numel, std::sqrt(s2 / p.numel));
+  };
+  EXPECT_NEAR(stats("embed.tok").second, 0.02, 0.0005);
+  EXPECT_NEAR(stats("layers.2.mlp.w_fc").second, 0.02, 0.0005);
+  EXPECT_NEAR(stats("layers.2.attn.wo").second, 0.02 / std::sqrt(16.0), 0.0005);
+  EXPECT_NEAR(stats("layers.2.mlp.w_proj").second, 0.02 / std::sqrt(16.0), 0.0005);
+  EXPECT_NEAR(stats("layers.2.mlp.w_fc").first, 0.0, 0.0005);
+  EXPECT_EQ(stats("layers.2.attn_norm.weight"), std::make_pair(1.0, 1.0));
+  EXPECT_EQ(stats("layers.2.attn.bq"), std::make_pair(0.0, 0.0));
+  // Same seed, same weights; another seed, others.
+  std::vector<float> again(w.size()), other(w.size());
+  init_params(mp, c, 1, again.data());
+  init_params(mp, c, 2, other.data());
+  EXPECT_EQ(w, again);
+  EXPECT_NE(w, other);
+}
+
+TEST(LrSchedule, WarmupThenDecayToMinAtTheLastStep) {
+  LrConfig c;
+  c.lr = 1.0f;
+  c.min_lr = 0.1f;
+  c.warmup_steps = 10;
+  c.schedule = LrSchedule::Cosine;
+  EXPECT_FLOAT_EQ(lr_at(c, 0, 110), 0.1f);  // (0+1)/10
+  EXPECT_FLOAT_EQ(lr_at(c, 9, 110), 1.0f);
+  EXPECT_FLOAT_EQ(lr_at(c, 10, 110), 1.0f);
+  EXPECT_NEAR(lr_at(c, 59, 110), 0.1 + 0.9 * 0.5 * (1 + std::cos(M_PI * 49 / 99.0)), 1e-6);
+  EXPECT_FLOAT_EQ(lr_at(c, 109, 110), 0.1f);
+  c.schedule = LrSchedule::Linear;
+  EXPECT_NEAR(lr_at(c, 10 + 33, 110), 1.0 - 0.9 * 33 / 99.0, 1e-6);
+  EXPECT_FLOAT_EQ(lr_at(c, 109, 110), 0.1f);
+  c.schedule = LrSchedule::Constant;
+  EXPECT_FLOAT_EQ(lr_at(c, 80, 110), 1.0f);
+}
+
+TEST(Flops, Gpt2SmallPerToken) {
+  ModelConfig c = gpt2_small();
+  // 6 * (12 layers * 12 d^2 + V d) + 12 * L * T * d
+  const double want = 6.0 * (12 * 12.0 * 768 * 768 + 50257.0 * 768) + 12.0 * 12 * 1024 * 768;
+  EXPECT_DOUBLE_EQ(train_flops_per_token(c), want);
+}

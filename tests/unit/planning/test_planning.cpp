@@ -1,0 +1,271 @@
+// The cost model's parts against independent references: the traced model's
+// product FLOPs against the closed-form count, the shared-units pipeline
+// simulation against the unit-time simulator of the schedule tests and
+// against closed forms, the profile's interpolation against hand-computed
+// values.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "app/recipe.h"
+#include "model/flops.h"
+#include "parallel/pipeline_schedule.h"
+#include "planning/real_steps.h"
+#include "planning/chunk_trace.h"
+#include "planning/machine_profile.h"
+#include "planning/pipeline_sim.h"
+#include "planning/step_model.h"
+#include "runtime/errors.h"
+
+using namespace trainer;
+
+namespace {
+
+ModelConfig small_model(Arch arch) {
+  ModelConfig c;
+  c.arch = arch;
+  c.vocab_size = 512;
+  c.d_model = 128;
+  c.n_layers = 3;
+  c.n_heads = 4;
+  c.n_kv_heads = arch == Arch::Llama ? 2 : 4;
+  c.d_ff = 384;
+  c.seq_len = 64;
+  c.tie_embeddings = arch == Arch::GPT2;
+  return c;
+}
+
+double matmul_flops(const ChunkTrace& t, OpPhase phase) {
+  double f = 0;
+  for (const OpCall& op : t.ops)
+    if (op.phase == phase && std::string(op.name) == "matmul") f += op.flops;
+  return f;
+}
+
+// Uniform stages without sharing or message time.
+std::vector<StageWork> uniform(const PipelineSpec& p, double f, double b, double ranks = 1) {
+  StageWork w;
+  w.fwd.assign(p.virtual_stages, f), w.bwd.assign(p.virtual_stages, b);
+  w.fwd_comm.assign(p.virtual_stages, 0), w.bwd_comm.assign(p.virtual_stages, 0);
+  w.ranks = ranks;
+  return std::vector<StageWork>(p.stages, w);
+}
+
+double makespan(const std::vector<StageTimes>& t) {
+  double m = 0;
+  for (const StageTimes& s : t) m = std::max(m, s.end);
+  return m;
+}
+
+}  // namespace
+
+// A trace of the whole model (no compute) issues the products the closed
+// form counts: 2 x matmul parameters x tokens forward, twice that backward
+// (input and weight gradients); tensor parallelism halves each rank's share.
+TEST(ChunkTrace, ProductFlopsMatchTheClosedFormCount) {
+  for (Arch arch : {Arch::GPT2, Arch::Llama})
+    for (int tp : {1, 2}) {
+      const ModelConfig c = small_model(arch);
+      const int B = 2;
+      const ChunkTrace t = trace_chunk(c, ChunkSpec{}, ShardShape{B, tp, false, DType::F32, {}});
+      const double fwd = 2.0 * matmul_params(c) * B * c.seq_len / tp;
+      EXPECT_NEAR(matmul_flops(t, OpPhase::Forward), fwd, 1e-9 * fwd) << arch_name(arch) << " tp " << tp;
+      EXPECT_NEAR(matmul_flops(t, OpPhase::Backward), 2 * fwd, 1e-9 * fwd) << arch_name(arch) << " tp " << tp;
+      if (tp > 1) EXPECT_FALSE(t.tp_comm.empty());
+    }
+}
+
+// Full recomputation redoes each layer's forward except its last product
+// inside the backward: more than the plain backward's FLOPs, less than
+// plain plus a whole forward.
+TEST(ChunkTrace, FullRecomputeAddsTheForwardToTheBackward) {
+  const ModelConfig c = small_model(Arch::GPT2);
+  const ChunkSpec layers{0, 3, false, false};
+  const double plain = matmul_flops(trace_chunk(c, layers, {2, 1, false, DType::F32, {}}), OpPhase::Backward);
+  const ChunkTrace t = trace_chunk(c, layers, {2, 1, false, DType::F32, {RecomputeMode::Full, -1}});
+  const double fwd = matmul_flops(t, OpPhase::Forward);
+  EXPECT_GT(matmul_flops(t, OpPhase::Backward), plain);
+  EXPECT_LT(matmul_flops(t, OpPhase::Backward), plain + fwd);
+}
+
+// Without shared units the event simulation gives the makespans of the
+// schedule tests' own unit-time simulator, for both schedules.
+TEST(PipelineSim, MatchesTheScheduleSimulatorWithoutSharing) {
+  for (PipelineSpec p : {PipelineSpec{2, 1, 4, ScheduleKind::OneFOneB}, PipelineSpec{4, 1, 8, ScheduleKind::OneFOneB},
+                         PipelineSpec{2, 2, 4, ScheduleKind::Interleaved},
+                         PipelineSpec{4, 2, 8, ScheduleKind::Interleaved}}) {
+    const SimResult ref = simulate(p, build_schedule(p), 1, 2);
+    ASSERT_FALSE(ref.deadlock);
+    const std::vector<StageTimes> t = simulate_shared(p, uniform(p, 1, 2), 0);
+    EXPECT_DOUBLE_EQ(makespan(t), (double)ref.makespan) << p.stages << " stages x " << p.virtual_stages;
+  }
+  // The closed form of 1F1B: (m + P - 1) x (F + B).
+  const PipelineSpec p{4, 1, 8, ScheduleKind::OneFOneB};
+  EXPECT_DOUBLE_EQ(makespan(simulate_shared(p, uniform(p, 1, 2), 0)), (8 + 4 - 1) * 3.0);
+}
+
+// Two one-rank stages on one core. Waiting ranks that take nothing (the
+// slowdown is the busy count) leave the core busy whenever either stage
+// computes, so the step is all the work done one piece at a time; waiting
+// ranks that keep a full share (a slowdown of 2 whoever computes) make the
+// step twice the unshared one.
+TEST(PipelineSim, SharingOneUnitSerialisesTheWork) {
+  const PipelineSpec p{2, 1, 6, ScheduleKind::OneFOneB};
+  const double work = 2 * 6 * (1.0 + 2.0);
+  const Slowdown busy_count = [](double busy) { return std::max(1.0, busy); };
+  EXPECT_NEAR(makespan(simulate_shared(p, uniform(p, 1, 2), 0, busy_count)), work, 1e-9);
+  const double alone = makespan(simulate_shared(p, uniform(p, 1, 2), 0));
+  EXPECT_NEAR(makespan(simulate_shared(p, uniform(p, 1, 2), 0, [](double) { return 2.0; })), 2 * alone, 1e-9);
+  // A message delay adds to every hand-over on the critical path: with one
+  // micro-batch, the forward goes 0 -> 1 and the gradient 1 -> 0.
+  const PipelineSpec one{2, 1, 1, ScheduleKind::OneFOneB};
+  EXPECT_NEAR(makespan(simulate_shared(one, uniform(one, 1, 2), 0.5)), 2 * 3.0 + 2 * 0.5, 1e-9);
+}
+
+// Collective times: piecewise linear between measured sizes, the smallest
+// measurement below them, the last slope beyond; an unmeasured group size
+// scaled from the nearest by the ring factor (g - 1) / g.
+TEST(MachineProfile, InterpolatesCollectivesAndScalesOps) {
+  MachineProfile p;
+  p.collectives["allreduce/2"] = {{1000, 1.0}, {2000, 3.0}};
+  EXPECT_DOUBLE_EQ(p.comm_time("allreduce", 2, 1500), 2.0);
+  EXPECT_DOUBLE_EQ(p.comm_time("allreduce", 2, 500), 1.0);
+  EXPECT_DOUBLE_EQ(p.comm_time("allreduce", 2, 3000), 5.0);
+  EXPECT_DOUBLE_EQ(p.comm_time("allreduce", 4, 1500), 2.0 * (3.0 / 4) / (1.0 / 2));
+  EXPECT_DOUBLE_EQ(p.comm_time("allreduce", 1, 1500), 0.0);
+  EXPECT_LT(p.comm_time("allgather", 2, 1500), 0);  // never measured
+  p.ops["matmul NN 64x64x64 f32"] = {0.5, 2.0 * 64 * 64 * 64};
+  p.ops["matmul NN 512x512x512 f32"] = {100, 2.0 * 512 * 512 * 512};
+  int unpriced = 0;
+  OpCall near{"matmul NN 128x64x64 f32", "matmul", 2.0 * 128 * 64 * 64, 0};
+  EXPECT_DOUBLE_EQ(p.op_time(near, &unpriced), 1.0);  // twice the 64-cube's work, from it
+  OpCall known{"matmul NN 64x64x64 f32", "matmul", 1, 0};
+  EXPECT_DOUBLE_EQ(p.op_time(known, &unpriced), 0.5);
+  OpCall other{"gelu_fwd 100 f32", "gelu_fwd", 0, 800};
+  EXPECT_DOUBLE_EQ(p.op_time(other, &unpriced), 0.0);
+  EXPECT_EQ(unpriced, 1);
+}
+
+// The slowdown by busy ranks: the measured figures at whole counts, linear
+// between them (and from 1 at none), beyond the table the last figure times
+// the growth of ranks per unit; without a table, ranks over units.
+TEST(MachineProfile, SlowdownFollowsTheMeasuredTable) {
+  MachineProfile p;
+  p.compute_units = 2;
+  EXPECT_DOUBLE_EQ(p.slowdown(1), 1.0);
+  EXPECT_DOUBLE_EQ(p.slowdown(6), 3.0);
+  p.busy_slowdown = {1.1, 1.3, 1.9, 2.5};
+  EXPECT_DOUBLE_EQ(p.slowdown(0), 1.0);
+  EXPECT_DOUBLE_EQ(p.slowdown(0.5), 1.05);
+  EXPECT_DOUBLE_EQ(p.slowdown(2), 1.3);
+  EXPECT_DOUBLE_EQ(p.slowdown(2.5), 1.6);
+  EXPECT_DOUBLE_EQ(p.slowdown(4), 2.5);
+  EXPECT_DOUBLE_EQ(p.slowdown(8), 5.0);  // twice the ranks on the same two cores
+  p.busy_slowdown = {1.0};               // calibrated with one rank on two cores
+  EXPECT_DOUBLE_EQ(p.slowdown(2), 1.0);
+  EXPECT_DOUBLE_EQ(p.slowdown(4), 2.0);
+}
+
+// A tensor-parallel collective's wait, against values worked by hand: held
+// at the measured ends, linear between them, the nearest measured group
+// size for another, none for one rank or without measurements (a GPU).
+TEST(MachineProfile, SyncWaitFollowsTheMeasuredTable) {
+  MachineProfile p;
+  EXPECT_DOUBLE_EQ(p.sync_wait(2, 1.0), 0.0);
+  p.tp_sync[2] = {{0.5, 0.1}, {2.0, 0.4}, {4.0, 0.5}};
+  p.tp_sync[8] = {{0.5, 1.0}};
+  EXPECT_DOUBLE_EQ(p.sync_wait(2, 0.25), 0.1);
+  EXPECT_NEAR(p.sync_wait(2, 1.25), 0.25, 1e-12);
+  EXPECT_NEAR(p.sync_wait(2, 3.0), 0.45, 1e-12);
+  EXPECT_DOUBLE_EQ(p.sync_wait(2, 10.0), 0.5);
+  EXPECT_NEAR(p.sync_wait(4, 1.25), 0.25, 1e-12);  // 4 is nearer 2 than 8
+  EXPECT_DOUBLE_EQ(p.sync_wait(6, 3.0), 1.0);      // 6 is nearer 8
+  EXPECT_DOUBLE_EQ(p.sync_wait(1, 1.0), 0.0);
+}
+
+// solve_action_cost finds a per-action cost planted in the "measured" steps:
+// the many-action layout's step priced with 0.3 ms per action (and the
+// anchor's factor taken with it) is what it is given, and it recovers 0.3
+// ms; a measured step faster than the model with no cost gives 0, not a
+// negative cost. The prediction it is checked against is the model's with
+// the planted cost, not the solver's output.
+TEST(ActionCost, RecoversAPlantedCostAndNeverGoesBelowZero) {
+  auto recipe = [](std::vector<std::string> sets) {
+    sets.insert(sets.begin(), {"model.n_layers=4", "parallel.tp=1", "recompute.mode=\"none\"", "parallel.zero_stage=0"});
+    return load_recipe("configs/demo.toml", sets, 0, false);
+  };
+  const Recipe anchor = recipe({"parallel.dp=4", "parallel.pp=1", "training.micro_batch=2"});
+  const Recipe many = recipe({"parallel.dp=2", "parallel.pp=2", "parallel.schedule=\"interleaved\"",
+                              "parallel.virtual_stages=2", "training.micro_batch=1"});
+  MachineProfile p;
+  p.compute_units = 2;
+  p.busy_slowdown = {1.0, 1.1, 1.6, 2.2};
+  for (int mb : {1, 2})  // every op of the model priced by its work, 1 GFLOP or GB per ms
+    for (const OpCall& op : trace_chunk(anchor.model, ChunkSpec{}, {mb, 1, false, DType::F32, {}}).ops)
+      p.ops[op.key] = {(op.flops > 0 ? op.flops : op.bytes) * 1e-9, op.flops > 0 ? op.flops : op.bytes};
+  MachineProfile planted = p;
+  planted.action_ms = 0.3;
+  const double anchor_ms = 1.2 * StepModel(planted, 4).predict(anchor).step_ms;  // the anchor's real step
+  planted.anchor_measured_ms = anchor_ms;
+  planted.anchor_predicted_ms = StepModel(planted, 4).predict(anchor).step_ms;
+  const double many_ms = StepModel(planted, 4).predict(many).step_ms;  // factor 1.2 included
+  p.anchor_measured_ms = anchor_ms;
+  p.anchor_predicted_ms = StepModel(p, 4).predict(anchor).step_ms;  // as calibrate has it before the solve
+  solve_action_cost(p, 4, anchor, many, many_ms);
+  EXPECT_NEAR(p.action_ms, 0.3, 1e-3);
+  EXPECT_NEAR(p.anchor_predicted_ms, planted.anchor_predicted_ms, 1e-3 * anchor_ms);  // solved to 0.1%
+  EXPECT_NEAR(p.step_factor(), 1.2, 1e-3);
+  MachineProfile none = p;  // the many-action step as priced with no cost at all
+  none.action_ms = 0, none.anchor_measured_ms = 0;
+  const double fastest = StepModel(none, 4).predict(many).step_ms * anchor_ms / StepModel(none, 4).predict(anchor).step_ms;
+  solve_action_cost(p, 4, anchor, many, 0.8 * fastest);
+  EXPECT_DOUBLE_EQ(p.action_ms, 0.0);
+}
+
+// Several profiles: a layout's prediction is the whole prediction of the
+// profile with the median step time, whatever the order they are given in,
+// against one plain model's step scaled by the anchors' factors planted by
+// hand (x1, x2, x3: the median is x2; of two, the lower).
+TEST(StepModels, TakeTheMedianProfilesWholePrediction) {
+  const Recipe r = load_recipe("configs/demo.toml", {"model.n_layers=2", "parallel.dp=2", "parallel.pp=1",
+                                                     "parallel.tp=1", "training.micro_batch=2"}, 0, false);
+  MachineProfile base;
+  base.compute_units = 2;
+  for (const OpCall& op : trace_chunk(r.model, ChunkSpec{}, {2, 1, false, DType::F32, {}}).ops)
+    base.ops[op.key] = {(op.flops > 0 ? op.flops : op.bytes) * 1e-9, op.flops > 0 ? op.flops : op.bytes};
+  const double plain = StepModel(base, 2).predict(r).step_ms;
+  ASSERT_GT(plain, 0);
+  auto scaled = [&](double factor) {
+    MachineProfile p = base;
+    p.anchor_measured_ms = factor * 100, p.anchor_predicted_ms = 100;
+    return p;
+  };
+  const std::vector<MachineProfile> three = {scaled(3), scaled(1), scaled(2)};
+  const StepPrediction m = StepModels(three, 2).predict(r);
+  EXPECT_NEAR(m.step_ms, 2 * plain, 1e-9 * plain);
+  EXPECT_EQ(m.profile, 2);
+  EXPECT_DOUBLE_EQ(m.step_factor, 2.0);
+  EXPECT_NEAR(m.tokens_per_s, (double)r.training.global_batch * r.model.seq_len / (2 * plain / 1e3), 1e-6 * m.tokens_per_s);  // parts of one
+  const std::vector<MachineProfile> two = {scaled(3), scaled(1)};
+  EXPECT_NEAR(StepModels(two, 2).predict(r).step_ms, plain, 1e-9 * plain);
+  EXPECT_THROW(StepModels({}, 2), std::invalid_argument);
+}
+
+// Profiles of different jobs are refused with the files and what differs.
+TEST(StepModels, ProfilesOfDifferentJobsAreRefused) {
+  MachineProfile a;
+  a.ranks = 4, a.backend = "cpu", a.precision = "fp32";
+  MachineProfile b = a;
+  b.ranks = 8;
+  const std::string dir = ::testing::TempDir();
+  save_profile(a, dir + "/a.json"), save_profile(b, dir + "/b.json"), save_profile(a, dir + "/c.json");
+  EXPECT_EQ(load_profiles({dir + "/a.json", dir + "/c.json"}).size(), 2u);
+  try {
+    load_profiles({dir + "/a.json", dir + "/c.json", dir + "/b.json"});
+    FAIL() << "profiles of 4 and 8 ranks were accepted together";
+  } catch (const UserError& e) {
+    EXPECT_EQ(e.exit_code, kExitUsage);
+    EXPECT_NE(std::string(e.what()).find("differ in rank count (4, 8)"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("b.json"), std::string::npos) << e.what();
+  }
+}

@@ -12,7 +12,7 @@
   losses after the switch stay within rtol 0.05 of the run that did not switch.
 
 Layouts in bf16 (every one of test_parallel against one process), recompute
-in bf16 and the traffic halving are in tests/test_parallel.cpp.
+in bf16 and the traffic halving are in tests/multirank/test_parallel.cpp.
 
 usage: bf16_check.py TRAINER [STEPS]
 """
@@ -20,6 +20,7 @@ import os
 import sys
 import tempfile
 
+sys.dont_write_bytecode = True  # nothing left under tests/ (__pycache__)
 from harness import DEMO_RECIPE, check, failures, losses, run
 
 STEPS = int(sys.argv[2]) if len(sys.argv) > 2 else 100

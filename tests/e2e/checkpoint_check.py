@@ -35,6 +35,7 @@ import h5py
 import torch
 
 
+sys.dont_write_bytecode = True  # nothing left under tests/ (__pycache__)
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from harness import (DEMO_RECIPE, check, failures, losses, run as run_cmd, same_tensors, small_demo, tensors,  # noqa: E402
                      torch_val_loss)
@@ -115,7 +116,7 @@ def main():
 
         # A checkpoint directory that cannot be made (it lies under a regular
         # file) is a start-up error naming the key. Saves failing later (a
-        # full disk) are in tests/reliability_check.py.
+        # full disk) are in tests/e2e/reliability_check.py.
         blocker = os.path.join(tmp, "not_a_dir")
         open(blocker, "w").close()
         run = os.path.join(tmp, "failing")

@@ -158,11 +158,9 @@ def small_demo(trainer, tmp, steps):
                   "--set", "model.n_layers=4"]
 
 
-def tiny_recipe(path, changes=None, extra=""):
+def tiny_recipe(path, changes=None):
     """Writes tests/e2e/recipes/tiny.toml to path with changes ("section.key" ->
-    str, bool, int, float, list or dict; new sections go last) and then the
-    TOML text extra (after whichever section is last: so it opens with a
-    [section] of its own); returns path."""
+    str, bool, int, float, list or dict; new sections go last); returns path."""
     import tomllib
     with open(os.path.join(ROOT, "tests", "e2e", "recipes", "tiny.toml"), "rb") as f:
         recipe = tomllib.load(f)
@@ -182,7 +180,7 @@ def tiny_recipe(path, changes=None, extra=""):
         return "{ " + ", ".join(f"{k} = {toml(x)}" for k, x in v.items()) + " }"
     text = "".join(f"[{s}]\n" + "".join(f"{k} = {toml(v)}\n" for k, v in keys.items()) for s, keys in recipe.items())
     with open(path, "w", encoding="utf-8") as f:
-        f.write(text + extra)
+        f.write(text)
     return path
 
 

@@ -28,6 +28,7 @@ import subprocess
 import sys
 import tempfile
 
+sys.dont_write_bytecode = True  # nothing left under tests/ (__pycache__)
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from harness import THIRD_PARTY, check, failures, reference_encoders, tensors, tiny_recipe, under_pyref  # noqa: E402
 

@@ -37,6 +37,7 @@ import tempfile
 import threading
 import time
 
+sys.dont_write_bytecode = True  # nothing left under tests/ (__pycache__)
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from harness import (DEMO_RECIPE, SLURM_COMMON, check, finish, run, same_tensors, small_demo,  # noqa: E402
                      start_munge, tensors)

@@ -18,6 +18,7 @@ import sys
 import tempfile
 import time
 
+sys.dont_write_bytecode = True  # nothing left under tests/ (__pycache__)
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import numpy  # noqa: E402
 from harness import ROOT, check, failures, tensors, tiny_recipe  # noqa: E402
@@ -33,10 +34,10 @@ class Env:
         p = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=timeout)
         return p.returncode, p.stdout + p.stderr
 
-    def recipe(self, name, run=None, extra=""):
+    def recipe(self, name, run=None):
         return tiny_recipe(os.path.join(self.tmp, name + ".toml"), {
             "run.dir": run or os.path.join(self.tmp, name), "data.train": [f"{self.data}/train_*.bin"],
-            "training.steps": 20, "training.micro_batch": 1, "training.log_every": 5, "checkpoint.every": 5}, extra)
+            "training.steps": 20, "training.micro_batch": 1, "training.log_every": 5, "checkpoint.every": 5})
 
     def train(self, recipe, *args, np_=1, env=None):
         cmd = ([self.mpiexec, "-np", str(np_)] if np_ > 1 else []) + [self.trainer, "train", recipe, *args]
@@ -80,7 +81,7 @@ def steps_of(d):
 
 
 def case_lock(e):
-    r = e.recipe("lock", extra="")
+    r = e.recipe("lock")
     slow = ["--set", "training.steps=100000", "--set", "checkpoint.every=100000"]
     t0 = time.time()
     first = subprocess.Popen([e.trainer, "train", r, *slow], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
@@ -252,7 +253,7 @@ def case_shard_rewritten(e):
         e.sh([e.trainer, "data", "prepare", "--input", "/usr/share/common-licenses", "--output", data,
               "--output-format", fmt])
         run = os.path.join(e.tmp, name)
-        r = e.recipe(name, extra="")
+        r = e.recipe(name)
         with open(r) as f:
             text = f.read().replace(e.data, data)
         with open(r, "w") as f:
@@ -371,7 +372,7 @@ def case_full_disk(e):
         print("skip 6, 7: not root, no tmpfs to fill")
         return
     ck = os.path.join(fs.path, "ck")
-    r = e.recipe("full", extra="")
+    r = e.recipe("full")
     code, out = e.train(r, "--set", f'checkpoint.dir="{ck}"', "--set", "training.steps=5")
     check(code == 0 and "step_00000005" in steps_of(ck), "6 full disk: a first checkpoint fits")
     first = digest(os.path.join(ck, "step_00000005"))
@@ -489,7 +490,7 @@ def case_memory(e):
 
 
 def case_signals(e):
-    r = e.recipe("signals", extra="")
+    r = e.recipe("signals")
     args = ["--set", "training.steps=100000", "--set", "checkpoint.every=100000", "--set", "training.log_every=100"]
     for sig, name in [(signal.SIGUSR1, "SIGUSR1"), (signal.SIGTERM, "SIGTERM")]:
         run = os.path.join(e.tmp, "signals_" + name)

@@ -15,6 +15,7 @@ import sys
 import tempfile
 import time
 
+sys.dont_write_bytecode = True  # nothing left under tests/ (__pycache__)
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from harness import DEMO_RECIPE, check, finish  # noqa: E402
 from reliability_check import Env  # noqa: E402

@@ -29,6 +29,7 @@ import sys
 import tempfile
 import time
 
+sys.dont_write_bytecode = True  # nothing left under tests/ (__pycache__)
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from harness import (DEMO_RECIPE, ROOT, SLURM_COMMON, check, failures, same_tensors, small_demo,  # noqa: E402
                      start_munge, tensors)

@@ -17,6 +17,7 @@ import shutil
 import sys
 import tempfile
 
+sys.dont_write_bytecode = True  # nothing left under tests/ (__pycache__)
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from harness import DEMO_RECIPE, check, finish, run, small_demo  # noqa: E402
 

@@ -40,6 +40,7 @@ import sys
 import tempfile
 import time
 
+sys.dont_write_bytecode = True  # nothing left under tests/ (__pycache__)
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from harness import DEMO_RECIPE, check, failures, run as run_cmd, same_tensors, small_demo, tensors  # noqa: E402
 

@@ -17,6 +17,7 @@ import subprocess
 import sys
 import tempfile
 
+sys.dont_write_bytecode = True  # nothing left under tests/ (__pycache__)
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from harness import GPT2_PAT, LLAMA3_PAT, THIRD_PARTY, check, failures, under_pyref  # noqa: E402
 

@@ -32,6 +32,7 @@ import tempfile
 import h5py
 import torch
 
+sys.dont_write_bytecode = True  # nothing left under tests/ (__pycache__)
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # torch_model.py
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "e2e"))  # harness.py
 import torch_model  # noqa: E402

@@ -1,6 +1,7 @@
 // Recipe errors: each ends every rank of `mpirun -np 2 trainer train` with
 // exit code 2 (data errors: 3) and a single message naming file, line and key,
-// before training starts. The key table in process is tests/unit/recipe/test_recipe_keys.cpp.
+// before training starts; ATypedEditIsTheFileWithItsSetLines compares, in process,
+// a typed --set edit with the file read again. The key table: tests/unit/recipe/.
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 #include <sys/wait.h>

@@ -1,6 +1,7 @@
-// The key table (recipe/recipe_keys.h) in process: defaults derived from the
-// world size, the nearest-key distance, and defaults that pass their own checks.
-// The messages of bad recipes, through the binary, are tests/unit/app/test_recipe_errors.cpp.
+// The key table (recipe/recipe_keys.h): its defaults pass their own checks
+// and are what an empty recipe file loads as. Reading files is
+// tests/unit/app/test_recipe_file.cpp; the messages of bad recipes,
+// tests/unit/app/test_recipe_errors.cpp.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -9,34 +10,13 @@
 #include <fstream>
 #include <set>
 #include <string>
-#include <vector>
 
 #include "app/recipe.h"
-#include "data/token_shard.h"
 #include "recipe/recipe_keys.h"
 
 using namespace trainer;
 
 namespace fs = std::filesystem;
-
-TEST(Recipe, DefaultsFillDpFromWorldSize) {
-  char tmpl[] = "/tmp/trainer_rdef_XXXXXX";
-  const std::string d = mkdtemp(tmpl);
-  write_token_shard(d + "/a.bin", std::vector<uint32_t>(100, 1));
-  std::ofstream(d + "/r.toml") << "[data]\ntrain = \"" + d + "/a.bin\"\n[training]\nglobal_batch = 8\n";
-  const Recipe r = load_recipe(d + "/r.toml", {}, 4, true);
-  EXPECT_EQ(r.parallel.grid.dp, 4);
-  EXPECT_EQ(r.accum_steps(), 2);
-  EXPECT_EQ(r.model.arch, Arch::GPT2);
-  EXPECT_EQ(r.data.train_files, std::vector<std::string>{d + "/a.bin"});
-  fs::remove_all(d);
-}
-
-TEST(Recipe, EditDistance) {
-  EXPECT_EQ(edit_distance("stpes", "steps"), 2);
-  EXPECT_EQ(edit_distance("", "abc"), 3);
-  EXPECT_EQ(edit_distance("d_model", "d_model"), 0);
-}
 
 // The key table (recipe/recipe_keys.cpp) is the one declaration of every key:
 // its defaults pass its own checks, an empty recipe loads as

@@ -20,6 +20,11 @@ double esize(DType dt) { return (double)dtype_size(dt); }
 std::string att_shape(const AttentionShape& s) { return dims({s.B, s.T, s.H, s.KVH, s.hd}); }
 // Causal attention: the score and value products over the lower triangle.
 double att_flops(const AttentionShape& s) { return 2.0 * s.B * s.H * (double)s.T * s.T * s.hd; }
+// One chunk pair of ring attention: the same products, a square of rows x
+// rows scores, halved on the causal diagonal.
+double pair_flops(const AttentionShape& s, const AttentionPair& p) {
+  return (p.causal ? 2.0 : 4.0) * s.B * s.H * (double)p.rows * p.rows * s.hd;
+}
 
 }  // namespace
 
@@ -170,6 +175,20 @@ void MeteredBackend::attention_bwd(Ref dqkv, CRef dout, CRef qkv, CRef out, cons
                                    const AttentionShape& s) {
   op("attention_bwd", typed(att_shape(s), dqkv.dt), 2.5 * att_flops(s), 0,
      [&] { inner_->attention_bwd(dqkv, dout, qkv, out, stats, s); });
+}
+void MeteredBackend::attention_pair_fwd(float* acc, float* stats, CRef qkv, CRef kv, const AttentionShape& s,
+                                        const AttentionPair& p) {
+  op("attention_pair_fwd", typed(att_shape(s), qkv.dt), pair_flops(s, p), 0,
+     [&] { inner_->attention_pair_fwd(acc, stats, qkv, kv, s, p); });
+}
+void MeteredBackend::attention_pair_out(Ref out, const float* acc, const float* stats, const AttentionShape& s) {
+  op("attention_pair_out", typed(att_shape(s), out.dt), 0, (double)s.B * s.T * s.H * s.hd * (4 + esize(out.dt)),
+     [&] { inner_->attention_pair_out(out, acc, stats, s); });
+}
+void MeteredBackend::attention_pair_bwd(float* dq, float* dkv, CRef dout, CRef qkv, CRef kv, CRef out,
+                                        const float* stats, const AttentionShape& s, const AttentionPair& p) {
+  op("attention_pair_bwd", typed(att_shape(s), qkv.dt), 2.5 * pair_flops(s, p), 0,
+     [&] { inner_->attention_pair_bwd(dq, dkv, dout, qkv, kv, out, stats, s, p); });
 }
 void MeteredBackend::ce_row_stats(float* max, float* sum, float* target, const float* logits, const int32_t* targets,
                                   int rows, int V, int vocab_offset) {

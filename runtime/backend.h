@@ -28,6 +28,19 @@ struct AttentionShape {
   int row;       // floats per token row of the packed q|k|v buffer
 };
 
+// One pair of token chunks of ring attention (context parallelism,
+// parallel/context_chunks.h): the local query rows [q0, q0 + rows) of each
+// sequence against the key/value rows [k0, k0 + rows) of a block that may be
+// another rank's. A block row holds one token's k heads at float k_off and
+// its v heads at v_off, kv_row floats apart, kv_T rows per sequence: the
+// local packed q|k|v buffer itself (kv_row = row, k_off = H * hd), or k|v
+// rows that travelled the ring (kv_row = 2 * KVH * hd, k_off = 0).
+struct AttentionPair {
+  int q0, k0, rows;
+  bool causal;  // the same chunk: query i sees key j <= i; otherwise every key
+  int kv_T, kv_row, k_off, v_off;
+};
+
 // An implementation's declaration of one of the operations (runtime/backend_ops.inc).
 #define TRAINER_BACKEND_OVERRIDE(ret, name, params) ret name params override;
 

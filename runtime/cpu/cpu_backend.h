@@ -60,6 +60,10 @@ class CpuBackend final : public Backend {
   void f32_swiglu_bwd(float* dgate_up, const float* gate_up, const float* dout, int rows, int F);
   void f32_rope(float* qkv, const AttentionShape& s, const RopeFreqs& freqs, bool inverse);
   void f32_attention_fwd(float* out, float* stats, const float* qkv, const AttentionShape& s);
+  void f32_attention_pair_fwd(float* acc, float* stats, const float* qkv, const float* kv, const AttentionShape& s,
+                              const AttentionPair& p);
+  void f32_attention_pair_bwd(float* dq, float* dkv, const float* dout, const float* qkv, const float* kv,
+                              const float* out, const float* stats, const AttentionShape& s, const AttentionPair& p);
   void f32_attention_bwd(float* dqkv, const float* dout, const float* qkv, const float* stats,
                          const AttentionShape& s);
   double f32_sumsq(const float* x, size_t n, bool square = true);

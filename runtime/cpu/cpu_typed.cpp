@@ -129,4 +129,32 @@ void CpuBackend::attention_bwd(Ref dqkv, CRef dout, CRef qkv, CRef /*out*/, cons
   f32_attention_bwd(f.out(dqkv, rows * s.row), d, q, stats, s);
 }
 
+void CpuBackend::attention_pair_fwd(float* acc, float* stats, CRef qkv, CRef kv, const AttentionShape& s,
+                                    const AttentionPair& p) {
+  F32Args f;
+  f32_attention_pair_fwd(acc, stats, f.in(qkv, (size_t)s.B * s.T * s.row), f.in(kv, (size_t)s.B * p.kv_T * p.kv_row),
+                         s, p);
+}
+
+void CpuBackend::attention_pair_out(Ref out, const float* acc, const float* stats, const AttentionShape& s) {
+  F32Args f;
+  const int width = s.H * s.hd;
+  float* o = f.out(out, (size_t)s.B * s.T * width);
+  for (int b = 0; b < s.B; b++)
+    for (int h = 0; h < s.H; h++)
+      for (int t = 0; t < s.T; t++) {
+        const float inv = 1.f / stats[(((size_t)b * s.H + h) * s.T + t) * kAttentionStats + 1];
+        const size_t at = ((size_t)b * s.T + t) * width + (size_t)h * s.hd;
+        for (int e = 0; e < s.hd; e++) o[at + e] = acc[at + e] * inv;
+      }
+}
+
+void CpuBackend::attention_pair_bwd(float* dq, float* dkv, CRef dout, CRef qkv, CRef kv, CRef out,
+                                    const float* stats, const AttentionShape& s, const AttentionPair& p) {
+  F32Args f;
+  const size_t rows = (size_t)s.B * s.T, width = (size_t)s.H * s.hd;
+  f32_attention_pair_bwd(dq, dkv, f.in(dout, rows * width), f.in(qkv, rows * s.row),
+                         f.in(kv, (size_t)s.B * p.kv_T * p.kv_row), f.in(out, rows * width), stats, s, p);
+}
+
 }  // namespace trainer

@@ -246,6 +246,22 @@ void CudaBackend::attention_bwd(Ref dqkv, CRef dout, CRef qkv, CRef out, const f
                   [this](size_t b) { return scratch(kAttnWorkspace, b); });
 }
 
+// Ring attention's chunk pairs (context parallelism) are built on the CPU
+// backend first; nothing calls them on this one yet.
+namespace {
+[[noreturn]] void no_ring_attention() {
+  throw std::logic_error("CUDA backend: ring attention (context parallelism) is not on the CUDA backend yet");
+}
+}  // namespace
+void CudaBackend::attention_pair_fwd(float*, float*, CRef, CRef, const AttentionShape&, const AttentionPair&) {
+  no_ring_attention();
+}
+void CudaBackend::attention_pair_out(Ref, const float*, const float*, const AttentionShape&) { no_ring_attention(); }
+void CudaBackend::attention_pair_bwd(float*, float*, CRef, CRef, CRef, CRef, const float*, const AttentionShape&,
+                                     const AttentionPair&) {
+  no_ring_attention();
+}
+
 // --- cross entropy, norms of gradients, optimizer ---
 
 void CudaBackend::ce_row_stats(float* max, float* sum, float* target, const float* logits, const int32_t* targets,

@@ -130,6 +130,17 @@ void EmuBackend::attention_bwd(Ref dqkv, CRef dout, CRef qkv, CRef, const float*
   EMU_OP(attention_bwd, cuda::attention_bwd_f32(kStream, dqkv.f32(), dout.f32(), qkv.f32(), stats, s,
                                                 scratch(cuda::attention_bwd_scratch_floats(s))));
 }
+// Ring attention's chunk pairs have no CUDA kernels yet (cuda_backend.cpp).
+void EmuBackend::attention_pair_fwd(float*, float*, CRef, CRef, const AttentionShape&, const AttentionPair&) {
+  throw std::logic_error("CUDA CPU tier: ring attention has no CUDA kernels yet");
+}
+void EmuBackend::attention_pair_out(Ref, const float*, const float*, const AttentionShape&) {
+  throw std::logic_error("CUDA CPU tier: ring attention has no CUDA kernels yet");
+}
+void EmuBackend::attention_pair_bwd(float*, float*, CRef, CRef, CRef, CRef, const float*, const AttentionShape&,
+                                    const AttentionPair&) {
+  throw std::logic_error("CUDA CPU tier: ring attention has no CUDA kernels yet");
+}
 void EmuBackend::lse_to_stats(float* stats, const float* lse, size_t rows) {
   EMU_OP(lse_to_stats, cuda::lse_to_stats(kStream, stats, lse, rows));
 }

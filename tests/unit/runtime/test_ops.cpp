@@ -13,6 +13,7 @@
 #include "runtime/cpu/cpu_backend.h"
 #include "runtime/cpu/cpu_kernels.h"
 #include "runtime/errors.h"
+#include "parallel/context_chunks.h"
 
 using namespace trainer;
 using Vec = std::vector<double>;
@@ -353,6 +354,90 @@ TEST_F(Fixture, CausalGqaAttentionForwardBackward) {
   be.set_attention_block(Backend::kAttentionBlock);
 }
 
+// Ring attention (context parallelism): the sequence cut into 2 x cp chunks,
+// rank r holding chunks r and 2cp-1-r (parallel/context_chunks.h), each rank
+// visiting every rank's keys pair by pair, its own from its packed q|k|v
+// buffer and the others' as the k|v rows that travel the ring. Put back in
+// order, the outputs are the double-precision causal attention's and the
+// gradients the finite differences', for MHA and GQA, cp 1, 2 and 4, with
+// the query rows in one block and in blocks of 2.
+TEST_F(Fixture, RingAttentionPairsAddUpToCausalAttention) {
+  for (int kv_heads : {4, 2}) {
+    AttentionShape full{2, 16, 4, kv_heads, 4, 0};
+    full.row = (full.H + 2 * full.KVH) * full.hd;
+    const int width = full.H * full.hd, kv_row = 2 * full.KVH * full.hd;
+    const size_t n_in = (size_t)full.B * full.T * full.row, n_out = (size_t)full.B * full.T * width;
+    auto qkv = randn(n_in, 11), R = randn(n_out, 12);
+    const Vec out_ref = ref_attention(to_d(qkv), full);
+    const Vec grad_ref = numeric_grad([&](const Vec& v) { return dot(ref_attention(v, full), to_d(R)); }, to_d(qkv));
+    for (int cp : {1, 2, 4})
+      for (int block : {Backend::kAttentionBlock, 2}) {
+        be.set_attention_block(block);
+        const int C = full.T / (2 * cp);
+        AttentionShape loc = full;
+        loc.T = 2 * C;
+        const size_t loc_rows = (size_t)full.B * loc.T;
+        // Global row of local row t of rank r.
+        auto global = [&](int r, int b, int t) { return (size_t)b * full.T + cp_chunk(cp, r, t / C) * C + t % C; };
+        // Rank r's rows of x (stride floats a row), n floats from `from` of each.
+        auto gather = [&](const std::vector<float>& x, int stride, int r, int from, int n) {
+          std::vector<float> y(loc_rows * n);
+          for (int b = 0; b < full.B; b++)
+            for (int t = 0; t < loc.T; t++)
+              std::copy_n(x.begin() + global(r, b, t) * stride + from, n, y.begin() + ((size_t)b * loc.T + t) * n);
+          return y;
+        };
+        std::vector<std::vector<float>> lq(cp), lkv(cp), lout(cp), lstats(cp), dq(cp), dkv(cp);
+        for (int r = 0; r < cp; r++) {
+          lq[r] = gather(qkv, full.row, r, 0, full.row);
+          lkv[r] = gather(qkv, full.row, r, width, kv_row);
+          dq[r].assign(loc_rows * width, 0.f);
+          dkv[r].assign(loc_rows * kv_row, 0.f);
+        }
+        auto pair = [&](int r, int src, const ChunkPair& cpair) {
+          return src == r ? AttentionPair{cpair.q_half * C, cpair.k_half * C, C, cpair.causal, loc.T, loc.row, width,
+                                          width + full.KVH * full.hd}
+                          : AttentionPair{cpair.q_half * C, cpair.k_half * C, C, cpair.causal, loc.T, kv_row, 0,
+                                          full.KVH * full.hd};
+        };
+        auto kv_of = [&](int r, int src) { return src == r ? lq[src].data() : lkv[src].data(); };
+        std::vector<float> out(n_out), dqkv(n_in, 0.f);
+        for (int r = 0; r < cp; r++) {
+          std::vector<float> acc(loc_rows * width, 0.f);
+          lstats[r].resize((size_t)full.B * full.H * loc.T * Backend::kAttentionStats);
+          for (size_t i = 0; i < lstats[r].size(); i += 2) lstats[r][i] = -INFINITY, lstats[r][i + 1] = 0.f;
+          for (int src = 0; src < cp; src++)
+            for (const ChunkPair& cpair : ring_pairs(cp, r, src))
+              be.attention_pair_fwd(acc.data(), lstats[r].data(), lq[r].data(), kv_of(r, src), loc, pair(r, src, cpair));
+          lout[r].resize(loc_rows * width);
+          be.attention_pair_out(lout[r].data(), acc.data(), lstats[r].data(), loc);
+          for (int b = 0; b < full.B; b++)
+            for (int t = 0; t < loc.T; t++)
+              std::copy_n(lout[r].begin() + ((size_t)b * loc.T + t) * width, width, out.begin() + global(r, b, t) * width);
+        }
+        const std::string what = "cp " + std::to_string(cp) + ", kv heads " + std::to_string(kv_heads) + ", block " +
+                                 std::to_string(block);
+        expect_close(out, out_ref, 1e-5, 1e-6, ("ring attention fwd, " + what).c_str());
+        for (int r = 0; r < cp; r++) {
+          const std::vector<float> dout = gather(R, width, r, 0, width);
+          for (int src = 0; src < cp; src++)
+            for (const ChunkPair& cpair : ring_pairs(cp, r, src))
+              be.attention_pair_bwd(dq[r].data(), dkv[src].data(), dout.data(), lq[r].data(), kv_of(r, src),
+                                    lout[r].data(), lstats[r].data(), loc, pair(r, src, cpair));
+        }
+        for (int r = 0; r < cp; r++)
+          for (int b = 0; b < full.B; b++)
+            for (int t = 0; t < loc.T; t++) {
+              float* row = dqkv.data() + global(r, b, t) * full.row;
+              std::copy_n(dq[r].begin() + ((size_t)b * loc.T + t) * width, width, row);
+              std::copy_n(dkv[r].begin() + ((size_t)b * loc.T + t) * kv_row, kv_row, row + width);
+            }
+        expect_close(dqkv, grad_ref, 1e-4, 1e-5, ("ring attention bwd, " + what).c_str());
+      }
+  }
+  be.set_attention_block(Backend::kAttentionBlock);
+}
+
 // The cross-entropy passes, run over the whole vocabulary or over vocabulary
 // shards combined as tensor parallelism does (the max's maximum, each shard's
 // sum rebased to it, sums added).
@@ -608,7 +693,7 @@ TEST(KernelSets, EveryKernelGivesTheSameBitsInEverySet) {
 
 // A set the CPU lacks, or that TRAINER_CPU_KERNELS caps away, is refused
 // naming why and what may run; "auto" is the widest allowed. (Pretend CPUs:
-// this machine's own limits are what the binary checks, tests/cpu_kernels_check.py.)
+// this machine's own limits are what the binary checks, tests/e2e/cpu_kernels_check.py.)
 TEST(KernelSets, ASetOutOfReachIsRefusedNamingWhy) {
   using cpu::KernelSet;
   const cpu::KernelLimits avx2_cpu{KernelSet::Avx2}, capped{KernelSet::Avx512, KernelSet::Avx2};

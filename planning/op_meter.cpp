@@ -21,7 +21,11 @@ std::string att_shape(const AttentionShape& s) { return dims({s.B, s.T, s.H, s.K
 // Causal attention: the score and value products over the lower triangle.
 double att_flops(const AttentionShape& s) { return 2.0 * s.B * s.H * (double)s.T * s.T * s.hd; }
 // One chunk pair of ring attention: the same products, a square of rows x
-// rows scores, halved on the causal diagonal.
+// rows scores, halved on the causal diagonal; the two kinds cost differently,
+// so the shape (a machine profile's key) names which.
+std::string pair_shape(const AttentionShape& s, const AttentionPair& p) {
+  return dims({s.B, p.rows, s.H, s.KVH, s.hd}) + (p.causal ? " causal" : " full");
+}
 double pair_flops(const AttentionShape& s, const AttentionPair& p) {
   return (p.causal ? 2.0 : 4.0) * s.B * s.H * (double)p.rows * p.rows * s.hd;
 }
@@ -178,7 +182,7 @@ void MeteredBackend::attention_bwd(Ref dqkv, CRef dout, CRef qkv, CRef out, cons
 }
 void MeteredBackend::attention_pair_fwd(float* acc, float* stats, CRef qkv, CRef kv, const AttentionShape& s,
                                         const AttentionPair& p) {
-  op("attention_pair_fwd", typed(att_shape(s), qkv.dt), pair_flops(s, p), 0,
+  op("attention_pair_fwd", typed(pair_shape(s, p), qkv.dt), pair_flops(s, p), 0,
      [&] { inner_->attention_pair_fwd(acc, stats, qkv, kv, s, p); });
 }
 void MeteredBackend::attention_pair_out(Ref out, const float* acc, const float* stats, const AttentionShape& s) {
@@ -187,7 +191,7 @@ void MeteredBackend::attention_pair_out(Ref out, const float* acc, const float* 
 }
 void MeteredBackend::attention_pair_bwd(float* dq, float* dkv, CRef dout, CRef qkv, CRef kv, CRef out,
                                         const float* stats, const AttentionShape& s, const AttentionPair& p) {
-  op("attention_pair_bwd", typed(att_shape(s), qkv.dt), 2.5 * pair_flops(s, p), 0,
+  op("attention_pair_bwd", typed(pair_shape(s, p), qkv.dt), 2.5 * pair_flops(s, p), 0,
      [&] { inner_->attention_pair_bwd(dq, dkv, dout, qkv, kv, out, stats, s, p); });
 }
 void MeteredBackend::ce_row_stats(float* max, float* sum, float* target, const float* logits, const int32_t* targets,

@@ -33,8 +33,9 @@ struct AttentionShape {
 // sequence against the key/value rows [k0, k0 + rows) of a block that may be
 // another rank's. A block row holds one token's k heads at float k_off and
 // its v heads at v_off, kv_row floats apart, kv_T rows per sequence: the
-// local packed q|k|v buffer itself (kv_row = row, k_off = H * hd), or k|v
-// rows that travelled the ring (kv_row = 2 * KVH * hd, k_off = 0).
+// local packed q|k|v buffer itself (kv_row = row, k_off = H * hd, v_off =
+// (H + KVH) * hd), or k|v rows that travelled the ring (kv_row = 2 * KVH *
+// hd, k_off = 0, v_off = KVH * hd).
 struct AttentionPair {
   int q0, k0, rows;
   bool causal;  // the same chunk: query i sees key j <= i; otherwise every key

@@ -359,8 +359,9 @@ TEST_F(Fixture, CausalGqaAttentionForwardBackward) {
 // visiting every rank's keys pair by pair, its own from its packed q|k|v
 // buffer and the others' as the k|v rows that travel the ring. Put back in
 // order, the outputs are the double-precision causal attention's and the
-// gradients the finite differences', for MHA and GQA, cp 1, 2 and 4, with
-// the query rows in one block and in blocks of 2.
+// gradients the finite differences', and the merged statistics (max, sum)
+// are those attention_fwd keeps for the whole sequence, for MHA and GQA,
+// cp 1, 2 and 4, with the query rows in one block and in blocks of 3 and 2.
 TEST_F(Fixture, RingAttentionPairsAddUpToCausalAttention) {
   for (int kv_heads : {4, 2}) {
     AttentionShape full{2, 16, 4, kv_heads, 4, 0};
@@ -369,9 +370,11 @@ TEST_F(Fixture, RingAttentionPairsAddUpToCausalAttention) {
     const size_t n_in = (size_t)full.B * full.T * full.row, n_out = (size_t)full.B * full.T * width;
     auto qkv = randn(n_in, 11), R = randn(n_out, 12);
     const Vec out_ref = ref_attention(to_d(qkv), full);
+    std::vector<float> full_out(n_out), full_stats((size_t)full.B * full.H * full.T * Backend::kAttentionStats);
+    be.attention_fwd(full_out.data(), full_stats.data(), qkv.data(), full);
     const Vec grad_ref = numeric_grad([&](const Vec& v) { return dot(ref_attention(v, full), to_d(R)); }, to_d(qkv));
     for (int cp : {1, 2, 4})
-      for (int block : {Backend::kAttentionBlock, 2}) {
+      for (int block : {Backend::kAttentionBlock, 3, 2}) {  // 3: a short last block
         be.set_attention_block(block);
         const int C = full.T / (2 * cp);
         AttentionShape loc = full;
@@ -405,7 +408,8 @@ TEST_F(Fixture, RingAttentionPairsAddUpToCausalAttention) {
         for (int r = 0; r < cp; r++) {
           std::vector<float> acc(loc_rows * width, 0.f);
           lstats[r].resize((size_t)full.B * full.H * loc.T * Backend::kAttentionStats);
-          for (size_t i = 0; i < lstats[r].size(); i += 2) lstats[r][i] = -INFINITY, lstats[r][i + 1] = 0.f;
+          for (size_t i = 0; i < lstats[r].size(); i += Backend::kAttentionStats)
+            lstats[r][i] = -INFINITY, lstats[r][i + 1] = 0.f;
           for (int src = 0; src < cp; src++)
             for (const ChunkPair& cpair : ring_pairs(cp, r, src))
               be.attention_pair_fwd(acc.data(), lstats[r].data(), lq[r].data(), kv_of(r, src), loc, pair(r, src, cpair));
@@ -418,6 +422,16 @@ TEST_F(Fixture, RingAttentionPairsAddUpToCausalAttention) {
         const std::string what = "cp " + std::to_string(cp) + ", kv heads " + std::to_string(kv_heads) + ", block " +
                                  std::to_string(block);
         expect_close(out, out_ref, 1e-5, 1e-6, ("ring attention fwd, " + what).c_str());
+        for (int r = 0; r < cp; r++)
+          for (int b = 0; b < full.B; b++)
+            for (int h = 0; h < full.H; h++)
+              for (int t = 0; t < loc.T; t++) {
+                const float* got = &lstats[r][(((size_t)b * full.H + h) * loc.T + t) * Backend::kAttentionStats];
+                const float* want = &full_stats[(((size_t)b * full.H + h) * full.T + global(r, b, t) - (size_t)b * full.T) *
+                                                Backend::kAttentionStats];
+                ASSERT_NEAR(got[0], want[0], 1e-5) << "max, " << what;
+                ASSERT_NEAR(got[1], want[1], 1e-5 * want[1]) << "sum, " << what;
+              }
         for (int r = 0; r < cp; r++) {
           const std::vector<float> dout = gather(R, width, r, 0, width);
           for (int src = 0; src < cp; src++)

@@ -194,6 +194,14 @@ void MeteredBackend::attention_pair_bwd(float* dq, float* dkv, CRef dout, CRef q
   op("attention_pair_bwd", typed(pair_shape(s, p), qkv.dt), 2.5 * pair_flops(s, p), 0,
      [&] { inner_->attention_pair_bwd(dq, dkv, dout, qkv, kv, out, stats, s, p); });
 }
+void MeteredBackend::attention_kv_pack(Ref kv, CRef qkv, const AttentionShape& s) {
+  op("attention_kv_pack", typed(att_shape(s), kv.dt), 0, 4.0 * s.B * s.T * s.KVH * s.hd * esize(kv.dt),
+     [&] { inner_->attention_kv_pack(kv, qkv, s); });
+}
+void MeteredBackend::attention_pair_grads(Ref dqkv, const float* dq, const float* dkv, const AttentionShape& s) {
+  op("attention_pair_grads", typed(att_shape(s), dqkv.dt), 0, (double)s.B * s.T * s.row * (4 + esize(dqkv.dt)),
+     [&] { inner_->attention_pair_grads(dqkv, dq, dkv, s); });
+}
 void MeteredBackend::ce_row_stats(float* max, float* sum, float* target, const float* logits, const int32_t* targets,
                                   int rows, int V, int vocab_offset) {
   op("ce_row_stats", dims({rows, V}), 0, 4.0 * rows * V,

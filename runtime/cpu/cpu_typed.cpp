@@ -1,6 +1,10 @@
 // The CPU backend's typed entry points: each hands its fp32 kernel fp32 views
 // of the arguments (runtime/cpu/f32_args.h), so fp32 calls run the kernels
 // directly and bf16 ones widen, compute and round back once.
+#include <algorithm>
+#include <cstring>
+#include <stdexcept>
+
 #include "runtime/cpu/cpu_backend.h"
 #include "runtime/cpu/f32_args.h"
 
@@ -147,6 +151,24 @@ void CpuBackend::attention_pair_out(Ref out, const float* acc, const float* stat
         const size_t at = ((size_t)b * s.T + t) * width + (size_t)h * s.hd;
         for (int e = 0; e < s.hd; e++) o[at + e] = acc[at + e] * inv;
       }
+}
+
+void CpuBackend::attention_kv_pack(Ref kv, CRef qkv, const AttentionShape& s) {
+  if (kv.dt != qkv.dt) throw std::logic_error("attention_kv_pack: k|v rows keep the q|k|v buffer's type");
+  const size_t es = dtype_size(qkv.dt), n = (size_t)2 * s.KVH * s.hd, from = (size_t)s.H * s.hd;
+  for (size_t t = 0; t < (size_t)s.B * s.T; t++)
+    std::memcpy(static_cast<char*>(kv.p) + t * n * es, static_cast<const char*>(qkv.p) + (t * s.row + from) * es,
+                n * es);
+}
+
+void CpuBackend::attention_pair_grads(Ref dqkv, const float* dq, const float* dkv, const AttentionShape& s) {
+  F32Args f;
+  const size_t rows = (size_t)s.B * s.T, width = (size_t)s.H * s.hd, kv_row = (size_t)2 * s.KVH * s.hd;
+  float* d = f.out(dqkv, rows * s.row);
+  for (size_t t = 0; t < rows; t++) {
+    std::copy_n(dq + t * width, width, d + t * s.row);
+    std::copy_n(dkv + t * kv_row, kv_row, d + t * s.row + width);
+  }
 }
 
 void CpuBackend::attention_pair_bwd(float* dq, float* dkv, CRef dout, CRef qkv, CRef kv, CRef out,

@@ -262,6 +262,9 @@ void CudaBackend::attention_pair_bwd(float*, float*, CRef, CRef, CRef, CRef, con
   no_ring_attention();
 }
 
+void CudaBackend::attention_kv_pack(Ref, CRef, const AttentionShape&) { no_ring_attention(); }
+void CudaBackend::attention_pair_grads(Ref, const float*, const float*, const AttentionShape&) { no_ring_attention(); }
+
 // --- cross entropy, norms of gradients, optimizer ---
 
 void CudaBackend::ce_row_stats(float* max, float* sum, float* target, const float* logits, const int32_t* targets,

@@ -141,6 +141,12 @@ void EmuBackend::attention_pair_bwd(float*, float*, CRef, CRef, CRef, CRef, cons
                                     const AttentionPair&) {
   throw std::logic_error("CUDA CPU tier: ring attention has no CUDA kernels yet");
 }
+void EmuBackend::attention_kv_pack(Ref, CRef, const AttentionShape&) {
+  throw std::logic_error("CUDA CPU tier: ring attention has no CUDA kernels yet");
+}
+void EmuBackend::attention_pair_grads(Ref, const float*, const float*, const AttentionShape&) {
+  throw std::logic_error("CUDA CPU tier: ring attention has no CUDA kernels yet");
+}
 void EmuBackend::lse_to_stats(float* stats, const float* lse, size_t rows) {
   EMU_OP(lse_to_stats, cuda::lse_to_stats(kStream, stats, lse, rows));
 }

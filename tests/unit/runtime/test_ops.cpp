@@ -393,7 +393,8 @@ TEST_F(Fixture, RingAttentionPairsAddUpToCausalAttention) {
         std::vector<std::vector<float>> lq(cp), lkv(cp), lout(cp), lstats(cp), dq(cp), dkv(cp);
         for (int r = 0; r < cp; r++) {
           lq[r] = gather(qkv, full.row, r, 0, full.row);
-          lkv[r] = gather(qkv, full.row, r, width, kv_row);
+          lkv[r].resize(loc_rows * kv_row);
+          be.attention_kv_pack(lkv[r].data(), lq[r].data(), loc);  // what travels the ring
           dq[r].assign(loc_rows * width, 0.f);
           dkv[r].assign(loc_rows * kv_row, 0.f);
         }
@@ -439,13 +440,14 @@ TEST_F(Fixture, RingAttentionPairsAddUpToCausalAttention) {
               be.attention_pair_bwd(dq[r].data(), dkv[src].data(), dout.data(), lq[r].data(), kv_of(r, src),
                                     lout[r].data(), lstats[r].data(), loc, pair(r, src, cpair));
         }
-        for (int r = 0; r < cp; r++)
+        for (int r = 0; r < cp; r++) {  // each rank's dq and its block's dkv, home again
+          std::vector<float> local(loc_rows * full.row);
+          be.attention_pair_grads(local.data(), dq[r].data(), dkv[r].data(), loc);
           for (int b = 0; b < full.B; b++)
-            for (int t = 0; t < loc.T; t++) {
-              float* row = dqkv.data() + global(r, b, t) * full.row;
-              std::copy_n(dq[r].begin() + ((size_t)b * loc.T + t) * width, width, row);
-              std::copy_n(dkv[r].begin() + ((size_t)b * loc.T + t) * kv_row, kv_row, row + width);
-            }
+            for (int t = 0; t < loc.T; t++)
+              std::copy_n(local.begin() + ((size_t)b * loc.T + t) * full.row, full.row,
+                          dqkv.begin() + global(r, b, t) * full.row);
+        }
         expect_close(dqkv, grad_ref, 1e-4, 1e-5, ("ring attention bwd, " + what).c_str());
       }
   }

@@ -89,7 +89,7 @@ int cmd_bench(int argc, char** argv) {
   const int steps = (int)args.integer("--steps", 3, 1), warmup = (int)args.integer("--warmup", 1, 0);
   const bool compare_recompute = args.has("--compare-recompute");
   // One process: the recipe's parallel layout does not apply (nor a --set of it: these come last).
-  overrides.insert(overrides.end(), {"parallel.tp=1", "parallel.pp=1", "parallel.dp=1",
+  overrides.insert(overrides.end(), {"parallel.tp=1", "parallel.pp=1", "parallel.dp=1", "parallel.cp=1",
                                        "parallel.sequence_parallel=false", "parallel.schedule=1f1b",
                                        "parallel.virtual_stages=1"});
   const Recipe r = load_recipe(path, overrides, 1, false);

@@ -78,18 +78,20 @@ int cmd_plan(int argc, char** argv) {
   const Recipe r = load_recipe(path, args.overrides, ranks, false);
   ranks = r.parallel.grid.ranks();
   const double step_flops = train_flops_per_token(r.model) * r.tokens_per_step();
-  std::printf("plan %s: %s, %d ranks = dp %d x pp %d x tp %d%s, micro-batch %d x %d, %d micro-batches per step, %s\n",
-              path.c_str(), arch_name(r.model.arch), ranks, r.parallel.grid.dp, r.parallel.grid.pp, r.parallel.grid.tp,
-              r.parallel.sequence_parallel ? " (sequence parallel)" : "", r.training.micro_batch,
+  const std::string cp = r.parallel.grid.cp > 1 ? " x cp " + std::to_string(r.parallel.grid.cp) : "";
+  std::printf("plan %s: %s, %d ranks = dp %d x pp %d%s x tp %d%s, micro-batch %d x %d, %d micro-batches per step, %s\n",
+              path.c_str(), arch_name(r.model.arch), ranks, r.parallel.grid.dp, r.parallel.grid.pp, cp.c_str(),
+              r.parallel.grid.tp, r.parallel.sequence_parallel ? " (sequence parallel)" : "", r.training.micro_batch,
               r.model.seq_len, r.accum_steps(), dtype_name(r.training.precision));
   if (r.training.precision != DType::F32)
     std::printf("%s: params = fp32 master weights + their %s copy; activations, messages and the data-parallel "
                 "gradient copy in %s; gradients and optimizer state fp32\n",
                 dtype_name(r.training.precision), dtype_name(r.training.precision), dtype_name(r.training.precision));
   if (r.parallel.zero_sharded())
-    std::printf("ZeRO-1: each data-parallel rank keeps 1/%d of AdamW's state (shown: rank 0's block and the tail "
-                "of fewer than dp elements every rank keeps) and writes its part of a checkpoint to a file of its own\n",
-                r.parallel.grid.dp);
+    std::printf("ZeRO-1: each of the dp x cp ranks holding the same weights keeps 1/%d of AdamW's state (shown: rank "
+                "0's block and the tail of fewer than dp x cp elements every rank keeps) and writes its part of a "
+                "checkpoint to a file of its own\n",
+                r.parallel.grid.dp * r.parallel.grid.cp);
   std::printf("memory per rank in MB (the recipe's mode is marked *); extra forward FLOPs per step and rank\n");
   const bool cuda = r.runtime.backend == "cuda";  // its own buffers: a column of their own
   std::printf("%-6s %-11s %9s %9s %9s %11s %9s %11s%s %9s %16s\n", "stage", "recompute", "params", "grads",

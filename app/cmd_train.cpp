@@ -66,8 +66,8 @@ int describe_only(const RecipeArgs& args) {
   } catch (const UserError& e) {
     std::printf("# note: a launch would stop here (exit %d): %s\n", e.exit_code, e.what());
   }
-  std::printf("# launch: mpirun -np %d (dp %d x pp %d x tp %d)\n", r.parallel.grid.ranks(), r.parallel.grid.dp,
-              r.parallel.grid.pp, r.parallel.grid.tp);
+  std::printf("# launch: mpirun -np %d (dp %d x pp %d x cp %d x tp %d)\n", r.parallel.grid.ranks(), r.parallel.grid.dp,
+              r.parallel.grid.pp, r.parallel.grid.cp, r.parallel.grid.tp);
   return kExitOk;
 }
 
@@ -138,7 +138,7 @@ void take_run_dirs(Job& job, RunDirLocks& locks, bool start_over) {
 void check_fit(const Recipe& r, int rank, int local_rank) {
   if (!r.runtime.memory_check) return;
   const GridCoords at = grid_coords(r.parallel.grid, rank);
-  const MemoryFit fit = check_memory_fit(r, at.pp, at.dp == 0, ranks_on_node(), local_rank);
+  const MemoryFit fit = check_memory_fit(r, at.pp, at.dp == 0 && at.cp == 0, ranks_on_node(), local_rank);
   if (!fit.fits)
     throw RecipeError("rank " + std::to_string(rank) + " (pipeline stage " + std::to_string(at.pp) + ") " +
                       fit.message + " (runtime.memory_check = false skips this check)");

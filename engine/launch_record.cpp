@@ -31,6 +31,7 @@ std::string append_launch_record(const Job& job, long first_step) {
       .add("dp", r.parallel.grid.dp)
       .add("pp", r.parallel.grid.pp)
       .add("tp", r.parallel.grid.tp)
+      .add("cp", r.parallel.grid.cp)
       .add("peak_gflops", job.peak_gflops)
       .add("peak_source", job.peak_source)
       .add("libraries", libraries);

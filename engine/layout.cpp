@@ -11,6 +11,8 @@ RankLayout rank_layout(const Recipe& r, int stage) {
   l.micro_batch = r.training.micro_batch;
   l.tp = r.parallel.grid.tp;
   l.dp = r.parallel.grid.dp;
+  l.cp = r.parallel.grid.cp;
+  l.cp_overlap = r.parallel.cp_overlap;
   l.zero_stage = r.parallel.zero_stage;
   l.compute = r.training.precision;
   l.micro_batches = pipe.micro_batches;

@@ -14,6 +14,7 @@
 #include "model/init.h"
 #include "model/lr_schedule.h"
 #include "parallel/process_grid.h"
+#include "parallel/ring_attention.h"
 #include "runtime/errors.h"
 #include "runtime/units.h"
 
@@ -31,19 +32,23 @@ std::unique_ptr<CountingDataComm> counted(DataComm* c) {
 
 ParallelGroups groups_of(ProcessGrid& g) {
   using G = ProcessGrid;
-  return {{&g.data(G::Dp), &g.control(G::Dp)},
+  return {{&g.data(G::DpCp), &g.control(G::DpCp)},
           {&g.data(G::Tp), &g.control(G::Tp)},
           {&g.data(G::Pp), &g.control(G::Pp)},
+          {&g.data(G::Cp), &g.control(G::Cp)},
           &g.data(G::Embed)};
 }
 
 RankStep::RankStep(Backend& be, ParallelGroups groups, const Recipe& r, Blend train, Blend val)
     : be_(be), dp_(*groups.dp.data), tp_(counted(groups.tp.data)), pp_(counted(groups.pp.data)),
-      dp_control_(groups.dp.control), pp_control_(pp_ ? groups.pp.control : nullptr),
-      tp_control_(tp_ ? groups.tp.control : nullptr), embed_(groups.embed),
+      cp_(counted(groups.cp.data)), cp_size_(cp_ ? cp_->size() : 1), dp_control_(groups.dp.control), pp_control_(pp_ ? groups.pp.control : nullptr),
+      tp_control_(tp_ ? groups.tp.control : nullptr), cp_control_(cp_ ? groups.cp.control : nullptr),
+      embed_(groups.embed),
       r_(r), train_(std::move(train)), val_(std::move(val)) {
   pipe_ = r.pipeline();
   if ((pp_ ? pp_->size() : 1) != pipe_.stages) throw std::invalid_argument("pp group size differs from the recipe");
+  if (cp_size_ != r.parallel.grid.cp || dp_.size() % cp_size_ != 0)
+    throw std::invalid_argument("cp group size differs from the recipe");
   if (const std::string why = check_pipeline(pipe_); !why.empty()) throw std::invalid_argument(why);
   stage_ = pp_ ? pp_->rank() : 0;
   std::vector<float> host;
@@ -52,7 +57,8 @@ RankStep::RankStep(Backend& be, ParallelGroups groups, const Recipe& r, Blend tr
   layout_ = rank_layout(r, stage_);
   for (const ChunkLayout& ch : layout_.chunks) {
     chunks_.push_back(
-        std::make_unique<Transformer>(be, r.model, layout_, ch, TensorParallel{tp_.get(), tp_control_}, r.recompute));
+        std::make_unique<Transformer>(be, r.model, layout_, ch, TensorParallel{tp_.get(), tp_control_}, r.recompute,
+                                      ContextParallel{cp_.get()}));
     Transformer& m = *chunks_.back();
     m.keep_losses_on_device(true);  // read once per step, with the gradient norm
     // Every replica and layout draws the same initial weights from the run seed.
@@ -96,8 +102,8 @@ void RankStep::make_loader(uint64_t start_position) {
   LoaderConfig lc;
   lc.micro_batch = layout_.micro_batch;
   lc.micro_batches = pipe_.micro_batches;
-  lc.dp_rank = dp_.rank();
-  lc.dp_size = dp_.size();
+  lc.dp_rank = dp_.rank() / cp_size_;  // a context-parallel group reads the same sequences
+  lc.dp_size = dp_.size() / cp_size_;
   lc.prefetch = r_.data.prefetch;
   lc.seed = r_.run.seed;
   lc.start_position = start_position;
@@ -113,7 +119,7 @@ TrainingState RankStep::training_state() const {
   st.step = step_;
   st.samples = cursor_;
   st.adam_steps = opts_.front()->steps_taken();
-  st.dp = dp_.size(), st.pp = pipe_.stages, st.tp = tp_ ? tp_->size() : 1;
+  st.dp = dp_.size() / cp_size_, st.pp = pipe_.stages, st.tp = tp_ ? tp_->size() : 1;
   return st;
 }
 
@@ -158,7 +164,7 @@ long RankStep::rollback(const std::string& step_dir) {
 
 double StepStats::comm_ms() const {
   double t = 0;
-  for (const CommCounters* c : {&comm_dp, &comm_tp, &comm_pp})
+  for (const CommCounters* c : {&comm_dp, &comm_tp, &comm_pp, &comm_cp})
     for (int k = 0; k < CommCounters::kKinds; k++) t += c->ms[k];
   return t;
 }
@@ -180,9 +186,9 @@ void RankStep::compute_gradients(StepStats* stats) {
   StepStats local;
   StepStats& st = stats ? *stats : local;
   const int accum = pipe_.micro_batches;
-  const int tokens_per_micro = layout_.micro_batch * r_.model.seq_len;
+  const int tokens_per_micro = chunks_.front()->tokens();  // this rank's: 1/cp of each sequence
   // Each token's loss gradient is pre-scaled so that summing over micro-batches
-  // and DP ranks yields the gradient of the mean loss over the global batch.
+  // and dp x cp ranks yields the gradient of the mean loss over the global batch.
   const float grad_scale = 1.0f / ((float)tokens_per_micro * accum * dp_.size());
   for (auto& m : chunks_) {
     be_.zero(m->grads().ref(), m->num_params());
@@ -239,8 +245,9 @@ bool RankStep::weights_finite() {
 
 // The mean loss over the global batch from this rank's summed per-token
 // losses (nonzero on the last stage only): the same value on every rank.
+// Every rank of dp x cp holds as many tokens.
 double RankStep::mean_loss(double loss_sum) {
-  const int tokens_per_micro = layout_.micro_batch * r_.model.seq_len;
+  const int tokens_per_micro = chunks_.front()->tokens();
   double loss = loss_sum / ((double)tokens_per_micro * pipe_.micro_batches);
   dp_control_->allreduce_sum(&loss, 1);
   if (pp_control_) pp_control_->allreduce_sum(&loss, 1);
@@ -252,6 +259,8 @@ StepStats RankStep::step() {
   dp_.counters().reset();
   if (tp_) tp_->counters().reset();
   if (pp_) pp_->counters().reset();
+  if (cp_) cp_->counters().reset();
+  for (auto& m : chunks_) m->reset_ring_times();
   StepStats s;
   const uint64_t syncs0 = be_.host_syncs();
   compute_gradients(&s);
@@ -280,7 +289,9 @@ StepStats RankStep::step() {
   s.comm_dp = dp_.counters();
   if (tp_) s.comm_tp = tp_->counters();
   if (pp_) s.comm_pp = pp_->counters();
+  if (cp_) s.comm_cp = cp_->counters();
   record_stage_times(s);
+  record_ring_times(s);
   return s;
 }
 
@@ -299,13 +310,25 @@ void RankStep::record_stage_times(StepStats& s) {
   }
 }
 
+void RankStep::record_ring_times(StepStats& s) {
+  if (!cp_control_) return;
+  RingTimes t;
+  for (auto& m : chunks_) t += *m->ring_times();
+  s.cp_exposed_ms = t.exposed_ms;
+  double slowest = t.compute_ms, total = t.compute_ms;
+  cp_control_->allreduce_max(&slowest, 1);
+  cp_control_->allreduce_sum(&total, 1);
+  const double mean = total / cp_size_;
+  s.cp_imbalance = mean > 0 ? slowest / mean - 1 : 0;
+}
+
 // Forward only, one micro-batch at a time through the virtual pipeline.
 RankStep::Evaluation RankStep::evaluate() {
   Evaluation ev;
   if (val_.sources().empty()) return ev;
   const std::vector<double> shares = val_.shares();
   ev.overall = 0;
-  const size_t reads = (size_t)r_.training.eval_batches * layout_.micro_batch * dp_.size();
+  const size_t reads = (size_t)r_.training.eval_batches * layout_.micro_batch * (dp_.size() / cp_size_);
   for (size_t j = 0; j < val_.sources().size(); j++) {
     const BlendSource& s = val_.sources()[j];
     const double loss = evaluate(*s.data);
@@ -322,8 +345,8 @@ double RankStep::evaluate(const TokenDataset& data) {
   LoaderConfig lc;
   lc.micro_batch = layout_.micro_batch;
   lc.micro_batches = r_.training.eval_batches;
-  lc.dp_rank = dp_.rank();
-  lc.dp_size = dp_.size();
+  lc.dp_rank = dp_.rank() / cp_size_;
+  lc.dp_size = dp_.size() / cp_size_;
   lc.prefetch = 0;
   lc.shuffle = false;  // the same validation samples every time
   Loader ld(data, lc);

@@ -47,7 +47,12 @@ struct StepStats {
   // after the backward (exposed), and from its first start to its last
   // completion (span; with overlap, mostly hidden behind the backward).
   double dp_exposed_ms = 0, dp_span_ms = 0;
-  CommCounters comm_dp, comm_tp, comm_pp;  // this rank's communication in the step
+  // Context parallelism's ring (cp > 1): this rank's time waiting on its
+  // transfers (what the attention did not hide), and the attention-work
+  // imbalance across its cp group: the slowest rank's time in the ring's
+  // attention over the group's mean, minus 1.
+  double cp_exposed_ms = 0, cp_imbalance = 0;
+  CommCounters comm_dp, comm_tp, comm_pp, comm_cp;  // this rank's communication in the step (dp: over dp x cp)
   // Pipeline, this rank's stage: time computing, time waiting on pipeline
   // receives (the bubble), and the most micro-batches holding activations.
   // span: wall time of the stage's whole schedule (its last action's end).
@@ -70,9 +75,12 @@ struct GroupComms {
   DataComm* data = nullptr;
   ControlComm* control = nullptr;
 };
-// The groups a rank trains in. Null tp/pp/embed: that kind of parallelism is off.
+// The groups a rank trains in. Null tp/pp/cp/embed: that kind of parallelism
+// is off. dp: the ranks holding the same weights, dp x cp of them (weight
+// gradients are summed and ZeRO-1 shards over it; its rank / cp is the
+// data-parallel rank, its rank % cp the context-parallel one).
 struct ParallelGroups {
-  GroupComms dp, tp, pp;
+  GroupComms dp, tp, pp, cp;  // cp: context parallelism's ring
   DataComm* embed = nullptr;  // first + last stage, for tied embeddings
 };
 ParallelGroups groups_of(ProcessGrid& grid);
@@ -163,15 +171,18 @@ class RankStep {
   TrainingState training_state() const;  // what a checkpoint records now
   const Batch& next_batch(std::map<int, Batch>& batches, int mb, double* wait_ms);
   void record_stage_times(StepStats& s);
+  void record_ring_times(StepStats& s);
   StepSums read_sums();                 // after compute_gradients: one backend read
   double mean_loss(double loss_sum);    // over the global batch, on every rank
 
   Backend& be_;
-  CountingDataComm dp_;  // data communicators, counted per step
-  std::unique_ptr<CountingDataComm> tp_, pp_;
+  CountingDataComm dp_;  // data communicators, counted per step; dp_ spans dp x cp
+  std::unique_ptr<CountingDataComm> tp_, pp_, cp_;
+  int cp_size_ = 1;          // context-parallel ranks: dp_ holds dp_.size() / cp_size_ data-parallel ones
   ControlComm* dp_control_;
   ControlComm* pp_control_;  // null without pipeline parallelism
   ControlComm* tp_control_;
+  ControlComm* cp_control_;  // null without context parallelism
   DataComm* embed_;
   Buffer grad_wire_;          // gradients in the compute type for the data-parallel reduction (bf16 runs)
   bool zero_ = false;         // ZeRO-1 with dp > 1: AdamW's state sharded (engine/grad_reduce.h)

@@ -21,12 +21,12 @@ namespace {
 
 // Per pipeline stage and per group and kind of collective (rank 0's view;
 // every rank of a group moves the same bytes); peak memory per category.
-void add_breakdown(JsonRecord& rec, const StepStats& st) {
+void add_breakdown(JsonRecord& rec, const StepStats& st, bool cp) {
   rec.add(mf::kPpComputeMs, st.stage_compute_ms, "stage").add(mf::kPpWaitMs, st.stage_wait_ms, "stage")
       .add(mf::kPpSpanMs, st.stage_span_ms, "stage").add(mf::kPpPeakInFlight, st.stage_peak_in_flight, "stage");
-  for (const auto& [group, cc] :
-       {std::pair{"dp", &st.comm_dp}, std::pair{"tp", &st.comm_tp}, std::pair{"pp", &st.comm_pp}})
-    for (int k = 0; k < CommCounters::Other; k++) {
+  for (const auto& [group, cc] : {std::pair{"dp", &st.comm_dp}, std::pair{"tp", &st.comm_tp},
+                                  std::pair{"pp", &st.comm_pp}, std::pair{"cp", &st.comm_cp}})
+    for (int k = 0; k < CommCounters::Other && (cp || cc != &st.comm_cp); k++) {
       const std::string key = mf::comm_of(group, CommCounters::name(k));
       rec.add(key + "bytes", cc->bytes[k]).add(key + "ms", cc->ms[k]);
     }
@@ -46,7 +46,7 @@ void StepLoop::print_header() const {
                                 (device.empty() ? std::string(" on CPU, ") + cpu::kernel_set_name(cpu::kernel_set()) + " kernels"
                                                 : " on " + device);
   std::printf(
-      "trainer: %s | %s, %s params (%s/rank), %s | dp=%d pp=%d tp=%d%s%s | global batch %d x %d tokens, "
+      "trainer: %s | %s, %s params (%s/rank), %s | dp=%d pp=%d tp=%d%s%s%s | global batch %d x %d tokens, "
       "micro-batch %d, %d accumulation step(s) | %zu train samples | peak %.1f GFLOP/s/rank (%s)\n",
       r_.run.name.c_str(), arch_name(r_.model.arch), format_count((double)build_params(r_.model).reg.total()).c_str(),
       format_count((double)here).c_str(), precision.c_str(), r_.parallel.grid.dp, r_.parallel.grid.pp,
@@ -54,6 +54,7 @@ void StepLoop::print_header() const {
       r_.parallel.grid.pp == 1                         ? ""
       : r_.parallel.schedule == ScheduleKind::OneFOneB ? " 1f1b"
                                                        : " interleaved",
+      r_.parallel.grid.cp > 1 ? (" cp=" + std::to_string(r_.parallel.grid.cp) + " (ring attention)").c_str() : "",
       r_.training.global_batch, r_.model.seq_len, rank_step_.layout().micro_batch, r_.accum_steps(),
       job_.train.num_samples(), job_.peak_gflops, job_.peak_source.c_str());
   std::fflush(stdout);
@@ -103,9 +104,11 @@ void StepLoop::log_step(const StepStats& st, const StepExtras& x) {
   if (named)
     rec.add(mf::kStragglers, x.slow.ranks).add(mf::kStragglerComputeMs, x.slow.ms)
         .add(mf::kStragglerRatio, x.slow.worst_ratio).add(mf::kComputeMsMedian, x.slow.median_ms);
-  if (world_.size() > 1 && r_.parallel.grid.dp > 1)
+  if (world_.size() > 1 && r_.parallel.grid.dp * r_.parallel.grid.cp > 1)
     rec.add(mf::kCommDpExposedMs, st.dp_exposed_ms).add(mf::kCommDpSpanMs, st.dp_span_ms);
-  add_breakdown(rec, st);
+  const bool cp = r_.parallel.grid.cp > 1;
+  if (cp) rec.add(mf::kCommCpExposedMs, st.cp_exposed_ms).add(mf::kCpImbalance, st.cp_imbalance);
+  add_breakdown(rec, st, cp);
   if (!job_.metrics->write(rec))
     for (const std::string& e : job_.metrics->errors()) run_file_unwritable(e);
   std::printf(

@@ -21,13 +21,15 @@ double MemoryPlan::total() const {
 }
 
 namespace {
+// T: tokens of each sequence on this rank (seq_len / cp); keys: those its
+// attention sees (the whole sequence).
 struct Dims {
-  double B, T, M, R, d, hd, H, KV, F, V, Q, din, att;
+  double B, T, keys, M, R, d, hd, H, KV, F, V, Q, din, att;
 };
 Dims dims(const ModelConfig& c, const RankLayout& l) {
   Dims x;
   const double t = l.tp;
-  x.B = l.micro_batch, x.T = c.seq_len, x.M = x.B * x.T;
+  x.B = l.micro_batch, x.T = (double)c.seq_len / l.cp, x.keys = c.seq_len, x.M = x.B * x.T;
   x.R = l.sequence_parallel && l.tp > 1 ? x.M / t : x.M;
   x.d = c.d_model, x.hd = c.head_dim();
   x.H = c.n_heads / t, x.KV = c.kv_heads() / t, x.F = c.d_ff / t, x.V = c.vocab_size / t;
@@ -72,7 +74,8 @@ CudaMemory plan_cuda_memory(const ModelConfig& c, const Dims& x, const RankLayou
   m.gemm_workspace = cuda_memory::kGemmWorkspaceBytes;
   // One communicator per group of more than one rank (the pipeline's goes
   // through MPI): the world, dp, tp, and the first and last stages' embedding group.
-  const int groups = (l.dp > 1 || l.tp > 1 || l.pipelined) + (l.dp > 1) + (l.tp > 1) + (l.pipelined && (head || embed));
+  const int groups = (l.dp > 1 || l.tp > 1 || l.pipelined) + (l.dp > 1) + (l.tp > 1) + (l.pipelined && (head || embed)) +
+                     2 * (l.cp > 1);  // cp and dp x cp
   m.nccl_buffers = groups * cuda_memory::kNcclBytesPerCommunicator;
   // The scratch slots grow to their largest request; what the allocator keeps
   // is their smaller predecessors. The attention workspace is asked for at
@@ -90,6 +93,7 @@ MemoryPlan plan_memory(const ModelConfig& c, const RankLayout& l, const Recomput
   const bool narrow = l.compute != DType::F32;
   const LayerKeeps k = layer_keeps(x);
   double zero_block = 0;  // bytes of the largest chunk's ZeRO-1 block (one buffer serves all)
+  const int replicas = l.dp * l.cp;  // ranks holding the same weights
   for (const ChunkLayout& ch : l.chunks) {
     const double n = (double)build_params(c, l.tp, 0, ch.spec).reg.total();
     // fp32 master weights (+ the compute copy), gradients, AdamW m and v.
@@ -97,12 +101,12 @@ MemoryPlan plan_memory(const ModelConfig& c, const RankLayout& l, const Recomput
     p.bytes[(int)Mem::Grads] += n * f;
     // ZeRO-1: rank 0 keeps the most (its block and the tail), and one block
     // of the compute type passes through a buffer of its own.
-    const bool zero = l.zero_stage == 1 && l.dp > 1;
-    const double owned = zero ? (double)owned_count(zero_ranges((size_t)n, 0, l.dp)) : n;
+    const bool zero = l.zero_stage == 1 && replicas > 1;
+    const double owned = zero ? (double)owned_count(zero_ranges((size_t)n, 0, replicas)) : n;
     p.bytes[(int)Mem::Optimizer] += 2 * owned * f;
     // Data-parallel gradient traffic in the compute type goes through a copy.
-    if (narrow && l.dp > 1) p.bytes[(int)Mem::Comm] += n * e;
-    if (zero) zero_block = std::max(zero_block, std::floor(n / l.dp) * e);
+    if (narrow && replicas > 1) p.bytes[(int)Mem::Comm] += n * e;
+    if (zero) zero_block = std::max(zero_block, std::floor(n / replicas) * e);
     const int layers = ch.spec.last_layer - ch.spec.first_layer;
     double per_slot = 0, workspace = 0;
     for (int i = 0; i < layers; i++) {
@@ -122,6 +126,14 @@ MemoryPlan plan_memory(const ModelConfig& c, const RankLayout& l, const Recomput
     // Backward scratch; tensor-parallel collective buffers.
     p.bytes[(int)Mem::Temporaries] += (x.R * x.d + x.M * x.d + x.M * x.att + x.M * x.Q + x.M * x.din + x.M * x.F) * e;
     if (l.tp > 1) p.bytes[(int)Mem::Comm] += x.M * x.d * e;
+    // Ring attention (parallel/ring_attention.h): two k|v blocks in flight,
+    // three fp32 dK|dV blocks, the fp32 running output (then dq) and the
+    // statistics' start.
+    if (l.cp > 1) {
+      const double kv = x.M * 2 * x.KV * x.hd;
+      p.bytes[(int)Mem::Comm] += 2 * kv * e + 3 * kv * f;
+      p.bytes[(int)Mem::Temporaries] += (x.M * x.att + x.B * x.H * x.T * Backend::kAttentionStats) * f;
+    }
     if (l.tp > 1 && l.sequence_parallel) p.bytes[(int)Mem::Comm] += (2 * x.R * x.d + x.M * x.d) * e;
     // Pipeline messages: received activations and gradients, sent gradients.
     if (l.pipelined) {
@@ -142,7 +154,7 @@ MemoryPlan plan_memory(const ModelConfig& c, const RankLayout& l, const Recomput
 double recompute_extra_flops(const ModelConfig& c, const RankLayout& l, const RecomputeConfig& rc) {
   const Dims x = dims(c, l);
   // Forward product FLOPs of one layer for one micro-batch on this rank.
-  const double attn_core = 2 * 2 * x.B * x.H * x.T * x.T * x.hd;  // QK^T and PV
+  const double attn_core = 2 * 2 * x.B * x.H * x.T * x.keys * x.hd;  // QK^T and PV
   const double qkv = 2 * x.M * x.d * x.Q, out_proj = 2 * x.M * x.att * x.d;
   const double mlp_in = 2 * x.M * x.d * x.din;
   double extra = 0;

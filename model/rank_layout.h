@@ -19,7 +19,9 @@ struct ChunkLayout {
 
 struct RankLayout {
   int micro_batch = 1, tp = 1, dp = 1, micro_batches = 1, threads = 1;
-  int zero_stage = 0;  // 1: AdamW's state sharded over the dp ranks
+  int cp = 1;  // context parallelism: seq_len / cp tokens of each sequence here, attention as a ring
+  bool cp_overlap = true;  // the ring's transfers overlap its attention (parallel/ring_attention.h)
+  int zero_stage = 0;  // 1: AdamW's state sharded over the dp x cp ranks
   bool sequence_parallel = false, pipelined = false;
   DType compute = DType::F32;  // training.precision: activations, messages, the weights products read
   std::vector<ChunkLayout> chunks;

@@ -3,6 +3,9 @@
 #include <cstring>
 #include <stdexcept>
 
+#include "parallel/context_chunks.h"
+#include "parallel/ring_attention.h"
+
 namespace trainer {
 
 namespace {
@@ -28,11 +31,15 @@ class Carver {
 }  // namespace
 
 Transformer::Transformer(Backend& be, const ModelConfig& cfg, const RankLayout& layout, const ChunkLayout& chunk,
-                         TensorParallel tp, RecomputeConfig recompute)
-    : be_(be), cfg_(cfg), tp_(tp), mp_(build_params(cfg, tp.size(), tp.rank(), chunk.spec)), compute_(layout.compute),
-      B_(layout.micro_batch), M_(layout.micro_batch * cfg.seq_len), rc_(recompute) {
+                         TensorParallel tp, RecomputeConfig recompute, ContextParallel cp)
+    : be_(be), cfg_(cfg), tp_(tp), cp_(cp), mp_(build_params(cfg, tp.size(), tp.rank(), chunk.spec)),
+      compute_(layout.compute), B_(layout.micro_batch), T_(cfg.seq_len / cp.size()), M_(layout.micro_batch * T_),
+      rc_(recompute) {
   const int t = tp_.size();
   if (!validate_tp(cfg, t).empty()) throw std::invalid_argument("model does not split over tp");
+  if (cfg.seq_len % (2 * cp_.size()) != 0 && cp_.size() > 1)
+    throw std::invalid_argument("sequences do not cut into 2 * cp chunks");
+  if (layout.cp != cp_.size()) throw std::invalid_argument("the layout's cp differs from the cp group's size");
   if (compute_ != DType::F32 && compute_ != DType::BF16) throw std::invalid_argument("compute type must be fp32 or bf16");
   const bool sp = layout.sequence_parallel && t > 1;
   if (sp && M_ % t != 0) throw std::invalid_argument("token rows do not split over tp");
@@ -44,6 +51,17 @@ Transformer::Transformer(Backend& be, const ModelConfig& cfg, const RankLayout& 
   V_ = cfg.vocab_size / t;
   vocab_offset_ = tp_.rank() * V_;
   Q_ = (H_ + 2 * KV_) * cfg.head_dim();
+  if (cp_.size() == 1) {
+    position_runs_ = {{0, R_, row_offset_}};
+  } else {  // a run ends with a chunk (or with this rank's rows)
+    const int chunk = T_ / 2;
+    for (int row = row_offset_; row < row_offset_ + R_;) {
+      const int t = row % T_, n = std::min(chunk - t % chunk, row_offset_ + R_ - row);
+      position_runs_.push_back({row - row_offset_, n, cp_position(cp_.size(), cp_.rank(), cfg.seq_len, t)});
+      row += n;
+    }
+    ring_ = std::make_unique<RingAttention>(be_, *cp_.comm, attn_shape(), compute_, layout.cp_overlap);
+  }
 
   const size_t n = mp_.reg.total();
   params_ = be_.alloc(n, DType::F32, Mem::Params);
@@ -64,7 +82,7 @@ Transformer::Transformer(Backend& be, const ModelConfig& cfg, const RankLayout& 
 void Transformer::allocate_activations(int slots) {
   const int t = tp_.size();
   const bool sp = R_ < M_;
-  const size_t M = M_, R = R_, d = cfg_.d_model, L = mp_.layers.size(), T = cfg_.seq_len;
+  const size_t M = M_, R = R_, d = cfg_.d_model, L = mp_.layers.size(), T = T_;
   const size_t din = cfg_.arch == Arch::Llama ? 2 * (size_t)F_ : F_, att = (size_t)H_ * cfg_.head_dim();
   const bool head = mp_.chunk.head;
   slots_.clear();
@@ -144,7 +162,14 @@ void Transformer::allocate_activations(int slots) {
 
 void Transformer::stage_tokens(Slot& sl, Buffer& dev, Buffer& host, const int32_t* tokens) {
   be_.synchronize_event(sl.staged);  // this slot's previous copies are done with the staging
-  std::memcpy(host.host(), tokens, (size_t)M_ * sizeof(int32_t));
+  if (cp_.size() == 1) {
+    std::memcpy(host.host(), tokens, (size_t)M_ * sizeof(int32_t));
+  } else {  // this rank's two chunks of each whole sequence
+    int32_t* mine = static_cast<int32_t*>(host.host());
+    for (int b = 0; b < B_; b++)
+      for (int t = 0; t < T_; t++)
+        mine[(size_t)b * T_ + t] = tokens[(size_t)b * cfg_.seq_len + cp_position(cp_.size(), cp_.rank(), cfg_.seq_len, t)];
+  }
   be_.from_host_async(dev.ref(), host.host(), M_);
   sl.staged = be_.record_event(Backend::kComputeStream);
 }
@@ -156,7 +181,37 @@ void Transformer::sync_compute_weights() {
 }
 
 AttentionShape Transformer::attn_shape() const {
-  return {B_, cfg_.seq_len, H_, KV_, cfg_.head_dim(), Q_};
+  return {B_, T_, H_, KV_, cfg_.head_dim(), Q_};
+}
+
+// RoPE at the tokens' places in the whole sequence: under context
+// parallelism each chunk of each sequence starts at its own position.
+void Transformer::apply_rope(Ref qkv, bool inverse) {
+  const AttentionShape s = attn_shape();
+  if (cp_.size() == 1) return be_.rope(qkv, s, cfg_.rope(), inverse);
+  const int chunk = T_ / 2;
+  for (int b = 0; b < B_; b++)
+    for (int half = 0; half < 2; half++) {
+      AttentionShape run = s;
+      run.B = 1, run.T = chunk, run.t0 = cp_position(cp_.size(), cp_.rank(), cfg_.seq_len, half * chunk);
+      be_.rope(qkv + ((size_t)b * T_ + half * chunk) * Q_, run, cfg_.rope(), inverse);
+    }
+}
+
+const RingTimes* Transformer::ring_times() const { return ring_ ? &ring_->times() : nullptr; }
+void Transformer::reset_ring_times() {
+  if (ring_) ring_->reset_times();
+}
+
+void Transformer::attention_fwd(LayerActs& a) {
+  if (ring_) ring_->forward(a.att, a.stats, a.qkv);
+  else be_.attention_fwd(a.att, a.stats, a.qkv, attn_shape());
+}
+
+// g_att_ holds the gradient of a.att; g_qkv_ becomes that of a.qkv.
+void Transformer::attention_bwd(LayerActs& a) {
+  if (ring_) ring_->backward(g_qkv_, g_att_, a.qkv, a.att, a.stats);
+  else be_.attention_bwd(g_qkv_, g_att_, a.qkv, a.att, a.stats, attn_shape());
 }
 
 void Transformer::norm_fwd(Ref out, float* mean, float* rstd, CRef x, size_t w, size_t b) {
@@ -229,7 +284,6 @@ void Transformer::layer_fwd(LayerActs& a, const LayerParams& lp, Ref out, Upto u
   const ModelConfig& c = cfg_;
   const int M = M_, d = c.d_model, F = F_, Q = Q_, hd = c.head_dim();
   const bool gpt2 = c.arch == Arch::GPT2;
-  const AttentionShape as = attn_shape();
   auto activation = [&] {
     if (gpt2) be_.gelu_fwd(a.h_act, a.h_in, (size_t)M * F);
     else be_.swiglu_fwd(a.h_act, a.h_in, M, F);
@@ -242,8 +296,8 @@ void Transformer::layer_fwd(LayerActs& a, const LayerParams& lp, Ref out, Upto u
   norm_to_full(a.norm1, a.mean1, a.rstd1, a.resid_in, lp.norm1_w, lp.norm1_b);
   be_.matmul(false, true, M, Q, d, 1.f, a.norm1, W(lp.wqkv), 0.f, a.qkv);
   if (gpt2) be_.add_bias(a.qkv, W(lp.bqkv), M, Q);
-  else be_.rope(a.qkv, as, c.rope(), false);
-  be_.attention_fwd(a.att, a.stats, a.qkv, as);
+  else apply_rope(a.qkv, false);
+  attention_fwd(a);
   row_parallel(a.resid_mid, a.resid_in, a.att, H_ * hd, lp.wo, lp.bo, gpt2);
   // MLP block
   norm_to_full(a.norm2, a.mean2, a.rstd2, a.resid_mid, lp.norm2_w, lp.norm2_b);
@@ -266,7 +320,9 @@ void Transformer::embed_fwd(Slot& sl, const int32_t* inputs, Ref x0) {
     be_.embedding_fwd(x0, tokens, M, W(mp_.wte), vocab_offset_, V_, d);
     if (tp_.size() > 1) tp_.comm->allreduce_sum(x0, (size_t)M * d);
   }
-  if (cfg_.arch == Arch::GPT2) be_.position_fwd(x0, W(mp_.wpe), R_, row_offset_, cfg_.seq_len, d);
+  if (cfg_.arch == Arch::GPT2)
+    for (const PositionRun& run : position_runs_)
+      be_.position_fwd(x0 + (size_t)run.row * d, W(mp_.wpe), run.rows, run.pos, cfg_.seq_len, d);
 }
 
 // Final norm, LM head (fp32 logits) and the vocab-parallel cross entropy: a
@@ -354,8 +410,8 @@ void Transformer::layer_bwd(LayerActs& a, const LayerParams& lp, int l) {
   gf = grad_rows_to_full(g_resid_);
   be_.matmul(false, false, M, A, d, 1.f, gf, W(lp.wo), 0.f, g_att_);
   be_.matmul(true, false, d, A, M, 1.f, gf, a.att, 1.f, G(lp.wo));
-  be_.attention_bwd(g_qkv_, g_att_, a.qkv, a.att, a.stats, attn_shape());
-  if (!gpt2) be_.rope(g_qkv_, attn_shape(), cfg_.rope(), true);
+  attention_bwd(a);
+  if (!gpt2) apply_rope(g_qkv_, true);
   be_.matmul(false, false, M, d, Q, 1.f, g_qkv_, W(lp.wqkv), 0.f, g_norm_);
   be_.matmul(true, false, Q, d, M, 1.f, g_qkv_, a.norm1, 1.f, G(lp.wqkv));
   if (gpt2) be_.bias_bwd(G(lp.bqkv), g_qkv_, M, Q);
@@ -382,7 +438,9 @@ void Transformer::backward(int slot, CRef grad_out) {
   // The embedding's forward reduction has the identity (all rows) as backward.
   const int32_t* tokens = sl.inputs.ref().i32();
   be_.embedding_bwd(G(mp_.wte), grad_rows_to_full(g_resid_), tokens, M_, vocab_offset_, V_, d);
-  if (cfg_.arch == Arch::GPT2) be_.position_bwd(G(mp_.wpe), g_resid_, R, row_offset_, cfg_.seq_len, d);
+  if (cfg_.arch == Arch::GPT2)
+    for (const PositionRun& run : position_runs_)
+      be_.position_bwd(G(mp_.wpe), g_resid_ + (size_t)run.row * d, run.rows, run.pos, cfg_.seq_len, d);
   if (grad_hook_) grad_hook_(0);
 }
 

@@ -12,11 +12,19 @@
 // the token rows: an all-gather feeds each column-parallel product and a
 // reduce-scatter follows each row-parallel one.
 //
+// Context parallelism (parallel/ring_attention.h): each sequence is cut over
+// the cp ranks of a group, and an instance holds seq_len / cp tokens of each
+// of its sequences (two chunks, parallel/context_chunks.h); everything but
+// attention is token-local, attention runs as a ring over the group, and
+// positions (learned or RoPE) are the tokens' places in the whole sequence.
+// The forward still takes whole [B, T] sequences and keeps its chunks.
+//
 // Pipeline parallelism: an instance may hold one chunk of the model (a layer
 // range, with or without the embedding and the head) and keep activations for
 // several micro-batches in flight, one "slot" each.
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <vector>
 
 #include "model/config.h"
@@ -35,6 +43,15 @@ struct TensorParallel {
   int rank() const { return comm ? comm->rank() : 0; }
 };
 
+struct ContextParallel {
+  DataComm* comm = nullptr;  // the ring's k|v blocks; null: no context parallelism
+  int size() const { return comm ? comm->size() : 1; }
+  int rank() const { return comm ? comm->rank() : 0; }
+};
+
+class RingAttention;
+struct RingTimes;
+
 class Transformer {
  public:
   // The chunk `chunk` of a rank laid out as `layout` (model/rank_layout.h,
@@ -47,7 +64,7 @@ class Transformer {
   // sequence parallelism over tp as the layout says. Parameters, gradients,
   // statistics, logits and losses stay fp32.
   Transformer(Backend& be, const ModelConfig& cfg, const RankLayout& layout, const ChunkLayout& chunk,
-              TensorParallel tp = {}, RecomputeConfig recompute = {});
+              TensorParallel tp = {}, RecomputeConfig recompute = {}, ContextParallel cp = {});
   ~Transformer();
   Transformer(const Transformer&) = delete;
   Transformer& operator=(const Transformer&) = delete;
@@ -67,6 +84,7 @@ class Transformer {
   // The compute copy for an optimizer step to refresh as it goes (null in fp32).
   Buffer* compute_copy() { return compute_ == DType::F32 ? nullptr : &cparams_; }
   int micro_batch() const { return B_; }
+  int tokens() const { return M_; }  // token rows per micro-batch: B * seq_len / cp
   int slots() const { return (int)slots_.size(); }  // micro-batches it can hold in flight
 
   const ChunkSpec& chunk() const { return mp_.chunk; }
@@ -95,6 +113,9 @@ class Transformer {
   void backward(int slot, CRef grad_out);
   CRef output(int slot) const { return slots_[slot].out; }
   CRef input_grad() const { return g_resid_; }
+  // Context parallelism: the ring's times since the last reset (null without cp).
+  const RingTimes* ring_times() const;
+  void reset_ring_times();
   // Under sequence parallelism, sums the partial gradients of replicated
   // tensors over the TP group; call once per step, after the last backward().
   void reduce_sequence_parallel_grads();
@@ -158,6 +179,9 @@ class Transformer {
   CRef grad_rows_to_full(CRef g);
   CRef reduce_input_grad(Ref g_partial);
   void embed_fwd(Slot& sl, const int32_t* inputs, Ref x0);
+  void apply_rope(Ref qkv, bool inverse);
+  void attention_fwd(LayerActs& a);
+  void attention_bwd(LayerActs& a);
   double head_fwd(Slot& sl, const int32_t* targets, float grad_scale);
   void head_bwd(Slot& sl);
   void layer_bwd(LayerActs& a, const LayerParams& lp, int l);
@@ -169,10 +193,18 @@ class Transformer {
   Backend& be_;
   ModelConfig cfg_;
   TensorParallel tp_;
+  ContextParallel cp_;
   ModelParams mp_;
   DType compute_;
-  int B_, M_, R_;        // sequences, token rows, rows this rank keeps (M_/tp with SP)
+  int B_, T_, M_, R_;    // sequences, tokens of each here (seq_len / cp), token rows, rows this rank keeps (M_/tp with SP)
   int row_offset_;       // first token row of this rank's share
+  // This rank's R_ rows in runs of consecutive positions: (first row, rows,
+  // position of the first); one run without context parallelism.
+  struct PositionRun {
+    int row, rows, pos;
+  };
+  std::vector<PositionRun> position_runs_;
+  std::unique_ptr<RingAttention> ring_;  // context parallelism
   int H_, KV_, F_, V_;   // this rank's heads, kv heads, hidden units, vocabulary rows
   int Q_, vocab_offset_;
   Buffer params_, grads_;  // fp32

@@ -4,6 +4,11 @@ namespace trainer {
 
 int cp_chunk(int cp, int rank, int half) { return half == 0 ? rank : 2 * cp - 1 - rank; }
 
+int cp_position(int cp, int rank, int seq_len, int t) {
+  const int chunk = seq_len / (2 * cp);
+  return cp_chunk(cp, rank, t / chunk) * chunk + t % chunk;
+}
+
 std::vector<ChunkPair> ring_pairs(int cp, int rank, int src) {
   std::vector<ChunkPair> pairs;
   for (int qh = 0; qh < 2; qh++)

@@ -15,6 +15,11 @@ namespace trainer {
 // The global chunk index (0 .. 2cp-1) of half 0 or 1 of context-parallel rank `rank`.
 int cp_chunk(int cp, int rank, int half);
 
+// The position in its sequence (0 .. seq_len - 1) of token t (0 .. seq_len / cp
+// - 1) of context-parallel rank `rank`'s share: its two chunks, one after the
+// other.
+int cp_position(int cp, int rank, int seq_len, int t);
+
 // One pair of chunks a rank's attention visits: its query half against the
 // key/value half of rank `src`. causal: the same chunk, so query i sees key
 // j <= i; otherwise the key chunk lies wholly in the queries' past and every

@@ -1,7 +1,8 @@
 #pragma once
-// The process grid: world = dp * pp * tp, ranks ordered with tp fastest, then
-// pp, then dp, so tensor-parallel peers are neighbours (one node). Each group
-// kind gets its own sub-communicator.
+// The process grid: world = dp * pp * cp * tp, ranks ordered with tp fastest,
+// then cp, then pp, then dp, so tensor-parallel peers are neighbours and
+// context-parallel ones next to them (one node, as Megatron orders them).
+// Each group kind gets its own sub-communicator.
 #include <mpi.h>
 
 #include <functional>
@@ -14,11 +15,12 @@ namespace trainer {
 
 struct GridShape {
   int dp = 1, pp = 1, tp = 1;
-  int ranks() const { return dp * pp * tp; }
+  int cp = 1;  // context parallelism: each sequence cut over cp ranks (parallel/context_chunks.h)
+  int ranks() const { return dp * pp * tp * cp; }
 };
 
 struct GridCoords {
-  int dp, pp, tp;
+  int dp, pp, tp, cp;
 };
 
 // Pure arithmetic, testable without MPI.
@@ -28,12 +30,15 @@ GridCoords grid_coords(const GridShape& g, int world_rank);
 // communicator (backend buffers) over the same ranks.
 class ProcessGrid {
  public:
-  enum Group { World, Dp, Pp, Tp, Embed, kGroups };
+  // DpCp: the ranks that hold the same weights (dp x cp): where weight
+  // gradients are summed and ZeRO-1 shards; Dp alone is the ranks reading
+  // different sequences. Both are the same group with cp = 1.
+  enum Group { World, Dp, Pp, Tp, Cp, DpCp, Embed, kGroups };
   // Makes a group's data communicator (collective over the group); the
   // default is MPI on host memory (the CPU backend's).
   using DataCommMaker = std::function<std::unique_ptr<DataComm>(Group, MPI_Comm, ControlComm&)>;
 
-  // Collective over `world`; world size must equal dp*pp*tp (checked by caller).
+  // Collective over `world`; world size must equal shape.ranks() (checked by caller).
   // With a flight recorder, every group's calls are logged into it.
   ProcessGrid(MPI_Comm world, const GridShape& shape, FlightRecorder* recorder = nullptr,
               const DataCommMaker& make_data = {});
@@ -53,7 +58,7 @@ class ProcessGrid {
  private:
   GridShape shape_;
   GridCoords coords_;
-  MPI_Comm comms_[kGroups] = {MPI_COMM_NULL, MPI_COMM_NULL, MPI_COMM_NULL, MPI_COMM_NULL, MPI_COMM_NULL};
+  MPI_Comm comms_[kGroups];  // MPI_COMM_NULL: the group is another's (DpCp without cp)
   std::unique_ptr<MpiControlComm> mpi_control_[kGroups];
   std::unique_ptr<DataComm> own_data_[kGroups];
   std::unique_ptr<RecordingControlComm> rec_control_[kGroups];

@@ -66,6 +66,16 @@ std::string suggestions(const Recipe& r, int stage, bool writer, double avail) {
     a.parallel.grid.tp *= 2;
     consider(a, "parallel.tp = " + std::to_string(a.parallel.grid.tp) + " (twice the ranks per model copy)");
   }
+  // Context parallelism halves the activations again per doubling (the
+  // sequence cut over twice the ranks); CPU backend only for now.
+  const GridShape& g = r.parallel.grid;
+  if (r.runtime.backend != "cuda" && r.model.seq_len % (4 * g.cp) == 0 &&
+      (!r.parallel.sequence_parallel || (r.model.seq_len / (2 * g.cp)) % g.tp == 0)) {
+    Recipe a = r;
+    a.parallel.grid.cp *= 2;
+    consider(a, "parallel.cp = " + std::to_string(a.parallel.grid.cp) +
+                    " (each sequence cut over twice the ranks: activations per rank about halved)");
+  }
   if (r.model.n_layers % (r.parallel.grid.pp * 2 * r.parallel.virtual_stages) == 0) {
     Recipe a = r;
     a.parallel.grid.pp *= 2;

@@ -73,15 +73,19 @@ struct TrainingSection {
 
 // [parallel]: how the ranks split the model and the batch.
 struct ParallelSection {
-  GridShape grid;            // dp, tp, pp
+  GridShape grid;            // dp, tp, pp, cp
   bool sequence_parallel{};  // activations sharded along the sequence between TP regions (tp > 1)
   ScheduleKind schedule{};   // the pipeline schedule (pp > 1)
   int virtual_stages{};      // model chunks per pipeline stage
   double dp_bucket_mb{};     // MB of gradients per data-parallel all-reduce bucket
   bool dp_overlap{};         // each bucket's all-reduce starts during the backward
   int zero_stage{};          // 1: AdamW's state sharded over data-parallel ranks (ZeRO-1)
-  // ZeRO-1 in effect: asked for, and more than one data-parallel rank to shard over.
-  bool zero_sharded() const { return zero_stage == 1 && grid.dp > 1; }
+  bool cp_overlap{};         // ring attention: the next block travels while the one in hand is attended to
+  // ZeRO-1 in effect: asked for, and more than one rank holding the same
+  // weights (dp x cp) to shard over.
+  bool zero_sharded() const { return zero_stage == 1 && grid.dp * grid.cp > 1; }
+  // The ranks that hold one model copy and read the same sequences: tp * cp * pp.
+  int model_ranks() const { return grid.tp * grid.cp * grid.pp; }
 };
 
 struct RuntimeSection {
@@ -112,7 +116,7 @@ struct SupervisorSection {
 // How `trainer supervise` starts the job (unless a command follows `--`).
 struct LaunchSection {
   std::string launcher{};  // "mpirun" or "srun"
-  int ranks{};                    // 0: parallel.dp * pp * tp
+  int ranks{};                    // 0: parallel.dp * pp * tp * cp
   std::vector<std::string> args;    // extra launcher arguments, e.g. ["--oversubscribe"]
 };
 

@@ -128,9 +128,15 @@ std::vector<RecipeKey> make_keys() {
       K("parallel", "tp", Int, "tensor-parallel ranks; n_heads, n_kv_heads, d_ff and vocab_size must divide by it", AT(parallel.grid.tp))
           .def(1L).at_least(1),
       K("parallel", "pp", Int, "pipeline stages; n_layers must divide by pp * virtual_stages", AT(parallel.grid.pp)).def(1L).at_least(1),
+      K("parallel", "cp", Int, "context-parallel ranks: each sequence is cut along its length over them and attention "
+        "runs as a ring (activations per rank about 1/cp); seq_len must divide by 2 * cp", AT(parallel.grid.cp))
+          .def(1L).at_least(1),
+      K("parallel", "cp_overlap", Bool, "ring attention attends to the block in hand while the next one travels "
+        "(false: waits for each transfer first; the same result)", AT(parallel.cp_overlap))
+          .def(true),
       K("parallel", "dp", Int, "data-parallel replicas", AT(parallel.grid.dp))
-          .def([](const Recipe& r, int world) { return KeyValue(world > 0 ? (long)world / (r.parallel.grid.tp * r.parallel.grid.pp) : 1L); },
-               "world size / (tp * pp)")
+          .def([](const Recipe& r, int world) { return KeyValue(world > 0 ? (long)world / r.parallel.model_ranks() : 1L); },
+               "world size / (tp * cp * pp)")
           .at_least(1),
       K("parallel", "sequence_parallel", Bool, "shard activations along the sequence between TP regions (needs seq_len divisible by tp)",
         AT(parallel.sequence_parallel)).def(false),
@@ -148,7 +154,7 @@ std::vector<RecipeKey> make_keys() {
         "backward goes on (false: all after the backward; the same result)", AT(parallel.dp_overlap))
           .def(true),
       K("parallel", "zero_stage", Int, "0: every data-parallel rank keeps all of AdamW's state; 1: ZeRO-1, each keeps "
-        "1/dp of it (gradients reduce-scattered, updated weights all-gathered) and writes that part to a checkpoint file of "
+        "1/(dp * cp) of it (gradients reduce-scattered, updated weights all-gathered) and writes that part to a checkpoint file of "
         "its own", AT(parallel.zero_stage))
           .def(0L).at_least(0).at_most(1),
       // [training]
@@ -252,7 +258,7 @@ std::vector<RecipeKey> make_keys() {
       // [launch]
       K("launch", "launcher", Choice, "how `supervise` starts the job", AT(launch.launcher))
           .def(std::string("mpirun")).choose({"mpirun", "srun"}),
-      K("launch", "ranks", Int, "ranks `supervise` launches (0: dp * pp * tp)", AT(launch.ranks)).def(0L).at_least(0),
+      K("launch", "ranks", Int, "ranks `supervise` launches (0: dp * pp * cp * tp)", AT(launch.ranks)).def(0L).at_least(0),
       K("launch", "args", List, "extra launcher arguments", AT(launch.args)).def(Strings{}),
       // [fault]
       K("fault", "inject", List, "test-only fault injection (recipe/fault.h), e.g. \"crash rank=1 step=7\"", AT(fault_specs))

@@ -50,32 +50,47 @@ bool layout(const Recipe& r, int world_size, Rules& rules) {
   const RecipeOrigin& o = r.origin;
   const ModelConfig& m = r.model;
   const bool dp_given = o.is_given("parallel", "dp");
-  const int model_ranks = r.parallel.grid.tp * r.parallel.grid.pp;
+  const GridShape& g = r.parallel.grid;
+  const int model_ranks = r.parallel.model_ranks();
   // The key a layout problem is blamed on: the one the user set (a --set
-  // override before a line of the file), tp before pp.
+  // override before a line of the file), tp before cp before pp.
   auto layout_key = [&]() -> std::string {
-    for (const char* k : {"tp", "pp"})
+    for (const char* k : {"tp", "cp", "pp"})
       if (o.is_overridden("parallel", k)) return k;
-    return o.is_given("parallel", "tp") ? "tp" : "pp";
+    for (const char* k : {"tp", "cp"})
+      if (o.is_given("parallel", k)) return k;
+    return "pp";
   };
   if (!dp_given && world_size > 0 && world_size % model_ranks != 0)
     return rules.fail("parallel", layout_key(),
-                      "pp * tp = " + std::to_string(model_ranks) +
+                      "pp * cp * tp = " + std::to_string(model_ranks) +
                           " ranks hold one model copy, so the job needs a multiple of " + std::to_string(model_ranks) +
-                          " ranks (dp = ranks / (pp * tp)); it was launched with " + std::to_string(world_size) +
+                          " ranks (dp = ranks / (pp * cp * tp)); it was launched with " + std::to_string(world_size) +
                           ": use mpirun -np " + std::to_string(model_ranks) + " (or " +
-                          std::to_string(2 * model_ranks) + ", ...), or lower parallel.pp / parallel.tp");
-  if (world_size > 0 && r.parallel.grid.ranks() != world_size)
+                          std::to_string(2 * model_ranks) + ", ...), or lower parallel.pp / parallel.cp / parallel.tp");
+  if (world_size > 0 && g.ranks() != world_size)
     return rules.fail("parallel", dp_given ? "dp" : layout_key(),
-                      "dp * pp * tp = " + std::to_string(r.parallel.grid.dp) + " * " +
-                          std::to_string(r.parallel.grid.pp) + " * " + std::to_string(r.parallel.grid.tp) + " = " +
-                          std::to_string(r.parallel.grid.ranks()) + " does not match the " +
-                          std::to_string(world_size) + " ranks this job was launched with");
-  for (const auto& [key, msg] : validate_tp(m, r.parallel.grid.tp)) return rules.fail("model", key, msg);
-  if (r.parallel.sequence_parallel && m.seq_len % r.parallel.grid.tp != 0)
+                      "dp * pp * cp * tp = " + std::to_string(g.dp) + " * " + std::to_string(g.pp) + " * " +
+                          std::to_string(g.cp) + " * " + std::to_string(g.tp) + " = " + std::to_string(g.ranks()) +
+                          " does not match the " + std::to_string(world_size) + " ranks this job was launched with");
+  for (const auto& [key, msg] : validate_tp(m, g.tp)) return rules.fail("model", key, msg);
+  // Context parallelism cuts each sequence into 2 x cp equal chunks
+  // (parallel/context_chunks.h).
+  if (g.cp > 1 && m.seq_len % (2 * g.cp) != 0)
+    return rules.fail("parallel", "cp",
+                      "cp = " + std::to_string(g.cp) + " cuts each sequence into 2 * cp = " + std::to_string(2 * g.cp) +
+                          " equal chunks, so model.seq_len = " + std::to_string(m.seq_len) + " must divide by " +
+                          std::to_string(2 * g.cp));
+  if (g.cp > 1 && r.runtime.backend == "cuda")
+    return rules.fail("parallel", "cp",
+                      "context parallelism runs on the CPU backend only for now (ring attention has no CUDA kernels "
+                      "yet): use cp = 1 with runtime.backend = \"cuda\"");
+  if (r.parallel.sequence_parallel && (m.seq_len / g.cp) % g.tp != 0)
     return rules.fail("parallel", "sequence_parallel",
-                      "needs model.seq_len = " + std::to_string(m.seq_len) + " divisible by tp = " +
-                          std::to_string(r.parallel.grid.tp));
+                      g.cp > 1 ? "needs each context-parallel rank's tokens, model.seq_len / cp = " +
+                                     std::to_string(m.seq_len / g.cp) + ", divisible by tp = " + std::to_string(g.tp)
+                               : "needs model.seq_len = " + std::to_string(m.seq_len) + " divisible by tp = " +
+                                     std::to_string(g.tp));
   if (r.parallel.schedule == ScheduleKind::OneFOneB && r.parallel.virtual_stages != 1)
     return rules.fail("parallel", "virtual_stages",
                       "the \"1f1b\" schedule has one chunk per stage; use schedule = \"interleaved\" for "

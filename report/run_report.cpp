@@ -34,7 +34,8 @@ constexpr size_t kMaxPoints = 2000, kMaxBars = 120, kMaxRows = 300;
 // Communication: the collectives' time (not point-to-point: the pipeline's
 // waits count as its bubble); the data-parallel part, where the record has
 // it, is only what the step waited for (comm_dp_exposed_ms: the rest
-// overlapped the backward).
+// overlapped the backward); context parallelism's ring adds what its
+// attention did not hide (comm_cp_exposed_ms).
 constexpr const char* kParts[] = {"compute", "communication", "pipeline bubble", "data wait", "checkpoint"};
 constexpr const char* kPartColors[] = {"#1f77b4", "#d62728", "#9467bd", "#ff7f0e", "#2ca02c"};
 constexpr int kNumParts = 5;
@@ -42,7 +43,7 @@ constexpr int kNumParts = 5;
 std::array<double, kNumParts> step_parts(const json& r) {
   auto val = [&](const char* k) { const double v = number(r, k); return std::isfinite(v) ? v : 0.0; };
   const bool exposed = r.contains(mf::kCommDpExposedMs);
-  double comm = exposed ? val(mf::kCommDpExposedMs) : 0;
+  double comm = (exposed ? val(mf::kCommDpExposedMs) : 0) + val(mf::kCommCpExposedMs);
   for (const char* group : {"dp", "tp", "pp"}) {
     if (exposed && std::string(group) == "dp") continue;
     for (const char* kind : {"allreduce", "allgather", "reduce_scatter"})

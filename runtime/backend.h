@@ -26,6 +26,9 @@ struct AttentionShape {
   int H, KVH;    // query heads, key/value heads (GQA: H % KVH == 0)
   int hd;        // head dimension
   int row;       // floats per token row of the packed q|k|v buffer
+  // The position of each sequence's row 0 (rope only): a chunk of a
+  // sequence cut by context parallelism starts further on.
+  int t0 = 0;
 };
 
 // One pair of token chunks of ring attention (context parallelism,

@@ -339,8 +339,9 @@ void CpuBackend::f32_rope(float* qkv, const AttentionShape& s, const RopeFreqs& 
   for (int t = 0; t < s.T; t++)
     for (int i = 0; i < half; i++) {
       const double freq = rope_inv_freq(freqs, i, s.hd);
-      cs[(size_t)t * half + i] = (float)std::cos(t * freq);
-      sn[(size_t)t * half + i] = (float)(inverse ? -std::sin(t * freq) : std::sin(t * freq));
+      const int pos = s.t0 + t;
+      cs[(size_t)t * half + i] = (float)std::cos(pos * freq);
+      sn[(size_t)t * half + i] = (float)(inverse ? -std::sin(pos * freq) : std::sin(pos * freq));
     }
   const int nheads = s.H + s.KVH;  // q heads then k heads; v is not rotated
 #pragma omp parallel for schedule(static)

@@ -214,6 +214,7 @@ void CudaBackend::swiglu_bwd(Ref dgate_up, CRef gate_up, CRef dout, int rows, in
 // The angles come from a table built once per (T, head size, frequencies):
 // the rotation of every layer, forward and backward, reads it.
 void CudaBackend::rope(Ref qkv, const AttentionShape& s, const RopeFreqs& freqs, bool inverse) {
+  if (s.t0 != 0) throw std::logic_error("CUDA backend: rope from a position other than 0 (context parallelism) is not on the CUDA backend yet");
   float* table = scratch_f32(kRopeTable, cuda::rope_table_floats(s.T, s.hd));
   if (rope_key_.T != s.T || rope_key_.hd != s.hd || rope_key_.freqs != freqs) {
     cuda::rope_table(compute_, table, s.T, s.hd, freqs);

@@ -213,7 +213,8 @@ def check_numbers(page, recs, events, plan_mb, tokens_per_step):
     # Step-time breakdown, from the definition the page states.
     def parts(r):
         comm = sum(r[f"comm_{g}_{k}_ms"] for g in ("dp", "tp", "pp") for k in ("allreduce", "allgather", "reduce_scatter")
-                   if not (g == "dp" and "comm_dp_exposed_ms" in r)) + r.get("comm_dp_exposed_ms", 0.0)
+                   if not (g == "dp" and "comm_dp_exposed_ms" in r)) + r.get("comm_dp_exposed_ms", 0.0) \
+            + r.get("comm_cp_exposed_ms", 0.0)
         bubble = r["pp_wait_ms"][0]
         return [max(0.0, r["step_ms"] - comm - bubble - r["data_wait_ms"]), comm, bubble, r["data_wait_ms"],
                 r.get("ckpt_ms", 0.0)]

@@ -16,223 +16,16 @@
 #include "app/recipe.h"
 #include "engine/layout.h"
 #include "engine/rank_step.h"
+#include "tests/multirank/layout_runs.h"
 #include "tests/multirank/mpi_test_main.h"
 #include "parallel/process_grid.h"
 #include "runtime/cpu/cpu_backend.h"
 #include "runtime/cpu/cpu_kernels.h"
 
 using namespace trainer;
+using namespace trainer::testing;
 
 namespace {
-
-std::string g_data;
-
-struct Layout {
-  Arch arch;
-  int tp, dp;
-  bool sp;
-  int pp = 1, virtual_stages = 1;
-  RecomputeConfig recompute = {};
-  DType precision = DType::F32;
-};
-
-std::string layout_name(const Layout& l) {
-  return std::string(arch_name(l.arch)) + "_dp" + std::to_string(l.dp) + "_pp" +
-         std::to_string(l.pp) + "_tp" + std::to_string(l.tp) + (l.sp ? "_sp" : "") +
-         (l.virtual_stages > 1 ? "_v" + std::to_string(l.virtual_stages) : "") +
-         (l.precision == DType::BF16 ? "_bf16" : "");
-}
-
-Recipe recipe(const Layout& l) {
-  Recipe r = default_recipe();
-  r.model.arch = l.arch;
-  r.model.vocab_size = 256;
-  r.model.d_model = 32;
-  r.model.n_layers = 4;
-  r.model.n_heads = l.arch == Arch::Llama ? 8 : 4;
-  r.model.n_kv_heads = 4;
-  r.model.d_ff = 64;
-  r.model.seq_len = 16;
-  r.model.tie_embeddings = l.arch == Arch::GPT2;
-  r.training.steps = 5;
-  r.training.global_batch = 8;
-  r.training.micro_batch = 2;
-  r.lr.lr = 3e-3f;
-  r.lr.min_lr = 3e-4f;
-  r.lr.warmup_steps = 2;
-  r.parallel.grid = {l.dp, l.pp, l.tp};
-  r.parallel.sequence_parallel = l.sp;
-  r.parallel.virtual_stages = l.virtual_stages;
-  r.parallel.schedule = l.virtual_stages > 1 ? ScheduleKind::Interleaved : ScheduleKind::OneFOneB;
-  r.recompute = l.recompute;
-  r.training.precision = l.precision;
-  r.data.prefetch = 1;
-  r.run.seed = 5;
-  return r;
-}
-
-struct Result {
-  std::vector<double> losses;
-  std::map<std::string, std::vector<float>> grads;  // global shapes
-  double grad_norm = 0;
-  CommCounters comm_tp, comm_dp;
-  size_t params_per_rank = 0;
-  MemoryStats memory;  // this rank's, after training
-  int stage = 0;
-};
-
-// Gathers this rank's piece of every gradient to the tensor's global shape.
-void global_grads(Backend& be, Transformer& m, ControlComm& tp, std::map<std::string, std::vector<float>>& out) {
-  for (const ParamInfo& p : m.registry().all()) {
-    if (p.tied_copy) continue;  // the first stage's original stands for it
-    const std::vector<float> g = host_copy(be, m.grads().ref(p.offset), p.numel);
-    if (p.sharding == Sharding::Replicated) {
-      out[p.name] = g;
-      continue;
-    }
-    std::vector<float> all(p.numel * tp.size());
-    tp.allgather(g.data(), all.data(), p.numel);
-    if (p.sharding == Sharding::Dim0) {
-      out[p.name] = all;
-      continue;
-    }
-    const size_t rows = p.shape[0], lc = p.shape[1], gc = lc * tp.size();
-    std::vector<float>& dst = out[p.name];
-    dst.resize(rows * gc);
-    for (int r = 0; r < tp.size(); r++)
-      for (size_t i = 0; i < rows; i++)
-        std::memcpy(&dst[i * gc + r * lc], &all[(r * rows + i) * lc], lc * sizeof(float));
-  }
-}
-
-// Every gradient of the model in global shape on every rank of `comm`: the
-// pieces of each pipeline stage (from its first dp and tp rank) are summed
-// into zero-filled buffers, which copies them exactly.
-std::map<std::string, std::vector<float>> model_grads(Backend& be, RankStep& loop, ProcessGrid& grid,
-                                                      const std::map<std::string, std::vector<float>>& shapes,
-                                                      MPI_Comm comm) {
-  std::map<std::string, std::vector<float>> mine;
-  for (auto& m : loop.chunks()) global_grads(be, *m, grid.control(ProcessGrid::Tp), mine);
-  const bool contributes = grid.coords().dp == 0 && grid.coords().tp == 0;
-  std::map<std::string, std::vector<float>> out;
-  for (const auto& [name, ref] : shapes) {
-    std::vector<float>& g = out[name];
-    g.assign(ref.size(), 0.f);
-    const auto it = mine.find(name);
-    if (contributes && it != mine.end()) g = it->second;
-    MPI_Allreduce(MPI_IN_PLACE, g.data(), (int)g.size(), MPI_FLOAT, MPI_SUM, comm);
-  }
-  return out;
-}
-
-// Gradient names and sizes of the one-process model: every test first runs
-// its model in one process (MPI_COMM_SELF) with g_shapes cleared to fill it.
-std::map<std::string, std::vector<float>> g_shapes;
-
-// Runs a layout on groups of tp*pp*dp ranks of `world` (each group a copy).
-Result run(const Layout& l, MPI_Comm world) {
-  int wrank = 0;
-  MPI_Comm_rank(world, &wrank);
-  const int size = l.tp * l.dp * l.pp;
-  MPI_Comm comm;
-  MPI_Comm_split(world, wrank / size, wrank, &comm);
-  Result res;
-  {
-    const Recipe r = recipe(l);
-    ProcessGrid grid(comm, r.parallel.grid);
-    CpuBackend be(1);
-    TokenDataset ds({g_data}, r.model.seq_len, r.model.vocab_size);
-    {
-      RankStep grads_only(be, groups_of(grid), r, Blend::single(ds));
-      grads_only.compute_gradients();
-      if (g_shapes.empty()) {  // the one-process reference defines the names
-        for (auto& m : grads_only.chunks()) global_grads(be, *m, grid.control(ProcessGrid::Tp), g_shapes);
-      }
-      res.grads = model_grads(be, grads_only, grid, g_shapes, comm);
-      res.grad_norm = std::sqrt(grads_only.grad_sumsq());
-      res.params_per_rank = grads_only.model().num_params();
-    }
-    be.reset_memory_peaks();
-    RankStep loop(be, groups_of(grid), r, Blend::single(ds));
-    res.stage = grid.coords().pp;
-    for (int s = 0; s < r.training.steps; s++) {
-      const StepStats st = loop.step();
-      res.losses.push_back(st.loss);
-      res.comm_tp = st.comm_tp;
-      res.comm_dp = st.comm_dp;
-    }
-    res.memory = be.memory();
-  }
-  MPI_Comm_free(&comm);
-  return res;
-}
-
-void expect_equivalent(const Result& got, const Result& ref, const std::string& what) {
-  ASSERT_EQ(got.losses.size(), ref.losses.size());
-  for (size_t i = 0; i < ref.losses.size(); i++)
-    EXPECT_NEAR(got.losses[i], ref.losses[i], 1e-5 * ref.losses[i]) << what << " step " << i + 1;
-  EXPECT_NEAR(got.grad_norm, ref.grad_norm, 1e-5 * ref.grad_norm) << what << " grad norm";
-  double gmax = 0;
-  for (const auto& [n, g] : ref.grads)
-    for (float x : g) gmax = std::max(gmax, (double)std::fabs(x));
-  double worst = 0;
-  for (const auto& [name, want] : ref.grads) {
-    const auto it = got.grads.find(name);
-    ASSERT_NE(it, got.grads.end()) << what << ": no gradient " << name;
-    ASSERT_EQ(it->second.size(), want.size()) << what << ": " << name;
-    double tmax = 0, diff = 0;
-    for (size_t i = 0; i < want.size(); i++) {
-      tmax = std::max(tmax, (double)std::fabs(want[i]));
-      diff = std::max(diff, (double)std::fabs(it->second[i] - want[i]));
-    }
-    const double rel = diff / std::max(tmax, 1e-3 * gmax);  // floor: exactly-zero gradients
-    worst = std::max(worst, rel);
-    EXPECT_LE(rel, 1e-5) << what << ": gradient " << name;
-  }
-  int rank = 0;
-  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  if (rank == 0)
-    std::printf("  %-20s loss step 5 %.7f vs %.7f, worst gradient rel err %.2e\n", what.c_str(),
-                got.losses.back(), ref.losses.back(), worst);
-}
-
-// bf16 layouts against the one-process bf16 run. Rounding happens at
-// different points (a row-parallel sum is rounded after the reduction, a
-// pipeline message is already bf16), so the bound is statistical: per
-// tensor, the relative Frobenius error of the gradient below 0.08, and the
-// losses within 1e-2 relative. A gradient that is zero in exact arithmetic
-// (GPT-2's key bias: softmax ignores a constant added to a row's scores) is
-// rounding noise in both runs, so the norm it is relative to is at least
-// 1e-2 of the model's RMS gradient entry.
-void expect_close_bf16(const Result& got, const Result& ref, const std::string& what) {
-  ASSERT_EQ(got.losses.size(), ref.losses.size());
-  for (size_t i = 0; i < ref.losses.size(); i++)
-    EXPECT_NEAR(got.losses[i], ref.losses[i], 1e-2 * ref.losses[i]) << what << " step " << i + 1;
-  double all_sq = 0, all_n = 0;
-  for (const auto& [name, want] : ref.grads)
-    for (float x : want) all_sq += (double)x * x, all_n++;
-  const double rms = std::sqrt(all_sq / std::max(all_n, 1.0));
-  double worst = 0;
-  std::string worst_name;
-  for (const auto& [name, want] : ref.grads) {
-    const auto it = got.grads.find(name);
-    ASSERT_NE(it, got.grads.end()) << what << ": no gradient " << name;
-    ASSERT_EQ(it->second.size(), want.size()) << what << ": " << name;
-    double diff = 0, norm = 0;
-    for (size_t i = 0; i < want.size(); i++) {
-      diff += std::pow((double)it->second[i] - want[i], 2);
-      norm += std::pow((double)want[i], 2);
-    }
-    const double rel = std::sqrt(diff) / std::max(std::sqrt(norm), 1e-2 * rms * std::sqrt((double)want.size()));
-    if (rel > worst) worst = rel, worst_name = name;
-    EXPECT_LT(rel, 0.08) << what << ": gradient " << name;
-  }
-  int rank = 0;
-  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  if (rank == 0)
-    std::printf("  %-26s loss step 5 %.5f vs %.5f, worst gradient rel Frobenius err %.2e (%s)\n", what.c_str(),
-                got.losses.back(), ref.losses.back(), worst, worst_name.c_str());
-}
 
 class Bf16Equivalence : public ::testing::TestWithParam<Arch> {};
 
@@ -310,19 +103,13 @@ TEST_P(RecomputeBitIdentical, SelectiveAndFullEqualNone) {
   g_shapes.clear();
   run(layouts[0], MPI_COMM_SELF);  // the one-process model defines the gradient names
   for (Layout l : layouts) {
-    const Result none = run(l, l.tp * l.dp * l.pp == 1 ? MPI_COMM_SELF : MPI_COMM_WORLD);
+    const Result none = run(l, l.ranks() == 1 ? MPI_COMM_SELF : MPI_COMM_WORLD);
     for (RecomputeConfig rc : {RecomputeConfig{RecomputeMode::Selective, -1},
                                RecomputeConfig{RecomputeMode::Full, -1},
                                RecomputeConfig{RecomputeMode::Full, 1}}) {
       l.recompute = rc;
-      const Result got = run(l, l.tp * l.dp * l.pp == 1 ? MPI_COMM_SELF : MPI_COMM_WORLD);
-      const std::string what = layout_name(l) + "_" + recompute_name(rc.mode) +
-                               (rc.layers > 0 ? "_layers" + std::to_string(rc.layers) : "");
-      EXPECT_EQ(got.losses, none.losses) << what;
-      EXPECT_EQ(got.grad_norm, none.grad_norm) << what;
-      for (const auto& [name, g] : none.grads)
-        EXPECT_EQ(0, std::memcmp(g.data(), got.grads.at(name).data(), g.size() * sizeof(float)))
-            << what << ": gradient " << name;
+      const Result got = run(l, l.ranks() == 1 ? MPI_COMM_SELF : MPI_COMM_WORLD);
+      expect_same_bits(got, none, layout_name(l) + (rc.layers > 0 ? "_layers" + std::to_string(rc.layers) : ""));
     }
   }
 }
@@ -341,7 +128,7 @@ TEST(MemoryPlan, PredictsMeasuredActivationPeakWithin10Percent) {
     for (Layout l : layouts)
       for (RecomputeMode m : {RecomputeMode::None, RecomputeMode::Selective, RecomputeMode::Full}) {
         l.recompute = {m, -1};
-        const Result res = run(l, l.tp * l.dp * l.pp == 1 ? MPI_COMM_SELF : MPI_COMM_WORLD);
+        const Result res = run(l, l.ranks() == 1 ? MPI_COMM_SELF : MPI_COMM_WORLD);
         const Recipe r = recipe(l);
         const MemoryPlan plan = plan_memory(r.model, rank_layout(r, res.stage), l.recompute);
         const double want = plan.bytes[(int)Mem::Activations];
@@ -376,7 +163,7 @@ TEST_P(KernelSetsBitIdentical, EverySetTrainsTheSameBits) {
   } restore;
   int sets = 0;
   for (const Layout& l : layouts) {
-    MPI_Comm comm = l.tp * l.dp * l.pp == 1 ? MPI_COMM_SELF : MPI_COMM_WORLD;
+    MPI_Comm comm = l.ranks() == 1 ? MPI_COMM_SELF : MPI_COMM_WORLD;
     cpu::use_kernel_set(cpu::KernelSet::Generic);
     const Result generic = run(l, comm);
     sets = 1;
@@ -460,7 +247,7 @@ TEST(HostSyncs, TwoPerTrainingStepInEveryLayout) {
   int wrank = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &wrank);
   for (const Layout& l : {Layout{Arch::Llama, 1, 1, false}, Layout{Arch::GPT2, 2, 2, true, 2}}) {
-    const int size = l.tp * l.dp * l.pp;
+    const int size = l.ranks();
     MPI_Comm comm;
     MPI_Comm_split(MPI_COMM_WORLD, wrank / size, wrank, &comm);
     Recipe r = recipe(l);

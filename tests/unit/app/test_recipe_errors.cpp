@@ -168,6 +168,9 @@ TEST_F(RecipeErrors, HugeBatchesAreRefusedNotAllocated) {
   const Outcome big = train(p, "--set training.micro_batch=60000000 --set training.global_batch=120000000");
   expect_error(big, 2, {"needs", "per rank", "Try:"});
   EXPECT_EQ(big.out.find("training.micro_batch = 1 "), std::string::npos) << big.out;
+  // Sequences too long for one rank's activations: context parallelism is one of the ways out.
+  expect_error(train(p, "--set model.seq_len=67108864 --set training.micro_batch=1 --set training.global_batch=2"), 2,
+               {"needs", "Try:", "parallel.cp = 2 (each sequence cut over twice the ranks"});
 }
 
 // A validation shard too short for one window is named as data.val, not
@@ -223,10 +226,10 @@ TEST_F(RecipeErrors, MissingDataFile) {
 
 TEST_F(RecipeErrors, LayoutDoesNotMatchWorld) {
   const std::string p = write(base() + "[parallel]\ndp = 3\n");
-  expect_error(train(p), 2, {p + ":21:", "[parallel] dp", "dp * pp * tp = 3 * 1 * 1 = 3", "2 ranks"});
+  expect_error(train(p), 2, {p + ":21:", "[parallel] dp", "dp * pp * cp * tp = 3 * 1 * 1 * 1 = 3", "2 ranks"});
   // dp left to the launch: too few ranks for one model copy says how to launch.
   const std::string q = write(base() + "[parallel]\npp = 4\n");
-  expect_error(train(q), 2, {q + ":21:", "[parallel] pp", "pp * tp = 4 ranks hold one model copy", "launched with 2",
+  expect_error(train(q), 2, {q + ":21:", "[parallel] pp", "pp * cp * tp = 4 ranks hold one model copy", "launched with 2",
                              "mpirun -np 4"});
 }
 
@@ -237,6 +240,15 @@ TEST_F(RecipeErrors, TensorParallelNeedsDivisibleShapes) {
                {"[model] vocab_size", "divisible by parallel.tp = 2", "50304"});
   expect_error(train(write(base()), "--set parallel.tp=2 --set model.seq_len=15 --set parallel.sequence_parallel=true"), 2,
                {"[parallel] sequence_parallel", "seq_len = 15 divisible by tp = 2"});
+}
+
+// Context parallelism cuts each sequence into 2 x cp chunks; its ranks hold
+// one model copy with tp and pp.
+TEST_F(RecipeErrors, ContextParallelNeedsEqualChunks) {
+  expect_error(train(write(base()), "--set parallel.cp=2 --set model.seq_len=14"), 2,
+               {"[parallel] cp", "2 * cp = 4 equal chunks", "model.seq_len = 14 must divide by 4"});
+  expect_error(train(write(base()), "--set parallel.cp=4 --set model.seq_len=16"), 2,
+               {"[parallel] cp", "pp * cp * tp = 4 ranks hold one model copy", "launched with 2"});
 }
 
 TEST_F(RecipeErrors, PipelineNeedsDivisibleLayersAndMicroBatches) {

@@ -7,6 +7,7 @@
 
 #include <set>
 #include <utility>
+#include <vector>
 
 #include "parallel/context_chunks.h"
 
@@ -36,5 +37,26 @@ TEST(ContextChunks, RingPairsCoverTheCausalTriangleOnceWithEqualWork) {
     }
     EXPECT_EQ((int)chunks.size(), 2 * cp);
     EXPECT_EQ((long)seen.size(), (long)T * (T + 1) / 2) << "every causal pair, cp " << cp;
+  }
+}
+
+// Every position of a sequence is held by exactly one context-parallel rank,
+// in two runs of consecutive positions: chunk r and chunk 2cp-1-r.
+TEST(ContextChunks, PositionsCoverTheSequenceOnce) {
+  for (int cp : {1, 2, 3, 4}) {
+    const int T = 2 * cp * 3, local = T / cp;
+    std::vector<int> holder(T, -1);
+    for (int r = 0; r < cp; r++)
+      for (int t = 0; t < local; t++) {
+        const int pos = cp_position(cp, r, T, t);
+        ASSERT_GE(pos, 0);
+        ASSERT_LT(pos, T);
+        EXPECT_EQ(holder[pos], -1) << "cp " << cp << ": position " << pos << " held twice";
+        holder[pos] = r;
+        // the plain cut: 2cp chunks of 3, rank r holding chunks r and 2cp-1-r
+        EXPECT_EQ(pos / 3, t < 3 ? r : 2 * cp - 1 - r);
+        EXPECT_EQ(pos % 3, t % 3);
+      }
+    for (int p = 0; p < T; p++) EXPECT_NE(holder[p], -1) << "cp " << cp << ": position " << p << " held by none";
   }
 }

@@ -24,6 +24,14 @@ void RingAttention::wait(DataComm::Handle h) {
   times_.exposed_ms += ms_between(t0, Clock::now());
 }
 
+// MPI moves a transfer on only inside its calls (a device communicator
+// needs none of this): a look between the pair ops lets the next block
+// travel while the attention goes on.
+void RingAttention::progress(std::initializer_list<DataComm::Handle> handles) {
+  for (DataComm::Handle h : handles)
+    if (h != kNone) comm_.test(h);
+}
+
 void RingAttention::wait_all(std::initializer_list<DataComm::Handle*> handles) {
   for (DataComm::Handle* h : handles)
     if (*h != kNone) wait(std::exchange(*h, kNone));
@@ -67,8 +75,10 @@ void RingAttention::forward(Ref out, float* stats, CRef qkv) {
     }
     if (!overlap_) wait_all({&send, &recv});
     const auto t0 = Clock::now();
-    for (const ChunkPair& p : ring_pairs(cp, me, (me + cp - i) % cp))
+    for (const ChunkPair& p : ring_pairs(cp, me, (me + cp - i) % cp)) {
       be_.attention_pair_fwd(acc_.ref().f32(), stats, qkv, here.ref(), s_, pair(p.q_half, p.k_half, p.causal));
+      progress({send, recv});
+    }
     times_.compute_ms += ms_between(t0, Clock::now());
     wait_all({&send, &recv});
   }
@@ -96,9 +106,11 @@ void RingAttention::backward(Ref dqkv, CRef dout, CRef qkv, CRef out, const floa
     if (dkv_send[i % 2] != kNone) wait(std::exchange(dkv_send[i % 2], kNone));  // sent two steps ago: free again
     const auto t0 = Clock::now();
     be_.zero(sum.ref(), kv_elems_);
-    for (const ChunkPair& p : ring_pairs(cp, me, (me + cp - i) % cp))
+    for (const ChunkPair& p : ring_pairs(cp, me, (me + cp - i) % cp)) {
       be_.attention_pair_bwd(acc_.ref().f32(), sum.ref().f32(), dout, qkv, here.ref(), out, stats, s_,
                              pair(p.q_half, p.k_half, p.causal));
+      progress({send, recv, dkv_recv});
+    }
     times_.compute_ms += ms_between(t0, Clock::now());
     if (i > 0) {  // the ranks before this one have added their shares to this block's
       if (dkv_recv != kNone) wait(std::exchange(dkv_recv, kNone));

@@ -47,6 +47,7 @@ class RingAttention {
  private:
   void wait(DataComm::Handle h);  // timed as exposed
   void wait_all(std::initializer_list<DataComm::Handle*> handles);  // those in flight; each becomes none
+  void progress(std::initializer_list<DataComm::Handle> handles);
   AttentionPair pair(int q_half, int k_half, bool causal) const;
 
   Backend& be_;

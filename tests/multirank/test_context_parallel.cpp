@@ -2,8 +2,8 @@
 // positions, MHA) and llama (RoPE, GQA): each sequence cut over cp ranks,
 // attention as a ring. Against one process training the same recipe for 20
 // steps: losses within 1e-6 relative and every gradient within 1e-5, for cp
-// 2 and 4 alone and combined with tensor (+ sequence), pipeline
-// (interleaved), data parallelism with ZeRO-1, and full recomputation; bf16
+// 2 and 4 alone and combined with tensor (+ sequence), pipeline (1F1B and
+// interleaved), data parallelism with ZeRO-1, and full recomputation; bf16
 // within the bounds the other layouts keep. Recomputation under cp is
 // bit-identical to none, and so is the ring with its transfers waited for
 // rather than overlapped; the ring moves the bytes its design says; the
@@ -49,6 +49,7 @@ TEST_P(ContextParallelEquivalence, EveryLayoutMatchesOneProcess) {
       with_cp({a, 1, 1, false}, 2),         // cp 2
       with_cp({a, 1, 1, false}, 4),         // cp 4
       with_cp({a, 2, 1, true}, 2),          // cp 2 x tp 2, sequence parallel
+      with_cp({a, 1, 1, false, 2, 1}, 2),   // cp 2 x pp 2, 1F1B
       with_cp({a, 1, 1, false, 2, 2}, 2),   // cp 2 x pp 2, interleaved
       zero,                                 // cp 2 x dp 2, ZeRO-1
       full,                                 // cp 2, full recomputation

@@ -1,0 +1,164 @@
+#!/usr/bin/python3
+"""scripts/fake_cluster.sh, as a user and the supervisor's tests drive it
+(issue 49): `up 3` prints exports after which a plain `mpirun -np 3` from
+this shell trains across the three hosts (one rank on each, each in its own
+network namespace, data parallel, losses equal to one process's); `hosts`
+names them; `cut HOST` leaves the others able to reach each other but not
+HOST, and `restore` brings it back; `slow HOST 25` holds a busy process on
+HOST to about a quarter of a core while one on another host runs free;
+`down` leaves no namespace, link, cgroup or state directory behind, and
+`down` runs even when a check fails half-way.
+
+Needs root and network namespaces; where they cannot be made it exits 77
+(ctest: skipped) and says why.
+
+usage: fake_cluster_check.py TRAINER MPIEXEC
+"""
+import glob
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+sys.dont_write_bytecode = True  # nothing left under tests/ (__pycache__)
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from harness import DEMO_RECIPE, ROOT, check, finish, losses, run, small_demo  # noqa: E402
+
+SCRIPT = os.path.join(ROOT, "scripts", "fake_cluster.sh")
+PY = "/usr/bin/python3"
+
+
+def fc(*args, env=None):
+    return subprocess.run([SCRIPT, *args], capture_output=True, text=True, env=env)
+
+
+def exports(text):
+    """The variables `up` prints as export lines."""
+    env = {}
+    for line in text.splitlines():
+        if line.startswith("export "):
+            for kv in line[len("export "):].split():
+                k, v = kv.split("=", 1)
+                env[k] = v
+    return env
+
+
+def on_host(env, host, code):
+    """Python code run on a host as a launcher starts a process there (the agent); its stdout."""
+    with tempfile.NamedTemporaryFile("w", suffix=".py", delete=False) as f:
+        f.write(code)
+    try:
+        return subprocess.run([os.path.join(env["FAKE_CLUSTER_DIR"], "agent"), host, f"{PY} {f.name}"],
+                              capture_output=True, text=True, timeout=60).stdout
+    finally:
+        os.unlink(f.name)
+
+
+def reaches(env, src, dst_ip):
+    """Whether src reaches dst_ip: a refused connection (nobody listens) means it did."""
+    return on_host(env, src, f"""import socket
+try:
+    socket.create_connection(("{dst_ip}", 9), 2)
+except ConnectionRefusedError:
+    print("reached")
+except OSError as e:
+    print("unreached", e)
+""").startswith("reached")
+
+
+def cpu_share(env, host, seconds=1.5):
+    """CPU seconds per wall second a busy loop on host gets."""
+    out = on_host(env, host, f"""import time
+t, c = time.time(), time.process_time()
+while time.time() - t < {seconds}:
+    pass
+print((time.process_time() - c) / (time.time() - t))
+""")
+    return float(out.strip() or "nan")
+
+
+def address(env, host, net):
+    out = subprocess.run([os.path.join(env["FAKE_CLUSTER_DIR"], "agent"), host, "ip -o -4 addr show"],
+                         capture_output=True, text=True).stdout
+    return [w.split("/")[0] for w in out.split() if w.startswith(net + ".")]
+
+
+def main():
+    trainer, mpiexec = sys.argv[1], sys.argv[2]
+    p = fc("up", "3")
+    if p.returncode == 77:
+        print(f"SKIP: {p.stderr.strip()}")
+        sys.exit(77)
+    check(p.returncode == 0, f"up 3: exit {p.returncode} {p.stderr.strip()[-300:]}")
+    if p.returncode != 0:
+        finish("fake cluster")
+    env = dict(os.environ, **exports(p.stdout))
+    state = env["FAKE_CLUSTER_DIR"]
+    tag = open(os.path.join(state, "state")).read().split("TAG=")[1].split()[0]
+    try:
+        hosts = fc("hosts", env=env).stdout.split()
+        check(len(hosts) == 3 and len(set(hosts)) == 3, f"hosts: three names ({hosts})")
+        net = open(os.path.join(state, "state")).read().split("NET=")[1].split()[0]
+        ips = [f"{net}.{i + 1}" for i in range(3)]
+
+        # Training across the hosts with nothing but the exports.
+        with tempfile.TemporaryDirectory() as tmp:
+            _, base = small_demo(trainer, tmp, steps=4)
+            base += ["--set", "parallel.pp=1", "--set", "parallel.tp=1", "--set", "model.n_layers=2",
+                     "--set", "training.global_batch=12", "--set", "training.micro_batch=4"]
+            one = os.path.join(tmp, "one")
+            run([trainer, "train", DEMO_RECIPE, *base, "--set", f"run.dir={one}"])
+            across = os.path.join(tmp, "across")
+            code, out = run([mpiexec, "-np", "3", "--map-by", "node", trainer, "train", DEMO_RECIPE, *base,
+                             "--set", f"run.dir={across}"], env=env, ok_codes=(0, 1, 2, 3, 4, 5, 134, 139))
+            got, want = losses(across) if code == 0 else {}, losses(one)
+            close = bool(got) and all(abs(got[k] - want[k]) <= 1e-5 * want[k] for k in want)
+            if code:
+                print(out[-3000:])
+            check(code == 0 and "dp=3" in out and close,
+                  f"mpirun -np 3 from this shell trains as dp 3 across the hosts, losses within 1e-5 of one "
+                  f"process's (exit {code})")
+            homes = [address(env, h, net) for h in hosts]
+            check(homes == [[ip] for ip in ips], f"each host has its own address ({homes})")
+
+        # A cut link: that host is unreachable, the others still reach each other.
+        before = reaches(env, hosts[0], ips[1])
+        p = fc("cut", hosts[1], env=env)
+        after = [reaches(env, hosts[0], ips[1]), reaches(env, hosts[0], ips[2]), reaches(env, hosts[2], ips[0])]
+        check(p.returncode == 0 and before and after == [False, True, True],
+              f"cut {hosts[1]}: reached before ({before}); after: it {after[0]}, the others {after[1:]}")
+        fc("restore", hosts[1], env=env)
+        check(reaches(env, hosts[0], ips[1]), f"restore {hosts[1]}: reached again")
+
+        # A CPU cap on one host.
+        p = fc("slow", hosts[2], "25", env=env)
+        if p.returncode != 0:
+            print(f"note: slow is not available here: {p.stderr.strip()}")
+        else:
+            slow, free = cpu_share(env, hosts[2]), cpu_share(env, hosts[0])
+            check(slow < 0.35 and free > 2 * slow,
+                  f"slow {hosts[2]} 25: a busy loop there gets {slow:.2f} of a core, on {hosts[0]} {free:.2f}")
+            fc("restore", hosts[2], env=env)
+            back = cpu_share(env, hosts[2])
+            check(back > 2 * slow, f"restore {hosts[2]}: the busy loop gets {back:.2f} of a core again")
+
+        bad = fc("cut", "nohost", env=env)
+        check(bad.returncode == 2 and "not a host" in bad.stderr, f"cut of an unknown host: exit {bad.returncode}, "
+              f"{bad.stderr.strip()}")
+    finally:
+        p = fc("down", env=env)
+    left = [n for n in subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout.split()
+            if n.endswith("n" + tag) or n == "fcsw" + tag]
+    links = subprocess.run(["ip", "-o", "link", "show"], capture_output=True, text=True).stdout
+    cgroups = glob.glob(f"/sys/fs/cgroup/*/fake_cluster_{tag}") + glob.glob(f"/sys/fs/cgroup/fake_cluster_{tag}")
+    check(p.returncode == 0 and not left and f"fchd{tag}" not in links and not cgroups and not os.path.exists(state),
+          f"down: no namespace ({left}), head link, cgroup ({cgroups}) or state directory left")
+    nothing = fc("hosts", env=env)
+    check(nothing.returncode != 0 and "no fake cluster" in nothing.stderr,
+          f"after down, hosts says there is no cluster ({nothing.stderr.strip()})")
+    finish("fake cluster")
+
+
+if __name__ == "__main__":
+    main()

@@ -14,6 +14,7 @@ int cmd_status(int argc, char** argv);
 int cmd_report(int argc, char** argv);
 int cmd_calibrate(int argc, char** argv);
 int cmd_smoke(int argc, char** argv);
+int cmd_health(int argc, char** argv);
 
 // The body of `trainer train` between MPI_Init and MPI_Finalize, with the
 // arguments after "train": what `trainer smoke` runs in its own process.

@@ -40,6 +40,8 @@ const char* kUsage =
     "  plan RECIPE.toml --ranks N --search --profile FILE [--price-per-rank-hour X]\n"
     "        every layout of N ranks that fits, ranked by predicted step time, with\n"
     "        tokens/s, MFU, the run's time and cost\n"
+    "  health RECIPE.toml   (under mpirun -np N or srun, across the nodes)\n"
+    "        each node's product speed, memory, disk and network against the others'\n"
     "  calibrate RECIPE.toml [--output FILE]   (under mpirun -np N)\n"
     "        measure this machine's ops and collectives into a profile for plan and smoke\n"
     "  smoke RECIPE.toml [--steps N] [--profile FILE] [--json FILE] [--min-mfu X]\n"
@@ -125,6 +127,7 @@ int main(int argc, char** argv) {
     if (!std::strcmp(cmd, "report")) return trainer::cmd_report(argc - 2, argv + 2);
     if (!std::strcmp(cmd, "calibrate")) return trainer::cmd_calibrate(argc - 2, argv + 2);
     if (!std::strcmp(cmd, "smoke")) return trainer::cmd_smoke(argc - 2, argv + 2);
+    if (!std::strcmp(cmd, "health")) return trainer::cmd_health(argc - 2, argv + 2);
   } catch (const trainer::UserError& e) {
     std::fprintf(stderr, "error: %s\n", e.what());
     return e.exit_code;

@@ -378,7 +378,7 @@ RunFacts read_run_facts(const std::string& path) {
 namespace {
 // "section.key" -> value as TOML text, for the sections that define a run.
 std::map<std::string, std::string> flatten(const toml::table& t) {
-  static const std::set<std::string> skip_sections = {"checkpoint", "metrics", "supervisor", "launch", "fault"};
+  static const std::set<std::string> skip_sections = {"checkpoint", "metrics", "supervisor", "launch", "health", "fault"};
   static const std::set<std::string> skip_keys = {"run.name", "run.dir"};
   std::map<std::string, std::string> out;
   for (auto&& [sec, v] : t) {

@@ -103,6 +103,11 @@ struct RuntimeSection {
   bool memory_check{};       // stop before allocating when the plan does not fit (planning/memory_fit.h)
 };
 
+// `trainer health`: how a node's figures are judged against the nodes' median.
+struct HealthSection {
+  double min_ratio{};  // below this fraction of the median: slow
+};
+
 // `trainer supervise`: restarts and hang detection.
 struct SupervisorSection {
   int max_restarts{};         // relaunches after a failure before giving up
@@ -183,6 +188,7 @@ struct Recipe {
   RuntimeSection runtime;
   SupervisorSection supervisor;
   LaunchSection launch;
+  HealthSection health;
   std::vector<std::string> fault_specs;  // [fault] inject, as written
   std::vector<Fault> faults;             // the same, parsed
   // What is legal but likely unintended (file:line: key: why), for rank 0 to

@@ -260,6 +260,10 @@ std::vector<RecipeKey> make_keys() {
           .def(std::string("mpirun")).choose({"mpirun", "srun"}),
       K("launch", "ranks", Int, "ranks `supervise` launches (0: dp * pp * cp * tp)", AT(launch.ranks)).def(0L).at_least(0),
       K("launch", "args", List, "extra launcher arguments", AT(launch.args)).def(Strings{}),
+      // [health]
+      K("health", "min_ratio", Float, "`trainer health` calls a node slow when one of its figures (product speed, "
+        "memory bandwidth, free memory, disk, network) is below this fraction of the nodes' median", AT(health.min_ratio))
+          .def(0.8).above(0).at_most(1),
       // [fault]
       K("fault", "inject", List, "test-only fault injection (recipe/fault.h), e.g. \"crash rank=1 step=7\"", AT(fault_specs))
           .def(Strings{}).shown_if([](const Recipe& r) { return !r.fault_specs.empty(); }),
@@ -335,7 +339,8 @@ std::string edit_key(Recipe& r, const std::string& full_key, const KeyValue& val
 
 const std::vector<std::string>& recipe_sections() {
   static const std::vector<std::string> s = {"run", "model", "data", "training", "optimizer", "parallel", "recompute",
-                                             "checkpoint", "metrics", "runtime", "supervisor", "launch", "fault"};
+                                             "checkpoint", "metrics", "runtime", "supervisor", "launch", "health",
+                                             "fault"};
   return s;
 }
 

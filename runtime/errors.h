@@ -28,6 +28,9 @@ constexpr int kExitNoSpace = 8;
 // `trainer smoke`: below --min-mfu, slower than --baseline allows, or a
 // restart that did not continue bit for bit (--check-restart).
 constexpr int kExitSmokeShortfall = 9;
+// `trainer health`: a node is slow (below health.min_ratio of the nodes'
+// median in a figure) or a measurement on it failed.
+constexpr int kExitUnfitNode = 10;
 
 // A user-facing error: the message names the file, key or offset at fault.
 struct UserError : std::runtime_error {

@@ -4,8 +4,8 @@
 # a veth pair to a switch (a bridge in a namespace of its own), and this
 # shell's namespace on the switch too, as the head node mpirun and srun start
 # from. Every process a launcher starts on a host runs in that host's
-# namespace and in a CPU cgroup of its own, so a host can be cut off the
-# network or slowed down.
+# namespace, with the host's name (a UTS namespace), and in a CPU cgroup of
+# its own, so a host can be cut off the network or slowed down.
 #
 #   eval "$(scripts/fake_cluster.sh up 3)"      # 3 hosts; prints the exports mpirun needs
 #   eval "$(scripts/fake_cluster.sh up 3 --slurm)"   # ... and slurmctld + a slurmd per host (SLURM_CONF)
@@ -118,13 +118,14 @@ up() {
     mkdir -p "$dir/tmp/$h"  # each host its own /tmp, as real hosts have (Open MPI's session files)
     echo "$h slots=$slots" >>"$dir/hostfile"
   done
-  # How a launcher reaches a host: into its cgroup, then its namespace.
+  # How a launcher reaches a host: into its cgroup, then its namespaces (the
+  # network, and a host name of its own: what gethostname() says there).
   cat >"$dir/agent" <<EOF
 #!/bin/sh
 # Open MPI's plm_rsh_agent for the fake cluster in $dir: HOST COMMAND...
 host=\$1; shift
 [ -n "$cg" ] && [ -d "$cg/\$host" ] && echo \$\$ >"$cg/\$host/cgroup.procs"
-exec ip netns exec "\$host" env TMPDIR="$dir/tmp/\$host" sh -c "\$*"
+exec unshare --uts sh -c 'hostname "\$0" && exec ip netns exec "\$0" env TMPDIR="$dir/tmp/\$0" sh -c "\$1"' "\$host" "\$*"
 EOF
   chmod +x "$dir/agent"
   if ((slurm)); then start_slurm "$dir" "$net" "$sw" "$cg" "${hosts[@]}"; fi
@@ -175,7 +176,7 @@ start_slurm() {
     mkdir -p "$s/spool/$h" "$s/tmp_$h"
     sed "s|^StateSaveLocation|TmpFS=$s/tmp_$h\nStateSaveLocation|" "$s/slurm.conf" >"$s/slurm_$h.conf"
     # Into the host's cgroup first: the jobs slurmd starts inherit it.
-    sh -c "[ -n '$cg' ] && echo \$\$ >'$cg/$h/cgroup.procs'; exec nsenter --net=/run/netns/$h slurmd -f '$s/slurm_$h.conf' -N '$h'"
+    sh -c "[ -n '$cg' ] && echo \$\$ >'$cg/$h/cgroup.procs'; exec unshare --uts sh -c 'hostname $h && exec nsenter --net=/run/netns/$h slurmd -f $s/slurm_$h.conf -N $h'"
   done
   for ((i = 0; i < 240; i++)); do
     [[ $(SLURM_CONF="$s/slurm.conf" sinfo -h -o %T 2>/dev/null) == idle ]] && return 0

@@ -6,7 +6,8 @@ network namespace, data parallel, losses equal to one process's); `hosts`
 names them; `cut HOST` leaves the others able to reach each other but not
 HOST, and `restore` brings it back; `slow HOST 25` holds a busy process on
 HOST to about a quarter of a core while one on another host runs free;
-`down` leaves no namespace, link, cgroup or state directory behind, and
+`trainer health` finds the three hosts fit (exit 0), and the capped one
+slow (exit 10, its ratio shown); `down` leaves no namespace, link, cgroup or state directory behind, and
 `down` runs even when a check fails half-way.
 
 Needs root and network namespaces; where they cannot be made it exits 77
@@ -120,7 +121,29 @@ def main():
                   f"mpirun -np 3 from this shell trains as dp 3 across the hosts, losses within 1e-5 of one "
                   f"process's (exit {code})")
             homes = [address(env, h, net) for h in hosts]
-            check(homes == [[ip] for ip in ips], f"each host has its own address ({homes})")
+            names = [on_host(env, h, "import socket; print(socket.gethostname())").strip() for h in hosts]
+            check(homes == [[ip] for ip in ips] and names == hosts,
+                  f"each host has its own address ({homes}) and name ({names})")
+
+            # trainer health across the hosts: all fit; then one capped at 10% of a core is slow.
+            # The three share this machine's cores and disk: they measure in turn, and the bar is
+            # 0.5 of the median (a disk's fsync rate moves by a third between runs here).
+            hsets = [*base, "--set", f"checkpoint.dir={tmp}/ckpt", "--set", "health.min_ratio=0.5"]
+            health = [mpiexec, "-np", "3", "--map-by", "node", trainer, "health", DEMO_RECIPE, "--in-turn", *hsets]
+            code, out = run(health, env=env, ok_codes=(0, 10))
+            rows = {l.split()[0]: l for l in out.splitlines() if l.split() and l.split()[0] in hosts}
+            print("\n".join(rows.values()))
+            check(code == 0 and len(rows) == 3 and all(r.rstrip().endswith(" ok") for r in rows.values()),
+                  f"health: the three hosts are ok, exit {code}")
+            fc("slow", hosts[2], "10", env=env)
+            code, out = run(health, env=env, ok_codes=(0, 10))
+            fc("restore", hosts[2], env=env)
+            rows = {l.split()[0]: l for l in out.splitlines() if l.split() and l.split()[0] in hosts}
+            print("\n".join(rows.values()))
+            slow = rows.get(hosts[2], "")
+            check(code == 10 and "slow: " in slow and "gemm 0." in slow,
+                  f"health: {hosts[2]}, capped at 10% of a core, is slow with its product speed's ratio shown; "
+                  f"exit {code}")
 
         # A cut link: that host is unreachable, the others still reach each other.
         before = reaches(env, hosts[0], ips[1])

@@ -1,0 +1,204 @@
+#include "planning/node_health.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <exception>
+
+#include "planning/calibrate.h"
+#include "runtime/host_memory.h"
+#include "runtime/sgemm_peak.h"
+
+namespace trainer {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+
+double median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+// The best of three copies of 128 MB (read and write both counted).
+double memory_gbps() {
+  const size_t n = (size_t)128 << 20;
+  std::vector<char> a(n, 1), b(n, 0);
+  double best = 0;
+  for (int i = 0; i < 3; i++) {
+    const auto t0 = Clock::now();
+    std::memcpy(b.data(), a.data(), n);
+    best = std::max(best, 2.0 * n / seconds_since(t0) / 1e9);
+    a[i] = (char)(b[n - 1 - i] + 1);  // the next copy cannot be skipped
+  }
+  return best;
+}
+
+// A 16 MB all-reduce over the nodes' first ranks, the best of three; its
+// time is the slowest rank's.
+double allreduce_gbps(MPI_Comm c) {
+  std::vector<float> x((size_t)4 << 20, 1.f);
+  double best = 0;
+  for (int i = 0; i < 3; i++) {
+    MPI_Barrier(c);
+    const auto t0 = Clock::now();
+    MPI_Allreduce(MPI_IN_PLACE, x.data(), (int)x.size(), MPI_FLOAT, MPI_SUM, c);
+    double s = seconds_since(t0);
+    MPI_Allreduce(MPI_IN_PLACE, &s, 1, MPI_DOUBLE, MPI_MAX, c);
+    best = std::max(best, x.size() * sizeof(float) / s / 1e9);
+  }
+  return best;
+}
+
+// Each pair of nodes in turn (the others wait): 4 MB there and back, the
+// bytes moved over the round trip's time; a node's figure is the median over
+// its pairs, so one bad link marks the node that has it and not every node
+// that talks to it.
+double p2p_gbps(MPI_Comm c) {
+  int me = 0, n = 0;
+  MPI_Comm_rank(c, &me);
+  MPI_Comm_size(c, &n);
+  std::vector<char> buf((size_t)4 << 20, 1);
+  std::vector<double> rate((size_t)n * n, 0.0);
+  for (int i = 0; i < n; i++)
+    for (int j = i + 1; j < n; j++) {
+      MPI_Barrier(c);
+      if (me == i) {
+        const auto t0 = Clock::now();
+        MPI_Send(buf.data(), (int)buf.size(), MPI_CHAR, j, 0, c);
+        MPI_Recv(buf.data(), (int)buf.size(), MPI_CHAR, j, 0, c, MPI_STATUS_IGNORE);
+        rate[(size_t)i * n + j] = 2.0 * buf.size() / seconds_since(t0) / 1e9;
+      } else if (me == j) {
+        MPI_Recv(buf.data(), (int)buf.size(), MPI_CHAR, i, 0, c, MPI_STATUS_IGNORE);
+        MPI_Send(buf.data(), (int)buf.size(), MPI_CHAR, i, 0, c);
+      }
+    }
+  MPI_Allreduce(MPI_IN_PLACE, rate.data(), (int)rate.size(), MPI_DOUBLE, MPI_SUM, c);
+  std::vector<double> mine;
+  for (int k = 0; k < n; k++)
+    if (k != me) mine.push_back(rate[(size_t)std::min(me, k) * n + std::max(me, k)]);
+  return median(mine);
+}
+
+// One node's own figures (on its first rank).
+void measure_local(NodeFigures& f, Backend& be, const std::string& disk_dir) {
+  auto attempt = [&](const char* what, auto&& measure) {
+    try {
+      measure();
+    } catch (const std::exception& e) {
+      if (f.failed.empty()) f.failed = std::string(what) + ": " + e.what();
+    }
+  };
+  attempt("gemm", [&] { f.gemm_gflops = measure_gemm_gflops(be, 1024, 0.3); });
+  attempt("memory", [&] { f.memory_gbps = memory_gbps(); });
+  f.free_gb = host_memory().available / 1e9;
+  f.disk_mbps = measure_disk(disk_dir, 32);
+  if (f.disk_mbps <= 0 && f.failed.empty()) f.failed = "cannot write and fsync a file in " + disk_dir;
+}
+
+// Fixed-size record for the gather.
+struct Wire {
+  double v[8];
+  int first, leader;
+  char host[64], failed[192];
+};
+
+}  // namespace
+
+const std::vector<FigureKind>& figure_kinds() {
+  static const std::vector<FigureKind> k = {
+      {"gemm", "GFLOP/s", &NodeFigures::gemm_gflops},     {"memory", "GB/s", &NodeFigures::memory_gbps},
+      {"free memory", "GB", &NodeFigures::free_gb},       {"disk", "MB/s", &NodeFigures::disk_mbps},
+      {"all-reduce", "GB/s", &NodeFigures::allreduce_gbps}, {"p2p", "GB/s", &NodeFigures::p2p_gbps}};
+  return k;
+}
+
+std::vector<NodeVerdict> judge_nodes(const std::vector<NodeFigures>& nodes, double min_ratio) {
+  const auto& kinds = figure_kinds();
+  std::vector<double> medians;
+  for (const FigureKind& k : kinds) {
+    std::vector<double> v;
+    for (const NodeFigures& n : nodes)
+      if (n.*k.value > 0) v.push_back(n.*k.value);
+    medians.push_back(median(v));
+  }
+  std::vector<NodeVerdict> out(nodes.size());
+  for (size_t i = 0; i < nodes.size(); i++) {
+    NodeVerdict& verdict = out[i];
+    const NodeFigures& n = nodes[i];
+    if (!n.failed.empty()) verdict.health = Health::Failed, verdict.reasons.push_back(n.failed);
+    for (size_t k = 0; k < kinds.size(); k++) {
+      const double v = n.*kinds[k].value;
+      if (v < 0) {  // not measured (a network figure of a job on one node)
+        verdict.ratios.push_back(NAN);
+        continue;
+      }
+      const double ratio = medians[k] > 0 ? v / medians[k] : 1.0;
+      verdict.ratios.push_back(ratio);
+      if (v == 0 && n.failed.empty()) {
+        verdict.health = Health::Failed;
+        verdict.reasons.push_back(std::string(kinds[k].name) + ": no figure");
+      } else if (ratio < min_ratio && verdict.health != Health::Failed) {
+        verdict.health = Health::Slow;
+        char why[96];
+        std::snprintf(why, sizeof why, "%s %.2f x the median", kinds[k].name, ratio);
+        verdict.reasons.push_back(why);
+      }
+    }
+  }
+  return out;
+}
+
+std::vector<NodeFigures> measure_nodes(MPI_Comm world, Backend& be, const std::string& disk_dir, bool in_turn) {
+  int rank = 0, size = 0, local = 0;
+  MPI_Comm_rank(world, &rank);
+  MPI_Comm_size(world, &size);
+  MPI_Comm node, leaders;
+  MPI_Comm_split_type(world, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &node);
+  MPI_Comm_rank(node, &local);
+  MPI_Comm_split(world, local == 0 ? 0 : MPI_UNDEFINED, rank, &leaders);
+  NodeFigures f;
+  f.first_rank = rank;
+  char host[64] = {};
+  gethostname(host, sizeof host - 1);
+  f.host = host;
+  if (local == 0) {
+    int nodes = 1, me = 0;
+    MPI_Comm_size(leaders, &nodes);
+    MPI_Comm_rank(leaders, &me);
+    for (int turn = 0; turn < (in_turn ? nodes : 1); turn++) {
+      if (!in_turn || turn == me) measure_local(f, be, disk_dir);
+      if (in_turn) MPI_Barrier(leaders);
+    }
+    // One node: no network between nodes to measure.
+    f.allreduce_gbps = nodes > 1 ? allreduce_gbps(leaders) : -1;
+    f.p2p_gbps = nodes > 1 ? p2p_gbps(leaders) : -1;
+    MPI_Comm_free(&leaders);
+  }
+  MPI_Comm_free(&node);
+  Wire mine{};
+  const auto& kinds = figure_kinds();
+  for (size_t k = 0; k < kinds.size(); k++) mine.v[k] = f.*kinds[k].value;
+  mine.first = rank, mine.leader = local == 0;
+  std::snprintf(mine.host, sizeof mine.host, "%s", f.host.c_str());
+  std::snprintf(mine.failed, sizeof mine.failed, "%s", f.failed.c_str());
+  std::vector<Wire> all(size);
+  MPI_Allgather(&mine, sizeof(Wire), MPI_BYTE, all.data(), sizeof(Wire), MPI_BYTE, world);
+  std::vector<NodeFigures> out;
+  for (const Wire& w : all) {
+    if (!w.leader) continue;
+    NodeFigures n;
+    for (size_t k = 0; k < kinds.size(); k++) n.*kinds[k].value = w.v[k];
+    n.first_rank = w.first, n.host = w.host, n.failed = w.failed;
+    out.push_back(n);
+  }
+  return out;
+}
+
+}  // namespace trainer

@@ -1,0 +1,52 @@
+#pragma once
+// `trainer health` (issue 49): every node of the job measures in a few
+// seconds what a training step needs, and is compared with the others. A
+// node whose figure is below min_ratio of the median over the nodes is slow;
+// one whose measurement failed is failed. The first rank of each node
+// measures (the others wait), so launch with any number of ranks per node.
+#include <mpi.h>
+
+#include <string>
+#include <vector>
+
+#include "runtime/backend.h"
+
+namespace trainer {
+
+// What one node measured (0: the measurement failed; `failed` says why).
+struct NodeFigures {
+  std::string host;
+  int first_rank = 0;         // the rank that measured
+  double gemm_gflops = 0;     // a square fp32 product on the run's backend
+  double memory_gbps = 0;     // bytes copied per second through host memory (read + write)
+  double free_gb = 0;         // host memory this process could still get
+  double disk_mbps = 0;       // writing and fsyncing a file in the checkpoint directory
+  double allreduce_gbps = 0;  // a 16 MB all-reduce over all nodes (bytes / time)
+  double p2p_gbps = 0;        // send + receive with each other node, the median over them
+  std::string failed;
+};
+
+// The figures, by name, in table order; higher is better for each.
+struct FigureKind {
+  const char* name;
+  const char* unit;
+  double NodeFigures::*value;
+};
+const std::vector<FigureKind>& figure_kinds();
+
+enum class Health { Ok, Slow, Failed };
+struct NodeVerdict {
+  Health health = Health::Ok;
+  std::vector<double> ratios;       // each figure over its median, in figure_kinds() order
+  std::vector<std::string> reasons;  // "gemm 0.25 x the median", or why it failed
+};
+// Pure: each figure against the median over the nodes.
+std::vector<NodeVerdict> judge_nodes(const std::vector<NodeFigures>& nodes, double min_ratio);
+
+// Collective over `world`: each node's first rank measures; every rank gets
+// every node's figures, in the order of their first ranks. in_turn: the
+// nodes measure their own figures one after another, not all at once (nodes
+// that share hardware, as a fake cluster's hosts share one machine's cores).
+std::vector<NodeFigures> measure_nodes(MPI_Comm world, Backend& be, const std::string& disk_dir, bool in_turn = false);
+
+}  // namespace trainer

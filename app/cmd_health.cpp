@@ -10,6 +10,7 @@
 
 #include "app/commands.h"
 #include "app/environment.h"
+#include "app/health_table.h"
 #include "app/mpi_command.h"
 #include "app/recipe.h"
 #include "app/recipe_args.h"
@@ -31,45 +32,25 @@ const char* kHealthUsage =
     "  all-reduce and 4 MB sent to and back from each other node (the median over them).\n"
     "  A node is slow when a figure is below health.min_ratio of the median (default 0.8),\n"
     "  failed when a measurement failed. Exit 0 when every node is ok, 10 when one is not.\n"
-    "  --in-turn: the nodes measure their own figures one after another, not all at once\n"
-    "  (nodes that share hardware: a fake cluster's hosts share this machine's cores).\n";
+    "  health.in_turn = true: the nodes measure their own figures one after another, not all\n"
+    "  at once (nodes that share hardware: a fake cluster's hosts share this machine's cores).\n"
+    "  health.check = true runs the same check when `trainer train` starts.\n";
 
 int health(const RecipeArgs& args, int rank, int size) {
   const Recipe r = load_recipe(args.recipe, args.overrides, 0, false);
   auto be = make_backend(backend_options(r, ranks_on_node(), launcher_local_rank()));
-  std::filesystem::create_directories(r.checkpoint.dir);
-  const std::vector<NodeFigures> nodes = measure_nodes(MPI_COMM_WORLD, *be, r.checkpoint.dir, args.has("--in-turn"));
+  const std::vector<NodeFigures> nodes = measure_nodes(MPI_COMM_WORLD, *be, r.checkpoint.dir, r.health.in_turn);
   const std::vector<NodeVerdict> verdicts = judge_nodes(nodes, r.health.min_ratio);
   bool fit = true;
   for (const NodeVerdict& v : verdicts) fit &= v.health == Health::Ok;
-  if (rank != 0) return fit ? kExitOk : kExitUnfitNode;
-  std::printf("health: %zu node(s), %d rank(s); each figure with its ratio to the median of the nodes; a node is "
-              "slow below %.2f of it (health.min_ratio)\n",
-              nodes.size(), size, r.health.min_ratio);
-  std::printf("%-20s %5s", "host", "rank");
-  for (const FigureKind& k : figure_kinds()) std::printf(" %18s", (std::string(k.name) + " " + k.unit).c_str());
-  std::printf("  verdict\n");
-  for (size_t i = 0; i < nodes.size(); i++) {
-    std::printf("%-20s %5d", nodes[i].host.c_str(), nodes[i].first_rank);
-    for (size_t k = 0; k < figure_kinds().size(); k++) {
-      const double v = nodes[i].*figure_kinds()[k].value, ratio = verdicts[i].ratios[k];
-      if (std::isnan(ratio)) std::printf(" %18s", "-");
-      else std::printf(" %10.2f (%4.2f)", v, ratio);
-    }
-    const NodeVerdict& v = verdicts[i];
-    std::string why;
-    for (const std::string& s : v.reasons) why += (why.empty() ? "" : "; ") + s;
-    std::printf("  %s%s\n", v.health == Health::Ok ? "ok" : v.health == Health::Slow ? "slow: " : "failed: ",
-                why.c_str());
-  }
-  std::fflush(stdout);
+  if (rank == 0) std::fputs(health_table(nodes, verdicts, r.health.min_ratio, size).c_str(), stdout), std::fflush(stdout);
   return fit ? kExitOk : kExitUnfitNode;
 }
 
 }  // namespace
 
 int cmd_health(int argc, char** argv) {
-  const RecipeArgs args = parse_recipe_args({"health", kHealthUsage, {"--in-turn"}, {}}, argc, argv);
+  const RecipeArgs args = parse_recipe_args({"health", kHealthUsage, {}, {}}, argc, argv);
   if (args.help) return std::fputs(kHealthUsage, stdout), kExitOk;
   return run_under_mpi([&](int rank, int size) { return health(args, rank, size); });
 }

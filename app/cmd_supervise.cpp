@@ -66,7 +66,7 @@ const char* kSuperviseUsage =
     "  Events: <run.dir>/events.jsonl and the console; after a failed launch, what its\n"
     "  ranks left is summarised too: `crash` (a rank that died of a signal, with its\n"
     "  backtrace file) and `diagnosis` (the flight recorders' verdict, as `trainer diagnose`).\n"
-    "  Exit: 0 done; 2, 3, 4, 6 the job's error that a retry cannot fix; 7 restart\n"
+    "  Exit: 0 done; 2, 3, 4, 6, 8, 10 the job's error that a retry cannot fix; 7 restart\n"
     "  budget used up; 75 preempted (requeue).\n";
 
 double now_s() { return wall_seconds(); }
@@ -83,6 +83,7 @@ std::string meaning(int code) {
     case kExitBadStep: return "NaN/Inf loss or gradient, or a loss spike";
     case kExitPreempted: return "preempted, checkpoint saved";
     case kExitNoSpace: return "a run file cannot be written (disk full, read-only or over quota)";
+    case kExitUnfitNode: return "a node is unfit (health.check)";
     case 126: return "the launch command cannot be executed";
     case 127: return "the launch command was not found";
   }
@@ -91,11 +92,13 @@ std::string meaning(int code) {
 }
 
 // A retry cannot fix a wrong recipe, bad data, an unusable checkpoint, a NaN
-// that on_nan = "stop" refused to train through, a full disk, or a launch
+// that on_nan = "stop" refused to train through, a full disk, a node the
+// health check found unfit (the same nodes would be used again), or a launch
 // command that cannot be run at all (126, 127 from the shell's convention).
 bool retryable(int code) {
   return code != kExitUsage && code != kExitData && code != kExitCheckpoint && code != kExitBadStep &&
-         code != kExitPreempted && code != kExitOk && code != kExitNoSpace && code != 126 && code != 127;
+         code != kExitPreempted && code != kExitOk && code != kExitNoSpace && code != kExitUnfitNode && code != 126 &&
+         code != 127;
 }
 
 class EventLog {

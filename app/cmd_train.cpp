@@ -11,6 +11,7 @@
 
 #include "app/commands.h"
 #include "app/environment.h"
+#include "app/health_table.h"
 #include "planning/memory_fit.h"
 #include "app/recipe.h"
 #include "app/recipe_args.h"
@@ -144,6 +145,19 @@ void check_fit(const Recipe& r, int rank, int local_rank) {
                       fit.message + " (runtime.memory_check = false skips this check)");
 }
 
+// health.check: every node's figures against the others' (trainer health)
+// before the first step; an unfit node stops the job with kExitUnfitNode.
+void check_health(const Job& job, int rank, int size) {
+  const Recipe& r = job.recipe;
+  if (!r.health.check) return;
+  const std::vector<NodeFigures> nodes = measure_nodes(MPI_COMM_WORLD, *job.backend, r.checkpoint.dir, r.health.in_turn);
+  const std::vector<NodeVerdict> verdicts = judge_nodes(nodes, r.health.min_ratio);
+  if (rank == 0) std::fputs(health_table(nodes, verdicts, r.health.min_ratio, size).c_str(), stdout), std::fflush(stdout);
+  if (const std::string unfit = unfit_nodes(nodes, verdicts); !unfit.empty())
+    throw UserError(kExitUnfitNode, "health.check: not training on an unfit node: " + unfit +
+                                        " (take the node out of the job, or health.check = false to train anyway)");
+}
+
 // Set-up as one agreed step after another; the first failure ends it with
 // one message and one exit code on every rank.
 int set_up(Job& job, RunDirLocks& locks, int argc, char** argv, int rank, int size, int launch) {
@@ -165,6 +179,7 @@ int set_up(Job& job, RunDirLocks& locks, int argc, char** argv, int rank, int si
           !err.empty())
         std::fprintf(stderr, "warning: %s; the run goes on without it\n", err.c_str());
     set_up_job(job, rank, launch);
+    check_health(job, rank, size);
   });
 }
 

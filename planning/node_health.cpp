@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstring>
 #include <exception>
+#include <filesystem>
 
 #include "planning/calibrate.h"
 #include "runtime/host_memory.h"
@@ -98,6 +99,8 @@ void measure_local(NodeFigures& f, Backend& be, const std::string& disk_dir) {
   attempt("gemm", [&] { f.gemm_gflops = measure_gemm_gflops(be, 1024, 0.3); });
   attempt("memory", [&] { f.memory_gbps = memory_gbps(); });
   f.free_gb = host_memory().available / 1e9;
+  std::error_code ec;
+  std::filesystem::create_directories(disk_dir, ec);  // a run's checkpoint directory may not exist yet
   f.disk_mbps = measure_disk(disk_dir, 32);
   if (f.disk_mbps <= 0 && f.failed.empty()) f.failed = "cannot write and fsync a file in " + disk_dir;
 }

@@ -47,6 +47,6 @@ std::vector<NodeVerdict> judge_nodes(const std::vector<NodeFigures>& nodes, doub
 // every node's figures, in the order of their first ranks. in_turn: the
 // nodes measure their own figures one after another, not all at once (nodes
 // that share hardware, as a fake cluster's hosts share one machine's cores).
-std::vector<NodeFigures> measure_nodes(MPI_Comm world, Backend& be, const std::string& disk_dir, bool in_turn = false);
+std::vector<NodeFigures> measure_nodes(MPI_Comm world, Backend& be, const std::string& disk_dir, bool in_turn);
 
 }  // namespace trainer

@@ -105,7 +105,9 @@ struct RuntimeSection {
 
 // `trainer health`: how a node's figures are judged against the nodes' median.
 struct HealthSection {
+  bool check{};        // `trainer train` runs the check at start-up (exit 10 when a node is unfit)
   double min_ratio{};  // below this fraction of the median: slow
+  bool in_turn{};      // nodes measure one after another (they share hardware)
 };
 
 // `trainer supervise`: restarts and hang detection.

@@ -261,9 +261,15 @@ std::vector<RecipeKey> make_keys() {
       K("launch", "ranks", Int, "ranks `supervise` launches (0: dp * pp * cp * tp)", AT(launch.ranks)).def(0L).at_least(0),
       K("launch", "args", List, "extra launcher arguments", AT(launch.args)).def(Strings{}),
       // [health]
+      K("health", "check", Bool, "`trainer train` first runs `trainer health`'s measurements on every node and "
+        "stops with exit 10 when one is unfit", AT(health.check))
+          .def(false),
       K("health", "min_ratio", Float, "`trainer health` calls a node slow when one of its figures (product speed, "
         "memory bandwidth, free memory, disk, network) is below this fraction of the nodes' median", AT(health.min_ratio))
           .def(0.8).above(0).at_most(1),
+      K("health", "in_turn", Bool, "the nodes measure their own figures one after another instead of all at once "
+        "(for nodes that share hardware, as scripts/fake_cluster.sh's hosts do)", AT(health.in_turn))
+          .def(false),
       // [fault]
       K("fault", "inject", List, "test-only fault injection (recipe/fault.h), e.g. \"crash rank=1 step=7\"", AT(fault_specs))
           .def(Strings{}).shown_if([](const Recipe& r) { return !r.fault_specs.empty(); }),

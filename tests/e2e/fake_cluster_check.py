@@ -7,7 +7,8 @@ names them; `cut HOST` leaves the others able to reach each other but not
 HOST, and `restore` brings it back; `slow HOST 25` holds a busy process on
 HOST to about a quarter of a core while one on another host runs free;
 `trainer health` finds the three hosts fit (exit 0), and the capped one
-slow (exit 10, its ratio shown); `down` leaves no namespace, link, cgroup or state directory behind, and
+slow (exit 10, its ratio shown), and so does `trainer train` with
+health.check before its first step; `down` leaves no namespace, link, cgroup or state directory behind, and
 `down` runs even when a check fails half-way.
 
 Needs root and network namespaces; where they cannot be made it exits 77
@@ -128,8 +129,9 @@ def main():
             # trainer health across the hosts: all fit; then one capped at 10% of a core is slow.
             # The three share this machine's cores and disk: they measure in turn, and the bar is
             # 0.5 of the median (a disk's fsync rate moves by a third between runs here).
-            hsets = [*base, "--set", f"checkpoint.dir={tmp}/ckpt", "--set", "health.min_ratio=0.5"]
-            health = [mpiexec, "-np", "3", "--map-by", "node", trainer, "health", DEMO_RECIPE, "--in-turn", *hsets]
+            hsets = [*base, "--set", f"checkpoint.dir={tmp}/ckpt", "--set", "health.min_ratio=0.5",
+                     "--set", "health.in_turn=true"]
+            health = [mpiexec, "-np", "3", "--map-by", "node", trainer, "health", DEMO_RECIPE, *hsets]
             code, out = run(health, env=env, ok_codes=(0, 10))
             rows = {l.split()[0]: l for l in out.splitlines() if l.split() and l.split()[0] in hosts}
             print("\n".join(rows.values()))
@@ -137,7 +139,14 @@ def main():
                   f"health: the three hosts are ok, exit {code}")
             fc("slow", hosts[2], "10", env=env)
             code, out = run(health, env=env, ok_codes=(0, 10))
+            # ... and `trainer train` with health.check stops before training.
+            checked = os.path.join(tmp, "checked")
+            tcode, tout = run([mpiexec, "-np", "3", "--map-by", "node", trainer, "train", DEMO_RECIPE, *hsets,
+                               "--set", "health.check=true", "--set", f"run.dir={checked}"], env=env,
+                              ok_codes=(0, 1, 10))
             fc("restore", hosts[2], env=env)
+            check(tcode == 10 and f"{hosts[2]} (rank 2): slow: gemm 0." in tout and "step " not in tout,
+                  f"train with health.check: exit {tcode} before any step, naming {hosts[2]}")
             rows = {l.split()[0]: l for l in out.splitlines() if l.split() and l.split()[0] in hosts}
             print("\n".join(rows.values()))
             slow = rows.get(hosts[2], "")

@@ -1,0 +1,54 @@
+#include "app/health_table.h"
+
+#include <cmath>
+#include <cstdio>
+
+namespace trainer {
+
+namespace {
+std::string verdict_text(const NodeVerdict& v) {
+  std::string why;
+  for (const std::string& s : v.reasons) why += (why.empty() ? "" : "; ") + s;
+  return (v.health == Health::Ok ? "ok" : v.health == Health::Slow ? "slow: " : "failed: ") + why;
+}
+}  // namespace
+
+std::string health_table(const std::vector<NodeFigures>& nodes, const std::vector<NodeVerdict>& verdicts,
+                         double min_ratio, int ranks) {
+  char b[256];
+  std::snprintf(b, sizeof b,
+                "health: %zu node(s), %d rank(s); each figure with its ratio to the median of the nodes; a node is "
+                "slow below %.2f of it (health.min_ratio)\n",
+                nodes.size(), ranks, min_ratio);
+  std::string out = b;
+  std::snprintf(b, sizeof b, "%-20s %5s", "host", "rank");
+  out += b;
+  for (const FigureKind& k : figure_kinds()) {
+    std::snprintf(b, sizeof b, " %18s", (std::string(k.name) + " " + k.unit).c_str());
+    out += b;
+  }
+  out += "  verdict\n";
+  for (size_t i = 0; i < nodes.size(); i++) {
+    std::snprintf(b, sizeof b, "%-20s %5d", nodes[i].host.c_str(), nodes[i].first_rank);
+    out += b;
+    for (size_t k = 0; k < figure_kinds().size(); k++) {
+      const double v = nodes[i].*figure_kinds()[k].value, ratio = verdicts[i].ratios[k];
+      if (std::isnan(ratio)) std::snprintf(b, sizeof b, " %18s", "-");
+      else std::snprintf(b, sizeof b, " %10.2f (%4.2f)", v, ratio);
+      out += b;
+    }
+    out += "  " + verdict_text(verdicts[i]) + "\n";
+  }
+  return out;
+}
+
+std::string unfit_nodes(const std::vector<NodeFigures>& nodes, const std::vector<NodeVerdict>& verdicts) {
+  std::string out;
+  for (size_t i = 0; i < nodes.size(); i++)
+    if (verdicts[i].health != Health::Ok)
+      out += (out.empty() ? "" : "; ") + nodes[i].host + " (rank " + std::to_string(nodes[i].first_rank) +
+             "): " + verdict_text(verdicts[i]);
+  return out;
+}
+
+}  // namespace trainer

@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cmath>
 #include <limits>
+#include <numeric>
 #include <stdexcept>
 #include <thread>
 #include <vector>
@@ -315,10 +316,12 @@ void RankStep::record_ring_times(StepStats& s) {
   RingTimes t;
   for (auto& m : chunks_) t += *m->ring_times();
   s.cp_exposed_ms = t.exposed_ms;
-  double slowest = t.compute_ms, total = t.compute_ms;
-  cp_control_->allreduce_max(&slowest, 1);
-  cp_control_->allreduce_sum(&total, 1);
-  const double mean = total / cp_size_;
+  // One control call: every cp rank's ring compute, the slowest against the mean.
+  const float mine = (float)t.compute_ms;
+  std::vector<float> all(cp_size_);
+  cp_control_->allgather(&mine, all.data(), 1);
+  const double mean = std::accumulate(all.begin(), all.end(), 0.0) / cp_size_;
+  const double slowest = *std::max_element(all.begin(), all.end());
   s.cp_imbalance = mean > 0 ? slowest / mean - 1 : 0;
 }
 

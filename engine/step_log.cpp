@@ -2,6 +2,8 @@
 // record and one line per logged step, and the summary at the end.
 #include <algorithm>
 #include <cstdio>
+#include <utility>
+#include <vector>
 
 #include "engine/step_loop.h"
 #include "model/flops.h"
@@ -24,9 +26,12 @@ namespace {
 void add_breakdown(JsonRecord& rec, const StepStats& st, bool cp) {
   rec.add(mf::kPpComputeMs, st.stage_compute_ms, "stage").add(mf::kPpWaitMs, st.stage_wait_ms, "stage")
       .add(mf::kPpSpanMs, st.stage_span_ms, "stage").add(mf::kPpPeakInFlight, st.stage_peak_in_flight, "stage");
-  for (const auto& [group, cc] : {std::pair{"dp", &st.comm_dp}, std::pair{"tp", &st.comm_tp},
-                                  std::pair{"pp", &st.comm_pp}, std::pair{"cp", &st.comm_cp}})
-    for (int k = 0; k < CommCounters::Other && (cp || cc != &st.comm_cp); k++) {
+  // The cp group's counters appear only where there is a cp group.
+  std::vector<std::pair<const char*, const CommCounters*>> groups = {
+      {"dp", &st.comm_dp}, {"tp", &st.comm_tp}, {"pp", &st.comm_pp}};
+  if (cp) groups.push_back({"cp", &st.comm_cp});
+  for (const auto& [group, cc] : groups)
+    for (int k = 0; k < CommCounters::Other; k++) {
       const std::string key = mf::comm_of(group, CommCounters::name(k));
       rec.add(key + "bytes", cc->bytes[k]).add(key + "ms", cc->ms[k]);
     }

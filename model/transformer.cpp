@@ -32,14 +32,14 @@ class Carver {
 
 Transformer::Transformer(Backend& be, const ModelConfig& cfg, const RankLayout& layout, const ChunkLayout& chunk,
                          TensorParallel tp, RecomputeConfig recompute, ContextParallel cp)
-    : be_(be), cfg_(cfg), tp_(tp), cp_(cp), mp_(build_params(cfg, tp.size(), tp.rank(), chunk.spec)),
-      compute_(layout.compute), B_(layout.micro_batch), T_(cfg.seq_len / cp.size()), M_(layout.micro_batch * T_),
-      rc_(recompute) {
+    : be_(be), cfg_(cfg), tp_(tp), cp_comm_(cp.comm), cp_(layout.cp), cp_rank_(cp.comm ? cp.comm->rank() : 0),
+      mp_(build_params(cfg, tp.size(), tp.rank(), chunk.spec)), compute_(layout.compute), B_(layout.micro_batch),
+      T_(cfg.seq_len / layout.cp), M_(layout.micro_batch * T_), rc_(recompute) {
   const int t = tp_.size();
   if (!validate_tp(cfg, t).empty()) throw std::invalid_argument("model does not split over tp");
-  if (cfg.seq_len % (2 * cp_.size()) != 0 && cp_.size() > 1)
-    throw std::invalid_argument("sequences do not cut into 2 * cp chunks");
-  if (layout.cp != cp_.size()) throw std::invalid_argument("the layout's cp differs from the cp group's size");
+  if (cfg.seq_len % (2 * cp_) != 0 && cp_ > 1) throw std::invalid_argument("sequences do not cut into 2 * cp chunks");
+  if ((cp_comm_ ? cp_comm_->size() : 1) != cp_)
+    throw std::invalid_argument("the layout's cp differs from the cp group's size");
   if (compute_ != DType::F32 && compute_ != DType::BF16) throw std::invalid_argument("compute type must be fp32 or bf16");
   const bool sp = layout.sequence_parallel && t > 1;
   if (sp && M_ % t != 0) throw std::invalid_argument("token rows do not split over tp");
@@ -51,16 +51,17 @@ Transformer::Transformer(Backend& be, const ModelConfig& cfg, const RankLayout& 
   V_ = cfg.vocab_size / t;
   vocab_offset_ = tp_.rank() * V_;
   Q_ = (H_ + 2 * KV_) * cfg.head_dim();
-  if (cp_.size() == 1) {
+  for (int t = 0; t < T_; t++) positions_.push_back(cp_position(cp_, cp_rank_, cfg.seq_len, t));
+  if (cp_ == 1) {
     position_runs_ = {{0, R_, row_offset_}};
   } else {  // a run ends with a chunk (or with this rank's rows)
     const int chunk = T_ / 2;
     for (int row = row_offset_; row < row_offset_ + R_;) {
       const int t = row % T_, n = std::min(chunk - t % chunk, row_offset_ + R_ - row);
-      position_runs_.push_back({row - row_offset_, n, cp_position(cp_.size(), cp_.rank(), cfg.seq_len, t)});
+      position_runs_.push_back({row - row_offset_, n, positions_[t]});
       row += n;
     }
-    ring_ = std::make_unique<RingAttention>(be_, *cp_.comm, attn_shape(), compute_, layout.cp_overlap);
+    ring_ = std::make_unique<RingAttention>(be_, *cp_comm_, attn_shape(), compute_, layout.cp_overlap);
   }
 
   const size_t n = mp_.reg.total();
@@ -162,13 +163,12 @@ void Transformer::allocate_activations(int slots) {
 
 void Transformer::stage_tokens(Slot& sl, Buffer& dev, Buffer& host, const int32_t* tokens) {
   be_.synchronize_event(sl.staged);  // this slot's previous copies are done with the staging
-  if (cp_.size() == 1) {
+  if (cp_ == 1) {
     std::memcpy(host.host(), tokens, (size_t)M_ * sizeof(int32_t));
   } else {  // this rank's two chunks of each whole sequence
     int32_t* mine = static_cast<int32_t*>(host.host());
     for (int b = 0; b < B_; b++)
-      for (int t = 0; t < T_; t++)
-        mine[(size_t)b * T_ + t] = tokens[(size_t)b * cfg_.seq_len + cp_position(cp_.size(), cp_.rank(), cfg_.seq_len, t)];
+      for (int t = 0; t < T_; t++) mine[(size_t)b * T_ + t] = tokens[(size_t)b * cfg_.seq_len + positions_[t]];
   }
   be_.from_host_async(dev.ref(), host.host(), M_);
   sl.staged = be_.record_event(Backend::kComputeStream);
@@ -188,12 +188,12 @@ AttentionShape Transformer::attn_shape() const {
 // parallelism each chunk of each sequence starts at its own position.
 void Transformer::apply_rope(Ref qkv, bool inverse) {
   const AttentionShape s = attn_shape();
-  if (cp_.size() == 1) return be_.rope(qkv, s, cfg_.rope(), inverse);
+  if (cp_ == 1) return be_.rope(qkv, s, cfg_.rope(), inverse);
   const int chunk = T_ / 2;
   for (int b = 0; b < B_; b++)
     for (int half = 0; half < 2; half++) {
       AttentionShape run = s;
-      run.B = 1, run.T = chunk, run.t0 = cp_position(cp_.size(), cp_.rank(), cfg_.seq_len, half * chunk);
+      run.B = 1, run.T = chunk, run.t0 = positions_[half * chunk];
       be_.rope(qkv + ((size_t)b * T_ + half * chunk) * Q_, run, cfg_.rope(), inverse);
     }
 }

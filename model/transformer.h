@@ -43,10 +43,10 @@ struct TensorParallel {
   int rank() const { return comm ? comm->rank() : 0; }
 };
 
+// How many ranks share a sequence is the layout's (RankLayout::cp); this is
+// only the ring those ranks talk over.
 struct ContextParallel {
   DataComm* comm = nullptr;  // the ring's k|v blocks; null: no context parallelism
-  int size() const { return comm ? comm->size() : 1; }
-  int rank() const { return comm ? comm->rank() : 0; }
 };
 
 class RingAttention;
@@ -193,11 +193,13 @@ class Transformer {
   Backend& be_;
   ModelConfig cfg_;
   TensorParallel tp_;
-  ContextParallel cp_;
+  DataComm* cp_comm_;  // the ring (context parallelism), or null
+  int cp_, cp_rank_;   // ranks sharing each sequence (layout.cp), this one's place in the ring
   ModelParams mp_;
   DType compute_;
   int B_, T_, M_, R_;    // sequences, tokens of each here (seq_len / cp), token rows, rows this rank keeps (M_/tp with SP)
   int row_offset_;       // first token row of this rank's share
+  std::vector<int> positions_;  // [T_] each token's place in its whole sequence
   // This rank's R_ rows in runs of consecutive positions: (first row, rows,
   // position of the first); one run without context parallelism.
   struct PositionRun {

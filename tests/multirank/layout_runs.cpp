@@ -116,42 +116,44 @@ void gather_zero_blocks(Backend& be, RankStep& loop, ProcessGrid& grid) {
 
 }  // namespace
 
-Result run(const Layout& l, MPI_Comm world) {
+MPI_Comm LayoutGroup::split(MPI_Comm world, int size, int* index) {
   int wrank = 0;
   MPI_Comm_rank(world, &wrank);
-  const int size = l.ranks();
+  *index = wrank / size;
   MPI_Comm comm;
-  MPI_Comm_split(world, wrank / size, wrank, &comm);
+  MPI_Comm_split(world, *index, wrank, &comm);
+  return comm;
+}
+
+LayoutGroup::LayoutGroup(const Recipe& recipe, MPI_Comm world)
+    : comm_{split(world, recipe.parallel.grid.ranks(), &index_)}, r(recipe), grid(comm_.c, r.parallel.grid),
+      ds({g_data}, r.model.seq_len, r.model.vocab_size) {}
+
+Result run(const Layout& l, MPI_Comm world) {
   Result res;
+  LayoutGroup g(recipe(l), world);
   {
-    const Recipe r = recipe(l);
-    ProcessGrid grid(comm, r.parallel.grid);
-    CpuBackend be(1);
-    TokenDataset ds({g_data}, r.model.seq_len, r.model.vocab_size);
-    {
-      RankStep grads_only(be, groups_of(grid), r, Blend::single(ds));
-      grads_only.compute_gradients();
-      res.grad_norm = std::sqrt(grads_only.grad_sumsq());
-      if (r.parallel.zero_sharded()) gather_zero_blocks(be, grads_only, grid);
-      if (g_shapes.empty()) {  // the one-process reference defines the names
-        for (auto& m : grads_only.chunks()) global_grads(be, *m, grid.control(ProcessGrid::Tp), g_shapes);
-      }
-      res.grads = model_grads(be, grads_only, grid, g_shapes, comm);
-      res.params_per_rank = grads_only.model().num_params();
+    const std::unique_ptr<RankStep> grads_only = g.rank_step();
+    grads_only->compute_gradients();
+    res.grad_norm = std::sqrt(grads_only->grad_sumsq());
+    if (g.r.parallel.zero_sharded()) gather_zero_blocks(g.be, *grads_only, g.grid);
+    if (g_shapes.empty()) {  // the one-process reference defines the names
+      for (auto& m : grads_only->chunks()) global_grads(g.be, *m, g.grid.control(ProcessGrid::Tp), g_shapes);
     }
-    be.reset_memory_peaks();
-    RankStep loop(be, groups_of(grid), r, Blend::single(ds));
-    res.stage = grid.coords().pp;
-    for (int s = 0; s < r.training.steps; s++) {
-      const StepStats st = loop.step();
-      res.losses.push_back(st.loss);
-      res.comm_tp = st.comm_tp;
-      res.comm_dp = st.comm_dp;
-      res.comm_cp = st.comm_cp;
-    }
-    res.memory = be.memory();
+    res.grads = model_grads(g.be, *grads_only, g.grid, g_shapes, g.comm());
+    res.params_per_rank = grads_only->model().num_params();
   }
-  MPI_Comm_free(&comm);
+  g.be.reset_memory_peaks();
+  const std::unique_ptr<RankStep> loop = g.rank_step();
+  res.stage = g.grid.coords().pp;
+  for (int s = 0; s < g.r.training.steps; s++) {
+    const StepStats st = loop->step();
+    res.losses.push_back(st.loss);
+    res.comm_tp = st.comm_tp;
+    res.comm_dp = st.comm_dp;
+    res.comm_cp = st.comm_cp;
+  }
+  res.memory = g.be.memory();
   return res;
 }
 

@@ -8,11 +8,15 @@
 #include <mpi.h>
 
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "app/recipe.h"
+#include "data/dataset.h"
 #include "engine/rank_step.h"
+#include "parallel/process_grid.h"
+#include "runtime/cpu/cpu_backend.h"
 
 namespace trainer::testing {
 
@@ -47,6 +51,33 @@ struct Result {
 // Gradient names and sizes of the one-process model: every test first runs
 // its model in one process (MPI_COMM_SELF) with g_shapes cleared to fill it.
 extern std::map<std::string, std::vector<float>> g_shapes;
+
+// A recipe's training set-up on one group of `world`: the ranks are cut into
+// groups of the recipe's size (this rank's group gets a communicator of its
+// own), and the group has its grid, a CPU backend and the token shard. Each
+// rank_step() starts a fresh run (initial weights, data from the start).
+class LayoutGroup {
+ public:
+  LayoutGroup(const Recipe& r, MPI_Comm world);
+  std::unique_ptr<RankStep> rank_step() { return std::make_unique<RankStep>(be, groups_of(grid), r, Blend::single(ds)); }
+  MPI_Comm comm() const { return comm_.c; }
+  int index() const { return index_; }  // which group of `world` this rank is in
+
+ private:
+  struct SplitComm {  // declared first: freed after everything that uses it
+    MPI_Comm c;
+    ~SplitComm() { MPI_Comm_free(&c); }
+  };
+  static MPI_Comm split(MPI_Comm world, int size, int* index);
+  int index_ = 0;
+  SplitComm comm_;
+
+ public:
+  const Recipe r;
+  ProcessGrid grid;
+  CpuBackend be{1};
+  TokenDataset ds;
+};
 
 // Runs a layout on groups of l.ranks() ranks of `world` (each group a copy).
 Result run(const Layout& l, MPI_Comm world);

@@ -122,27 +122,18 @@ TEST(ContextParallelComm, RingBytesMatchTheDesign) {
 TEST(ContextParallelOverlap, SameBitsWithOrWithoutAndTheTimesAreReported) {
   std::vector<double> losses[2];
   for (bool overlap : {true, false}) {
-    int wrank = 0;
-    MPI_Comm_rank(MPI_COMM_WORLD, &wrank);
-    MPI_Comm comm;
-    MPI_Comm_split(MPI_COMM_WORLD, wrank / 4, wrank, &comm);
-    {
-      Recipe r = recipe(with_cp({Arch::Llama, 1, 1, false}, 4, 3));
-      r.parallel.cp_overlap = overlap;
-      ProcessGrid grid(comm, r.parallel.grid);
-      CpuBackend be(1);
-      TokenDataset ds({g_data}, r.model.seq_len, r.model.vocab_size);
-      RankStep loop(be, groups_of(grid), r, Blend::single(ds));
-      for (int s = 0; s < r.training.steps; s++) {
-        const StepStats st = loop.step();
-        losses[overlap].push_back(st.loss);
-        EXPECT_GT(st.cp_exposed_ms, 0) << "overlap " << overlap;
-        EXPECT_GE(st.cp_imbalance, 0) << "overlap " << overlap;
-        EXPECT_TRUE(std::isfinite(st.cp_imbalance));
-        EXPECT_GT(st.comm_cp.bytes[CommCounters::P2P], 0);
-      }
+    Recipe r = recipe(with_cp({Arch::Llama, 1, 1, false}, 4, 3));
+    r.parallel.cp_overlap = overlap;
+    LayoutGroup g(r, MPI_COMM_WORLD);
+    const std::unique_ptr<RankStep> loop = g.rank_step();
+    for (int s = 0; s < r.training.steps; s++) {
+      const StepStats st = loop->step();
+      losses[overlap].push_back(st.loss);
+      EXPECT_GT(st.cp_exposed_ms, 0) << "overlap " << overlap;
+      EXPECT_GE(st.cp_imbalance, 0) << "overlap " << overlap;
+      EXPECT_TRUE(std::isfinite(st.cp_imbalance));
+      EXPECT_GT(st.comm_cp.bytes[CommCounters::P2P], 0);
     }
-    MPI_Comm_free(&comm);
   }
   EXPECT_EQ(losses[0], losses[1]);
 }
@@ -186,26 +177,18 @@ std::string shared_path(std::string path, MPI_Comm world) {
 // dir/group<k> when dir is given and returns world rank 0's step directory.
 std::vector<double> train(const Layout& l, MPI_Comm world, int steps, const std::string& from,
                           const std::string& dir = "", std::string* saved = nullptr) {
-  int wrank = 0;
-  MPI_Comm_rank(world, &wrank);
-  MPI_Comm comm;
-  MPI_Comm_split(world, wrank / l.ranks(), wrank, &comm);
   std::vector<double> losses;
   std::string step_dir;
   {
-    const Recipe r = recipe(l);
-    ProcessGrid grid(comm, r.parallel.grid);
-    CpuBackend be(1);
-    TokenDataset ds({g_data}, r.model.seq_len, r.model.vocab_size);
-    RankStep loop(be, groups_of(grid), r, Blend::single(ds));
-    if (!from.empty()) loop.load_checkpoint(from);
-    for (int s = 0; s < steps; s++) losses.push_back(loop.step().loss);
+    LayoutGroup g(recipe(l), world);
+    const std::unique_ptr<RankStep> loop = g.rank_step();
+    if (!from.empty()) loop->load_checkpoint(from);
+    for (int s = 0; s < steps; s++) losses.push_back(loop->step().loss);
     if (!dir.empty()) {
-      MpiControlComm control(comm);
-      step_dir = loop.save_checkpoint(dir + "/group" + std::to_string(wrank / l.ranks()), 1, control);
+      MpiControlComm control(g.comm());
+      step_dir = loop->save_checkpoint(dir + "/group" + std::to_string(g.index()), 1, control);
     }
   }
-  MPI_Comm_free(&comm);
   if (saved) *saved = shared_path(step_dir, world);
   return losses;
 }

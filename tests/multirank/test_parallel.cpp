@@ -244,27 +244,19 @@ TEST(TensorParallelComm, BytesMatchTheAnalyticCount) {
 // per rank, in one process and in dp 2 x pp 2 x tp 2; before, every
 // micro-batch's loss was read on its own (10 waits in one process).
 TEST(HostSyncs, TwoPerTrainingStepInEveryLayout) {
-  int wrank = 0;
-  MPI_Comm_rank(MPI_COMM_WORLD, &wrank);
   for (const Layout& l : {Layout{Arch::Llama, 1, 1, false}, Layout{Arch::GPT2, 2, 2, true, 2}}) {
-    const int size = l.ranks();
-    MPI_Comm comm;
-    MPI_Comm_split(MPI_COMM_WORLD, wrank / size, wrank, &comm);
     Recipe r = recipe(l);
     r.training.global_batch = 8 * r.training.micro_batch * l.dp;  // 8 micro-batches per rank
     r.training.steps = 3;
-    ProcessGrid grid(comm, r.parallel.grid);
-    CpuBackend be(1);
-    TokenDataset ds({g_data}, r.model.seq_len, r.model.vocab_size);
-    RankStep loop(be, groups_of(grid), r, Blend::single(ds));
+    LayoutGroup g(r, MPI_COMM_WORLD);
+    const std::unique_ptr<RankStep> loop = g.rank_step();
     for (int s = 0; s < r.training.steps; s++) {
-      const uint64_t before = be.host_syncs();
-      const StepStats st = loop.step();  // on every rank of the layout
+      const uint64_t before = g.be.host_syncs();
+      const StepStats st = loop->step();  // on every rank of the layout
       EXPECT_EQ(st.host_syncs, 2u) << layout_name(l) << " step " << s + 1;
-      EXPECT_EQ(be.host_syncs() - before, st.host_syncs) << layout_name(l) << " step " << s + 1;
+      EXPECT_EQ(g.be.host_syncs() - before, st.host_syncs) << layout_name(l) << " step " << s + 1;
       EXPECT_TRUE(std::isfinite(st.loss) && st.loss > 0) << st.loss;
     }
-    MPI_Comm_free(&comm);
   }
 }
 
@@ -273,21 +265,13 @@ TEST(HostSyncs, TwoPerTrainingStepInEveryLayout) {
 // checkpoint saves and a rollback counts from): before, a middle stage's
 // unread loader stayed at the start.
 TEST(DataCursor, EveryPipelineStageFollowsTheSteps) {
-  int wrank = 0;
-  MPI_Comm_rank(MPI_COMM_WORLD, &wrank);
-  const Layout l{Arch::Llama, 1, 1, false, 4};
-  MPI_Comm comm;
-  MPI_Comm_split(MPI_COMM_WORLD, wrank / 4, wrank, &comm);
-  Recipe r = recipe(l);
+  Recipe r = recipe(Layout{Arch::Llama, 1, 1, false, 4});
   r.training.steps = 3;
-  ProcessGrid grid(comm, r.parallel.grid);
-  CpuBackend be(1);
-  TokenDataset ds({g_data}, r.model.seq_len, r.model.vocab_size);
-  RankStep loop(be, groups_of(grid), r, Blend::single(ds));
-  for (int s = 0; s < r.training.steps; s++) loop.step();
-  EXPECT_EQ(loop.data_cursor(), (uint64_t)r.training.steps * r.training.global_batch)
-      << "stage " << grid.coords().pp;
-  MPI_Comm_free(&comm);
+  LayoutGroup g(r, MPI_COMM_WORLD);
+  const std::unique_ptr<RankStep> loop = g.rank_step();
+  for (int s = 0; s < r.training.steps; s++) loop->step();
+  EXPECT_EQ(loop->data_cursor(), (uint64_t)r.training.steps * r.training.global_batch)
+      << "stage " << g.grid.coords().pp;
 }
 
 TEST(TensorParallelMemory, SplitTensorsShrinkAsOneOverTp) {

@@ -28,6 +28,7 @@
 #include "planning/calibrate.h"
 #include "report/run_files.h"
 #include "runtime/errors.h"
+#include "runtime/host_name.h"
 #include "runtime/units.h"
 #include "runtime/flight_recorder.h"
 #include "runtime/sgemm_peak.h"
@@ -179,9 +180,7 @@ int calibrate(const RecipeArgs& args, int rank, int size) {
   MachineProfile p;
   p.created = iso_time(wall_seconds()), p.cpu = cpu_model(), p.backend = r.runtime.backend;
   p.device = be->device_name(), p.precision = dtype_name(r.training.precision), p.ranks = size;
-  char host[256] = {};
-  gethostname(host, sizeof host - 1);
-  p.host = host;
+  p.host = host_name();
   p.compute_units = p.device.empty() ? node_cores() : std::max(1, device_memory(local_rank, per_node).devices);
   p.threads_per_rank = p.device.empty() ? r.runtime.threads : 1;
   std::vector<int> tp_sizes;  // of the valid layouts, for the tensor-parallel waits

@@ -10,6 +10,13 @@
 // watchdog timeout) is retried with backoff up to supervisor.max_restarts.
 // A job whose rank 0 has not touched <run.dir>/heartbeat for
 // supervisor.hang_timeout seconds is killed and retried like a crash.
+//
+// With an allocation (launch.hosts, launch.hostfile, or under Slurm the
+// job's nodes when launch.nodes picks from them; cluster/allocation.h) each
+// launch goes to launch.nodes hosts that are not excluded, all of them or
+// none; a failure the flight recorders or crash reports blame on a host
+// (app/diagnosis.h) excludes that host for the rest of the run, and the next
+// launch takes a spare at once and resumes from the newest checkpoint.
 #include <dirent.h>
 #include <signal.h>
 #include <sys/prctl.h>
@@ -26,6 +33,8 @@
 #include <ctime>
 #include <filesystem>
 #include <fstream>
+#include <optional>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -36,6 +45,8 @@
 #include "app/recipe_args.h"
 #include "app/resume.h"
 #include "app/shell_words.h"
+#include "ckpt/checkpoint.h"
+#include "cluster/allocation.h"
 #include "report/run_files.h"
 #include "runtime/errors.h"
 #include "runtime/self_exe.h"
@@ -66,10 +77,19 @@ const char* kSuperviseUsage =
     "  Events: <run.dir>/events.jsonl and the console; after a failed launch, what its\n"
     "  ranks left is summarised too: `crash` (a rank that died of a signal, with its\n"
     "  backtrace file) and `diagnosis` (the flight recorders' verdict, as `trainer diagnose`).\n"
+    "  Hosts: with [launch] hosts or hostfile, or under Slurm (SLURM_JOB_NODELIST) with [launch]\n"
+    "  nodes set, each launch runs on `nodes` of the allocation's hosts (mpirun --host,\n"
+    "  srun --nodelist) and the rest are spares: a failure blamed on a host (its link down,\n"
+    "  no other host reaching it, or every crash on it) excludes that host, and the next\n"
+    "  launch takes a spare at once (event `replace`); so does a node health.check\n"
+    "  found unfit (exit 10).\n"
     "  Exit: 0 done; 2, 3, 4, 6, 8, 10 the job's error that a retry cannot fix; 7 restart\n"
-    "  budget used up; 75 preempted (requeue).\n";
+    "  budget used up, or no spare left; 75 preempted (requeue).\n";
 
 double now_s() { return wall_seconds(); }
+
+// How long a launcher may outlive the watchdog that ended its job.
+constexpr double kLauncherLinger = 15;
 
 // What an exit code means, for the event log and the console.
 std::string meaning(int code) {
@@ -93,7 +113,8 @@ std::string meaning(int code) {
 
 // A retry cannot fix a wrong recipe, bad data, an unusable checkpoint, a NaN
 // that on_nan = "stop" refused to train through, a full disk, a node the
-// health check found unfit (the same nodes would be used again), or a launch
+// health check found unfit (the same nodes would be used again; with spares
+// the node is replaced instead, see cmd_supervise), or a launch
 // command that cannot be run at all (126, 127 from the shell's convention).
 bool retryable(int code) {
   return code != kExitUsage && code != kExitData && code != kExitCheckpoint && code != kExitBadStep &&
@@ -198,9 +219,10 @@ int dumps_since(const std::string& dir, double t) {
 }
 
 // The launcher command for the recipe's ranks (mpirun or srun) running this
-// executable's `train`.
+// executable's `train`, on `hosts` when given (the same number of ranks on each).
 std::vector<std::string> launch_command(const Recipe& r, const std::string& recipe_path,
-                                        const std::vector<std::string>& overrides, int ranks) {
+                                        const std::vector<std::string>& overrides, int ranks,
+                                        const std::vector<std::string>& hosts) {
   const std::string self = self_executable();
   if (self.empty()) throw std::runtime_error("cannot find this executable (/proc/self/exe)");
   std::vector<std::string> command;
@@ -210,13 +232,67 @@ std::vector<std::string> launch_command(const Recipe& r, const std::string& reci
     for (const char* v : {"TRAINER_ATTEMPT", "TRAINER_RESUME", "TRAINER_LOCK_TOKEN"}) command.insert(command.end(), {"-x", v});
     for (const char* v : {"TRAINER_FAULT", "TRAINER_CPU_KERNELS"})
       if (std::getenv(v)) command.insert(command.end(), {"-x", v});
+    std::string list;  // "a:2,b:2": slots, so that ranks fill a host before the next
+    for (const std::string& h : hosts) list += (list.empty() ? "" : ",") + h + ":" + std::to_string(ranks / hosts.size());
+    if (!hosts.empty()) command.insert(command.end(), {"--host", list});
   } else {
     command = {"srun", "--mpi=pmix", "-n", std::to_string(ranks)};
+    std::string list;
+    for (const std::string& h : hosts) list += (list.empty() ? "" : ",") + h;
+    if (!hosts.empty()) command.insert(command.end(), {"-N", std::to_string(hosts.size()), "--nodelist=" + list});
   }
   command.insert(command.end(), r.launch.args.begin(), r.launch.args.end());
   command.insert(command.end(), {self, "train", recipe_path});
   for (const auto& o : overrides) command.insert(command.end(), {"--set", o});
   return command;
+}
+
+// The hosts the job may run on: launch.hosts, launch.hostfile, or the Slurm
+// job's nodes when launch.nodes picks from them; none (the launcher places
+// the ranks, as without an allocation) when the recipe names none of these.
+std::optional<Allocation> job_allocation(const Recipe& r) {
+  std::vector<std::string> hosts = r.launch.hosts;
+  try {
+    if (!r.launch.hostfile.empty()) {
+      std::ifstream in(r.launch.hostfile);
+      std::stringstream text;
+      if (!(text << in.rdbuf()))
+        throw RecipeError("[launch] hostfile: cannot read " + r.launch.hostfile + ": " + std::strerror(errno));
+      hosts = parse_hostfile(text.str());
+      if (hosts.empty()) throw RecipeError("[launch] hostfile: " + r.launch.hostfile + " lists no host");
+    }
+    const char* slurm = std::getenv("SLURM_JOB_NODELIST");
+    if (hosts.empty() && r.launch.nodes > 0) {
+      if (!slurm || !*slurm)
+        throw RecipeError("[launch] nodes = " + std::to_string(r.launch.nodes) +
+                          " picks hosts from an allocation, and there is none: set launch.hosts or launch.hostfile, "
+                          "or run under Slurm (sbatch -N " + std::to_string(r.launch.nodes + 2) +
+                          " for 2 spares)");
+      hosts = expand_hostlist(slurm);
+    }
+    if (hosts.empty()) return std::nullopt;
+    return Allocation(hosts, r.launch.nodes);
+  } catch (const std::invalid_argument& e) {
+    throw RecipeError(std::string("[launch]: ") + e.what());
+  }
+}
+
+std::string join(const std::vector<std::string>& v, const char* sep = ", ") {
+  std::string out;
+  for (const std::string& x : v) out += (out.empty() ? "" : sep) + x;
+  return out;
+}
+
+// What the job's health check (health.check) blamed in a launch started at
+// t0: its `unfit_node` event in events.jsonl, as a diagnosis names hosts.
+Diagnosis health_verdict(const std::string& run_dir, double t0) {
+  Diagnosis d;
+  for (const nlohmann::json& e : read_run_files(run_dir).events)
+    if (field_text(e, "event") == "unfit_node" && record_time(e) >= t0 - 1 && e.contains("hosts")) {
+      d.hosts = e.at("hosts").get<std::vector<std::string>>();
+      d.host_why = field_text(e, "why");
+    }
+  return d;
 }
 
 struct Supervisor {
@@ -230,6 +306,7 @@ struct Supervisor {
     int code = 0;
     bool hung = false;
     bool no_space = false;  // the heartbeat stopped because run.dir cannot be written
+    bool lingered = false;  // a watchdog ended the job and the launcher did not: stopped
     int forwarded = 0;  // the stop signal passed on to the job
     double forwarded_at = 0;
     double t0 = 0;
@@ -274,9 +351,26 @@ struct Supervisor {
     // scheduling, a paused VM) sees the heartbeat old when it comes back:
     // that time is not a hang, so the heartbeat's age counts from then.
     auto last_poll = std::chrono::steady_clock::now();
-    double resumed_at = 0;
+    double resumed_at = 0, flight_checked = 0, ended_at = 0;
     for (;;) {
       if (waitpid(pid, &status, WNOHANG) == pid) break;
+      // A watchdog that ended the job normally ends the launcher within
+      // seconds; one still running long after waits on a host it lost (mpirun
+      // waits for a cut host's daemon): the job is over, stop it.
+      if (now_s() - flight_checked > 1) {
+        flight_checked = now_s();
+        if (ended_at == 0) ended_at = watchdog_ended_job(r.run.dir, o.t0);
+      }
+      if (ended_at > 0 && now_s() - ended_at > kLauncherLinger) {
+        char b[256];
+        std::snprintf(b, sizeof b, "launch %d: a watchdog ended the job %.0f s ago and the launcher is still running "
+                                   "(waiting on a host it lost?): stopping it", launch, now_s() - ended_at);
+        events.write("lingering", launch, b);
+        stop_job(pid, command[0]);
+        waitpid(pid, &status, 0);
+        o.lingered = true;
+        break;
+      }
       const auto polled = std::chrono::steady_clock::now();
       if (const double gap = std::chrono::duration<double>(polled - last_poll).count(); gap > 2.0) {
         resumed_at = now_s();
@@ -327,20 +421,21 @@ struct Supervisor {
     }
     kill_session(pid, SIGKILL);  // ranks the launcher left behind
     o.code = o.no_space ? kExitNoSpace
+             : o.lingered ? kExitCommTimeout
              : o.hung   ? 128 + SIGKILL
                         : WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
     return o;
   }
 
   // The exit event; after a failure, who crashed (crash reports) and who was
-  // behind (flight recorders).
-  void report(int launch, const Outcome& o) {
+  // behind (flight recorders), which the diagnosis returned says.
+  Diagnosis report(int launch, const Outcome& o) {
     char b[256];
     std::snprintf(b, sizeof b, "launch %d exited with code %d (%s) after %.1f s", launch, o.code,
                   o.hung ? "hung, killed" : meaning(o.code).c_str(), now_s() - o.t0);
     events.write("exit", launch, b, JsonRecord().add("code", o.code).add("seconds", now_s() - o.t0)
                                         .add("meaning", o.hung ? std::string("hang") : meaning(o.code)));
-    if (o.code == kExitOk) return;
+    if (o.code == kExitOk) return {};
     const Diagnosis d = diagnose_run(r.run.dir, o.t0);
     for (const CrashReport& c : d.crashes)
       events.write("crash", launch, "launch " + std::to_string(launch) + ": " + c.summary + " (backtrace: " + c.path + ")",
@@ -350,6 +445,46 @@ struct Supervisor {
                    "launch " + std::to_string(launch) + ": " + d.verdict + (d.culprit.empty() ? "" : " " + d.culprit) +
                        " (the whole report: trainer diagnose " + r.run.dir + ")",
                    JsonRecord().add("verdict", d.verdict).add("culprit", d.culprit).add("report", d.report));
+    return d;
+  }
+
+  // After a failure to restart from: the launch's hosts the diagnosis blames
+  // are excluded and spares take their places. Returns -1 to relaunch
+  // (*replaced: at once, on a spare), or the exit code when no spare is left.
+  int replace_blamed(int launch, const Diagnosis& d, Allocation& alloc, const std::vector<std::string>& used,
+                     bool* replaced) {
+    *replaced = false;
+    std::vector<std::string> out;
+    for (const std::string& name : d.hosts)
+      if (const std::string h = alloc.find(name);
+          !h.empty() && std::find(used.begin(), used.end(), h) != used.end() && alloc.exclude(h, d.host_why))
+        out.push_back(h);
+    if (out.empty()) return -1;  // unattributed: retried on the same hosts
+    const std::vector<std::string> next = alloc.launch_hosts();
+    std::vector<std::string> in;
+    for (const std::string& h : next)
+      if (std::find(used.begin(), used.end(), h) == used.end()) in.push_back(h);
+    JsonRecord rec;
+    rec.add("excluded", out).add("why", d.host_why).add("spares_in", in).add("hosts", next)
+        .add("spares_left", alloc.spares());
+    const std::string excluded = "host" + std::string(out.size() > 1 ? "s " : " ") + join(out) + " excluded: " + d.host_why;
+    if (next.empty()) {
+      events.write("no_spare", launch,
+                   excluded + "; no spare left (" + std::to_string(alloc.hosts().size() - alloc.excluded().size()) +
+                       " usable host(s), launch.nodes = " + std::to_string(alloc.nodes()) +
+                       "): giving up; give the job more hosts and run the same command to resume",
+                   rec);
+      return kExitGaveUp;
+    }
+    const std::string latest = latest_checkpoint(r.checkpoint.dir);
+    const long step = latest.empty() ? 0 : checkpoint_step(latest);
+    rec.add("resume_step", step);
+    events.write("replace", launch,
+                 excluded + "; spare" + (in.size() > 1 ? "s " : " ") + join(in) + " in; resuming from step " +
+                     std::to_string(step) + (latest.empty() ? " (no checkpoint yet)" : "") + " on " + join(next),
+                 rec);
+    *replaced = true;
+    return -1;
   }
 
   // The supervisor's exit code after this launch, or -1 to restart.
@@ -393,10 +528,11 @@ struct Supervisor {
     return -1;
   }
 
-  // Waits out the backoff before the next launch; false if a stop signal came.
-  bool back_off(int launch) {
+  // Waits out the backoff before the next launch (none when a spare
+  // replaced the host at fault); false if a stop signal came.
+  bool back_off(int launch, bool at_once) {
     const SupervisorSection& sv = r.supervisor;
-    const double delay = sv.backoff_before(restarts);
+    const double delay = at_once ? 0 : sv.backoff_before(restarts);
     restarts++;
     char b[160];
     std::snprintf(b, sizeof b, "restart %d of %d in %.1f s, from the newest valid checkpoint", restarts,
@@ -422,8 +558,10 @@ int cmd_supervise(int argc, char** argv) {
   install_stop_signals(true);  // a stop during set-up: no launch, the requeue code (not exit 138)
   const Recipe r = load_recipe(args.recipe, args.overrides, 0, true);
   const int ranks = r.launch.ranks > 0 ? r.launch.ranks : r.parallel.grid.ranks();
-  std::vector<std::string> command = args.after_dashes;
-  if (command.empty()) command = launch_command(r, args.recipe, args.overrides, ranks);
+  std::optional<Allocation> alloc = job_allocation(r);
+  if (alloc && !args.after_dashes.empty())
+    throw RecipeError("[launch] hosts, hostfile or nodes place the job's ranks, which a launch command given after "
+                      "`--` does not let `supervise` do: drop one or the other");
   ensure_writable_dir(r.run.dir, "[run] dir");
   // Made now, so that it is locked from the first launch on (a lock needs
   // the directory): else a stray run could take it during the first backoff.
@@ -434,7 +572,13 @@ int cmd_supervise(int argc, char** argv) {
   lock_run_dirs(r, locks, "");
   setenv("TRAINER_LOCK_TOKEN", locks.run.token().c_str(), 1);
   EventLog events(r.run.dir + "/events.jsonl");
-  Supervisor sup{r, command, ranks, events};
+  Supervisor sup{r, {}, ranks, events};
+  if (alloc)
+    events.write("allocation", 0,
+                 std::to_string(alloc->hosts().size()) + " host(s): " + join(alloc->hosts()) + "; each launch runs on " +
+                     std::to_string(alloc->nodes()) + ", spares: " +
+                     (alloc->spares().empty() ? "none" : join(alloc->spares())),
+                 JsonRecord().add("hosts", alloc->hosts()).add("nodes", alloc->nodes()).add("spares", alloc->spares()));
   for (int launch = 0;; launch++) {
     if (const int sig = stop_signal()) {  // came before this launch (the backoff watches for it too)
       events.write("preempted", launch, std::string(strsignal(sig)) + " received before launch " +
@@ -442,10 +586,21 @@ int cmd_supervise(int argc, char** argv) {
                                             std::to_string(kExitPreempted) + " so the scheduler can requeue it");
       return kExitPreempted;
     }
+    const std::vector<std::string> hosts = alloc ? alloc->launch_hosts() : std::vector<std::string>{};
+    sup.command = args.after_dashes.empty() ? launch_command(r, args.recipe, args.overrides, ranks, hosts)
+                                            : args.after_dashes;
     const Supervisor::Outcome o = sup.run_launch(launch);
-    sup.report(launch, o);
-    if (const int code = sup.decide(launch, o); code >= 0) return code;
-    if (!sup.back_off(launch)) return kExitPreempted;
+    Diagnosis d = sup.report(launch, o);
+    // A node the job's health check found unfit is not retried on, but with
+    // spares it is replaced like a host a failure is blamed on.
+    const bool unfit = alloc && o.code == kExitUnfitNode && !o.forwarded;
+    if (unfit) d = health_verdict(r.run.dir, o.t0);
+    else if (const int code = sup.decide(launch, o); code >= 0) return code;
+    bool replaced = false;
+    if (alloc)
+      if (const int code = sup.replace_blamed(launch, d, *alloc, hosts, &replaced); code >= 0) return code;
+    if (unfit && !replaced) return sup.decide(launch, o);  // names no host of the launch: as without spares
+    if (!sup.back_off(launch, replaced)) return kExitPreempted;
   }
 }
 

@@ -8,6 +8,7 @@
 #include <fstream>
 #include <functional>
 #include <string>
+#include <vector>
 
 #include "app/commands.h"
 #include "app/environment.h"
@@ -20,8 +21,10 @@
 #include "engine/job.h"
 #include "engine/step_loop.h"
 #include "runtime/errors.h"
+#include "runtime/metrics.h"
 #include "runtime/replace_file.h"
 #include "runtime/stop_signal.h"
+#include "runtime/utc_time.h"
 #include "parallel/mpi_world.h"
 
 namespace trainer {
@@ -153,9 +156,25 @@ void check_health(const Job& job, int rank, int size) {
   const std::vector<NodeFigures> nodes = measure_nodes(MPI_COMM_WORLD, *job.backend, r.checkpoint.dir, r.health.in_turn);
   const std::vector<NodeVerdict> verdicts = judge_nodes(nodes, r.health.min_ratio);
   if (rank == 0) std::fputs(health_table(nodes, verdicts, r.health.min_ratio, size).c_str(), stdout), std::fflush(stdout);
-  if (const std::string unfit = unfit_nodes(nodes, verdicts); !unfit.empty())
-    throw UserError(kExitUnfitNode, "health.check: not training on an unfit node: " + unfit +
-                                        " (take the node out of the job, or health.check = false to train anyway)");
+  const std::string unfit = unfit_nodes(nodes, verdicts);
+  if (unfit.empty()) return;
+  // For `trainer supervise`, which replaces these hosts when it has spares.
+  if (rank == 0) {
+    std::vector<std::string> hosts;
+    for (size_t i = 0; i < nodes.size(); i++)
+      if (verdicts[i].health != Health::Ok) hosts.push_back(nodes[i].host);
+    JsonRecord e;
+    e.add("time", iso_time(wall_seconds())).add("event", std::string("unfit_node")).add("launch", job.launch)
+        .add("message", "health.check: " + unfit).add("hosts", hosts).add("why", "health.check: " + unfit);
+    try {
+      MetricsLog events(r.run.dir + "/events.jsonl", false);
+      if (!events.write(e)) std::fprintf(stderr, "warning: %s\n", events.error().c_str());
+    } catch (const UserError& err) {  // the error below says what matters
+      std::fprintf(stderr, "warning: %s\n", err.what());
+    }
+  }
+  throw UserError(kExitUnfitNode, "health.check: not training on an unfit node: " + unfit +
+                                      " (take the node out of the job, or health.check = false to train anyway)");
 }
 
 // Set-up as one agreed step after another; the first failure ends it with

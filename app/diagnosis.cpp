@@ -5,6 +5,7 @@
 // "waits for" from the stuck ranks ends at the rank(s) that are behind.
 #include "app/diagnosis.h"
 #include "runtime/regular_file.h"
+#include "runtime/replace_file.h"
 
 #include <nlohmann/json.hpp>
 
@@ -32,6 +33,7 @@ struct RankDump {
   double stalled_s = 0;  // its process was stopped this long (the watchdog's polls stopped)
   bool fault = false;
   std::string reason, phase;  // phase: what it did between calls ("checkpoint save of step 10")
+  std::string host;
   json groups, calls;
   const json* in_flight = nullptr;  // the call not yet returned, if any
   // What its watchdog's network probe found (runtime/peer_probe.h), if it ran.
@@ -86,7 +88,8 @@ struct FlightFiles {
   std::vector<std::pair<double, CrashReport>> crashes;
 };
 
-// Line 1: the summary; line 2: "job_start_us N"; then the backtrace.
+// Line 1: the summary; line 2: "job_start_us N"; line 3: "host NAME"
+// (reports written before hosts were lack it); then the backtrace.
 void read_crash_report(const std::filesystem::path& path, double newer_than, FlightFiles& f) {
   if (!not_regular_file(path.string()).empty()) return;  // no rank writes a FIFO here
   std::ifstream in(path);
@@ -94,6 +97,7 @@ void read_crash_report(const std::filesystem::path& path, double newer_than, Fli
   std::string key;
   long long us = 0;
   if (std::getline(in, c.summary) && (in >> key >> us) && key == "job_start_us" && us * 1e-6 > newer_than) {
+    if ((in >> key) && key == "host") in >> c.host;
     c.rank = std::atoi(path.filename().string().c_str() + std::strlen("crash_rank_"));
     c.path = path.string();
     f.crashes.push_back({us * 1e-6, c});
@@ -112,6 +116,7 @@ void read_dump(const std::filesystem::path& path, double newer_than, FlightFiles
   d.fault = j.value("stopped_by_fault_injection", false);
   d.reason = j.value("reason", "");
   d.phase = j.value("phase", "");
+  d.host = j.value("host", "");
   d.stalled_s = j.value("process_stalled_s", 0.0);
   d.groups = j.at("groups");
   d.calls = j.at("calls");
@@ -270,7 +275,8 @@ std::string explain_behind(int b, std::map<int, RankDump>& dumps, std::map<int, 
 // say so), else a host no other host could reach. Returns the verdict, or ""
 // when the probes name no one (none ran, or two hosts lost each other and
 // neither saw its own link go down); either way the probes go into the report.
-std::string network_verdict(std::map<int, RankDump>& dumps, std::string& say) {
+std::string network_verdict(std::map<int, RankDump>& dumps, std::string& say, std::set<int>& cut_out,
+                            std::string& why) {
   std::set<int> cut, probers;
   std::map<int, int> unreached_by, probed_by;
   std::set<std::string> links;
@@ -294,6 +300,8 @@ std::string network_verdict(std::map<int, RankDump>& dumps, std::string& say) {
         if (!cut.count(r) && cut.count(u)) lost.insert(r);
     std::string down;
     for (const std::string& l : links) down += (down.empty() ? "" : ", ") + l;
+    cut_out = cut;
+    why = "link " + down + " down (the watchdogs' network probes)";
     return format("the network: %s lost %s link (%s down)%s.", ranks(cut).c_str(), cut.size() == 1 ? "its" : "their",
                   down.c_str(), lost.empty() ? "" : ("; " + ranks(lost) + " could not reach " +
                                                      (cut.size() == 1 ? "it" : "them")).c_str());
@@ -301,12 +309,41 @@ std::string network_verdict(std::map<int, RankDump>& dumps, std::string& say) {
   for (auto& [u, n] : probed_by)
     if (unreached_by[u] == n) cut.insert(u);
   if (cut.empty() || std::includes(cut.begin(), cut.end(), probers.begin(), probers.end())) return "";
+  cut_out = cut;
+  why = "no other host reaches it (the watchdogs' network probes)";
   return format("the network: no other host reaches %s.", ranks(cut).c_str());
 }
 
-}  // namespace
+// The hosts of the ranks in `cut`: each rank's own dump says where it ran;
+// a rank without one is on the host of a dump that counted it among its
+// host's ranks.
+void blame_hosts(const std::map<int, RankDump>& dumps, const std::set<int>& cut, const std::string& why,
+                 Diagnosis& out) {
+  std::set<std::string> hosts;
+  for (int r : cut) {
+    if (const auto it = dumps.find(r); it != dumps.end() && !it->second.host.empty()) {
+      hosts.insert(it->second.host);
+      continue;
+    }
+    for (const auto& [_, d] : dumps)
+      if (d.host_ranks.count(r) && !d.host.empty()) hosts.insert(d.host);
+  }
+  out.hosts.assign(hosts.begin(), hosts.end());
+  if (!hosts.empty()) out.host_why = why;
+}
 
-Diagnosis diagnose_run(const std::string& run_dir, double newer_than) {
+// A crash names its host only when every crash of the job was on that one
+// host (crashes on several hosts look like the program, not a machine).
+void blame_crash_host(Diagnosis& out) {
+  if (out.crashes.empty() || !out.hosts.empty()) return;
+  const std::string& host = out.crashes.front().host;
+  for (const CrashReport& c : out.crashes)
+    if (c.host.empty() || c.host != host) return;
+  out.hosts = {host};
+  out.host_why = out.crashes.front().summary + " (its crash report)";
+}
+
+Diagnosis diagnose_dumps(const std::string& run_dir, double newer_than) {
   Diagnosis out;
   const std::string dir = run_dir + "/flight";
   FlightFiles files = read_flight_dir(dir, newer_than, out);
@@ -339,9 +376,12 @@ Diagnosis diagnose_run(const std::string& run_dir, double newer_than) {
   const std::set<int> behind = ranks_behind(dumps, waits_for);
   for (const std::string& m : mismatches) say += "mismatch: " + m + "\n";
   if (behind.empty()) {
-    if (const std::string net = network_verdict(dumps, say); !net.empty() && mismatches.empty()) {
+    std::set<int> cut;
+    std::string why;
+    if (const std::string net = network_verdict(dumps, say, cut, why); !net.empty() && mismatches.empty()) {
       out.named = true;
       out.verdict = net;
+      blame_hosts(dumps, cut, why, out);
       say += "verdict: " + net + "\n";
       return out;
     }
@@ -361,6 +401,36 @@ Diagnosis diagnose_run(const std::string& run_dir, double newer_than) {
     say += "  " + what + "\n";
     out.culprit += (out.culprit.empty() ? "" : "; ") + what;
   }
+  return out;
+}
+
+}  // namespace
+
+double watchdog_ended_job(const std::string& run_dir, double newer_than) {
+  double first = 0;
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator(run_dir + "/flight", ec)) {
+    const std::string n = e.path().filename().string();
+    if (n.rfind("rank_", 0) != 0 || e.path().extension() != ".json" || mtime_seconds(e.path().string()) < newer_than - 1)
+      continue;
+    if (!not_regular_file(e.path().string()).empty()) continue;  // a FIFO's open would block
+    try {
+      std::ifstream in(e.path());
+      const json j = json::parse(in);
+      if (j.value("ends_job", false) && j.value("job_start", 0.0) > newer_than) {
+        const double t = j.value("time", 0.0);
+        first = first == 0 ? t : std::min(first, t);
+      }
+    } catch (const std::exception&) {  // half written, or not ours: the diagnosis says so later
+    }
+  }
+  return first;
+}
+
+Diagnosis diagnose_run(const std::string& run_dir, double newer_than) {
+  Diagnosis out = diagnose_dumps(run_dir, newer_than);
+  blame_crash_host(out);
+  for (const std::string& h : out.hosts) out.report += "host at fault: " + h + ": " + out.host_why + "\n";
   return out;
 }
 

@@ -13,6 +13,7 @@ struct CrashReport {
   int rank = -1;
   std::string summary;  // "rank 3 (pid 123) died of signal 11 (SIGSEGV, ...) in training of step 7"
   std::string path;     // the file, with the backtrace
+  std::string host;     // where the rank ran ("" in reports from before hosts were written)
 };
 
 struct Diagnosis {
@@ -23,7 +24,18 @@ struct Diagnosis {
   std::string culprit;   // what the rank behind was doing (one line per rank), "" if none named
   std::string report;    // the whole table and explanation
   std::vector<std::string> warnings;  // unreadable dumps, skipped
+  // The hosts the evidence blames, with why (`trainer supervise` excludes
+  // them when it has spares): the host of ranks whose link went down or that
+  // no other host reached (the watchdogs' network probes), or the one host
+  // every crash report of the job came from. Empty when no host is named.
+  std::vector<std::string> hosts;
+  std::string host_why;  // "link eth1 down (the watchdogs' network probes)"
 };
+
+// When a watchdog of a job started after `newer_than` ended that job (its
+// dump says "ends_job"): the earliest such dump's time, or 0. A supervisor
+// whose launcher is still running long after is waiting on a lost host.
+double watchdog_ended_job(const std::string& run_dir, double newer_than);
 
 // Reads run_dir/flight/rank_*.json and crash_rank_*.txt; only the newest
 // job's, and only of jobs that started after `newer_than` (seconds since the

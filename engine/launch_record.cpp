@@ -5,6 +5,7 @@
 #include "runtime/cpu/blas_core.h"
 #include "runtime/errors.h"
 #include "runtime/flight_recorder.h"
+#include "runtime/host_name.h"
 #include "runtime/library_versions.h"
 #include "runtime/utc_time.h"
 #include "runtime/version.h"
@@ -13,8 +14,6 @@ namespace trainer {
 
 std::string append_launch_record(const Job& job, long first_step) {
   const Recipe& r = job.recipe;
-  char host[256] = {0};
-  gethostname(host, sizeof host - 1);
   std::string libraries = mpi_library_version() + ", " + hdf5_library_version() + ", " + blas_library_version();
   if (const std::string gpu = backend_library_versions(); !gpu.empty()) libraries += ", " + gpu;
   JsonRecord rec;
@@ -26,7 +25,7 @@ std::string append_launch_record(const Job& job, long first_step) {
       .add("git", std::string(trainer_git_commit()))
       .add("backend", job.backend->name())
       .add("device", job.backend->device_name())
-      .add("host", std::string(host))
+      .add("host", host_name())
       .add("ranks", job.grid->world().size())
       .add("dp", r.parallel.grid.dp)
       .add("pp", r.parallel.grid.pp)

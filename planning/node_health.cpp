@@ -11,6 +11,7 @@
 
 #include "planning/calibrate.h"
 #include "runtime/host_memory.h"
+#include "runtime/host_name.h"
 #include "runtime/sgemm_peak.h"
 
 namespace trainer {
@@ -168,9 +169,7 @@ std::vector<NodeFigures> measure_nodes(MPI_Comm world, Backend& be, const std::s
   MPI_Comm_split(world, local == 0 ? 0 : MPI_UNDEFINED, rank, &leaders);
   NodeFigures f;
   f.first_rank = rank;
-  char host[64] = {};
-  gethostname(host, sizeof host - 1);
-  f.host = host;
+  f.host = host_name();
   if (local == 0) {
     int nodes = 1, me = 0;
     MPI_Comm_size(leaders, &nodes);

@@ -260,6 +260,12 @@ std::vector<RecipeKey> make_keys() {
           .def(std::string("mpirun")).choose({"mpirun", "srun"}),
       K("launch", "ranks", Int, "ranks `supervise` launches (0: dp * pp * cp * tp)", AT(launch.ranks)).def(0L).at_least(0),
       K("launch", "args", List, "extra launcher arguments", AT(launch.args)).def(Strings{}),
+      K("launch", "hosts", List, "the hosts `supervise` may launch on, in order (under Slurm launch.nodes alone "
+        "picks from the job's own nodes, SLURM_JOB_NODELIST)", AT(launch.hosts)).def(Strings{}),
+      K("launch", "hostfile", String, "a file of hosts for `supervise`, one a line as Open MPI's hostfiles "
+        "(\"name slots=N\"), instead of launch.hosts", AT(launch.hostfile)).def(std::string()),
+      K("launch", "nodes", Int, "hosts each launch of `supervise` runs on (0: all of them); the rest are spares "
+        "that replace a host a failure is blamed on", AT(launch.nodes)).def(0L).at_least(0),
       // [health]
       K("health", "check", Bool, "`trainer train` first runs `trainer health`'s measurements on every node and "
         "stops with exit 10 when one is unfit", AT(health.check))

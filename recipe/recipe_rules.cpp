@@ -104,6 +104,23 @@ bool layout(const Recipe& r, int world_size, Rules& rules) {
   return true;
 }
 
+// [launch]: where `supervise` runs the job (cluster/allocation.h).
+bool launch(const Recipe& r, Rules& rules) {
+  const LaunchSection& l = r.launch;
+  if (!l.hosts.empty() && !l.hostfile.empty())
+    return rules.fail("launch", "hostfile", "give the hosts once: launch.hosts or launch.hostfile, not both");
+  const int ranks = l.ranks > 0 ? l.ranks : r.parallel.grid.ranks();
+  if (l.nodes > 0 && ranks % l.nodes != 0)
+    return rules.fail("launch", "nodes",
+                      std::to_string(l.nodes) + " does not divide the job's " + std::to_string(ranks) +
+                          " ranks: every node runs the same number of ranks");
+  if (!l.hosts.empty() && l.nodes > (int)l.hosts.size())
+    return rules.fail("launch", "nodes",
+                      std::to_string(l.nodes) + " is more than the " + std::to_string(l.hosts.size()) +
+                          " host(s) launch.hosts lists");
+  return true;
+}
+
 // [training], [optimizer] and the rest.
 bool training(const Recipe& r, Rules& rules) {
   const ModelConfig& m = r.model;
@@ -142,6 +159,7 @@ bool training(const Recipe& r, Rules& rules) {
   if (r.checkpoint.dir.empty()) return rules.fail("checkpoint", "dir", "must not be empty");
   if (r.supervisor.backoff_max < r.supervisor.backoff)
     return rules.fail("supervisor", "backoff_max", "must be >= supervisor.backoff");
+  if (!launch(r, rules)) return false;
   if (t.exit_after > 0 && r.checkpoint.every == 0)
     rules.warn("training", "exit_after",
                "exit_after = " + std::to_string(t.exit_after) +

@@ -65,10 +65,10 @@ struct TimelineItem {
 };
 
 const char* event_color(const std::string& kind) {
-  if (kind == "start" || kind == "launch") return "#1f77b4";
+  if (kind == "start" || kind == "launch" || kind == "allocation") return "#1f77b4";
   if (kind == "done" || kind == "checkpoint") return "#2ca02c";
   if (kind == "preempted" || kind == "signal" || kind == "straggler" || kind == "throughput_drop") return "#ff7f0e";
-  if (kind == "diagnosis") return "#9467bd";
+  if (kind == "diagnosis" || kind == "replace") return "#9467bd";
   return "#d62728";  // exit, crash, hang, restart, give_up, skip
 }
 

@@ -6,9 +6,11 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
 
+#include "runtime/host_name.h"
 #include "runtime/mapped_reads.h"
 
 namespace trainer {
@@ -22,6 +24,7 @@ struct CrashState {
   volatile long phase_step = -1;
   int rank = -1;
   long long job_start_us = 0;
+  char host[256] = {0};  // taken at installation: the handler makes no calls it need not
 };
 CrashState g_crash;
 
@@ -58,13 +61,15 @@ extern "C" void on_crash(int sig, siginfo_t* info, void*) {
   const long step = g_crash.phase_step;
   if (step >= 0) std::snprintf(phase, sizeof phase, "%s of step %ld", g_crash.phase, step);
   else std::snprintf(phase, sizeof phase, "%s", g_crash.phase);
-  char line[512];
-  const int n = std::snprintf(line, sizeof line, "rank %d (pid %d) died of signal %d (%s) in %s\njob_start_us %lld\n",
-                              g_crash.rank, (int)getpid(), sig, signal_name(sig), phase, g_crash.job_start_us);
+  char line[1024];
+  const int n = std::snprintf(line, sizeof line,
+                              "rank %d (pid %d) died of signal %d (%s) in %s\njob_start_us %lld\nhost %s\n",
+                              g_crash.rank, (int)getpid(), sig, signal_name(sig), phase, g_crash.job_start_us,
+                              g_crash.host);
   mkdir(g_crash.dir, 0755);
   const int fd = open(g_crash.path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
   if (fd >= 0) {
-    write_all(fd, line, (size_t)n);
+    write_all(fd, line, std::min((size_t)n, sizeof line - 1));
     write_all(fd, "backtrace:\n", 11);
     void* frames[64];
     backtrace_symbols_fd(frames, backtrace(frames, 64), fd);
@@ -73,7 +78,7 @@ extern "C" void on_crash(int sig, siginfo_t* info, void*) {
   }
   const int m = std::snprintf(line, sizeof line, "error (rank %d): died of signal %d (%s) in %s; backtrace in %s\n",
                               g_crash.rank, sig, signal_name(sig), phase, g_crash.path);
-  write_all(2, line, (size_t)m);
+  write_all(2, line, std::min((size_t)m, sizeof line - 1));
   signal(sig, SIG_DFL);
   raise(sig);
 }
@@ -86,6 +91,7 @@ void install_crash_report(const std::string& path, int rank, double job_start) {
   std::snprintf(g_crash.dir, sizeof g_crash.dir, "%s", slash == std::string::npos ? "." : path.substr(0, slash).c_str());
   g_crash.rank = rank;
   g_crash.job_start_us = (long long)(job_start * 1e6);
+  std::snprintf(g_crash.host, sizeof g_crash.host, "%s", host_name().c_str());
   void* warm[1];
   backtrace(warm, 1);  // loads libgcc now: the first call may allocate
   // A stack overflow leaves no stack to run the handler on: give it its own.

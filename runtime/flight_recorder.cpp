@@ -7,6 +7,7 @@
 #include <csignal>
 #include <cstdio>
 
+#include "runtime/host_name.h"
 #include "runtime/metrics.h"
 
 namespace trainer {
@@ -16,7 +17,7 @@ double wall_seconds() {
 }
 
 FlightRecorder::FlightRecorder(int world_rank, size_t capacity)
-    : rank_(world_rank), ring_(capacity), last_progress_(wall_seconds()) {}
+    : rank_(world_rank), host_(host_name()), ring_(capacity), last_progress_(wall_seconds()) {}
 
 int FlightRecorder::add_group(const std::string& name, const std::vector<int>& members) {
   std::lock_guard<std::mutex> lock(mu_);
@@ -120,7 +121,8 @@ std::vector<int> FlightRecorder::waiting_on() const {
 std::string FlightRecorder::to_json(const std::string& reason, const std::string& extra) const {
   std::lock_guard<std::mutex> lock(mu_);
   char b[512];
-  std::string s = "{\"rank\": " + std::to_string(rank_) + ", \"pid\": " + std::to_string(getpid());
+  std::string s = "{\"rank\": " + std::to_string(rank_) + ", \"pid\": " + std::to_string(getpid()) +
+                  ", \"host\": \"" + json_escape(host_) + "\"";
   std::snprintf(b, sizeof b, ", \"job_start\": %.6f, \"launch\": %d, \"time\": %.6f, \"step\": %ld",
                 job_start_, launch_, wall_seconds(), step_);
   s += b;

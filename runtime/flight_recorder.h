@@ -93,6 +93,7 @@ class FlightRecorder {
   uint64_t record_begin(int group, const char* op, size_t bytes, int peer, Kind kind);
   mutable std::mutex mu_;
   int rank_;
+  std::string host_;  // where this rank runs (the supervisor blames hosts)
   std::vector<FlightEntry> ring_;
   uint64_t next_seq_ = 1;
   std::vector<FlightGroup> groups_;

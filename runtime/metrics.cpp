@@ -64,6 +64,13 @@ JsonRecord& JsonRecord::add(const std::string& k, const std::string& v) {
   body_ += '"';
   return *this;
 }
+JsonRecord& JsonRecord::add(const std::string& k, const std::vector<std::string>& v) {
+  key(k);
+  body_ += '[';
+  for (size_t i = 0; i < v.size(); i++) body_ += (i ? ", \"" : "\"") + json_escape(v[i]) + '"';
+  body_ += ']';
+  return *this;
+}
 
 namespace {
 // A run killed mid-write leaves a last line without its newline; the next

@@ -19,6 +19,7 @@ class JsonRecord {
   JsonRecord& add(const std::string& key, long v);
   JsonRecord& add(const std::string& key, int v) { return add(key, (long)v); }
   JsonRecord& add(const std::string& key, const std::string& v);
+  JsonRecord& add(const std::string& key, const std::vector<std::string>& v);  // an array of strings
   // A list: a JSON array. With `element` (e.g. "stage": one value per
   // pipeline stage) TensorBoard also gets each value as key/element0,
   // key/element1, ...; lists of varying meaning (the ranks named) stay JSON only.

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "runtime/cpu/blas_core.h"
+#include "runtime/host_name.h"
 #include "runtime/regular_file.h"
 #include "runtime/replace_file.h"
 #include "runtime/utc_time.h"
@@ -27,9 +28,7 @@ std::string cpu_model() {
 }  // namespace
 
 std::string peak_cache_key(int threads, int ranks_on_node) {
-  char host[256] = {0};
-  gethostname(host, sizeof host - 1);
-  std::string key = std::string(host) + "|" + cpu_model() + "|blas " + blas_library_version() + "|threads " +
+  std::string key = host_name() + "|" + cpu_model() + "|blas " + blas_library_version() + "|threads " +
                     std::to_string(threads) + "|ranks " + std::to_string(ranks_on_node);
   for (char& c : key)
     if (c == '\t' || c == '\n') c = ' ';

@@ -13,18 +13,13 @@
 #include <random>
 #include <sstream>
 
+#include "runtime/host_name.h"
 #include "runtime/utc_time.h"
 #include "runtime/regular_file.h"
 
 namespace trainer {
 
 namespace {
-std::string host_name() {
-  char h[256] = {0};
-  gethostname(h, sizeof h - 1);
-  return h;
-}
-
 std::string new_token() {
   std::random_device rd;
   char b[40];

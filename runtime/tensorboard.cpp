@@ -8,6 +8,7 @@
 
 #include "runtime/errors.h"
 #include "runtime/flight_recorder.h"
+#include "runtime/host_name.h"
 
 namespace trainer {
 
@@ -56,10 +57,8 @@ uint32_t crc32c(const void* data, size_t n) {
 TensorBoardWriter::TensorBoardWriter(const std::string& dir) {
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
-  char host[256] = "host";
-  ::gethostname(host, sizeof host - 1);
   const double t = wall_seconds();
-  path_ = dir + "/events.out.tfevents." + std::to_string((long)t) + "." + host;
+  path_ = dir + "/events.out.tfevents." + std::to_string((long)t) + "." + host_name();
   f_ = std::fopen(path_.c_str(), "ab");
   if (!f_) throw UserError(kExitUsage, path_ + ": cannot write the TensorBoard file ([metrics] tensorboard_dir): " +
                                            std::strerror(errno));

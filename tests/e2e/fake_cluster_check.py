@@ -25,25 +25,10 @@ import time
 
 sys.dont_write_bytecode = True  # nothing left under tests/ (__pycache__)
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from harness import DEMO_RECIPE, ROOT, check, finish, losses, run, small_demo  # noqa: E402
+from harness import (DEMO_RECIPE, check, cluster_up, fake_cluster as fc, finish,  # noqa: E402
+                     losses, run, small_demo)
 
-SCRIPT = os.path.join(ROOT, "scripts", "fake_cluster.sh")
 PY = "/usr/bin/python3"
-
-
-def fc(*args, env=None):
-    return subprocess.run([SCRIPT, *args], capture_output=True, text=True, env=env)
-
-
-def exports(text):
-    """The variables `up` prints as export lines."""
-    env = {}
-    for line in text.splitlines():
-        if line.startswith("export "):
-            for kv in line[len("export "):].split():
-                k, v = kv.split("=", 1)
-                env[k] = v
-    return env
 
 
 def on_host(env, host, code):
@@ -88,14 +73,7 @@ def address(env, host, net):
 
 def main():
     trainer, mpiexec = sys.argv[1], sys.argv[2]
-    p = fc("up", "3")
-    if p.returncode == 77:
-        print(f"SKIP: {p.stderr.strip()}")
-        sys.exit(77)
-    check(p.returncode == 0, f"up 3: exit {p.returncode} {p.stderr.strip()[-300:]}")
-    if p.returncode != 0:
-        finish("fake cluster")
-    env = dict(os.environ, **exports(p.stdout))
+    env = cluster_up(3, "fake cluster")
     state = env["FAKE_CLUSTER_DIR"]
     tag = open(os.path.join(state, "state")).read().split("TAG=")[1].split()[0]
     try:

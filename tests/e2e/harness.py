@@ -2,6 +2,7 @@
 import glob
 import json
 import os
+import sys
 
 failures = []
 
@@ -142,6 +143,38 @@ def torch_val_loss(export_h5, cfg, val_file, windows):
 
 
 DEMO_RECIPE = os.path.join(ROOT, "configs", "demo.toml")
+FAKE_CLUSTER = os.path.join(ROOT, "scripts", "fake_cluster.sh")
+
+
+def fake_cluster(*args, env=None):
+    """scripts/fake_cluster.sh ARGS; the finished process (returncode, stdout, stderr)."""
+    import subprocess
+    return subprocess.run([FAKE_CLUSTER, *args], capture_output=True, text=True, env=env)
+
+
+def cluster_up(n, what):
+    """`fake_cluster.sh up N`: the environment its exports make (this one's
+    plus them). Exits 77 (skipped) where it cannot be made, and ends the check
+    `what` when `up` fails."""
+    p = fake_cluster("up", str(n))
+    if p.returncode == 77:
+        print(f"SKIP: {p.stderr.strip()}")
+        sys.exit(77)
+    check(p.returncode == 0, f"up {n}: exit {p.returncode} {p.stderr.strip()[-300:]}")
+    if p.returncode != 0:
+        finish(what)
+    return dict(os.environ, **cluster_exports(p.stdout))
+
+
+def cluster_exports(text):
+    """The variables fake_cluster.sh's `up` prints as export lines."""
+    env = {}
+    for line in text.splitlines():
+        if line.startswith("export "):
+            for kv in line[len("export "):].split():
+                k, v = kv.split("=", 1)
+                env[k] = v
+    return env
 
 
 def small_demo(trainer, tmp, steps):

@@ -26,6 +26,7 @@ struct Dump {
   std::string phase = "training of step 4";
   double stalled_s = 0;
   std::string network = "";  // the watchdog's network probe (runtime/peer_probe.h), if any
+  std::string host = "";     // where the rank ran (dumps from before hosts were written lack it)
 };
 
 std::string write_dumps(const char* name, const std::vector<Dump>& dumps) {
@@ -41,7 +42,8 @@ std::string write_dumps(const char* name, const std::vector<Dump>& dumps) {
                         << "{\"name\": \"world\", \"members\": [0, 1, 2], \"started\": 0, \"completed\": 0}, "
                         << "{\"name\": \"tp\", \"members\": [0, 1, 2], \"started\": " << d.tp_started
                         << ", \"completed\": 0}], \"calls\": [" << d.calls << "]"
-                        << (d.network.empty() ? "" : ", \"network\": " + d.network) << "}\n";
+                        << (d.network.empty() ? "" : ", \"network\": " + d.network)
+                        << (d.host.empty() ? "" : ", \"host\": \"" + d.host + "\"") << "}\n";
   }
   return dir;
 }
@@ -118,10 +120,11 @@ std::string probe(const char* down, const char* reached, const char* unreached, 
 
 // Three ranks inside the same tp call, each dump with its network probe:
 // `trainer diagnose`'s exit code and output.
-std::pair<int, std::string> diagnose_probes(const char* name, const std::vector<std::string>& probes) {
+std::pair<int, std::string> diagnose_probes(const char* name, const std::vector<std::string>& probes,
+                                            const std::vector<std::string>& hosts = {"", "", ""}) {
   const std::string c = call(8, "reduce_scatter_sum", 4096, "null");
   std::vector<Dump> dumps;
-  for (int r = 0; r < 3; r++) dumps.push_back({r, 8, c, "training of step 4", 0, probes[r]});
+  for (int r = 0; r < (int)probes.size(); r++) dumps.push_back({r, 8, c, "training of step 4", 0, probes[r], hosts[r]});
   const std::string dir = write_dumps(name, dumps);
   auto result = diagnose(dir);
   std::filesystem::remove_all(dir);
@@ -157,6 +160,53 @@ TEST(Diagnose, TwoHostsThatLostEachOtherNameNoOne) {
   EXPECT_NE(out.find("verdict: no single rank is behind"), std::string::npos) << out;
   EXPECT_NE(out.find("network: rank 0: its links are up; reached rank(s) [], could not reach [1, 2]"),
             std::string::npos) << out;
+}
+
+// What `trainer supervise` excludes (cluster/allocation.h): the host of the
+// ranks whose link went down, also for a rank whose dump does not say where
+// it ran (it is on the host of a dump that counts it among its host's ranks).
+TEST(Diagnose, NamesTheHostOfTheRanksThatLostTheirLink) {
+  const char* down = "\"eth1 (10.0.0.2)\"";
+  const auto [code, out] = diagnose_probes(
+      "diag_host_link", {probe("", "", "1, 2", "0"), probe(down, "", "0", "1, 2"), probe(down, "", "0", "1, 2")},
+      {"nodeA.cluster", "nodeB.cluster", ""});
+  EXPECT_EQ(code, 0) << out;
+  EXPECT_NE(out.find("host at fault: nodeB.cluster: link eth1 (10.0.0.2) down (the watchdogs' network probes)"),
+            std::string::npos) << out;
+  EXPECT_EQ(out.find("host at fault: nodeA"), std::string::npos) << out;
+  const auto [code2, out2] = diagnose_probes(
+      "diag_host_reach", {probe("", "1", "2", "0"), probe("", "0", "2", "1"), probe("", "", "0, 1", "2")},
+      {"a", "b", "c"});
+  EXPECT_NE(out2.find("host at fault: c: no other host reaches it"), std::string::npos) << out2;
+  EXPECT_EQ(out2.find("host at fault: a"), std::string::npos) << out2;
+  // Two hosts that lost each other: no host is named.
+  const auto [code3, out3] = diagnose_probes(
+      "diag_host_pair", {probe("", "", "1, 2", "0"), probe("", "", "0", "1, 2"), probe("", "", "0", "1, 2")},
+      {"a", "b", "b"});
+  EXPECT_EQ(out3.find("host at fault"), std::string::npos) << out3;
+}
+
+// Crashes name a host only when every crash of the job was on that host.
+TEST(Diagnose, NamesTheHostEveryCrashWasOn) {
+  for (bool one_host : {true, false}) {
+    const std::string dir = temp_dir("diag_crash_host");
+    std::filesystem::create_directories(dir + "/flight");
+    std::ofstream(dir + "/flight/crash_rank_00002.txt")
+        << "rank 2 (pid 77) died of signal 7 (SIGBUS, bus error) in training of step 40\njob_start_us 300000000\n"
+           "host gpu17\nbacktrace:\n./trainer(main+0x1)[0x1]\n";
+    std::ofstream(dir + "/flight/crash_rank_00003.txt")
+        << "rank 3 (pid 78) died of signal 7 (SIGBUS, bus error) in training of step 40\njob_start_us 300000000\n"
+        << "host " << (one_host ? "gpu17" : "gpu18") << "\nbacktrace:\n";
+    const auto [code, out] = diagnose(dir);
+    EXPECT_EQ(code, 0) << out;
+    if (one_host)
+      EXPECT_NE(out.find("host at fault: gpu17: rank 2 (pid 77) died of signal 7 (SIGBUS, bus error) in training of "
+                         "step 40 (its crash report)"),
+                std::string::npos) << out;
+    else
+      EXPECT_EQ(out.find("host at fault"), std::string::npos) << out;
+    std::filesystem::remove_all(dir);
+  }
 }
 
 TEST(Diagnose, ReportsACrashOfTheNewestJob) {

@@ -251,6 +251,28 @@ TEST_F(RecipeErrors, ContextParallelNeedsEqualChunks) {
                {"[parallel] cp", "pp * cp * tp = 4 ranks hold one model copy", "launched with 2"});
 }
 
+// Where `supervise` runs the job (cluster/allocation.h): refused before
+// anything is launched.
+TEST_F(RecipeErrors, TheAllocationIsCheckedBeforeALaunch) {
+  const auto supervise = [&](const std::string& extra) {
+    return run("env -u SLURM_JOB_NODELIST " + std::string(TRAINER_BIN) + " supervise " + write(base()) + " " + extra);
+  };
+  expect_error(supervise("--set launch.nodes=2 --set launch.ranks=2"), 2,
+               {"[launch] nodes = 2 picks hosts from an allocation, and there is none", "launch.hosts",
+                "sbatch -N 4"});
+  expect_error(supervise("--set 'launch.hosts=[\"a\", \"b\"]' --set launch.hostfile=hosts.txt"), 2,
+               {"[launch] hostfile", "launch.hosts or launch.hostfile, not both"});
+  expect_error(supervise("--set 'launch.hosts=[\"a\", \"b\"]' --set launch.nodes=3 --set launch.ranks=6"), 2,
+               {"[launch] nodes", "3 is more than the 2 host(s) launch.hosts lists"});
+  expect_error(supervise("--set 'launch.hosts=[\"a\", \"b\"]' --set launch.nodes=2 --set launch.ranks=3"), 2,
+               {"[launch] nodes", "2 does not divide the job's 3 ranks"});
+  expect_error(supervise("--set launch.hostfile=" + dir_ + "/no_such_hostfile"), 2,
+               {"[launch] hostfile: cannot read", "no_such_hostfile"});
+  expect_error(supervise("--set 'launch.hosts=[\"a\", \"a\"]'"), 2, {"[launch]", "lists host a twice"});
+  expect_error(supervise("--set 'launch.hosts=[\"a\"]' -- true"), 2,
+               {"a launch command given after `--`"});
+}
+
 TEST_F(RecipeErrors, PipelineNeedsDivisibleLayersAndMicroBatches) {
   expect_error(train(write(base()), "--set parallel.pp=2 --set model.n_layers=3"), 2,
                {"[parallel] pp", "n_layers = 3 must be divisible by pp * virtual_stages = 2 * 1"});

@@ -1,0 +1,14 @@
+#pragma once
+// This machine's host name, as every record that names a host uses it
+// (flight recorder dumps, crash reports, launch records, health tables).
+#include <string>
+
+namespace trainer {
+
+std::string host_name();
+
+// Whether two names are the same host: equal, or equal up to the first dot
+// (Slurm's "node7" and gethostname's "node7.cluster.local").
+bool same_host(const std::string& a, const std::string& b);
+
+}  // namespace trainer

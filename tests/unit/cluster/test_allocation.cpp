@@ -1,0 +1,95 @@
+// The allocation `trainer supervise` launches on (cluster/allocation.h):
+// Slurm host lists against `scontrol show hostnames` (the reference, where
+// Slurm is installed) and against Slurm's documented examples; hostfiles; a
+// launch's hosts all or none, spares taking excluded hosts' places.
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "cluster/allocation.h"
+#include "runtime/host_name.h"
+#include "tests/support/temp_dir.h"
+
+namespace trainer {
+namespace {
+
+using Hosts = std::vector<std::string>;
+
+TEST(HostList, SlurmsDocumentedForms) {
+  EXPECT_EQ(expand_hostlist("tux[1-3]"), (Hosts{"tux1", "tux2", "tux3"}));
+  EXPECT_EQ(expand_hostlist("node[01-03,7],gpu-a[1-2]"), (Hosts{"node01", "node02", "node03", "node7", "gpu-a1", "gpu-a2"}));
+  EXPECT_EQ(expand_hostlist("x[009-011]"), (Hosts{"x009", "x010", "x011"}));
+  EXPECT_EQ(expand_hostlist("rack[1-2]n[3-4]"), (Hosts{"rack1n3", "rack1n4", "rack2n3", "rack2n4"}));
+  EXPECT_EQ(expand_hostlist("solo"), (Hosts{"solo"}));
+  EXPECT_EQ(expand_hostlist("a,b[2],c"), (Hosts{"a", "b2", "c"}));
+  for (const char* bad : {"", "a,,b", "n[1-", "n1-2]", "n[3-1]", "n[a-b]", "n[[1]]", "a b"})
+    EXPECT_THROW(expand_hostlist(bad), std::invalid_argument) << bad;
+}
+
+// The same lists through Slurm's own parser.
+TEST(HostList, AsScontrolShowHostnamesPrintsThem) {
+  if (std::system("command -v scontrol >/dev/null 2>&1") != 0) GTEST_SKIP() << "scontrol is not installed";
+  const std::string dir = temp_dir("hostlist");
+  std::ofstream(dir + "/slurm.conf") << "ClusterName=t\nSlurmctldHost=localhost\nNodeName=n1\nPartitionName=p Nodes=n1\n";
+  for (const char* list : {"tux[1-3]", "node[01-03,7],gpu-a[1-2]", "x[009-011],y", "rack[1-2]n[3-4]",
+                           "c[0998-1001]", "a[1,3,5-6]"}) {
+    FILE* p = popen(("SLURM_CONF=" + dir + "/slurm.conf scontrol show hostnames '" + list + "' 2>&1").c_str(), "r");
+    std::string out;
+    char buf[4096];
+    while (size_t n = fread(buf, 1, sizeof buf, p)) out.append(buf, n);
+    ASSERT_EQ(pclose(p), 0) << out;
+    Hosts want;
+    std::stringstream lines(out);
+    for (std::string l; std::getline(lines, l);) want.push_back(l);
+    EXPECT_EQ(expand_hostlist(list), want) << list;
+  }
+}
+
+TEST(HostList, HostfileNamesEachHostOnce) {
+  EXPECT_EQ(parse_hostfile("# the racks\nnode1 slots=4\n\nnode2 slots=4 max_slots=8  # a comment\nnode1\n"),
+            (Hosts{"node1", "node2"}));
+  EXPECT_THROW(parse_hostfile("node1 slots=4\nnode2 4\n"), std::invalid_argument);
+}
+
+TEST(Allocation, ALaunchTakesTheFirstHostsAndSparesReplaceExcludedOnes) {
+  Allocation a({"n1", "n2", "n3", "n4"}, 2);
+  EXPECT_EQ(a.launch_hosts(), (Hosts{"n1", "n2"}));
+  EXPECT_EQ(a.spares(), (Hosts{"n3", "n4"}));
+  EXPECT_TRUE(a.exclude("n2", "link down"));
+  EXPECT_FALSE(a.exclude("n2", "again"));
+  EXPECT_FALSE(a.exclude("n9", "not ours"));
+  EXPECT_EQ(a.launch_hosts(), (Hosts{"n1", "n3"}));  // allocation order: the spare takes the place
+  EXPECT_EQ(a.spares(), (Hosts{"n4"}));
+  EXPECT_EQ(a.excluded().at("n2"), "link down");
+  EXPECT_TRUE(a.exclude("n1", "crash"));
+  EXPECT_EQ(a.launch_hosts(), (Hosts{"n3", "n4"}));
+  EXPECT_TRUE(a.spares().empty());
+  EXPECT_TRUE(a.exclude("n4", "crash"));
+  EXPECT_TRUE(a.launch_hosts().empty()) << "never a partial job";
+  EXPECT_EQ(a.spares(), (Hosts{"n3"}));  // what is left, too little for a launch
+}
+
+TEST(Allocation, EveryHostWithoutNodesAndRefusalsOfWhatCannotBe) {
+  Allocation all({"a", "b"}, 0);
+  EXPECT_EQ(all.nodes(), 2);
+  EXPECT_EQ(all.launch_hosts(), (Hosts{"a", "b"}));
+  EXPECT_THROW(Allocation({"a", "b"}, 3), std::invalid_argument);
+  EXPECT_THROW(Allocation({"a", "b", "a"}, 2), std::invalid_argument);
+}
+
+TEST(Allocation, FindsTheHostARankNamesByItsShortName) {
+  Allocation a({"node7", "node8"}, 1);
+  EXPECT_EQ(a.find("node8"), "node8");
+  EXPECT_EQ(a.find("node8.cluster.local"), "node8");
+  EXPECT_EQ(a.find("node9"), "");
+  EXPECT_TRUE(same_host("node8.x", "node8"));
+  EXPECT_FALSE(same_host("node8", "node80"));
+}
+
+}  // namespace
+}  // namespace trainer

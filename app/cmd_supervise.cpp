@@ -79,10 +79,10 @@ const char* kSuperviseUsage =
     "  backtrace file) and `diagnosis` (the flight recorders' verdict, as `trainer diagnose`).\n"
     "  Hosts: with [launch] hosts or hostfile, or under Slurm (SLURM_JOB_NODELIST) with [launch]\n"
     "  nodes set, each launch runs on `nodes` of the allocation's hosts (mpirun --host,\n"
-    "  srun --nodelist) and the rest are spares: a failure blamed on a host (its link down,\n"
-    "  no other host reaching it, or every crash on it) excludes that host, and the next\n"
-    "  launch takes a spare at once (event `replace`); so does a node health.check\n"
-    "  found unfit (exit 10).\n"
+    "  srun --nodelist; a relaunch with srun --overlap) and the rest are spares: a failure\n"
+    "  blamed on a host (its link down, no other host reaching it, or every crash on it)\n"
+    "  excludes that host, and the next launch takes a spare at once (event `replace`);\n"
+    "  so does a node health.check found unfit (exit 10).\n"
     "  Exit: 0 done; 2, 3, 4, 6, 8, 10 the job's error that a retry cannot fix; 7 restart\n"
     "  budget used up, or no spare left; 75 preempted (requeue).\n";
 
@@ -219,10 +219,11 @@ int dumps_since(const std::string& dir, double t) {
 }
 
 // The launcher command for the recipe's ranks (mpirun or srun) running this
-// executable's `train`, on `hosts` when given (the same number of ranks on each).
+// executable's `train`, on `hosts` when given (the same number of ranks on
+// each). `launch`: the supervisor's launch number.
 std::vector<std::string> launch_command(const Recipe& r, const std::string& recipe_path,
                                         const std::vector<std::string>& overrides, int ranks,
-                                        const std::vector<std::string>& hosts) {
+                                        const std::vector<std::string>& hosts, int launch) {
   const std::string self = self_executable();
   if (self.empty()) throw std::runtime_error("cannot find this executable (/proc/self/exe)");
   std::vector<std::string> command;
@@ -237,6 +238,11 @@ std::vector<std::string> launch_command(const Recipe& r, const std::string& reci
     if (!hosts.empty()) command.insert(command.end(), {"--host", list});
   } else {
     command = {"srun", "--mpi=pmix", "-n", std::to_string(ranks)};
+    // A relaunch's step may share CPUs (and GPUs) with an earlier launch's:
+    // a step that had ranks on a host since lost is not over for Slurm (it
+    // holds its resources on the good hosts too) until Slurm marks that host
+    // down, minutes later, and without --overlap the relaunch would wait.
+    if (launch > 0) command.push_back("--overlap");
     std::string list;
     for (const std::string& h : hosts) list += (list.empty() ? "" : ",") + h;
     if (!hosts.empty()) command.insert(command.end(), {"-N", std::to_string(hosts.size()), "--nodelist=" + list});
@@ -587,7 +593,7 @@ int cmd_supervise(int argc, char** argv) {
       return kExitPreempted;
     }
     const std::vector<std::string> hosts = alloc ? alloc->launch_hosts() : std::vector<std::string>{};
-    sup.command = args.after_dashes.empty() ? launch_command(r, args.recipe, args.overrides, ranks, hosts)
+    sup.command = args.after_dashes.empty() ? launch_command(r, args.recipe, args.overrides, ranks, hosts, launch)
                                             : args.after_dashes;
     const Supervisor::Outcome o = sup.run_launch(launch);
     Diagnosis d = sup.report(launch, o);

@@ -10,7 +10,11 @@ AdamW state bit-identical to an uncut run's. events.jsonl has one `replace`
 event naming exactly the cut host and the spare, and `trainer status` shows it.
 Then `health.check = true` with the second host capped at 10% of a core: the
 job's health check stops it (exit 10) naming that host, the supervisor
-replaces it with the spare, and the relaunch finishes.
+replaces it with the spare, and the relaunch finishes. Then the cut again
+under Slurm (`up 3 --slurm`): `salloc -N 3` makes the allocation, the
+supervisor reads its nodes (SLURM_JOB_NODELIST) and launches `srun -N 2
+--nodelist=...`; the same checks (skipped, with the reason, where Slurm is
+not installed).
 
 Needs root and network namespaces; where they cannot be made it exits 77
 (ctest: skipped) and says why. `down` removes the hosts also after a failure.
@@ -37,16 +41,18 @@ def step_reached(run_dir, step):
     return os.path.exists(metrics) and any(json.loads(l)["step"] >= step for l in open(metrics) if l.strip())
 
 
-def replaced_on_spare(trainer, mpiexec, env, hosts, tmp):
+def cut_sets(trainer, tmp):
+    """The cut runs' --set arguments: 60 steps, checkpoints every 10, ZeRO-1 (each host writes its own file)."""
     _, base = small_demo(trainer, tmp, steps=60)
-    sets = base + ["--set", "parallel.pp=1", "--set", "parallel.tp=1", "--set", "model.n_layers=2",
+    return base + ["--set", "parallel.pp=1", "--set", "parallel.tp=1", "--set", "model.n_layers=2",
                    "--set", "checkpoint.every=10", "--set", "runtime.comm_timeout=6", "--set", "parallel.zero_stage=1",
-                   "--set", "supervisor.backoff=3", "--set", "supervisor.max_restarts=3"]
-    straight = os.path.join(tmp, "straight")
-    run([mpiexec, "-np", "2", "--host", f"{hosts[0]}:1,{hosts[2]}:1", trainer, "train", DEMO_RECIPE, *sets,
-         "--set", f"run.dir={straight}"], env=env)
+                   "--set", "supervisor.backoff=3", "--set", "supervisor.max_restarts=3", "--set", "launch.nodes=2",
+                   "--set", "launch.ranks=2"]
 
-    rdir = os.path.join(tmp, "cut")
+
+def replaced_on_spare(trainer, env, hosts, sets, straight, rdir, launcher):
+    """A supervised run whose second host's link is cut at step 25 for good. mpirun: the hosts
+    from launch.hosts; srun: from the allocation `salloc -N 3` makes (SLURM_JOB_NODELIST)."""
     log = {}
 
     def cutter():  # down at step 25 or later, for good
@@ -56,67 +62,74 @@ def replaced_on_spare(trainer, mpiexec, env, hosts, tmp):
         fc("cut", hosts[1], env=env)
         log["cut"] = time.time()
 
-    listed = "[" + ", ".join(f'"{h}"' for h in hosts) + "]"
+    if launcher == "mpirun":
+        listed = "[" + ", ".join(f'"{h}"' for h in hosts) + "]"
+        cmd = [trainer, "supervise", DEMO_RECIPE, *sets, "--set", f"run.dir={rdir}", "--set", f"launch.hosts={listed}"]
+        place = lambda a, b: f"--host {a}:1,{b}:1 "  # noqa: E731
+    else:  # whole nodes: a step left on the lost host does not hold the CPUs the next one needs
+        cmd = ["salloc", "-N", "3", "--exclusive", trainer, "supervise", DEMO_RECIPE, *sets, "--set", f"run.dir={rdir}",
+               "--set", "launch.launcher=srun"]
+        place = lambda a, b: f"--nodelist={a},{b} "  # noqa: E731
     t = threading.Thread(target=cutter)
     t.start()
     t0 = time.time()
-    code, out = run([trainer, "supervise", DEMO_RECIPE, *sets, "--set", f"run.dir={rdir}",
-                     "--set", f"launch.hosts={listed}", "--set", "launch.nodes=2", "--set", "launch.ranks=2"],
-                    env=env, ok_codes=(0, 2, 5, 7))
+    code, out = run(cmd, env=env, ok_codes=(0, 1, 2, 5, 7))
     t.join()
+    fc("restore", hosts[1], env=env)
     took = time.time() - t0
+    if code != 0:
+        print(out[-3000:])
     events = [json.loads(l) for l in open(os.path.join(rdir, "events.jsonl"))]
     for e in events:
         if e["event"] not in ("start",):
-            print("event:", e["event"], e["message"][:400])
+            print(f"event ({launcher}):", e["event"], e["message"][:400])
     alloc = [e for e in events if e["event"] == "allocation"]
     check(len(alloc) == 1 and alloc[0]["hosts"] == hosts and alloc[0]["spares"] == [hosts[2]],
-          f"the allocation: 3 hosts, each launch on 2, {hosts[2]} the spare ({[e['message'] for e in alloc]})")
+          f"{launcher}: the allocation: 3 hosts, each launch on 2, {hosts[2]} the spare "
+          f"({[e['message'] for e in alloc]})")
     starts = [e for e in events if e["event"] == "start"]
-    check(starts and f"--host {hosts[0]}:1,{hosts[1]}:1 " in starts[0]["command"],
-          f"the first launch goes to {hosts[0]} and {hosts[1]} only (mpirun --host)")
+    check(starts and place(hosts[0], hosts[1]) in starts[0]["command"],
+          f"{launcher}: the first launch goes to {hosts[0]} and {hosts[1]} only ({place(hosts[0], hosts[1])})")
     replace = [e for e in events if e["event"] == "replace"]
     check(len(replace) == 1 and replace[0]["excluded"] == [hosts[1]] and replace[0]["spares_in"] == [hosts[2]] and
           replace[0]["hosts"] == [hosts[0], hosts[2]] and "link " in replace[0]["why"] and
           replace[0]["resume_step"] >= 20,
-          f"one replace event: exactly {hosts[1]} excluded (its link down), {hosts[2]} in, resuming from a "
-          f"checkpoint of step 20 or later ({[e['message'] for e in replace]})")
-    check(len(starts) >= 2 and f"--host {hosts[0]}:1,{hosts[2]}:1 " in starts[-1]["command"],
-          f"the relaunch goes to {hosts[0]} and the spare {hosts[2]} only (mpirun --host)")
+          f"{launcher}: one replace event: exactly {hosts[1]} excluded (its link down), {hosts[2]} in, resuming "
+          f"from a checkpoint of step 20 or later ({[e['message'] for e in replace]})")
+    check(len(starts) >= 2 and place(hosts[0], hosts[2]) in starts[-1]["command"],
+          f"{launcher}: the relaunch goes to {hosts[0]} and the spare {hosts[2]} only")
     exits = [e.get("code") for e in events if e["event"] == "exit"]
     check(code == 0 and exits[-1:] == [0] and 5 in exits,
-          f"supervise exits 0 after a launch the watchdog ended (exit 5) and one on the spare (exits {exits}; "
-          f"{took:.0f} s in all)")
+          f"{launcher}: supervise exits 0 after a launch the watchdog ended (exit 5) and one on the spare "
+          f"(exits {exits}; {took:.0f} s in all)")
     if len(starts) >= 2 and "cut" in log:
         relaunch = datetime.datetime.fromisoformat(starts[-1]["time"].replace("Z", "+00:00")).timestamp()
-        print(f"figure: link cut to relaunch on the spare {relaunch - log['cut']:.1f} s "
+        print(f"figure ({launcher}): link cut to relaunch on the spare {relaunch - log['cut']:.1f} s "
               f"(runtime.comm_timeout 6 s, watchdog grace 3 s, launcher linger 15 s)")
     lingering = [e for e in events if e["event"] == "lingering"]
-    print(f"note: the supervisor stopped a lingering launcher {len(lingering)} time(s)")
+    print(f"note ({launcher}): the supervisor stopped a lingering launcher {len(lingering)} time(s)")
     final = os.path.join("checkpoints", "step_00000060")
     check(same_tensors(tensors(os.path.join(rdir, final)), tensors(os.path.join(straight, final))),
-          "the finish on the spare: final weights and AdamW state bit-identical to an uncut run's")
+          f"{launcher}: the finish on the spare: final weights and AdamW state bit-identical to an uncut run's")
     _, status = run([trainer, "status", rdir], ok_codes=(0, 1))
-    check(f"{hosts[1]} excluded" in status or "replace" in status,
-          f"trainer status shows the replacement: {[l for l in status.splitlines() if 'replace' in l or 'excluded' in l][:2]}")
+    check(f"{hosts[1]} excluded" in status,
+          f"{launcher}: trainer status shows the replacement: "
+          f"{[l for l in status.splitlines() if 'excluded' in l][:1]}")
 
 
-def unfit_replaced(trainer, env, hosts, tmp):
+def unfit_replaced(trainer, env, hosts, sets, tmp):
     """health.check in the job: the second host, capped at 10% of a core, is found unfit
     (exit 10) and replaced by the spare; the relaunch trains to the end."""
-    fc("restore", hosts[1], env=env)  # the cut of the check before
-    _, base = small_demo(trainer, tmp, steps=6)
+    base = [a.replace("training.steps=60", "training.steps=6") for a in sets]
     rdir = os.path.join(tmp, "unfit")
     listed = "[" + ", ".join(f'"{h}"' for h in hosts) + "]"
     if fc("slow", hosts[1], "10", env=env).returncode != 0:
         print("note: slow is not available here: the health check's replacement is not checked")
         return
     try:
-        code, out = run([trainer, "supervise", DEMO_RECIPE, *base, "--set", "parallel.pp=1", "--set", "parallel.tp=1",
-                         "--set", "model.n_layers=2", "--set", f"run.dir={rdir}", "--set", "health.check=true",
-                         "--set", "health.in_turn=true", "--set", "health.min_ratio=0.5",
-                         "--set", f"launch.hosts={listed}", "--set", "launch.nodes=2", "--set", "launch.ranks=2"],
-                        env=env, ok_codes=(0, 7, 10))
+        code, out = run([trainer, "supervise", DEMO_RECIPE, *base, "--set", f"run.dir={rdir}",
+                         "--set", "health.check=true", "--set", "health.in_turn=true", "--set", "health.min_ratio=0.5",
+                         "--set", f"launch.hosts={listed}"], env=env, ok_codes=(0, 7, 10))
     finally:
         fc("restore", hosts[1], env=env)
     events = [json.loads(l) for l in open(os.path.join(rdir, "events.jsonl"))]
@@ -133,16 +146,28 @@ def unfit_replaced(trainer, env, hosts, tmp):
 
 def main():
     trainer, mpiexec = sys.argv[1], sys.argv[2]
-    env = cluster_up(3, "spares")
-    try:
-        hosts = fc("hosts", env=env).stdout.split()
-        with tempfile.TemporaryDirectory() as tmp:
-            replaced_on_spare(trainer, mpiexec, env, hosts, tmp)
-        with tempfile.TemporaryDirectory() as tmp:
-            unfit_replaced(trainer, env, hosts, tmp)
-    finally:
-        down = fc("down", env=env)
-        check(down.returncode == 0, f"down: exit {down.returncode} {down.stderr.strip()[-300:]}")
+    with tempfile.TemporaryDirectory() as tmp:
+        sets = cut_sets(trainer, tmp)
+        straight = os.path.join(tmp, "straight")
+        env = cluster_up(3, "spares")
+        try:
+            hosts = fc("hosts", env=env).stdout.split()
+            run([mpiexec, "-np", "2", "--host", f"{hosts[0]}:1,{hosts[2]}:1", trainer, "train", DEMO_RECIPE, *sets,
+                 "--set", f"run.dir={straight}"], env=env)
+            replaced_on_spare(trainer, env, hosts, sets, straight, os.path.join(tmp, "cut"), "mpirun")
+            unfit_replaced(trainer, env, hosts, sets, tmp)
+        finally:
+            down = fc("down", env=env)
+            check(down.returncode == 0, f"down: exit {down.returncode} {down.stderr.strip()[-300:]}")
+        # The same under Slurm, in an allocation of the three hosts.
+        env = cluster_up(3, "spares", slurm=True)
+        if env:
+            try:
+                hosts = fc("hosts", env=env).stdout.split()
+                replaced_on_spare(trainer, env, hosts, sets, straight, os.path.join(tmp, "cut_slurm"), "srun")
+            finally:
+                down = fc("down", env=env)
+                check(down.returncode == 0, f"down (Slurm): exit {down.returncode} {down.stderr.strip()[-300:]}")
     finish("spares")
 
 

@@ -40,6 +40,7 @@ struct RankDump {
   bool probed = false;
   std::vector<std::string> links_down;
   std::set<int> reached, unreached, host_ranks;
+  std::map<int, std::string> probed_hosts;  // the probed ranks' host names
 };
 
 std::string describe(const RankDump& d, const json& call) {
@@ -127,6 +128,8 @@ void read_dump(const std::filesystem::path& path, double newer_than, FlightFiles
     d.reached = n.at("reached").get<std::set<int>>();
     d.unreached = n.at("unreached").get<std::set<int>>();
     d.host_ranks = n.at("host_ranks").get<std::set<int>>();
+    if (n.contains("hosts"))
+      for (const auto& [r, h] : n.at("hosts").items()) d.probed_hosts[std::atoi(r.c_str())] = h.get<std::string>();
   }
   const double start = j.at("job_start");
   if (start > newer_than) f.dumps.push_back({start, std::move(d)});
@@ -332,6 +335,26 @@ void blame_hosts(const std::map<int, RankDump>& dumps, const std::set<int>& cut,
   if (!hosts.empty()) out.host_why = why;
 }
 
+// Ranks behind that left no flight recorder, which every probe that tried
+// could not reach: their host was cut off (its ranks could not even write
+// their dumps to the shared file system). Named by the probers' records.
+void blame_silent_hosts(const std::map<int, RankDump>& dumps, const std::set<int>& behind, Diagnosis& out) {
+  std::map<int, int> probed, unreached;
+  std::set<std::string> hosts;
+  for (const auto& [_, d] : dumps) {
+    for (int u : d.unreached) probed[u]++, unreached[u]++;
+    for (int u : d.reached) probed[u]++;
+  }
+  for (int b : behind) {
+    if (dumps.count(b) || probed[b] == 0 || unreached[b] != probed[b]) return;
+    for (const auto& [_, d] : dumps)
+      if (const auto it = d.probed_hosts.find(b); it != d.probed_hosts.end()) hosts.insert(it->second);
+  }
+  if (hosts.empty()) return;
+  out.hosts.assign(hosts.begin(), hosts.end());
+  out.host_why = "no other host reaches it and its ranks left no flight recorder (the watchdogs' network probes)";
+}
+
 // A crash names its host only when every crash of the job was on that one
 // host (crashes on several hosts look like the program, not a machine).
 void blame_crash_host(Diagnosis& out) {
@@ -394,6 +417,7 @@ Diagnosis diagnose_dumps(const std::string& run_dir, double newer_than) {
     return out;
   }
   out.named = true;
+  blame_silent_hosts(dumps, behind, out);
   out.verdict = format("rank %s %s behind.", rank_list(behind).c_str(), behind.size() == 1 ? "is" : "are");
   say += "verdict: " + out.verdict + "\n";
   for (int b : behind) {

@@ -26,8 +26,9 @@ struct Diagnosis {
   std::vector<std::string> warnings;  // unreadable dumps, skipped
   // The hosts the evidence blames, with why (`trainer supervise` excludes
   // them when it has spares): the host of ranks whose link went down or that
-  // no other host reached (the watchdogs' network probes), or the one host
-  // every crash report of the job came from. Empty when no host is named.
+  // no other host reached (the watchdogs' network probes; also ranks that
+  // left no dump, named from the probes' records), or the one host every
+  // crash report of the job came from. Empty when no host is named.
   std::vector<std::string> hosts;
   std::string host_why;  // "link eth1 down (the watchdogs' network probes)"
 };

@@ -16,6 +16,9 @@
 #include <set>
 #include <sstream>
 
+#include "runtime/host_name.h"
+#include "runtime/metrics.h"
+
 namespace trainer {
 
 namespace {
@@ -84,7 +87,7 @@ void PeerProbe::accept_loop() {
 }
 
 std::string PeerProbe::record() const {
-  std::string r = std::to_string(port_);
+  std::string r = std::to_string(port_) + " @" + host_name();
   for (const Address& a : mine_) r += " " + a.iface + "=" + a.ip;
   return r;
 }
@@ -95,7 +98,8 @@ PeerProbe::Peer PeerProbe::parse(const std::string& record) {
   in >> p.port;
   std::string w;
   while (in >> w)
-    if (const size_t eq = w.find('='); eq != std::string::npos) p.addrs.push_back({w.substr(0, eq), w.substr(eq + 1)});
+    if (w[0] == '@') p.host = w.substr(1);
+    else if (const size_t eq = w.find('='); eq != std::string::npos) p.addrs.push_back({w.substr(0, eq), w.substr(eq + 1)});
   return p;
 }
 
@@ -165,9 +169,16 @@ std::string PeerProbe::check(const std::vector<int>& ranks, double timeout_s) co
     pending.swap(still);
   }
   for (const Attempt& p : pending) close(p.fd);
-  for (const auto& [host, rs] : hosts) (answered.count(host) ? reached : unreached).insert(rs.begin(), rs.end());
+  std::string names;
+  for (const auto& [host, rs] : hosts) {
+    (answered.count(host) ? reached : unreached).insert(rs.begin(), rs.end());
+    for (int r : rs)
+      if (!peers_[r].host.empty())
+        names += (names.empty() ? "\"" : ", \"") + std::to_string(r) + "\": \"" + json_escape(peers_[r].host) + "\"";
+  }
   return "\"network\": {\"links_down\": [" + down + "], \"reached\": " + json_ranks(reached) +
-         ", \"unreached\": " + json_ranks(unreached) + ", \"host_ranks\": " + json_ranks(here) + "}";
+         ", \"unreached\": " + json_ranks(unreached) + ", \"host_ranks\": " + json_ranks(here) + ", \"hosts\": {" +
+         names + "}}";
 }
 
 }  // namespace trainer

@@ -23,8 +23,8 @@ class PeerProbe {
   PeerProbe(const PeerProbe&) = delete;
   PeerProbe& operator=(const PeerProbe&) = delete;
 
-  // This rank's line for the swap: "PORT IFACE=IP IFACE=IP ..." (up,
-  // non-loopback IPv4 interfaces).
+  // This rank's line for the swap: "PORT @HOST IFACE=IP IFACE=IP ..." (its
+  // host name, then up, non-loopback IPv4 interfaces).
   std::string record() const;
   // Every rank's line, by world rank.
   void set_peers(std::vector<std::string> records, int my_rank);
@@ -32,7 +32,9 @@ class PeerProbe {
   // Probes the hosts of `ranks` (one rank per host; ranks with this rank's
   // addresses share its host and are skipped) for at most timeout_s, and
   // returns the dump's member: "network": {"links_down": [...], "reached":
-  // [ranks], "unreached": [ranks], "host_ranks": [ranks on this host]}.
+  // [ranks], "unreached": [ranks], "host_ranks": [ranks on this host],
+  // "hosts": {"RANK": "HOST", ...} (the probed ranks' host names, so that a
+  // host that could not write its own dumps can still be named)}.
   std::string check(const std::vector<int>& ranks, double timeout_s) const;
 
   struct Address {
@@ -42,6 +44,7 @@ class PeerProbe {
  private:
   struct Peer {
     int port = 0;
+    std::string host;  // its host name ("" from a line without one)
     std::vector<Address> addrs;
   };
   static Peer parse(const std::string& record);

@@ -186,6 +186,32 @@ TEST(Diagnose, NamesTheHostOfTheRanksThatLostTheirLink) {
   EXPECT_EQ(out3.find("host at fault"), std::string::npos) << out3;
 }
 
+// A host cut off for good cannot write its ranks' dumps either: the ranks
+// that wait for them name it from the probe's records (its host name), when
+// every probe that tried could not reach it. A rank without a dump whose host
+// answered (a crashed process: the port is closed, the host is there) names
+// no host.
+TEST(Diagnose, NamesTheHostOfRanksThatLeftNoDumpAndAnswerNoProbe) {
+  const std::string c = call(8, "reduce_scatter_sum", 4096, "null");
+  const std::string hosts = ", \"hosts\": {\"2\": \"nodeC\"}}";
+  const auto with_hosts = [&](std::string p) { return p.substr(0, p.size() - 1) + hosts; };
+  for (bool answered : {false, true}) {
+    const std::string a = answered ? with_hosts(probe("", "2", "", "0")) : with_hosts(probe("", "", "2", "0"));
+    const std::string b = answered ? with_hosts(probe("", "2", "", "1")) : with_hosts(probe("", "", "2", "1"));
+    const std::string dir = write_dumps("diag_silent", {{0, 8, c, "training of step 4", 0, a, "nodeA"},
+                                                        {1, 8, c, "training of step 4", 0, b, "nodeB"}});
+    const auto [code, out] = diagnose(dir);
+    EXPECT_EQ(code, 0) << out;
+    EXPECT_NE(out.find("verdict: rank 2 is behind."), std::string::npos) << out;
+    if (answered)
+      EXPECT_EQ(out.find("host at fault"), std::string::npos) << out;
+    else
+      EXPECT_NE(out.find("host at fault: nodeC: no other host reaches it and its ranks left no flight recorder"),
+                std::string::npos) << out;
+    std::filesystem::remove_all(dir);
+  }
+}
+
 // Crashes name a host only when every crash of the job was on that host.
 TEST(Diagnose, NamesTheHostEveryCrashWasOn) {
   for (bool one_host : {true, false}) {

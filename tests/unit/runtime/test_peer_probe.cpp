@@ -43,7 +43,9 @@ TEST(PeerProbe, ReachesAListeningHostNotASilentOne) {
   PeerProbe a, b;
   std::vector<int> fds;
   const std::string port = b.record().substr(0, b.record().find(' '));
-  a.set_peers({a.record(), port + " lo=127.0.0.1", std::to_string(silent_port(fds)) + " lo=127.0.0.2", a.record()}, 0);
+  a.set_peers({a.record(), port + " @nodeB lo=127.0.0.1", std::to_string(silent_port(fds)) + " @nodeC lo=127.0.0.2",
+               a.record()},
+              0);
   const auto t0 = std::chrono::steady_clock::now();
   const nlohmann::json j = nlohmann::json::parse("{" + a.check({1, 2, 3}, 1.0) + "}").at("network");
   const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -51,6 +53,8 @@ TEST(PeerProbe, ReachesAListeningHostNotASilentOne) {
   EXPECT_EQ(j.at("unreached"), nlohmann::json::array({2})) << j;
   EXPECT_EQ(j.at("host_ranks"), nlohmann::json::array({0, 3})) << j;
   EXPECT_TRUE(j.at("links_down").empty()) << j;
+  // The probed ranks' host names, from their lines (what names a host that wrote no dump).
+  EXPECT_EQ(j.at("hosts"), nlohmann::json({{"1", "nodeB"}, {"2", "nodeC"}})) << j;
   EXPECT_LT(took, 3.0);  // the 1 s probe timeout, not the kernel's SYN retries (3 s, 7 s, ...)
   for (int fd : fds) close(fd);
 }

@@ -80,7 +80,7 @@ const char* kSuperviseUsage =
     "  Hosts: with [launch] hosts or hostfile, or under Slurm (SLURM_JOB_NODELIST) with [launch]\n"
     "  nodes set, each launch runs on `nodes` of the allocation's hosts (mpirun --host,\n"
     "  srun --nodelist; a relaunch with srun --overlap) and the rest are spares: a failure\n"
-    "  blamed on a host (its link down, no other host reaching it, or every crash on it)\n"
+    "  blamed on a host (its link down, no other host reaching it, or a SIGBUS/SIGILL on it)\n"
     "  excludes that host, and the next launch takes a spare at once (event `replace`);\n"
     "  so does a node health.check found unfit (exit 10).\n"
     "  Exit: 0 done; 2, 3, 4, 6, 8, 10 the job's error that a retry cannot fix; 7 restart\n"
@@ -260,10 +260,12 @@ std::optional<Allocation> job_allocation(const Recipe& r) {
   std::vector<std::string> hosts = r.launch.hosts;
   try {
     if (!r.launch.hostfile.empty()) {
+      if (const std::string why = not_regular_file(r.launch.hostfile); !why.empty())
+        throw RecipeError("[launch] hostfile: " + why);
       std::ifstream in(r.launch.hostfile);
+      if (!in) throw RecipeError("[launch] hostfile: cannot read " + r.launch.hostfile + ": " + std::strerror(errno));
       std::stringstream text;
-      if (!(text << in.rdbuf()))
-        throw RecipeError("[launch] hostfile: cannot read " + r.launch.hostfile + ": " + std::strerror(errno));
+      text << in.rdbuf();
       hosts = parse_hostfile(text.str());
       if (hosts.empty()) throw RecipeError("[launch] hostfile: " + r.launch.hostfile + " lists no host");
     }
@@ -277,7 +279,13 @@ std::optional<Allocation> job_allocation(const Recipe& r) {
       hosts = expand_hostlist(slurm);
     }
     if (hosts.empty()) return std::nullopt;
-    return Allocation(hosts, r.launch.nodes);
+    Allocation a(hosts, r.launch.nodes);
+    const int ranks = r.launch.ranks > 0 ? r.launch.ranks : r.parallel.grid.ranks();
+    if (ranks % a.nodes() != 0)
+      throw RecipeError("[launch]: the job's " + std::to_string(ranks) + " ranks do not split evenly over the " +
+                        std::to_string(a.nodes()) + " hosts a launch runs on; set launch.nodes to a divisor of " +
+                        std::to_string(ranks));
+    return a;
   } catch (const std::invalid_argument& e) {
     throw RecipeError(std::string("[launch]: ") + e.what());
   }
@@ -472,7 +480,7 @@ struct Supervisor {
       if (std::find(used.begin(), used.end(), h) == used.end()) in.push_back(h);
     JsonRecord rec;
     rec.add("excluded", out).add("why", d.host_why).add("spares_in", in).add("hosts", next)
-        .add("spares_left", alloc.spares());
+        .add("spares_left", next.empty() ? std::vector<std::string>{} : alloc.spares());
     const std::string excluded = "host" + std::string(out.size() > 1 ? "s " : " ") + join(out) + " excluded: " + d.host_why;
     if (next.empty()) {
       events.write("no_spare", launch,

@@ -355,13 +355,19 @@ void blame_silent_hosts(const std::map<int, RankDump>& dumps, const std::set<int
   out.host_why = "no other host reaches it and its ranks left no flight recorder (the watchdogs' network probes)";
 }
 
-// A crash names its host only when every crash of the job was on that one
-// host (crashes on several hosts look like the program, not a machine).
+// A crash names its host only when it is the machine's kind (SIGBUS: memory
+// or a device gone bad; SIGILL: a CPU that cannot run what every other
+// runs) and every crash of the job was on that one host. A segfault, an
+// abort or a division by zero is the program's: one rank crashes and the
+// launcher kills the rest, so blaming "the only crash's host" would burn
+// every spare on a bug that follows the rank.
 void blame_crash_host(Diagnosis& out) {
   if (out.crashes.empty() || !out.hosts.empty()) return;
   const std::string& host = out.crashes.front().host;
   for (const CrashReport& c : out.crashes)
-    if (c.host.empty() || c.host != host) return;
+    if (c.host.empty() || c.host != host ||
+        (c.summary.find("(SIGBUS") == std::string::npos && c.summary.find("(SIGILL") == std::string::npos))
+      return;
   out.hosts = {host};
   out.host_why = out.crashes.front().summary + " (its crash report)";
 }

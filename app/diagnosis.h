@@ -28,7 +28,7 @@ struct Diagnosis {
   // them when it has spares): the host of ranks whose link went down or that
   // no other host reached (the watchdogs' network probes; also ranks that
   // left no dump, named from the probes' records), or the one host every
-  // crash report of the job came from. Empty when no host is named.
+  // crash of the job came from when they are SIGBUS or SIGILL. Empty when no host is named.
   std::vector<std::string> hosts;
   std::string host_why;  // "link eth1 down (the watchdogs' network probes)"
 };

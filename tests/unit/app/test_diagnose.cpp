@@ -212,7 +212,9 @@ TEST(Diagnose, NamesTheHostOfRanksThatLeftNoDumpAndAnswerNoProbe) {
   }
 }
 
-// Crashes name a host only when every crash of the job was on that host.
+// Crashes name a host only when every crash of the job was on that host,
+// and only crashes of the machine's kind (SIGBUS, SIGILL): a segfault or an
+// abort is the program's, wherever it runs.
 TEST(Diagnose, NamesTheHostEveryCrashWasOn) {
   for (bool one_host : {true, false}) {
     const std::string dir = temp_dir("diag_crash_host");
@@ -233,6 +235,15 @@ TEST(Diagnose, NamesTheHostEveryCrashWasOn) {
       EXPECT_EQ(out.find("host at fault"), std::string::npos) << out;
     std::filesystem::remove_all(dir);
   }
+  const std::string dir = temp_dir("diag_crash_bug");
+  std::filesystem::create_directories(dir + "/flight");
+  std::ofstream(dir + "/flight/crash_rank_00002.txt")
+      << "rank 2 (pid 77) died of signal 11 (SIGSEGV, invalid memory access) in training of step 40\n"
+         "job_start_us 300000000\nhost gpu17\nbacktrace:\n";
+  const auto [code, out] = diagnose(dir);
+  EXPECT_NE(out.find("crash: rank 2 (pid 77) died of signal 11"), std::string::npos) << out;
+  EXPECT_EQ(out.find("host at fault"), std::string::npos) << "a segfault is the program's:\n" << out;
+  std::filesystem::remove_all(dir);
 }
 
 TEST(Diagnose, ReportsACrashOfTheNewestJob) {

@@ -269,6 +269,8 @@ TEST_F(RecipeErrors, TheAllocationIsCheckedBeforeALaunch) {
   expect_error(supervise("--set launch.hostfile=" + dir_ + "/no_such_hostfile"), 2,
                {"[launch] hostfile: cannot read", "no_such_hostfile"});
   expect_error(supervise("--set 'launch.hosts=[\"a\", \"a\"]'"), 2, {"[launch]", "lists host a twice"});
+  expect_error(supervise("--set 'launch.hosts=[\"a\", \"b\", \"c\"]' --set launch.ranks=4"), 2,
+               {"[launch]", "4 ranks do not split evenly over the 3 hosts"});
   expect_error(supervise("--set 'launch.hosts=[\"a\"]' -- true"), 2,
                {"a launch command given after `--`"});
 }

@@ -55,7 +55,6 @@
 #include "runtime/regular_file.h"
 #include "runtime/replace_file.h"
 #include "runtime/stop_signal.h"
-#include "runtime/utc_time.h"
 
 namespace trainer {
 
@@ -81,8 +80,8 @@ const char* kSuperviseUsage =
     "  nodes set, each launch runs on `nodes` of the allocation's hosts (mpirun --host,\n"
     "  srun --nodelist; a relaunch with srun --overlap) and the rest are spares: a failure\n"
     "  blamed on a host (its link down, no other host reaching it, or a SIGBUS/SIGILL on it)\n"
-    "  excludes that host, and the next launch takes a spare at once (event `replace`);\n"
-    "  so does a node health.check found unfit (exit 10).\n"
+    "  excludes that host, and the next launch takes a spare at once (event `replace`; not\n"
+    "  counted against max_restarts); so does a node health.check found unfit (exit 10).\n"
     "  Exit: 0 done; 2, 3, 4, 6, 8, 10 the job's error that a retry cannot fix; 7 restart\n"
     "  budget used up, or no spare left; 75 preempted (requeue).\n";
 
@@ -126,9 +125,7 @@ class EventLog {
  public:
   explicit EventLog(const std::string& path) : log_(path, false) {}
   void write(const std::string& event, int launch, const std::string& text, JsonRecord extra = {}) {
-    JsonRecord r;
-    r.add("time", iso_time(now_s())).add("event", event).add("launch", launch).add("message", text).add(extra);
-    if (!log_.write(r) && !reported_) {
+    if (!log_.write(event_record(event, launch, text).add(extra)) && !reported_) {
       reported_ = true;  // once: the console still gets every event
       std::fprintf(stderr, "supervise: warning: cannot write %s; events go to the console only\n",
                    log_.error().c_str());
@@ -218,6 +215,12 @@ int dumps_since(const std::string& dir, double t) {
   return n;
 }
 
+std::string join(const std::vector<std::string>& v, const char* sep = ", ") {
+  std::string out;
+  for (const std::string& x : v) out += (out.empty() ? "" : sep) + x;
+  return out;
+}
+
 // The launcher command for the recipe's ranks (mpirun or srun) running this
 // executable's `train`, on `hosts` when given (the same number of ranks on
 // each). `launch`: the supervisor's launch number.
@@ -233,9 +236,9 @@ std::vector<std::string> launch_command(const Recipe& r, const std::string& reci
     for (const char* v : {"TRAINER_ATTEMPT", "TRAINER_RESUME", "TRAINER_LOCK_TOKEN"}) command.insert(command.end(), {"-x", v});
     for (const char* v : {"TRAINER_FAULT", "TRAINER_CPU_KERNELS"})
       if (std::getenv(v)) command.insert(command.end(), {"-x", v});
-    std::string list;  // "a:2,b:2": slots, so that ranks fill a host before the next
-    for (const std::string& h : hosts) list += (list.empty() ? "" : ",") + h + ":" + std::to_string(ranks / hosts.size());
-    if (!hosts.empty()) command.insert(command.end(), {"--host", list});
+    std::vector<std::string> slots;  // "a:2,b:2": so that ranks fill a host before the next
+    for (const std::string& h : hosts) slots.push_back(h + ":" + std::to_string(ranks / hosts.size()));
+    if (!hosts.empty()) command.insert(command.end(), {"--host", join(slots, ",")});
   } else {
     command = {"srun", "--mpi=pmix", "-n", std::to_string(ranks)};
     // A relaunch's step may share CPUs (and GPUs) with an earlier launch's:
@@ -243,9 +246,7 @@ std::vector<std::string> launch_command(const Recipe& r, const std::string& reci
     // holds its resources on the good hosts too) until Slurm marks that host
     // down, minutes later, and without --overlap the relaunch would wait.
     if (launch > 0) command.push_back("--overlap");
-    std::string list;
-    for (const std::string& h : hosts) list += (list.empty() ? "" : ",") + h;
-    if (!hosts.empty()) command.insert(command.end(), {"-N", std::to_string(hosts.size()), "--nodelist=" + list});
+    if (!hosts.empty()) command.insert(command.end(), {"-N", std::to_string(hosts.size()), "--nodelist=" + join(hosts, ",")});
   }
   command.insert(command.end(), r.launch.args.begin(), r.launch.args.end());
   command.insert(command.end(), {self, "train", recipe_path});
@@ -291,21 +292,23 @@ std::optional<Allocation> job_allocation(const Recipe& r) {
   }
 }
 
-std::string join(const std::vector<std::string>& v, const char* sep = ", ") {
-  std::string out;
-  for (const std::string& x : v) out += (out.empty() ? "" : sep) + x;
-  return out;
-}
-
-// What the job's health check (health.check) blamed in a launch started at
-// t0: its `unfit_node` event in events.jsonl, as a diagnosis names hosts.
-Diagnosis health_verdict(const std::string& run_dir, double t0) {
+// What the job's health check (health.check) blamed in this launch: its
+// `unfit_node` event in events.jsonl after the launch's own `start` event
+// (appended in order by both writers; the launch number alone repeats
+// across runs of `supervise`, and times come from two hosts' clocks), as a
+// diagnosis names hosts.
+Diagnosis health_verdict(const std::string& run_dir, int launch) {
   Diagnosis d;
-  for (const nlohmann::json& e : read_run_files(run_dir).events)
-    if (field_text(e, "event") == "unfit_node" && record_time(e) >= t0 - 1 && e.contains("hosts")) {
+  for (const nlohmann::json& e : read_run_files(run_dir).events) {
+    const auto n = e.find("launch");
+    if (n == e.end() || !n->is_number_integer() || n->get<long>() != launch) continue;
+    const std::string event = field_text(e, "event");
+    if (event == "start") d = {};
+    if (event == "unfit_node" && e.contains("hosts")) {
       d.hosts = e.at("hosts").get<std::vector<std::string>>();
       d.host_why = field_text(e, "why");
     }
+  }
   return d;
 }
 
@@ -371,9 +374,14 @@ struct Supervisor {
       // A watchdog that ended the job normally ends the launcher within
       // seconds; one still running long after waits on a host it lost (mpirun
       // waits for a cut host's daemon): the job is over, stop it.
-      if (now_s() - flight_checked > 1) {
+      if (ended_at == 0 && now_s() - flight_checked > 1) {
         flight_checked = now_s();
-        if (ended_at == 0) ended_at = watchdog_ended_job(r.run.dir, o.t0);
+        // A watchdog ends a job only after its steps stopped: the flight
+        // directory is read once the heartbeat is a few seconds old. The
+        // linger counts from here (the dump's time is a rank host's clock).
+        if (now_s() - std::max(o.t0, mtime_seconds(r.run.dir + "/heartbeat")) > 2 &&
+            watchdog_ended_job(r.run.dir, o.t0))
+          ended_at = now_s();
       }
       if (ended_at > 0 && now_s() - ended_at > kLauncherLinger) {
         char b[256];
@@ -468,11 +476,19 @@ struct Supervisor {
   int replace_blamed(int launch, const Diagnosis& d, Allocation& alloc, const std::vector<std::string>& used,
                      bool* replaced) {
     *replaced = false;
-    std::vector<std::string> out;
-    for (const std::string& name : d.hosts)
-      if (const std::string h = alloc.find(name);
-          !h.empty() && std::find(used.begin(), used.end(), h) != used.end() && alloc.exclude(h, d.host_why))
-        out.push_back(h);
+    std::vector<std::string> out, unknown;
+    for (const std::string& name : d.hosts) {
+      const std::string h = alloc.find(name);
+      if (h.empty()) unknown.push_back(name);
+      else if (std::find(used.begin(), used.end(), h) != used.end() && alloc.exclude(h, d.host_why)) out.push_back(h);
+    }
+    if (!unknown.empty())
+      events.write("unknown_host", launch,
+                   "the failure is blamed on " + join(unknown) + " (" + d.host_why +
+                       "), which is not one of the allocation's hosts (" + join(alloc.hosts()) +
+                       "): nothing excluded for it; name the hosts in launch.hosts or the hostfile as their "
+                       "`hostname` does",
+                   JsonRecord().add("hosts", unknown).add("why", d.host_why));
     if (out.empty()) return -1;  // unattributed: retried on the same hosts
     const std::vector<std::string> next = alloc.launch_hosts();
     std::vector<std::string> in;
@@ -490,12 +506,17 @@ struct Supervisor {
                    rec);
       return kExitGaveUp;
     }
+    // The newest committed checkpoint; the relaunch verifies it (reading
+    // every byte, which is its work, not the supervisor's) and falls back to
+    // an older one if it is broken.
     const std::string latest = latest_checkpoint(r.checkpoint.dir);
     const long step = latest.empty() ? 0 : checkpoint_step(latest);
     rec.add("resume_step", step);
     events.write("replace", launch,
-                 excluded + "; spare" + (in.size() > 1 ? "s " : " ") + join(in) + " in; resuming from step " +
-                     std::to_string(step) + (latest.empty() ? " (no checkpoint yet)" : "") + " on " + join(next),
+                 excluded + "; spare" + (in.size() > 1 ? "s " : " ") + join(in) + " in; resuming from " +
+                     (latest.empty() ? std::string("the start (no checkpoint yet)")
+                                     : "step " + std::to_string(step) + " (the newest checkpoint, if it verifies)") +
+                     " on " + join(next),
                  rec);
     *replaced = true;
     return -1;
@@ -542,15 +563,20 @@ struct Supervisor {
     return -1;
   }
 
-  // Waits out the backoff before the next launch (none when a spare
-  // replaced the host at fault); false if a stop signal came.
-  bool back_off(int launch, bool at_once) {
+  // Waits out the backoff before the next launch; false if a stop signal
+  // came. A launch on spares that replaced the hosts at fault starts at once
+  // and is not counted against max_restarts (the spares bound how often).
+  bool back_off(int launch, bool replaced) {
     const SupervisorSection& sv = r.supervisor;
-    const double delay = at_once ? 0 : sv.backoff_before(restarts);
-    restarts++;
-    char b[160];
-    std::snprintf(b, sizeof b, "restart %d of %d in %.1f s, from the newest valid checkpoint", restarts,
-                  sv.max_restarts, delay);
+    const double delay = replaced ? 0 : sv.backoff_before(restarts);
+    if (!replaced) restarts++;
+    char b[200];
+    if (replaced)
+      std::snprintf(b, sizeof b, "relaunching at once on the new hosts, from the newest valid checkpoint (not counted "
+                                 "as a restart: %d of %d used)", restarts, sv.max_restarts);
+    else
+      std::snprintf(b, sizeof b, "restart %d of %d in %.1f s, from the newest valid checkpoint", restarts,
+                    sv.max_restarts, delay);
     events.write("restart", launch + 1, b, JsonRecord().add("restart", restarts).add("delay_s", delay));
     for (const double until = now_s() + delay; now_s() < until;) {
       if (stop_signal()) {
@@ -605,15 +631,17 @@ int cmd_supervise(int argc, char** argv) {
                                             : args.after_dashes;
     const Supervisor::Outcome o = sup.run_launch(launch);
     Diagnosis d = sup.report(launch, o);
-    // A node the job's health check found unfit is not retried on, but with
-    // spares it is replaced like a host a failure is blamed on.
-    const bool unfit = alloc && o.code == kExitUnfitNode && !o.forwarded;
-    if (unfit) d = health_verdict(r.run.dir, o.t0);
-    else if (const int code = sup.decide(launch, o); code >= 0) return code;
+    // With an allocation, the hosts a failure is blamed on are replaced by
+    // spares, and so is a node the job's health check found unfit (which is
+    // never retried on). What names no host of the launch goes on as without
+    // spares: a retry on the same hosts, or the end.
     bool replaced = false;
-    if (alloc)
+    if (alloc && !o.forwarded && (retryable(o.code) || o.code == kExitUnfitNode)) {
+      if (o.code == kExitUnfitNode) d = health_verdict(r.run.dir, launch);
       if (const int code = sup.replace_blamed(launch, d, *alloc, hosts, &replaced); code >= 0) return code;
-    if (unfit && !replaced) return sup.decide(launch, o);  // names no host of the launch: as without spares
+    }
+    if (!replaced)
+      if (const int code = sup.decide(launch, o); code >= 0) return code;
     if (!sup.back_off(launch, replaced)) return kExitPreempted;
   }
 }

@@ -24,7 +24,6 @@
 #include "runtime/metrics.h"
 #include "runtime/replace_file.h"
 #include "runtime/stop_signal.h"
-#include "runtime/utc_time.h"
 #include "parallel/mpi_world.h"
 
 namespace trainer {
@@ -163,9 +162,8 @@ void check_health(const Job& job, int rank, int size) {
     std::vector<std::string> hosts;
     for (size_t i = 0; i < nodes.size(); i++)
       if (verdicts[i].health != Health::Ok) hosts.push_back(nodes[i].host);
-    JsonRecord e;
-    e.add("time", iso_time(wall_seconds())).add("event", std::string("unfit_node")).add("launch", job.launch)
-        .add("message", "health.check: " + unfit).add("hosts", hosts).add("why", "health.check: " + unfit);
+    const JsonRecord e = event_record("unfit_node", job.launch, "health.check: " + unfit)
+                             .add("hosts", hosts).add("why", "health.check: " + unfit);
     try {
       MetricsLog events(r.run.dir + "/events.jsonl", false);
       if (!events.write(e)) std::fprintf(stderr, "warning: %s\n", events.error().c_str());

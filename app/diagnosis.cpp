@@ -436,8 +436,7 @@ Diagnosis diagnose_dumps(const std::string& run_dir, double newer_than) {
 
 }  // namespace
 
-double watchdog_ended_job(const std::string& run_dir, double newer_than) {
-  double first = 0;
+bool watchdog_ended_job(const std::string& run_dir, double newer_than) {
   std::error_code ec;
   for (const auto& e : std::filesystem::directory_iterator(run_dir + "/flight", ec)) {
     const std::string n = e.path().filename().string();
@@ -447,14 +446,11 @@ double watchdog_ended_job(const std::string& run_dir, double newer_than) {
     try {
       std::ifstream in(e.path());
       const json j = json::parse(in);
-      if (j.value("ends_job", false) && j.value("job_start", 0.0) > newer_than) {
-        const double t = j.value("time", 0.0);
-        first = first == 0 ? t : std::min(first, t);
-      }
+      if (j.value("ends_job", false) && j.value("job_start", 0.0) > newer_than) return true;
     } catch (const std::exception&) {  // half written, or not ours: the diagnosis says so later
     }
   }
-  return first;
+  return false;
 }
 
 Diagnosis diagnose_run(const std::string& run_dir, double newer_than) {

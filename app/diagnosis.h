@@ -33,10 +33,10 @@ struct Diagnosis {
   std::string host_why;  // "link eth1 down (the watchdogs' network probes)"
 };
 
-// When a watchdog of a job started after `newer_than` ended that job (its
-// dump says "ends_job"): the earliest such dump's time, or 0. A supervisor
-// whose launcher is still running long after is waiting on a lost host.
-double watchdog_ended_job(const std::string& run_dir, double newer_than);
+// Whether a watchdog of a job started after `newer_than` ended that job (its
+// dump says "ends_job"). A supervisor whose launcher is still running long
+// after is waiting on a lost host.
+bool watchdog_ended_job(const std::string& run_dir, double newer_than);
 
 // Reads run_dir/flight/rank_*.json and crash_rank_*.txt; only the newest
 // job's, and only of jobs that started after `newer_than` (seconds since the

@@ -9,7 +9,6 @@
 #include "engine/step_loop.h"
 #include "model/flops.h"
 #include "runtime/errors.h"
-#include "runtime/utc_time.h"
 
 namespace trainer {
 
@@ -108,9 +107,8 @@ void StepLoop::watch_throughput(const StepStats& st, const StepExtras& x) {
   } catch (const UserError& e) {
     return run_file_unwritable(e.what());
   }
-  JsonRecord e;
-  e.add("time", iso_time(wall_seconds())).add("event", std::string("throughput_drop"))
-      .add("launch", job_.launch).add("message", std::string(text)).add("step", st.step)
+  JsonRecord e = event_record("throughput_drop", job_.launch, text);
+  e.add("step", st.step)
       .add("ratio", drop->ratio).add("grew", drop->grew).add("grew_ms", drop->grew_ms)
       .add("step_ms", drop->now.step).add("baseline_step_ms", drop->base.step);
   if (straggler) e.add("straggler_rank", (long)last_named_.ranks[0]);

@@ -8,8 +8,15 @@
 
 #include "runtime/errors.h"
 #include "runtime/regular_file.h"
+#include "runtime/utc_time.h"
 
 namespace trainer {
+
+JsonRecord event_record(const std::string& event, int launch, const std::string& message) {
+  JsonRecord r;
+  r.add("time", iso_time(wall_seconds())).add("event", event).add("launch", launch).add("message", message);
+  return r;
+}
 
 std::string json_escape(const std::string& s) {
   std::string o;

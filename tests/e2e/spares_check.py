@@ -119,8 +119,10 @@ def replaced_on_spare(trainer, env, hosts, sets, straight, rdir, launcher):
 
 def unfit_replaced(trainer, env, hosts, sets, tmp):
     """health.check in the job: the second host, capped at 10% of a core, is found unfit
-    (exit 10) and replaced by the spare; the relaunch trains to the end."""
-    base = [a.replace("training.steps=60", "training.steps=6") for a in sets]
+    (exit 10) and replaced by the spare; the relaunch trains to the end. With
+    supervisor.max_restarts = 0: a launch on a spare is not a restart (the spares bound those)."""
+    base = [a.replace("training.steps=60", "training.steps=6").replace("max_restarts=3", "max_restarts=0")
+            for a in sets]
     rdir = os.path.join(tmp, "unfit")
     listed = "[" + ", ".join(f'"{h}"' for h in hosts) + "]"
     if fc("slow", hosts[1], "10", env=env).returncode != 0:
@@ -136,7 +138,10 @@ def unfit_replaced(trainer, env, hosts, sets, tmp):
     unfit = [e for e in events if e["event"] == "unfit_node"]
     replace = [e for e in events if e["event"] == "replace"]
     exits = [e.get("code") for e in events if e["event"] == "exit"]
-    print("\n".join(f"event: {e['event']}: {e['message'][:300]}" for e in unfit + replace))
+    restarts = [e for e in events if e["event"] == "restart"]
+    print("\n".join(f"event: {e['event']}: {e['message'][:300]}" for e in unfit + replace + restarts))
+    check(len(restarts) == 1 and restarts[0]["restart"] == 0 and "not counted" in restarts[0]["message"],
+          "the relaunch on the spare is not counted against supervisor.max_restarts = 0")
     check(code == 0 and exits == [10, 0] and len(unfit) == 1 and unfit[0]["hosts"] == [hosts[1]] and
           len(replace) == 1 and replace[0]["excluded"] == [hosts[1]] and replace[0]["spares_in"] == [hosts[2]] and
           "health.check: " in replace[0]["why"],

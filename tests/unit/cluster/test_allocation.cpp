@@ -89,6 +89,15 @@ TEST(Allocation, FindsTheHostARankNamesByItsShortName) {
   EXPECT_EQ(a.find("node9"), "");
   EXPECT_TRUE(same_host("node8.x", "node8"));
   EXPECT_FALSE(same_host("node8", "node80"));
+  // Two qualified names, or addresses, are the same host only when equal.
+  EXPECT_FALSE(same_host("node8.x", "node8.y"));
+  EXPECT_FALSE(same_host("10.0.0.1", "10.0.0.2"));
+  EXPECT_FALSE(same_host("10", "10.0.0.2"));
+  EXPECT_FALSE(same_host("fe80::1", "fe80::2"));
+  EXPECT_TRUE(same_host("10.0.0.2", "10.0.0.2"));
+  Allocation ips({"10.0.0.1", "10.0.0.2"}, 1);
+  EXPECT_EQ(ips.find("10.0.0.2"), "10.0.0.2");
+  EXPECT_EQ(ips.find("10.0.0.3"), "");
 }
 
 }  // namespace

@@ -120,7 +120,9 @@ int cmd_status(int argc, char** argv) {
       if (ev == "start") launches++;
       if (ev == "restart") restarts++;
       if (ev == "exit" && num(e, "code", 0) != 0) failure = &e, explained.clear();
-      if ((ev == "crash" || ev == "diagnosis" || ev == "replace" || ev == "no_spare") && failure && num(e, "launch", -1) == num(*failure, "launch", -2))
+      const bool explains = ev == "crash" || ev == "diagnosis" || ev == "start_probe" || ev == "unknown_host" ||
+                            ev == "replace" || ev == "no_spare";
+      if (explains && failure && num(e, "launch", -1) == num(*failure, "launch", -2))
         explained.push_back(&e);
     }
     const json& last = events.back();

@@ -15,9 +15,11 @@
 // job's nodes when launch.nodes picks from them; cluster/allocation.h) each
 // launch goes to launch.nodes hosts that are not excluded, all of them or
 // none; a failure the flight recorders or crash reports blame on a host
-// (app/diagnosis.h) excludes that host for the rest of the run, and the next
-// launch takes a spare at once and resumes from the newest checkpoint.
+// (app/diagnosis.h), the job's health check, or a host whose ranks never
+// started excludes that host for the rest of the run, and the next launch
+// takes a spare at once and resumes from the newest checkpoint.
 #include <dirent.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/types.h>
@@ -51,6 +53,7 @@
 #include "runtime/errors.h"
 #include "runtime/self_exe.h"
 #include "runtime/flight_recorder.h"
+#include "runtime/host_name.h"
 #include "runtime/metrics.h"
 #include "runtime/regular_file.h"
 #include "runtime/replace_file.h"
@@ -81,7 +84,9 @@ const char* kSuperviseUsage =
     "  srun --nodelist; a relaunch with srun --overlap) and the rest are spares: a failure\n"
     "  blamed on a host (its link down, no other host reaching it, or a SIGBUS/SIGILL on it)\n"
     "  excludes that host, and the next launch takes a spare at once (event `replace`; not\n"
-    "  counted against max_restarts); so does a node health.check found unfit (exit 10).\n"
+    "  counted against max_restarts); so does a node health.check found unfit (exit 10), and\n"
+    "  a host where no rank started within [supervisor] start_timeout seconds while others'\n"
+    "  did (when none did: where `trainer version` launched on it alone fails).\n"
     "  Exit: 0 done; 2, 3, 4, 6, 8, 10 the job's error that a retry cannot fix; 7 restart\n"
     "  budget used up, or no spare left; 75 preempted (requeue).\n";
 
@@ -178,10 +183,13 @@ void stop_job(pid_t pid, const std::string& launcher) {
   kill_session(pid, SIGKILL);
 }
 
+using Environment = std::vector<std::pair<std::string, std::string>>;
+
 // Called from the supervisor's main thread only: the parent-death signal
 // fires when the thread that forked ends, which for the main thread is when
-// the supervisor does.
-pid_t spawn(const std::vector<std::string>& cmd, int launch) {
+// the supervisor does. `env`: set in the child; `output`: a file for its
+// stdout and stderr ("": the supervisor's).
+pid_t spawn(const std::vector<std::string>& cmd, const Environment& env, const std::string& output = "") {
   const pid_t parent = getpid();
   const pid_t pid = fork();
   if (pid < 0) throw std::runtime_error(std::string("fork: ") + std::strerror(errno));
@@ -191,8 +199,10 @@ pid_t spawn(const std::vector<std::string>& cmd, int launch) {
     // ends the ranks with it: no job left training without its supervisor.
     prctl(PR_SET_PDEATHSIG, SIGTERM);
     if (getppid() != parent) _exit(128 + SIGTERM);  // it died before the line above
-    setenv("TRAINER_ATTEMPT", std::to_string(launch).c_str(), 1);
-    setenv("TRAINER_RESUME", "auto", 1);
+    for (const auto& [name, value] : env) setenv(name.c_str(), value.c_str(), 1);
+    if (!output.empty())
+      if (const int fd = open(output.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644); fd >= 0)
+        dup2(fd, 1), dup2(fd, 2);
     signal(SIGTERM, SIG_DFL), signal(SIGUSR1, SIG_DFL), signal(SIGINT, SIG_DFL);
     std::vector<char*> argv;
     for (const auto& a : cmd) argv.push_back(const_cast<char*>(a.c_str()));
@@ -221,14 +231,11 @@ std::string join(const std::vector<std::string>& v, const char* sep = ", ") {
   return out;
 }
 
-// The launcher command for the recipe's ranks (mpirun or srun) running this
-// executable's `train`, on `hosts` when given (the same number of ranks on
-// each). `launch`: the supervisor's launch number.
-std::vector<std::string> launch_command(const Recipe& r, const std::string& recipe_path,
-                                        const std::vector<std::string>& overrides, int ranks,
-                                        const std::vector<std::string>& hosts, int launch) {
-  const std::string self = self_executable();
-  if (self.empty()) throw std::runtime_error("cannot find this executable (/proc/self/exe)");
+// The launcher (mpirun or srun) of `ranks` ranks, on `hosts` when given (the
+// same number of ranks on each), with the recipe's launch.args; the program
+// and its arguments follow.
+std::vector<std::string> launcher_prefix(const Recipe& r, int ranks, const std::vector<std::string>& hosts,
+                                         bool overlap) {
   std::vector<std::string> command;
   if (r.launch.launcher == "mpirun") {
     command = {"mpirun", "-np", std::to_string(ranks)};
@@ -236,22 +243,46 @@ std::vector<std::string> launch_command(const Recipe& r, const std::string& reci
     for (const char* v : {"TRAINER_ATTEMPT", "TRAINER_RESUME", "TRAINER_LOCK_TOKEN"}) command.insert(command.end(), {"-x", v});
     for (const char* v : {"TRAINER_FAULT", "TRAINER_CPU_KERNELS"})
       if (std::getenv(v)) command.insert(command.end(), {"-x", v});
+    if (!hosts.empty()) command.insert(command.end(), {"-x", "TRAINER_START_MARKS"});  // set with hosts only
     std::vector<std::string> slots;  // "a:2,b:2": so that ranks fill a host before the next
     for (const std::string& h : hosts) slots.push_back(h + ":" + std::to_string(ranks / hosts.size()));
     if (!hosts.empty()) command.insert(command.end(), {"--host", join(slots, ",")});
   } else {
     command = {"srun", "--mpi=pmix", "-n", std::to_string(ranks)};
-    // A relaunch's step may share CPUs (and GPUs) with an earlier launch's:
-    // a step that had ranks on a host since lost is not over for Slurm (it
-    // holds its resources on the good hosts too) until Slurm marks that host
-    // down, minutes later, and without --overlap the relaunch would wait.
-    if (launch > 0) command.push_back("--overlap");
+    if (overlap) command.push_back("--overlap");
     if (!hosts.empty()) command.insert(command.end(), {"-N", std::to_string(hosts.size()), "--nodelist=" + join(hosts, ",")});
   }
   command.insert(command.end(), r.launch.args.begin(), r.launch.args.end());
+  return command;
+}
+
+// The launcher command for the recipe's ranks running this executable's
+// `train` (launcher_prefix). `launch`: the supervisor's launch number.
+std::vector<std::string> launch_command(const Recipe& r, const std::string& recipe_path,
+                                        const std::vector<std::string>& overrides, int ranks,
+                                        const std::vector<std::string>& hosts, int launch) {
+  const std::string self = self_executable();
+  if (self.empty()) throw std::runtime_error("cannot find this executable (/proc/self/exe)");
+  // A relaunch's step may share CPUs (and GPUs) with an earlier launch's
+  // (srun --overlap): a step that had ranks on a host since lost is not over
+  // for Slurm (it holds its resources on the good hosts too) until Slurm
+  // marks that host down, minutes later, and without it the relaunch waits.
+  std::vector<std::string> command = launcher_prefix(r, ranks, hosts, launch > 0);
   command.insert(command.end(), {self, "train", recipe_path});
   for (const auto& o : overrides) command.insert(command.end(), {"--set", o});
   return command;
+}
+
+// The hosts of `hosts` that left no file in `marks` (mark_started in
+// cmd_train: one per host, named as its hostname says).
+std::vector<std::string> hosts_without_mark(const std::string& marks, const std::vector<std::string>& hosts) {
+  std::vector<std::string> names, out;
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator(marks, ec)) names.push_back(e.path().filename().string());
+  for (const std::string& h : hosts)
+    if (std::none_of(names.begin(), names.end(), [&](const std::string& n) { return same_host(h, n); }))
+      out.push_back(h);
+  return out;
 }
 
 // The hosts the job may run on: launch.hosts, launch.hostfile, or the Slurm
@@ -315,6 +346,7 @@ Diagnosis health_verdict(const std::string& run_dir, int launch) {
 struct Supervisor {
   const Recipe& r;
   std::vector<std::string> command;
+  std::vector<std::string> hosts;  // the launch's, with an allocation; else empty
   int ranks;
   EventLog& events;
   int restarts = 0;
@@ -324,6 +356,8 @@ struct Supervisor {
     bool hung = false;
     bool no_space = false;  // the heartbeat stopped because run.dir cannot be written
     bool lingered = false;  // a watchdog ended the job and the launcher did not: stopped
+    bool unstarted = false;  // no rank ran on a host by supervisor.start_timeout: stopped
+    std::string marks;      // where each host's first rank leaves a file (with hosts only)
     int forwarded = 0;  // the stop signal passed on to the job
     double forwarded_at = 0;
     double t0 = 0;
@@ -362,8 +396,18 @@ struct Supervisor {
                  JsonRecord().add("command", shell_join(command)));
     Outcome o;
     o.t0 = now_s();
-    const pid_t pid = spawn(command, launch);
+    Environment env = {{"TRAINER_ATTEMPT", std::to_string(launch)}, {"TRAINER_RESUME", "auto"}};
+    if (!hosts.empty()) {
+      o.marks = r.run.dir + "/started/launch_" + std::to_string(launch);
+      std::error_code ec;
+      std::filesystem::remove_all(o.marks, ec);
+      std::filesystem::create_directories(o.marks, ec);
+      env.push_back({"TRAINER_START_MARKS", o.marks});
+    }
+    const pid_t pid = spawn(command, env);
     int status = 0;
+    bool all_started = o.marks.empty() || r.supervisor.start_timeout <= 0;
+    double marks_checked = 0;
     // The supervisor stopped with its job (`scontrol suspend`, gang
     // scheduling, a paused VM) sees the heartbeat old when it comes back:
     // that time is not a hang, so the heartbeat's age counts from then.
@@ -392,6 +436,24 @@ struct Supervisor {
         waitpid(pid, &status, 0);
         o.lingered = true;
         break;
+      }
+      // A host whose ranks have not started by start_timeout holds up the
+      // whole job (MPI_Init waits for every rank): stop it and find out why.
+      if (!all_started && now_s() - marks_checked > 1) {
+        marks_checked = now_s();
+        const std::vector<std::string> missing = hosts_without_mark(o.marks, hosts);
+        all_started = missing.empty();
+        if (!all_started && now_s() - o.t0 > r.supervisor.start_timeout) {
+          char b[160];
+          std::snprintf(b, sizeof b, " after %.0f s (supervisor.start_timeout = %g s): stopping the launch", now_s() - o.t0,
+                        r.supervisor.start_timeout);
+          events.write("not_started", launch, "launch " + std::to_string(launch) + ": no rank started on " +
+                                                  join(missing) + b, JsonRecord().add("hosts", missing));
+          stop_job(pid, command[0]);
+          waitpid(pid, &status, 0);
+          o.unstarted = true;
+          break;
+        }
       }
       const auto polled = std::chrono::steady_clock::now();
       if (const double gap = std::chrono::duration<double>(polled - last_poll).count(); gap > 2.0) {
@@ -444,7 +506,7 @@ struct Supervisor {
     kill_session(pid, SIGKILL);  // ranks the launcher left behind
     o.code = o.no_space ? kExitNoSpace
              : o.lingered ? kExitCommTimeout
-             : o.hung   ? 128 + SIGKILL
+             : o.hung || o.unstarted ? 128 + SIGKILL
                         : WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
     return o;
   }
@@ -452,11 +514,16 @@ struct Supervisor {
   // The exit event; after a failure, who crashed (crash reports) and who was
   // behind (flight recorders), which the diagnosis returned says.
   Diagnosis report(int launch, const Outcome& o) {
+    const std::string what = o.hung        ? "hung, killed"
+                             : o.unstarted ? "not started on every host, stopped"
+                                           : meaning(o.code);
     char b[256];
-    std::snprintf(b, sizeof b, "launch %d exited with code %d (%s) after %.1f s", launch, o.code,
-                  o.hung ? "hung, killed" : meaning(o.code).c_str(), now_s() - o.t0);
+    std::snprintf(b, sizeof b, "launch %d exited with code %d (%s) after %.1f s", launch, o.code, what.c_str(),
+                  now_s() - o.t0);
     events.write("exit", launch, b, JsonRecord().add("code", o.code).add("seconds", now_s() - o.t0)
-                                        .add("meaning", o.hung ? std::string("hang") : meaning(o.code)));
+                                        .add("meaning", o.hung        ? std::string("hang")
+                                                        : o.unstarted ? std::string("not started")
+                                                                      : meaning(o.code)));
     if (o.code == kExitOk) return {};
     const Diagnosis d = diagnose_run(r.run.dir, o.t0);
     for (const CrashReport& c : d.crashes)
@@ -468,6 +535,84 @@ struct Supervisor {
                        " (the whole report: trainer diagnose " + r.run.dir + ")",
                    JsonRecord().add("verdict", d.verdict).add("culprit", d.culprit).add("report", d.report));
     return d;
+  }
+
+  // After a failed launch that nothing else blames on a host: the hosts
+  // whose ranks never started, when others did; when none did (mpirun
+  // starts every host's ranks or none), the hosts on which a launch of
+  // `trainer version` alone fails, when the others' succeed.
+  Diagnosis start_verdict(int launch, const Outcome& o) {
+    Diagnosis d;
+    if (o.marks.empty()) return d;
+    const std::vector<std::string> missing = hosts_without_mark(o.marks, hosts);
+    if (missing.empty()) return d;  // every host started: not a failure to start
+    if (missing.size() < hosts.size()) {
+      d.hosts = missing;
+      d.host_why = "its ranks never started (the other hosts' did)";
+      return d;
+    }
+    const std::vector<std::string> failed = probe_hosts(launch, o.marks);
+    if (!failed.empty() && failed.size() < hosts.size()) {
+      d.hosts = failed;
+      d.host_why = "its ranks never started (no host's did), and `trainer version` launched on it alone failed "
+                   "where it ran on the other hosts";
+    }
+    return d;
+  }
+
+  // Launches `trainer version` on each of the launch's hosts alone (up to 32
+  // at once), each given start_timeout (60 s when off); returns the hosts
+  // where it failed or did not finish. An event lists every result; each
+  // probe's output is in MARKS/probe_HOST.log.
+  std::vector<std::string> probe_hosts(int launch, const std::string& marks) {
+    const double limit = r.supervisor.start_timeout > 0 ? r.supervisor.start_timeout : 60;
+    std::vector<std::string> failed, results;
+    for (size_t first = 0; first < hosts.size(); first += 32) {
+      struct Probe {
+        std::string host;
+        pid_t pid;
+        bool done = false;
+        int status = 0;
+      };
+      std::vector<Probe> probes;
+      const double t0 = now_s();
+      for (size_t i = first; i < std::min(hosts.size(), first + 32); i++) {
+        std::vector<std::string> cmd = launcher_prefix(r, 1, {hosts[i]}, true);
+        cmd.insert(cmd.end(), {self_executable(), "version"});
+        // The job's environment: mpirun -x names its variables.
+        const Environment env = {{"TRAINER_ATTEMPT", std::to_string(launch)}, {"TRAINER_RESUME", "auto"},
+                                 {"TRAINER_START_MARKS", marks}};
+        probes.push_back({hosts[i], spawn(cmd, env, marks + "/probe_" + hosts[i] + ".log")});
+      }
+      auto running = [&] {
+        return std::any_of(probes.begin(), probes.end(), [](const Probe& p) { return !p.done; });
+      };
+      while (running() && now_s() - t0 < limit && !stop_signal()) {
+        for (Probe& p : probes)
+          if (!p.done) p.done = waitpid(p.pid, &p.status, WNOHANG) == p.pid;
+        std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      }
+      for (Probe& p : probes) {
+        std::string result = "ok";
+        if (!p.done) {
+          stop_job(p.pid, r.launch.launcher);
+          waitpid(p.pid, nullptr, 0);
+          char b[64];
+          std::snprintf(b, sizeof b, "no answer in %.0f s", now_s() - t0);
+          result = stop_signal() ? "stopped (a stop signal)" : b;
+        } else if (!WIFEXITED(p.status) || WEXITSTATUS(p.status) != 0) {
+          result = "exit " + std::to_string(WIFEXITED(p.status) ? WEXITSTATUS(p.status) : 128 + WTERMSIG(p.status));
+        }
+        kill_session(p.pid, SIGKILL);
+        if (result != "ok" && !stop_signal()) failed.push_back(p.host);
+        results.push_back(p.host + ": " + result);
+      }
+    }
+    events.write("start_probe", launch,
+                 "launch " + std::to_string(launch) + ": no rank started on any host; `trainer version` on each "
+                 "alone: " + join(results) + " (output: " + marks + "/probe_HOST.log)",
+                 JsonRecord().add("failed", failed).add("results", results));
+    return failed;
   }
 
   // After a failure to restart from: the launch's hosts the diagnosis blames
@@ -612,7 +757,7 @@ int cmd_supervise(int argc, char** argv) {
   lock_run_dirs(r, locks, "");
   setenv("TRAINER_LOCK_TOKEN", locks.run.token().c_str(), 1);
   EventLog events(r.run.dir + "/events.jsonl");
-  Supervisor sup{r, {}, ranks, events};
+  Supervisor sup{r, {}, {}, ranks, events};
   if (alloc)
     events.write("allocation", 0,
                  std::to_string(alloc->hosts().size()) + " host(s): " + join(alloc->hosts()) + "; each launch runs on " +
@@ -627,6 +772,7 @@ int cmd_supervise(int argc, char** argv) {
       return kExitPreempted;
     }
     const std::vector<std::string> hosts = alloc ? alloc->launch_hosts() : std::vector<std::string>{};
+    sup.hosts = hosts;
     sup.command = args.after_dashes.empty() ? launch_command(r, args.recipe, args.overrides, ranks, hosts, launch)
                                             : args.after_dashes;
     const Supervisor::Outcome o = sup.run_launch(launch);
@@ -638,6 +784,7 @@ int cmd_supervise(int argc, char** argv) {
     bool replaced = false;
     if (alloc && !o.forwarded && (retryable(o.code) || o.code == kExitUnfitNode)) {
       if (o.code == kExitUnfitNode) d = health_verdict(r.run.dir, launch);
+      else if (d.hosts.empty()) d = sup.start_verdict(launch, o);
       if (const int code = sup.replace_blamed(launch, d, *alloc, hosts, &replaced); code >= 0) return code;
     }
     if (!replaced)

@@ -1,5 +1,6 @@
 // `trainer train RECIPE.toml`: one rank of a (data-parallel) training job.
 #include <mpi.h>
+#include <unistd.h>
 
 #include <climits>
 #include <cstdio>
@@ -21,6 +22,7 @@
 #include "engine/job.h"
 #include "engine/step_loop.h"
 #include "runtime/errors.h"
+#include "runtime/host_name.h"
 #include "runtime/metrics.h"
 #include "runtime/replace_file.h"
 #include "runtime/stop_signal.h"
@@ -200,6 +202,21 @@ int set_up(Job& job, RunDirLocks& locks, int argc, char** argv, int rank, int si
   });
 }
 
+// For `trainer supervise` (TRAINER_START_MARKS): each host's first rank
+// leaves a file named for its host before MPI_Init, which waits for every
+// host: a host without one after supervisor.start_timeout never started.
+void mark_started() {
+  const std::string dir = start_marks_dir();
+  if (dir.empty() || launcher_local_rank() > 0) return;
+  const std::string path = dir + "/" + host_name();
+  if (FILE* f = std::fopen(path.c_str(), "w")) {
+    std::fprintf(f, "%d\n", (int)getpid());
+    if (std::fclose(f) == 0) return;
+  }
+  std::fprintf(stderr, "warning: cannot write %s (%s): `trainer supervise` will take this host for one whose ranks "
+               "never started\n", path.c_str(), std::strerror(errno));
+}
+
 }  // namespace
 
 int cmd_train(int argc, char** argv) {
@@ -212,6 +229,7 @@ int cmd_train(int argc, char** argv) {
   // the requeue code instead of killing the process (exit 138).
   install_stop_signals(true);
   install_dump_signal();
+  mark_started();
   int provided = 0;
   MPI_Init_thread(nullptr, nullptr, MPI_THREAD_FUNNELED, &provided);
   int rank = 0, size = 1;

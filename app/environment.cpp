@@ -17,6 +17,11 @@ std::string peak_cache_file() {
   return "";
 }
 
+std::string start_marks_dir() {
+  const char* d = std::getenv("TRAINER_START_MARKS");
+  return d ? d : "";
+}
+
 std::string tokenizer_dir() {
   const char* d = std::getenv("TRAINER_TOKENIZER_DIR");
   return d ? d : "";

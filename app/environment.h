@@ -16,6 +16,10 @@ int launcher_local_rank();
 // when no home or cache directory is known.
 std::string peak_cache_file();
 
+// $TRAINER_START_MARKS: where `trainer supervise` has each host of a launch
+// leave a file when its first rank starts; "" when unset.
+std::string start_marks_dir();
+
 // $TRAINER_TOKENIZER_DIR: where gpt2 and llama3 look for their ranks file
 // first (data/tokenizer.h); "" when unset.
 std::string tokenizer_dir();

@@ -114,6 +114,7 @@ struct HealthSection {
 struct SupervisorSection {
   int max_restarts{};         // relaunches after a failure before giving up
   double hang_timeout{};    // s without a heartbeat (a finished step) before the job is killed; 0: off
+  double start_timeout{};   // s until a rank runs on each of a launch's hosts (with an allocation); 0: off
   double backoff{};           // s before the first relaunch, doubling each time...
   double backoff_max{};      // ...up to this
   // s to wait before the relaunch after `restarts` earlier ones.

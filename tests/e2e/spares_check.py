@@ -10,7 +10,10 @@ AdamW state bit-identical to an uncut run's. events.jsonl has one `replace`
 event naming exactly the cut host and the spare, and `trainer status` shows it.
 Then `health.check = true` with the second host capped at 10% of a core: the
 job's health check stops it (exit 10) naming that host, the supervisor
-replaces it with the spare, and the relaunch finishes. Then the cut again
+replaces it with the spare, and the relaunch finishes. Then the second host's
+link down before the launch: no rank starts, the supervisor stops the launch at
+supervisor.start_timeout, finds the host where `trainer version` alone does not
+run, and replaces it. Then the cut again
 under Slurm (`up 3 --slurm`): `salloc -N 3` makes the allocation, the
 supervisor reads its nodes (SLURM_JOB_NODELIST) and launches `srun -N 2
 --nodelist=...`; the same checks (skipped, with the reason, where Slurm is
@@ -149,6 +152,45 @@ def unfit_replaced(trainer, env, hosts, sets, tmp):
           f"{hosts[2]} and the relaunch finishes (exits {exits}, supervise {code})")
 
 
+def never_started(trainer, env, hosts, sets, rdir):
+    """The second host's link is down before the launch: mpirun starts no host's ranks (it
+    fails at once: its daemon there cannot call back). The supervisor launches `trainer
+    version` on each host alone, blames the one where that fails, and relaunches on the
+    first host and the spare. (Under Slurm a node cut off before the allocation is Slurm's
+    to find: slurmctld stops giving it out; not checked here.)"""
+    base = [a.replace("training.steps=60", "training.steps=6") for a in sets]
+    listed = "[" + ", ".join(f'"{h}"' for h in hosts) + "]"
+    fc("cut", hosts[1], env=env)
+    t0 = time.time()
+    try:
+        code, out = run([trainer, "supervise", DEMO_RECIPE, *base, "--set", f"run.dir={rdir}",
+                         "--set", "supervisor.start_timeout=15", "--set", f"launch.hosts={listed}"],
+                        env=env, ok_codes=(0, 1, 7, 137))
+    finally:
+        fc("restore", hosts[1], env=env)
+    took = time.time() - t0
+    if code != 0:
+        print(out[-3000:])
+    events = [json.loads(l) for l in open(os.path.join(rdir, "events.jsonl"))]
+    shown = [e for e in events if e["event"] in ("not_started", "start_probe", "replace", "exit")]
+    print("\n".join(f"event: {e['event']}: {e['message'][:400]}" for e in shown))
+    probe = [e for e in events if e["event"] == "start_probe"]
+    for h in probe[0]["failed"] if probe else []:
+        log = os.path.join(rdir, "started", "launch_0", f"probe_{h}.log")
+        print(f"note: {h}'s probe said: {open(log).read().strip()[-300:]}" if os.path.exists(log) else f"no {log}")
+    replace = [e for e in events if e["event"] == "replace"]
+    exits = [e.get("code") for e in events if e["event"] == "exit"]
+    # mpirun starts no host's ranks until every host's daemon reported; were it
+    # to start the first host's, the marks alone would name the second.
+    check(probe[0]["failed"] == [hosts[1]] if probe else bool(replace) and "the other hosts' did" in replace[0]["why"],
+          f"mpirun: no rank started; `trainer version` alone fails on {hosts[1]} only "
+          f"({[e['results'] for e in probe]})")
+    check(code == 0 and len(replace) == 1 and replace[0]["excluded"] == [hosts[1]] and
+          replace[0]["spares_in"] == [hosts[2]] and "never started" in replace[0]["why"] and exits[-1:] == [0],
+          f"mpirun: the host that cannot start is replaced by {hosts[2]} and the relaunch finishes "
+          f"(exits {exits}, supervise {code}, {took:.0f} s in all)")
+
+
 def main():
     trainer, mpiexec = sys.argv[1], sys.argv[2]
     with tempfile.TemporaryDirectory() as tmp:
@@ -161,6 +203,7 @@ def main():
                  "--set", f"run.dir={straight}"], env=env)
             replaced_on_spare(trainer, env, hosts, sets, straight, os.path.join(tmp, "cut"), "mpirun")
             unfit_replaced(trainer, env, hosts, sets, tmp)
+            never_started(trainer, env, hosts, sets, os.path.join(tmp, "never_started"))
         finally:
             down = fc("down", env=env)
             check(down.returncode == 0, f"down: exit {down.returncode} {down.stderr.strip()[-300:]}")

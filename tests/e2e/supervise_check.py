@@ -26,7 +26,9 @@
   median is skipped (same final state as dropping that update by a NaN
   skip), applied when the check is off, and stops the run with on_spike stop;
 - a rank slowed by injection is named as a straggler; without it none is;
-- bad fault specs are recipe errors (exit 2).
+- bad fault specs are recipe errors (exit 2);
+- a host whose ranks never start (a stand-in mpirun): stopped at
+  supervisor.start_timeout, that host excluded, the spare in.
 
 usage: supervise_check.py TRAINER_BINARY MPIEXEC
 """
@@ -291,7 +293,53 @@ def main():
         # Bad fault specs.
         code, out = train(os.path.join(tmp, "bad"), ["--set", 'fault.inject=["crash step=3"]'], ok_codes=(2,))
         check("needs rank=R and step=K" in out, "a fault without its rank is a recipe error (exit 2)")
+
+        never_started(trainer, tmp, base)
     sys.exit(1 if failures else 0)
+
+
+# A stand-in for mpirun (first on PATH): it leaves the start marks a launch's
+# hosts would leave (TRAINER_START_MARKS), except host hB's, and then waits as
+# ranks waiting in MPI_Init for hB's would; on hosts without hB it marks all and
+# exits 0 (the job done).
+FAKE_MPIRUN = """#!/usr/bin/python3
+import os, sys, time
+args = sys.argv[1:]
+hosts = [h.split(":")[0] for h in args[args.index("--host") + 1].split(",")]
+for h in hosts:
+    if h != "hB":
+        open(os.path.join(os.environ["TRAINER_START_MARKS"], h), "w").close()
+if "hB" in hosts:
+    time.sleep(600)
+"""
+
+
+def never_started(trainer, tmp, base):
+    """A launch whose ranks never start on one of its hosts (the others' do, and wait):
+    at supervisor.start_timeout the supervisor stops it, blames the host without a
+    start mark, and relaunches on the spare at once (a stand-in launcher: what is
+    checked is the supervisor's part)."""
+    bin_dir = os.path.join(tmp, "fake_bin")
+    os.makedirs(bin_dir)
+    with open(os.path.join(bin_dir, "mpirun"), "w") as f:
+        f.write(FAKE_MPIRUN)
+    os.chmod(os.path.join(bin_dir, "mpirun"), 0o755)
+    env = dict(os.environ, PATH=bin_dir + ":" + os.environ["PATH"])
+    run = os.path.join(tmp, "never_started")
+    code, out = run_cmd([trainer, "supervise", DEMO_RECIPE, *base, "--set", f"run.dir={run}",
+                         "--set", 'launch.hosts=["hA", "hB", "hC"]', "--set", "launch.nodes=2",
+                         "--set", "supervisor.start_timeout=2"], ok_codes=(0, 7, 137), env=env)
+    evs = [json.loads(l) for l in open(os.path.join(run, "events.jsonl"))]
+    for e in evs:
+        print("event:", e["event"], e["message"][:300])
+    late = [e for e in evs if e["event"] == "not_started"]
+    replace = [e for e in evs if e["event"] == "replace"]
+    starts = [e for e in evs if e["event"] == "start"]
+    check(code == 0 and len(late) == 1 and late[0]["hosts"] == ["hB"] and len(replace) == 1 and
+          replace[0]["excluded"] == ["hB"] and replace[0]["spares_in"] == ["hC"] and
+          "the other hosts' did" in replace[0]["why"] and len(starts) == 2 and
+          "--host hA:4,hC:4" in starts[1]["command"],
+          f"a host whose ranks never started: stopped at start_timeout, excluded, the spare in (supervise {code})")
 
 
 if __name__ == "__main__":

@@ -231,7 +231,10 @@ std::string rank_state(int r, const RankDump& d, const std::map<std::string, std
 
 // Follows the waits from every waiting rank to the ranks that wait for no
 // one. Ranks inside the same call look alike; one whose whole process was
-// stopped (its watchdog could not run) is what the others wait for.
+// stopped (its watchdog could not run) is what the others wait for, even
+// when its dump shows it waiting itself: continued (SIGCONT) just before the
+// job is killed, its call may complete (the peers' data had arrived) and the
+// next begin before its watchdog, which dumps then, gets to run.
 std::set<int> ranks_behind(std::map<int, RankDump>& dumps, std::map<int, std::set<int>>& waits_for) {
   std::set<int> behind;
   for (auto& [r, targets] : waits_for) {
@@ -247,7 +250,7 @@ std::set<int> ranks_behind(std::map<int, RankDump>& dumps, std::map<int, std::se
   }
   std::set<int> stalled;
   for (auto& [r, d] : dumps)
-    if (d.stalled_s > 0 && (behind.empty() ? d.in_flight != nullptr : behind.count(r) > 0)) stalled.insert(r);
+    if (d.stalled_s > 0 && (!behind.empty() || d.in_flight)) stalled.insert(r);
   return stalled.empty() ? behind : stalled;
 }
 

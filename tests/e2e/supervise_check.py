@@ -134,8 +134,11 @@ def main():
                                     "--set", f"runtime.comm_timeout={timeout}"])
         evs = events(run)
         diag = [e["message"] for e in evs if e["event"] == "diagnosis"]
-        check(code == 0 and evs[1]["code"] == 5 and len(diag) == 1 and "rank 1 is behind." in diag[0],
-              f"freeze: exit 5, restarted, finished; verdict: {diag[0] if diag else 'none'}")
+        if not check(code == 0 and evs[1]["code"] == 5 and len(diag) == 1 and "rank 1 is behind." in diag[0],
+                     f"freeze: exit 5, restarted, finished; verdict: {diag[0] if diag else 'none'}"):
+            print(diag[0] if diag else "", run_cmd([trainer, "diagnose", run], ok_codes=(0, 1))[1])
+            for name in sorted(os.listdir(os.path.join(run, "flight"))):
+                print(name, open(os.path.join(run, "flight", name)).read()[:1500])
         check(same_tensors(final(run), ref), "freeze: final weights bit-identical after the restart")
 
         # Hang with the watchdog off: the supervisor's heartbeat timeout.

@@ -34,7 +34,8 @@ const char* kHealthUsage =
     "  failed when a measurement failed. Exit 0 when every node is ok, 10 when one is not.\n"
     "  health.in_turn = true: the nodes measure their own figures one after another, not all\n"
     "  at once (nodes that share hardware: a fake cluster's hosts share this machine's cores).\n"
-    "  health.check = true runs the same check when `trainer train` starts.\n";
+    "  health.check = true runs the same check when `trainer train` starts, or, under\n"
+    "  `trainer supervise` with an allocation, on every usable host before each launch.\n";
 
 int health(const RecipeArgs& args, int rank, int size) {
   const Recipe r = load_recipe(args.recipe, args.overrides, 0, false);
@@ -44,6 +45,8 @@ int health(const RecipeArgs& args, int rank, int size) {
   bool fit = true;
   for (const NodeVerdict& v : verdicts) fit &= v.health == Health::Ok;
   if (rank == 0) std::fputs(health_table(nodes, verdicts, r.health.min_ratio, size).c_str(), stdout), std::fflush(stdout);
+  // Run by `trainer supervise` before a launch: it excludes these hosts.
+  if (!fit && rank == 0 && supervisor_launch() >= 0) record_unfit_hosts(r.run.dir, supervisor_launch(), nodes, verdicts);
   return fit ? kExitOk : kExitUnfitNode;
 }
 

@@ -84,9 +84,11 @@ const char* kSuperviseUsage =
     "  srun --nodelist; a relaunch with srun --overlap) and the rest are spares: a failure\n"
     "  blamed on a host (its link down, no other host reaching it, or a SIGBUS/SIGILL on it)\n"
     "  excludes that host, and the next launch takes a spare at once (event `replace`; not\n"
-    "  counted against max_restarts); so does a node health.check found unfit (exit 10), and\n"
-    "  a host where no rank started within [supervisor] start_timeout seconds while others'\n"
-    "  did (when none did: where `trainer version` launched on it alone fails).\n"
+    "  counted against max_restarts); so does a host where no rank started within\n"
+    "  [supervisor] start_timeout seconds while others' did (when none did: where `trainer\n"
+    "  version` launched on it alone fails). With health.check = true, `trainer health` runs\n"
+    "  on every usable host (spares too) before each launch instead of in the job, and the\n"
+    "  hosts it finds unfit are excluded.\n"
     "  Exit: 0 done; 2, 3, 4, 6, 8, 10 the job's error that a retry cannot fix; 7 restart\n"
     "  budget used up, or no spare left; 75 preempted (requeue).\n";
 
@@ -117,8 +119,8 @@ std::string meaning(int code) {
 
 // A retry cannot fix a wrong recipe, bad data, an unusable checkpoint, a NaN
 // that on_nan = "stop" refused to train through, a full disk, a node the
-// health check found unfit (the same nodes would be used again; with spares
-// the node is replaced instead, see cmd_supervise), or a launch
+// health check found unfit (the same nodes would be used again; with an
+// allocation the supervisor runs the check itself and excludes the node), or a launch
 // command that cannot be run at all (126, 127 from the shell's convention).
 bool retryable(int code) {
   return code != kExitUsage && code != kExitData && code != kExitCheckpoint && code != kExitBadStep &&
@@ -256,9 +258,10 @@ std::vector<std::string> launcher_prefix(const Recipe& r, int ranks, const std::
   return command;
 }
 
-// The launcher command for the recipe's ranks running this executable's
-// `train` (launcher_prefix). `launch`: the supervisor's launch number.
-std::vector<std::string> launch_command(const Recipe& r, const std::string& recipe_path,
+// The launcher command (launcher_prefix) of `ranks` ranks running this
+// executable's `subcommand` (train, health) on the recipe with the overrides.
+// `launch`: the supervisor's launch number.
+std::vector<std::string> launch_command(const Recipe& r, const char* subcommand, const std::string& recipe_path,
                                         const std::vector<std::string>& overrides, int ranks,
                                         const std::vector<std::string>& hosts, int launch) {
   const std::string self = self_executable();
@@ -268,7 +271,7 @@ std::vector<std::string> launch_command(const Recipe& r, const std::string& reci
   // for Slurm (it holds its resources on the good hosts too) until Slurm
   // marks that host down, minutes later, and without it the relaunch waits.
   std::vector<std::string> command = launcher_prefix(r, ranks, hosts, launch > 0);
-  command.insert(command.end(), {self, "train", recipe_path});
+  command.insert(command.end(), {self, subcommand, recipe_path});
   for (const auto& o : overrides) command.insert(command.end(), {"--set", o});
   return command;
 }
@@ -323,18 +326,18 @@ std::optional<Allocation> job_allocation(const Recipe& r) {
   }
 }
 
-// What the job's health check (health.check) blamed in this launch: its
-// `unfit_node` event in events.jsonl after the launch's own `start` event
-// (appended in order by both writers; the launch number alone repeats
-// across runs of `supervise`, and times come from two hosts' clocks), as a
-// diagnosis names hosts.
+// What the health check before this launch blamed: the `unfit_node` event
+// `trainer health` appended to events.jsonl after the supervisor's
+// `health_check` event of the launch (in file order: the launch number alone
+// repeats across runs of `supervise`, and times come from two hosts'
+// clocks), as a diagnosis names hosts.
 Diagnosis health_verdict(const std::string& run_dir, int launch) {
   Diagnosis d;
   for (const nlohmann::json& e : read_run_files(run_dir).events) {
     const auto n = e.find("launch");
     if (n == e.end() || !n->is_number_integer() || n->get<long>() != launch) continue;
     const std::string event = field_text(e, "event");
-    if (event == "start") d = {};
+    if (event == "health_check") d = {};
     if (event == "unfit_node" && e.contains("hosts")) {
       d.hosts = e.at("hosts").get<std::vector<std::string>>();
       d.host_why = field_text(e, "why");
@@ -615,17 +618,18 @@ struct Supervisor {
     return failed;
   }
 
-  // After a failure to restart from: the launch's hosts the diagnosis blames
-  // are excluded and spares take their places. Returns -1 to relaunch
-  // (*replaced: at once, on a spare), or the exit code when no spare is left.
-  int replace_blamed(int launch, const Diagnosis& d, Allocation& alloc, const std::vector<std::string>& used,
-                     bool* replaced) {
+  // The hosts the diagnosis blames, of those in `among`, are excluded, and
+  // spares take the places of those among `used` (the launch's hosts: after
+  // a failed launch, or about to launch after the health check). Returns -1
+  // to launch (*replaced: on a spare), or the exit code when no spare is left.
+  int replace_blamed(int launch, const Diagnosis& d, Allocation& alloc, const std::vector<std::string>& among,
+                     const std::vector<std::string>& used, bool* replaced) {
     *replaced = false;
     std::vector<std::string> out, unknown;
     for (const std::string& name : d.hosts) {
       const std::string h = alloc.find(name);
       if (h.empty()) unknown.push_back(name);
-      else if (std::find(used.begin(), used.end(), h) != used.end() && alloc.exclude(h, d.host_why)) out.push_back(h);
+      else if (std::find(among.begin(), among.end(), h) != among.end() && alloc.exclude(h, d.host_why)) out.push_back(h);
     }
     if (!unknown.empty())
       events.write("unknown_host", launch,
@@ -643,6 +647,9 @@ struct Supervisor {
     rec.add("excluded", out).add("why", d.host_why).add("spares_in", in).add("hosts", next)
         .add("spares_left", next.empty() ? std::vector<std::string>{} : alloc.spares());
     const std::string excluded = "host" + std::string(out.size() > 1 ? "s " : " ") + join(out) + " excluded: " + d.host_why;
+    // A spare excluded by the health check leaves the launch's hosts as they were.
+    const std::string spares_in = in.empty() ? std::string("; no spare needed")
+                                             : "; spare" + std::string(in.size() > 1 ? "s " : " ") + join(in) + " in";
     if (next.empty()) {
       events.write("no_spare", launch,
                    excluded + "; no spare left (" + std::to_string(alloc.hosts().size() - alloc.excluded().size()) +
@@ -658,13 +665,70 @@ struct Supervisor {
     const long step = latest.empty() ? 0 : checkpoint_step(latest);
     rec.add("resume_step", step);
     events.write("replace", launch,
-                 excluded + "; spare" + (in.size() > 1 ? "s " : " ") + join(in) + " in; resuming from " +
+                 excluded + spares_in + "; resuming from " +
                      (latest.empty() ? std::string("the start (no checkpoint yet)")
                                      : "step " + std::to_string(step) + " (the newest checkpoint, if it verifies)") +
                      " on " + join(next),
                  rec);
-    *replaced = true;
+    *replaced = !in.empty();
     return -1;
+  }
+
+  // health.check with an allocation: before each launch `trainer health`
+  // measures every usable host, one rank each (the spares too, so that none
+  // takes the place of a host while unfit itself), and the hosts it finds
+  // unfit are excluded (a `replace` event). Returns -1 to launch, or the
+  // supervisor's exit code (no spare left: 7; a stop signal: 75).
+  int check_hosts(int launch, Allocation& alloc, const std::string& recipe_path,
+                  const std::vector<std::string>& overrides) {
+    const std::vector<std::string> planned = alloc.launch_hosts();
+    std::vector<std::string> usable = planned;
+    for (const std::string& h : alloc.spares()) usable.push_back(h);
+    const std::vector<std::string> cmd =
+        launch_command(r, "health", recipe_path, overrides, (int)usable.size(), usable, launch);
+    events.write("health_check", launch,
+                 "before launch " + std::to_string(launch) + ": trainer health on the " + std::to_string(usable.size()) +
+                     " usable host(s): " + shell_join(cmd),
+                 JsonRecord().add("hosts", usable).add("command", shell_join(cmd)));
+    const double t0 = now_s();
+    const pid_t pid = spawn(cmd, {{"TRAINER_ATTEMPT", std::to_string(launch)}, {"TRAINER_RESUME", "auto"},
+                                  {"TRAINER_START_MARKS", ""}});
+    int status = 0;
+    bool timed_out = false;
+    while (waitpid(pid, &status, WNOHANG) != pid) {
+      if (const int sig = stop_signal()) {
+        stop_job(pid, cmd[0]);
+        waitpid(pid, &status, 0);
+        events.write("preempted", launch, std::string(strsignal(sig)) + " received during the health check; nothing "
+                                          "launched; exiting with " + std::to_string(kExitPreempted));
+        return kExitPreempted;
+      }
+      if (r.supervisor.hang_timeout > 0 && now_s() - t0 > r.supervisor.hang_timeout) {
+        stop_job(pid, cmd[0]);
+        waitpid(pid, &status, 0);
+        timed_out = true;
+        break;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    }
+    kill_session(pid, SIGKILL);
+    const int code = timed_out ? 128 + SIGKILL : WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    char took[64];
+    std::snprintf(took, sizeof took, " after %.1f s", now_s() - t0);
+    if (code == kExitOk) {
+      events.write("health_ok", launch, "every usable host is fit" + std::string(took));
+      return -1;
+    }
+    if (code != kExitUnfitNode) {
+      events.write("health_failed", launch,
+                   "trainer health exited with code " + std::to_string(code) + " (" +
+                       (timed_out ? std::string("no answer within supervisor.hang_timeout") : meaning(code)) + ")" +
+                       took + ": launching without its verdict",
+                   JsonRecord().add("code", code));
+      return -1;
+    }
+    bool replaced = false;
+    return replace_blamed(launch, health_verdict(r.run.dir, launch), alloc, usable, planned, &replaced);
   }
 
   // The supervisor's exit code after this launch, or -1 to restart.
@@ -764,6 +828,9 @@ int cmd_supervise(int argc, char** argv) {
                      std::to_string(alloc->nodes()) + ", spares: " +
                      (alloc->spares().empty() ? "none" : join(alloc->spares())),
                  JsonRecord().add("hosts", alloc->hosts()).add("nodes", alloc->nodes()).add("spares", alloc->spares()));
+  // The supervisor's health check stands for the job's own.
+  std::vector<std::string> job_overrides = args.overrides;
+  if (alloc && r.health.check) job_overrides.push_back("health.check=false");
   for (int launch = 0;; launch++) {
     if (const int sig = stop_signal()) {  // came before this launch (the backoff watches for it too)
       events.write("preempted", launch, std::string(strsignal(sig)) + " received before launch " +
@@ -771,21 +838,22 @@ int cmd_supervise(int argc, char** argv) {
                                             std::to_string(kExitPreempted) + " so the scheduler can requeue it");
       return kExitPreempted;
     }
+    if (alloc && r.health.check)
+      if (const int code = sup.check_hosts(launch, *alloc, args.recipe, args.overrides); code >= 0) return code;
     const std::vector<std::string> hosts = alloc ? alloc->launch_hosts() : std::vector<std::string>{};
     sup.hosts = hosts;
-    sup.command = args.after_dashes.empty() ? launch_command(r, args.recipe, args.overrides, ranks, hosts, launch)
-                                            : args.after_dashes;
+    sup.command = args.after_dashes.empty()
+                      ? launch_command(r, "train", args.recipe, job_overrides, ranks, hosts, launch)
+                      : args.after_dashes;
     const Supervisor::Outcome o = sup.run_launch(launch);
     Diagnosis d = sup.report(launch, o);
     // With an allocation, the hosts a failure is blamed on are replaced by
-    // spares, and so is a node the job's health check found unfit (which is
-    // never retried on). What names no host of the launch goes on as without
-    // spares: a retry on the same hosts, or the end.
+    // spares. What names no host of the launch goes on as without spares: a
+    // retry on the same hosts, or the end.
     bool replaced = false;
-    if (alloc && !o.forwarded && (retryable(o.code) || o.code == kExitUnfitNode)) {
-      if (o.code == kExitUnfitNode) d = health_verdict(r.run.dir, launch);
-      else if (d.hosts.empty()) d = sup.start_verdict(launch, o);
-      if (const int code = sup.replace_blamed(launch, d, *alloc, hosts, &replaced); code >= 0) return code;
+    if (alloc && !o.forwarded && retryable(o.code)) {
+      if (d.hosts.empty()) d = sup.start_verdict(launch, o);
+      if (const int code = sup.replace_blamed(launch, d, *alloc, hosts, hosts, &replaced); code >= 0) return code;
     }
     if (!replaced)
       if (const int code = sup.decide(launch, o); code >= 0) return code;

@@ -2,6 +2,7 @@
 #include <mpi.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <climits>
 #include <cstdio>
 #include <cstdlib>
@@ -159,20 +160,7 @@ void check_health(const Job& job, int rank, int size) {
   if (rank == 0) std::fputs(health_table(nodes, verdicts, r.health.min_ratio, size).c_str(), stdout), std::fflush(stdout);
   const std::string unfit = unfit_nodes(nodes, verdicts);
   if (unfit.empty()) return;
-  // For `trainer supervise`, which replaces these hosts when it has spares.
-  if (rank == 0) {
-    std::vector<std::string> hosts;
-    for (size_t i = 0; i < nodes.size(); i++)
-      if (verdicts[i].health != Health::Ok) hosts.push_back(nodes[i].host);
-    const JsonRecord e = event_record("unfit_node", job.launch, "health.check: " + unfit)
-                             .add("hosts", hosts).add("why", "health.check: " + unfit);
-    try {
-      MetricsLog events(r.run.dir + "/events.jsonl", false);
-      if (!events.write(e)) std::fprintf(stderr, "warning: %s\n", events.error().c_str());
-    } catch (const UserError& err) {  // the error below says what matters
-      std::fprintf(stderr, "warning: %s\n", err.what());
-    }
-  }
+  if (rank == 0) record_unfit_hosts(r.run.dir, job.launch, nodes, verdicts);
   throw UserError(kExitUnfitNode, "health.check: not training on an unfit node: " + unfit +
                                       " (take the node out of the job, or health.check = false to train anyway)");
 }
@@ -241,8 +229,7 @@ int cmd_train(int argc, char** argv) {
 }
 
 int train_job(int argc, char** argv, int rank, int size) {
-  // Set by `trainer supervise`: which launch this is (0 when unsupervised).
-  const int launch = std::getenv("TRAINER_ATTEMPT") ? std::atoi(std::getenv("TRAINER_ATTEMPT")) : 0;
+  const int launch = std::max(0, supervisor_launch());  // 0 unsupervised
   Job job;
   RunDirLocks locks;  // rank 0: this run owns run.dir and checkpoint.dir
   int code = set_up(job, locks, argc, argv, rank, size, launch);

@@ -17,6 +17,11 @@ std::string peak_cache_file() {
   return "";
 }
 
+int supervisor_launch() {
+  const char* a = std::getenv("TRAINER_ATTEMPT");
+  return a && *a ? std::atoi(a) : -1;
+}
+
 std::string start_marks_dir() {
   const char* d = std::getenv("TRAINER_START_MARKS");
   return d ? d : "";

@@ -16,6 +16,10 @@ int launcher_local_rank();
 // when no home or cache directory is known.
 std::string peak_cache_file();
 
+// $TRAINER_ATTEMPT: the launch number `trainer supervise` gives each launch
+// (of the job, or of its health check); -1 when not supervised.
+int supervisor_launch();
+
 // $TRAINER_START_MARKS: where `trainer supervise` has each host of a launch
 // leave a file when its first rank starts; "" when unset.
 std::string start_marks_dir();

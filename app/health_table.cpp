@@ -3,7 +3,25 @@
 #include <cmath>
 #include <cstdio>
 
+#include "runtime/errors.h"
+#include "runtime/metrics.h"
+
 namespace trainer {
+
+void record_unfit_hosts(const std::string& run_dir, int launch, const std::vector<NodeFigures>& nodes,
+                        const std::vector<NodeVerdict>& verdicts) {
+  std::vector<std::string> hosts;
+  for (size_t i = 0; i < nodes.size(); i++)
+    if (verdicts[i].health != Health::Ok) hosts.push_back(nodes[i].host);
+  const std::string why = "health.check: " + unfit_nodes(nodes, verdicts);
+  try {
+    MetricsLog events(run_dir + "/events.jsonl", false);
+    if (!events.write(event_record("unfit_node", launch, why).add("hosts", hosts).add("why", why)))
+      std::fprintf(stderr, "warning: %s\n", events.error().c_str());
+  } catch (const UserError& err) {  // the caller's error says what matters
+    std::fprintf(stderr, "warning: %s\n", err.what());
+  }
+}
 
 namespace {
 std::string verdict_text(const NodeVerdict& v) {

@@ -272,7 +272,8 @@ std::vector<RecipeKey> make_keys() {
         "that replace a host a failure is blamed on", AT(launch.nodes)).def(0L).at_least(0),
       // [health]
       K("health", "check", Bool, "`trainer train` first runs `trainer health`'s measurements on every node and "
-        "stops with exit 10 when one is unfit", AT(health.check))
+        "stops with exit 10 when one is unfit; `supervise` with an allocation runs `trainer health` on every usable "
+        "host before each launch instead and excludes the unfit ones", AT(health.check))
           .def(false),
       K("health", "min_ratio", Float, "`trainer health` calls a node slow when one of its figures (product speed, "
         "memory bandwidth, free memory, disk, network) is below this fraction of the nodes' median", AT(health.min_ratio))

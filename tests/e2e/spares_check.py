@@ -9,8 +9,9 @@ host and the spare (`mpirun --host`), and the run finishes with weights and
 AdamW state bit-identical to an uncut run's. events.jsonl has one `replace`
 event naming exactly the cut host and the spare, and `trainer status` shows it.
 Then `health.check = true` with the second host capped at 10% of a core: the
-job's health check stops it (exit 10) naming that host, the supervisor
-replaces it with the spare, and the relaunch finishes. Then the second host's
+supervisor's `trainer health` on all three hosts before the launch names that
+host, the supervisor excludes it, and the launch on the first host and the
+spare finishes. Then the second host's
 link down before the launch: no rank starts, the supervisor stops the launch at
 supervisor.start_timeout, finds the host where `trainer version` alone does not
 run, and replaces it. Then the cut again
@@ -109,6 +110,10 @@ def replaced_on_spare(trainer, env, hosts, sets, straight, rdir, launcher):
         relaunch = datetime.datetime.fromisoformat(starts[-1]["time"].replace("Z", "+00:00")).timestamp()
         print(f"figure ({launcher}): link cut to relaunch on the spare {relaunch - log['cut']:.1f} s "
               f"(runtime.comm_timeout 6 s, watchdog grace 3 s, launcher linger 15 s)")
+    after = [e for e in events[events.index(replace[0]) + 1:] if e["event"] == "restart"][:1] if replace else []
+    check(after and after[0]["restart"] == 0 and "not counted" in after[0]["message"],
+          f"{launcher}: the relaunch on the spare is not counted against supervisor.max_restarts "
+          f"({[e['message'] for e in after]})")
     lingering = [e for e in events if e["event"] == "lingering"]
     print(f"note ({launcher}): the supervisor stopped a lingering launcher {len(lingering)} time(s)")
     final = os.path.join("checkpoints", "step_00000060")
@@ -121,11 +126,11 @@ def replaced_on_spare(trainer, env, hosts, sets, straight, rdir, launcher):
 
 
 def unfit_replaced(trainer, env, hosts, sets, tmp):
-    """health.check in the job: the second host, capped at 10% of a core, is found unfit
-    (exit 10) and replaced by the spare; the relaunch trains to the end. With
-    supervisor.max_restarts = 0: a launch on a spare is not a restart (the spares bound those)."""
-    base = [a.replace("training.steps=60", "training.steps=6").replace("max_restarts=3", "max_restarts=0")
-            for a in sets]
+    """health.check = true with an allocation: before the launch the supervisor runs `trainer
+    health` on all three hosts (the spare too); the second host, capped at 10% of a core, is
+    found unfit and excluded, and the launch goes to the first host and the spare, which
+    trains to the end with the job's own check off."""
+    base = [a.replace("training.steps=60", "training.steps=6") for a in sets]
     rdir = os.path.join(tmp, "unfit")
     listed = "[" + ", ".join(f'"{h}"' for h in hosts) + "]"
     if fc("slow", hosts[1], "10", env=env).returncode != 0:
@@ -137,19 +142,27 @@ def unfit_replaced(trainer, env, hosts, sets, tmp):
                          "--set", f"launch.hosts={listed}"], env=env, ok_codes=(0, 7, 10))
     finally:
         fc("restore", hosts[1], env=env)
+    if code != 0:
+        print(out[-3000:])
     events = [json.loads(l) for l in open(os.path.join(rdir, "events.jsonl"))]
+    print("\n".join(f"event: {e['event']}: {e['message'][:300]}" for e in events if e["event"] != "start"))
+    order = [e["event"] for e in events]
+    checked = [e for e in events if e["event"] == "health_check"]
     unfit = [e for e in events if e["event"] == "unfit_node"]
     replace = [e for e in events if e["event"] == "replace"]
+    starts = [e for e in events if e["event"] == "start"]
     exits = [e.get("code") for e in events if e["event"] == "exit"]
-    restarts = [e for e in events if e["event"] == "restart"]
-    print("\n".join(f"event: {e['event']}: {e['message'][:300]}" for e in unfit + replace + restarts))
-    check(len(restarts) == 1 and restarts[0]["restart"] == 0 and "not counted" in restarts[0]["message"],
-          "the relaunch on the spare is not counted against supervisor.max_restarts = 0")
-    check(code == 0 and exits == [10, 0] and len(unfit) == 1 and unfit[0]["hosts"] == [hosts[1]] and
-          len(replace) == 1 and replace[0]["excluded"] == [hosts[1]] and replace[0]["spares_in"] == [hosts[2]] and
-          "health.check: " in replace[0]["why"],
-          f"health.check finds {hosts[1]} (10% of a core) unfit, exit 10; the supervisor replaces it with "
-          f"{hosts[2]} and the relaunch finishes (exits {exits}, supervise {code})")
+    check(len(checked) == 1 and checked[0]["hosts"] == hosts and f"{hosts[2]}:1" in checked[0]["command"],
+          "the supervisor runs trainer health on every host, the spare too, one rank each")
+    check(len(unfit) == 1 and unfit[0]["hosts"] == [hosts[1]] and len(replace) == 1 and
+          replace[0]["excluded"] == [hosts[1]] and replace[0]["spares_in"] == [hosts[2]] and
+          "health.check: " in replace[0]["why"] and "start" in order and order.index("replace") < order.index("start"),
+          f"it finds {hosts[1]} (10% of a core) unfit and excludes it before the launch, the spare in "
+          f"({[e['message'][:200] for e in replace]})")
+    check(code == 0 and exits == [0] and len(starts) == 1 and f"--host {hosts[0]}:1,{hosts[2]}:1" in starts[0]["command"]
+          and "health.check=false" in starts[0]["command"],
+          f"the one launch runs on {hosts[0]} and {hosts[2]} (its own check off) and finishes "
+          f"(exits {exits}, supervise {code})")
 
 
 def never_started(trainer, env, hosts, sets, rdir):

@@ -242,10 +242,10 @@ std::vector<std::string> launcher_prefix(const Recipe& r, int ranks, const std::
   if (r.launch.launcher == "mpirun") {
     command = {"mpirun", "-np", std::to_string(ranks)};
     // To other nodes too; the optional ones only when set here.
-    for (const char* v : {"TRAINER_ATTEMPT", "TRAINER_RESUME", "TRAINER_LOCK_TOKEN"}) command.insert(command.end(), {"-x", v});
+    for (const char* v : {"TRAINER_ATTEMPT", "TRAINER_RESUME", "TRAINER_START_MARKS", "TRAINER_LOCK_TOKEN"})
+      command.insert(command.end(), {"-x", v});
     for (const char* v : {"TRAINER_FAULT", "TRAINER_CPU_KERNELS"})
       if (std::getenv(v)) command.insert(command.end(), {"-x", v});
-    if (!hosts.empty()) command.insert(command.end(), {"-x", "TRAINER_START_MARKS"});  // set with hosts only
     std::vector<std::string> slots;  // "a:2,b:2": so that ranks fill a host before the next
     for (const std::string& h : hosts) slots.push_back(h + ":" + std::to_string(ranks / hosts.size()));
     if (!hosts.empty()) command.insert(command.end(), {"--host", join(slots, ",")});
@@ -276,16 +276,36 @@ std::vector<std::string> launch_command(const Recipe& r, const char* subcommand,
   return command;
 }
 
-// The hosts of `hosts` that left no file in `marks` (mark_started in
-// cmd_train: one per host, named as its hostname says).
-std::vector<std::string> hosts_without_mark(const std::string& marks, const std::vector<std::string>& hosts) {
-  std::vector<std::string> names, out;
+// What a launch's start marks say (mark_started in cmd_train: each host's
+// first rank leaves a file named as its `hostname` says).
+struct StartMarks {
+  int marked = 0;                    // hosts that left one
+  bool named = true;                 // every mark names a host of the launch...
+  std::vector<std::string> missing;  // ...and these hosts left none (empty when not named)
+};
+
+StartMarks read_marks(const std::string& dir, const std::vector<std::string>& hosts) {
+  StartMarks m;
+  std::vector<std::string> names;
   std::error_code ec;
-  for (const auto& e : std::filesystem::directory_iterator(marks, ec)) names.push_back(e.path().filename().string());
+  for (const auto& e : std::filesystem::directory_iterator(dir, ec)) names.push_back(e.path().filename().string());
+  m.marked = (int)names.size();
+  auto known = [](const std::vector<std::string>& among, const std::string& name) {
+    return std::any_of(among.begin(), among.end(), [&](const std::string& x) { return same_host(x, name); });
+  };
+  for (const std::string& n : names) m.named &= known(hosts, n);
   for (const std::string& h : hosts)
-    if (std::none_of(names.begin(), names.end(), [&](const std::string& n) { return same_host(h, n); }))
-      out.push_back(h);
-  return out;
+    if (m.named && !known(names, h)) m.missing.push_back(h);
+  return m;
+}
+
+// A launch's ranks' exit status as one code (128 + N for signal N).
+int exit_code(int status) { return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status); }
+
+// The environment of every process the supervisor launches for a launch:
+// mpirun -x names these variables, so all are set ("" marks: none left).
+Environment launch_environment(int launch, const std::string& marks) {
+  return {{"TRAINER_ATTEMPT", std::to_string(launch)}, {"TRAINER_RESUME", "auto"}, {"TRAINER_START_MARKS", marks}};
 }
 
 // The hosts the job may run on: launch.hosts, launch.hostfile, or the Slurm
@@ -399,17 +419,15 @@ struct Supervisor {
                  JsonRecord().add("command", shell_join(command)));
     Outcome o;
     o.t0 = now_s();
-    Environment env = {{"TRAINER_ATTEMPT", std::to_string(launch)}, {"TRAINER_RESUME", "auto"}};
-    if (!hosts.empty()) {
+    if (!hosts.empty() && r.supervisor.start_timeout > 0) {
       o.marks = r.run.dir + "/started/launch_" + std::to_string(launch);
       std::error_code ec;
       std::filesystem::remove_all(o.marks, ec);
       std::filesystem::create_directories(o.marks, ec);
-      env.push_back({"TRAINER_START_MARKS", o.marks});
     }
-    const pid_t pid = spawn(command, env);
+    const pid_t pid = spawn(command, launch_environment(launch, o.marks));
     int status = 0;
-    bool all_started = o.marks.empty() || r.supervisor.start_timeout <= 0;
+    bool all_started = o.marks.empty();
     double marks_checked = 0;
     // The supervisor stopped with its job (`scontrol suspend`, gang
     // scheduling, a paused VM) sees the heartbeat old when it comes back:
@@ -440,24 +458,6 @@ struct Supervisor {
         o.lingered = true;
         break;
       }
-      // A host whose ranks have not started by start_timeout holds up the
-      // whole job (MPI_Init waits for every rank): stop it and find out why.
-      if (!all_started && now_s() - marks_checked > 1) {
-        marks_checked = now_s();
-        const std::vector<std::string> missing = hosts_without_mark(o.marks, hosts);
-        all_started = missing.empty();
-        if (!all_started && now_s() - o.t0 > r.supervisor.start_timeout) {
-          char b[160];
-          std::snprintf(b, sizeof b, " after %.0f s (supervisor.start_timeout = %g s): stopping the launch", now_s() - o.t0,
-                        r.supervisor.start_timeout);
-          events.write("not_started", launch, "launch " + std::to_string(launch) + ": no rank started on " +
-                                                  join(missing) + b, JsonRecord().add("hosts", missing));
-          stop_job(pid, command[0]);
-          waitpid(pid, &status, 0);
-          o.unstarted = true;
-          break;
-        }
-      }
       const auto polled = std::chrono::steady_clock::now();
       if (const double gap = std::chrono::duration<double>(polled - last_poll).count(); gap > 2.0) {
         resumed_at = now_s();
@@ -465,6 +465,29 @@ struct Supervisor {
                                             " s (a suspended job?): the heartbeat's age counts from now");
       }
       last_poll = polled;
+      // A host whose ranks have not started by start_timeout holds up the
+      // whole job (MPI_Init waits for every rank): stop it and find out why.
+      // A finished step (the heartbeat) says every rank started.
+      if (!all_started && now_s() - marks_checked > 1) {
+        marks_checked = now_s();
+        const StartMarks m = read_marks(o.marks, hosts);
+        all_started = m.marked >= (int)hosts.size() || mtime_seconds(r.run.dir + "/heartbeat") > o.t0;
+        if (const double since = now_s() - std::max(o.t0, resumed_at); !all_started && since > r.supervisor.start_timeout) {
+          const std::string who =
+              m.named ? join(m.missing)
+                      : std::to_string(hosts.size() - m.marked) + " of its " + std::to_string(hosts.size()) +
+                            " hosts (which: unknown, the marks' names from `hostname` are not the allocation's)";
+          char b[160];
+          std::snprintf(b, sizeof b, " after %.0f s (supervisor.start_timeout = %g s): stopping the launch", since,
+                        r.supervisor.start_timeout);
+          events.write("not_started", launch, "launch " + std::to_string(launch) + ": no rank started on " + who + b,
+                       JsonRecord().add("hosts", m.missing));
+          stop_job(pid, command[0]);
+          waitpid(pid, &status, 0);
+          o.unstarted = true;
+          break;
+        }
+      }
       if (o.forwarded && now_s() - o.forwarded_at > 2) {
         // Again until the job ends: a launcher that is still starting its
         // ranks forwards the signal to none of them (the ranks take it as
@@ -510,7 +533,7 @@ struct Supervisor {
     o.code = o.no_space ? kExitNoSpace
              : o.lingered ? kExitCommTimeout
              : o.hung || o.unstarted ? 128 + SIGKILL
-                        : WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+                        : exit_code(status);
     return o;
   }
 
@@ -540,20 +563,24 @@ struct Supervisor {
     return d;
   }
 
-  // After a failed launch that nothing else blames on a host: the hosts
-  // whose ranks never started, when others did; when none did (mpirun
-  // starts every host's ranks or none), the hosts on which a launch of
-  // `trainer version` alone fails, when the others' succeed.
+  // After a failed launch that nothing else blames on a host: when the
+  // supervisor stopped it at start_timeout, the hosts whose ranks never
+  // started while others' did (not after any failure: a host still starting
+  // when another failed fast would be blamed); when no host's started (mpirun
+  // starts every host's ranks or none) and no step finished, the hosts on
+  // which a launch of `trainer version` alone fails while the others' run.
   Diagnosis start_verdict(int launch, const Outcome& o) {
     Diagnosis d;
     if (o.marks.empty()) return d;
-    const std::vector<std::string> missing = hosts_without_mark(o.marks, hosts);
-    if (missing.empty()) return d;  // every host started: not a failure to start
-    if (missing.size() < hosts.size()) {
-      d.hosts = missing;
-      d.host_why = "its ranks never started (the other hosts' did)";
+    const StartMarks m = read_marks(o.marks, hosts);
+    if (m.marked > 0) {
+      if (o.unstarted && m.named && !m.missing.empty()) {
+        d.hosts = m.missing;
+        d.host_why = "its ranks never started (the other hosts' did)";
+      }
       return d;
     }
+    if (mtime_seconds(r.run.dir + "/heartbeat") > o.t0) return d;  // a step finished: every rank started
     const std::vector<std::string> failed = probe_hosts(launch, o.marks);
     if (!failed.empty() && failed.size() < hosts.size()) {
       d.hosts = failed;
@@ -564,11 +591,11 @@ struct Supervisor {
   }
 
   // Launches `trainer version` on each of the launch's hosts alone (up to 32
-  // at once), each given start_timeout (60 s when off); returns the hosts
+  // at once), each given start_timeout; returns the hosts
   // where it failed or did not finish. An event lists every result; each
   // probe's output is in MARKS/probe_HOST.log.
   std::vector<std::string> probe_hosts(int launch, const std::string& marks) {
-    const double limit = r.supervisor.start_timeout > 0 ? r.supervisor.start_timeout : 60;
+    const double limit = r.supervisor.start_timeout;
     std::vector<std::string> failed, results;
     for (size_t first = 0; first < hosts.size(); first += 32) {
       struct Probe {
@@ -582,10 +609,7 @@ struct Supervisor {
       for (size_t i = first; i < std::min(hosts.size(), first + 32); i++) {
         std::vector<std::string> cmd = launcher_prefix(r, 1, {hosts[i]}, true);
         cmd.insert(cmd.end(), {self_executable(), "version"});
-        // The job's environment: mpirun -x names its variables.
-        const Environment env = {{"TRAINER_ATTEMPT", std::to_string(launch)}, {"TRAINER_RESUME", "auto"},
-                                 {"TRAINER_START_MARKS", marks}};
-        probes.push_back({hosts[i], spawn(cmd, env, marks + "/probe_" + hosts[i] + ".log")});
+        probes.push_back({hosts[i], spawn(cmd, launch_environment(launch, ""), marks + "/probe_" + hosts[i] + ".log")});
       }
       auto running = [&] {
         return std::any_of(probes.begin(), probes.end(), [](const Probe& p) { return !p.done; });
@@ -603,8 +627,8 @@ struct Supervisor {
           char b[64];
           std::snprintf(b, sizeof b, "no answer in %.0f s", now_s() - t0);
           result = stop_signal() ? "stopped (a stop signal)" : b;
-        } else if (!WIFEXITED(p.status) || WEXITSTATUS(p.status) != 0) {
-          result = "exit " + std::to_string(WIFEXITED(p.status) ? WEXITSTATUS(p.status) : 128 + WTERMSIG(p.status));
+        } else if (exit_code(p.status) != 0) {
+          result = "exit " + std::to_string(exit_code(p.status));
         }
         kill_session(p.pid, SIGKILL);
         if (result != "ok" && !stop_signal()) failed.push_back(p.host);
@@ -691,8 +715,10 @@ struct Supervisor {
                      " usable host(s): " + shell_join(cmd),
                  JsonRecord().add("hosts", usable).add("command", shell_join(cmd)));
     const double t0 = now_s();
-    const pid_t pid = spawn(cmd, {{"TRAINER_ATTEMPT", std::to_string(launch)}, {"TRAINER_RESUME", "auto"},
-                                  {"TRAINER_START_MARKS", ""}});
+    const pid_t pid = spawn(cmd, launch_environment(launch, ""));
+    // Its limit: hang_timeout (900 s when off): a host that cannot start
+    // holds up mpirun, and the launch after then finds it (start_timeout).
+    const double limit = r.supervisor.hang_timeout > 0 ? r.supervisor.hang_timeout : 900;
     int status = 0;
     bool timed_out = false;
     while (waitpid(pid, &status, WNOHANG) != pid) {
@@ -703,7 +729,7 @@ struct Supervisor {
                                           "launched; exiting with " + std::to_string(kExitPreempted));
         return kExitPreempted;
       }
-      if (r.supervisor.hang_timeout > 0 && now_s() - t0 > r.supervisor.hang_timeout) {
+      if (now_s() - t0 > limit) {
         stop_job(pid, cmd[0]);
         waitpid(pid, &status, 0);
         timed_out = true;
@@ -712,7 +738,7 @@ struct Supervisor {
       std::this_thread::sleep_for(std::chrono::milliseconds(200));
     }
     kill_session(pid, SIGKILL);
-    const int code = timed_out ? 128 + SIGKILL : WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    const int code = timed_out ? 128 + SIGKILL : exit_code(status);
     char took[64];
     std::snprintf(took, sizeof took, " after %.1f s", now_s() - t0);
     if (code == kExitOk) {
@@ -722,13 +748,22 @@ struct Supervisor {
     if (code != kExitUnfitNode) {
       events.write("health_failed", launch,
                    "trainer health exited with code " + std::to_string(code) + " (" +
-                       (timed_out ? std::string("no answer within supervisor.hang_timeout") : meaning(code)) + ")" +
+                       (timed_out ? std::string("no answer in time") : meaning(code)) + ")" +
                        took + ": launching without its verdict",
                    JsonRecord().add("code", code));
       return -1;
     }
+    // Unfit: exclude the hosts it names; one it found unfit and that cannot
+    // be excluded (no event, a name outside the allocation) stops the run as
+    // the job's own check would (the job runs with that check off).
+    const size_t before = alloc.excluded().size();
     bool replaced = false;
-    return replace_blamed(launch, health_verdict(r.run.dir, launch), alloc, usable, planned, &replaced);
+    const int code2 = replace_blamed(launch, health_verdict(r.run.dir, launch), alloc, usable, planned, &replaced);
+    if (code2 >= 0 || alloc.excluded().size() > before) return code2;
+    events.write("give_up", launch, "trainer health found a node unfit and named no host that can be excluded; not "
+                                    "launching on it (take the node out of the allocation, or health.check = false)",
+                 JsonRecord().add("code", kExitUnfitNode));
+    return kExitUnfitNode;
   }
 
   // The supervisor's exit code after this launch, or -1 to restart.

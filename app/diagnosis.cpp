@@ -31,6 +31,7 @@ struct RankDump {
   long step = 0;
   double time = 0;
   double stalled_s = 0;  // its process was stopped this long (the watchdog's polls stopped)
+  bool stall_ended = false;  // dumped as it came back from that stop: the stop is this job's end
   bool fault = false;
   std::string reason, phase;  // phase: what it did between calls ("checkpoint save of step 10")
   std::string host;
@@ -119,6 +120,7 @@ void read_dump(const std::filesystem::path& path, double newer_than, FlightFiles
   d.phase = j.value("phase", "");
   d.host = j.value("host", "");
   d.stalled_s = j.value("process_stalled_s", 0.0);
+  d.stall_ended = j.value("stall_ended", false);
   d.groups = j.at("groups");
   d.calls = j.at("calls");
   if (j.contains("network")) {
@@ -231,10 +233,12 @@ std::string rank_state(int r, const RankDump& d, const std::map<std::string, std
 
 // Follows the waits from every waiting rank to the ranks that wait for no
 // one. Ranks inside the same call look alike; one whose whole process was
-// stopped (its watchdog could not run) is what the others wait for, even
-// when its dump shows it waiting itself: continued (SIGCONT) just before the
-// job is killed, its call may complete (the peers' data had arrived) and the
-// next begin before its watchdog, which dumps then, gets to run.
+// stopped (its watchdog could not run) is what the others wait for. So is
+// one whose dump was written as it came back from such a stop, even when
+// the dump shows it waiting itself: continued (SIGCONT) just before the job
+// is killed, its call may complete (the peers' data had arrived) and the
+// next begin before its watchdog gets to run. (A stop earlier in the job,
+// whose dump a later one replaced, names no one by itself.)
 std::set<int> ranks_behind(std::map<int, RankDump>& dumps, std::map<int, std::set<int>>& waits_for) {
   std::set<int> behind;
   for (auto& [r, targets] : waits_for) {
@@ -250,7 +254,8 @@ std::set<int> ranks_behind(std::map<int, RankDump>& dumps, std::map<int, std::se
   }
   std::set<int> stalled;
   for (auto& [r, d] : dumps)
-    if (d.stalled_s > 0 && (!behind.empty() || d.in_flight)) stalled.insert(r);
+    if (d.stalled_s > 0 && (behind.empty() ? d.in_flight != nullptr : behind.count(r) > 0 || d.stall_ended))
+      stalled.insert(r);
   return stalled.empty() ? behind : stalled;
 }
 

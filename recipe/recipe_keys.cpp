@@ -255,7 +255,8 @@ std::vector<RecipeKey> make_keys() {
         AT(supervisor.hang_timeout)).def(900.0).at_least(0),
       K("supervisor", "start_timeout", Float, "with an allocation (launch.hosts, hostfile or nodes): seconds until a "
         "rank runs on each of a launch's hosts; then the launch is stopped, and a host whose ranks never started (or, "
-        "when none did, that alone fails a launch of `trainer version`) is replaced by a spare (0: off)",
+        "when none did, that alone fails a launch of `trainer version`) is replaced by a spare (0: off: no start "
+        "marks, no probes)",
         AT(supervisor.start_timeout)).def(300.0).at_least(0),
       K("supervisor", "backoff", Float, "seconds before the first relaunch, doubling each time", AT(supervisor.backoff)).def(5.0).at_least(0),
       K("supervisor", "backoff_max", Float, "longest wait between relaunches (>= backoff)", AT(supervisor.backoff_max)).def(60.0).at_least(0),

@@ -64,7 +64,7 @@ void Watchdog::run() {
       char why[160];
       std::snprintf(why, sizeof why, "the process was stopped for %.1f s (SIGSTOP, a suspended job, a paused VM) "
                                      "and carries on; its timeout counts again from now", gap);
-      dump(why);
+      dump(why, "\"stall_ended\": true");  // this dump was written as the process came back
     }
     FlightRecorder::Status s = rec_.status();
     s.call_start = std::max(s.call_start, resumed_at);

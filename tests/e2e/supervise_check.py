@@ -302,18 +302,19 @@ def main():
 
 
 # A stand-in for mpirun (first on PATH): it leaves the start marks a launch's
-# hosts would leave (TRAINER_START_MARKS), except host hB's, and then waits as
-# ranks waiting in MPI_Init for hB's would; on hosts without hB it marks all and
-# exits 0 (the job done).
+# hosts would leave (TRAINER_START_MARKS; each named FAKE_MARK_PREFIX + host),
+# except host hB's, and then waits as ranks waiting in MPI_Init for hB's would;
+# on hosts without hB it marks all, "trains" FAKE_RUN_S seconds and exits 0.
 FAKE_MPIRUN = """#!/usr/bin/python3
 import os, sys, time
 args = sys.argv[1:]
 hosts = [h.split(":")[0] for h in args[args.index("--host") + 1].split(",")]
 for h in hosts:
     if h != "hB":
-        open(os.path.join(os.environ["TRAINER_START_MARKS"], h), "w").close()
+        open(os.path.join(os.environ["TRAINER_START_MARKS"], os.environ.get("FAKE_MARK_PREFIX", "") + h), "w").close()
 if "hB" in hosts:
     time.sleep(600)
+time.sleep(float(os.environ.get("FAKE_RUN_S", "0")))
 """
 
 
@@ -338,11 +339,23 @@ def never_started(trainer, tmp, base):
     late = [e for e in evs if e["event"] == "not_started"]
     replace = [e for e in evs if e["event"] == "replace"]
     starts = [e for e in evs if e["event"] == "start"]
+    restarts = [e for e in evs if e["event"] == "restart"]
+    check(len(restarts) == 1 and "not counted" in restarts[0]["message"],
+          "the relaunch on the spare is not counted against max_restarts")
     check(code == 0 and len(late) == 1 and late[0]["hosts"] == ["hB"] and len(replace) == 1 and
           replace[0]["excluded"] == ["hB"] and replace[0]["spares_in"] == ["hC"] and
           "the other hosts' did" in replace[0]["why"] and len(starts) == 2 and
           "--host hA:4,hC:4" in starts[1]["command"],
           f"a host whose ranks never started: stopped at start_timeout, excluded, the spare in (supervise {code})")
+    # Marks named otherwise than the allocation (a hostfile of addresses): one
+    # from each host says all started; the job, 4 s long, is not stopped at 2 s.
+    run = os.path.join(tmp, "marks_unnamed")
+    code, out = run_cmd([trainer, "supervise", DEMO_RECIPE, *base, "--set", f"run.dir={run}",
+                         "--set", 'launch.hosts=["hA", "hC"]', "--set", "supervisor.start_timeout=2"],
+                        ok_codes=(0, 7, 137), env=dict(env, FAKE_MARK_PREFIX="ip-", FAKE_RUN_S="4"))
+    evs = [e["event"] for e in (json.loads(l) for l in open(os.path.join(run, "events.jsonl")))]
+    check(code == 0 and evs == ["allocation", "start", "exit", "done"],
+          f"marks with other names, one per host: the launch is not stopped ({evs}, supervise {code})")
 
 
 if __name__ == "__main__":

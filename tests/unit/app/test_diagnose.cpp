@@ -27,6 +27,7 @@ struct Dump {
   double stalled_s = 0;
   std::string network = "";  // the watchdog's network probe (runtime/peer_probe.h), if any
   std::string host = "";     // where the rank ran (dumps from before hosts were written lack it)
+  bool stall_ended = false;  // written as the process came back from its stop
 };
 
 std::string write_dumps(const char* name, const std::vector<Dump>& dumps) {
@@ -43,7 +44,8 @@ std::string write_dumps(const char* name, const std::vector<Dump>& dumps) {
                         << "{\"name\": \"tp\", \"members\": [0, 1, 2], \"started\": " << d.tp_started
                         << ", \"completed\": 0}], \"calls\": [" << d.calls << "]"
                         << (d.network.empty() ? "" : ", \"network\": " + d.network)
-                        << (d.host.empty() ? "" : ", \"host\": \"" + d.host + "\"") << "}\n";
+                        << (d.host.empty() ? "" : ", \"host\": \"" + d.host + "\"")
+                        << (d.stall_ended ? ", \"stall_ended\": true" : "") << "}\n";
   }
   return dir;
 }
@@ -111,16 +113,20 @@ TEST(Diagnose, NamesTheRankWhoseProcessWasStoppedInsideACall) {
   EXPECT_NE(out.find("rank 1's process was stopped for 8.0 s"), std::string::npos) << out;
   std::filesystem::remove_all(dir);
   // Continued before the kill, rank 1 finished call #8 and began #9 before
-  // its watchdog dumped: it now seems to wait for the others, which seem
-  // behind; the stop still names it.
-  const std::string moved = write_dumps(
-      "diag_stall_moved", {{0, 8, call(8, "reduce_scatter_sum", 4096, "null")},
-                           {1, 9, call(9, "reduce_scatter_sum", 4096, "null"), "training of step 4", 8.0},
-                           {2, 8, call(8, "reduce_scatter_sum", 4096, "null")}});
-  const auto [code2, out2] = diagnose(moved);
-  EXPECT_EQ(code2, 0) << out2;
-  EXPECT_NE(out2.find("verdict: rank 1 is behind."), std::string::npos) << out2;
-  std::filesystem::remove_all(moved);
+  // its watchdog dumped (as it came back): it now seems to wait for the
+  // others, which seem behind; the stop still names it. A stop earlier in
+  // the job, in a dump written later for another reason, does not.
+  for (const bool ended : {true, false}) {
+    const std::string moved = write_dumps(
+        "diag_stall_moved", {{0, 8, call(8, "reduce_scatter_sum", 4096, "null")},
+                             {1, 9, call(9, "reduce_scatter_sum", 4096, "null"), "training of step 4", 8.0, "", "", ended},
+                             {2, 8, call(8, "reduce_scatter_sum", 4096, "null")}});
+    const auto [code2, out2] = diagnose(moved);
+    EXPECT_EQ(code2, 0) << out2;
+    EXPECT_NE(out2.find(ended ? "verdict: rank 1 is behind." : "verdict: rank 0, 2 are behind."), std::string::npos)
+        << out2;
+    std::filesystem::remove_all(moved);
+  }
 }
 
 // A network probe's finding, as runtime/peer_probe.h writes it.

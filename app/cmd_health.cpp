@@ -3,9 +3,7 @@
 // a table per node, exit 0 when all are fit, kExitUnfitNode when one is not.
 #include <mpi.h>
 
-#include <cmath>
 #include <cstdio>
-#include <filesystem>
 #include <string>
 
 #include "app/commands.h"
@@ -16,7 +14,6 @@
 #include "app/recipe_args.h"
 #include "engine/layout.h"
 #include "parallel/mpi_world.h"
-#include "planning/node_health.h"
 #include "runtime/errors.h"
 
 namespace trainer {
@@ -40,13 +37,9 @@ const char* kHealthUsage =
 int health(const RecipeArgs& args, int rank, int size) {
   const Recipe r = load_recipe(args.recipe, args.overrides, 0, false);
   auto be = make_backend(backend_options(r, ranks_on_node(), launcher_local_rank()));
-  const std::vector<NodeFigures> nodes = measure_nodes(MPI_COMM_WORLD, *be, r.checkpoint.dir, r.health.in_turn);
-  const std::vector<NodeVerdict> verdicts = judge_nodes(nodes, r.health.min_ratio);
-  bool fit = true;
-  for (const NodeVerdict& v : verdicts) fit &= v.health == Health::Ok;
-  if (rank == 0) std::fputs(health_table(nodes, verdicts, r.health.min_ratio, size).c_str(), stdout), std::fflush(stdout);
-  // Run by `trainer supervise` before a launch: it excludes these hosts.
-  if (!fit && rank == 0 && supervisor_launch() >= 0) record_unfit_hosts(r.run.dir, supervisor_launch(), nodes, verdicts);
+  // Run by `trainer supervise` before a launch (supervisor_launch() >= 0):
+  // it excludes the hosts recorded unfit.
+  const bool fit = check_nodes(r, *be, rank, size, supervisor_launch()).empty();
   return fit ? kExitOk : kExitUnfitNode;
 }
 

@@ -112,13 +112,13 @@ int cmd_status(int argc, char** argv) {
   if (drop) std::printf("  throughput: %s\n", field_text(*drop, "message").c_str());
   if (!supervisor.empty()) {
     const std::vector<json>& events = supervisor;
-    int launches = 0, restarts = 0;
+    int launches = 0, restarts = 0, on_spares = 0;  // relaunches on spares are not restarts
     const json* failure = nullptr;  // the last exit that was not a success
     std::vector<const json*> explained;  // crash / diagnosis events of that launch
     for (const json& e : events) {
       const std::string ev = field_text(e, "event");
       if (ev == "start") launches++;
-      if (ev == "restart") restarts++;
+      if (ev == "restart") (num(e, "on_spares", 0) != 0 ? on_spares : restarts)++;
       if (ev == "exit" && num(e, "code", 0) != 0) failure = &e, explained.clear();
       const bool explains = ev == "crash" || ev == "diagnosis" || ev == "start_probe" || ev == "unknown_host" ||
                             ev == "replace" || ev == "no_spare";
@@ -126,8 +126,9 @@ int cmd_status(int argc, char** argv) {
         explained.push_back(&e);
     }
     const json& last = events.back();
-    std::printf("  supervisor: %d launch(es), %d restart(s); last event: %s at %s: %s\n", launches, restarts,
-                field_text(last, "event").c_str(), field_text(last, "time").c_str(), field_text(last, "message").c_str());
+    const std::string spares = on_spares ? ", " + std::to_string(on_spares) + " relaunch(es) on spares" : "";
+    std::printf("  supervisor: %d launch(es), %d restart(s)%s; last event: %s at %s: %s\n", launches, restarts,
+                spares.c_str(), field_text(last, "event").c_str(), field_text(last, "time").c_str(), field_text(last, "message").c_str());
     if (failure) {
       std::printf("  last failure: %s\n", field_text(*failure, "message").c_str());
       for (const json* e : explained) std::printf("    %s: %s\n", field_text(*e, "event").c_str(), field_text(*e, "message").c_str());

@@ -18,10 +18,7 @@
 // (app/diagnosis.h), the job's health check, or a host whose ranks never
 // started excludes that host for the rest of the run, and the next launch
 // takes a spare at once and resumes from the newest checkpoint.
-#include <dirent.h>
-#include <fcntl.h>
 #include <signal.h>
-#include <sys/prctl.h>
 #include <sys/types.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -34,15 +31,14 @@
 #include <cstring>
 #include <ctime>
 #include <filesystem>
-#include <fstream>
-#include <optional>
-#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "app/child_process.h"
 #include "app/commands.h"
 #include "app/diagnosis.h"
+#include "app/supervise_hosts.h"
 #include "app/recipe.h"
 #include "app/recipe_args.h"
 #include "app/resume.h"
@@ -157,64 +153,6 @@ std::string run_dir_unwritable(const std::string& dir) {
   return err;
 }
 
-// Every process of the job's session (the launcher and the ranks it started
-// locally), so a hung job is killed whole even when the launcher put its
-// ranks in process groups of their own.
-void kill_session(pid_t sid, int sig) {
-  if (DIR* d = opendir("/proc")) {
-    while (dirent* e = readdir(d)) {
-      const pid_t p = (pid_t)std::atoi(e->d_name);
-      if (p > 0 && p != getpid() && getsid(p) == sid) kill(p, sig);
-    }
-    closedir(d);
-  }
-  kill(sid, sig);
-}
-
-// Ends a hung job. srun's tasks run under slurmd, outside our session: two
-// SIGINTs within a second make srun kill the whole step; after that (and for
-// mpirun, whose ranks are in our session) everything left gets SIGKILL.
-void stop_job(pid_t pid, const std::string& launcher) {
-  if (std::filesystem::path(launcher).filename() == "srun") {
-    kill(pid, SIGINT);
-    std::this_thread::sleep_for(std::chrono::milliseconds(200));
-    kill(pid, SIGINT);
-    for (int i = 0; i < 100 && waitpid(pid, nullptr, WNOHANG) == 0; i++)
-      std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  }
-  kill_session(pid, SIGKILL);
-}
-
-using Environment = std::vector<std::pair<std::string, std::string>>;
-
-// Called from the supervisor's main thread only: the parent-death signal
-// fires when the thread that forked ends, which for the main thread is when
-// the supervisor does. `env`: set in the child; `output`: a file for its
-// stdout and stderr ("": the supervisor's).
-pid_t spawn(const std::vector<std::string>& cmd, const Environment& env, const std::string& output = "") {
-  const pid_t parent = getpid();
-  const pid_t pid = fork();
-  if (pid < 0) throw std::runtime_error(std::string("fork: ") + std::strerror(errno));
-  if (pid == 0) {
-    setsid();  // a session of its own: signals to the supervisor's group do not hit it
-    // If the supervisor dies (even by SIGKILL), the launcher gets SIGTERM and
-    // ends the ranks with it: no job left training without its supervisor.
-    prctl(PR_SET_PDEATHSIG, SIGTERM);
-    if (getppid() != parent) _exit(128 + SIGTERM);  // it died before the line above
-    for (const auto& [name, value] : env) setenv(name.c_str(), value.c_str(), 1);
-    if (!output.empty())
-      if (const int fd = open(output.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644); fd >= 0)
-        dup2(fd, 1), dup2(fd, 2);
-    signal(SIGTERM, SIG_DFL), signal(SIGUSR1, SIG_DFL), signal(SIGINT, SIG_DFL);
-    std::vector<char*> argv;
-    for (const auto& a : cmd) argv.push_back(const_cast<char*>(a.c_str()));
-    argv.push_back(nullptr);
-    execvp(argv[0], argv.data());
-    std::fprintf(stderr, "supervise: cannot run %s: %s\n", argv[0], std::strerror(errno));
-    _exit(127);
-  }
-  return pid;
-}
 
 // Flight recorder dumps (rank_*.json) written at or after time t.
 int dumps_since(const std::string& dir, double t) {
@@ -227,149 +165,8 @@ int dumps_since(const std::string& dir, double t) {
   return n;
 }
 
-std::string join(const std::vector<std::string>& v, const char* sep = ", ") {
-  std::string out;
-  for (const std::string& x : v) out += (out.empty() ? "" : sep) + x;
-  return out;
-}
-
-// The launcher (mpirun or srun) of `ranks` ranks, on `hosts` when given (the
-// same number of ranks on each), with the recipe's launch.args; the program
-// and its arguments follow.
-std::vector<std::string> launcher_prefix(const Recipe& r, int ranks, const std::vector<std::string>& hosts,
-                                         bool overlap) {
-  std::vector<std::string> command;
-  if (r.launch.launcher == "mpirun") {
-    command = {"mpirun", "-np", std::to_string(ranks)};
-    // To other nodes too; the optional ones only when set here.
-    for (const char* v : {"TRAINER_ATTEMPT", "TRAINER_RESUME", "TRAINER_START_MARKS", "TRAINER_LOCK_TOKEN"})
-      command.insert(command.end(), {"-x", v});
-    for (const char* v : {"TRAINER_FAULT", "TRAINER_CPU_KERNELS"})
-      if (std::getenv(v)) command.insert(command.end(), {"-x", v});
-    std::vector<std::string> slots;  // "a:2,b:2": so that ranks fill a host before the next
-    for (const std::string& h : hosts) slots.push_back(h + ":" + std::to_string(ranks / hosts.size()));
-    if (!hosts.empty()) command.insert(command.end(), {"--host", join(slots, ",")});
-  } else {
-    command = {"srun", "--mpi=pmix", "-n", std::to_string(ranks)};
-    if (overlap) command.push_back("--overlap");
-    if (!hosts.empty()) command.insert(command.end(), {"-N", std::to_string(hosts.size()), "--nodelist=" + join(hosts, ",")});
-  }
-  command.insert(command.end(), r.launch.args.begin(), r.launch.args.end());
-  return command;
-}
-
-// The launcher command (launcher_prefix) of `ranks` ranks running this
-// executable's `subcommand` (train, health) on the recipe with the overrides.
-// `launch`: the supervisor's launch number.
-std::vector<std::string> launch_command(const Recipe& r, const char* subcommand, const std::string& recipe_path,
-                                        const std::vector<std::string>& overrides, int ranks,
-                                        const std::vector<std::string>& hosts, int launch) {
-  const std::string self = self_executable();
-  if (self.empty()) throw std::runtime_error("cannot find this executable (/proc/self/exe)");
-  // A relaunch's step may share CPUs (and GPUs) with an earlier launch's
-  // (srun --overlap): a step that had ranks on a host since lost is not over
-  // for Slurm (it holds its resources on the good hosts too) until Slurm
-  // marks that host down, minutes later, and without it the relaunch waits.
-  std::vector<std::string> command = launcher_prefix(r, ranks, hosts, launch > 0);
-  command.insert(command.end(), {self, subcommand, recipe_path});
-  for (const auto& o : overrides) command.insert(command.end(), {"--set", o});
-  return command;
-}
-
-// What a launch's start marks say (mark_started in cmd_train: each host's
-// first rank leaves a file named as its `hostname` says).
-struct StartMarks {
-  int marked = 0;                    // hosts that left one
-  bool named = true;                 // every mark names a host of the launch...
-  std::vector<std::string> missing;  // ...and these hosts left none (empty when not named)
-};
-
-StartMarks read_marks(const std::string& dir, const std::vector<std::string>& hosts) {
-  StartMarks m;
-  std::vector<std::string> names;
-  std::error_code ec;
-  for (const auto& e : std::filesystem::directory_iterator(dir, ec)) names.push_back(e.path().filename().string());
-  m.marked = (int)names.size();
-  auto known = [](const std::vector<std::string>& among, const std::string& name) {
-    return std::any_of(among.begin(), among.end(), [&](const std::string& x) { return same_host(x, name); });
-  };
-  for (const std::string& n : names) m.named &= known(hosts, n);
-  for (const std::string& h : hosts)
-    if (m.named && !known(names, h)) m.missing.push_back(h);
-  return m;
-}
-
-// A launch's ranks' exit status as one code (128 + N for signal N).
-int exit_code(int status) { return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status); }
-
-// The environment of every process the supervisor launches for a launch:
-// mpirun -x names these variables, so all are set ("" marks: none left).
-Environment launch_environment(int launch, const std::string& marks) {
-  return {{"TRAINER_ATTEMPT", std::to_string(launch)}, {"TRAINER_RESUME", "auto"}, {"TRAINER_START_MARKS", marks}};
-}
-
-// The hosts the job may run on: launch.hosts, launch.hostfile, or the Slurm
-// job's nodes when launch.nodes picks from them; none (the launcher places
-// the ranks, as without an allocation) when the recipe names none of these.
-std::optional<Allocation> job_allocation(const Recipe& r) {
-  std::vector<std::string> hosts = r.launch.hosts;
-  try {
-    if (!r.launch.hostfile.empty()) {
-      if (const std::string why = not_regular_file(r.launch.hostfile); !why.empty())
-        throw RecipeError("[launch] hostfile: " + why);
-      std::ifstream in(r.launch.hostfile);
-      if (!in) throw RecipeError("[launch] hostfile: cannot read " + r.launch.hostfile + ": " + std::strerror(errno));
-      std::stringstream text;
-      text << in.rdbuf();
-      hosts = parse_hostfile(text.str());
-      if (hosts.empty()) throw RecipeError("[launch] hostfile: " + r.launch.hostfile + " lists no host");
-    }
-    const char* slurm = std::getenv("SLURM_JOB_NODELIST");
-    if (hosts.empty() && r.launch.nodes > 0) {
-      if (!slurm || !*slurm)
-        throw RecipeError("[launch] nodes = " + std::to_string(r.launch.nodes) +
-                          " picks hosts from an allocation, and there is none: set launch.hosts or launch.hostfile, "
-                          "or run under Slurm (sbatch -N " + std::to_string(r.launch.nodes + 2) +
-                          " for 2 spares)");
-      hosts = expand_hostlist(slurm);
-    }
-    if (hosts.empty()) return std::nullopt;
-    Allocation a(hosts, r.launch.nodes);
-    const int ranks = r.launch.ranks > 0 ? r.launch.ranks : r.parallel.grid.ranks();
-    if (ranks % a.nodes() != 0)
-      throw RecipeError("[launch]: the job's " + std::to_string(ranks) + " ranks do not split evenly over the " +
-                        std::to_string(a.nodes()) + " hosts a launch runs on; set launch.nodes to a divisor of " +
-                        std::to_string(ranks));
-    return a;
-  } catch (const std::invalid_argument& e) {
-    throw RecipeError(std::string("[launch]: ") + e.what());
-  }
-}
-
-// What the health check before this launch blamed: the `unfit_node` event
-// `trainer health` appended to events.jsonl after the supervisor's
-// `health_check` event of the launch (in file order: the launch number alone
-// repeats across runs of `supervise`, and times come from two hosts'
-// clocks), as a diagnosis names hosts.
-Diagnosis health_verdict(const std::string& run_dir, int launch) {
-  Diagnosis d;
-  for (const nlohmann::json& e : read_run_files(run_dir).events) {
-    const auto n = e.find("launch");
-    if (n == e.end() || !n->is_number_integer() || n->get<long>() != launch) continue;
-    const std::string event = field_text(e, "event");
-    if (event == "health_check") d = {};
-    if (event == "unfit_node" && e.contains("hosts")) {
-      d.hosts = e.at("hosts").get<std::vector<std::string>>();
-      d.host_why = field_text(e, "why");
-    }
-  }
-  return d;
-}
-
 struct Supervisor {
   const Recipe& r;
-  std::vector<std::string> command;
-  std::vector<std::string> hosts;  // the launch's, with an allocation; else empty
   int ranks;
   EventLog& events;
   int restarts = 0;
@@ -380,6 +177,7 @@ struct Supervisor {
     bool no_space = false;  // the heartbeat stopped because run.dir cannot be written
     bool lingered = false;  // a watchdog ended the job and the launcher did not: stopped
     bool unstarted = false;  // no rank ran on a host by supervisor.start_timeout: stopped
+    std::vector<std::string> hosts;  // the launch's, with an allocation; else empty
     std::string marks;      // where each host's first rank leaves a file (with hosts only)
     int forwarded = 0;  // the stop signal passed on to the job
     double forwarded_at = 0;
@@ -390,14 +188,13 @@ struct Supervisor {
   // watchdog write its flight recorder, which the diagnosis reads; wait
   // until all have (at most 5 s: a rank frozen for good never will), then
   // kill the job.
-  void kill_hung(pid_t pid, int* status) {
+  void kill_hung(pid_t pid, int* status, const std::string& launcher) {
     const double asked = now_s();
     kill(pid, SIGUSR2);
     // (mtimes come from the kernel's coarse clock: allow a few ms)
     while (now_s() - asked < 5 && dumps_since(r.run.dir + "/flight", asked - 0.05) < ranks)
       std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    stop_job(pid, command[0]);
-    waitpid(pid, status, 0);
+    *status = stop_job(pid, launcher);
   }
 
   // SIGUSR1 (the ranks checkpoint at the next step and exit 75), then up to
@@ -408,17 +205,17 @@ struct Supervisor {
       if (waitpid(pid, status, WNOHANG) == pid) return;
       std::this_thread::sleep_for(std::chrono::milliseconds(100));
     }
-    kill_session(pid, SIGKILL);
-    waitpid(pid, status, 0);
+    *status = stop_job(pid, "");
   }
 
-  // Runs one launch to its end: forwards a stop signal, kills it when the
-  // heartbeat stops.
-  Outcome run_launch(int launch) {
+  // Runs one launch of `command` (on `hosts`, with an allocation) to its
+  // end: forwards a stop signal, kills it when the heartbeat stops.
+  Outcome run_launch(int launch, const std::vector<std::string>& command, const std::vector<std::string>& hosts) {
     events.write("start", launch, "launch " + std::to_string(launch) + ": " + shell_join(command),
                  JsonRecord().add("command", shell_join(command)));
     Outcome o;
     o.t0 = now_s();
+    o.hosts = hosts;
     if (!hosts.empty() && r.supervisor.start_timeout > 0) {
       o.marks = r.run.dir + "/started/launch_" + std::to_string(launch);
       std::error_code ec;
@@ -453,8 +250,7 @@ struct Supervisor {
         std::snprintf(b, sizeof b, "launch %d: a watchdog ended the job %.0f s ago and the launcher is still running "
                                    "(waiting on a host it lost?): stopping it", launch, now_s() - ended_at);
         events.write("lingering", launch, b);
-        stop_job(pid, command[0]);
-        waitpid(pid, &status, 0);
+        status = stop_job(pid, command[0]);
         o.lingered = true;
         break;
       }
@@ -482,8 +278,7 @@ struct Supervisor {
                         r.supervisor.start_timeout);
           events.write("not_started", launch, "launch " + std::to_string(launch) + ": no rank started on " + who + b,
                        JsonRecord().add("hosts", m.missing));
-          stop_job(pid, command[0]);
-          waitpid(pid, &status, 0);
+          status = stop_job(pid, command[0]);
           o.unstarted = true;
           break;
         }
@@ -523,13 +318,13 @@ struct Supervisor {
         std::snprintf(b, sizeof b, "launch %d: no heartbeat for %.0f s (supervisor.hang_timeout = %g s): killing the job",
                       launch, now_s() - beat, hang_timeout);
         events.write("hang", launch, b, JsonRecord().add("since_heartbeat_s", now_s() - beat));
-        kill_hung(pid, &status);
+        kill_hung(pid, &status, command[0]);
         o.hung = true;
         break;
       }
       std::this_thread::sleep_for(std::chrono::milliseconds(200));
     }
-    kill_session(pid, SIGKILL);  // ranks the launcher left behind
+    kill_session(pid, SIGKILL);  // ranks the launcher left behind (it is reaped: by session id only)
     o.code = o.no_space ? kExitNoSpace
              : o.lingered ? kExitCommTimeout
              : o.hung || o.unstarted ? 128 + SIGKILL
@@ -568,11 +363,12 @@ struct Supervisor {
   // started while others' did (not after any failure: a host still starting
   // when another failed fast would be blamed); when no host's started (mpirun
   // starts every host's ranks or none) and no step finished, the hosts on
-  // which a launch of `trainer version` alone fails while the others' run.
-  Diagnosis start_verdict(int launch, const Outcome& o) {
+  // which a launch of `trainer version` alone fails while it runs on another
+  // (the spares are probed too: with launch.nodes = 1 they are the others).
+  Diagnosis start_verdict(int launch, const Outcome& o, const std::vector<std::string>& spares) {
     Diagnosis d;
     if (o.marks.empty()) return d;
-    const StartMarks m = read_marks(o.marks, hosts);
+    const StartMarks m = read_marks(o.marks, o.hosts);
     if (m.marked > 0) {
       if (o.unstarted && m.named && !m.missing.empty()) {
         d.hosts = m.missing;
@@ -581,58 +377,43 @@ struct Supervisor {
       return d;
     }
     if (mtime_seconds(r.run.dir + "/heartbeat") > o.t0) return d;  // a step finished: every rank started
-    const std::vector<std::string> failed = probe_hosts(launch, o.marks);
-    if (!failed.empty() && failed.size() < hosts.size()) {
+    std::vector<std::string> probed = o.hosts;
+    probed.insert(probed.end(), spares.begin(), spares.end());
+    const std::vector<std::string> failed = probe_hosts(launch, probed, o.marks);
+    if (!failed.empty() && failed.size() < probed.size()) {
       d.hosts = failed;
       d.host_why = "its ranks never started (no host's did), and `trainer version` launched on it alone failed "
-                   "where it ran on the other hosts";
+                   "where it ran on another host";
     }
     return d;
   }
 
-  // Launches `trainer version` on each of the launch's hosts alone (up to 32
-  // at once), each given start_timeout; returns the hosts
-  // where it failed or did not finish. An event lists every result; each
-  // probe's output is in MARKS/probe_HOST.log.
-  std::vector<std::string> probe_hosts(int launch, const std::string& marks) {
-    const double limit = r.supervisor.start_timeout;
+  // Launches `trainer version` on each host alone (up to 32 at once), each
+  // given start_timeout; returns the hosts where it failed or did not
+  // finish. An event lists every result; each probe's output is in
+  // MARKS/probe_HOST.log.
+  std::vector<std::string> probe_hosts(int launch, const std::vector<std::string>& hosts, const std::string& marks) {
     std::vector<std::string> failed, results;
-    for (size_t first = 0; first < hosts.size(); first += 32) {
-      struct Probe {
-        std::string host;
-        pid_t pid;
-        bool done = false;
-        int status = 0;
-      };
-      std::vector<Probe> probes;
+    for (size_t first = 0; first < hosts.size() && !stop_signal(); first += 32) {
       const double t0 = now_s();
-      for (size_t i = first; i < std::min(hosts.size(), first + 32); i++) {
+      std::vector<pid_t> pids;
+      const size_t last = std::min(hosts.size(), first + 32);
+      for (size_t i = first; i < last; i++) {
         std::vector<std::string> cmd = launcher_prefix(r, 1, {hosts[i]}, true);
         cmd.insert(cmd.end(), {self_executable(), "version"});
-        probes.push_back({hosts[i], spawn(cmd, launch_environment(launch, ""), marks + "/probe_" + hosts[i] + ".log")});
+        pids.push_back(spawn(cmd, launch_environment(launch, ""), marks + "/probe_" + hosts[i] + ".log"));
       }
-      auto running = [&] {
-        return std::any_of(probes.begin(), probes.end(), [](const Probe& p) { return !p.done; });
-      };
-      while (running() && now_s() - t0 < limit && !stop_signal()) {
-        for (Probe& p : probes)
-          if (!p.done) p.done = waitpid(p.pid, &p.status, WNOHANG) == p.pid;
-        std::this_thread::sleep_for(std::chrono::milliseconds(100));
-      }
-      for (Probe& p : probes) {
-        std::string result = "ok";
-        if (!p.done) {
-          stop_job(p.pid, r.launch.launcher);
-          waitpid(p.pid, nullptr, 0);
-          char b[64];
-          std::snprintf(b, sizeof b, "no answer in %.0f s", now_s() - t0);
-          result = stop_signal() ? "stopped (a stop signal)" : b;
-        } else if (exit_code(p.status) != 0) {
-          result = "exit " + std::to_string(exit_code(p.status));
-        }
-        kill_session(p.pid, SIGKILL);
-        if (result != "ok" && !stop_signal()) failed.push_back(p.host);
-        results.push_back(p.host + ": " + result);
+      const std::vector<ChildEnd> ends = wait_children(pids, r.supervisor.start_timeout, r.launch.launcher);
+      for (size_t i = first; i < last; i++) {
+        const ChildEnd& e = ends[i - first];
+        char b[64];
+        std::snprintf(b, sizeof b, "no answer in %.0f s", now_s() - t0);
+        const std::string result = e.stopped     ? "stopped (a stop signal)"
+                                   : e.timed_out ? std::string(b)
+                                   : e.code != 0 ? "exit " + std::to_string(e.code)
+                                                 : "ok";
+        if (result != "ok" && !e.stopped) failed.push_back(hosts[i]);
+        results.push_back(hosts[i] + ": " + result);
       }
     }
     events.write("start_probe", launch,
@@ -671,9 +452,13 @@ struct Supervisor {
     rec.add("excluded", out).add("why", d.host_why).add("spares_in", in).add("hosts", next)
         .add("spares_left", next.empty() ? std::vector<std::string>{} : alloc.spares());
     const std::string excluded = "host" + std::string(out.size() > 1 ? "s " : " ") + join(out) + " excluded: " + d.host_why;
-    // A spare excluded by the health check leaves the launch's hosts as they were.
-    const std::string spares_in = in.empty() ? std::string("; no spare needed")
-                                             : "; spare" + std::string(in.size() > 1 ? "s " : " ") + join(in) + " in";
+    if (!next.empty() && in.empty()) {
+      // Only spares were excluded (by a check before a launch, or a probe):
+      // the launch's hosts stay as they were.
+      events.write("replace", launch, excluded + "; a spare, so the launch keeps its hosts (" + join(next) + ")", rec);
+      return -1;
+    }
+    const std::string spares_in = "; spare" + std::string(in.size() > 1 ? "s " : " ") + join(in) + " in";
     if (next.empty()) {
       events.write("no_spare", launch,
                    excluded + "; no spare left (" + std::to_string(alloc.hosts().size() - alloc.excluded().size()) +
@@ -715,30 +500,17 @@ struct Supervisor {
                      " usable host(s): " + shell_join(cmd),
                  JsonRecord().add("hosts", usable).add("command", shell_join(cmd)));
     const double t0 = now_s();
-    const pid_t pid = spawn(cmd, launch_environment(launch, ""));
     // Its limit: hang_timeout (900 s when off): a host that cannot start
     // holds up mpirun, and the launch after then finds it (start_timeout).
-    const double limit = r.supervisor.hang_timeout > 0 ? r.supervisor.hang_timeout : 900;
-    int status = 0;
-    bool timed_out = false;
-    while (waitpid(pid, &status, WNOHANG) != pid) {
-      if (const int sig = stop_signal()) {
-        stop_job(pid, cmd[0]);
-        waitpid(pid, &status, 0);
-        events.write("preempted", launch, std::string(strsignal(sig)) + " received during the health check; nothing "
-                                          "launched; exiting with " + std::to_string(kExitPreempted));
-        return kExitPreempted;
-      }
-      if (now_s() - t0 > limit) {
-        stop_job(pid, cmd[0]);
-        waitpid(pid, &status, 0);
-        timed_out = true;
-        break;
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    const ChildEnd end = wait_children({spawn(cmd, launch_environment(launch, ""))},
+                                       r.supervisor.hang_timeout > 0 ? r.supervisor.hang_timeout : 900, cmd[0])[0];
+    if (end.stopped) {
+      events.write("preempted", launch, std::string(strsignal(stop_signal())) + " received during the health check; "
+                                        "nothing launched; exiting with " + std::to_string(kExitPreempted));
+      return kExitPreempted;
     }
-    kill_session(pid, SIGKILL);
-    const int code = timed_out ? 128 + SIGKILL : exit_code(status);
+    const int code = end.code;
+    const bool timed_out = end.timed_out;
     char took[64];
     std::snprintf(took, sizeof took, " after %.1f s", now_s() - t0);
     if (code == kExitOk) {
@@ -821,7 +593,9 @@ struct Supervisor {
     else
       std::snprintf(b, sizeof b, "restart %d of %d in %.1f s, from the newest valid checkpoint", restarts,
                     sv.max_restarts, delay);
-    events.write("restart", launch + 1, b, JsonRecord().add("restart", restarts).add("delay_s", delay));
+    // on_spares 1: a relaunch on spares (trainer status counts it apart)
+    events.write("restart", launch + 1, b,
+                 JsonRecord().add("restart", restarts).add("delay_s", delay).add("on_spares", replaced ? 1 : 0));
     for (const double until = now_s() + delay; now_s() < until;) {
       if (stop_signal()) {
         events.write("preempted", launch, "stop requested while waiting to restart; exiting with " +
@@ -856,7 +630,7 @@ int cmd_supervise(int argc, char** argv) {
   lock_run_dirs(r, locks, "");
   setenv("TRAINER_LOCK_TOKEN", locks.run.token().c_str(), 1);
   EventLog events(r.run.dir + "/events.jsonl");
-  Supervisor sup{r, {}, {}, ranks, events};
+  Supervisor sup{r, ranks, events};
   if (alloc)
     events.write("allocation", 0,
                  std::to_string(alloc->hosts().size()) + " host(s): " + join(alloc->hosts()) + "; each launch runs on " +
@@ -876,19 +650,20 @@ int cmd_supervise(int argc, char** argv) {
     if (alloc && r.health.check)
       if (const int code = sup.check_hosts(launch, *alloc, args.recipe, args.overrides); code >= 0) return code;
     const std::vector<std::string> hosts = alloc ? alloc->launch_hosts() : std::vector<std::string>{};
-    sup.hosts = hosts;
-    sup.command = args.after_dashes.empty()
-                      ? launch_command(r, "train", args.recipe, job_overrides, ranks, hosts, launch)
-                      : args.after_dashes;
-    const Supervisor::Outcome o = sup.run_launch(launch);
+    const std::vector<std::string> command =
+        args.after_dashes.empty() ? launch_command(r, "train", args.recipe, job_overrides, ranks, hosts, launch)
+                                  : args.after_dashes;
+    const Supervisor::Outcome o = sup.run_launch(launch, command, hosts);
     Diagnosis d = sup.report(launch, o);
     // With an allocation, the hosts a failure is blamed on are replaced by
     // spares. What names no host of the launch goes on as without spares: a
     // retry on the same hosts, or the end.
     bool replaced = false;
     if (alloc && !o.forwarded && retryable(o.code)) {
-      if (d.hosts.empty()) d = sup.start_verdict(launch, o);
-      if (const int code = sup.replace_blamed(launch, d, *alloc, hosts, hosts, &replaced); code >= 0) return code;
+      std::vector<std::string> usable = hosts;  // the probes may blame a spare too
+      for (const std::string& h : alloc->spares()) usable.push_back(h);
+      if (d.hosts.empty()) d = sup.start_verdict(launch, o, alloc->spares());
+      if (const int code = sup.replace_blamed(launch, d, *alloc, usable, hosts, &replaced); code >= 0) return code;
     }
     if (!replaced)
       if (const int code = sup.decide(launch, o); code >= 0) return code;

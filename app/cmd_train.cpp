@@ -155,12 +155,8 @@ void check_fit(const Recipe& r, int rank, int local_rank) {
 void check_health(const Job& job, int rank, int size) {
   const Recipe& r = job.recipe;
   if (!r.health.check) return;
-  const std::vector<NodeFigures> nodes = measure_nodes(MPI_COMM_WORLD, *job.backend, r.checkpoint.dir, r.health.in_turn);
-  const std::vector<NodeVerdict> verdicts = judge_nodes(nodes, r.health.min_ratio);
-  if (rank == 0) std::fputs(health_table(nodes, verdicts, r.health.min_ratio, size).c_str(), stdout), std::fflush(stdout);
-  const std::string unfit = unfit_nodes(nodes, verdicts);
+  const std::string unfit = check_nodes(r, *job.backend, rank, size, job.launch);
   if (unfit.empty()) return;
-  if (rank == 0) record_unfit_hosts(r.run.dir, job.launch, nodes, verdicts);
   throw UserError(kExitUnfitNode, "health.check: not training on an unfit node: " + unfit +
                                       " (take the node out of the job, or health.check = false to train anyway)");
 }

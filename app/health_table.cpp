@@ -1,36 +1,41 @@
 #include "app/health_table.h"
 
+#include <mpi.h>
+
 #include <cmath>
 #include <cstdio>
 
+#include "planning/node_health.h"
 #include "runtime/errors.h"
 #include "runtime/metrics.h"
 
 namespace trainer {
 
+namespace {
+
+// A failure to write is a warning: the caller's error says what matters.
 void record_unfit_hosts(const std::string& run_dir, int launch, const std::vector<NodeFigures>& nodes,
-                        const std::vector<NodeVerdict>& verdicts) {
+                        const std::vector<NodeVerdict>& verdicts, const std::string& unfit) {
   std::vector<std::string> hosts;
   for (size_t i = 0; i < nodes.size(); i++)
     if (verdicts[i].health != Health::Ok) hosts.push_back(nodes[i].host);
-  const std::string why = "health.check: " + unfit_nodes(nodes, verdicts);
+  const std::string why = "health.check: " + unfit;
   try {
     MetricsLog events(run_dir + "/events.jsonl", false);
     if (!events.write(event_record("unfit_node", launch, why).add("hosts", hosts).add("why", why)))
       std::fprintf(stderr, "warning: %s\n", events.error().c_str());
-  } catch (const UserError& err) {  // the caller's error says what matters
+  } catch (const UserError& err) {
     std::fprintf(stderr, "warning: %s\n", err.what());
   }
 }
 
-namespace {
 std::string verdict_text(const NodeVerdict& v) {
   std::string why;
   for (const std::string& s : v.reasons) why += (why.empty() ? "" : "; ") + s;
   return (v.health == Health::Ok ? "ok" : v.health == Health::Slow ? "slow: " : "failed: ") + why;
 }
-}  // namespace
 
+// A row per node: each figure with its ratio to the nodes' median, and the verdict.
 std::string health_table(const std::vector<NodeFigures>& nodes, const std::vector<NodeVerdict>& verdicts,
                          double min_ratio, int ranks) {
   char b[256];
@@ -60,6 +65,7 @@ std::string health_table(const std::vector<NodeFigures>& nodes, const std::vecto
   return out;
 }
 
+// The unfit nodes in one line: "host (rank N): slow: ...; ...".
 std::string unfit_nodes(const std::vector<NodeFigures>& nodes, const std::vector<NodeVerdict>& verdicts) {
   std::string out;
   for (size_t i = 0; i < nodes.size(); i++)
@@ -67,6 +73,17 @@ std::string unfit_nodes(const std::vector<NodeFigures>& nodes, const std::vector
       out += (out.empty() ? "" : "; ") + nodes[i].host + " (rank " + std::to_string(nodes[i].first_rank) +
              "): " + verdict_text(verdicts[i]);
   return out;
+}
+
+}  // namespace
+
+std::string check_nodes(const Recipe& r, Backend& be, int rank, int size, int record_launch) {
+  const std::vector<NodeFigures> nodes = measure_nodes(MPI_COMM_WORLD, be, r.checkpoint.dir, r.health.in_turn);
+  const std::vector<NodeVerdict> verdicts = judge_nodes(nodes, r.health.min_ratio);
+  if (rank == 0) std::fputs(health_table(nodes, verdicts, r.health.min_ratio, size).c_str(), stdout), std::fflush(stdout);
+  const std::string unfit = unfit_nodes(nodes, verdicts);
+  if (!unfit.empty() && rank == 0 && record_launch >= 0) record_unfit_hosts(r.run.dir, record_launch, nodes, verdicts, unfit);
+  return unfit;
 }
 
 }  // namespace trainer

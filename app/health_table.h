@@ -1,24 +1,23 @@
 #pragma once
-// What `trainer health` and `trainer train` with health.check print of the
-// nodes' figures (planning/node_health.h): a row per node, each figure with
-// its ratio to the nodes' median and the verdict; one line naming the unfit
-// nodes, for an error message; and the event that names their hosts for
-// `trainer supervise`.
+// The node health check of `trainer health` and of `trainer train` with
+// health.check: the nodes' figures (planning/node_health.h) measured and
+// judged, a row per node printed (each figure with its ratio to the nodes'
+// median and the verdict), and the event that names the unfit nodes' hosts
+// for `trainer supervise`.
 #include <string>
 #include <vector>
 
-#include "planning/node_health.h"
+#include "recipe/recipe.h"
+#include "runtime/backend.h"
 
 namespace trainer {
 
-std::string health_table(const std::vector<NodeFigures>& nodes, const std::vector<NodeVerdict>& verdicts,
-                         double min_ratio, int ranks);
-std::string unfit_nodes(const std::vector<NodeFigures>& nodes, const std::vector<NodeVerdict>& verdicts);
-
-// Appends an `unfit_node` event (the unfit nodes' hosts and why: "health.check:
-// " + unfit_nodes) to RUN_DIR/events.jsonl, where the supervisor finds it
-// after its own event of that launch; a failure to write is a warning.
-void record_unfit_hosts(const std::string& run_dir, int launch, const std::vector<NodeFigures>& nodes,
-                        const std::vector<NodeVerdict>& verdicts);
+// Measures every node of MPI_COMM_WORLD on `be` (measure_nodes), judges
+// them against health.min_ratio, prints the table on rank 0 and, when
+// record_launch >= 0, has rank 0 append an `unfit_node` event (the unfit
+// nodes' hosts and why) to RUN_DIR/events.jsonl, where the supervisor finds
+// it after its own event of that launch. Collective. Returns the unfit
+// nodes in one line for an error message ("" when all are fit).
+std::string check_nodes(const Recipe& r, Backend& be, int rank, int size, int record_launch);
 
 }  // namespace trainer

@@ -12,9 +12,9 @@ namespace trainer {
 
 namespace mf = metrics_field;
 
-namespace {
-
 std::vector<nlohmann::json> read_jsonl(const std::string& path, int* unreadable) {
+  int ignored = 0;
+  if (!unreadable) unreadable = &ignored;
   std::vector<nlohmann::json> out;
   if (!not_regular_file(path).empty()) return ++*unreadable, out;  // a FIFO would block the read
   std::ifstream in(path);
@@ -32,7 +32,6 @@ std::vector<nlohmann::json> read_jsonl(const std::string& path, int* unreadable)
   return out;
 }
 
-}  // namespace
 
 long read_heartbeat_step(const std::string& dir) {
   const std::string path = dir + "/heartbeat";

@@ -34,6 +34,9 @@ struct TimeToGo {
 TimeToGo time_to_go(const RunFiles& f, long total_steps);
 
 RunFiles read_run_files(const std::string& dir);
+// One of them (or any JSON-lines file): its object records in file order;
+// *unreadable (when given) counts the lines skipped.
+std::vector<nlohmann::json> read_jsonl(const std::string& path, int* unreadable = nullptr);
 
 // The step in DIR/heartbeat (rank 0 writes "STEP TIME" after every step,
 // engine/step_loop.cpp); -1 when there is none (or it is not a regular file).

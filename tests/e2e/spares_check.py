@@ -123,6 +123,9 @@ def replaced_on_spare(trainer, env, hosts, sets, straight, rdir, launcher):
     check(f"{hosts[1]} excluded" in status,
           f"{launcher}: trainer status shows the replacement: "
           f"{[l for l in status.splitlines() if 'excluded' in l][:1]}")
+    check(" 0 restart(s), 1 relaunch(es) on spares" in status,
+          f"{launcher}: trainer status counts the relaunch on the spare apart from the restarts: "
+          f"{[l for l in status.splitlines() if 'launch(es)' in l][:1]}")
 
 
 def unfit_replaced(trainer, env, hosts, sets, tmp):

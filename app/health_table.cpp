@@ -46,15 +46,24 @@ std::string health_table(const std::vector<NodeFigures>& nodes, const std::vecto
   std::string out = b;
   std::snprintf(b, sizeof b, "%-20s %5s", "host", "rank");
   out += b;
-  for (const FigureKind& k : figure_kinds()) {
-    std::snprintf(b, sizeof b, " %18s", (std::string(k.name) + " " + k.unit).c_str());
+  // A figure no node measured (the network on one node, a GPU's clock on
+  // the CPU) has no column.
+  std::vector<size_t> shown;
+  for (size_t k = 0; k < figure_kinds().size(); k++)
+    for (const NodeFigures& n : nodes)
+      if (n.*figure_kinds()[k].value >= 0) {
+        shown.push_back(k);
+        break;
+      }
+  for (const size_t k : shown) {
+    std::snprintf(b, sizeof b, " %18s", (std::string(figure_kinds()[k].name) + " " + figure_kinds()[k].unit).c_str());
     out += b;
   }
   out += "  verdict\n";
   for (size_t i = 0; i < nodes.size(); i++) {
     std::snprintf(b, sizeof b, "%-20s %5d", nodes[i].host.c_str(), nodes[i].first_rank);
     out += b;
-    for (size_t k = 0; k < figure_kinds().size(); k++) {
+    for (const size_t k : shown) {
       const double v = nodes[i].*figure_kinds()[k].value, ratio = verdicts[i].ratios[k];
       if (std::isnan(ratio)) std::snprintf(b, sizeof b, " %18s", "-");
       else std::snprintf(b, sizeof b, " %10.2f (%4.2f)", v, ratio);

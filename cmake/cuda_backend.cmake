@@ -15,6 +15,7 @@ target_sources(trainer_core PRIVATE
   runtime/cuda/cublaslt_gemm.cpp
   runtime/cuda/cudnn_sdpa.cpp
   runtime/cuda/cuda_backend.cpp
+  runtime/cuda/nvml_state.cpp
   runtime/cuda/kernels_elementwise.cu
   runtime/cuda/kernels_reduce.cu
   runtime/cuda/kernels_embedding.cu
@@ -25,6 +26,8 @@ target_sources(trainer_core PRIVATE
 # (it also bundles its own nlohmann json, which no file may mix with Debian's).
 set_source_files_properties(runtime/cuda/cudnn_sdpa.cpp PROPERTIES INCLUDE_DIRECTORIES ${CUDNN_FRONTEND_INCLUDE_DIR}
   COMPILE_OPTIONS -Wno-unused-function)
+# nvml.h only: the library is the driver's, loaded at run time (dlopen).
+set_source_files_properties(runtime/cuda/nvml_state.cpp PROPERTIES INCLUDE_DIRECTORIES ${NVML_INCLUDE_DIR})
 target_compile_definitions(trainer_core PUBLIC TRAINER_WITH_CUDA=1)
 target_include_directories(trainer_core PUBLIC ${CUDNN_INCLUDE_DIR} ${NCCL_INCLUDE_DIR})
 # -Wall -Wextra are host-compiler flags: pass them through nvcc for .cu files.
@@ -33,4 +36,4 @@ target_compile_options(trainer_core PRIVATE $<$<COMPILE_LANGUAGE:CUDA>:-Xcompile
 # machines without a GPU, and the binary would not load there. nvrtc by path:
 # CMake 3.25's CUDA::nvrtc drags the driver stub in.
 target_link_libraries(trainer_core PUBLIC CUDA::cudart CUDA::cublasLt ${CUDNN_LIBRARY} ${NVRTC_LIBRARY}
-  ${NCCL_LIBRARY})
+  ${NCCL_LIBRARY} ${CMAKE_DL_LIBS})

@@ -10,6 +10,7 @@
 #include <filesystem>
 
 #include "planning/calibrate.h"
+#include "runtime/gpu_state.h"
 #include "runtime/host_memory.h"
 #include "runtime/host_name.h"
 #include "runtime/sgemm_peak.h"
@@ -97,7 +98,15 @@ void measure_local(NodeFigures& f, Backend& be, const std::string& disk_dir) {
       if (f.failed.empty()) f.failed = std::string(what) + ": " + e.what();
     }
   };
-  attempt("gemm", [&] { f.gemm_gflops = measure_gemm_gflops(be, 1024, 0.3); });
+  // Sustained over 0.3 s: a node held to a share of its CPUs (a quota)
+  // runs one short product at full speed.
+  attempt("gemm", [&] { f.gemm_gflops = measure_gemm_gflops(be, 1024, 0.3, DType::F32, GemmRate::Sustained); });
+  // Right after the product, while the GPU's clock is still under load.
+  const NodeGpus gpus = node_gpus(be);
+  for (const GpuState& g : gpus.gpus)
+    if (g.ran_product && g.sm_clock_mhz > 0) f.gpu_clock_mhz = g.sm_clock_mhz;
+  const GpuFault fault = gpu_fault(gpus.gpus);
+  f.gpu_fault = fault.text, f.gpu_fails = fault.fails;
   attempt("memory", [&] { f.memory_gbps = memory_gbps(); });
   f.free_gb = host_memory().available / 1e9;
   std::error_code ec;
@@ -109,8 +118,8 @@ void measure_local(NodeFigures& f, Backend& be, const std::string& disk_dir) {
 // Fixed-size record for the gather.
 struct Wire {
   double v[8];
-  int first, leader;
-  char host[64], failed[192];
+  int first, leader, gpu_fails;
+  char host[64], failed[192], gpu_fault[512];
 };
 
 }  // namespace
@@ -119,7 +128,8 @@ const std::vector<FigureKind>& figure_kinds() {
   static const std::vector<FigureKind> k = {
       {"gemm", "GFLOP/s", &NodeFigures::gemm_gflops},     {"memory", "GB/s", &NodeFigures::memory_gbps},
       {"free memory", "GB", &NodeFigures::free_gb},       {"disk", "MB/s", &NodeFigures::disk_mbps},
-      {"all-reduce", "GB/s", &NodeFigures::allreduce_gbps}, {"p2p", "GB/s", &NodeFigures::p2p_gbps}};
+      {"all-reduce", "GB/s", &NodeFigures::allreduce_gbps}, {"p2p", "GB/s", &NodeFigures::p2p_gbps},
+      {"gpu clock", "MHz", &NodeFigures::gpu_clock_mhz}};
   return k;
 }
 
@@ -137,6 +147,10 @@ std::vector<NodeVerdict> judge_nodes(const std::vector<NodeFigures>& nodes, doub
     NodeVerdict& verdict = out[i];
     const NodeFigures& n = nodes[i];
     if (!n.failed.empty()) verdict.health = Health::Failed, verdict.reasons.push_back(n.failed);
+    if (!n.gpu_fault.empty()) {
+      verdict.health = n.gpu_fails ? Health::Failed : verdict.health == Health::Ok ? Health::Slow : verdict.health;
+      verdict.reasons.push_back(n.gpu_fault);
+    }
     for (size_t k = 0; k < kinds.size(); k++) {
       const double v = n.*kinds[k].value;
       if (v < 0) {  // not measured (a network figure of a job on one node)
@@ -190,6 +204,8 @@ std::vector<NodeFigures> measure_nodes(MPI_Comm world, Backend& be, const std::s
   mine.first = rank, mine.leader = local == 0;
   std::snprintf(mine.host, sizeof mine.host, "%s", f.host.c_str());
   std::snprintf(mine.failed, sizeof mine.failed, "%s", f.failed.c_str());
+  std::snprintf(mine.gpu_fault, sizeof mine.gpu_fault, "%s", f.gpu_fault.c_str());
+  mine.gpu_fails = f.gpu_fails;
   std::vector<Wire> all(size);
   MPI_Allgather(&mine, sizeof(Wire), MPI_BYTE, all.data(), sizeof(Wire), MPI_BYTE, world);
   std::vector<NodeFigures> out;
@@ -197,7 +213,7 @@ std::vector<NodeFigures> measure_nodes(MPI_Comm world, Backend& be, const std::s
     if (!w.leader) continue;
     NodeFigures n;
     for (size_t k = 0; k < kinds.size(); k++) n.*kinds[k].value = w.v[k];
-    n.first_rank = w.first, n.host = w.host, n.failed = w.failed;
+    n.first_rank = w.first, n.host = w.host, n.failed = w.failed, n.gpu_fault = w.gpu_fault, n.gpu_fails = w.gpu_fails;
     out.push_back(n);
   }
   return out;

@@ -17,13 +17,18 @@ namespace trainer {
 struct NodeFigures {
   std::string host;
   int first_rank = 0;         // the rank that measured
-  double gemm_gflops = 0;     // a square fp32 product on the run's backend
+  double gemm_gflops = 0;     // square fp32 products on the run's backend, sustained over 0.3 s
   double memory_gbps = 0;     // bytes copied per second through host memory (read + write)
   double free_gb = 0;         // host memory this process could still get
   double disk_mbps = 0;       // writing and fsyncing a file in the checkpoint directory
   double allreduce_gbps = 0;  // a 16 MB all-reduce over all nodes (bytes / time)
   double p2p_gbps = 0;        // send + receive with each other node, the median over them
+  double gpu_clock_mhz = -1;  // the SM clock of the GPU the product ran on, read after it (NVML); -1: none
   std::string failed;
+  // What the driver says is wrong with the node's GPUs, any of them
+  // (runtime/gpu_state.h gpu_fault): failing or, unless gpu_fails, slow.
+  std::string gpu_fault;
+  bool gpu_fails = false;
 };
 
 // The figures, by name, in table order; higher is better for each.

@@ -277,7 +277,8 @@ std::vector<RecipeKey> make_keys() {
         "host before each launch instead and excludes the unfit ones", AT(health.check))
           .def(false),
       K("health", "min_ratio", Float, "`trainer health` calls a node slow when one of its figures (product speed, "
-        "memory bandwidth, free memory, disk, network) is below this fraction of the nodes' median", AT(health.min_ratio))
+        "memory bandwidth, free memory, disk, network, a GPU's clock under load) is below this fraction of the nodes' "
+        "median", AT(health.min_ratio))
           .def(0.8).above(0).at_most(1),
       K("health", "in_turn", Bool, "the nodes measure their own figures one after another instead of all at once "
         "(for nodes that share hardware, as scripts/fake_cluster.sh's hosts do)", AT(health.in_turn))

@@ -10,6 +10,7 @@
 #include <cuda_runtime.h>
 
 #include "runtime/cuda/cuda_backend.h"
+#include "runtime/cuda/nvml_state.h"
 #endif
 
 namespace trainer {
@@ -44,6 +45,13 @@ DeviceMemory device_memory(int local_rank, int ranks_on_node) {
   (void)local_rank, (void)ranks_on_node;
 #endif
   return m;
+}
+
+NodeGpus node_gpus(const Backend& be) {
+#ifdef TRAINER_WITH_CUDA
+  if (const auto* gpu = dynamic_cast<const CudaBackend*>(&be)) return cuda::read_node_gpus(gpu->device());
+#endif
+  return {{}, "the " + be.name() + " backend computes on no GPU"};
 }
 
 namespace {

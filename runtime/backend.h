@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "runtime/buffer.h"
+#include "runtime/gpu_state.h"
 #include "runtime/memory.h"
 #include "runtime/rope.h"
 #include "runtime/tensor_ref.h"
@@ -191,6 +192,11 @@ struct DeviceMemory {
   int devices = 0;
 };
 DeviceMemory device_memory(int local_rank, int ranks_on_node);
+
+// What the driver says of this node's GPUs (runtime/gpu_state.h), the one
+// `be` computes on marked; none, with `missing` saying why, for a backend
+// that is not a GPU's or a binary without the CUDA backend.
+NodeGpus node_gpus(const Backend& be);
 
 std::unique_ptr<Backend> make_backend(const BackendOptions& opt);
 

@@ -8,7 +8,13 @@
 
 namespace trainer {
 
-double measure_gemm_gflops(Backend& be, int n = 1536, double seconds = 0.5, DType dt = DType::F32);
+// Best: the fastest of the timed calls (a peak: noise on a shared machine
+// only slows calls). Sustained: all the calls' work over their whole time,
+// what a node delivers over a step (a CPU quota lets a single short call
+// through at full speed and throttles the rest: `trainer health`).
+enum class GemmRate { Best, Sustained };
+double measure_gemm_gflops(Backend& be, int n = 1536, double seconds = 0.5, DType dt = DType::F32,
+                           GemmRate rate = GemmRate::Best);
 
 // The peak for MFU: the device's data-sheet figure for the run's precision
 // when the backend knows the device (GPUs in its table), else 0.

@@ -17,6 +17,9 @@
 #                  resolves them to; cuDNN's and NVRTC's dlopen'ed parts present
 #     ops          build/tests/test_cuda (every backend op against the CPU
 #                  backend) with CUDA_LAUNCH_BLOCKING=1 and --gtest_output=json
+#     health       trainer health on the GPU: the product's speed and the
+#                  driver's figures (NVML: the SM clock under load, ECC,
+#                  throttling, the PCIe link) in its table, exit 0
 #     memcheck     compute-sanitizer --tool memcheck of the custom-kernel tests
 #     racecheck    compute-sanitizer --tool racecheck of the same, both
 #                  time-boxed (Cuda/KernelOps/*:-*Large*:*Bf16*: tests/support/kernel_cases.h)
@@ -573,6 +576,23 @@ s_resume() {
   return 1
 }
 
+s_health() {
+  local rd=$W/runs/health
+  echo "=== trainer health"
+  tmo "$T" health configs/demo.toml --set runtime.backend="$BACKEND" --set run.dir="$rd" --set checkpoint.dir="$rd/ckpt" \
+      >"$P/logs/health.log" 2>&1
+  local rc=$?
+  cat "$P/logs/health.log"
+  ((rc == 0)) || { DETAIL="trainer health exited $rc: $(tail -2 "$P/logs/health.log" | tr '\n' ' ' | cut -c1-200)"; return 1; }
+  local row
+  row=$(awk '/^host /{getline; print; exit}' "$P/logs/health.log" | tr -s ' ')
+  if [[ $BACKEND == cuda ]] && ! grep -q 'gpu clock MHz' "$P/logs/health.log"; then
+    DETAIL="no gpu clock figure: NVML was not read ($row)"
+    return 1
+  fi
+  DETAIL="one node ok: $row"
+}
+
 s_mpi() {
   command -v "$MPIRUN" >/dev/null || { DETAIL="$MPIRUN not on PATH (a bundle's bundle_env.sh puts its Open MPI first)"; return 1; }
   case_args mpi4
@@ -739,6 +759,7 @@ case $PHASE in
     fi
     step ops 120 s_ops
     [[ -n $STOP ]] && exit "$STOP"
+    step health 30 s_health
     # each sanitizer run gets at most half of what the later steps do not need
     box=$(( (DEADLINE_AT - SECONDS - 110) / 2 ))
     ((box > ${GPU_CHECK_SANITIZER_S:-60})) && box=${GPU_CHECK_SANITIZER_S:-60}

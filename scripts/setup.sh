@@ -57,6 +57,29 @@ if { command -v nvcc >/dev/null || [[ -x /usr/local/cuda/bin/nvcc ]]; } &&
   fi
 fi
 
+# NVML's header (nvml.h; the library comes with the driver and is loaded at
+# run time) for trainer health's GPU figures: in a toolkit from NVIDIA's
+# packages, not in one assembled from pip wheels. A pinned wheel, checked.
+nvml_version=13.0.87
+nvml_wheel=nvidia_nvml_dev-${nvml_version}-py3-none-manylinux2014_x86_64.manylinux_2_17_x86_64.whl
+nvml_sha256=082871368275cf6620fc900f55d8eaf2563b263a38a00a5168e9650bce963ba1
+nvml_dir="$(cd "$(dirname "$0")/.." && pwd)/third_party/nvml"
+if { command -v nvcc >/dev/null || [[ -x /usr/local/cuda/bin/nvcc ]]; } &&
+   [[ ! -f /usr/local/cuda/include/nvml.h ]] && [[ "$(cat "$nvml_dir/VERSION" 2>/dev/null)" != "$nvml_version" ]]; then
+  echo "setup: fetching NVML's header $nvml_version (PyPI) into third_party/"
+  tmp_nvml=$(mktemp -d)
+  if python3 -m pip download -q --no-deps --only-binary=:all: -d "$tmp_nvml" "nvidia-nvml-dev==$nvml_version" &&
+     echo "$nvml_sha256  $tmp_nvml/$nvml_wheel" | sha256sum -c --quiet; then
+    rm -rf "$nvml_dir" && mkdir -p "$nvml_dir"
+    python3 -m zipfile -e "$tmp_nvml/$nvml_wheel" "$tmp_nvml/unpacked"
+    mv "$tmp_nvml/unpacked/nvidia/cu13/include" "$nvml_dir/include"
+    echo "$nvml_version" > "$nvml_dir/VERSION"
+  else
+    echo "setup: could not fetch nvidia-nvml-dev $nvml_version; the build leaves the CUDA backend out" >&2
+  fi
+  rm -rf "$tmp_nvml"
+fi
+
 # Tests: reference packages from PyPI, pinned, in a venv over Debian's python
 # (so its torch 1.13, numpy and h5py stay visible; numpy is pinned to
 # Debian's own, since a pip numpy 2 breaks torch 1.13): tiktoken and

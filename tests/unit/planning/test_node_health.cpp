@@ -53,3 +53,20 @@ TEST(NodeHealth, OneNodeHasNoNetworkToJudge) {
   EXPECT_TRUE(std::isnan(v[0].ratios[4]) && std::isnan(v[0].ratios[5]));
   EXPECT_EQ(v[0].ratios[0], 1.0);
 }
+
+TEST(NodeHealth, AGpuFaultFailsOrSlowsItsNodeAndASlowClockIsJudgedLikeAFigure) {
+  // gpu clock median of {1980, 1980, 1200} = 1980: 1200 / 1980 = 0.61.
+  std::vector<NodeFigures> nodes = {node("a", 100), node("b", 100), node("c", 100), node("d", 100)};
+  nodes[0].gpu_clock_mhz = nodes[1].gpu_clock_mhz = 1980, nodes[2].gpu_clock_mhz = 1200;
+  nodes[1].gpu_fault = "GPU 3 (x): 2 uncorrected ECC error(s) since the driver loaded", nodes[1].gpu_fails = true;
+  nodes[3].gpu_fault = "GPU 0 (y): PCIe link x8 of x16";  // and no clock read (no NVML): not judged
+  const std::vector<NodeVerdict> v = judge_nodes(nodes, 0.8);
+  EXPECT_EQ(v[0].health, Health::Ok);
+  EXPECT_EQ(v[1].health, Health::Failed);
+  EXPECT_EQ(v[1].reasons[0], nodes[1].gpu_fault);
+  EXPECT_EQ(v[2].health, Health::Slow);
+  EXPECT_EQ(v[2].reasons[0], "gpu clock 0.61 x the median");
+  EXPECT_EQ(v[3].health, Health::Slow);
+  EXPECT_EQ(v[3].reasons[0], nodes[3].gpu_fault);
+  EXPECT_TRUE(std::isnan(v[3].ratios[6]));
+}

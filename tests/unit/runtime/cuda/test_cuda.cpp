@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <memory>
 #include <string>
@@ -18,6 +19,7 @@
 #include "runtime/cuda/cuda_backend.h"
 #include "runtime/cuda/cuda_device.h"
 #include "runtime/cuda/cudnn_sdpa.h"
+#include "runtime/cuda/nvml_state.h"
 #include "runtime/errors.h"
 #include "tests/support/kernel_cases.h"
 
@@ -77,6 +79,33 @@ TEST(CudaDevice, NoGpuStopsWithAUsageErrorAndAReason) {
     EXPECT_EQ(e.exit_code, kExitUsage);
     EXPECT_NE(std::string(e.what()).find("runtime.backend = \"cuda\""), std::string::npos) << e.what();
   }
+}
+
+// NVML: without a driver it says why there is nothing; with a GPU it reads
+// every GPU of the node, the one the product runs on marked, with figures a
+// data-center GPU offers (its clock within its maximum, a temperature).
+TEST(NvmlState, ReadsTheNodesGpusOrSaysWhyNot) {
+  const NodeGpus g = cuda::read_node_gpus(0);
+  if (cuda::device_count() == 0) {
+    EXPECT_TRUE(g.gpus.empty());
+    EXPECT_NE(g.missing, "");
+    GTEST_SKIP() << "no GPU: " << g.missing;
+  }
+  ASSERT_EQ(g.missing, "");
+  ASSERT_GE((int)g.gpus.size(), cuda::device_count());
+  int marked = 0;
+  for (const GpuState& s : g.gpus) {
+    marked += s.ran_product;
+    EXPECT_NE(s.name, "");
+    EXPECT_GT(s.max_sm_clock_mhz, 0) << s.name;
+    EXPECT_LE(s.sm_clock_mhz, s.max_sm_clock_mhz) << s.name;
+    EXPECT_GT(s.temperature_c, 0) << s.name;
+    std::printf("NVML: GPU %d %s (%s): SM %.0f of %.0f MHz, %d C (slowdown %d C), ECC uncorrected %lld, PCIe x%d "
+                "of x%d%s\n", s.index, s.name.c_str(), s.bus_id.c_str(), s.sm_clock_mhz, s.max_sm_clock_mhz,
+                s.temperature_c, s.slowdown_temperature_c, s.ecc_uncorrected, s.pcie_width, s.max_pcie_width,
+                gpu_fault({s}).text.empty() ? "" : (": " + gpu_fault({s}).text).c_str());
+  }
+  EXPECT_EQ(marked, 1) << "CUDA device 0 is one of NVML's GPUs, found by its PCI address";
 }
 
 TEST(CudaDevice, VersionsNameEveryLibrary) {

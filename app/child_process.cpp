@@ -16,7 +16,6 @@
 #include <stdexcept>
 #include <thread>
 
-#include "runtime/flight_recorder.h"  // wall_seconds
 #include "runtime/stop_signal.h"
 
 namespace trainer {
@@ -90,17 +89,21 @@ std::vector<ChildEnd> wait_children(const std::vector<pid_t>& pids, double limit
   std::vector<ChildEnd> ends(pids.size());
   std::vector<bool> done(pids.size(), false);
   std::vector<int> status(pids.size(), 0);
-  const double t0 = wall_seconds();
-  for (;;) {
+  // A steady clock: a step of the wall clock must not end the wait.
+  const auto t0 = std::chrono::steady_clock::now();
+  auto reap = [&] {
     bool all = true;
     for (size_t k = 0; k < pids.size(); k++) {
       if (!done[k]) done[k] = waitpid(pids[k], &status[k], WNOHANG) == pids[k];
       all &= done[k];
     }
-    if (all || stop_signal() || wall_seconds() - t0 > limit) break;
+    return all;
+  };
+  while (!reap() && !stop_signal() &&
+         std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() <= limit)
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  }
   const bool stopped = stop_signal() != 0;
+  reap();  // one that ended just now ended by itself: its code, not "timed out"
   std::vector<pid_t> running;
   for (size_t k = 0; k < pids.size(); k++)
     if (!done[k]) running.push_back(pids[k]);

@@ -199,13 +199,13 @@ struct Supervisor {
 
   // SIGUSR1 (the ranks checkpoint at the next step and exit 75), then up to
   // two minutes for them to finish before the job is killed.
-  void stop_gracefully(pid_t pid, int* status) {
+  void stop_gracefully(pid_t pid, int* status, const std::string& launcher) {
     kill(pid, SIGUSR1);
     for (int i = 0; i < 1200; i++) {
       if (waitpid(pid, status, WNOHANG) == pid) return;
       std::this_thread::sleep_for(std::chrono::milliseconds(100));
     }
-    *status = stop_job(pid, "");
+    *status = stop_job(pid, launcher);
   }
 
   // Runs one launch of `command` (on `hosts`, with an allocation) to its
@@ -310,7 +310,7 @@ struct Supervisor {
                            "(checkpoint.dir may have room) instead of restarting into it. Free space, then run the "
                            "same command to resume from the newest checkpoint",
                        JsonRecord().add("reason", why));
-          stop_gracefully(pid, &status);
+          stop_gracefully(pid, &status, command[0]);
           o.no_space = true;
           break;
         }
@@ -364,8 +364,9 @@ struct Supervisor {
   // when another failed fast would be blamed); when no host's started (mpirun
   // starts every host's ranks or none) and no step finished, the hosts on
   // which a launch of `trainer version` alone fails while it runs on another
-  // (the spares are probed too: with launch.nodes = 1 they are the others).
-  Diagnosis start_verdict(int launch, const Outcome& o, const std::vector<std::string>& spares) {
+  // of `probed` (the usable hosts: with launch.nodes = 1 the spares are the
+  // others; a spare where it fails is excluded too).
+  Diagnosis start_verdict(int launch, const Outcome& o, const std::vector<std::string>& probed) {
     Diagnosis d;
     if (o.marks.empty()) return d;
     const StartMarks m = read_marks(o.marks, o.hosts);
@@ -377,13 +378,11 @@ struct Supervisor {
       return d;
     }
     if (mtime_seconds(r.run.dir + "/heartbeat") > o.t0) return d;  // a step finished: every rank started
-    std::vector<std::string> probed = o.hosts;
-    probed.insert(probed.end(), spares.begin(), spares.end());
     const std::vector<std::string> failed = probe_hosts(launch, probed, o.marks);
     if (!failed.empty() && failed.size() < probed.size()) {
-      d.hosts = failed;
-      d.host_why = "its ranks never started (no host's did), and `trainer version` launched on it alone failed "
-                   "where it ran on another host";
+      d.hosts = failed;  // a spare among them had no ranks in the launch: the why names the probe
+      d.host_why = "`trainer version` launched on it alone failed where it ran on another host (no rank of "
+                   "launch " + std::to_string(launch) + " started on any host)";
     }
     return d;
   }
@@ -490,9 +489,7 @@ struct Supervisor {
   // supervisor's exit code (no spare left: 7; a stop signal: 75).
   int check_hosts(int launch, Allocation& alloc, const std::string& recipe_path,
                   const std::vector<std::string>& overrides) {
-    const std::vector<std::string> planned = alloc.launch_hosts();
-    std::vector<std::string> usable = planned;
-    for (const std::string& h : alloc.spares()) usable.push_back(h);
+    const std::vector<std::string> planned = alloc.launch_hosts(), usable = alloc.usable();
     const std::vector<std::string> cmd =
         launch_command(r, "health", recipe_path, overrides, (int)usable.size(), usable, launch);
     events.write("health_check", launch,
@@ -647,8 +644,14 @@ int cmd_supervise(int argc, char** argv) {
                                             std::to_string(kExitPreempted) + " so the scheduler can requeue it");
       return kExitPreempted;
     }
-    if (alloc && r.health.check)
+    if (alloc && r.health.check) {
       if (const int code = sup.check_hosts(launch, *alloc, args.recipe, args.overrides); code >= 0) return code;
+      if (const int sig = stop_signal()) {  // came as the check ended (it may have ended the check)
+        events.write("preempted", launch, std::string(strsignal(sig)) + " received during the health check; nothing "
+                                          "launched; exiting with " + std::to_string(kExitPreempted));
+        return kExitPreempted;
+      }
+    }
     const std::vector<std::string> hosts = alloc ? alloc->launch_hosts() : std::vector<std::string>{};
     const std::vector<std::string> command =
         args.after_dashes.empty() ? launch_command(r, "train", args.recipe, job_overrides, ranks, hosts, launch)
@@ -660,9 +663,8 @@ int cmd_supervise(int argc, char** argv) {
     // retry on the same hosts, or the end.
     bool replaced = false;
     if (alloc && !o.forwarded && retryable(o.code)) {
-      std::vector<std::string> usable = hosts;  // the probes may blame a spare too
-      for (const std::string& h : alloc->spares()) usable.push_back(h);
-      if (d.hosts.empty()) d = sup.start_verdict(launch, o, alloc->spares());
+      const std::vector<std::string> usable = alloc->usable();  // the probes may blame a spare too
+      if (d.hosts.empty()) d = sup.start_verdict(launch, o, usable);
       if (const int code = sup.replace_blamed(launch, d, *alloc, usable, hosts, &replaced); code >= 0) return code;
     }
     if (!replaced)

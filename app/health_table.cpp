@@ -71,6 +71,8 @@ std::string health_table(const std::vector<NodeFigures>& nodes, const std::vecto
     }
     out += "  " + verdict_text(verdicts[i]) + "\n";
   }
+  for (const NodeFigures& n : nodes)
+    if (!n.gpu_note.empty()) out += "note: " + n.host + ": " + n.gpu_note + "\n";
   return out;
 }
 

@@ -121,8 +121,10 @@ Diagnosis health_verdict(const std::string& run_dir, int launch) {
     if (n == e.end() || !n->is_number_integer() || n->get<long>() != launch) continue;
     const std::string event = field_text(e, "event");
     if (event == "health_check") d = {};
-    if (event == "unfit_node" && e.contains("hosts")) {
-      d.hosts = e.at("hosts").get<std::vector<std::string>>();
+    if (event == "unfit_node" && e.contains("hosts") && e.at("hosts").is_array()) {
+      d.hosts.clear();  // a damaged entry names no host
+      for (const nlohmann::json& h : e.at("hosts"))
+        if (h.is_string()) d.hosts.push_back(h.get<std::string>());
       d.host_why = field_text(e, "why");
     }
   }

@@ -132,6 +132,12 @@ std::vector<std::string> Allocation::spares() const {
   return out;
 }
 
+std::vector<std::string> Allocation::usable() const {
+  std::vector<std::string> out = launch_hosts();
+  for (const std::string& h : spares()) out.push_back(h);
+  return out;
+}
+
 bool Allocation::exclude(const std::string& host, const std::string& why) {
   if (std::find(hosts_.begin(), hosts_.end(), host) == hosts_.end() || excluded_.count(host)) return false;
   excluded_[host] = why;

@@ -37,6 +37,9 @@ class Allocation {
   // The hosts left to replace a failed one: neither excluded nor in
   // launch_hosts() (all that are not excluded when too few are left for a launch).
   std::vector<std::string> spares() const;
+  // Every host not excluded: the launch's, then the spares (the hosts a
+  // health check or a start probe measures).
+  std::vector<std::string> usable() const;
   // Excludes the allocation's host for the rest of the run, with why; false
   // for a name that is not one of its hosts or is excluded already.
   bool exclude(const std::string& host, const std::string& why);

@@ -11,9 +11,10 @@ set(TRAINER_CUDA AUTO CACHE STRING "Build the CUDA backend: AUTO, ON or OFF")
 set_property(CACHE TRAINER_CUDA PROPERTY STRINGS AUTO ON OFF)
 set(CUDNN_FRONTEND_INCLUDE_DIR ${CMAKE_CURRENT_SOURCE_DIR}/third_party/cudnn_frontend/include
     CACHE PATH "cuDNN C++ frontend headers (scripts/setup.sh fetches them)")
-# NVML's header (trainer health's GPU figures): a toolkit installed from
-# NVIDIA's packages has it; one assembled from pip wheels gets it from
-# scripts/setup.sh (third_party/nvml).
+# NVML's header (trainer health's GPU figures): the pinned one
+# scripts/setup.sh fetches (third_party/nvml), whatever the toolkit has: the
+# code names functions and bits older headers lack (it loads them at run
+# time, and goes without those the driver lacks).
 # A100 (sm_80) and Hopper (sm_90: H100, H200).
 set(TRAINER_CUDA_ARCHITECTURES "80;90" CACHE STRING "GPU architectures the CUDA backend is compiled for")
 
@@ -33,8 +34,7 @@ if(NOT TRAINER_CUDA STREQUAL "OFF")
     find_path(NCCL_INCLUDE_DIR nccl.h HINTS ENV NCCL_ROOT PATHS ${_cuda_root}/include PATH_SUFFIXES include)
     find_library(NCCL_LIBRARY NAMES nccl libnccl.so.2 NAMES_PER_DIR HINTS ENV NCCL_ROOT
                  PATHS ${_cuda_root}/lib64 ${_cuda_root}/lib PATH_SUFFIXES lib lib64)
-    find_path(NVML_INCLUDE_DIR nvml.h PATHS ${_cuda_root}/include ${CMAKE_CURRENT_SOURCE_DIR}/third_party/nvml/include
-              NO_DEFAULT_PATH)
+    find_path(NVML_INCLUDE_DIR nvml.h PATHS ${CMAKE_CURRENT_SOURCE_DIR}/third_party/nvml/include NO_DEFAULT_PATH)
     find_library(NVRTC_LIBRARY NAMES nvrtc libnvrtc.so.13 NAMES_PER_DIR PATHS ${_cuda_root}/lib64 ${_cuda_root}/lib)
     foreach(_v CUDNN_INCLUDE_DIR CUDNN_LIBRARY NCCL_INCLUDE_DIR NCCL_LIBRARY NVRTC_LIBRARY)
       if(NOT ${_v})

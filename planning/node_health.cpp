@@ -8,6 +8,9 @@
 #include <cstring>
 #include <exception>
 #include <filesystem>
+#include <iterator>
+#include <stdexcept>
+#include <thread>
 
 #include "planning/calibrate.h"
 #include "runtime/gpu_state.h"
@@ -89,6 +92,19 @@ double p2p_gbps(MPI_Comm c) {
   return median(mine);
 }
 
+// A barrier whose waiting ranks sleep instead of polling: in turn, the
+// nodes that wait share the cores of the one measuring (a fake cluster's
+// hosts), and MPI's busy wait would take them from it.
+void quiet_barrier(MPI_Comm c) {
+  MPI_Request r;
+  MPI_Ibarrier(c, &r);
+  for (int done = 0;;) {
+    MPI_Test(&r, &done, MPI_STATUS_IGNORE);
+    if (done) return;
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+}
+
 // One node's own figures (on its first rank).
 void measure_local(NodeFigures& f, Backend& be, const std::string& disk_dir) {
   auto attempt = [&](const char* what, auto&& measure) {
@@ -98,15 +114,32 @@ void measure_local(NodeFigures& f, Backend& be, const std::string& disk_dir) {
       if (f.failed.empty()) f.failed = std::string(what) + ": " + e.what();
     }
   };
+  // On a GPU the driver's readings while the product runs (its clock under
+  // load): three, 80 ms apart, merged (runtime/gpu_state.h).
+  const bool gpu = !be.device_name().empty();
+  std::vector<NodeGpus> readings;
+  std::thread sampler;
+  if (gpu)
+    sampler = std::thread([&] {
+      for (int i = 0; i < 3; i++) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(80));
+        readings.push_back(node_gpus(be));
+      }
+    });
   // Sustained over 0.3 s: a node held to a share of its CPUs (a quota)
   // runs one short product at full speed.
   attempt("gemm", [&] { f.gemm_gflops = measure_gemm_gflops(be, 1024, 0.3, DType::F32, GemmRate::Sustained); });
-  // Right after the product, while the GPU's clock is still under load.
-  const NodeGpus gpus = node_gpus(be);
-  for (const GpuState& g : gpus.gpus)
-    if (g.ran_product && g.sm_clock_mhz > 0) f.gpu_clock_mhz = g.sm_clock_mhz;
-  const GpuFault fault = gpu_fault(gpus.gpus);
-  f.gpu_fault = fault.text, f.gpu_fails = fault.fails;
+  if (sampler.joinable()) sampler.join();
+  if (gpu) {
+    const NodeGpus gpus = merge_readings(readings);
+    for (const GpuState& g : gpus.gpus)
+      if (g.ran_product && g.sm_clock_mhz > 0) f.gpu_clock_mhz = g.sm_clock_mhz;
+    const GpuFault fault = gpu_fault(gpus.gpus);
+    f.gpu_fault = fault.text, f.gpu_fails = fault.fails;
+    // Said, so that "ok" is not read as "its GPUs were checked".
+    if (!gpus.missing.empty()) f.gpu_note = "no GPU figures: " + gpus.missing;
+    else if (f.gpu_clock_mhz < 0) f.gpu_note = "no clock figure: the GPU computed on is not among the driver's (NVML's) GPUs";
+  }
   attempt("memory", [&] { f.memory_gbps = memory_gbps(); });
   f.free_gb = host_memory().available / 1e9;
   std::error_code ec;
@@ -119,7 +152,7 @@ void measure_local(NodeFigures& f, Backend& be, const std::string& disk_dir) {
 struct Wire {
   double v[8];
   int first, leader, gpu_fails;
-  char host[64], failed[192], gpu_fault[512];
+  char host[64], failed[192], gpu_fault[1024], gpu_note[192];
 };
 
 }  // namespace
@@ -190,7 +223,7 @@ std::vector<NodeFigures> measure_nodes(MPI_Comm world, Backend& be, const std::s
     MPI_Comm_rank(leaders, &me);
     for (int turn = 0; turn < (in_turn ? nodes : 1); turn++) {
       if (!in_turn || turn == me) measure_local(f, be, disk_dir);
-      if (in_turn) MPI_Barrier(leaders);
+      if (in_turn) quiet_barrier(leaders);
     }
     // One node: no network between nodes to measure.
     f.allreduce_gbps = nodes > 1 ? allreduce_gbps(leaders) : -1;
@@ -200,11 +233,13 @@ std::vector<NodeFigures> measure_nodes(MPI_Comm world, Backend& be, const std::s
   MPI_Comm_free(&node);
   Wire mine{};
   const auto& kinds = figure_kinds();
+  if (kinds.size() > std::size(mine.v)) throw std::logic_error("node_health: more figures than the gather carries");
   for (size_t k = 0; k < kinds.size(); k++) mine.v[k] = f.*kinds[k].value;
   mine.first = rank, mine.leader = local == 0;
   std::snprintf(mine.host, sizeof mine.host, "%s", f.host.c_str());
   std::snprintf(mine.failed, sizeof mine.failed, "%s", f.failed.c_str());
   std::snprintf(mine.gpu_fault, sizeof mine.gpu_fault, "%s", f.gpu_fault.c_str());
+  std::snprintf(mine.gpu_note, sizeof mine.gpu_note, "%s", f.gpu_note.c_str());
   mine.gpu_fails = f.gpu_fails;
   std::vector<Wire> all(size);
   MPI_Allgather(&mine, sizeof(Wire), MPI_BYTE, all.data(), sizeof(Wire), MPI_BYTE, world);
@@ -214,6 +249,7 @@ std::vector<NodeFigures> measure_nodes(MPI_Comm world, Backend& be, const std::s
     NodeFigures n;
     for (size_t k = 0; k < kinds.size(); k++) n.*kinds[k].value = w.v[k];
     n.first_rank = w.first, n.host = w.host, n.failed = w.failed, n.gpu_fault = w.gpu_fault, n.gpu_fails = w.gpu_fails;
+    n.gpu_note = w.gpu_note;
     out.push_back(n);
   }
   return out;

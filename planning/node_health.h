@@ -29,6 +29,7 @@ struct NodeFigures {
   // (runtime/gpu_state.h gpu_fault): failing or, unless gpu_fails, slow.
   std::string gpu_fault;
   bool gpu_fails = false;
+  std::string gpu_note;  // on a GPU backend: why its GPUs have no figures ("" when they have)
 };
 
 // The figures, by name, in table order; higher is better for each.

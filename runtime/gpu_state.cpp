@@ -1,5 +1,6 @@
 #include "runtime/gpu_state.h"
 
+#include <algorithm>
 #include <cstdio>
 
 namespace trainer {
@@ -11,6 +12,10 @@ GpuFault gpu_fault(const std::vector<GpuState>& gpus) {
     f.fails |= fails;
   };
   for (const GpuState& g : gpus) {
+    if (!g.error.empty()) {
+      add(g, "the driver cannot reach it (" + g.error + ")", true);
+      continue;
+    }
     if (g.ecc_uncorrected > 0)
       add(g, std::to_string(g.ecc_uncorrected) + " uncorrected ECC error(s) since the driver loaded", true);
     if (g.remap_failed) add(g, "a memory row remapping failed (the GPU needs service)", true);
@@ -31,6 +36,33 @@ GpuFault gpu_fault(const std::vector<GpuState>& gpus) {
       add(g, "PCIe link x" + std::to_string(g.pcie_width) + " of x" + std::to_string(g.max_pcie_width), false);
   }
   return f;
+}
+
+NodeGpus merge_readings(const std::vector<NodeGpus>& readings) {
+  NodeGpus out;
+  if (readings.empty()) return out;
+  out.missing = readings.back().missing;
+  for (const NodeGpus& r : readings) {
+    for (const GpuState& g : r.gpus) {
+      GpuState* m = nullptr;
+      for (GpuState& x : out.gpus)
+        if (x.index == g.index) m = &x;
+      if (!m) {
+        out.gpus.push_back(g);  // its first reading
+        continue;
+      }
+      m->ran_product |= g.ran_product;
+      m->sm_clock_mhz = std::max(m->sm_clock_mhz, g.sm_clock_mhz);
+      m->max_sm_clock_mhz = std::max(m->max_sm_clock_mhz, g.max_sm_clock_mhz);
+      m->temperature_c = std::max(m->temperature_c, g.temperature_c);
+      m->ecc_uncorrected = std::max(m->ecc_uncorrected, g.ecc_uncorrected);
+      m->remap_failed |= g.remap_failed, m->remap_pending |= g.remap_pending;
+      m->hw_slowdown &= g.hw_slowdown, m->thermal_slowdown &= g.thermal_slowdown, m->power_brake &= g.power_brake;
+      m->pcie_width = std::max(m->pcie_width, g.pcie_width);
+      if (m->error.empty()) m->error = g.error;
+    }
+  }
+  return out;
 }
 
 std::string normal_bus_id(const std::string& bus_id) {

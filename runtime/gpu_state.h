@@ -21,6 +21,7 @@ struct GpuState {
   // say something is wrong; a power cap or an idle GPU is normal.
   bool hw_slowdown = false, thermal_slowdown = false, power_brake = false;
   int pcie_width = 0, max_pcie_width = 0;  // lanes; 0: not offered
+  std::string error;  // the driver cannot reach it ("GPU is lost"): the other figures are not read
 };
 
 struct NodeGpus {
@@ -28,9 +29,16 @@ struct NodeGpus {
   std::string missing;  // why there are none: no NVML (no driver), or its error
 };
 
+// Readings taken one after another while the GPUs work, as one: per GPU
+// (by index) the highest clock, a slowdown only where every reading shows
+// it (a clock change may show one for an instant), the most ECC errors,
+// the hottest temperature, a remapping or an error in any reading. Pure.
+NodeGpus merge_readings(const std::vector<NodeGpus>& readings);
+
 // What makes the node's GPUs unfit, in one line ("" when nothing does), and
-// whether it fails the node (uncorrected ECC errors, a failed row
-// remapping: its results can be wrong) or only makes it slow (clocks held
+// whether it fails the node (the driver cannot reach a GPU, uncorrected ECC
+// errors, a failed row remapping: its results can be wrong) or only makes
+// it slow (clocks held
 // down by the hardware, rows waiting for a reset, a PCIe link trained
 // narrower than it can be). Pure.
 struct GpuFault {

@@ -18,7 +18,8 @@ double measure_gemm_gflops(Backend& be, int n, double seconds, DType dt, GemmRat
   be.convert(a.ref(), f.ref(), nn);
   be.convert(b.ref(), f.ref(), nn);
   be.matmul(false, false, n, n, n, 1.f, a.ref(), b.ref(), 0.f, c.ref());  // warm-up
-  // Best of several timed calls: shared machines add noise only upward.
+  // Several timed calls: the best of them (GemmRate::Best: shared machines
+  // add noise only upward), or all of them over their whole time.
   double best = 0;
   const auto t_start = std::chrono::steady_clock::now();
   const auto t_end = t_start + std::chrono::duration<double>(seconds);

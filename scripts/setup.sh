@@ -34,50 +34,41 @@ if [[ ${#missing[@]} -gt 0 ]]; then
   $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
 
-# The cuDNN frontend: header-only (MIT); any wheel of the version holds the
-# same headers, so one pinned file is named whatever the local Python is.
-fe_version=1.32.0
-fe_wheel=nvidia_cudnn_frontend-${fe_version}-cp311-cp311-manylinux_2_27_x86_64.manylinux_2_28_x86_64.whl
-fe_sha256=c6006556017a4d1c914c52a556c71b1267f2d6a0500f742e7b4edef539878df0
-fe_dir="$(cd "$(dirname "$0")/.." && pwd)/third_party/cudnn_frontend"
-if { command -v nvcc >/dev/null || [[ -x /usr/local/cuda/bin/nvcc ]]; } &&
-   [[ "$(cat "$fe_dir/VERSION" 2>/dev/null)" != "$fe_version" ]]; then
-  echo "setup: fetching the cuDNN frontend $fe_version headers (PyPI) into third_party/"
+# fetch_headers PACKAGE VERSION WHEEL SHA256 FOLDER DEST [pip download options]:
+# the headers of a pinned wheel from PyPI, checked against its SHA-256: the
+# wheel's FOLDER becomes DEST/include (DEST/VERSION says which version); when
+# the fetch fails the build leaves the CUDA backend out, and says why.
+fetch_headers() {
+  local pkg=$1 version=$2 wheel=$3 sha256=$4 folder=$5 dest=$6
+  shift 6
+  [[ "$(cat "$dest/VERSION" 2>/dev/null)" == "$version" ]] && return 0
+  echo "setup: fetching the headers of $pkg $version (PyPI) into third_party/"
+  local tmp
   tmp=$(mktemp -d)
-  trap 'rm -rf "$tmp"' EXIT
-  if python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.11 \
-       --platform manylinux_2_28_x86_64 -d "$tmp" "nvidia-cudnn-frontend==$fe_version" &&
-     echo "$fe_sha256  $tmp/$fe_wheel" | sha256sum -c --quiet; then
-    rm -rf "$fe_dir" && mkdir -p "$fe_dir"
-    python3 -m zipfile -e "$tmp/$fe_wheel" "$tmp/unpacked"
-    mv "$tmp/unpacked/include" "$fe_dir/include"
-    echo "$fe_version" > "$fe_dir/VERSION"
+  if python3 -m pip download -q --no-deps --only-binary=:all: "$@" -d "$tmp" "$pkg==$version" &&
+     echo "$sha256  $tmp/$wheel" | sha256sum -c --quiet; then
+    rm -rf "$dest" && mkdir -p "$dest"
+    python3 -m zipfile -e "$tmp/$wheel" "$tmp/unpacked"
+    mv "$tmp/unpacked/$folder" "$dest/include"
+    echo "$version" > "$dest/VERSION"
   else
-    echo "setup: could not fetch nvidia-cudnn-frontend $fe_version; the build leaves the CUDA backend out" >&2
+    echo "setup: could not fetch $pkg $version; the build leaves the CUDA backend out" >&2
   fi
-fi
-
-# NVML's header (nvml.h; the library comes with the driver and is loaded at
-# run time) for trainer health's GPU figures: in a toolkit from NVIDIA's
-# packages, not in one assembled from pip wheels. A pinned wheel, checked.
-nvml_version=13.0.87
-nvml_wheel=nvidia_nvml_dev-${nvml_version}-py3-none-manylinux2014_x86_64.manylinux_2_17_x86_64.whl
-nvml_sha256=082871368275cf6620fc900f55d8eaf2563b263a38a00a5168e9650bce963ba1
-nvml_dir="$(cd "$(dirname "$0")/.." && pwd)/third_party/nvml"
-if { command -v nvcc >/dev/null || [[ -x /usr/local/cuda/bin/nvcc ]]; } &&
-   [[ ! -f /usr/local/cuda/include/nvml.h ]] && [[ "$(cat "$nvml_dir/VERSION" 2>/dev/null)" != "$nvml_version" ]]; then
-  echo "setup: fetching NVML's header $nvml_version (PyPI) into third_party/"
-  tmp_nvml=$(mktemp -d)
-  if python3 -m pip download -q --no-deps --only-binary=:all: -d "$tmp_nvml" "nvidia-nvml-dev==$nvml_version" &&
-     echo "$nvml_sha256  $tmp_nvml/$nvml_wheel" | sha256sum -c --quiet; then
-    rm -rf "$nvml_dir" && mkdir -p "$nvml_dir"
-    python3 -m zipfile -e "$tmp_nvml/$nvml_wheel" "$tmp_nvml/unpacked"
-    mv "$tmp_nvml/unpacked/nvidia/cu13/include" "$nvml_dir/include"
-    echo "$nvml_version" > "$nvml_dir/VERSION"
-  else
-    echo "setup: could not fetch nvidia-nvml-dev $nvml_version; the build leaves the CUDA backend out" >&2
-  fi
-  rm -rf "$tmp_nvml"
+  rm -rf "$tmp"
+}
+third_party="$(cd "$(dirname "$0")/.." && pwd)/third_party"
+if command -v nvcc >/dev/null || [[ -x /usr/local/cuda/bin/nvcc ]]; then
+  # The cuDNN frontend: header-only (MIT); any wheel of the version holds the
+  # same headers, so one pinned file is named whatever the local Python is.
+  fetch_headers nvidia-cudnn-frontend 1.32.0 \
+    nvidia_cudnn_frontend-1.32.0-cp311-cp311-manylinux_2_27_x86_64.manylinux_2_28_x86_64.whl \
+    c6006556017a4d1c914c52a556c71b1267f2d6a0500f742e7b4edef539878df0 include "$third_party/cudnn_frontend" \
+    --python-version 3.11 --platform manylinux_2_28_x86_64
+  # NVML's header (nvml.h; the library comes with the driver and is loaded
+  # at run time) for trainer health's GPU figures: pinned, as the code names
+  # what older headers (a CUDA 12.0 toolkit's) lack.
+  fetch_headers nvidia-nvml-dev 13.0.87 nvidia_nvml_dev-13.0.87-py3-none-manylinux2014_x86_64.manylinux_2_17_x86_64.whl \
+    082871368275cf6620fc900f55d8eaf2563b263a38a00a5168e9650bce963ba1 nvidia/cu13/include "$third_party/nvml"
 fi
 
 # Tests: reference packages from PyPI, pinned, in a venv over Debian's python

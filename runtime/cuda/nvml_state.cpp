@@ -66,6 +66,11 @@ struct Nvml {
   bool usable() const { return init && shutdown && error_string && count && handle; }
 };
 
+// Errors that say the GPU itself is unreachable (not that a figure is not offered).
+bool unreachable(nvmlReturn_t rc) {
+  return rc == NVML_ERROR_GPU_IS_LOST || rc == NVML_ERROR_IRQ_ISSUE || rc == NVML_ERROR_INSUFFICIENT_POWER;
+}
+
 GpuState read_gpu(const Nvml& n, nvmlDevice_t h, int index) {
   GpuState g;
   g.index = index;
@@ -74,7 +79,11 @@ GpuState read_gpu(const Nvml& n, nvmlDevice_t h, int index) {
   nvmlPciInfo_t pci{};
   if (n.pci && n.pci(h, &pci) == NVML_SUCCESS) g.bus_id = pci.busId;
   unsigned int u = 0;
-  if (n.clock && n.clock(h, NVML_CLOCK_SM, &u) == NVML_SUCCESS) g.sm_clock_mhz = u;
+  if (n.clock) {
+    const nvmlReturn_t rc = n.clock(h, NVML_CLOCK_SM, &u);
+    if (unreachable(rc)) return g.error = std::string("NVML: ") + n.error_string(rc), g;
+    if (rc == NVML_SUCCESS) g.sm_clock_mhz = u;
+  }
   if (n.max_clock && n.max_clock(h, NVML_CLOCK_SM, &u) == NVML_SUCCESS) g.max_sm_clock_mhz = u;
   nvmlTemperature_t t{};
   t.version = nvmlTemperature_v1;
@@ -127,8 +136,15 @@ NodeGpus read_node_gpus(int product_device) {
   if (const nvmlReturn_t rc = n.count(&gpus); rc != NVML_SUCCESS) out.missing = std::string("NVML: ") + n.error_string(rc);
   for (unsigned int i = 0; i < gpus; i++) {
     nvmlDevice_t h{};
-    if (n.handle(i, &h) != NVML_SUCCESS) continue;  // a GPU this process may not open (cgroups)
-    GpuState g = read_gpu(n, h, (int)i);
+    GpuState g;
+    if (const nvmlReturn_t rc = n.handle(i, &h); rc == NVML_ERROR_NO_PERMISSION) {
+      continue;  // a GPU this process may not open (another job's, hidden by cgroups)
+    } else if (rc != NVML_SUCCESS) {
+      g.index = (int)i, g.error = std::string("NVML: ") + n.error_string(rc);  // lost, no power, ...
+      out.gpus.push_back(g);
+      continue;
+    }
+    g = read_gpu(n, h, (int)i);
     g.ran_product = cuda_bus[0] && normal_bus_id(g.bus_id) == normal_bus_id(cuda_bus);
     out.gpus.push_back(g);
   }

@@ -198,11 +198,13 @@ def never_started(trainer, env, hosts, sets, rdir):
     exits = [e.get("code") for e in events if e["event"] == "exit"]
     # mpirun starts no host's ranks until every host's daemon reported, and
     # here it fails at once: the probes find the host.
-    check(len(probe) == 1 and probe[0]["failed"] == [hosts[1]],
-          f"mpirun: no rank started; `trainer version` alone fails on {hosts[1]} only "
+    check(len(probe) == 1 and probe[0]["failed"] == [hosts[1]] and len(probe[0]["results"]) == 3,
+          f"mpirun: no rank started; `trainer version` alone, on the launch's hosts and the spare, fails on "
+          f"{hosts[1]} only "
           f"({[e['results'] for e in probe]})")
     check(code == 0 and len(replace) == 1 and replace[0]["excluded"] == [hosts[1]] and
-          replace[0]["spares_in"] == [hosts[2]] and "never started" in replace[0]["why"] and exits[-1:] == [0],
+          replace[0]["spares_in"] == [hosts[2]] and "launched on it alone failed" in replace[0]["why"] and
+          exits[-1:] == [0],
           f"mpirun: the host that cannot start is replaced by {hosts[2]} and the relaunch finishes "
           f"(exits {exits}, supervise {code}, {took:.0f} s in all)")
 

@@ -48,3 +48,37 @@ TEST(GpuState, CudaAndNvmlPciAddressesCompareEqual) {
   EXPECT_NE(normal_bus_id("0000:3B:00.0"), normal_bus_id("0000:3C:00.0"));
   EXPECT_EQ(normal_bus_id("not an address"), "not an address");
 }
+
+// A GPU the driver cannot reach fails the node, whatever else it says.
+TEST(GpuState, AGpuTheDriverCannotReachFailsTheNode) {
+  GpuState lost;
+  lost.index = 5, lost.bus_id = "00000000:9A:00.0", lost.error = "NVML: GPU is lost";
+  const GpuFault f = gpu_fault({lost});
+  EXPECT_TRUE(f.fails);
+  EXPECT_EQ(f.text, "GPU 5 (00000000:9A:00.0): the driver cannot reach it (NVML: GPU is lost)");
+}
+
+// Three readings while the product runs, as one: the highest clock, a
+// slowdown only when every reading shows it, the worst of the rest.
+TEST(GpuState, ReadingsMergeToTheHighestClockAndSlowdownsSeenEveryTime) {
+  auto reading = [](double clock, bool hw, bool thermal, long long ecc, int temp) {
+    GpuState g;
+    g.index = 0, g.sm_clock_mhz = clock, g.max_sm_clock_mhz = 1980, g.hw_slowdown = hw, g.thermal_slowdown = thermal;
+    g.ecc_uncorrected = ecc, g.temperature_c = temp, g.ran_product = true;
+    GpuState other;  // an idle second GPU, the same in every reading
+    other.index = 1, other.sm_clock_mhz = 345;
+    return NodeGpus{{g, other}, ""};
+  };
+  const NodeGpus m = merge_readings({reading(1200, true, true, 0, 70), reading(1980, false, true, 0, 74),
+                                     reading(1755, true, true, 1, 72)});
+  ASSERT_EQ(m.gpus.size(), 2u);
+  EXPECT_EQ(m.gpus[0].sm_clock_mhz, 1980);
+  EXPECT_FALSE(m.gpus[0].hw_slowdown) << "not in the second reading: a clock change";
+  EXPECT_TRUE(m.gpus[0].thermal_slowdown) << "in every reading";
+  EXPECT_EQ(m.gpus[0].ecc_uncorrected, 1);
+  EXPECT_EQ(m.gpus[0].temperature_c, 74);
+  EXPECT_TRUE(m.gpus[0].ran_product);
+  EXPECT_EQ(m.gpus[1].sm_clock_mhz, 345);
+  EXPECT_TRUE(merge_readings({}).gpus.empty());
+  EXPECT_EQ(merge_readings({NodeGpus{{}, "no NVML: x"}}).missing, "no NVML: x");
+}

@@ -12,6 +12,7 @@ RankLayout rank_layout(const Recipe& r, int stage) {
   l.tp = r.parallel.grid.tp;
   l.dp = r.parallel.grid.dp;
   l.cp = r.parallel.grid.cp;
+  l.cp_comm = r.parallel.cp_comm;
   l.cp_overlap = r.parallel.cp_overlap;
   l.zero_stage = r.parallel.zero_stage;
   l.compute = r.training.precision;

@@ -15,7 +15,7 @@
 #include "model/init.h"
 #include "model/lr_schedule.h"
 #include "parallel/process_grid.h"
-#include "parallel/ring_attention.h"
+#include "parallel/context_attention.h"
 #include "runtime/errors.h"
 #include "runtime/units.h"
 
@@ -261,7 +261,7 @@ StepStats RankStep::step() {
   if (tp_) tp_->counters().reset();
   if (pp_) pp_->counters().reset();
   if (cp_) cp_->counters().reset();
-  for (auto& m : chunks_) m->reset_ring_times();
+  for (auto& m : chunks_) m->reset_cp_times();
   StepStats s;
   const uint64_t syncs0 = be_.host_syncs();
   compute_gradients(&s);
@@ -292,7 +292,7 @@ StepStats RankStep::step() {
   if (pp_) s.comm_pp = pp_->counters();
   if (cp_) s.comm_cp = cp_->counters();
   record_stage_times(s);
-  record_ring_times(s);
+  record_cp_times(s);
   return s;
 }
 
@@ -311,12 +311,12 @@ void RankStep::record_stage_times(StepStats& s) {
   }
 }
 
-void RankStep::record_ring_times(StepStats& s) {
+void RankStep::record_cp_times(StepStats& s) {
   if (!cp_control_) return;
-  RingTimes t;
-  for (auto& m : chunks_) t += *m->ring_times();
+  CpTimes t;
+  for (auto& m : chunks_) t += *m->cp_times();
   s.cp_exposed_ms = t.exposed_ms;
-  // One control call: every cp rank's ring compute, the slowest against the mean.
+  // One control call: every cp rank's attention compute, the slowest against the mean.
   const float mine = (float)t.compute_ms;
   std::vector<float> all(cp_size_);
   cp_control_->allgather(&mine, all.data(), 1);

@@ -171,7 +171,7 @@ class RankStep {
   TrainingState training_state() const;  // what a checkpoint records now
   const Batch& next_batch(std::map<int, Batch>& batches, int mb, double* wait_ms);
   void record_stage_times(StepStats& s);
-  void record_ring_times(StepStats& s);
+  void record_cp_times(StepStats& s);
   StepSums read_sums();                 // after compute_gradients: one backend read
   double mean_loss(double loss_sum);    // over the global batch, on every rank
 

@@ -128,11 +128,18 @@ MemoryPlan plan_memory(const ModelConfig& c, const RankLayout& l, const Recomput
     if (l.tp > 1) p.bytes[(int)Mem::Comm] += x.M * x.d * e;
     // Ring attention (parallel/ring_attention.h): two k|v blocks in flight,
     // three fp32 dK|dV blocks, the fp32 running output (then dq) and the
-    // statistics' start.
-    if (l.cp > 1) {
+    // statistics' start. All-to-all (parallel/ulysses_attention.h): its send
+    // and receive buffers, each as large as this rank's q|k|v, and the head
+    // group's whole sequence of q|k|v, output, output gradient and dq|dk|dv
+    // (as many elements as this rank's own).
+    if (l.cp > 1 && l.cp_comm == CpComm::Ring) {
       const double kv = x.M * 2 * x.KV * x.hd;
       p.bytes[(int)Mem::Comm] += 2 * kv * e + 3 * kv * f;
       p.bytes[(int)Mem::Temporaries] += (x.M * x.att + x.B * x.H * x.T * Backend::kAttentionStats) * f;
+    }
+    if (l.cp > 1 && l.cp_comm == CpComm::A2a) {
+      p.bytes[(int)Mem::Comm] += 2 * x.M * x.Q * e;
+      p.bytes[(int)Mem::Temporaries] += (2 * x.M * x.Q + 2 * x.M * x.att) * e;
     }
     if (l.tp > 1 && l.sequence_parallel) p.bytes[(int)Mem::Comm] += (2 * x.R * x.d + x.M * x.d) * e;
     // Pipeline messages: received activations and gradients, sent gradients.
@@ -144,8 +151,10 @@ MemoryPlan plan_memory(const ModelConfig& c, const RankLayout& l, const Recomput
   // Attention backward's per-thread fp32 buffers: probabilities and their
   // gradient for a block of query rows against up to T keys (RoPE's tables
   // fit within them).
-  const double block = std::min<double>(x.T, Backend::kAttentionBlock);
-  p.bytes[(int)Mem::Temporaries] += l.threads * 2 * block * x.T * f;
+  // (The all-to-all's attention runs on whole sequences.)
+  const double rows = l.cp > 1 && l.cp_comm == CpComm::A2a ? x.keys : x.T;
+  const double block = std::min<double>(rows, Backend::kAttentionBlock);
+  p.bytes[(int)Mem::Temporaries] += l.threads * 2 * block * rows * f;
   p.bytes[(int)Mem::Comm] += zero_block;
   if (l.cuda) p.cuda = plan_cuda_memory(c, x, l);
   return p;

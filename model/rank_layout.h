@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "model/param_registry.h"
+#include "parallel/context_chunks.h"
 #include "runtime/dtype.h"
 
 namespace trainer {
@@ -19,7 +20,8 @@ struct ChunkLayout {
 
 struct RankLayout {
   int micro_batch = 1, tp = 1, dp = 1, micro_batches = 1, threads = 1;
-  int cp = 1;  // context parallelism: seq_len / cp tokens of each sequence here, attention as a ring
+  int cp = 1;  // context parallelism: seq_len / cp tokens of each sequence here
+  CpComm cp_comm = CpComm::Ring;  // its attention: a ring or an all-to-all (parallel/context_attention.h)
   bool cp_overlap = true;  // the ring's transfers overlap its attention (parallel/ring_attention.h)
   int zero_stage = 0;  // 1: AdamW's state sharded over the dp x cp ranks
   bool sequence_parallel = false, pipelined = false;

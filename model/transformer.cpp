@@ -4,7 +4,7 @@
 #include <stdexcept>
 
 #include "parallel/context_chunks.h"
-#include "parallel/ring_attention.h"
+#include "parallel/context_attention.h"
 
 namespace trainer {
 
@@ -61,7 +61,7 @@ Transformer::Transformer(Backend& be, const ModelConfig& cfg, const RankLayout& 
       position_runs_.push_back({row - row_offset_, n, positions_[t]});
       row += n;
     }
-    ring_ = std::make_unique<RingAttention>(be_, *cp_comm_, attn_shape(), compute_, layout.cp_overlap);
+    cp_attention_ = make_context_attention(layout.cp_comm, be_, *cp_comm_, attn_shape(), compute_, layout.cp_overlap);
   }
 
   const size_t n = mp_.reg.total();
@@ -198,19 +198,19 @@ void Transformer::apply_rope(Ref qkv, bool inverse) {
     }
 }
 
-const RingTimes* Transformer::ring_times() const { return ring_ ? &ring_->times() : nullptr; }
-void Transformer::reset_ring_times() {
-  if (ring_) ring_->reset_times();
+const CpTimes* Transformer::cp_times() const { return cp_attention_ ? &cp_attention_->times() : nullptr; }
+void Transformer::reset_cp_times() {
+  if (cp_attention_) cp_attention_->reset_times();
 }
 
 void Transformer::attention_fwd(LayerActs& a) {
-  if (ring_) ring_->forward(a.att, a.stats, a.qkv);
+  if (cp_attention_) cp_attention_->forward(a.att, a.stats, a.qkv);
   else be_.attention_fwd(a.att, a.stats, a.qkv, attn_shape());
 }
 
 // g_att_ holds the gradient of a.att; g_qkv_ becomes that of a.qkv.
 void Transformer::attention_bwd(LayerActs& a) {
-  if (ring_) ring_->backward(g_qkv_, g_att_, a.qkv, a.att, a.stats);
+  if (cp_attention_) cp_attention_->backward(g_qkv_, g_att_, a.qkv, a.att, a.stats);
   else be_.attention_bwd(g_qkv_, g_att_, a.qkv, a.att, a.stats, attn_shape());
 }
 

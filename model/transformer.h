@@ -12,7 +12,7 @@
 // the token rows: an all-gather feeds each column-parallel product and a
 // reduce-scatter follows each row-parallel one.
 //
-// Context parallelism (parallel/ring_attention.h): each sequence is cut over
+// Context parallelism (parallel/context_attention.h): each sequence is cut over
 // the cp ranks of a group, and an instance holds seq_len / cp tokens of each
 // of its sequences (two chunks, parallel/context_chunks.h); everything but
 // attention is token-local, attention runs as a ring over the group, and
@@ -46,11 +46,11 @@ struct TensorParallel {
 // How many ranks share a sequence is the layout's (RankLayout::cp); this is
 // only the ring those ranks talk over.
 struct ContextParallel {
-  DataComm* comm = nullptr;  // the ring's k|v blocks; null: no context parallelism
+  DataComm* comm = nullptr;  // the cp group's transfers (ring or all-to-all); null: no context parallelism
 };
 
-class RingAttention;
-struct RingTimes;
+class ContextAttention;
+struct CpTimes;
 
 class Transformer {
  public:
@@ -113,9 +113,9 @@ class Transformer {
   void backward(int slot, CRef grad_out);
   CRef output(int slot) const { return slots_[slot].out; }
   CRef input_grad() const { return g_resid_; }
-  // Context parallelism: the ring's times since the last reset (null without cp).
-  const RingTimes* ring_times() const;
-  void reset_ring_times();
+  // Context parallelism: the attention's times since the last reset (null without cp).
+  const CpTimes* cp_times() const;
+  void reset_cp_times();
   // Under sequence parallelism, sums the partial gradients of replicated
   // tensors over the TP group; call once per step, after the last backward().
   void reduce_sequence_parallel_grads();
@@ -193,8 +193,8 @@ class Transformer {
   Backend& be_;
   ModelConfig cfg_;
   TensorParallel tp_;
-  DataComm* cp_comm_;  // the ring (context parallelism), or null
-  int cp_, cp_rank_;   // ranks sharing each sequence (layout.cp), this one's place in the ring
+  DataComm* cp_comm_;  // the cp group (context parallelism), or null
+  int cp_, cp_rank_;   // ranks sharing each sequence (layout.cp), this one's place in the group
   ModelParams mp_;
   DType compute_;
   int B_, T_, M_, R_;    // sequences, tokens of each here (seq_len / cp), token rows, rows this rank keeps (M_/tp with SP)
@@ -206,7 +206,7 @@ class Transformer {
     int row, rows, pos;
   };
   std::vector<PositionRun> position_runs_;
-  std::unique_ptr<RingAttention> ring_;  // context parallelism
+  std::unique_ptr<ContextAttention> cp_attention_;  // context parallelism: ring or all-to-all
   int H_, KV_, F_, V_;   // this rank's heads, kv heads, hidden units, vocabulary rows
   int Q_, vocab_offset_;
   Buffer params_, grads_;  // fp32

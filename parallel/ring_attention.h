@@ -12,23 +12,13 @@
 #include <initializer_list>
 
 #include "parallel/communicator.h"
+#include "parallel/context_attention.h"
 #include "runtime/backend.h"
 #include "runtime/buffer.h"
 
 namespace trainer {
 
-// Where a ring's time went, summed over its forwards and backwards since the
-// last reset (host clock: on the CPU backend the pair ops' compute itself).
-struct RingTimes {
-  double compute_ms = 0;  // the pair ops (the attention work this rank does)
-  double exposed_ms = 0;  // waiting on the ring's transfers
-  RingTimes& operator+=(const RingTimes& o) {
-    compute_ms += o.compute_ms, exposed_ms += o.exposed_ms;
-    return *this;
-  }
-};
-
-class RingAttention {
+class RingAttention final : public ContextAttention {
  public:
   // s: this rank's share of the micro-batch (s.T = seq_len / cp rows per
   // sequence, its two chunks one after the other); the group's size is cp.
@@ -39,10 +29,8 @@ class RingAttention {
   // As Backend::attention_fwd / attention_bwd for the whole sequence, on
   // this rank's rows: out [B*T, H*hd] and stats [B, H, T, kAttentionStats].
   // Collective over the group.
-  void forward(Ref out, float* stats, CRef qkv);
-  void backward(Ref dqkv, CRef dout, CRef qkv, CRef out, const float* stats);
-  const RingTimes& times() const { return times_; }
-  void reset_times() { times_ = {}; }
+  void forward(Ref out, float* stats, CRef qkv) override;
+  void backward(Ref dqkv, CRef dout, CRef qkv, CRef out, const float* stats) override;
 
  private:
   void wait(DataComm::Handle h);  // timed as exposed
@@ -60,7 +48,6 @@ class RingAttention {
   Buffer acc_;         // fp32 [B*T, H*hd]: the running output, then dq
   Buffer dkv_[2], dkv_in_;  // fp32 dK|dV: this step's sum (two: one may still be on its way), the partial arriving
   Buffer stats_start_;  // the running statistics' start (max -inf, sum 0)
-  RingTimes times_;
 };
 
 }  // namespace trainer

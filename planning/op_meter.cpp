@@ -89,6 +89,10 @@ void MeteredBackend::zero(Ref p, size_t n) {
 void MeteredBackend::copy(Ref dst, CRef src, size_t n) {
   op("copy", typed(dims({(long)n}), dst.dt), 0, 2 * n * esize(dst.dt), [&] { inner_->copy(dst, src, n); });
 }
+void MeteredBackend::copy_rows(Ref dst, size_t dst_pitch, CRef src, size_t src_pitch, size_t rows, size_t cols) {
+  op("copy_rows", typed(dims({(long)rows, (long)cols}), dst.dt), 0, 2 * rows * cols * esize(dst.dt),
+     [&] { inner_->copy_rows(dst, dst_pitch, src, src_pitch, rows, cols); });
+}
 void MeteredBackend::convert(Ref dst, CRef src, size_t n) {
   op("convert", typed(dims({(long)n}), dst.dt), 0, n * (esize(dst.dt) + esize(src.dt)),
      [&] { inner_->convert(dst, src, n); });

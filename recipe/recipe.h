@@ -17,6 +17,7 @@
 #include "model/config.h"
 #include "model/lr_schedule.h"
 #include "model/recompute.h"
+#include "parallel/context_chunks.h"
 #include "parallel/pipeline_schedule.h"
 #include "parallel/process_grid.h"
 #include "runtime/dtype.h"
@@ -80,6 +81,7 @@ struct ParallelSection {
   double dp_bucket_mb{};     // MB of gradients per data-parallel all-reduce bucket
   bool dp_overlap{};         // each bucket's all-reduce starts during the backward
   int zero_stage{};          // 1: AdamW's state sharded over data-parallel ranks (ZeRO-1)
+  CpComm cp_comm{};          // context parallelism's attention: a ring, or an all-to-all to head shards
   bool cp_overlap{};         // ring attention: the next block travels while the one in hand is attended to
   // ZeRO-1 in effect: asked for, and more than one rank holding the same
   // weights (dp x cp) to shard over.

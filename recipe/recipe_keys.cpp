@@ -128,9 +128,15 @@ std::vector<RecipeKey> make_keys() {
       K("parallel", "tp", Int, "tensor-parallel ranks; n_heads, n_kv_heads, d_ff and vocab_size must divide by it", AT(parallel.grid.tp))
           .def(1L).at_least(1),
       K("parallel", "pp", Int, "pipeline stages; n_layers must divide by pp * virtual_stages", AT(parallel.grid.pp)).def(1L).at_least(1),
-      K("parallel", "cp", Int, "context-parallel ranks: each sequence is cut along its length over them and attention "
-        "runs as a ring (activations per rank about 1/cp); seq_len must divide by 2 * cp", AT(parallel.grid.cp))
+      K("parallel", "cp", Int, "context-parallel ranks: each sequence is cut along its length over them "
+        "(activations per rank about 1/cp; attention as parallel.cp_comm says); seq_len must divide by 2 * cp",
+        AT(parallel.grid.cp))
           .def(1L).at_least(1),
+      K("parallel", "cp_comm", Choice, "context parallelism's attention: \"ring\" passes the k|v blocks round the cp "
+        "ranks while attending (any head count); \"a2a\" (DeepSpeed's Ulysses) turns sequence shards into head shards "
+        "with an all-to-all, attends to whole sequences, and turns back (n_heads and n_kv_heads must divide by cp * tp)",
+        ENUM(parallel.cp_comm, CpComm, "ring", "a2a"))
+          .def(std::string("ring")).choose({"ring", "a2a"}),
       K("parallel", "cp_overlap", Bool, "ring attention attends to the block in hand while the next one travels "
         "(false: waits for each transfer first; the same result)", AT(parallel.cp_overlap))
           .def(true),

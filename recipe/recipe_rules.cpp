@@ -81,9 +81,20 @@ bool layout(const Recipe& r, int world_size, Rules& rules) {
                       "cp = " + std::to_string(g.cp) + " cuts each sequence into 2 * cp = " + std::to_string(2 * g.cp) +
                           " equal chunks, so model.seq_len = " + std::to_string(m.seq_len) + " must divide by " +
                           std::to_string(2 * g.cp));
+  // The all-to-all gives each of the cp x tp ranks whole heads, q and kv.
+  if (g.cp > 1 && r.parallel.cp_comm == CpComm::A2a) {
+    const int n = g.cp * g.tp;
+    if (m.n_heads % n != 0 || m.kv_heads() % n != 0)
+      return rules.fail("parallel", "cp_comm",
+                        "cp_comm = \"a2a\" gives each of the cp * tp = " + std::to_string(g.cp) + " * " +
+                            std::to_string(g.tp) + " = " + std::to_string(n) +
+                            " ranks whole heads, so model.n_heads = " + std::to_string(m.n_heads) +
+                            " and the kv heads (n_kv_heads) = " + std::to_string(m.kv_heads()) + " must both divide by " +
+                            std::to_string(n) + "; use cp_comm = \"ring\" (any head count) or a cp that divides them");
+  }
   if (g.cp > 1 && r.runtime.backend == "cuda")
     return rules.fail("parallel", "cp",
-                      "context parallelism runs on the CPU backend only for now (ring attention has no CUDA kernels "
+                      "context parallelism runs on the CPU backend only for now (its attention has not run on a GPU "
                       "yet): use cp = 1 with runtime.backend = \"cuda\"");
   if (r.parallel.sequence_parallel && (m.seq_len / g.cp) % g.tp != 0)
     return rules.fail("parallel", "sequence_parallel",

@@ -81,6 +81,12 @@ void CpuBackend::copy(Ref dst, CRef src, size_t n) {
   if (dst.dt != src.dt) throw std::logic_error("Backend::copy between element types (use convert)");
   if (n) std::memmove(dst.p, src.p, n * dtype_size(dst.dt));
 }
+void CpuBackend::copy_rows(Ref dst, size_t dst_pitch, CRef src, size_t src_pitch, size_t rows, size_t cols) {
+  if (dst.dt != src.dt) throw std::logic_error("Backend::copy_rows between element types");
+  const size_t e = dtype_size(dst.dt);
+  for (size_t r = 0; r < rows; r++)
+    std::memcpy((char*)dst.p + r * dst_pitch * e, (const char*)src.p + r * src_pitch * e, cols * e);
+}
 void CpuBackend::convert(Ref dst, CRef src, size_t n) {
   if (dst.dt == src.dt) return copy(dst, src, n);
   if (dst.dt == DType::BF16 && src.dt == DType::F32) return narrow_to(dst.b16(), src.f32(), n);

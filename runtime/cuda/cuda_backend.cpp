@@ -75,6 +75,12 @@ void CudaBackend::copy(Ref dst, CRef src, size_t n) {
   if (dst.dt != src.dt) throw std::logic_error("Backend::copy between element types (use convert)");
   if (n) CUDA_CHECK(cudaMemcpyAsync(dst.p, src.p, n * dtype_size(dst.dt), cudaMemcpyDefault, compute_));
 }
+void CudaBackend::copy_rows(Ref dst, size_t dst_pitch, CRef src, size_t src_pitch, size_t rows, size_t cols) {
+  if (dst.dt != src.dt) throw std::logic_error("Backend::copy_rows between element types");
+  const size_t e = dtype_size(dst.dt);
+  if (rows && cols)
+    CUDA_CHECK(cudaMemcpy2DAsync(dst.p, dst_pitch * e, src.p, src_pitch * e, cols * e, rows, cudaMemcpyDefault, compute_));
+}
 void CudaBackend::convert(Ref dst, CRef src, size_t n) { cuda::convert(compute_, dst, src, n); }
 
 // Host copies wait for the compute stream: the data must be complete, and

@@ -53,6 +53,9 @@ void EmuBackend::copy(Ref dst, CRef src, size_t n) {
   if (dst.dt != src.dt) throw std::logic_error("Backend::copy between element types (use convert)");
   std::memcpy(dst.p, src.p, n * dtype_size(dst.dt));
 }
+void EmuBackend::copy_rows(Ref dst, size_t dst_pitch, CRef src, size_t src_pitch, size_t rows, size_t cols) {
+  cpu_.copy_rows(dst, dst_pitch, src, src_pitch, rows, cols);  // a cudaMemcpy2DAsync on a GPU: no kernel of ours
+}
 void EmuBackend::to_host(void* host, CRef src, size_t n) { std::memcpy(host, src.p, n * dtype_size(src.dt)); }
 void EmuBackend::from_host(Ref dst, const void* host, size_t n) { std::memcpy(dst.p, host, n * dtype_size(dst.dt)); }
 

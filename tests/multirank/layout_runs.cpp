@@ -18,7 +18,7 @@ std::string layout_name(const Layout& l) {
   return std::string(arch_name(l.arch)) + "_dp" + std::to_string(l.dp) + "_pp" +
          std::to_string(l.pp) + "_tp" + std::to_string(l.tp) + (l.sp ? "_sp" : "") +
          (l.virtual_stages > 1 ? "_v" + std::to_string(l.virtual_stages) : "") +
-         (l.cp > 1 ? "_cp" + std::to_string(l.cp) : "") + (l.zero_stage ? "_zero1" : "") +
+         (l.cp > 1 ? "_cp" + std::to_string(l.cp) + (l.cp_comm == CpComm::A2a ? "_a2a" : "") : "") + (l.zero_stage ? "_zero1" : "") +
          (l.recompute.mode != RecomputeMode::None ? std::string("_") + recompute_name(l.recompute.mode) : "") +
          (l.precision == DType::BF16 ? "_bf16" : "");
 }
@@ -41,6 +41,7 @@ Recipe recipe(const Layout& l) {
   r.lr.min_lr = 3e-4f;
   r.lr.warmup_steps = 2;
   r.parallel.grid = {l.dp, l.pp, l.tp, l.cp};
+  r.parallel.cp_comm = l.cp_comm;
   r.parallel.zero_stage = l.zero_stage;
   r.parallel.sequence_parallel = l.sp;
   r.parallel.virtual_stages = l.virtual_stages;

@@ -30,6 +30,7 @@ struct Layout {
   RecomputeConfig recompute = {};
   DType precision = DType::F32;
   int cp = 1;
+  CpComm cp_comm = CpComm::Ring;
   int zero_stage = 0;
   int steps = 5;
   int ranks() const { return tp * dp * pp * cp; }

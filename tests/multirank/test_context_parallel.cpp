@@ -1,6 +1,6 @@
-// Context parallelism (issue 48) under mpirun -np 8, for gpt2 (learned
+// Context parallelism (issues 48, 50) under mpirun -np 8, for gpt2 (learned
 // positions, MHA) and llama (RoPE, GQA): each sequence cut over cp ranks,
-// attention as a ring. Against one process training the same recipe for 20
+// attention as a ring or (cp_comm = a2a) through all-to-alls to head shards. Against one process training the same recipe for 20
 // steps: losses within 1e-6 relative and every gradient within 1e-5, for cp
 // 2 and 4 alone and combined with tensor (+ sequence), pipeline (1F1B and
 // interleaved), data parallelism with ZeRO-1, and full recomputation; bf16
@@ -8,7 +8,9 @@
 // bit-identical to none, and so is the ring with its transfers waited for
 // rather than overlapped; the ring moves the bytes its design says; the
 // memory plan predicts each rank's activations and ring buffers; a cp 4
-// checkpoint resumes as one process, as cp 2 x tp 2 and as dp 2 x tp 2.
+// checkpoint resumes as one process, as cp 2 x tp 2 (ring and a2a) and as
+// dp 2 x tp 2. The all-to-all: the same equivalence, recomputation and
+// byte counts against its design.
 #include <gtest/gtest.h>
 #include <mpi.h>
 
@@ -32,6 +34,11 @@ namespace {
 
 Layout with_cp(Layout l, int cp, int steps = 20) {
   l.cp = cp, l.steps = steps;
+  return l;
+}
+
+Layout a2a(Layout l) {
+  l.cp_comm = CpComm::A2a;
   return l;
 }
 
@@ -61,6 +68,33 @@ TEST_P(ContextParallelEquivalence, EveryLayoutMatchesOneProcess) {
 INSTANTIATE_TEST_SUITE_P(Archs, ContextParallelEquivalence, ::testing::Values(Arch::GPT2, Arch::Llama),
                          [](const auto& info) { return std::string(arch_name(info.param)); });
 
+// The all-to-all (issue 50): heads 4 (GPT-2) and 8 with 4 kv heads (Llama)
+// divide by cp x tp = 4. Its attention runs on whole sequences, so it
+// matches one process as the ring does.
+class ContextParallelA2aEquivalence : public ::testing::TestWithParam<Arch> {};
+
+TEST_P(ContextParallelA2aEquivalence, EveryLayoutMatchesOneProcess) {
+  const Arch a = GetParam();
+  g_shapes.clear();
+  const Result ref = run(with_cp({a, 1, 1, false}, 1), MPI_COMM_SELF);
+  Layout full = a2a(with_cp({a, 1, 1, false}, 2));
+  full.recompute = {RecomputeMode::Full, -1};
+  Layout zero = a2a(with_cp({a, 1, 2, false}, 2));
+  zero.zero_stage = 1;
+  const Layout layouts[] = {
+      a2a(with_cp({a, 1, 1, false}, 2)),        // cp 2
+      a2a(with_cp({a, 2, 1, true}, 2)),         // cp 2 x tp 2, sequence parallel
+      a2a(with_cp({a, 1, 1, false}, 4)),        // cp 4
+      a2a(with_cp({a, 1, 1, false, 2, 1}, 2)),  // cp 2 x pp 2
+      zero,                                     // cp 2 x dp 2, ZeRO-1
+      full,                                     // cp 2, full recomputation
+  };
+  for (const Layout& l : layouts) expect_equivalent(run(l, MPI_COMM_WORLD), ref, layout_name(l), 1e-6);
+}
+
+INSTANTIATE_TEST_SUITE_P(Archs, ContextParallelA2aEquivalence, ::testing::Values(Arch::GPT2, Arch::Llama),
+                         [](const auto& info) { return std::string(arch_name(info.param)); });
+
 TEST(ContextParallelBf16, MatchesOneProcessBf16) {
   for (Arch a : {Arch::GPT2, Arch::Llama}) {
     Layout one{a, 1, 1, false};
@@ -76,13 +110,10 @@ TEST(ContextParallelBf16, MatchesOneProcessBf16) {
 
 // The ring's recomputation reruns the same sends and the same pair ops.
 TEST(ContextParallelRecompute, SelectiveAndFullEqualNone) {
-  g_shapes.clear();
-  run({Arch::Llama, 1, 1, false}, MPI_COMM_SELF);  // gradient names
-  for (Layout l : {with_cp({Arch::Llama, 1, 1, false}, 4, 3), with_cp({Arch::GPT2, 2, 1, true}, 2, 3)}) {
-    if (l.arch == Arch::GPT2) {
-      g_shapes.clear();
-      run({Arch::GPT2, 1, 1, false}, MPI_COMM_SELF);
-    }
+  for (Layout l : {with_cp({Arch::Llama, 1, 1, false}, 4, 3), with_cp({Arch::GPT2, 2, 1, true}, 2, 3),
+                   a2a(with_cp({Arch::Llama, 2, 1, true}, 2, 3))}) {
+    g_shapes.clear();
+    run({l.arch, 1, 1, false}, MPI_COMM_SELF);  // the gradients' names and shapes
     const Result none = run(l, MPI_COMM_WORLD);
     for (RecomputeConfig rc : {RecomputeConfig{RecomputeMode::Selective, -1}, RecomputeConfig{RecomputeMode::Full, -1}}) {
       l.recompute = rc;
@@ -92,27 +123,33 @@ TEST(ContextParallelRecompute, SelectiveAndFullEqualNone) {
   }
 }
 
-// Bytes a rank sends around the ring in a step, against the design: per
-// layer and micro-batch, the forward passes its k|v block on cp - 1 times;
-// the backward passes the blocks on cp - 1 times again and an fp32 dK|dV
-// block cp times (the last one home). A block is this rank's token rows x
-// the kv heads' k and v: with GQA only those travel.
-TEST(ContextParallelComm, RingBytesMatchTheDesign) {
-  for (DType dt : {DType::F32, DType::BF16})
-    for (int cp : {2, 4}) {
-      Layout l = with_cp({Arch::Llama, 1, 1, false}, cp, 1);
-      l.precision = dt;
-      const Recipe r = recipe(l);
-      g_shapes.clear();
-      run({Arch::Llama, 1, 1, false}, MPI_COMM_SELF);
-      const Result res = run(l, MPI_COMM_WORLD);
-      const double rows = (double)r.training.micro_batch * r.model.seq_len / cp;
-      const double block = rows * 2 * r.model.kv_heads() * r.model.head_dim();
-      const double per_layer = (cp - 1) * block * dtype_size(dt) * 2 + cp * block * 4;
-      EXPECT_DOUBLE_EQ(res.comm_cp.bytes[CommCounters::P2P], r.accum_steps() * r.model.n_layers * per_layer)
-          << layout_name(l);
-      EXPECT_GT(res.comm_cp.ms[CommCounters::P2P], 0) << layout_name(l);
-    }
+// Bytes a rank sends in a step, against each design. The ring: per layer
+// and micro-batch, the forward passes its k|v block on cp - 1 times; the
+// backward passes the blocks on cp - 1 times again and an fp32 dK|dV block
+// cp times (the last one home); a block is this rank's token rows x the kv
+// heads' k and v (with GQA only those travel). The all-to-all: the forward
+// sends q|k|v out and the output back, the backward q|k|v, the output and
+// its gradient out and dq|dk|dv back, each time (cp - 1) / cp of this
+// rank's rows of every head.
+TEST(ContextParallelComm, BytesMatchTheDesign) {
+  for (CpComm kind : {CpComm::Ring, CpComm::A2a})
+    for (DType dt : {DType::F32, DType::BF16})
+      for (int cp : {2, 4}) {
+        Layout l = with_cp({Arch::Llama, 1, 1, false}, cp, 1);
+        l.precision = dt, l.cp_comm = kind;
+        const Recipe r = recipe(l);
+        g_shapes.clear();
+        run({Arch::Llama, 1, 1, false}, MPI_COMM_SELF);
+        const Result res = run(l, MPI_COMM_WORLD);
+        const double rows = (double)r.training.micro_batch * r.model.seq_len / cp;
+        const double block = rows * 2 * r.model.kv_heads() * r.model.head_dim();
+        const double qkv = rows * r.model.qkv_dim(), out = rows * r.model.n_heads * r.model.head_dim();
+        const double per_layer = kind == CpComm::Ring ? (cp - 1) * block * dtype_size(dt) * 2 + cp * block * 4
+                                                      : (cp - 1.0) / cp * (3 * qkv + 3 * out) * dtype_size(dt);
+        EXPECT_DOUBLE_EQ(res.comm_cp.bytes[CommCounters::P2P], r.accum_steps() * r.model.n_layers * per_layer)
+            << layout_name(l);
+        EXPECT_GT(res.comm_cp.ms[CommCounters::P2P], 0) << layout_name(l);
+      }
 }
 
 // The ring's transfers overlap its attention or are waited for first: the
@@ -147,7 +184,8 @@ TEST(ContextParallelMemory, PlanPredictsTheMeasuredPeaksWithin10Percent) {
   g_shapes.clear();
   run({Arch::Llama, 1, 1, false}, MPI_COMM_SELF);
   for (Layout l : {with_cp({Arch::Llama, 1, 1, false}, 2, 1), with_cp({Arch::Llama, 1, 1, false}, 4, 1),
-                   with_cp({Arch::Llama, 2, 1, true}, 2, 1)})
+                   with_cp({Arch::Llama, 2, 1, true}, 2, 1), a2a(with_cp({Arch::Llama, 1, 1, false}, 4, 1)),
+                   a2a(with_cp({Arch::Llama, 2, 1, true}, 2, 1))})
     for (RecomputeMode m : {RecomputeMode::None, RecomputeMode::Full}) {
       l.recompute = {m, -1};
       const Result res = run(l, MPI_COMM_WORLD);
@@ -200,7 +238,8 @@ TEST(ContextParallelResume, Cp4CheckpointResumesInOtherLayouts) {
   std::string step_dir;
   const std::vector<double> first = train(with_cp(one, 4, 10), MPI_COMM_WORLD, 5, "", dir, &step_dir);
   for (int s = 0; s < 5; s++) EXPECT_NEAR(first[s], ref[s], 1e-6 * ref[s]) << "cp 4, step " << s + 1;
-  const Layout as[] = {one, with_cp({Arch::Llama, 2, 1, true}, 2, 10), with_cp({Arch::Llama, 2, 2, false}, 1, 10)};
+  const Layout as[] = {one, with_cp({Arch::Llama, 2, 1, true}, 2, 10), with_cp({Arch::Llama, 2, 2, false}, 1, 10),
+                       a2a(with_cp({Arch::Llama, 2, 1, true}, 2, 10))};
   for (const Layout& l : as) {
     const std::vector<double> rest = train(l, l.ranks() == 1 ? MPI_COMM_SELF : MPI_COMM_WORLD, 5, step_dir);
     for (int s = 0; s < 5; s++)

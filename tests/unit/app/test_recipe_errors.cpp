@@ -251,6 +251,15 @@ TEST_F(RecipeErrors, ContextParallelNeedsEqualChunks) {
                {"[parallel] cp", "pp * cp * tp = 4 ranks hold one model copy", "launched with 2"});
 }
 
+// The all-to-all gives each cp x tp rank whole heads: kv heads too (GQA).
+TEST_F(RecipeErrors, AllToAllContextParallelNeedsHeadsDivisibleByCpTimesTp) {
+  std::string t = edit(base(), "arch = \"gpt2\"", "arch = \"llama\"");
+  const std::string llama = edit(t, "n_heads = 4", "n_heads = 4\nn_kv_heads = 1");
+  expect_error(train(write(llama), "--set parallel.cp=2 --set parallel.cp_comm=a2a"), 2,
+               {"[parallel] cp_comm", "cp * tp = 2 * 1 = 2", "model.n_heads = 4", "kv heads (n_kv_heads) = 1",
+                "must both divide by 2", "cp_comm = \"ring\""});
+}
+
 // Where `supervise` runs the job (cluster/allocation.h): refused before
 // anything is launched.
 TEST_F(RecipeErrors, TheAllocationIsCheckedBeforeALaunch) {

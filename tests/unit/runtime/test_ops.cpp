@@ -181,6 +181,18 @@ TEST_F(Fixture, MatmulAllTransposes) {
     }
 }
 
+// A block of rows between two pitches (context parallelism's all-to-all
+// packs with it): every element of the block moved, nothing around it.
+TEST_F(Fixture, CopyRowsMovesABlockBetweenPitches) {
+  const size_t rows = 3, cols = 4, src_pitch = 7, dst_pitch = 5;
+  const std::vector<float> src = randn(rows * src_pitch + 2, 1);
+  std::vector<float> dst(rows * dst_pitch + 1, -1.f), want = dst;
+  for (size_t r = 0; r < rows; r++)
+    for (size_t c = 0; c < cols; c++) want[1 + r * dst_pitch + c] = src[2 + r * src_pitch + c];
+  be.copy_rows(dst.data() + 1, dst_pitch, const_cast<float*>(src.data()) + 2, src_pitch, rows, cols);
+  EXPECT_EQ(dst, want);
+}
+
 TEST_F(Fixture, BiasAddAndGrad) {
   const int rows = 6, cols = 70;  // more than one column block
   auto y = randn(rows * cols, 1), b = randn(cols, 2), db = randn(cols, 3);

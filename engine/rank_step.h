@@ -47,10 +47,10 @@ struct StepStats {
   // after the backward (exposed), and from its first start to its last
   // completion (span; with overlap, mostly hidden behind the backward).
   double dp_exposed_ms = 0, dp_span_ms = 0;
-  // Context parallelism's ring (cp > 1): this rank's time waiting on its
-  // transfers (what the attention did not hide), and the attention-work
-  // imbalance across its cp group: the slowest rank's time in the ring's
-  // attention over the group's mean, minus 1.
+  // Context parallelism (cp > 1, ring or all-to-all): this rank's time
+  // waiting on its transfers (what the attention did not hide), and the
+  // attention-work imbalance across its cp group: the slowest rank's time in
+  // the attention over the group's mean, minus 1.
   double cp_exposed_ms = 0, cp_imbalance = 0;
   CommCounters comm_dp, comm_tp, comm_pp, comm_cp;  // this rank's communication in the step (dp: over dp x cp)
   // Pipeline, this rank's stage: time computing, time waiting on pipeline
@@ -80,7 +80,7 @@ struct GroupComms {
 // gradients are summed and ZeRO-1 shards over it; its rank / cp is the
 // data-parallel rank, its rank % cp the context-parallel one).
 struct ParallelGroups {
-  GroupComms dp, tp, pp, cp;  // cp: context parallelism's ring
+  GroupComms dp, tp, pp, cp;  // cp: context parallelism's group (its ring or all-to-all)
   DataComm* embed = nullptr;  // first + last stage, for tied embeddings
 };
 ParallelGroups groups_of(ProcessGrid& grid);

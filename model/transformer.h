@@ -15,7 +15,8 @@
 // Context parallelism (parallel/context_attention.h): each sequence is cut over
 // the cp ranks of a group, and an instance holds seq_len / cp tokens of each
 // of its sequences (two chunks, parallel/context_chunks.h); everything but
-// attention is token-local, attention runs as a ring over the group, and
+// attention is token-local, attention runs over the group (a ring, or an
+// all-to-all to head shards: parallel.cp_comm), and
 // positions (learned or RoPE) are the tokens' places in the whole sequence.
 // The forward still takes whole [B, T] sequences and keeps its chunks.
 //
@@ -44,7 +45,7 @@ struct TensorParallel {
 };
 
 // How many ranks share a sequence is the layout's (RankLayout::cp); this is
-// only the ring those ranks talk over.
+// only the group those ranks talk over.
 struct ContextParallel {
   DataComm* comm = nullptr;  // the cp group's transfers (ring or all-to-all); null: no context parallelism
 };

@@ -73,7 +73,11 @@ std::string suggestions(const Recipe& r, int stage, bool writer, double avail) {
       (!r.parallel.sequence_parallel || (r.model.seq_len / (2 * g.cp)) % g.tp == 0)) {
     Recipe a = r;
     a.parallel.grid.cp *= 2;
-    consider(a, "parallel.cp = " + std::to_string(a.parallel.grid.cp) +
+    // The all-to-all needs whole heads on each of cp x tp ranks; the ring any.
+    const int n = a.parallel.grid.cp * g.tp;
+    const bool ring = a.parallel.cp_comm == CpComm::A2a && (r.model.n_heads % n != 0 || r.model.kv_heads() % n != 0);
+    if (ring) a.parallel.cp_comm = CpComm::Ring;
+    consider(a, "parallel.cp = " + std::to_string(a.parallel.grid.cp) + (ring ? " with cp_comm = \"ring\"" : "") +
                     " (each sequence cut over twice the ranks: activations per rank about halved)");
   }
   if (r.model.n_layers % (r.parallel.grid.pp * 2 * r.parallel.virtual_stages) == 0) {

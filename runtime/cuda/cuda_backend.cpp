@@ -78,8 +78,15 @@ void CudaBackend::copy(Ref dst, CRef src, size_t n) {
 void CudaBackend::copy_rows(Ref dst, size_t dst_pitch, CRef src, size_t src_pitch, size_t rows, size_t cols) {
   if (dst.dt != src.dt) throw std::logic_error("Backend::copy_rows between element types");
   const size_t e = dtype_size(dst.dt);
-  if (rows && cols)
-    CUDA_CHECK(cudaMemcpy2DAsync(dst.p, dst_pitch * e, src.p, src_pitch * e, cols * e, rows, cudaMemcpyDefault, compute_));
+  if (!rows || !cols) return;
+  // cudaMemcpy2D takes pitches below cudaDevAttrMaxPitch (2^31 bytes): row
+  // by row above it (a whole sequence per row at a million tokens).
+  if (std::max(dst_pitch, src_pitch) * e < ((size_t)1 << 31))
+    return CUDA_CHECK(cudaMemcpy2DAsync(dst.p, dst_pitch * e, src.p, src_pitch * e, cols * e, rows, cudaMemcpyDefault,
+                                        compute_));
+  for (size_t r = 0; r < rows; r++)
+    CUDA_CHECK(cudaMemcpyAsync((char*)dst.p + r * dst_pitch * e, (const char*)src.p + r * src_pitch * e, cols * e,
+                               cudaMemcpyDefault, compute_));
 }
 void CudaBackend::convert(Ref dst, CRef src, size_t n) { cuda::convert(compute_, dst, src, n); }
 

@@ -85,7 +85,8 @@ TEST_P(ContextParallelA2aEquivalence, EveryLayoutMatchesOneProcess) {
       a2a(with_cp({a, 1, 1, false}, 2)),        // cp 2
       a2a(with_cp({a, 2, 1, true}, 2)),         // cp 2 x tp 2, sequence parallel
       a2a(with_cp({a, 1, 1, false}, 4)),        // cp 4
-      a2a(with_cp({a, 1, 1, false, 2, 1}, 2)),  // cp 2 x pp 2
+      a2a(with_cp({a, 1, 1, false, 2, 1}, 2)),  // cp 2 x pp 2, 1F1B
+      a2a(with_cp({a, 1, 1, false, 2, 2}, 2)),  // cp 2 x pp 2, interleaved
       zero,                                     // cp 2 x dp 2, ZeRO-1
       full,                                     // cp 2, full recomputation
   };
@@ -101,7 +102,8 @@ TEST(ContextParallelBf16, MatchesOneProcessBf16) {
     one.precision = DType::BF16;
     g_shapes.clear();
     const Result ref = run(one, MPI_COMM_SELF);
-    for (Layout l : {with_cp({a, 1, 1, false}, 2, 5), with_cp({a, 1, 1, false}, 4, 5), with_cp({a, 2, 1, true}, 2, 5)}) {
+    for (Layout l : {with_cp({a, 1, 1, false}, 2, 5), with_cp({a, 1, 1, false}, 4, 5), with_cp({a, 2, 1, true}, 2, 5),
+                     a2a(with_cp({a, 2, 1, true}, 2, 5))}) {
       l.precision = DType::BF16;
       expect_close_bf16(run(l, MPI_COMM_WORLD), ref, layout_name(l));
     }

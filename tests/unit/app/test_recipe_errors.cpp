@@ -258,6 +258,12 @@ TEST_F(RecipeErrors, AllToAllContextParallelNeedsHeadsDivisibleByCpTimesTp) {
   expect_error(train(write(llama), "--set parallel.cp=2 --set parallel.cp_comm=a2a"), 2,
                {"[parallel] cp_comm", "cp * tp = 2 * 1 = 2", "model.n_heads = 4", "kv heads (n_kv_heads) = 1",
                 "must both divide by 2", "cp_comm = \"ring\""});
+  // Too long for memory at a2a cp 2: doubling cp is suggested with the ring,
+  // as 2 kv heads do not divide over cp 4.
+  const std::string two_kv = edit(t, "n_heads = 4", "n_heads = 4\nn_kv_heads = 2");
+  expect_error(train(write(two_kv), "--set parallel.cp=2 --set parallel.cp_comm=a2a --set model.seq_len=67108864 "
+                                    "--set training.micro_batch=1 --set training.global_batch=2"),
+               2, {"needs", "Try:", "parallel.cp = 4 with cp_comm = \"ring\" (each sequence cut over twice"});
 }
 
 // Where `supervise` runs the job (cluster/allocation.h): refused before

@@ -16,6 +16,7 @@
 #include <stdexcept>
 #include <thread>
 
+#include "runtime/elapsed.h"
 #include "runtime/stop_signal.h"
 
 namespace trainer {
@@ -89,8 +90,7 @@ std::vector<ChildEnd> wait_children(const std::vector<pid_t>& pids, double limit
   std::vector<ChildEnd> ends(pids.size());
   std::vector<bool> done(pids.size(), false);
   std::vector<int> status(pids.size(), 0);
-  // A steady clock: a step of the wall clock must not end the wait.
-  const auto t0 = std::chrono::steady_clock::now();
+  const auto t0 = Clock::now();  // a step of the wall clock must not end the wait
   auto reap = [&] {
     bool all = true;
     for (size_t k = 0; k < pids.size(); k++) {
@@ -100,7 +100,7 @@ std::vector<ChildEnd> wait_children(const std::vector<pid_t>& pids, double limit
     return all;
   };
   while (!reap() && !stop_signal() &&
-         std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() <= limit)
+         ms_since(t0) <= limit * 1e3)
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
   const bool stopped = stop_signal() != 0;
   reap();  // one that ended just now ended by itself: its code, not "timed out"

@@ -394,7 +394,6 @@ struct Supervisor {
   std::vector<std::string> probe_hosts(int launch, const std::vector<std::string>& hosts, const std::string& marks) {
     std::vector<std::string> failed, results;
     for (size_t first = 0; first < hosts.size() && !stop_signal(); first += 32) {
-      const double t0 = now_s();
       std::vector<pid_t> pids;
       const size_t last = std::min(hosts.size(), first + 32);
       for (size_t i = first; i < last; i++) {
@@ -406,7 +405,7 @@ struct Supervisor {
       for (size_t i = first; i < last; i++) {
         const ChildEnd& e = ends[i - first];
         char b[64];
-        std::snprintf(b, sizeof b, "no answer in %.0f s", now_s() - t0);
+        std::snprintf(b, sizeof b, "no answer in %.0f s", r.supervisor.start_timeout);  // the wait's own limit
         const std::string result = e.stopped     ? "stopped (a stop signal)"
                                    : e.timed_out ? std::string(b)
                                    : e.code != 0 ? "exit " + std::to_string(e.code)

@@ -20,6 +20,7 @@
 
 #include "data/document_reader.h"
 #include "data/tokenizer.h"
+#include "runtime/elapsed.h"
 #include "runtime/errors.h"
 
 namespace fs = std::filesystem;
@@ -28,7 +29,6 @@ namespace trainer {
 
 namespace {
 
-using Clock = std::chrono::steady_clock;
 
 // Shards of an earlier `data prepare` in dir (and their temporary files).
 std::vector<fs::path> existing_shards(const std::string& dir) {

@@ -2,15 +2,13 @@
 
 #include <algorithm>
 
+#include "runtime/elapsed.h"
+
 namespace trainer {
 
 namespace {
 // One data-parallel call moves at most this many elements (MPI counts are int).
 constexpr size_t kMaxElems = size_t(1) << 28;
-using Clock = std::chrono::steady_clock;
-double ms_between(Clock::time_point a, Clock::time_point b) {
-  return std::chrono::duration<double, std::milli>(b - a).count();
-}
 }  // namespace
 
 GradBuckets::GradBuckets(Backend& be, Chunks& chunks, DataComm& dp, Buffer* wire, size_t bucket_bytes,

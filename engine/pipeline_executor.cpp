@@ -1,16 +1,10 @@
 #include "engine/pipeline_executor.h"
 
 #include <algorithm>
-#include <chrono>
+
+#include "runtime/elapsed.h"
 
 namespace trainer {
-
-namespace {
-using Clock = std::chrono::steady_clock;
-double ms_since(Clock::time_point t0) {
-  return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
-}
-}  // namespace
 
 PipelineExecutor::PipelineExecutor(Backend& be, const PipelineSpec& spec, int stage, DataComm* pp,
                                    std::vector<std::unique_ptr<Transformer>>& chunks)

@@ -16,16 +16,13 @@
 #include "model/lr_schedule.h"
 #include "parallel/process_grid.h"
 #include "parallel/context_attention.h"
+#include "runtime/elapsed.h"
 #include "runtime/errors.h"
 #include "runtime/units.h"
 
 namespace trainer {
 
 namespace {
-using Clock = std::chrono::steady_clock;
-double ms_since(Clock::time_point t0) {
-  return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
-}
 std::unique_ptr<CountingDataComm> counted(DataComm* c) {
   return c && c->size() > 1 ? std::make_unique<CountingDataComm>(*c) : nullptr;
 }

@@ -6,6 +6,7 @@
 #include <cstdio>
 
 #include "engine/step_loop.h"
+#include "runtime/elapsed.h"
 #include "runtime/errors.h"
 #include "parallel/mpi_world.h"
 
@@ -76,7 +77,7 @@ double StepLoop::save_or_commit(const StepStats& st) {
   const bool due = ck.automatic() ? auto_save_due(st) : ck.saves() && st.step % ck.every == 0;
   const bool save_now = ck.saves() && (due || st.step == r_.training.steps || at_end);
   if (!save_now && !rank_step_.async_save_pending()) return -1;
-  const auto t0 = std::chrono::steady_clock::now();
+  const auto t0 = Clock::now();
   bool did = save_now;
   phase(save_now ? "checkpoint save" : "checkpoint commit", st.step);
   try {
@@ -106,7 +107,7 @@ double StepLoop::save_or_commit(const StepStats& st) {
     return -1;
   }
   if (!did) return -1;
-  const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  const double ms = ms_since(t0);
   if (save_now && ck.automatic()) note_auto_save(ms);
   return ms;
 }

@@ -1,7 +1,6 @@
 #include "engine/throughput_bench.h"
 
 #include <algorithm>
-#include <chrono>
 #include <cmath>
 #include <ctime>
 
@@ -9,6 +8,7 @@
 #include "model/flops.h"
 #include "model/init.h"
 #include "model/transformer.h"
+#include "runtime/elapsed.h"
 #include "runtime/metrics.h"
 #include "runtime/rng.h"
 #include "engine/layout.h"
@@ -55,37 +55,33 @@ double cpu_ms() {
 // phase's end is the bench's own synchronisation (to time the phases); the
 // step's host waits are counted without it.
 void one_step(Runner& rn, const Recipe& r, const std::vector<int32_t>& tokens, bool timed) {
-  using clock = std::chrono::steady_clock;
-  auto ms = [](clock::time_point a, clock::time_point b) {
-    return std::chrono::duration<double, std::milli>(b - a).count();
-  };
   Transformer& model = *rn.model;
   Backend& be = *rn.be;
   const int BT = model.micro_batch() * r.model.seq_len;
-  const auto t0 = clock::now();
+  const auto t0 = Clock::now();
   const double c0 = cpu_ms();
   const uint64_t syncs0 = be.host_syncs();
   model.reset_step_losses();
   model.forward(tokens.data(), tokens.data() + 1, 1.0f / BT);
   be.synchronize();  // the bench's: where the forward phase ends
-  const auto t1 = clock::now();
+  const auto t1 = Clock::now();
   model.backward();
   double sums[3];
   be.sumsq_groups(model.step_sum_spans(0, model.num_params()), sums, 3);  // waits for the backward: its phase ends here
-  const auto t2 = clock::now();
+  const auto t2 = Clock::now();
   const double norm = std::sqrt(sums[0] + sums[1]);
   rn.opt->step(model.params(), model.grads(), r.lr.lr, clip_coefficient(norm, r.training.grad_clip),
                model.compute_copy());
   be.zero(model.grads().ref(), model.num_params());
   be.synchronize();
-  const auto t3 = clock::now();
+  const auto t3 = Clock::now();
   rn.out.loss = sums[2] / BT;
   if (!timed) return;
-  rn.out.wall_ms.push_back(ms(t0, t3));
+  rn.out.wall_ms.push_back(ms_between(t0, t3));
   rn.out.cpu_ms.push_back(cpu_ms() - c0);
-  rn.out.phase_ms[0].push_back(ms(t0, t1));
-  rn.out.phase_ms[1].push_back(ms(t1, t2));
-  rn.out.phase_ms[2].push_back(ms(t2, t3));
+  rn.out.phase_ms[0].push_back(ms_between(t0, t1));
+  rn.out.phase_ms[1].push_back(ms_between(t1, t2));
+  rn.out.phase_ms[2].push_back(ms_between(t2, t3));
   rn.out.host_syncs.push_back((double)(be.host_syncs() - syncs0 - 1));
 }
 

@@ -1,5 +1,7 @@
 #include "parallel/comm_stats.h"
 
+#include "runtime/elapsed.h"
+
 namespace trainer {
 
 const char* CommCounters::name(int k) {
@@ -10,14 +12,11 @@ const char* CommCounters::name(int k) {
 namespace {
 double ring_allreduce(size_t bytes, int p) { return 2.0 * (p - 1) / p * bytes; }
 double ring_gather(size_t full_bytes, int p) { return (double)(p - 1) / p * full_bytes; }
-double ms_since(std::chrono::steady_clock::time_point t0) {
-  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-}
 }  // namespace
 
 template <class F>
 DataComm::Handle CountingDataComm::timed(CommCounters::Kind kind, double bytes, F&& f) {
-  const auto t0 = std::chrono::steady_clock::now();
+  const auto t0 = Clock::now();
   const Handle h = f();
   k_.ms[kind] += ms_since(t0);
   k_.bytes[kind] += c_.size() > 1 ? bytes : 0;
@@ -47,7 +46,7 @@ DataComm::Handle CountingDataComm::irecv(Ref data, size_t n, int peer, int tag) 
   return h;
 }
 void CountingDataComm::wait(Handle h) {
-  const auto t0 = std::chrono::steady_clock::now();
+  const auto t0 = Clock::now();
   c_.wait(h);
   const auto it = kind_of_.find(h);
   k_.ms[it != kind_of_.end() ? it->second : CommCounters::Other] += ms_since(t0);

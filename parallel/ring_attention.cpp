@@ -1,21 +1,17 @@
 #include "parallel/ring_attention.h"
 
-#include <chrono>
 #include <cmath>
 #include <utility>
 #include <vector>
 
 #include "parallel/context_chunks.h"
+#include "runtime/elapsed.h"
 
 namespace trainer {
 
 namespace {
 constexpr int kKvTag = 0, kDkvTag = 1;
 constexpr DataComm::Handle kNone = -1;  // no operation in flight (handles start at 0)
-using Clock = std::chrono::steady_clock;
-double ms_between(Clock::time_point a, Clock::time_point b) {
-  return std::chrono::duration<double, std::milli>(b - a).count();
-}
 }
 
 void RingAttention::wait(DataComm::Handle h) {

@@ -1,16 +1,14 @@
 #include "parallel/ulysses_attention.h"
 
-#include <chrono>
 #include <stdexcept>
 
 #include "parallel/context_chunks.h"
+#include "runtime/elapsed.h"
 
 namespace trainer {
 
 namespace {
 constexpr int kA2aTag = 2;  // apart from the ring's tags (0, 1)
-using Clock = std::chrono::steady_clock;
-double ms_since(Clock::time_point t0) { return std::chrono::duration<double, std::milli>(Clock::now() - t0).count(); }
 }  // namespace
 
 UlyssesAttention::UlyssesAttention(Backend& be, DataComm& comm, const AttentionShape& s, DType compute)
@@ -46,55 +44,60 @@ void UlyssesAttention::exchange(size_t block) {
   times_.exposed_ms += ms_since(t0);
 }
 
-// Block j of send_ holds this rank's token rows of head group j; after the
-// exchange block i of recv_ holds rank i's rows of this rank's group, its
-// two chunks one after the other, which go to their places in each sequence.
-void UlyssesAttention::to_heads(Ref full, CRef local, const Split& split) {
+// Block j of a staging buffer holds a rank's token rows of head group j
+// (the token side: each row's pieces of group j), and block i, once
+// exchanged, rank i's rows of one group, its two chunks one after the other,
+// whose places are in each sequence of the whole (the head side).
+std::vector<UlyssesAttention::RowBlock> UlyssesAttention::token_side(const Split& split) const {
   const size_t rows = (size_t)s_.B * s_.T, block = rows * split.full_row;
+  std::vector<RowBlock> out;
   for (int j = 0; j < cp_; j++)
     for (const Piece& p : split.pieces)
-      be_.copy_rows(send_.ref() + j * block + p.full, split.full_row, local + p.local + j * p.width, split.local_row,
-                    rows, p.width);
-  exchange(block);
-  const size_t chunk = (size_t)chunk_ * split.full_row;  // one chunk of one sequence
-  for (int i = 0; i < cp_; i++)
-    for (int half = 0; half < 2; half++)
-      be_.copy_rows(full + cp_chunk(cp_, i, half) * chunk, (size_t)full_.T * split.full_row,
-                    recv_.ref() + i * block + half * chunk, (size_t)s_.T * split.full_row, s_.B, chunk);
+      out.push_back({j * block + p.full, split.full_row, p.local + j * p.width, split.local_row, rows, p.width});
+  return out;
 }
 
-void UlyssesAttention::to_sequence(Ref local, CRef full, const Split& split) {
-  const size_t rows = (size_t)s_.B * s_.T, block = rows * split.full_row;
-  const size_t chunk = (size_t)chunk_ * split.full_row;
+std::vector<UlyssesAttention::RowBlock> UlyssesAttention::head_side(const Split& split) const {
+  const size_t block = (size_t)s_.B * s_.T * split.full_row, chunk = (size_t)chunk_ * split.full_row;
+  std::vector<RowBlock> out;
   for (int i = 0; i < cp_; i++)
     for (int half = 0; half < 2; half++)
-      be_.copy_rows(send_.ref() + i * block + half * chunk, (size_t)s_.T * split.full_row,
-                    full + cp_chunk(cp_, i, half) * chunk, (size_t)full_.T * split.full_row, s_.B, chunk);
-  exchange(block);
-  for (int j = 0; j < cp_; j++)
-    for (const Piece& p : split.pieces)
-      be_.copy_rows(local + p.local + j * p.width, split.local_row, recv_.ref() + j * block + p.full, split.full_row,
-                    rows, p.width);
+      out.push_back({i * block + half * chunk, (size_t)s_.T * split.full_row, cp_chunk(cp_, i, half) * chunk,
+                     (size_t)full_.T * split.full_row, (size_t)s_.B, chunk});
+  return out;
+}
+
+// Packs `in` into send_ by one side's blocks, exchanges, unpacks recv_ into
+// `out` by the other's: to_heads from the token side to the head side,
+// else back.
+void UlyssesAttention::shuffle(Ref out, CRef in, const Split& split, bool to_heads) {
+  const std::vector<RowBlock> packed = to_heads ? token_side(split) : head_side(split);
+  const std::vector<RowBlock> unpacked = to_heads ? head_side(split) : token_side(split);
+  for (const RowBlock& b : packed)
+    be_.copy_rows(send_.ref() + b.staged, b.staged_pitch, in + b.layer, b.layer_pitch, b.rows, b.cols);
+  exchange((size_t)s_.B * s_.T * split.full_row);
+  for (const RowBlock& b : unpacked)
+    be_.copy_rows(out + b.layer, b.layer_pitch, recv_.ref() + b.staged, b.staged_pitch, b.rows, b.cols);
 }
 
 void UlyssesAttention::forward(Ref out, float* stats, CRef qkv) {
-  to_heads(qkv_.ref(), qkv, qkv_split_);
+  shuffle(qkv_.ref(), qkv, qkv_split_, true);
   const auto t0 = Clock::now();
   be_.attention_fwd(out_.ref(), stats, qkv_.ref(), full_);
   times_.compute_ms += ms_since(t0);
-  to_sequence(out, out_.ref(), out_split_);
+  shuffle(out, out_.ref(), out_split_, false);
 }
 
 // The forward's head-sharded q|k|v and output are not kept (the layer keeps
 // its own rows of them): exchanged again, with the output's gradient.
 void UlyssesAttention::backward(Ref dqkv, CRef dout, CRef qkv, CRef out, const float* stats) {
-  to_heads(qkv_.ref(), qkv, qkv_split_);
-  to_heads(out_.ref(), out, out_split_);
-  to_heads(dout_.ref(), dout, out_split_);
+  shuffle(qkv_.ref(), qkv, qkv_split_, true);
+  shuffle(out_.ref(), out, out_split_, true);
+  shuffle(dout_.ref(), dout, out_split_, true);
   const auto t0 = Clock::now();
   be_.attention_bwd(dqkv_.ref(), dout_.ref(), qkv_.ref(), out_.ref(), stats, full_);
   times_.compute_ms += ms_since(t0);
-  to_sequence(dqkv, dqkv_.ref(), qkv_split_);
+  shuffle(dqkv, dqkv_.ref(), qkv_split_, false);
 }
 
 }  // namespace trainer

@@ -38,10 +38,18 @@ class UlyssesAttention final : public ContextAttention {
     size_t local_row, full_row;  // elements per token row: here (all heads), there (heads / cp)
     std::vector<Piece> pieces;
   };
+  // One copy_rows between a staging buffer (send_ or recv_) and a layer-side
+  // buffer: rows of cols elements at each one's offset and pitch.
+  struct RowBlock {
+    size_t staged, staged_pitch, layer, layer_pitch, rows, cols;
+  };
+  // The token side (this rank's rows of all heads) and the head side (the
+  // whole sequence of its head group) of an exchange.
+  std::vector<RowBlock> token_side(const Split& split) const;
+  std::vector<RowBlock> head_side(const Split& split) const;
   // Sequence-sharded rows of all heads -> the whole sequence of this rank's
-  // head group, and back. Collective.
-  void to_heads(Ref full, CRef local, const Split& split);
-  void to_sequence(Ref local, CRef full, const Split& split);
+  // head group (to_heads), or back. Collective.
+  void shuffle(Ref out, CRef in, const Split& split, bool to_heads);
   // send_'s block j to rank j, rank i's into recv_'s block i (blocks of
   // `block` elements); this rank's own block is copied.
   void exchange(size_t block);

@@ -11,14 +11,12 @@
 #include <thread>
 
 #include "parallel/mpi_communicator.h"
+#include "runtime/elapsed.h"
 #include "runtime/metrics.h"
 
 namespace trainer {
 
 namespace {
-
-using Clock = std::chrono::steady_clock;
-double ms_since(Clock::time_point t0) { return std::chrono::duration<double, std::milli>(Clock::now() - t0).count(); }
 
 struct Samples {
   std::vector<double> ms;

@@ -13,6 +13,7 @@
 #include <thread>
 
 #include "planning/calibrate.h"
+#include "runtime/elapsed.h"
 #include "runtime/gpu_state.h"
 #include "runtime/host_memory.h"
 #include "runtime/host_name.h"
@@ -22,8 +23,7 @@ namespace trainer {
 
 namespace {
 
-using Clock = std::chrono::steady_clock;
-double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+double seconds_since(Clock::time_point t0) { return ms_since(t0) / 1e3; }
 
 double median(std::vector<double> v) {
   if (v.empty()) return 0;

@@ -2,9 +2,10 @@
 
 #include <sys/mman.h>
 
-#include <chrono>
 #include <cstring>
 #include <new>
+
+#include "runtime/elapsed.h"
 
 namespace trainer {
 
@@ -42,12 +43,11 @@ template <class F>
 void MeteredBackend::op(const char* name, const std::string& shape, double flops, double bytes, F&& run) {
   OpCall c{std::string(name) + " " + shape, name, flops, bytes, 0, phase_};
   if (inner_) {
-    using clock = std::chrono::steady_clock;
     inner_->synchronize();
-    const auto t0 = clock::now();
+    const auto t0 = Clock::now();
     run();
     inner_->synchronize();
-    c.ms = std::chrono::duration<double, std::milli>(clock::now() - t0).count();
+    c.ms = ms_since(t0);
   }
   calls_.push_back(std::move(c));
 }

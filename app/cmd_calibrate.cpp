@@ -47,16 +47,18 @@ const char* kCalibrateUsage =
     "  needs on this machine and backend (a minute or two), and writes it as a machine\n"
     "  profile (JSON, default machine_profile.json):\n"
     "  - every op one layer, the embedding and the head of the recipe's model issue,\n"
-    "    for each shard shape (micro-batch, tensor-parallel size, sequence parallelism)\n"
+    "    for each shard shape (micro-batch, tensor-parallel size, sequence parallelism,\n"
+    "    context-parallel size and kind)\n"
     "    the layouts of --ranks ranks (default: the job's size) can use; timed on rank 0\n"
     "    while the other ranks sleep; a square GEMM in the run's precision\n"
-    "  - all-reduce, reduce-scatter and all-gather in groups of every size that divides\n"
-    "    the job (every group busy at once, as in training) and send/receive between\n"
-    "    pairs, 4 KB to 16 MB; launch it with the ranks per node training will use\n"
+    "  - all-reduce, reduce-scatter, all-gather, all-to-all and a ring's send/receive\n"
+    "    (context parallelism) in groups of every size that divides the job (every\n"
+    "    group busy at once, as in training) and send/receive between pairs, 4 KB to\n"
+    "    16 MB; launch it with the ranks per node training will use\n"
     "    (and across nodes to measure the network)\n"
     "  - on the CPU, how work slows with the number of ranks computing at once, and\n"
-    "    what a tensor-parallel collective waits for its partners between pieces of\n"
-    "    compute when every rank computes\n"
+    "    what a tensor- or context-parallel collective waits for its partners between\n"
+    "    pieces of compute when every rank computes\n"
     "  - 8 real steps of one layout (data parallel over all ranks, synthetic tokens, a\n"
     "    scratch directory under $TMPDIR) against the model's prediction for it: plan\n"
     "    and smoke scale their step times by the ratio (the anchor); then 8 of the\n"
@@ -183,7 +185,7 @@ int calibrate(const RecipeArgs& args, int rank, int size) {
   p.host = host_name();
   p.compute_units = p.device.empty() ? node_cores() : std::max(1, device_memory(local_rank, per_node).devices);
   p.threads_per_rank = p.device.empty() ? r.runtime.threads : 1;
-  std::vector<int> tp_sizes;  // of the valid layouts, for the tensor-parallel waits
+  std::vector<int> sync_groups;  // tp and cp sizes of the valid layouts, for their collectives' waits
   std::vector<std::vector<std::string>> real_sets;  // the anchor, then the layout with the most actions
   std::vector<std::string> real_labels;
   if (rank == 0) {
@@ -196,7 +198,7 @@ int calibrate(const RecipeArgs& args, int rank, int size) {
       if (plan.many_actions)
         real_sets.push_back(plan.many_actions->sets), real_labels.push_back(plan.many_actions->label);
     }
-    tp_sizes = plan.tp_sizes;
+    sync_groups = plan.group_sizes;
     std::fprintf(stderr, "calibrate: timing the ops of %zu shard shape(s) of %d-rank layouts on rank 0\n",
                  shards.size(), ranks);
     const GemmProbe probe = gemm_probe(*be, r.training.precision, 1024);
@@ -213,10 +215,10 @@ int calibrate(const RecipeArgs& args, int rank, int size) {
   measure_collectives(MPI_COMM_WORLD, groups, {4096, 65536, 1 << 20, 16 << 20}, r.training.precision, p);
   if (p.device.empty()) {  // a GPU rank has its device to itself
     measure_sharing(MPI_COMM_WORLD, *be, p);
-    broadcast_ints(tp_sizes);
-    if (rank == 0 && !tp_sizes.empty())
-      std::fprintf(stderr, "calibrate: tensor-parallel collectives between pieces of compute\n");
-    measure_tp_sync(MPI_COMM_WORLD, *be, tp_sizes, p);
+    broadcast_ints(sync_groups);
+    if (rank == 0 && !sync_groups.empty())
+      std::fprintf(stderr, "calibrate: tensor- and context-parallel collectives between pieces of compute\n");
+    measure_tp_sync(MPI_COMM_WORLD, *be, sync_groups, p);
   }
   broadcast_strings(real_labels);
   real_sets.resize(real_labels.size());

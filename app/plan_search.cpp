@@ -19,17 +19,17 @@ namespace trainer {
 namespace {
 
 void print_table(const std::vector<RankedLayout>& ranked, size_t top, double steps, int ranks, double price) {
-  std::printf("%-4s %-48s %9s %9s %10s %6s  %s\n", "#", "layout", "MB/rank", "step ms", "tokens/s", "MFU",
-              "compute (recompute) tp-comm pp-wait shared dp-exposed optimizer, ms | run time, cost");
+  std::printf("%-4s %-56s %9s %9s %10s %6s  %s\n", "#", "layout", "MB/rank", "step ms", "tokens/s", "MFU",
+              "compute (recompute) tp-comm cp-exposed pp-wait shared dp-exposed optimizer, ms | run time, cost");
   for (size_t i = 0; i < std::min(top, ranked.size()); i++) {
     const RankedLayout& x = ranked[i];
     const StepPrediction& p = x.prediction;
     const double seconds = run_seconds(steps, p.step_ms);
     char cost[48] = "";
     if (price > 0) std::snprintf(cost, sizeof cost, ", $%.2f", run_cost(seconds, ranks, price));
-    std::printf("%-4zu %-48s %9.1f %9.1f %10.0f %5.1f%%  %.0f (%.0f) %.0f %.0f %.0f %.0f %.0f | %s%s\n", i + 1,
+    std::printf("%-4zu %-56s %9.1f %9.1f %10.0f %5.1f%%  %.0f (%.0f) %.0f %.0f %.0f %.0f %.0f %.0f | %s%s\n", i + 1,
                 x.candidate->label.c_str(), mib(x.memory), p.step_ms, p.tokens_per_s, 100 * p.mfu, p.compute_ms,
-                std::max(0.0, p.recompute_ms), std::max(0.0, p.tp_comm_ms), std::max(0.0, p.pp_wait_ms),
+                std::max(0.0, p.recompute_ms), std::max(0.0, p.tp_comm_ms), p.cp_comm_ms, std::max(0.0, p.pp_wait_ms),
                 std::max(0.0, p.contention_ms), p.dp_exposed_ms, p.optimizer_ms,
                 format_duration(seconds).c_str(), cost);
   }
@@ -59,7 +59,8 @@ void write_json(const std::string& path, const LayoutSearch& s) {
     j["layouts"].push_back({{"rank", i + 1}, {"label", x.candidate->label}, {"sets", x.candidate->sets},
                             {"memory_mb", mib(x.memory)}, {"step_ms", p.step_ms},
                             {"compute_ms", p.compute_ms}, {"recompute_ms", p.recompute_ms},
-                            {"tp_comm_ms", p.tp_comm_ms}, {"pp_wait_ms", p.pp_wait_ms},
+                            {"tp_comm_ms", p.tp_comm_ms}, {"cp_comm_ms", p.cp_comm_ms},
+                            {"pp_wait_ms", p.pp_wait_ms},
                             {"contention_ms", p.contention_ms}, {"dp_comm_ms", p.dp_comm_ms},
                             {"dp_exposed_ms", p.dp_exposed_ms}, {"optimizer_ms", p.optimizer_ms},
                             {"tokens_per_s", p.tokens_per_s}, {"mfu", p.mfu}});

@@ -38,11 +38,11 @@ void print_report(const json& j) {
               *std::min_element(each.begin(), each.end()), *std::max_element(each.begin(), each.end()));
   std::printf("  throughput  %8.0f tokens/s in all, %.0f per rank; MFU %.1f%%\n", m["tokens_per_s"].get<double>(),
               m["tokens_per_s_per_rank"].get<double>(), 100 * m["mfu"].get<double>());
-  std::printf("  parts (ms)  compute %.1f | pipeline wait %.1f | tp comm %.1f | pp comm %.1f | dp comm %.1f "
-              "(exposed %.1f) | data wait %.1f   (rank 0)\n",
+  std::printf("  parts (ms)  compute %.1f | pipeline wait %.1f | tp comm %.1f | cp exposed %.1f | pp comm %.1f | "
+              "dp comm %.1f (exposed %.1f) | data wait %.1f   (rank 0)\n",
               p["compute"].get<double>(), p["pipeline_wait"].get<double>(), p["tp_comm"].get<double>(),
-              p["pp_comm"].get<double>(), p["dp_comm"].get<double>(), p["dp_exposed"].get<double>(),
-              p["data_wait"].get<double>());
+              p["cp_exposed"].get<double>(), p["pp_comm"].get<double>(), p["dp_comm"].get<double>(),
+              p["dp_exposed"].get<double>(), p["data_wait"].get<double>());
   print_stages(m["stages"], j.contains("predicted") ? &j["predicted"]["stages"] : nullptr);
   std::printf("  memory      rank 0 peak / plan, MB:");
   for (const auto& [k, v] : j["memory"].items())
@@ -51,10 +51,12 @@ void print_report(const json& j) {
   std::printf("\n");
   if (j.contains("predicted")) {
     const json& q = j["predicted"];
-    std::printf("  predicted   %8.1f ms (measured / predicted %.2f; compute %.0f, tp %.0f, pp wait %.0f, shared %.0f, "
-                "dp exposed %.0f, optimizer %.0f; all x%.2f, the profile's real step against its prediction) from %s\n",
+    std::printf("  predicted   %8.1f ms (measured / predicted %.2f; compute %.0f, tp %.0f, cp exposed %.0f, pp wait %.0f, "
+                "shared %.0f, dp exposed %.0f, optimizer %.0f; all x%.2f, the profile's real step against its "
+                "prediction) from %s\n",
                 q["step_ms"].get<double>(), m["step_ms"].get<double>() / q["step_ms"].get<double>(),
-                q["compute_ms"].get<double>(), q["tp_comm_ms"].get<double>(), q["pp_wait_ms"].get<double>(),
+                q["compute_ms"].get<double>(), q["tp_comm_ms"].get<double>(), q["cp_comm_ms"].get<double>(),
+                q["pp_wait_ms"].get<double>(),
                 q["contention_ms"].get<double>(), q["dp_exposed_ms"].get<double>(), q["optimizer_ms"].get<double>(),
                 q["step_factor"].get<double>(), q["profile"].get<std::string>().c_str());
   }

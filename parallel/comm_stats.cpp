@@ -37,6 +37,11 @@ DataComm::Handle CountingDataComm::start_allgather(CRef in, Ref out, size_t n) {
   return timed(CommCounters::AllGather, ring_gather(n * dtype_size(in.dt) * size(), size()),
                [&] { return c_.start_allgather(in, out, n); });
 }
+// Counted with the sends: each rank sends (p - 1) of its p blocks.
+DataComm::Handle CountingDataComm::start_alltoall(CRef in, Ref out, size_t n) {
+  return timed(CommCounters::P2P, (double)n * dtype_size(in.dt) * (size() - 1),
+               [&] { return c_.start_alltoall(in, out, n); });
+}
 DataComm::Handle CountingDataComm::isend(CRef data, size_t n, int peer, int tag) {
   return timed(CommCounters::P2P, (double)n * dtype_size(data.dt), [&] { return c_.isend(data, n, peer, tag); });
 }

@@ -12,7 +12,8 @@
 namespace trainer {
 
 struct CommCounters {
-  // P2P: bytes sent; its time is the time spent posting sends and waiting.
+  // P2P: bytes sent (an all-to-all's too); its time is the time spent posting
+  // sends and waiting.
   enum Kind { AllReduce, AllGather, ReduceScatter, P2P, Other, kKinds };
   double bytes[kKinds] = {0, 0, 0, 0, 0};
   double ms[kKinds] = {0, 0, 0, 0, 0};

@@ -36,12 +36,15 @@ namespace trainer {
 //   start_allreduce       in place: x[n] becomes the element-wise op over the group
 //   start_reduce_scatter  out[n] = this rank's block of the element-wise sum of every in[size * n]
 //   start_allgather       out[size * n] = every rank's in[n], in rank order
-//   isend, irecv          point-to-point (pipeline stages)
+//   start_alltoall        out[j * n .. (j + 1) * n) = rank j's in[rank * n ..), for every
+//                         rank j (in and out [size * n]; context parallelism's a2a)
+//   isend, irecv          point-to-point (pipeline stages, the context-parallel ring)
 //   wait                  completes a started operation
 #define TRAINER_DATA_COMM_OPERATIONS(DECLARE)                    \
   DECLARE(Handle, start_allreduce, (Ref x, size_t n, ReduceOp op)) \
   DECLARE(Handle, start_reduce_scatter, (CRef in, Ref out, size_t n)) \
   DECLARE(Handle, start_allgather, (CRef in, Ref out, size_t n)) \
+  DECLARE(Handle, start_alltoall, (CRef in, Ref out, size_t n)) \
   DECLARE(Handle, isend, (CRef data, size_t n, int peer, int tag)) \
   DECLARE(Handle, irecv, (Ref data, size_t n, int peer, int tag)) \
   DECLARE(void, wait, (Handle h))

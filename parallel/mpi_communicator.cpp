@@ -144,6 +144,14 @@ DataComm::Handle MpiDataComm::start_allgather(CRef in, Ref out, size_t n) {
   return keep(r);
 }
 
+DataComm::Handle MpiDataComm::start_alltoall(CRef in, Ref out, size_t n) {
+  MPI_Request r = MPI_REQUEST_NULL;
+  if (!single_rank_copy(in, out, n, "alltoall"))
+    MPI_Ialltoall(in.p, count_of(n, "alltoall"), mpi_type(in.dt), out.p, count_of(n, "alltoall"), mpi_type(in.dt),
+                  comm_, &r);
+  return keep(r);
+}
+
 DataComm::Handle MpiDataComm::isend(CRef data, size_t n, int peer, int tag) {
   MPI_Request r;
   MPI_Isend(data.p, count_of(n, "isend"), mpi_type(data.dt), peer, tag, comm_, &r);

@@ -78,6 +78,21 @@ DataComm::Handle NcclDataComm::start_allgather(CRef in, Ref out, size_t n) {
   return enqueue([&](cudaStream_t s) { NCCL_CHECK(ncclAllGather(in.p, out.p, n, nccl_type(in.dt), comm_, s)); });
 }
 
+// NCCL has no all-to-all: a send and a receive per rank, grouped so that
+// NCCL posts them together (ungrouped, every rank's first send would wait
+// for a receive not yet posted).
+DataComm::Handle NcclDataComm::start_alltoall(CRef in, Ref out, size_t n) {
+  const size_t bytes = n * dtype_size(in.dt);
+  return enqueue([&](cudaStream_t s) {
+    NCCL_CHECK(ncclGroupStart());
+    for (int j = 0; j < size(); j++) {
+      NCCL_CHECK(ncclSend(static_cast<const char*>(in.p) + j * bytes, n, nccl_type(in.dt), j, comm_, s));
+      NCCL_CHECK(ncclRecv(static_cast<char*>(out.p) + j * bytes, n, nccl_type(in.dt), j, comm_, s));
+    }
+    NCCL_CHECK(ncclGroupEnd());
+  });
+}
+
 // Refused: NCCL matches sends and receives by order, not tag, and an
 // ungrouped send blocks until its receive is posted, so two ranks that both
 // send first deadlock. The pipeline group, the only one that sends, goes

@@ -66,6 +66,10 @@ DataComm::Handle RecordingDataComm::posted(Handle h, const char* op, const char*
   pending_[h] = {0, wait_op, bytes, members_[peer]};
   return h;
 }
+DataComm::Handle RecordingDataComm::start_alltoall(CRef in, Ref out, size_t n) {
+  return enqueue("alltoall", n * size() * dtype_size(in.dt), [&] { return c_.start_alltoall(in, out, n); });
+}
+
 DataComm::Handle RecordingDataComm::isend(CRef data, size_t n, int peer, int tag) {
   return posted(c_.isend(data, n, peer, tag), "isend", "wait_send", n * dtype_size(data.dt), peer);
 }

@@ -57,6 +57,15 @@ DataComm::Handle StagedDataComm::start_allgather(CRef in, Ref out, size_t n) {
   return keep(std::move(p));
 }
 
+DataComm::Handle StagedDataComm::start_alltoall(CRef in, Ref out, size_t n) {
+  Pending p;
+  p.in = stage(in, n * size());
+  p.out = staging(out.dt, n * size());
+  p.inner = inner_->start_alltoall(p.in.ref(), p.out.ref(), n);
+  p.dst = out, p.n = n * size();
+  return keep(std::move(p));
+}
+
 DataComm::Handle StagedDataComm::isend(CRef data, size_t n, int peer, int tag) {
   Pending p;
   p.in = stage(data, n);

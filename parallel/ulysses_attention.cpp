@@ -7,12 +7,8 @@
 
 namespace trainer {
 
-namespace {
-constexpr int kA2aTag = 2;  // apart from the ring's tags (0, 1)
-}  // namespace
-
 UlyssesAttention::UlyssesAttention(Backend& be, DataComm& comm, const AttentionShape& s, DType compute)
-    : be_(be), comm_(comm), s_(s), cp_(comm.size()), me_(comm.rank()), chunk_(s.T / 2) {
+    : be_(be), comm_(comm), s_(s), cp_(comm.size()), chunk_(s.T / 2) {
   if (s.H % cp_ != 0 || s.KVH % cp_ != 0 || s.T % 2 != 0)
     throw std::invalid_argument("a2a attention needs heads and kv heads divisible by cp and two chunks per rank");
   const int hh = s.H / cp_, kvh = s.KVH / cp_;
@@ -32,15 +28,9 @@ UlyssesAttention::UlyssesAttention(Backend& be, DataComm& comm, const AttentionS
 }
 
 void UlyssesAttention::exchange(size_t block) {
-  std::vector<DataComm::Handle> handles;
-  for (int j = 0; j < cp_; j++) {
-    if (j == me_) continue;
-    handles.push_back(comm_.irecv(recv_.ref() + j * block, block, j, kA2aTag));
-    handles.push_back(comm_.isend(send_.ref() + j * block, block, j, kA2aTag));
-  }
-  be_.copy(recv_.ref() + me_ * block, send_.ref() + me_ * block, block);
+  const DataComm::Handle h = comm_.start_alltoall(send_.ref(), recv_.ref(), block);
   const auto t0 = Clock::now();
-  for (DataComm::Handle h : handles) comm_.wait(h);
+  comm_.wait(h);
   times_.exposed_ms += ms_since(t0);
 }
 

@@ -51,13 +51,13 @@ class UlyssesAttention final : public ContextAttention {
   // head group (to_heads), or back. Collective.
   void shuffle(Ref out, CRef in, const Split& split, bool to_heads);
   // send_'s block j to rank j, rank i's into recv_'s block i (blocks of
-  // `block` elements); this rank's own block is copied.
+  // `block` elements): DataComm::start_alltoall.
   void exchange(size_t block);
 
   Backend& be_;
   DataComm& comm_;
   AttentionShape s_, full_;  // here; the head group's whole sequence
-  int cp_, me_, chunk_;      // chunk_: tokens per chunk (s.T / 2)
+  int cp_, chunk_;  // chunk_: tokens per chunk (s.T / 2)
   Split qkv_split_, out_split_;
   Buffer send_, recv_;           // cp blocks each (compute type)
   Buffer qkv_, out_, dout_, dqkv_;  // the head group's whole sequence

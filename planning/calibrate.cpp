@@ -254,6 +254,18 @@ void measure_collectives(MPI_Comm world, const std::vector<int>& groups, const s
             {real, median_time(world, [&] { comm.reduce_scatter_sum(in, out, n / g); })});
         p.collectives[comm_key("allgather", g)].push_back(
             {real, median_time(world, [&] { comm.allgather(in, out, n / g); })});
+        // Context parallelism's two ways: an all-to-all of the whole buffer,
+        // and a ring step, each rank sending it to the next and receiving
+        // the previous one's (parallel/ring_attention.h).
+        p.collectives[comm_key("alltoall", g)].push_back(
+            {real, median_time(world, [&] { comm.wait(comm.start_alltoall(in, out, n / g)); })});
+        p.collectives[comm_key("ring", g)].push_back({real, median_time(world, [&] {
+          const int me = comm.rank();
+          const DataComm::Handle sent = comm.isend(in, n, (me + 1) % g, 8),
+                                 got = comm.irecv(out, n, (me + g - 1) % g, 8);
+          comm.wait(sent);
+          comm.wait(got);
+        })});
         if (g == 2)  // pipeline messages: each rank sends one and receives one, as neighbouring stages do
           p.collectives[comm_key("send", 2)].push_back({real, median_time(world, [&] {
             const int peer = comm.rank() ^ 1;

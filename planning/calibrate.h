@@ -3,10 +3,11 @@
 // (planning/machine_profile.h):
 //   measure_ops          every op one layer (with the embedding and head) of
 //                        each shard shape issues, timed on this rank's backend
-//   measure_collectives  all-reduce, reduce-scatter, all-gather for each group
-//                        size (every group of that size at once, as training
-//                        runs them) and send/receive between pairs, at
-//                        several message sizes; collective over `world`
+//   measure_collectives  all-reduce, reduce-scatter, all-gather, all-to-all
+//                        and a ring step for each group size (every group of
+//                        that size at once, as training runs them) and
+//                        send/receive between pairs, at several message
+//                        sizes; collective over `world`
 //   measure_sharing      how fixed work slows by the number of ranks computing
 //   measure_tp_sync      what a tensor-parallel collective adds between pieces
 //                        of compute when every rank computes

@@ -14,10 +14,12 @@ namespace trainer {
 namespace {
 
 // A layout calibrate may run real steps of: valid, no tensor parallelism,
-// nothing recomputed or sharded, the recipe's precision, fitting memory.
+// nothing recomputed or sharded, no context parallelism, the recipe's
+// precision, fitting memory.
 bool plain(const LayoutCandidate& c, const Recipe& base, int per_node) {
   const Recipe& r = c.recipe;
-  return c.rejected.empty() && r.parallel.grid.tp == 1 && r.recompute.mode == RecomputeMode::None &&
+  return c.rejected.empty() && r.parallel.grid.tp == 1 && r.parallel.grid.cp == 1 &&
+         r.recompute.mode == RecomputeMode::None &&
          r.parallel.zero_stage == 0 && r.training.precision == base.training.precision &&
          check_memory_fit(r, -1, true, per_node).fits;
 }
@@ -26,15 +28,18 @@ bool plain(const LayoutCandidate& c, const Recipe& base, int per_node) {
 
 CalibrationPlan calibration_plan(const std::vector<LayoutCandidate>& cands, const Recipe& base, int per_node) {
   CalibrationPlan plan;
-  std::set<std::tuple<int, int, bool, DType>> seen;
+  std::set<std::tuple<int, int, bool, DType, int, CpComm, bool>> seen;
   for (const LayoutCandidate& c : cands) {
     if (!c.rejected.empty()) continue;
     const Recipe& r = c.recipe;
-    const ShardShape s{r.training.micro_batch, r.parallel.grid.tp, r.parallel.sequence_parallel, r.training.precision, {}};
-    if (!seen.insert({s.micro_batch, s.tp, s.sequence_parallel, s.compute}).second) continue;
+    ShardShape s = shard_shape_of(r);
+    s.recompute = {};  // the same ops, recomputed or not
+    if (!seen.insert({s.micro_batch, s.tp, s.sequence_parallel, s.compute, s.cp, s.cp_comm, s.cp_overlap}).second)
+      continue;
     plan.shards.push_back(s);
-    if (s.tp > 1 && std::find(plan.tp_sizes.begin(), plan.tp_sizes.end(), s.tp) == plan.tp_sizes.end())
-      plan.tp_sizes.push_back(s.tp);
+    for (int g : {s.tp, s.cp})
+      if (g > 1 && std::find(plan.group_sizes.begin(), plan.group_sizes.end(), g) == plan.group_sizes.end())
+        plan.group_sizes.push_back(g);
   }
   auto distance = [&](const LayoutCandidate* c) { return std::abs(c->recipe.training.micro_batch - base.training.micro_batch); };
   for (const LayoutCandidate& c : cands)

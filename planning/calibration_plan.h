@@ -1,8 +1,8 @@
 #pragma once
 // What `trainer calibrate` measures for a recipe on N ranks, chosen from the
 // layouts plan --search would consider (layout_candidates.h): the shard
-// shapes whose ops it times (one layer of each), the tensor-parallel group
-// sizes whose waits it measures, and the two layouts it runs real steps of
+// shapes whose ops it times (one layer of each), the tensor- and
+// context-parallel group sizes whose waits it measures, and the two layouts it runs real steps of
 // (real_steps.h): the anchor and the layout with the most pipeline actions.
 #include <vector>
 
@@ -14,7 +14,7 @@ namespace trainer {
 
 struct CalibrationPlan {
   std::vector<ShardShape> shards;  // of every valid layout, each once
-  std::vector<int> tp_sizes;       // the tensor-parallel sizes among them
+  std::vector<int> group_sizes;    // the tensor- and context-parallel sizes among them
   // The anchor: every rank computing, nothing pipelined or recomputed (pure
   // data parallelism in the recipe's precision, the micro-batch nearest the
   // recipe's, memory permitting); null when no such layout is valid.

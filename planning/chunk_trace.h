@@ -3,29 +3,39 @@
 // the backend ops of its forward and its backward (recomputation included)
 // and its tensor-parallel collectives, found by running the real model code
 // on a MeteredBackend (planning/op_meter.h) with communicators that only
-// record (planning/null_comm.h). With a real backend behind the meter the
+// record (planning/null_comm.h), as rank 0 of its groups. With a real backend behind the meter the
 // same run measures each op (`trainer calibrate`).
 #include <vector>
 
 #include "model/config.h"
 #include "model/param_registry.h"
 #include "model/recompute.h"
+#include "parallel/context_chunks.h"
 #include "planning/null_comm.h"
 #include "planning/op_meter.h"
+#include "recipe/recipe.h"
 
 namespace trainer {
 
-// A rank's shard of the model: what decides the shapes it computes.
+// A rank's shard of the model: what decides the shapes it computes and the
+// calls it makes.
 struct ShardShape {
   int micro_batch = 1, tp = 1;
   bool sequence_parallel = false;
   DType compute = DType::F32;
   RecomputeConfig recompute;
+  int cp = 1;  // context parallelism: seq_len / cp tokens of each sequence, attention by cp_comm
+  CpComm cp_comm = CpComm::Ring;
+  bool cp_overlap = true;  // the ring's: where it waits for its transfers
 };
+
+// A recipe's layout's shard shape, recomputing as the recipe says.
+ShardShape shard_shape_of(const Recipe& r);
 
 struct ChunkTrace {
   std::vector<OpCall> ops;        // forward, then backward, `reps` times; then once-per-step work
   std::vector<CommCall> tp_comm;  // the tensor-parallel group's calls, the same order
+  std::vector<CommCall> cp_comm;  // the context-parallel group's, with the ops they overlap (started, waited)
   size_t params = 0;              // this rank's parameters of the chunk
   size_t boundary_elems = 0;      // the activation a chunk passes on, in the compute type
 };

@@ -99,6 +99,7 @@ json measure(const std::vector<const json*>& recs, const Recipe& r, int ranks) {
                    {"pp_comm", comm_ms(recs, "pp")},
                    {"dp_comm", comm_ms(recs, "dp")},
                    {"dp_exposed", recs.front()->contains(mf::kCommDpExposedMs) ? median_field(recs, mf::kCommDpExposedMs) : 0.0},
+                   {"cp_exposed", recs.front()->contains(mf::kCommCpExposedMs) ? median_field(recs, mf::kCommCpExposedMs) : 0.0},
                    {"data_wait", median_field(recs, mf::kDataWaitMs)}};
   m["stages"] = stage_times(recs);
   return m;
@@ -193,8 +194,8 @@ nlohmann::json smoke_figures(const SmokeRun& run, const Recipe& r, const Recipe&
   if (!run.profiles.empty()) {
     const StepPrediction p = StepModels(run.profiles, run.ranks_per_node).predict(r);
     j["predicted"] = {{"profile", run.profile_names}, {"step_ms", p.step_ms}, {"compute_ms", p.compute_ms},
-                      {"recompute_ms", p.recompute_ms}, {"tp_comm_ms", p.tp_comm_ms}, {"pp_wait_ms", p.pp_wait_ms},
-                      {"contention_ms", p.contention_ms}, {"dp_exposed_ms", p.dp_exposed_ms},
+                      {"recompute_ms", p.recompute_ms}, {"tp_comm_ms", p.tp_comm_ms}, {"cp_comm_ms", p.cp_comm_ms},
+                      {"pp_wait_ms", p.pp_wait_ms}, {"contention_ms", p.contention_ms}, {"dp_exposed_ms", p.dp_exposed_ms},
                       {"optimizer_ms", p.optimizer_ms}, {"tokens_per_s", p.tokens_per_s}, {"mfu", p.mfu},
                       {"save_s", p.save_s}, {"step_factor", p.step_factor}, {"stages", predicted_stages(p)}};
   }

@@ -24,7 +24,8 @@ std::string shape_key(const Recipe& r, const ChunkSpec& c, RecomputeMode m) {
   return std::to_string(c.last_layer - c.first_layer) + (c.embed ? "e" : "") + (c.head ? "h" : "") + "/" +
          std::to_string(r.training.micro_batch) + "/" + std::to_string(r.parallel.grid.tp) +
          (r.parallel.sequence_parallel ? "sp/" : "/") + recompute_name(m) + "/" + std::to_string(r.recompute.layers) +
-         "/" + dtype_name(r.training.precision);
+         "/" + dtype_name(r.training.precision) + "/cp" + std::to_string(r.parallel.grid.cp) +
+         (r.parallel.cp_comm == CpComm::A2a ? "a2a" : "ring") + (r.parallel.cp_overlap ? "" : "-serial");
 }
 
 void note_once(std::vector<std::string>& v, const std::string& k) {
@@ -53,12 +54,14 @@ CheckpointAdvice checkpoint_advice(double save_s, double mtbf_hours, double step
 const StepModel::ChunkCost& StepModel::chunk_cost(const Recipe& r, const ChunkSpec& spec, RecomputeMode mode) {
   const std::string key = shape_key(r, spec, mode);
   if (auto it = cache_.find(key); it != cache_.end()) return it->second;
-  const ShardShape s{r.training.micro_batch, r.parallel.grid.tp, r.parallel.sequence_parallel, r.training.precision,
-                     RecomputeConfig{mode, r.recompute.layers}};
-  const ChunkTrace t = trace_chunk(r.model, spec, s);
+  ShardShape shape = shard_shape_of(r);
+  shape.recompute.mode = mode;
+  const ChunkTrace t = trace_chunk(r.model, spec, shape);
   ChunkCost c;
+  std::vector<double> op_ms;
   for (const OpCall& op : t.ops) {
     const double ms = p_.op_time(op, &c.unpriced_ops);
+    op_ms.push_back(op.phase == OpPhase::PerStep ? 0 : ms);
     if (op.phase == OpPhase::Forward) c.fwd_ms += ms;
     else if (op.phase == OpPhase::Backward) c.bwd_ms += ms;
   }
@@ -73,9 +76,38 @@ const StepModel::ChunkCost& StepModel::chunk_cost(const Recipe& r, const ChunkSp
     else if (cc.phase == OpPhase::Backward) c.bwd_comm_ms += ms;
     else c.per_step_comm_ms += ms;
   }
+  price_cp(r, t, op_ms, c);
   c.params = t.params;
   c.boundary_bytes = (double)t.boundary_elems * dtype_size(r.training.precision);
   return cache_[key] = c;
+}
+
+// A chunk's context-parallel transfers (the ring's sends of k|v and dK|dV,
+// or the all-to-alls), each at the profile's figure for its kind, group size
+// and bytes. The ops that ran while one was in flight (trace order, between
+// its start and its wait) hide it up to their time, each op's time once;
+// the rest, and what waiting on the group's other ranks adds (as for a
+// tensor-parallel collective), is exposed in the phase it started in.
+void StepModel::price_cp(const Recipe& r, const ChunkTrace& t, const std::vector<double>& op_ms, ChunkCost& c) {
+  const int cp = r.parallel.grid.cp;
+  const char* kind = r.parallel.cp_comm == CpComm::A2a ? "alltoall" : "ring";
+  std::vector<const CommCall*> moves;  // a receive is its sender's transfer
+  for (const CommCall& cc : t.cp_comm)
+    if (cc.op == "send" || cc.op == "alltoall") moves.push_back(&cc);
+  if (cp < 2 || moves.empty()) return;
+  double compute = 0;
+  for (double ms : op_ms) compute += ms;
+  const double wait = p_.sync_wait(cp, compute / moves.size());
+  std::vector<double> left = op_ms;  // what each op can still hide
+  for (const CommCall* cc : moves) {
+    double ms = comm(kind, cp, cc->bytes, c.unpriced_comm);
+    for (size_t i = cc->started; i < std::min(cc->waited, left.size()) && ms > 0; i++) {
+      const double hidden = std::min(ms, left[i]);
+      ms -= hidden, left[i] -= hidden;
+    }
+    (cc->phase == OpPhase::Forward ? c.fwd_comm_ms : c.bwd_comm_ms) += ms + wait;
+    c.cp_ms += ms + wait;
+  }
 }
 
 // Each stage's chunks priced: the simulation's input, and per stage its
@@ -84,14 +116,14 @@ StepModel::Stages StepModel::price_stages(const Recipe& r, StepPrediction& out) 
   const PipelineSpec pipe = r.pipeline();
   const int P = r.parallel.grid.pp, world = r.parallel.grid.ranks();
   Stages st;
-  st.work.resize(P), st.params.assign(P, 0), st.no_recompute.assign(P, 0), st.per_step.assign(P, 0);
+  st.work.resize(P), st.params.assign(P, 0), st.no_recompute.assign(P, 0), st.per_step.assign(P, 0), st.cp.assign(P, 0);
   for (int s = 0; s < P; s++) {
-    st.work[s].ranks = (double)r.parallel.grid.dp * r.parallel.grid.tp * std::min(per_node_, world) / world;
+    st.work[s].ranks = (double)(world / P) * std::min(per_node_, world) / world;  // a stage's ranks on one node
     for (const ChunkLayout& ch : rank_layout(r, s).chunks) {
       const ChunkCost& c = chunk_cost(r, ch.spec, r.recompute.mode);
       st.work[s].fwd.push_back(c.fwd_ms + p_.action_ms), st.work[s].bwd.push_back(c.bwd_ms + p_.action_ms);
       st.work[s].fwd_comm.push_back(c.fwd_comm_ms), st.work[s].bwd_comm.push_back(c.bwd_comm_ms);
-      st.params[s] += c.params, st.per_step[s] += c.per_step_comm_ms;
+      st.params[s] += c.params, st.per_step[s] += c.per_step_comm_ms, st.cp[s] += c.cp_ms * pipe.micro_batches;
       out.unpriced_ops += c.unpriced_ops * pipe.micro_batches;
       for (const std::string& k : c.unpriced_comm) note_once(out.unpriced_comm, k);
       const ChunkCost& base = chunk_cost(r, ch.spec, RecomputeMode::None);
@@ -104,9 +136,10 @@ StepModel::Stages StepModel::price_stages(const Recipe& r, StepPrediction& out) 
 
 // A stage's data-parallel reduction after its schedule: all of it, and the
 // part overlapped buckets leave exposed (they hide up to the last backward).
+// Over the dp x cp ranks that hold the same weights.
 std::pair<double, double> StepModel::dp_reduction(const Recipe& r, double params, double last_bwd,
                                                   std::vector<std::string>& unpriced) {
-  const int dp = r.parallel.grid.dp;
+  const int dp = r.parallel.grid.dp * r.parallel.grid.cp;
   const double bytes = params * dtype_size(r.training.precision);
   const double all = r.parallel.zero_sharded()
                          ? comm("reduce_scatter", dp, bytes, unpriced) + comm("allgather", dp, bytes, unpriced)
@@ -121,7 +154,7 @@ std::pair<double, double> StepModel::dp_reduction(const Recipe& r, double params
 double StepModel::optimizer_ms(const Recipe& r, double params, StepPrediction& out) {
   const int world = r.parallel.grid.ranks();
   const double all_busy = p_.slowdown(std::min(per_node_, world));
-  const double owned = r.parallel.zero_sharded() ? params / r.parallel.grid.dp : params;
+  const double owned = r.parallel.zero_sharded() ? params / (r.parallel.grid.dp * r.parallel.grid.cp) : params;
   auto op = [&](const char* name, double bytes) {
     return p_.op_time(OpCall{std::string(name) + " " + std::to_string((long)(bytes / 4)), name, 0, bytes},
                       &out.unpriced_ops);
@@ -134,11 +167,6 @@ double StepModel::optimizer_ms(const Recipe& r, double params, StepPrediction& o
 }
 
 StepPrediction StepModel::predict(const Recipe& r) {
-  // The ring's sends and pair ops are not traced yet (chunk_trace.h has no
-  // cp): a price for a cp layout would be one for cp = 1.
-  if (r.parallel.grid.cp > 1)
-    throw RecipeError("the cost model does not price context parallelism yet (parallel.cp = " +
-                      std::to_string(r.parallel.grid.cp) + "): predicted step times are for cp = 1 layouts only");
   StepPrediction out;
   const PipelineSpec pipe = r.pipeline();
   const int P = r.parallel.grid.pp, world = r.parallel.grid.ranks();
@@ -165,7 +193,8 @@ StepPrediction StepModel::predict(const Recipe& r) {
   for (double f : st.work[crit].fwd) out.compute_ms += f * pipe.micro_batches;
   for (double b : st.work[crit].bwd) out.compute_ms += b * pipe.micro_batches;
   out.recompute_ms = out.compute_ms - st.no_recompute[crit];
-  out.tp_comm_ms = t[crit].full - out.compute_ms + st.per_step[crit];
+  out.cp_comm_ms = st.cp[crit];
+  out.tp_comm_ms = t[crit].full - out.compute_ms - out.cp_comm_ms + st.per_step[crit];
   out.contention_ms = t[crit].in_action - t[crit].full;
   out.pp_wait_ms = t[crit].end - t[crit].in_action;
   out.tokens_per_s = r.tokens_per_step() / (out.step_ms / 1e3);

@@ -6,6 +6,8 @@
 // in a discrete-event simulation in which the ranks computing at a moment
 // share the node's compute units (cores on a CPU, where a stage idle in the
 // bubble leaves its cores to the others; one device per rank on GPUs);
+// context-parallel transfers count where the ops in flight with them cannot
+// hide them (the ring's behind its attention; the all-to-all's not at all);
 // after it come the data-parallel gradient reduction (the part not hidden
 // behind the backward), tied-embedding and sequence-parallel sums, the
 // gradient norm and AdamW.
@@ -19,13 +21,15 @@
 
 namespace trainer {
 
+struct ChunkTrace;
+
 struct StepPrediction {
   double step_ms = 0;
   // The slowest stage's share of it: forward + backward compute at full
   // speed (recomputation included, and apart), its tensor-parallel
-  // collectives, its time waiting on the pipeline and on sharing compute
-  // units with other ranks.
-  double compute_ms = 0, recompute_ms = 0, tp_comm_ms = 0, pp_wait_ms = 0, contention_ms = 0;
+  // collectives, its context-parallel transfers' exposed part, its time
+  // waiting on the pipeline and on sharing compute units with other ranks.
+  double compute_ms = 0, recompute_ms = 0, tp_comm_ms = 0, cp_comm_ms = 0, pp_wait_ms = 0, contention_ms = 0;
   double dp_comm_ms = 0, dp_exposed_ms = 0;  // the data-parallel reduction, and the part not overlapped
   double optimizer_ms = 0;                   // tied-embedding and SP sums, gradient norm, AdamW
   double step_factor = 1;                    // the profile's real step against its prediction: step_ms includes it
@@ -56,7 +60,8 @@ class StepModel {
  private:
   struct ChunkCost {
     double fwd_ms = 0, bwd_ms = 0;            // compute, at full speed
-    double fwd_comm_ms = 0, bwd_comm_ms = 0;  // tensor-parallel collectives
+    double fwd_comm_ms = 0, bwd_comm_ms = 0;  // tensor-parallel collectives and cp_ms
+    double cp_ms = 0;                         // context-parallel transfers, the exposed part
     double per_step_comm_ms = 0;              // sequence-parallel gradient sums
     size_t params = 0;
     double boundary_bytes = 0;
@@ -64,9 +69,10 @@ class StepModel {
     std::vector<std::string> unpriced_comm;
   };
   const ChunkCost& chunk_cost(const Recipe& r, const ChunkSpec& spec, RecomputeMode mode);
+  void price_cp(const Recipe& r, const ChunkTrace& t, const std::vector<double>& op_ms, ChunkCost& c);
   struct Stages {
     std::vector<StageWork> work;
-    std::vector<double> params, no_recompute, per_step;
+    std::vector<double> params, no_recompute, per_step, cp;
     double msg_ms = 0;  // a pipeline message, sent to received
   };
   Stages price_stages(const Recipe& r, StepPrediction& out);

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <map>
 
 #include "app/recipe.h"
 #include "model/flops.h"
@@ -86,6 +87,49 @@ TEST(ChunkTrace, FullRecomputeAddsTheForwardToTheBackward) {
   const double fwd = matmul_flops(t, OpPhase::Forward);
   EXPECT_GT(matmul_flops(t, OpPhase::Backward), plain);
   EXPECT_LT(matmul_flops(t, OpPhase::Backward), plain + fwd);
+}
+
+// Context parallelism's trace issues what the design moves, per layer and
+// micro-batch (closed forms, not the code's own counts): the ring sends
+// cp - 1 k|v blocks of its rows forward, and in the backward cp - 1 again
+// with cp dK|dV sums in fp32; the all-to-all exchanges q|k|v and the output
+// forward, and q|k|v, the output, its gradient and dq|dk|dv backward, each
+// the rank's whole rows. A rank's products are 1/cp of the sequence's.
+TEST(ChunkTrace, ContextParallelMovesWhatTheDesignSays) {
+  for (Arch arch : {Arch::GPT2, Arch::Llama})
+    for (int cp : {2, 4}) {
+      const ModelConfig c = small_model(arch);
+      const int B = 2, L = c.n_layers, hd = c.d_model / c.n_heads;
+      const double rows = (double)B * c.seq_len / cp;
+      const std::string what = std::string(arch_name(arch)) + " cp " + std::to_string(cp);
+      ShardShape s{B, 1, false, DType::F32, {}};
+      s.cp = cp;
+      const ChunkTrace ring = trace_chunk(c, ChunkSpec{}, s);
+      const double fwd = 2.0 * matmul_params(c) * B * c.seq_len / cp;
+      EXPECT_NEAR(matmul_flops(ring, OpPhase::Forward), fwd, 1e-9 * fwd) << what;
+      const double kv = rows * 2 * c.n_kv_heads * hd * 4;
+      std::map<std::pair<OpPhase, double>, int> sends;
+      for (const CommCall& cc : ring.cp_comm)
+        if (cc.op == "send") sends[{cc.phase, cc.bytes}]++;
+        else EXPECT_EQ(cc.op, "recv") << what;
+      EXPECT_EQ(sends.size(), 2u) << what;  // fp32: k|v blocks and dK|dV sums are the same size
+      EXPECT_EQ((sends[{OpPhase::Forward, kv}]), L * (cp - 1)) << what;
+      EXPECT_EQ((sends[{OpPhase::Backward, kv}]), L * (2 * cp - 1)) << what;
+      for (const CommCall& cc : ring.cp_comm) EXPECT_LE(cc.started, cc.waited) << what;
+      if (c.n_heads % cp || c.n_kv_heads % cp) continue;
+      s.cp_comm = CpComm::A2a;
+      const ChunkTrace a2a = trace_chunk(c, ChunkSpec{}, s);
+      const double qkv = rows * (c.n_heads + 2 * c.n_kv_heads) * hd * 4, out = rows * c.n_heads * hd * 4;
+      std::map<std::pair<OpPhase, double>, int> all;
+      for (const CommCall& cc : a2a.cp_comm) {
+        EXPECT_EQ(cc.op, "alltoall") << what;
+        all[{cc.phase, cc.bytes}]++;
+      }
+      EXPECT_EQ((all[{OpPhase::Forward, qkv}]), L) << what;
+      EXPECT_EQ((all[{OpPhase::Forward, out}]), L) << what;
+      EXPECT_EQ((all[{OpPhase::Backward, qkv}]), 2 * L) << what;
+      EXPECT_EQ((all[{OpPhase::Backward, out}]), 2 * L) << what;
+    }
 }
 
 // Without shared units the event simulation gives the makespans of the
@@ -249,6 +293,65 @@ TEST(StepModels, TakeTheMedianProfilesWholePrediction) {
   const std::vector<MachineProfile> two = {scaled(3), scaled(1)};
   EXPECT_NEAR(StepModels(two, 2).predict(r).step_ms, plain, 1e-9 * plain);
   EXPECT_THROW(StepModels({}, 2), std::invalid_argument);
+}
+
+// The cost model's price for context parallelism against closed forms, on a
+// profile whose ops cost their work and whose transfers cost c ms a byte:
+// the all-to-all exposes every byte the design moves, a ring that waits for
+// each k|v block at once (cp_overlap = false) at least those, an overlapped
+// ring hides cheap transfers and at most the ops' own time of dear ones; the
+// gradient reduction is over the dp x cp ranks that hold the weights.
+TEST(StepModel, PricesContextParallelTransfersAgainstTheBytesTheyMove) {
+  const std::vector<std::string> layout = {"model.n_layers=2", "parallel.dp=1", "parallel.pp=1", "parallel.tp=1",
+                                           "parallel.cp=2", "training.micro_batch=2"};
+  auto recipe = [&](std::vector<std::string> extra) {
+    extra.insert(extra.begin(), layout.begin(), layout.end());
+    return load_recipe("configs/demo.toml", extra, 0, false);
+  };
+  const Recipe ring = recipe({}), serial = recipe({"parallel.cp_overlap=false"}), a2a = recipe({"parallel.cp_comm=\"a2a\""});
+  const ModelConfig& m = ring.model;
+  const int cp = 2, B = 2, L = m.n_layers, micro = ring.pipeline().micro_batches, hd = m.d_model / m.n_heads;
+  const double rows = (double)B * m.seq_len / cp, block = rows * 2 * m.n_kv_heads * hd * 4;
+  const double ring_bytes = micro * L * (2.0 * (cp - 1) + cp) * rows * 2 * m.n_kv_heads * hd * 4;
+  const double a2a_bytes = micro * L * (3.0 * rows * (m.n_heads + 2 * m.n_kv_heads) * hd * 4 + 3.0 * rows * m.n_heads * hd * 4);
+  MachineProfile base;
+  base.compute_units = 2;
+  double ops_ms = 0;
+  for (const Recipe* r : {&ring, &a2a})
+    for (const OpCall& op : trace_chunk(m, ChunkSpec{}, shard_shape_of(*r)).ops) {
+      const double work = op.flops > 0 ? op.flops : op.bytes;
+      base.ops[op.key] = {work * 1e-9, work};
+      if (r == &ring && op.phase != OpPhase::PerStep) ops_ms += micro * work * 1e-9;
+    }
+  base.collectives[comm_key("allreduce", 2)] = {{1e3, 7.0}, {1e12, 7.0}};  // 7 ms whatever the size
+  auto priced = [&](double c) {
+    MachineProfile p = base;
+    for (const char* op : {"ring", "alltoall"}) p.collectives[comm_key(op, 2)] = {{1, c}, {1e12, c * 1e12}};
+    return p;
+  };
+  // Exposed even when cheap: each layer's last dK|dV sum, sent after the
+  // last block's attention and waited for next; with cp_overlap = false
+  // also every k|v block (the sums before the last still travel behind the
+  // next block's attention).
+  const double last_sums = micro * L * block, blocks = micro * L * 2.0 * (cp - 1) * block;
+  for (double c : {1e-10, 1e-4}) {
+    const MachineProfile p = priced(c);
+    const StepPrediction s = StepModel(p, 2).predict(serial), o = StepModel(p, 2).predict(ring),
+                         a = StepModel(p, 2).predict(a2a);
+    EXPECT_NEAR(a.cp_comm_ms, c * a2a_bytes, 1e-9 * c * a2a_bytes) << c;
+    EXPECT_TRUE(s.unpriced_comm.empty() && o.unpriced_comm.empty() && a.unpriced_comm.empty());
+    EXPECT_NEAR(s.dp_comm_ms, 7.0, 1e-12) << "the weights' reduction spans dp x cp = 2 ranks";
+    EXPECT_GE(s.cp_comm_ms, c * (blocks + last_sums) * (1 - 1e-9)) << c;
+    EXPECT_LE(s.cp_comm_ms, c * ring_bytes * (1 + 1e-9)) << c;
+    if (c * ring_bytes < 1e-3 * ops_ms) {
+      EXPECT_NEAR(s.cp_comm_ms, c * (blocks + last_sums), 1e-9 * c * ring_bytes);
+      EXPECT_NEAR(o.cp_comm_ms, c * last_sums, 1e-9 * c * ring_bytes);
+    } else {
+      EXPECT_LT(o.cp_comm_ms, s.cp_comm_ms);
+      EXPECT_GE(o.cp_comm_ms, s.cp_comm_ms - ops_ms);
+      EXPECT_GT(o.step_ms, StepModel(priced(1e-10), 2).predict(ring).step_ms + 0.5 * (o.cp_comm_ms - c * last_sums));
+    }
+  }
 }
 
 // Profiles of different jobs are refused with the files and what differs.

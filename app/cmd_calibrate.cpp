@@ -149,7 +149,7 @@ void describe(const MachineProfile& p, const std::string& path, double seconds) 
     std::printf("\n");
   }
   for (const auto& [g, pts] : p.tp_sync) {
-    std::printf("  a tensor-parallel collective in groups of %d waits for its partners, after compute of", g);
+    std::printf("  a tensor- or context-parallel collective in groups of %d waits for its partners, after compute of", g);
     for (const SyncPoint& s : pts) std::printf(" %.2f ms: +%.3f ms;", s.segment_ms, s.extra_ms);
     std::printf("\n");
   }

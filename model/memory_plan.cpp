@@ -67,7 +67,12 @@ CudaMemory plan_cuda_memory(const ModelConfig& c, const Dims& x, const RankLayou
   const bool bf16 = l.compute == DType::BF16;
   bool head = false, embed = false;
   for (const ChunkLayout& ch : l.chunks) head |= ch.spec.head, embed |= ch.spec.embed;
-  if (bf16) m.attention_workspace = cuda_memory::attention_workspace_bytes(x.B, x.H, x.T, x.hd, l.deterministic_attention);
+  // The all-to-all's attention runs on whole sequences of H / cp heads.
+  const bool a2a = l.cp > 1 && l.cp_comm == CpComm::A2a;
+  if (bf16)
+    m.attention_workspace = a2a ? cuda_memory::attention_workspace_bytes(x.B, x.H / l.cp, x.keys, x.hd,
+                                                                         l.deterministic_attention)
+                                : cuda_memory::attention_workspace_bytes(x.B, x.H, x.T, x.hd, l.deterministic_attention);
   m.attention_rows = x.B * x.H * x.T * 4;
   if (bf16 && head) m.logits_grad_bf16 = x.M * x.V * 2;
   if (c.arch == Arch::Llama) m.rope_table = x.T * x.hd * 4;

@@ -74,7 +74,9 @@ json predicted_stages(const StepPrediction& p) {
 }
 
 json layout_json(const Recipe& r) {
-  return {{"dp", r.parallel.grid.dp}, {"tp", r.parallel.grid.tp}, {"pp", r.parallel.grid.pp}, {"sequence_parallel", r.parallel.sequence_parallel},
+  return {{"dp", r.parallel.grid.dp}, {"tp", r.parallel.grid.tp}, {"cp", r.parallel.grid.cp},
+          {"cp_comm", r.parallel.cp_comm == CpComm::A2a ? "a2a" : "ring"}, {"pp", r.parallel.grid.pp},
+          {"sequence_parallel", r.parallel.sequence_parallel},
           {"schedule", r.parallel.schedule == ScheduleKind::OneFOneB ? "1f1b" : "interleaved"},
           {"virtual_stages", r.parallel.virtual_stages}, {"micro_batch", r.training.micro_batch},
           {"recompute", recompute_name(r.recompute.mode)}, {"zero_stage", r.parallel.zero_stage},
@@ -175,7 +177,11 @@ json compare_restart(const std::string& straight_dir, const std::string& restart
 
 std::string layout_text(const Recipe& r) {
   std::string s = "dp " + std::to_string(r.parallel.grid.dp) + " x tp " + std::to_string(r.parallel.grid.tp) +
-                  (r.parallel.sequence_parallel && r.parallel.grid.tp > 1 ? " (sp)" : "") + " x pp " + std::to_string(r.parallel.grid.pp);
+                  (r.parallel.sequence_parallel && r.parallel.grid.tp > 1 ? " (sp)" : "") +
+                  (r.parallel.grid.cp > 1 ? " x cp " + std::to_string(r.parallel.grid.cp) +
+                                                (r.parallel.cp_comm == CpComm::A2a ? " (a2a)" : " (ring)")
+                                          : "") +
+                  " x pp " + std::to_string(r.parallel.grid.pp);
   if (r.parallel.grid.pp > 1) s += r.parallel.schedule == ScheduleKind::OneFOneB ? " 1f1b" : " interleaved x" + std::to_string(r.parallel.virtual_stages);
   return s + ", micro-batch " + std::to_string(r.training.micro_batch) + ", recompute " + recompute_name(r.recompute.mode) +
          ", zero " + std::to_string(r.parallel.zero_stage) + ", " + dtype_name(r.training.precision);

@@ -7,7 +7,7 @@
 # (re-packed after every step, so that even a run killed from outside leaves
 # its logs there).
 #
-#   scripts/gpu_check.sh            phase 1 (default deadline 240 s):
+#   scripts/gpu_check.sh            phase 1 (default deadline 270 s):
 #     gpu          nvidia-smi -L (and the GPU's state, read only)
 #     binaries     trainer --version runs; ldd of the trainer, the op tests,
 #                  mpirun/orted (and, in a bundle, Open MPI's plugins): nothing
@@ -30,6 +30,8 @@
 #     resume       resumed from a mid-run checkpoint: bitwise-equal losses
 #     mpi path     4 ranks (tp 2 x pp 2) on the one GPU, whose collectives go
 #                  through MPI (NCCL refuses two ranks on one GPU), against 1
+#     cp a2a       2 ranks of context parallelism (cp 2, the all-to-all) on
+#                  the one GPU against 1
 #   scripts/gpu_check.sh --perf     phase 2 (default deadline 300 s):
 #     throughput   trainer bench of GPT-2 124M and configs/llama_162m.toml at
 #                  T = 1024, bf16, micro-batch 16, beside the same models in
@@ -87,7 +89,7 @@ while (($#)); do
 done
 [[ -z $DEADLINE || $DEADLINE =~ ^[0-9]+$ ]] || { echo "gpu_check: GPU_CHECK_DEADLINE must be seconds, not '$DEADLINE'" >&2; exit 2; }
 case $PHASE in
-  1) DEADLINE=${DEADLINE:-240} NAME=gpu_check ;;
+  1) DEADLINE=${DEADLINE:-270} NAME=gpu_check ;;
   perf) DEADLINE=${DEADLINE:-300} NAME=gpu_check_perf ;;
   references) DEADLINE=${DEADLINE:-1200} NAME=gpu_check_references ;;
 esac
@@ -122,6 +124,7 @@ case_args() {
                   --set checkpoint.every=6) ;;
     mpi4) ARGS=(configs/demo.toml "${common[@]}" --set parallel.tp=2 --set parallel.pp=2 --set training.steps=4) ;;
     one4) ARGS=(configs/demo.toml "${common[@]}" --set training.steps=4) ;;
+    cp2) ARGS=(configs/demo.toml "${common[@]}" --set parallel.cp=2 --set parallel.cp_comm=a2a --set training.steps=4) ;;
     *) echo "gpu_check: no case '$1'" >&2; return 1 ;;
   esac
 }
@@ -593,27 +596,40 @@ s_health() {
   DETAIL="one node ok: $row"
 }
 
-s_mpi() {
-  command -v "$MPIRUN" >/dev/null || { DETAIL="$MPIRUN not on PATH (a bundle's bundle_env.sh puts its Open MPI first)"; return 1; }
-  case_args mpi4
-  local rd=$W/runs/mpi4
-  echo "=== train mpi4 (4 ranks)"
+# NAME RANKS RECIPE-ARGS...: mpirun -np RANKS trainer train on this machine
+# (its one GPU shared: the data collectives go through MPI), losses kept.
+train_ranks() {
+  local name=$1 n=$2
+  shift 2
+  local rd=$W/runs/$name
+  echo "=== train $name ($n ranks)"
   # each rank its own cuDNN log files
-  tmo "$MPIRUN" -np 4 bash -c 'export CUDNN_FRONTEND_LOG_FILE=$0.cudnn_frontend.rank$OMPI_COMM_WORLD_RANK.log CUDNN_LOGDEST_DBG=$0.cudnn.rank$OMPI_COMM_WORLD_RANK.log; exec "$@"' \
-      "$P/logs/mpi_path" "$T" train "${ARGS[@]}" --set runtime.backend="$BACKEND" --set run.dir="$rd" --set checkpoint.dir="$rd/ckpt"
+  tmo "$MPIRUN" -np "$n" bash -c 'export CUDNN_FRONTEND_LOG_FILE=$0.cudnn_frontend.rank$OMPI_COMM_WORLD_RANK.log CUDNN_LOGDEST_DBG=$0.cudnn.rank$OMPI_COMM_WORLD_RANK.log; exec "$@"' \
+      "$P/logs/$name" "$T" train "$@" --set runtime.backend="$BACKEND" --set run.dir="$rd" --set checkpoint.dir="$rd/ckpt"
   local rc=$?
-  keep_run mpi4
-  ((rc == 0)) || { DETAIL="mpirun -np 4 trainer train exited $rc: $(last_error)"; return 1; }
-  losses "$rd/metrics.jsonl" >"$P/losses/mpi4.loss" || { DETAIL="no losses in mpi4's metrics.jsonl"; return 1; }
-  case_args one4
-  train one4 "${ARGS[@]}" || return 1
-  DETAIL=$(compare "$P/losses/mpi4.loss" "$P/losses/one4.loss" 1e-4)
-  rc=$?
-  local place="one GPU"
+  keep_run "$name"
+  ((rc == 0)) || { DETAIL="mpirun -np $n trainer train ($name) exited $rc: $(last_error)"; return 1; }
+  losses "$rd/metrics.jsonl" >"$P/losses/$name.loss" || { DETAIL="no losses in $name's metrics.jsonl"; return 1; }
+}
+
+# CASE RANKS WHAT: CASE's losses on RANKS ranks against one4's (one rank).
+against_one() {
+  command -v "$MPIRUN" >/dev/null || { DETAIL="$MPIRUN not on PATH (a bundle's bundle_env.sh puts its Open MPI first)"; return 1; }
+  case_args "$1"
+  train_ranks "$1" "$2" "${ARGS[@]}" || return 1
+  if [[ ! -f $P/losses/one4.loss ]]; then
+    case_args one4
+    train one4 "${ARGS[@]}" || return 1
+  fi
+  DETAIL=$(compare "$P/losses/$1.loss" "$P/losses/one4.loss" 1e-4)
+  local rc=$? place="one GPU"
   [[ $BACKEND == cpu ]] && place="the CPU (rehearsal)"
-  DETAIL="4 ranks (tp 2 x pp 2) on $place vs 1 rank: $DETAIL"
+  DETAIL="$3 on $place vs 1 rank: $DETAIL"
   return $rc
 }
+
+s_mpi() { against_one mpi4 4 "4 ranks (tp 2 x pp 2)"; }
+s_cp() { against_one cp2 2 "cp 2 all-to-all (copy_rows, the all-to-all, the attention on whole sequences of half the heads)"; }
 
 # --- phase 2 ------------------------------------------------------------------------
 py_torch() {  # python without the bundle's libraries first (torch brings its own)
@@ -771,6 +787,7 @@ case $PHASE in
     step determinism 80 s_determinism
     step resume 80 s_resume
     step "mpi path" 90 s_mpi
+    step "cp a2a" 60 s_cp
     ;;
   perf)
     step gpu 20 s_gpu

@@ -20,6 +20,7 @@ target_sources(trainer_core PRIVATE
   runtime/cuda/kernels_reduce.cu
   runtime/cuda/kernels_embedding.cu
   runtime/cuda/kernels_attention.cu
+  runtime/cuda/kernels_ring_attention.cu
   parallel/nccl_communicator.cpp
 )
 # The cuDNN frontend is header-only and heavy: only cudnn_sdpa.cpp sees it

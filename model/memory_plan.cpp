@@ -67,9 +67,10 @@ CudaMemory plan_cuda_memory(const ModelConfig& c, const Dims& x, const RankLayou
   const bool bf16 = l.compute == DType::BF16;
   bool head = false, embed = false;
   for (const ChunkLayout& ch : l.chunks) head |= ch.spec.head, embed |= ch.spec.embed;
-  // The all-to-all's attention runs on whole sequences of H / cp heads.
-  const bool a2a = l.cp > 1 && l.cp_comm == CpComm::A2a;
-  if (bf16)
+  // cuDNN's workspace: the all-to-all's attention runs on whole sequences
+  // of H / cp heads; the ring's chunk pairs are our own kernels (none).
+  const bool ring = l.cp > 1 && l.cp_comm == CpComm::Ring, a2a = l.cp > 1 && !ring;
+  if (bf16 && !ring)
     m.attention_workspace = a2a ? cuda_memory::attention_workspace_bytes(x.B, x.H / l.cp, x.keys, x.hd,
                                                                          l.deterministic_attention)
                                 : cuda_memory::attention_workspace_bytes(x.B, x.H, x.T, x.hd, l.deterministic_attention);

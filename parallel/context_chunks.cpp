@@ -2,6 +2,8 @@
 
 namespace trainer {
 
+const char* cp_comm_name(CpComm c) { return c == CpComm::A2a ? "a2a" : "ring"; }
+
 int cp_chunk(int cp, int rank, int half) { return half == 0 ? rank : 2 * cp - 1 - rank; }
 
 int cp_position(int cp, int rank, int seq_len, int t) {

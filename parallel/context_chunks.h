@@ -16,6 +16,8 @@ namespace trainer {
 // (parallel.cp_comm; parallel/context_attention.h): k|v blocks round a ring,
 // or an all-to-all from sequence shards to head shards.
 enum class CpComm { Ring, A2a };
+// "ring" or "a2a", as parallel.cp_comm spells them.
+const char* cp_comm_name(CpComm c);
 
 // The global chunk index (0 .. 2cp-1) of half 0 or 1 of context-parallel rank `rank`.
 int cp_chunk(int cp, int rank, int half);

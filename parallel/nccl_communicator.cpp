@@ -55,9 +55,10 @@ void NcclDataComm::abort_all() {
 }
 
 // The handle is the completion event recorded on the communication stream
-// after the operation.
+// after the operation. Point-to-point posted before it goes first.
 template <class F>
 DataComm::Handle NcclDataComm::enqueue(F&& issue) {
+  issue_p2p();
   be_.wait_event(Backend::kCommStream, be_.record_event(Backend::kComputeStream));
   issue(be_.stream(Backend::kCommStream));
   return (Handle)be_.record_event(Backend::kCommStream).id;
@@ -93,25 +94,54 @@ DataComm::Handle NcclDataComm::start_alltoall(CRef in, Ref out, size_t n) {
   });
 }
 
-// Refused: NCCL matches sends and receives by order, not tag, and an
-// ungrouped send blocks until its receive is posted, so two ranks that both
-// send first deadlock. The pipeline group, the only one that sends, goes
-// through the staged MPI path (engine/device_comms.cpp, gpu_data_comm).
-DataComm::Handle NcclDataComm::isend(CRef, size_t, int peer, int) {
-  throw std::logic_error("NCCL data communicator: point-to-point (send to rank " + std::to_string(peer) +
-                         ") is not used; the pipeline group takes the staged MPI path");
+DataComm::Handle NcclDataComm::post(const P2p& op) {
+  P2p p = op;
+  p.handle = next_p2p_++;
+  p2p_ready_ = be_.record_event(Backend::kComputeStream);  // the data as the caller left it
+  pending_.push_back(p);
+  return p.handle;
 }
 
-DataComm::Handle NcclDataComm::irecv(Ref, size_t, int peer, int) {
-  throw std::logic_error("NCCL data communicator: point-to-point (receive from rank " + std::to_string(peer) +
-                         ") is not used; the pipeline group takes the staged MPI path");
+DataComm::Handle NcclDataComm::isend(CRef data, size_t n, int peer, int) {
+  return post({true, const_cast<void*>(data.p), n, data.dt, peer, 0});
+}
+
+DataComm::Handle NcclDataComm::irecv(Ref data, size_t n, int peer, int) {
+  return post({false, data.p, n, data.dt, peer, 0});
+}
+
+void NcclDataComm::issue_p2p() {
+  if (pending_.empty()) return;
+  be_.wait_event(Backend::kCommStream, p2p_ready_);
+  const cudaStream_t s = be_.stream(Backend::kCommStream);
+  NCCL_CHECK(ncclGroupStart());
+  for (const P2p& p : pending_)
+    if (p.send) NCCL_CHECK(ncclSend(p.buf, p.n, nccl_type(p.dt), p.peer, comm_, s));
+    else NCCL_CHECK(ncclRecv(p.buf, p.n, nccl_type(p.dt), p.peer, comm_, s));
+  NCCL_CHECK(ncclGroupEnd());
+  const uint64_t done = be_.record_event(Backend::kCommStream).id;
+  for (const P2p& p : pending_) p2p_[p.handle] = done;
+  pending_.clear();
+}
+
+uint64_t NcclDataComm::done_event(Handle h) {
+  if (h < kP2pBase) return (uint64_t)h;
+  issue_p2p();
+  const auto it = p2p_.find(h);
+  if (it == p2p_.end()) throw std::logic_error("NCCL data communicator: wait on an unknown point-to-point handle");
+  return it->second;
+}
+
+bool NcclDataComm::test(Handle h) {
+  return be_.event_done(Backend::Event{Backend::kCommStream, done_event(h)});
 }
 
 // Polls the completion event (yielding) rather than blocking in the driver,
 // so a hang is one in-flight flight-recorder entry, and checks NCCL's own
 // asynchronous error state meanwhile (a failed peer shows up there).
 void NcclDataComm::wait(Handle h) {
-  const Backend::Event done{Backend::kCommStream, (uint64_t)h};
+  const Backend::Event done{Backend::kCommStream, done_event(h)};
+  if (h >= kP2pBase) p2p_.erase(h);
   while (!be_.event_done(done)) {
     ncclResult_t async = ncclSuccess;
     NCCL_CHECK(ncclCommGetAsyncError(comm_, &async));

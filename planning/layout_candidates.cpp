@@ -49,14 +49,14 @@ LayoutCandidate candidate(const Recipe& base, const Edits& edits, int ranks) {
 // How the ranks divide: dp x tp x cp x pp, and the cp group's attention.
 struct Split {
   int dp, tp, cp, pp;
-  const char* cp_comm;  // "ring" or "a2a" when cp > 1
+  CpComm cp_comm;  // when cp > 1
 };
 
 std::vector<Split> splits(int ranks) {
   std::vector<Split> out;
   for (int tp : divisors(ranks, 8))
     for (int cp : divisors(ranks / tp, ranks))
-      for (const char* cp_comm : cp > 1 ? std::vector<const char*>{"ring", "a2a"} : std::vector<const char*>{""})
+      for (CpComm cp_comm : cp > 1 ? std::vector<CpComm>{CpComm::Ring, CpComm::A2a} : std::vector<CpComm>{CpComm::Ring})
         for (int pp : divisors(ranks / (tp * cp), ranks)) out.push_back({ranks / (tp * cp * pp), tp, cp, pp, cp_comm});
   return out;
 }
@@ -84,12 +84,12 @@ std::vector<LayoutCandidate> layouts_of(const Recipe& base, const Edits& precisi
                               {"training.micro_batch", (long)mb},
                               {"recompute.mode", std::string(rec)},
                               {"parallel.zero_stage", (long)zero}};
-              if (cp > 1) layout.push_back({"parallel.cp_comm", std::string(cp_comm)});
+              if (cp > 1) layout.push_back({"parallel.cp_comm", std::string(cp_comm_name(cp_comm))});
               edits.insert(edits.end(), layout.begin(), layout.end());
               LayoutCandidate c = candidate(base, edits, ranks);
               c.sets.erase(c.sets.begin(), c.sets.begin() + (long)precision.size());  // the layout's own lines
               c.label = "dp " + std::to_string(dp) + " tp " + std::to_string(tp) + (sp ? " sp" : "") +
-                        (cp > 1 ? " cp " + std::to_string(cp) + " " + cp_comm : "") + " pp " + std::to_string(pp) +
+                        (cp > 1 ? " cp " + std::to_string(cp) + " " + cp_comm_name(cp_comm) : "") + " pp " + std::to_string(pp) +
                         (pp > 1 ? (v > 1 ? " interleaved" : " 1f1b") : "") + " mb " + std::to_string(mb) + " " + rec +
                         " zero " + std::to_string(zero);
               out.push_back(std::move(c));

@@ -11,8 +11,9 @@ namespace trainer {
 
 std::string LayoutSearch::rejected(const LayoutCandidate& c) const {
   if (!c.rejected.empty()) return c.rejected;
-  const auto m = memory.find(&c);
-  return m == memory.end() ? "" : "memory: " + m->second;
+  if (const auto m = memory.find(&c); m != memory.end()) return "memory: " + m->second;
+  const auto u = unpriced.find(&c);
+  return u == unpriced.end() ? "" : "profile: " + u->second;
 }
 
 double run_seconds(double steps, double step_ms) { return steps * step_ms / 1e3; }
@@ -36,7 +37,16 @@ LayoutSearch search_layouts(const Recipe& base, const std::vector<MachineProfile
       s.memory[&c] = b;
       continue;
     }
-    s.ranked.push_back({&c, model.predict(c.recipe), fit.need});
+    const StepPrediction p = model.predict(c.recipe);
+    // A cp layout priced without its transfers would rank first for nothing.
+    const auto cp_figure = std::find_if(p.unpriced_comm.begin(), p.unpriced_comm.end(), [](const std::string& k) {
+      return k.rfind("ring/", 0) == 0 || k.rfind("alltoall/", 0) == 0;
+    });
+    if (cp_figure != p.unpriced_comm.end()) {
+      s.unpriced[&c] = "no " + *cp_figure + " figure (context parallelism's transfers): calibrate with this trainer";
+      continue;
+    }
+    s.ranked.push_back({&c, p, fit.need});
   }
   std::stable_sort(s.ranked.begin(), s.ranked.end(), [](const RankedLayout& a, const RankedLayout& b) {
     return a.prediction.step_ms < b.prediction.step_ms;

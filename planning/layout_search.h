@@ -30,10 +30,12 @@ struct LayoutSearch {
   std::vector<LayoutCandidate> candidates;
   std::vector<RankedLayout> ranked;                      // fastest first
   std::map<const LayoutCandidate*, std::string> memory;  // valid but short of memory: why
+  std::map<const LayoutCandidate*, std::string> unpriced;  // context parallelism the profiles have no figures for
   double tokens_per_step = 0, steps = 0;                 // the run priced
   bool advised = false;                                  // the best layout has a save time:
   CheckpointAdvice advice;                               // its automatic checkpoint interval
-  // Why a layout was left out ("" if ranked): a recipe rule or "memory: ...".
+  // Why a layout was left out ("" if ranked): a recipe rule, "memory: ..."
+  // or "profile: ...".
   std::string rejected(const LayoutCandidate& c) const;
 };
 

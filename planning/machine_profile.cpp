@@ -70,8 +70,10 @@ double MachineProfile::comm_time(const std::string& op, int group, double bytes)
     if (!nearest || std::abs(g - group) < std::abs(nearest - group)) nearest = g;
   }
   if (!nearest) return -1;
-  const double ring = ((group - 1.0) / group) / ((nearest - 1.0) / nearest);
-  return ring * interpolate(collectives.at(comm_key(op, nearest)), bytes);
+  // A collective's per-rank traffic grows as (g - 1) / g; a ring step (one
+  // block to the next rank) moves the same whatever the group.
+  const double scale = op == "ring" ? 1.0 : ((group - 1.0) / group) / ((nearest - 1.0) / nearest);
+  return scale * interpolate(collectives.at(comm_key(op, nearest)), bytes);
 }
 
 double MachineProfile::sync_wait(int group, double segment_ms) const {

@@ -67,9 +67,9 @@ std::string suggestions(const Recipe& r, int stage, bool writer, double avail) {
     consider(a, "parallel.tp = " + std::to_string(a.parallel.grid.tp) + " (twice the ranks per model copy)");
   }
   // Context parallelism halves the activations again per doubling (the
-  // sequence cut over twice the ranks); CPU backend only for now.
+  // sequence cut over twice the ranks).
   const GridShape& g = r.parallel.grid;
-  if (r.runtime.backend != "cuda" && r.model.seq_len % (4 * g.cp) == 0 &&
+  if (r.model.seq_len % (4 * g.cp) == 0 &&
       (!r.parallel.sequence_parallel || (r.model.seq_len / (2 * g.cp)) % g.tp == 0)) {
     Recipe a = r;
     a.parallel.grid.cp *= 2;

@@ -75,7 +75,7 @@ json predicted_stages(const StepPrediction& p) {
 
 json layout_json(const Recipe& r) {
   return {{"dp", r.parallel.grid.dp}, {"tp", r.parallel.grid.tp}, {"cp", r.parallel.grid.cp},
-          {"cp_comm", r.parallel.cp_comm == CpComm::A2a ? "a2a" : "ring"}, {"pp", r.parallel.grid.pp},
+          {"cp_comm", cp_comm_name(r.parallel.cp_comm)}, {"pp", r.parallel.grid.pp},
           {"sequence_parallel", r.parallel.sequence_parallel},
           {"schedule", r.parallel.schedule == ScheduleKind::OneFOneB ? "1f1b" : "interleaved"},
           {"virtual_stages", r.parallel.virtual_stages}, {"micro_batch", r.training.micro_batch},
@@ -179,7 +179,7 @@ std::string layout_text(const Recipe& r) {
   std::string s = "dp " + std::to_string(r.parallel.grid.dp) + " x tp " + std::to_string(r.parallel.grid.tp) +
                   (r.parallel.sequence_parallel && r.parallel.grid.tp > 1 ? " (sp)" : "") +
                   (r.parallel.grid.cp > 1 ? " x cp " + std::to_string(r.parallel.grid.cp) +
-                                                (r.parallel.cp_comm == CpComm::A2a ? " (a2a)" : " (ring)")
+                                                std::string(" (") + cp_comm_name(r.parallel.cp_comm) + ")"
                                           : "") +
                   " x pp " + std::to_string(r.parallel.grid.pp);
   if (r.parallel.grid.pp > 1) s += r.parallel.schedule == ScheduleKind::OneFOneB ? " 1f1b" : " interleaved x" + std::to_string(r.parallel.virtual_stages);

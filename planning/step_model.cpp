@@ -25,7 +25,7 @@ std::string shape_key(const Recipe& r, const ChunkSpec& c, RecomputeMode m) {
          std::to_string(r.training.micro_batch) + "/" + std::to_string(r.parallel.grid.tp) +
          (r.parallel.sequence_parallel ? "sp/" : "/") + recompute_name(m) + "/" + std::to_string(r.recompute.layers) +
          "/" + dtype_name(r.training.precision) + "/cp" + std::to_string(r.parallel.grid.cp) +
-         (r.parallel.cp_comm == CpComm::A2a ? "a2a" : "ring") + (r.parallel.cp_overlap ? "" : "-serial");
+         cp_comm_name(r.parallel.cp_comm) + (r.parallel.cp_overlap ? "" : "-serial");
 }
 
 void note_once(std::vector<std::string>& v, const std::string& k) {
@@ -82,30 +82,49 @@ const StepModel::ChunkCost& StepModel::chunk_cost(const Recipe& r, const ChunkSp
   return cache_[key] = c;
 }
 
-// A chunk's context-parallel transfers (the ring's sends of k|v and dK|dV,
-// or the all-to-alls), each at the profile's figure for its kind, group size
-// and bytes. The ops that ran while one was in flight (trace order, between
-// its start and its wait) hide it up to their time, each op's time once;
-// the rest, and what waiting on the group's other ranks adds (as for a
-// tensor-parallel collective), is exposed in the phase it started in.
+// A chunk's context-parallel transfers (the ring's k|v blocks and dK|dV
+// sums, or the all-to-alls), each at the profile's figure for its kind,
+// group size and bytes. A ring transfer is in flight from when both its send
+// and its receive (the next receive of as many bytes, which the ring posts
+// with it) are posted until the first of the two waits: the ops that ran in
+// that window (trace order) hide it up to their time, each op's time once;
+// an all-to-all is waited for at once. The rest, and what waiting on the
+// group's other ranks adds (as for a tensor-parallel collective), is exposed
+// in the phase it started in.
 void StepModel::price_cp(const Recipe& r, const ChunkTrace& t, const std::vector<double>& op_ms, ChunkCost& c) {
   const int cp = r.parallel.grid.cp;
   const char* kind = r.parallel.cp_comm == CpComm::A2a ? "alltoall" : "ring";
-  std::vector<const CommCall*> moves;  // a receive is its sender's transfer
-  for (const CommCall& cc : t.cp_comm)
-    if (cc.op == "send" || cc.op == "alltoall") moves.push_back(&cc);
+  struct Window {
+    const CommCall* call;
+    size_t from, to;  // ops [from, to) ran while it was in flight
+  };
+  std::vector<Window> moves;
+  std::vector<bool> paired(t.cp_comm.size(), false);
+  for (size_t k = 0; k < t.cp_comm.size(); k++) {
+    const CommCall& cc = t.cp_comm[k];
+    if (cc.op == "alltoall") moves.push_back({&cc, cc.started, cc.waited});
+    if (cc.op != "send") continue;
+    Window w{&cc, cc.started, cc.waited};
+    for (size_t q = k + 1; q < t.cp_comm.size(); q++)
+      if (!paired[q] && t.cp_comm[q].op == "recv" && t.cp_comm[q].bytes == cc.bytes) {
+        paired[q] = true;
+        w.from = std::max(w.from, t.cp_comm[q].started), w.to = std::min(w.to, t.cp_comm[q].waited);
+        break;
+      }
+    moves.push_back(w);
+  }
   if (cp < 2 || moves.empty()) return;
   double compute = 0;
   for (double ms : op_ms) compute += ms;
   const double wait = p_.sync_wait(cp, compute / moves.size());
   std::vector<double> left = op_ms;  // what each op can still hide
-  for (const CommCall* cc : moves) {
-    double ms = comm(kind, cp, cc->bytes, c.unpriced_comm);
-    for (size_t i = cc->started; i < std::min(cc->waited, left.size()) && ms > 0; i++) {
+  for (const Window& w : moves) {
+    double ms = comm(kind, cp, w.call->bytes, c.unpriced_comm);
+    for (size_t i = w.from; i < std::min(w.to, left.size()) && ms > 0; i++) {
       const double hidden = std::min(ms, left[i]);
       ms -= hidden, left[i] -= hidden;
     }
-    (cc->phase == OpPhase::Forward ? c.fwd_comm_ms : c.bwd_comm_ms) += ms + wait;
+    (w.call->phase == OpPhase::Forward ? c.fwd_comm_ms : c.bwd_comm_ms) += ms + wait;
     c.cp_ms += ms + wait;
   }
 }

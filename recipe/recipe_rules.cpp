@@ -92,14 +92,6 @@ bool layout(const Recipe& r, int world_size, Rules& rules) {
                             " and the kv heads (n_kv_heads) = " + std::to_string(m.kv_heads()) + " must both divide by " +
                             std::to_string(n) + "; use cp_comm = \"ring\" (any head count) or a cp that divides them");
   }
-  // The all-to-all needs only what a GPU has (NCCL or MPI all-to-all,
-  // copy_rows, the backend's attention); the ring's pair kernels are not
-  // built for CUDA.
-  if (g.cp > 1 && r.parallel.cp_comm == CpComm::Ring && r.runtime.backend == "cuda")
-    return rules.fail("parallel", "cp_comm",
-                      "cp_comm = \"ring\" runs on the CPU backend only for now (ring attention has no CUDA kernels "
-                      "yet): use cp_comm = \"a2a\" with runtime.backend = \"cuda\" (n_heads and n_kv_heads "
-                      "divisible by cp * tp), or cp = 1");
   if (r.parallel.sequence_parallel && (m.seq_len / g.cp) % g.tp != 0)
     return rules.fail("parallel", "sequence_parallel",
                       g.cp > 1 ? "needs each context-parallel rank's tokens, model.seq_len / cp = " +

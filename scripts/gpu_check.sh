@@ -7,7 +7,7 @@
 # (re-packed after every step, so that even a run killed from outside leaves
 # its logs there).
 #
-#   scripts/gpu_check.sh            phase 1 (default deadline 270 s):
+#   scripts/gpu_check.sh            phase 1 (default deadline 300 s):
 #     gpu          nvidia-smi -L (and the GPU's state, read only)
 #     binaries     trainer --version runs; ldd of the trainer, the op tests,
 #                  mpirun/orted (and, in a bundle, Open MPI's plugins): nothing
@@ -30,8 +30,8 @@
 #     resume       resumed from a mid-run checkpoint: bitwise-equal losses
 #     mpi path     4 ranks (tp 2 x pp 2) on the one GPU, whose collectives go
 #                  through MPI (NCCL refuses two ranks on one GPU), against 1
-#     cp a2a       2 ranks of context parallelism (cp 2, the all-to-all) on
-#                  the one GPU against 1
+#     cp a2a, cp ring  2 ranks of context parallelism (cp 2, the all-to-all
+#                  and the ring) on the one GPU against 1
 #   scripts/gpu_check.sh --perf     phase 2 (default deadline 300 s):
 #     throughput   trainer bench of GPT-2 124M and configs/llama_162m.toml at
 #                  T = 1024, bf16, micro-batch 16, beside the same models in
@@ -89,7 +89,7 @@ while (($#)); do
 done
 [[ -z $DEADLINE || $DEADLINE =~ ^[0-9]+$ ]] || { echo "gpu_check: GPU_CHECK_DEADLINE must be seconds, not '$DEADLINE'" >&2; exit 2; }
 case $PHASE in
-  1) DEADLINE=${DEADLINE:-270} NAME=gpu_check ;;
+  1) DEADLINE=${DEADLINE:-300} NAME=gpu_check ;;
   perf) DEADLINE=${DEADLINE:-300} NAME=gpu_check_perf ;;
   references) DEADLINE=${DEADLINE:-1200} NAME=gpu_check_references ;;
 esac
@@ -124,7 +124,12 @@ case_args() {
                   --set checkpoint.every=6) ;;
     mpi4) ARGS=(configs/demo.toml "${common[@]}" --set parallel.tp=2 --set parallel.pp=2 --set training.steps=4) ;;
     one4) ARGS=(configs/demo.toml "${common[@]}" --set training.steps=4) ;;
-    cp2) ARGS=(configs/demo.toml "${common[@]}" --set parallel.cp=2 --set parallel.cp_comm=a2a --set training.steps=4) ;;
+    one4_bf16) ARGS=(configs/demo.toml "${common[@]}" --set training.steps=4 --set training.precision=bf16) ;;
+    # the all-to-all in bf16 (cuDNN's attention on whole sequences), the ring in fp32
+    cp2_a2a) ARGS=(configs/demo.toml "${common[@]}" --set parallel.cp=2 --set 'parallel.cp_comm="a2a"'
+                   --set training.steps=4 --set training.precision=bf16) ;;
+    cp2_ring) ARGS=(configs/demo.toml "${common[@]}" --set parallel.cp=2 --set 'parallel.cp_comm="ring"'
+                    --set training.steps=4) ;;
     *) echo "gpu_check: no case '$1'" >&2; return 1 ;;
   esac
 }
@@ -612,24 +617,28 @@ train_ranks() {
   losses "$rd/metrics.jsonl" >"$P/losses/$name.loss" || { DETAIL="no losses in $name's metrics.jsonl"; return 1; }
 }
 
-# CASE RANKS WHAT: CASE's losses on RANKS ranks against one4's (one rank).
+# CASE RANKS BASELINE RTOL WHAT: CASE's losses on RANKS ranks against
+# BASELINE's (one rank), within RTOL.
 against_one() {
   command -v "$MPIRUN" >/dev/null || { DETAIL="$MPIRUN not on PATH (a bundle's bundle_env.sh puts its Open MPI first)"; return 1; }
   case_args "$1"
   train_ranks "$1" "$2" "${ARGS[@]}" || return 1
-  if [[ ! -f $P/losses/one4.loss ]]; then
-    case_args one4
-    train one4 "${ARGS[@]}" || return 1
+  if [[ ! -f $P/losses/$3.loss ]]; then
+    case_args "$3"
+    train "$3" "${ARGS[@]}" || return 1
   fi
-  DETAIL=$(compare "$P/losses/$1.loss" "$P/losses/one4.loss" 1e-4)
+  DETAIL=$(compare "$P/losses/$1.loss" "$P/losses/$3.loss" "$4")
   local rc=$? place="one GPU"
   [[ $BACKEND == cpu ]] && place="the CPU (rehearsal)"
-  DETAIL="$3 on $place vs 1 rank: $DETAIL"
+  DETAIL="$5 on $place vs 1 rank: $DETAIL"
   return $rc
 }
 
-s_mpi() { against_one mpi4 4 "4 ranks (tp 2 x pp 2)"; }
-s_cp() { against_one cp2 2 "cp 2 all-to-all (copy_rows, the all-to-all, the attention on whole sequences of half the heads)"; }
+s_mpi() { against_one mpi4 4 one4 1e-4 "4 ranks (tp 2 x pp 2)"; }
+s_cp_a2a() {
+  against_one cp2_a2a 2 one4_bf16 2e-2 "cp 2 all-to-all, bf16 (copy_rows, the all-to-all, the attention on whole sequences of half the heads)"
+}
+s_cp_ring() { against_one cp2_ring 2 one4 1e-4 "cp 2 ring (the chunk-pair kernels, k|v and dK|dV round the ring)"; }
 
 # --- phase 2 ------------------------------------------------------------------------
 py_torch() {  # python without the bundle's libraries first (torch brings its own)
@@ -777,17 +786,18 @@ case $PHASE in
     [[ -n $STOP ]] && exit "$STOP"
     step health 30 s_health
     # each sanitizer run gets at most half of what the later steps do not need
-    box=$(( (DEADLINE_AT - SECONDS - 110) / 2 ))
+    box=$(( (DEADLINE_AT - SECONDS - 150) / 2 ))
     ((box > ${GPU_CHECK_SANITIZER_S:-60})) && box=${GPU_CHECK_SANITIZER_S:-60}
     for tool in memcheck racecheck; do
       if ((box >= 15)); then SAN_BOX=$box; step "$tool" "$box" s_sanitizer "$tool"
-      else add_row "$tool" SKIP 0 "not run: under 15 s left for it before the later steps' 110 s (--deadline S gives more)"; fi
+      else add_row "$tool" SKIP 0 "not run: under 15 s left for it before the later steps' 150 s (--deadline S gives more)"; fi
     done
     for c in "${REF_CASES[@]}"; do step "parity ${c/_/ }" 60 s_parity "$c"; done
     step determinism 80 s_determinism
     step resume 80 s_resume
     step "mpi path" 90 s_mpi
-    step "cp a2a" 60 s_cp
+    step "cp a2a" 60 s_cp_a2a
+    step "cp ring" 60 s_cp_ring
     ;;
   perf)
     step gpu 20 s_gpu

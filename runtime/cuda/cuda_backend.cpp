@@ -260,24 +260,27 @@ void CudaBackend::attention_bwd(Ref dqkv, CRef dout, CRef qkv, CRef out, const f
                   [this](size_t b) { return scratch(kAttnWorkspace, b); });
 }
 
-// Ring attention's chunk pairs (context parallelism) are built on the CPU
-// backend first; nothing calls them on this one yet.
-namespace {
-[[noreturn]] void no_ring_attention() {
-  throw std::logic_error("CUDA backend: ring attention (context parallelism) is not on the CUDA backend yet");
+// Ring attention's chunk pairs (context parallelism): our own kernels in
+// both precisions (kernels_ring_attention.cu); D of the backward in the
+// attention's row scratch (a chunk's rows, at most the attention's).
+void CudaBackend::attention_pair_fwd(float* acc, float* stats, CRef qkv, CRef kv, const AttentionShape& s,
+                                     const AttentionPair& p) {
+  cuda::attention_pair_fwd(compute_, acc, stats, qkv, kv, s, p);
 }
-}  // namespace
-void CudaBackend::attention_pair_fwd(float*, float*, CRef, CRef, const AttentionShape&, const AttentionPair&) {
-  no_ring_attention();
+void CudaBackend::attention_pair_out(Ref out, const float* acc, const float* stats, const AttentionShape& s) {
+  cuda::attention_pair_out(compute_, out, acc, stats, s);
 }
-void CudaBackend::attention_pair_out(Ref, const float*, const float*, const AttentionShape&) { no_ring_attention(); }
-void CudaBackend::attention_pair_bwd(float*, float*, CRef, CRef, CRef, CRef, const float*, const AttentionShape&,
-                                     const AttentionPair&) {
-  no_ring_attention();
+void CudaBackend::attention_pair_bwd(float* dq, float* dkv, CRef dout, CRef qkv, CRef kv, CRef out,
+                                     const float* stats, const AttentionShape& s, const AttentionPair& p) {
+  cuda::attention_pair_bwd(compute_, dq, dkv, dout, qkv, kv, out, stats, s, p,
+                           scratch_f32(kAttnRows, cuda::attention_pair_bwd_scratch_floats(s, p)));
 }
-
-void CudaBackend::attention_kv_pack(Ref, CRef, const AttentionShape&) { no_ring_attention(); }
-void CudaBackend::attention_pair_grads(Ref, const float*, const float*, const AttentionShape&) { no_ring_attention(); }
+void CudaBackend::attention_kv_pack(Ref kv, CRef qkv, const AttentionShape& s) {
+  cuda::attention_kv_pack(compute_, kv, qkv, s);
+}
+void CudaBackend::attention_pair_grads(Ref dqkv, const float* dq, const float* dkv, const AttentionShape& s) {
+  cuda::attention_pair_grads(compute_, dqkv, dq, dkv, s);
+}
 
 // --- cross entropy, norms of gradients, optimizer ---
 

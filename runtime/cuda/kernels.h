@@ -107,6 +107,20 @@ size_t attention_bwd_scratch_floats(const AttentionShape& sh);
 void attention_fwd_f32(cudaStream_t s, float* out, float* stats, const float* qkv, const AttentionShape& sh);
 void attention_bwd_f32(cudaStream_t s, float* dqkv, const float* dout, const float* qkv, const float* stats,
                        const AttentionShape& sh, float* scratch);
+// Ring attention's chunk pairs (context parallelism; kernels_ring_attention.cu),
+// for fp32 and bf16 inputs, in fp32: one warp per query row merging the
+// pair's keys into the running output and its (max, sum) statistics online;
+// backward one warp per query row (dQ, and D = rowsum(dO * O) into `scratch`,
+// attention_pair_bwd_scratch_floats) and one per key row of the block (dK,
+// dV over its kv group's query heads).
+void attention_pair_fwd(cudaStream_t s, float* acc, float* stats, CRef qkv, CRef kv, const AttentionShape& sh,
+                        const AttentionPair& p);
+void attention_pair_out(cudaStream_t s, Ref out, const float* acc, const float* stats, const AttentionShape& sh);
+size_t attention_pair_bwd_scratch_floats(const AttentionShape& sh, const AttentionPair& p);
+void attention_pair_bwd(cudaStream_t s, float* dq, float* dkv, CRef dout, CRef qkv, CRef kv, CRef out,
+                        const float* stats, const AttentionShape& sh, const AttentionPair& p, float* scratch);
+void attention_kv_pack(cudaStream_t s, Ref kv, CRef qkv, const AttentionShape& sh);
+void attention_pair_grads(cudaStream_t s, Ref dqkv, const float* dq, const float* dkv, const AttentionShape& sh);
 // Between cuDNN's log-sum-exp [B,H,T] and the (max, sum) pairs of the stats
 // contract: (lse, 1) forward, max + log(sum) backward.
 void lse_to_stats(cudaStream_t s, float* stats, const float* lse, size_t rows);

@@ -133,22 +133,23 @@ void EmuBackend::attention_bwd(Ref dqkv, CRef dout, CRef qkv, CRef, const float*
   EMU_OP(attention_bwd, cuda::attention_bwd_f32(kStream, dqkv.f32(), dout.f32(), qkv.f32(), stats, s,
                                                 scratch(cuda::attention_bwd_scratch_floats(s))));
 }
-// Ring attention's chunk pairs have no CUDA kernels yet (cuda_backend.cpp).
-void EmuBackend::attention_pair_fwd(float*, float*, CRef, CRef, const AttentionShape&, const AttentionPair&) {
-  throw std::logic_error("CUDA CPU tier: ring attention has no CUDA kernels yet");
+void EmuBackend::attention_pair_fwd(float* acc, float* stats, CRef qkv, CRef kv, const AttentionShape& s,
+                                    const AttentionPair& p) {
+  EMU_OP(attention_pair_fwd, cuda::attention_pair_fwd(kStream, acc, stats, qkv, kv, s, p));
 }
-void EmuBackend::attention_pair_out(Ref, const float*, const float*, const AttentionShape&) {
-  throw std::logic_error("CUDA CPU tier: ring attention has no CUDA kernels yet");
+void EmuBackend::attention_pair_out(Ref out, const float* acc, const float* stats, const AttentionShape& s) {
+  EMU_OP(attention_pair_out, cuda::attention_pair_out(kStream, out, acc, stats, s));
 }
-void EmuBackend::attention_pair_bwd(float*, float*, CRef, CRef, CRef, CRef, const float*, const AttentionShape&,
-                                    const AttentionPair&) {
-  throw std::logic_error("CUDA CPU tier: ring attention has no CUDA kernels yet");
+void EmuBackend::attention_pair_bwd(float* dq, float* dkv, CRef dout, CRef qkv, CRef kv, CRef out, const float* stats,
+                                    const AttentionShape& s, const AttentionPair& p) {
+  EMU_OP(attention_pair_bwd, cuda::attention_pair_bwd(kStream, dq, dkv, dout, qkv, kv, out, stats, s, p,
+                                                      scratch(cuda::attention_pair_bwd_scratch_floats(s, p))));
 }
-void EmuBackend::attention_kv_pack(Ref, CRef, const AttentionShape&) {
-  throw std::logic_error("CUDA CPU tier: ring attention has no CUDA kernels yet");
+void EmuBackend::attention_kv_pack(Ref kv, CRef qkv, const AttentionShape& s) {
+  EMU_OP(attention_kv_pack, cuda::attention_kv_pack(kStream, kv, qkv, s));
 }
-void EmuBackend::attention_pair_grads(Ref, const float*, const float*, const AttentionShape&) {
-  throw std::logic_error("CUDA CPU tier: ring attention has no CUDA kernels yet");
+void EmuBackend::attention_pair_grads(Ref dqkv, const float* dq, const float* dkv, const AttentionShape& s) {
+  EMU_OP(attention_pair_grads, cuda::attention_pair_grads(kStream, dqkv, dq, dkv, s));
 }
 void EmuBackend::lse_to_stats(float* stats, const float* lse, size_t rows) {
   EMU_OP(lse_to_stats, cuda::lse_to_stats(kStream, stats, lse, rows));

@@ -17,7 +17,7 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import rewrite_cuda  # noqa: E402
 
-KERNELS = ['elementwise', 'reduce', 'embedding', 'attention']
+KERNELS = ['elementwise', 'reduce', 'embedding', 'attention', 'ring_attention']
 ORDERS = ['forward', 'reverse', 'random:20261203']
 
 # (name, file, the text, its replacement, the tests that must catch it)
@@ -38,6 +38,8 @@ MUTANTS = [
      '    const float n = (ld(x, o + c) - m) * s * ld(w, c);\n',
      '    const float n0 = (ld(x, o + c) - m) * s * ld(w, c);\n'
      '    const float n = sizeof(T) == 2 ? __bfloat162float(__float2bfloat16_rn(n0)) : n0;\n', '*Norms*'),
+    ('ring pair merge not rescaling the running output', 'kernels_ring_attention.cu',
+     'a[k] = a[k] * corr + e_s', 'a[k] = a[k] + e_s', '*RingPairs*'),
 ]
 
 

@@ -120,6 +120,8 @@ TEST(SoloDataComm, CollectivesOfOneRankMatchMpiOverSelf) {
   EXPECT_EQ(0, std::memcmp(r1.ref().p, r2.ref().p, n * 4)) << "reduce_scatter";
   self.allgather(a.ref(), r1.ref(), n), solo.allgather(b.ref(), r2.ref(), n);
   EXPECT_EQ(0, std::memcmp(r1.ref().p, r2.ref().p, n * 4)) << "allgather";
+  self.wait(self.start_alltoall(a.ref(), r1.ref(), n)), solo.wait(solo.start_alltoall(b.ref(), r2.ref(), n));
+  EXPECT_EQ(0, std::memcmp(r1.ref().p, r2.ref().p, n * 4)) << "alltoall";
   EXPECT_THROW(solo.isend(a.ref(), n, 1, 0), std::logic_error);
 }
 
@@ -135,7 +137,8 @@ TEST(SoloDataComm, GpuGroupsGetTheCommunicatorTheyNeed) {
 
 // The staged data communicator (what GPU ranks sharing a GPU use) on the CPU
 // backend: every operation through pinned-style staging gives what the plain
-// MPI one gives, for fp32 and bf16, including send/receive by tag.
+// MPI one gives, for fp32 and bf16, including send/receive by tag and the
+// all-to-all (itself checked against the blocks each rank sent).
 TEST(StagedDataComm, EveryOperationMatchesPlainMpi) {
   CpuBackend be(1);
   MpiDataComm plain(MPI_COMM_WORLD);
@@ -164,6 +167,13 @@ TEST(StagedDataComm, EveryOperationMatchesPlainMpi) {
     Buffer g1 = be.alloc(2 * n, dt, Mem::Comm), g2 = be.alloc(2 * n, dt, Mem::Comm);
     plain.allgather(a1.ref(), g1.ref(), n), staged.allgather(a1.ref(), g2.ref(), n);
     same(g1, g2, "allgather");
+    Buffer t1 = be.alloc(2 * n, dt, Mem::Comm), t2 = be.alloc(2 * n, dt, Mem::Comm);
+    plain.wait(plain.start_alltoall(in.ref(), t1.ref(), n)), staged.wait(staged.start_alltoall(in.ref(), t2.ref(), n));
+    same(t1, t2, "alltoall");
+    if (dt == DType::F32)  // block j is rank j's block for this rank, by the formula the input was made with
+      for (int j = 0; j < 2; j++)
+        for (size_t i = 0; i < n; i++)
+          ASSERT_EQ(t1.ref().f32()[j * n + i], (float)(((rank * n + i) * 7 + j * 13) % 101) / 8.f) << j << " " << i;
     // Two messages with different tags, received in the opposite order.
     Buffer s1 = make(n), s2 = make(2 * n), q1 = be.alloc(n, dt, Mem::Comm), q2 = be.alloc(2 * n, dt, Mem::Comm);
     const auto h2 = staged.irecv(q2.ref(), 2 * n, peer, 2);

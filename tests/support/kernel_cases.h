@@ -54,6 +54,9 @@ inline AttentionShape packed(AttentionShape s) {
 // grouping at an odd length; the real head sizes 32, 64 and 128.
 inline const std::vector<Attention> kAttention = {
     {{2, 200, 8, 2, 64, 0}, 25, true}, {{1, 37, 4, 4, 32, 0}, 26}, {{1, 19, 6, 2, 128, 0}, 27}, {{2, 9, 2, 1, 64, 0}, 28}};
+// Ring attention's chunk pairs: two chunks of T / 2 rows per sequence.
+inline const std::vector<Attention> kRingPairs = {
+    {{1, 38, 4, 4, 32, 0}, 41}, {{2, 18, 6, 2, 128, 0}, 42}, {{2, 10, 2, 1, 64, 0}, 43}};
 inline const std::vector<Attention> kRope = {
     {{2, 33, 4, 2, 16, 0}, 24}, {{1, 17, 4, 2, 32, 0}, 29}, {{2, 9, 3, 1, 64, 0}, 30}, {{1, 5, 2, 2, 128, 0}, 31}};
 
@@ -311,6 +314,60 @@ inline void attention(Pair& p, DType dt, const Attention& c) {
   p.expect_bitwise(again.d, dqkv.d, "attention bwd twice");
 }
 
+// Ring attention's pair ops in the order the ring calls them: this rank's
+// k|v packed, its two chunks against its own block (causal on the diagonal,
+// the late chunk seeing the early one whole) and against an earlier rank's
+// block (whole), merged into one running output; then the output, and the
+// backward of each pair into dQ and the two blocks' dK|dV. Each op is fed
+// the reference's inputs, so a bf16 result is held to the CPU's bits.
+inline void ring_pairs(Pair& p, DType dt, const Attention& c) {
+  const AttentionShape s = packed(c.s);
+  const int chunk = s.T / 2, kv_row = 2 * s.KVH * s.hd;
+  const size_t rows = (size_t)s.B * s.T, width = (size_t)s.H * s.hd, nstats = (size_t)s.B * s.H * s.T * 2;
+  Both qkv = p.make(randn(rows * s.row, c.seed), dt), own = p.make(std::vector<float>(rows * kv_row), dt);
+  Both other = p.make(randn(rows * kv_row, c.seed + 1), dt);
+  p.both([&](Backend& be, auto r) { be.attention_kv_pack(r(own), r(qkv), s); });
+  p.expect_match(own, 0, 0, "attention_kv_pack");
+  const auto pair = [&](int q_half, int k_half, bool causal) {
+    return AttentionPair{q_half * chunk, k_half * chunk, chunk, causal, s.T, kv_row, 0, s.KVH * s.hd};
+  };
+  struct Visit {
+    Both* kv;
+    AttentionPair pair;
+  };
+  const std::vector<Visit> visits = {{&own, pair(0, 0, true)}, {&own, pair(1, 0, false)}, {&own, pair(1, 1, true)},
+                                     {&other, pair(0, 0, false)}, {&other, pair(1, 1, false)}};
+  std::vector<float> start(nstats, 0.f);
+  for (size_t i = 0; i < nstats; i += 2) start[i] = -INFINITY;
+  Both acc = p.make(std::vector<float>(rows * width)), stats = p.make(start);
+  for (const Visit& v : visits)
+    p.both([&](Backend& be, auto r) { be.attention_pair_fwd(r(acc).f32(), r(stats).f32(), r(qkv), r(*v.kv), s, v.pair); });
+  p.expect_match(acc, 1e-5, 1e-6, "attention_pair_fwd (the running output)");
+  p.expect_match(stats, 1e-5, 1e-6, "attention_pair_fwd (max, sum)");
+  Both acc_in = p.make(Pair::read(p.ref, acc.r)), stats_in = p.make(Pair::read(p.ref, stats.r));
+  Both out = p.make(std::vector<float>(rows * width), dt);
+  p.both([&](Backend& be, auto r) { be.attention_pair_out(r(out), r(acc_in).f32(), r(stats_in).f32(), s); });
+  p.expect_match(out, 1e-6, 1e-7, "attention_pair_out");
+  Both dout = p.make(randn(rows * width, c.seed + 2), dt), dq = p.make(std::vector<float>(rows * width));
+  Both dkv_own = p.make(std::vector<float>(rows * kv_row)), dkv_other = p.make(std::vector<float>(rows * kv_row));
+  const auto backward = [&](Backend& be, auto r, Both& into_q) {
+    for (const Visit& v : visits)
+      be.attention_pair_bwd(r(into_q).f32(), r(v.kv == &own ? dkv_own : dkv_other).f32(), r(dout), r(qkv), r(*v.kv),
+                            r(out), r(stats_in).f32(), s, v.pair);
+  };
+  p.both([&](Backend& be, auto r) { backward(be, r, dq); });
+  p.expect_match(dq, 1e-4, 1e-5, "attention_pair_bwd (dq)");
+  p.expect_match(dkv_own, 1e-4, 1e-5, "attention_pair_bwd (the own block's dk, dv)");
+  p.expect_match(dkv_other, 1e-4, 1e-5, "attention_pair_bwd (the other block's dk, dv)");
+  Both dq_in = p.make(Pair::read(p.ref, dq.r)), dkv_in = p.make(Pair::read(p.ref, dkv_own.r));
+  Both dqkv = p.make(std::vector<float>(rows * s.row), dt);
+  p.both([&](Backend& be, auto r) { be.attention_pair_grads(r(dqkv), r(dq_in).f32(), r(dkv_in).f32(), s); });
+  p.expect_match(dqkv, 0, 0, "attention_pair_grads");
+  Both again = p.make(std::vector<float>(rows * width));
+  backward(p.dut, [](Both& b) { return b.d.ref(); }, again);
+  p.expect_bitwise(again.d, dq.d, "attention_pair_bwd (dq) twice");
+}
+
 inline void cross_entropy(Pair& p, const RowsCols& c) {
   const int rows = c.rows, V = c.cols, off = V / 3;
   std::vector<int32_t> tg(rows);
@@ -438,6 +495,14 @@ TYPED_TEST_P(KernelOps, AttentionBf16) {
   attention_cases(*this->p, DType::BF16, false);
   attention_cases(*this->p, DType::BF16, true);
 }
+TYPED_TEST_P(KernelOps, RingPairs) {
+  for (DType dt : {DType::F32, DType::BF16})
+    for (const Attention& c : kRingPairs) {
+      SCOPED_TRACE(testing::Message() << dtype_name(dt) << " B " << c.s.B << " T " << c.s.T << " H " << c.s.H
+                                      << " KVH " << c.s.KVH << " hd " << c.s.hd);
+      ring_pairs(*this->p, dt, c);
+    }
+}
 TYPED_TEST_P(KernelOps, CrossEntropy) {
   for (const RowsCols& c : kCrossEntropy) cross_entropy(*this->p, c);
 }
@@ -449,6 +514,6 @@ TYPED_TEST_P(KernelOps, Adamw) {
     for (bool copy : {false, true}) adamw(*this->p, n, copy);
 }
 REGISTER_TYPED_TEST_SUITE_P(KernelOps, Elementwise, Conversions, Norms, Embeddings, Rope, AttentionFp32,
-                            AttentionFp32Large, AttentionBf16, CrossEntropy, SumsOfSquares, Adamw);
+                            AttentionFp32Large, AttentionBf16, RingPairs, CrossEntropy, SumsOfSquares, Adamw);
 
 }  // namespace trainer::kernel_cases

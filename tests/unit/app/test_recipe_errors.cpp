@@ -266,16 +266,6 @@ TEST_F(RecipeErrors, AllToAllContextParallelNeedsHeadsDivisibleByCpTimesTp) {
                2, {"needs", "Try:", "parallel.cp = 4 with cp_comm = \"ring\" (each sequence cut over twice"});
 }
 
-// On the CUDA backend context parallelism is the all-to-all: the ring has no
-// CUDA kernels, and is refused naming the way that runs.
-TEST_F(RecipeErrors, ContextParallelOnCudaIsTheAllToAll) {
-  const std::string plan = std::string(TRAINER_BIN) + " plan " + write(base()) +
-                           " --ranks 2 --set parallel.pp=1 --set runtime.backend=cuda --set parallel.cp=2";
-  expect_error(run(plan), 2, {"[parallel] cp_comm", "\"ring\" runs on the CPU backend only", "cp_comm = \"a2a\""});
-  const Outcome a2a = run(plan + " --set parallel.cp_comm=a2a");
-  EXPECT_EQ(a2a.code, 0) << a2a.out;
-}
-
 // Where `supervise` runs the job (cluster/allocation.h): refused before
 // anything is launched.
 TEST_F(RecipeErrors, TheAllocationIsCheckedBeforeALaunch) {

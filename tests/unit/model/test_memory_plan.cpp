@@ -41,9 +41,12 @@ TEST(CudaMemoryPlan, CountsTheBackendsOwnBuffersOnlyOnCuda) {
   EXPECT_DOUBLE_EQ(at(1024).nccl_buffers, 3 * 2.0 * 16 * 4 * 1048576);  // world, dp, tp
   // The all-to-all's attention runs on the whole sequence of heads / cp of the
   // heads: cuDNN's deterministic workspace is B x (H / cp) x seq_len^2 fp32,
-  // cp times the ring's B x H x (seq_len / cp)^2.
+  // cp times one of B x H x (seq_len / cp)^2; the ring's chunk pairs are our
+  // own kernels and need none.
   l.dp = 1, l.tp = 1, l.cp = 2, l.compute = DType::BF16, l.cp_comm = CpComm::A2a;
   EXPECT_DOUBLE_EQ(at(8192).attention_workspace, 2.0 * (c.n_heads / 2) * 8192.0 * 8192 * 4);
-  l.cp_comm = CpComm::Ring;
-  EXPECT_DOUBLE_EQ(at(8192).attention_workspace, 2.0 * c.n_heads * 4096.0 * 4096 * 4);
+  l.tp = 2;  // a rank's heads are H / tp / cp
+  EXPECT_DOUBLE_EQ(at(8192).attention_workspace, 2.0 * (c.n_heads / 4) * 8192.0 * 8192 * 4);
+  l.tp = 1, l.cp_comm = CpComm::Ring;
+  EXPECT_EQ(at(8192).attention_workspace, 0);
 }

@@ -1,0 +1,216 @@
+// Ring attention's chunk pairs on CUDA (context parallelism), in the
+// contract of runtime/backend_ops.inc and the way kernels_attention.cu
+// computes: one warp per query row, lanes splitting the head dimension,
+// scores as warp sums in a fixed shuffle order, fp32 arithmetic whatever the
+// input type (fp32 or bf16), no floating-point atomics.
+//
+// Forward (the merge): a warp takes its row's running output and statistics
+// (max m, sum l of exponentials relative to m) and folds in each key of the
+// pair online: m' = max(m, s), the output and l scaled by exp(m - m') and
+// the key's exp(s - m') added, so after the ring's last pair they are the
+// whole row's, as attention_fwd keeps them; attention_pair_out divides.
+// Backward, with the final statistics and output: one warp per query row
+// forms D = rowsum(dO * O) and adds its dQ; one warp per key row of the block
+// (every query head of its kv group) adds dK and dV. Each accumulator row
+// belongs to one warp, so the sums do not race.
+#include <stdexcept>
+#include <string>
+
+#include "runtime/cuda/device_math.cuh"
+#include "runtime/cuda/kernels.h"
+
+namespace trainer::cuda {
+
+namespace {
+constexpr int kMaxPerLane = 8;  // head dimension up to 256
+constexpr unsigned kWarpsPerBlock = 4, kThreads = 256;
+
+// Element offsets of head h of sequence b at a pair's first rows: its
+// queries in the local packed q|k|v buffer, its kv head's keys and values
+// in the travelling block.
+struct PairRows {
+  size_t q, k, v;
+};
+__device__ PairRows pair_rows(const AttentionShape& s, const AttentionPair& p, int b, int h) {
+  const int kvh = h / (s.H / s.KVH);
+  const size_t kv_base = ((size_t)b * p.kv_T + p.k0) * p.kv_row;
+  return {((size_t)b * s.T + p.q0) * s.row + (size_t)h * s.hd, kv_base + p.k_off + (size_t)kvh * s.hd,
+          kv_base + p.v_off + (size_t)kvh * s.hd};
+}
+
+template <class T, class U>
+__device__ float dot(const T* a, size_t ia, const U* b, size_t ib, int hd, int lane) {
+  float d = 0.f;
+  for (int e = lane; e < hd; e += 32) d += ld(a, ia + e) * ld(b, ib + e);
+  return warp_sum(d);
+}
+
+template <class T>
+__global__ void pair_fwd_kernel(float* acc, float* stats, const T* qkv, const T* kv, AttentionShape s,
+                                AttentionPair p, float scale) {
+  const size_t row = (size_t)blockIdx.x * kWarpsPerBlock + threadIdx.x / 32;  // over B*H*rows
+  const int lane = threadIdx.x % 32;
+  if (row >= (size_t)s.B * s.H * p.rows) return;
+  const int i = row % p.rows, h = (row / p.rows) % s.H, b = row / p.rows / s.H;
+  const PairRows at = pair_rows(s, p, b, h);
+  float* st_row = stats + (((size_t)b * s.H + h) * s.T + p.q0 + i) * 2;
+  float* out = acc + ((size_t)b * s.T + p.q0 + i) * s.H * s.hd + (size_t)h * s.hd;
+  float a[kMaxPerLane];
+  for (int e = lane, k = 0; e < s.hd; e += 32, k++) a[k] = out[e];
+  float m = st_row[0], l = st_row[1];
+  const int n = p.causal ? i + 1 : p.rows;
+  for (int j = 0; j < n; j++) {
+    const float sc = dot(qkv, at.q + (size_t)i * s.row, kv, at.k + (size_t)j * p.kv_row, s.hd, lane) * scale;
+    const float mn = fmaxf(m, sc), corr = expf(m - mn), e_s = expf(sc - mn);  // corr 0 while m is -inf
+    for (int e = lane, k = 0; e < s.hd; e += 32, k++) a[k] = a[k] * corr + e_s * ld(kv, at.v + (size_t)j * p.kv_row + e);
+    l = l * corr + e_s;
+    m = mn;
+  }
+  for (int e = lane, k = 0; e < s.hd; e += 32, k++) out[e] = a[k];
+  __syncwarp();
+  if (lane == 0) st_row[0] = m, st_row[1] = l;
+}
+
+template <class T>
+__global__ void pair_out_kernel(T* out, const float* acc, const float* stats, AttentionShape s) {
+  TRAINER_GRID_LOOP(idx, (size_t)s.B * s.T * s.H * s.hd) {
+    const size_t bth = idx / s.hd;  // (b, t, h)
+    const int h = bth % s.H, t = (bth / s.H) % s.T, b = bth / s.H / s.T;
+    st(out, idx, acc[idx] * (1.f / stats[(((size_t)b * s.H + h) * s.T + t) * 2 + 1]));  // as the CPU rounds it
+  }
+}
+
+// P of query row i for key j, from the final statistics.
+template <class T>
+__device__ float pair_prob(const T* qkv, const T* kv, const float* st_row, const AttentionShape& s,
+                           const AttentionPair& p, const PairRows& at, int i, int j, float scale, int lane) {
+  const float sc = dot(qkv, at.q + (size_t)i * s.row, kv, at.k + (size_t)j * p.kv_row, s.hd, lane) * scale;
+  return expf(sc - st_row[0]) / st_row[1];
+}
+
+// dQ of one query row, and its D = rowsum(dO * O) into D[B*H*rows] for the dK/dV pass.
+template <class T>
+__global__ void pair_bwd_q_kernel(float* dq, float* D, const T* dout, const T* qkv, const T* kv, const T* out,
+                                  const float* stats, AttentionShape s, AttentionPair p, float scale) {
+  const size_t row = (size_t)blockIdx.x * kWarpsPerBlock + threadIdx.x / 32;  // over B*H*rows
+  const int lane = threadIdx.x % 32;
+  if (row >= (size_t)s.B * s.H * p.rows) return;
+  const int i = row % p.rows, h = (row / p.rows) % s.H, b = row / p.rows / s.H;
+  const PairRows at = pair_rows(s, p, b, h);
+  const float* st_row = stats + (((size_t)b * s.H + h) * s.T + p.q0 + i) * 2;
+  const size_t o = ((size_t)b * s.T + p.q0 + i) * s.H * s.hd + (size_t)h * s.hd;  // dO, O and dQ of the row
+  const float d = dot(dout, o, out, o, s.hd, lane);
+  float a[kMaxPerLane] = {};
+  const int n = p.causal ? i + 1 : p.rows;
+  for (int j = 0; j < n; j++) {
+    const float pr = pair_prob(qkv, kv, st_row, s, p, at, i, j, scale, lane);
+    const float ds = pr * (dot(dout, o, kv, at.v + (size_t)j * p.kv_row, s.hd, lane) - d) * scale;
+    for (int e = lane, k = 0; e < s.hd; e += 32, k++) a[k] += ds * ld(kv, at.k + (size_t)j * p.kv_row + e);
+  }
+  for (int e = lane, k = 0; e < s.hd; e += 32, k++) dq[o + e] += a[k];
+  if (lane == 0) D[row] = d;
+}
+
+// dK and dV of one key row of the block: every query head of its kv group,
+// every query row of the pair that sees it.
+template <class T>
+__global__ void pair_bwd_kv_kernel(float* dkv, const float* D, const T* dout, const T* qkv, const T* kv,
+                                   const float* stats, AttentionShape s, AttentionPair p, float scale) {
+  const size_t row = (size_t)blockIdx.x * kWarpsPerBlock + threadIdx.x / 32;  // over B*KVH*rows
+  const int lane = threadIdx.x % 32;
+  if (row >= (size_t)s.B * s.KVH * p.rows) return;
+  const int j = row % p.rows, kvh = (row / p.rows) % s.KVH, b = row / p.rows / s.KVH, group = s.H / s.KVH;
+  float dk[kMaxPerLane] = {}, dv[kMaxPerLane] = {};
+  for (int h = kvh * group; h < (kvh + 1) * group; h++) {
+    const PairRows at = pair_rows(s, p, b, h);
+    const size_t srow0 = ((size_t)b * s.H + h) * s.T + p.q0, drow0 = ((size_t)b * s.H + h) * p.rows;
+    for (int i = p.causal ? j : 0; i < p.rows; i++) {
+      const float pr = pair_prob(qkv, kv, stats + (srow0 + i) * 2, s, p, at, i, j, scale, lane);
+      const size_t o = ((size_t)b * s.T + p.q0 + i) * s.H * s.hd + (size_t)h * s.hd;
+      const float ds = pr * (dot(dout, o, kv, at.v + (size_t)j * p.kv_row, s.hd, lane) - D[drow0 + i]) * scale;
+      for (int e = lane, k = 0; e < s.hd; e += 32, k++) {
+        dv[k] += pr * ld(dout, o + e);
+        dk[k] += ds * ld(qkv, at.q + (size_t)i * s.row + e);
+      }
+    }
+  }
+  float* dK = dkv + ((size_t)b * p.kv_T + p.k0 + j) * (2 * (size_t)s.KVH * s.hd) + (size_t)kvh * s.hd;
+  float* dV = dK + (size_t)s.KVH * s.hd;
+  for (int e = lane, k = 0; e < s.hd; e += 32, k++) dK[e] += dk[k], dV[e] += dv[k];
+}
+
+template <class T>
+__global__ void kv_pack_kernel(T* kv, const T* qkv, AttentionShape s) {
+  const size_t n = 2 * (size_t)s.KVH * s.hd, from = (size_t)s.H * s.hd;
+  TRAINER_GRID_LOOP(idx, (size_t)s.B * s.T * n) kv[idx] = qkv[idx / n * s.row + from + idx % n];
+}
+
+template <class T>
+__global__ void pair_grads_kernel(T* dqkv, const float* dq, const float* dkv, AttentionShape s) {
+  const size_t width = (size_t)s.H * s.hd, kv_row = 2 * (size_t)s.KVH * s.hd;
+  TRAINER_GRID_LOOP(idx, (size_t)s.B * s.T * s.row) {
+    const size_t t = idx / s.row, c = idx % s.row;
+    st(dqkv, idx, c < width ? dq[t * width + c] : dkv[t * kv_row + c - width]);
+  }
+}
+
+unsigned warps_grid(size_t rows) { return (unsigned)((rows + kWarpsPerBlock - 1) / kWarpsPerBlock); }
+unsigned grid(size_t n) { return blocks_for(n, kThreads); }
+void check_pair(const char* op, const AttentionShape& s, const AttentionPair& p, std::initializer_list<DType> types) {
+  require_same_type(op, types);
+  if (s.hd > 32 * kMaxPerLane) throw std::invalid_argument(std::string(op) + " on CUDA: head dimension above 256");
+  if (p.q0 + p.rows > s.T || p.k0 + p.rows > p.kv_T)
+    throw std::logic_error(std::string(op) + ": the pair's rows lie outside the chunk buffers");
+}
+}  // namespace
+
+void attention_pair_fwd(cudaStream_t st_, float* acc, float* stats, CRef qkv, CRef kv, const AttentionShape& s,
+                        const AttentionPair& p) {
+  check_pair("attention_pair_fwd", s, p, {qkv.dt, kv.dt});
+  const size_t rows = (size_t)s.B * s.H * p.rows;
+  if (rows)
+    TRAINER_DISPATCH(qkv.dt, T, pair_fwd_kernel<<<warps_grid(rows), kWarpsPerBlock * 32, 0, st_>>>(
+                                    acc, stats, as<T>(qkv), as<T>(kv), s, p, 1.f / sqrtf((float)s.hd)));
+  check_launch("attention_pair_fwd", {(size_t)s.B, (size_t)p.rows, (size_t)s.H, (size_t)s.hd});
+}
+
+void attention_pair_out(cudaStream_t st_, Ref out, const float* acc, const float* stats, const AttentionShape& s) {
+  const size_t n = (size_t)s.B * s.T * s.H * s.hd;
+  if (n) TRAINER_DISPATCH(out.dt, T, pair_out_kernel<<<grid(n), kThreads, 0, st_>>>(as<T>(out), acc, stats, s));
+  check_launch("attention_pair_out", {(size_t)s.B, (size_t)s.T, (size_t)s.H, (size_t)s.hd});
+}
+
+size_t attention_pair_bwd_scratch_floats(const AttentionShape& s, const AttentionPair& p) {
+  return (size_t)s.B * s.H * p.rows;
+}
+
+void attention_pair_bwd(cudaStream_t st_, float* dq, float* dkv, CRef dout, CRef qkv, CRef kv, CRef out,
+                        const float* stats, const AttentionShape& s, const AttentionPair& p, float* scratch) {
+  check_pair("attention_pair_bwd", s, p, {dout.dt, qkv.dt, kv.dt, out.dt});
+  const float scale = 1.f / sqrtf((float)s.hd);
+  const size_t qrows = (size_t)s.B * s.H * p.rows, kvrows = (size_t)s.B * s.KVH * p.rows;
+  if (!qrows) return;
+  TRAINER_DISPATCH(qkv.dt, T, {
+    pair_bwd_q_kernel<<<warps_grid(qrows), kWarpsPerBlock * 32, 0, st_>>>(
+        dq, scratch, as<T>(dout), as<T>(qkv), as<T>(kv), as<T>(out), stats, s, p, scale);
+    check_launch("attention_pair_bwd (dq)", {(size_t)s.B, (size_t)p.rows, (size_t)s.H, (size_t)s.hd});
+    pair_bwd_kv_kernel<<<warps_grid(kvrows), kWarpsPerBlock * 32, 0, st_>>>(
+        dkv, scratch, as<T>(dout), as<T>(qkv), as<T>(kv), stats, s, p, scale);
+    check_launch("attention_pair_bwd (dk, dv)", {(size_t)s.B, (size_t)p.rows, (size_t)s.KVH, (size_t)s.hd});
+  });
+}
+
+void attention_kv_pack(cudaStream_t st_, Ref kv, CRef qkv, const AttentionShape& s) {
+  require_same_type("attention_kv_pack", {kv.dt, qkv.dt});
+  const size_t n = (size_t)s.B * s.T * 2 * s.KVH * s.hd;
+  if (n) TRAINER_DISPATCH(qkv.dt, T, kv_pack_kernel<<<grid(n), kThreads, 0, st_>>>(as<T>(kv), as<T>(qkv), s));
+  check_launch("attention_kv_pack", {(size_t)s.B, (size_t)s.T, (size_t)s.KVH, (size_t)s.hd});
+}
+
+void attention_pair_grads(cudaStream_t st_, Ref dqkv, const float* dq, const float* dkv, const AttentionShape& s) {
+  const size_t n = (size_t)s.B * s.T * s.row;
+  if (n) TRAINER_DISPATCH(dqkv.dt, T, pair_grads_kernel<<<grid(n), kThreads, 0, st_>>>(as<T>(dqkv), dq, dkv, s));
+  check_launch("attention_pair_grads", {(size_t)s.B, (size_t)s.T, (size_t)s.row});
+}
+
+}  // namespace trainer::cuda

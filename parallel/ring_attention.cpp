@@ -20,9 +20,10 @@ void RingAttention::wait(DataComm::Handle h) {
   times_.exposed_ms += ms_between(t0, Clock::now());
 }
 
-// MPI moves a transfer on only inside its calls (a device communicator
-// needs none of this): a look between the pair ops lets the next block
-// travel while the attention goes on.
+// A look between the pair ops lets the next block travel while the
+// attention goes on: MPI moves a transfer on only inside its calls, and
+// NCCL's communicator issues the held sends and receives at the first test
+// (parallel/nccl_communicator.h).
 void RingAttention::progress(std::initializer_list<DataComm::Handle> handles) {
   for (DataComm::Handle h : handles)
     if (h != kNone) comm_.test(h);

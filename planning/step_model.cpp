@@ -85,8 +85,8 @@ const StepModel::ChunkCost& StepModel::chunk_cost(const Recipe& r, const ChunkSp
 // A chunk's context-parallel transfers (the ring's k|v blocks and dK|dV
 // sums, or the all-to-alls), each at the profile's figure for its kind,
 // group size and bytes. A ring transfer is in flight from when both its send
-// and its receive (the next receive of as many bytes, which the ring posts
-// with it) are posted until the first of the two waits: the ops that ran in
+// and its receive (the ring posts them together, the send first) are posted
+// until the first of the two waits: the ops that ran in
 // that window (trace order) hide it up to their time, each op's time once;
 // an all-to-all is waited for at once. The rest, and what waiting on the
 // group's other ranks adds (as for a tensor-parallel collective), is exposed
@@ -99,19 +99,14 @@ void StepModel::price_cp(const Recipe& r, const ChunkTrace& t, const std::vector
     size_t from, to;  // ops [from, to) ran while it was in flight
   };
   std::vector<Window> moves;
-  std::vector<bool> paired(t.cp_comm.size(), false);
   for (size_t k = 0; k < t.cp_comm.size(); k++) {
     const CommCall& cc = t.cp_comm[k];
     if (cc.op == "alltoall") moves.push_back({&cc, cc.started, cc.waited});
     if (cc.op != "send") continue;
-    Window w{&cc, cc.started, cc.waited};
-    for (size_t q = k + 1; q < t.cp_comm.size(); q++)
-      if (!paired[q] && t.cp_comm[q].op == "recv" && t.cp_comm[q].bytes == cc.bytes) {
-        paired[q] = true;
-        w.from = std::max(w.from, t.cp_comm[q].started), w.to = std::min(w.to, t.cp_comm[q].waited);
-        break;
-      }
-    moves.push_back(w);
+    const CommCall* recv = k + 1 < t.cp_comm.size() ? &t.cp_comm[k + 1] : nullptr;
+    if (!recv || recv->op != "recv" || recv->bytes != cc.bytes)
+      throw std::logic_error("cost model: a context-parallel send without its receive after it in the trace");
+    moves.push_back({&cc, std::max(cc.started, recv->started), std::min(cc.waited, recv->waited)});
   }
   if (cp < 2 || moves.empty()) return;
   double compute = 0;

@@ -31,7 +31,7 @@
 #     mpi path     4 ranks (tp 2 x pp 2) on the one GPU, whose collectives go
 #                  through MPI (NCCL refuses two ranks on one GPU), against 1
 #     cp a2a, cp ring  2 ranks of context parallelism (cp 2, the all-to-all
-#                  and the ring) on the one GPU against 1
+#                  in bf16, the ring in fp32 and bf16) on the one GPU against 1
 #   scripts/gpu_check.sh --perf     phase 2 (default deadline 300 s):
 #     throughput   trainer bench of GPT-2 124M and configs/llama_162m.toml at
 #                  T = 1024, bf16, micro-batch 16, beside the same models in
@@ -128,8 +128,9 @@ case_args() {
     # the all-to-all in bf16 (cuDNN's attention on whole sequences), the ring in fp32
     cp2_a2a) ARGS=(configs/demo.toml "${common[@]}" --set parallel.cp=2 --set 'parallel.cp_comm="a2a"'
                    --set training.steps=4 --set training.precision=bf16) ;;
-    cp2_ring) ARGS=(configs/demo.toml "${common[@]}" --set parallel.cp=2 --set 'parallel.cp_comm="ring"'
-                    --set training.steps=4) ;;
+    cp2_ring|cp2_ring_bf16) ARGS=(configs/demo.toml "${common[@]}" --set parallel.cp=2 --set 'parallel.cp_comm="ring"'
+                                  --set training.steps=4)
+                            [[ $1 == *bf16 ]] && ARGS+=(--set training.precision=bf16) ;;
     *) echo "gpu_check: no case '$1'" >&2; return 1 ;;
   esac
 }
@@ -638,7 +639,14 @@ s_mpi() { against_one mpi4 4 one4 1e-4 "4 ranks (tp 2 x pp 2)"; }
 s_cp_a2a() {
   against_one cp2_a2a 2 one4_bf16 2e-2 "cp 2 all-to-all, bf16 (copy_rows, the all-to-all, the attention on whole sequences of half the heads)"
 }
-s_cp_ring() { against_one cp2_ring 2 one4 1e-4 "cp 2 ring (the chunk-pair kernels, k|v and dK|dV round the ring)"; }
+s_cp_ring() {
+  against_one cp2_ring 2 one4 1e-4 "cp 2 ring, fp32 (the chunk-pair kernels, k|v and dK|dV round the ring)" || return 1
+  local fp32=$DETAIL
+  against_one cp2_ring_bf16 2 one4_bf16 2e-2 "bf16"
+  local rc=$?
+  DETAIL="$fp32; $DETAIL"
+  return $rc
+}
 
 # --- phase 2 ------------------------------------------------------------------------
 py_torch() {  # python without the bundle's libraries first (torch brings its own)

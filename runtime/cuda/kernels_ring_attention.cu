@@ -159,6 +159,7 @@ unsigned grid(size_t n) { return blocks_for(n, kThreads); }
 void check_pair(const char* op, const AttentionShape& s, const AttentionPair& p, std::initializer_list<DType> types) {
   require_same_type(op, types);
   if (s.hd > 32 * kMaxPerLane) throw std::invalid_argument(std::string(op) + " on CUDA: head dimension above 256");
+  if (s.KVH <= 0 || s.H % s.KVH != 0) throw std::logic_error(std::string(op) + ": heads must group over the kv heads");
   if (p.q0 + p.rows > s.T || p.k0 + p.rows > p.kv_T)
     throw std::logic_error(std::string(op) + ": the pair's rows lie outside the chunk buffers");
 }

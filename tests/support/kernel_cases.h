@@ -54,9 +54,10 @@ inline AttentionShape packed(AttentionShape s) {
 // grouping at an odd length; the real head sizes 32, 64 and 128.
 inline const std::vector<Attention> kAttention = {
     {{2, 200, 8, 2, 64, 0}, 25, true}, {{1, 37, 4, 4, 32, 0}, 26}, {{1, 19, 6, 2, 128, 0}, 27}, {{2, 9, 2, 1, 64, 0}, 28}};
-// Ring attention's chunk pairs: two chunks of T / 2 rows per sequence.
-inline const std::vector<Attention> kRingPairs = {
-    {{1, 38, 4, 4, 32, 0}, 41}, {{2, 18, 6, 2, 128, 0}, 42}, {{2, 10, 2, 1, 64, 0}, 43}};
+// Ring attention's chunk pairs: two chunks of T / 2 rows per sequence; head
+// sizes below a warp and not a multiple of one among them.
+inline const std::vector<Attention> kRingPairs = {{{1, 38, 4, 4, 32, 0}, 41}, {{2, 18, 6, 2, 128, 0}, 42},
+                                                   {{2, 10, 2, 1, 16, 0}, 43}, {{1, 14, 4, 2, 96, 0}, 44}};
 inline const std::vector<Attention> kRope = {
     {{2, 33, 4, 2, 16, 0}, 24}, {{1, 17, 4, 2, 32, 0}, 29}, {{2, 9, 3, 1, 64, 0}, 30}, {{1, 5, 2, 2, 128, 0}, 31}};
 
@@ -314,12 +315,14 @@ inline void attention(Pair& p, DType dt, const Attention& c) {
   p.expect_bitwise(again.d, dqkv.d, "attention bwd twice");
 }
 
-// Ring attention's pair ops in the order the ring calls them: this rank's
-// k|v packed, its two chunks against its own block (causal on the diagonal,
-// the late chunk seeing the early one whole) and against an earlier rank's
-// block (whole), merged into one running output; then the output, and the
-// backward of each pair into dQ and the two blocks' dK|dV. Each op is fed
-// the reference's inputs, so a bf16 result is held to the CPU's bits.
+// Ring attention's pair ops as the ring calls them: this rank's k|v packed,
+// its two chunks against its own block (causal on the diagonal, the late
+// chunk seeing the early one whole) and against an earlier rank's block
+// (both chunks seeing its early chunk, the late one its late chunk too),
+// merged into one running output, and once against keys read in place from
+// the packed q|k|v rows (kv_row = row); then the output, and the backward of
+// each pair into dQ and the blocks' dK|dV. Each op is fed the reference's
+// inputs, so a bf16 result is held to the CPU's bits.
 inline void ring_pairs(Pair& p, DType dt, const Attention& c) {
   const AttentionShape s = packed(c.s);
   const int chunk = s.T / 2, kv_row = 2 * s.KVH * s.hd;
@@ -335,8 +338,12 @@ inline void ring_pairs(Pair& p, DType dt, const Attention& c) {
     Both* kv;
     AttentionPair pair;
   };
-  const std::vector<Visit> visits = {{&own, pair(0, 0, true)}, {&own, pair(1, 0, false)}, {&own, pair(1, 1, true)},
-                                     {&other, pair(0, 0, false)}, {&other, pair(1, 1, false)}};
+  AttentionPair in_place = pair(0, 0, true);
+  in_place.kv_row = s.row, in_place.k_off = s.H * s.hd, in_place.v_off = (s.H + s.KVH) * s.hd;
+  const std::vector<Visit> visits = {{&own, pair(0, 0, true)},    {&own, pair(1, 0, false)},
+                                     {&own, pair(1, 1, true)},    {&other, pair(0, 0, false)},
+                                     {&other, pair(1, 0, false)}, {&other, pair(1, 1, false)},
+                                     {&qkv, in_place}};
   std::vector<float> start(nstats, 0.f);
   for (size_t i = 0; i < nstats; i += 2) start[i] = -INFINITY;
   Both acc = p.make(std::vector<float>(rows * width)), stats = p.make(start);
@@ -350,12 +357,12 @@ inline void ring_pairs(Pair& p, DType dt, const Attention& c) {
   p.expect_match(out, 1e-6, 1e-7, "attention_pair_out");
   Both dout = p.make(randn(rows * width, c.seed + 2), dt), dq = p.make(std::vector<float>(rows * width));
   Both dkv_own = p.make(std::vector<float>(rows * kv_row)), dkv_other = p.make(std::vector<float>(rows * kv_row));
-  const auto backward = [&](Backend& be, auto r, Both& into_q) {
+  const auto backward = [&](Backend& be, auto r, Both& into_q, Both& into_own, Both& into_other) {
     for (const Visit& v : visits)
-      be.attention_pair_bwd(r(into_q).f32(), r(v.kv == &own ? dkv_own : dkv_other).f32(), r(dout), r(qkv), r(*v.kv),
-                            r(out), r(stats_in).f32(), s, v.pair);
+      be.attention_pair_bwd(r(into_q).f32(), r(v.kv == &other ? into_other : into_own).f32(), r(dout), r(qkv),
+                            r(*v.kv), r(out), r(stats_in).f32(), s, v.pair);
   };
-  p.both([&](Backend& be, auto r) { backward(be, r, dq); });
+  p.both([&](Backend& be, auto r) { backward(be, r, dq, dkv_own, dkv_other); });
   p.expect_match(dq, 1e-4, 1e-5, "attention_pair_bwd (dq)");
   p.expect_match(dkv_own, 1e-4, 1e-5, "attention_pair_bwd (the own block's dk, dv)");
   p.expect_match(dkv_other, 1e-4, 1e-5, "attention_pair_bwd (the other block's dk, dv)");
@@ -363,9 +370,12 @@ inline void ring_pairs(Pair& p, DType dt, const Attention& c) {
   Both dqkv = p.make(std::vector<float>(rows * s.row), dt);
   p.both([&](Backend& be, auto r) { be.attention_pair_grads(r(dqkv), r(dq_in).f32(), r(dkv_in).f32(), s); });
   p.expect_match(dqkv, 0, 0, "attention_pair_grads");
-  Both again = p.make(std::vector<float>(rows * width));
-  backward(p.dut, [](Both& b) { return b.d.ref(); }, again);
+  Both again = p.make(std::vector<float>(rows * width)), again_own = p.make(std::vector<float>(rows * kv_row));
+  Both again_other = p.make(std::vector<float>(rows * kv_row));
+  backward(p.dut, [](Both& b) { return b.d.ref(); }, again, again_own, again_other);
   p.expect_bitwise(again.d, dq.d, "attention_pair_bwd (dq) twice");
+  p.expect_bitwise(again_own.d, dkv_own.d, "attention_pair_bwd (dk, dv) twice");
+  p.expect_bitwise(again_other.d, dkv_other.d, "attention_pair_bwd (the other block's dk, dv) twice");
 }
 
 inline void cross_entropy(Pair& p, const RowsCols& c) {

@@ -114,6 +114,23 @@ __device__ __forceinline__ double warp_sum(double v) {
   for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
   return v;
 }
+
+// Attention's warp-per-row kernels (kernels_attention.cu and
+// kernels_ring_attention.cu): a warp owns a query or key row, its lanes
+// split the head dimension, at most kMaxPerLane elements each.
+constexpr int kMaxPerLane = 8;  // head dimension up to 256
+constexpr unsigned kWarpsPerBlock = 4;
+inline unsigned warps_grid(size_t rows) { return (unsigned)((rows + kWarpsPerBlock - 1) / kWarpsPerBlock); }
+inline void check_head_dim(int hd, const char* op) {
+  if (hd > 32 * kMaxPerLane) throw std::invalid_argument(std::string(op) + " on CUDA: head dimension above 256");
+}
+// a[ia ..) . b[ib ..) over hd elements: a warp sum in a fixed shuffle order.
+template <class T, class U>
+__device__ float warp_dot(const T* a, size_t ia, const U* b, size_t ib, int hd, int lane) {
+  float d = 0.f;
+  for (int e = lane; e < hd; e += 32) d += ld(a, ia + e) * ld(b, ib + e);
+  return warp_sum(d);
+}
 // (max, sum of exp(x - max)) of two parts merged; an empty part has max -inf.
 __device__ __forceinline__ void lse_merge(float& m, float& s, float mo, float so) {
   const float mn = fmaxf(m, mo);

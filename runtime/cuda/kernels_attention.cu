@@ -17,9 +17,6 @@
 namespace trainer::cuda {
 
 namespace {
-constexpr int kMaxPerLane = 8;  // head dimension up to 256
-constexpr unsigned kWarpsPerBlock = 4;
-
 struct Heads {
   size_t q, k, v;  // element offsets of head h of batch b, token 0
 };
@@ -27,12 +24,6 @@ __device__ Heads heads(const AttentionShape& s, int b, int h) {
   const int kvh = h / (s.H / s.KVH);
   const size_t base = (size_t)b * s.T * s.row;
   return {base + (size_t)h * s.hd, base + (size_t)(s.H + kvh) * s.hd, base + (size_t)(s.H + s.KVH + kvh) * s.hd};
-}
-
-__device__ float dot_rows(const float* a, const float* b, int hd, int lane) {
-  float d = 0.f;
-  for (int e = lane; e < hd; e += 32) d += a[e] * b[e];
-  return warp_sum(d);
 }
 
 __global__ void fwd_kernel(float* out, float* stats, const float* qkv, AttentionShape s, float scale) {
@@ -45,7 +36,7 @@ __global__ void fwd_kernel(float* out, float* stats, const float* qkv, Attention
   float acc[kMaxPerLane] = {};
   float m = -INFINITY, l = 0.f;
   for (int j = 0; j <= i; j++) {
-    const float sc = dot_rows(q, qkv + hv.k + (size_t)j * s.row, s.hd, lane) * scale;
+    const float sc = warp_dot(q, 0, qkv + hv.k + (size_t)j * s.row, 0, s.hd, lane) * scale;
     const float mn = fmaxf(m, sc), corr = expf(m - mn), p = expf(sc - mn);
     const float* v = qkv + hv.v + (size_t)j * s.row;
     for (int e = lane, k = 0; e < s.hd; e += 32, k++) acc[k] = acc[k] * corr + p * v[e];
@@ -60,7 +51,7 @@ __global__ void fwd_kernel(float* out, float* stats, const float* qkv, Attention
 // Probability of query row i (head h) for key j, rebuilt from the stats.
 __device__ float prob(const float* qkv, const float* stats, const AttentionShape& s, const Heads& hv, size_t srow,
                       int i, int j, float scale, int lane) {
-  const float sc = dot_rows(qkv + hv.q + (size_t)i * s.row, qkv + hv.k + (size_t)j * s.row, s.hd, lane) * scale;
+  const float sc = warp_dot(qkv + hv.q + (size_t)i * s.row, 0, qkv + hv.k + (size_t)j * s.row, 0, s.hd, lane) * scale;
   return expf(sc - stats[srow * 2]) / stats[srow * 2 + 1];
 }
 
@@ -75,11 +66,11 @@ __global__ void bwd_q_kernel(float* dqkv, float* D, const float* dout, const flo
   const float* dO = dout + ((size_t)b * s.T + i) * s.H * s.hd + (size_t)h * s.hd;
   float d = 0.f;
   for (int j = 0; j <= i; j++)
-    d += prob(qkv, stats, s, hv, row, i, j, scale, lane) * dot_rows(dO, qkv + hv.v + (size_t)j * s.row, s.hd, lane);
+    d += prob(qkv, stats, s, hv, row, i, j, scale, lane) * warp_dot(dO, 0, qkv + hv.v + (size_t)j * s.row, 0, s.hd, lane);
   float acc[kMaxPerLane] = {};
   for (int j = 0; j <= i; j++) {
     const float p = prob(qkv, stats, s, hv, row, i, j, scale, lane);
-    const float ds = p * (dot_rows(dO, qkv + hv.v + (size_t)j * s.row, s.hd, lane) - d) * scale;
+    const float ds = p * (warp_dot(dO, 0, qkv + hv.v + (size_t)j * s.row, 0, s.hd, lane) - d) * scale;
     const float* k = qkv + hv.k + (size_t)j * s.row;
     for (int e = lane, c = 0; e < s.hd; e += 32, c++) acc[c] += ds * k[e];
   }
@@ -101,7 +92,7 @@ __global__ void bwd_kv_kernel(float* dqkv, const float* D, const float* dout, co
     for (int i = j; i < s.T; i++) {
       const float p = prob(qkv, stats, s, hv, srow0 + i, i, j, scale, lane);
       const float* dO = dout + ((size_t)b * s.T + i) * s.H * s.hd + (size_t)h * s.hd;
-      const float ds = p * (dot_rows(dO, qkv + hv.v + (size_t)j * s.row, s.hd, lane) - D[srow0 + i]) * scale;
+      const float ds = p * (warp_dot(dO, 0, qkv + hv.v + (size_t)j * s.row, 0, s.hd, lane) - D[srow0 + i]) * scale;
       const float* q = qkv + hv.q + (size_t)i * s.row;
       for (int e = lane, c = 0; e < s.hd; e += 32, c++) {
         dv[c] += p * dO[e];
@@ -116,16 +107,12 @@ __global__ void bwd_kv_kernel(float* dqkv, const float* D, const float* dout, co
   }
 }
 
-unsigned warps_grid(size_t rows) { return (unsigned)((rows + kWarpsPerBlock - 1) / kWarpsPerBlock); }
-void check_head_dim(const AttentionShape& s) {
-  if (s.hd > 32 * kMaxPerLane) throw std::invalid_argument("fp32 attention on CUDA: head dimension above 256");
-}
 }  // namespace
 
 size_t attention_bwd_scratch_floats(const AttentionShape& s) { return (size_t)s.B * s.H * s.T; }
 
 void attention_fwd_f32(cudaStream_t st, float* out, float* stats, const float* qkv, const AttentionShape& s) {
-  check_head_dim(s);
+  check_head_dim(s.hd, "fp32 attention");
   const size_t rows = (size_t)s.B * s.H * s.T;
   if (rows) fwd_kernel<<<warps_grid(rows), kWarpsPerBlock * 32, 0, st>>>(out, stats, qkv, s, 1.f / sqrtf((float)s.hd));
   check_launch("attention_fwd_f32", {(size_t)s.B, (size_t)s.T, (size_t)s.H, (size_t)s.hd});
@@ -133,7 +120,7 @@ void attention_fwd_f32(cudaStream_t st, float* out, float* stats, const float* q
 
 void attention_bwd_f32(cudaStream_t st, float* dqkv, const float* dout, const float* qkv, const float* stats,
                        const AttentionShape& s, float* scratch) {
-  check_head_dim(s);
+  check_head_dim(s.hd, "fp32 attention");
   const float scale = 1.f / sqrtf((float)s.hd);
   const size_t qrows = (size_t)s.B * s.H * s.T, kvrows = (size_t)s.B * s.KVH * s.T;
   if (!qrows) return;

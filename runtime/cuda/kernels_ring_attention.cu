@@ -22,8 +22,7 @@
 namespace trainer::cuda {
 
 namespace {
-constexpr int kMaxPerLane = 8;  // head dimension up to 256
-constexpr unsigned kWarpsPerBlock = 4, kThreads = 256;
+constexpr unsigned kThreads = 256;
 
 // Element offsets of head h of sequence b at a pair's first rows: its
 // queries in the local packed q|k|v buffer, its kv head's keys and values
@@ -36,13 +35,6 @@ __device__ PairRows pair_rows(const AttentionShape& s, const AttentionPair& p, i
   const size_t kv_base = ((size_t)b * p.kv_T + p.k0) * p.kv_row;
   return {((size_t)b * s.T + p.q0) * s.row + (size_t)h * s.hd, kv_base + p.k_off + (size_t)kvh * s.hd,
           kv_base + p.v_off + (size_t)kvh * s.hd};
-}
-
-template <class T, class U>
-__device__ float dot(const T* a, size_t ia, const U* b, size_t ib, int hd, int lane) {
-  float d = 0.f;
-  for (int e = lane; e < hd; e += 32) d += ld(a, ia + e) * ld(b, ib + e);
-  return warp_sum(d);
 }
 
 template <class T>
@@ -60,7 +52,7 @@ __global__ void pair_fwd_kernel(float* acc, float* stats, const T* qkv, const T*
   float m = st_row[0], l = st_row[1];
   const int n = p.causal ? i + 1 : p.rows;
   for (int j = 0; j < n; j++) {
-    const float sc = dot(qkv, at.q + (size_t)i * s.row, kv, at.k + (size_t)j * p.kv_row, s.hd, lane) * scale;
+    const float sc = warp_dot(qkv, at.q + (size_t)i * s.row, kv, at.k + (size_t)j * p.kv_row, s.hd, lane) * scale;
     const float mn = fmaxf(m, sc), corr = expf(m - mn), e_s = expf(sc - mn);  // corr 0 while m is -inf
     for (int e = lane, k = 0; e < s.hd; e += 32, k++) a[k] = a[k] * corr + e_s * ld(kv, at.v + (size_t)j * p.kv_row + e);
     l = l * corr + e_s;
@@ -84,7 +76,7 @@ __global__ void pair_out_kernel(T* out, const float* acc, const float* stats, At
 template <class T>
 __device__ float pair_prob(const T* qkv, const T* kv, const float* st_row, const AttentionShape& s,
                            const AttentionPair& p, const PairRows& at, int i, int j, float scale, int lane) {
-  const float sc = dot(qkv, at.q + (size_t)i * s.row, kv, at.k + (size_t)j * p.kv_row, s.hd, lane) * scale;
+  const float sc = warp_dot(qkv, at.q + (size_t)i * s.row, kv, at.k + (size_t)j * p.kv_row, s.hd, lane) * scale;
   return expf(sc - st_row[0]) / st_row[1];
 }
 
@@ -99,12 +91,12 @@ __global__ void pair_bwd_q_kernel(float* dq, float* D, const T* dout, const T* q
   const PairRows at = pair_rows(s, p, b, h);
   const float* st_row = stats + (((size_t)b * s.H + h) * s.T + p.q0 + i) * 2;
   const size_t o = ((size_t)b * s.T + p.q0 + i) * s.H * s.hd + (size_t)h * s.hd;  // dO, O and dQ of the row
-  const float d = dot(dout, o, out, o, s.hd, lane);
+  const float d = warp_dot(dout, o, out, o, s.hd, lane);
   float a[kMaxPerLane] = {};
   const int n = p.causal ? i + 1 : p.rows;
   for (int j = 0; j < n; j++) {
     const float pr = pair_prob(qkv, kv, st_row, s, p, at, i, j, scale, lane);
-    const float ds = pr * (dot(dout, o, kv, at.v + (size_t)j * p.kv_row, s.hd, lane) - d) * scale;
+    const float ds = pr * (warp_dot(dout, o, kv, at.v + (size_t)j * p.kv_row, s.hd, lane) - d) * scale;
     for (int e = lane, k = 0; e < s.hd; e += 32, k++) a[k] += ds * ld(kv, at.k + (size_t)j * p.kv_row + e);
   }
   for (int e = lane, k = 0; e < s.hd; e += 32, k++) dq[o + e] += a[k];
@@ -127,7 +119,7 @@ __global__ void pair_bwd_kv_kernel(float* dkv, const float* D, const T* dout, co
     for (int i = p.causal ? j : 0; i < p.rows; i++) {
       const float pr = pair_prob(qkv, kv, stats + (srow0 + i) * 2, s, p, at, i, j, scale, lane);
       const size_t o = ((size_t)b * s.T + p.q0 + i) * s.H * s.hd + (size_t)h * s.hd;
-      const float ds = pr * (dot(dout, o, kv, at.v + (size_t)j * p.kv_row, s.hd, lane) - D[drow0 + i]) * scale;
+      const float ds = pr * (warp_dot(dout, o, kv, at.v + (size_t)j * p.kv_row, s.hd, lane) - D[drow0 + i]) * scale;
       for (int e = lane, k = 0; e < s.hd; e += 32, k++) {
         dv[k] += pr * ld(dout, o + e);
         dk[k] += ds * ld(qkv, at.q + (size_t)i * s.row + e);
@@ -154,11 +146,10 @@ __global__ void pair_grads_kernel(T* dqkv, const float* dq, const float* dkv, At
   }
 }
 
-unsigned warps_grid(size_t rows) { return (unsigned)((rows + kWarpsPerBlock - 1) / kWarpsPerBlock); }
 unsigned grid(size_t n) { return blocks_for(n, kThreads); }
 void check_pair(const char* op, const AttentionShape& s, const AttentionPair& p, std::initializer_list<DType> types) {
   require_same_type(op, types);
-  if (s.hd > 32 * kMaxPerLane) throw std::invalid_argument(std::string(op) + " on CUDA: head dimension above 256");
+  check_head_dim(s.hd, op);
   if (s.KVH <= 0 || s.H % s.KVH != 0) throw std::logic_error(std::string(op) + ": heads must group over the kv heads");
   if (p.q0 + p.rows > s.T || p.k0 + p.rows > p.kv_T)
     throw std::logic_error(std::string(op) + ": the pair's rows lie outside the chunk buffers");

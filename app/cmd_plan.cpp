@@ -52,13 +52,14 @@ static void print_cuda_memory(const Recipe& r) {
   for (int stage = 0; stage < r.parallel.grid.pp; stage++) {
     const CudaMemory c = plan_memory(r.model, rank_layout(r, stage), r.recompute).cuda;
     std::printf(
-        "  stage %d: cuDNN attention workspace %.1f (%s), attention rows %.1f, bf16 logits gradient %.1f, "
-        "rope table %.1f, cuBLASLt workspace %.1f, NCCL buffers %.1f (estimate), allocator reserve %.1f\n",
+        "  stage %d: cuDNN attention workspace %.1f (%s), attention rows %.1f, ring pair block %.1f, "
+        "bf16 logits gradient %.1f, rope table %.1f, cuBLASLt workspace %.1f, NCCL buffers %.1f (estimate), "
+        "allocator reserve %.1f\n",
         stage, mib(c.attention_workspace),
         r.training.precision != DType::BF16 ? "fp32 runs the own kernels"
         : r.runtime.deterministic_attention ? "deterministic backward: B x H x T^2 fp32"
                                             : "non-deterministic backward: B x H x T x hd fp32",
-        mib(c.attention_rows), mib(c.logits_grad_bf16), mib(c.rope_table), mib(c.gemm_workspace), mib(c.nccl_buffers),
+        mib(c.attention_rows), mib(c.attention_block), mib(c.logits_grad_bf16), mib(c.rope_table), mib(c.gemm_workspace), mib(c.nccl_buffers),
         mib(c.allocator_reserve));
   }
 }

@@ -10,8 +10,8 @@
 namespace trainer {
 
 double CudaMemory::total() const {
-  return attention_workspace + attention_rows + logits_grad_bf16 + rope_table + gemm_workspace + nccl_buffers +
-         allocator_reserve;
+  return attention_workspace + attention_rows + attention_block + logits_grad_bf16 + rope_table + gemm_workspace +
+         nccl_buffers + allocator_reserve;
 }
 
 double MemoryPlan::total() const {
@@ -68,12 +68,18 @@ CudaMemory plan_cuda_memory(const ModelConfig& c, const Dims& x, const RankLayou
   bool head = false, embed = false;
   for (const ChunkLayout& ch : l.chunks) head |= ch.spec.head, embed |= ch.spec.embed;
   // cuDNN's workspace: the all-to-all's attention runs on whole sequences
-  // of H / cp heads; the ring's chunk pairs are our own kernels (none).
+  // of H / cp heads, the ring's on one chunk pair at a time (T / 2 queries
+  // against T / 2 keys), whose bf16 output and packed gradient cuDNN writes
+  // into a block of their own before our kernels fold them in.
   const bool ring = l.cp > 1 && l.cp_comm == CpComm::Ring, a2a = l.cp > 1 && !ring;
-  if (bf16 && !ring)
-    m.attention_workspace = a2a ? cuda_memory::attention_workspace_bytes(x.B, x.H / l.cp, x.keys, x.hd,
-                                                                         l.deterministic_attention)
-                                : cuda_memory::attention_workspace_bytes(x.B, x.H, x.T, x.hd, l.deterministic_attention);
+  if (bf16)
+    m.attention_workspace = a2a    ? cuda_memory::attention_workspace_bytes(x.B, x.H / l.cp, x.keys, x.hd,
+                                                                            l.deterministic_attention)
+                            : ring ? cuda_memory::attention_workspace_bytes(x.B, x.H, x.T / 2, x.hd,
+                                                                            l.deterministic_attention)
+                                   : cuda_memory::attention_workspace_bytes(x.B, x.H, x.T, x.hd,
+                                                                            l.deterministic_attention);
+  if (bf16 && ring) m.attention_block = x.B * (x.T / 2) * x.Q * 2;
   m.attention_rows = x.B * x.H * x.T * 4;
   if (bf16 && head) m.logits_grad_bf16 = x.M * x.V * 2;
   if (c.arch == Arch::Llama) m.rope_table = x.T * x.hd * 4;
@@ -88,6 +94,7 @@ CudaMemory plan_cuda_memory(const ModelConfig& c, const Dims& x, const RankLayou
   // its full size by the first backward (the forward's is small), so it
   // leaves nothing behind; the others count once more.
   m.allocator_reserve = m.attention_rows + m.logits_grad_bf16 + m.rope_table;
+  if (m.attention_block) m.allocator_reserve += x.B * (x.T / 2) * x.att * 2;  // the forward's output block
   return m;
 }
 }  // namespace

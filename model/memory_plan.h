@@ -18,6 +18,7 @@ namespace trainer {
 struct CudaMemory {
   double attention_workspace = 0;  // cuDNN's bf16 backward (deterministic: B x H x T^2 fp32)
   double attention_rows = 0;       // per-row statistics in cuDNN's form, fp32
+  double attention_block = 0;      // ring attention's chunk pair out of cuDNN (bf16 packed gradient)
   double logits_grad_bf16 = 0;     // the LM head's fp32 logits gradient rounded for its products
   double rope_table = 0;           // RoPE's cos/sin table (Llama)
   double gemm_workspace = 0;       // cuBLASLt

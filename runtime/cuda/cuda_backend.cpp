@@ -260,20 +260,36 @@ void CudaBackend::attention_bwd(Ref dqkv, CRef dout, CRef qkv, CRef out, const f
                   [this](size_t b) { return scratch(kAttnWorkspace, b); });
 }
 
-// Ring attention's chunk pairs (context parallelism): our own kernels in
-// both precisions (kernels_ring_attention.cu); D of the backward in the
-// attention's row scratch (a chunk's rows, at most the attention's).
+// Ring attention's chunk pairs (context parallelism). fp32: our own kernels
+// (kernels_ring_attention.cu), D of the backward in the attention's row
+// scratch. bf16: cuDNN per pair, its output (forward) or packed gradient
+// (backward) in the block scratch, its log-sum-exp in the row scratch (a
+// chunk's rows, at most the attention's), carried into the fp32 state by our
+// kernels.
 void CudaBackend::attention_pair_fwd(float* acc, float* stats, CRef qkv, CRef kv, const AttentionShape& s,
                                      const AttentionPair& p) {
-  cuda::attention_pair_fwd(compute_, acc, stats, qkv, kv, s, p);
+  cuda::require_same_type("attention_pair_fwd", {qkv.dt, kv.dt});
+  if (qkv.dt == DType::F32) return cuda::attention_pair_fwd(compute_, acc, stats, qkv, kv, s, p);
+  void* blk = scratch(kAttnBlock, (size_t)s.B * p.rows * s.H * s.hd * dtype_size(qkv.dt));
+  float* lse = scratch_f32(kAttnRows, (size_t)s.B * s.H * p.rows);
+  sdpa().pair_forward(compute_, blk, lse, qkv.p, kv.p, s, p, [this](size_t b) { return scratch(kAttnWorkspace, b); });
+  cuda::attention_block_merge(compute_, acc, stats, CRef(blk, qkv.dt), lse, s, p);
 }
 void CudaBackend::attention_pair_out(Ref out, const float* acc, const float* stats, const AttentionShape& s) {
   cuda::attention_pair_out(compute_, out, acc, stats, s);
 }
 void CudaBackend::attention_pair_bwd(float* dq, float* dkv, CRef dout, CRef qkv, CRef kv, CRef out,
                                      const float* stats, const AttentionShape& s, const AttentionPair& p) {
-  cuda::attention_pair_bwd(compute_, dq, dkv, dout, qkv, kv, out, stats, s, p,
-                           scratch_f32(kAttnRows, cuda::attention_pair_bwd_scratch_floats(s, p)));
+  cuda::require_same_type("attention_pair_bwd", {dout.dt, qkv.dt, kv.dt, out.dt});
+  if (qkv.dt == DType::F32)
+    return cuda::attention_pair_bwd(compute_, dq, dkv, dout, qkv, kv, out, stats, s, p,
+                                    scratch_f32(kAttnRows, cuda::attention_pair_bwd_scratch_floats(s, p)));
+  void* blk = scratch(kAttnBlock, (size_t)s.B * p.rows * s.row * dtype_size(qkv.dt));
+  float* lse = scratch_f32(kAttnRows, (size_t)s.B * s.H * p.rows);
+  cuda::attention_pair_lse(compute_, lse, stats, s, p);
+  sdpa().pair_backward(compute_, blk, dout.p, qkv.p, kv.p, out.p, lse, s, p,
+                       [this](size_t b) { return scratch(kAttnWorkspace, b); });
+  cuda::attention_block_grads_add(compute_, dq, dkv, CRef(blk, qkv.dt), s, p);
 }
 void CudaBackend::attention_kv_pack(Ref kv, CRef qkv, const AttentionShape& s) {
   cuda::attention_kv_pack(compute_, kv, qkv, s);

@@ -83,7 +83,7 @@ class CudaBackend final : public Backend {
   std::vector<cudaEvent_t> events_[2];
   std::atomic<uint64_t> next_event_[2] = {};  // an async checkpoint's writer thread reads them
   // One slot per use that can be live at once.
-  enum Slot { kReduce, kEmbedSort, kAttnRows, kAttnWorkspace, kGemmOperand, kProductOperand, kRopeTable, kScratchSlots };
+  enum Slot { kReduce, kEmbedSort, kAttnRows, kAttnWorkspace, kAttnBlock, kGemmOperand, kProductOperand, kRopeTable, kScratchSlots };
   // The rope table in kRopeTable is for this (T, head size, frequencies).
   struct RopeKey {
     int T = 0, hd = 0;

@@ -1,7 +1,9 @@
 // The only translation unit that includes the cuDNN frontend (it costs over a
 // minute and ~2 GB to compile). Graphs follow the frontend's SDPA samples:
 // bf16 input/output, fp32 intermediates and compute, causal mask aligned top
-// left, softmax stats generated in forward and consumed in backward.
+// left (a ring pair's diagonal has as many keys as queries, so top left is
+// also bottom right), softmax stats generated in forward and consumed in
+// backward. A graph is described by where its tensors lie (Geometry).
 #include "runtime/cuda/cudnn_sdpa.h"
 
 #include <cudnn.h>
@@ -10,7 +12,7 @@
 #include <cmath>
 #include <map>
 #include <stdexcept>
-#include <tuple>
+#include <unordered_map>
 
 #include "runtime/cuda/cuda_check.h"
 
@@ -30,25 +32,59 @@ void check_cudnn(cudnnStatus_t st, const char* what) {
   if (st != CUDNN_STATUS_SUCCESS) fail("cuDNN", cudnnGetErrorString(st), what, __FILE__, __LINE__);
 }
 
-// Dims and strides of one packed head group inside [B*T, row] rows.
+// Dims and strides of one head group: [B, heads, rows, hd].
 struct Packed {
   std::vector<int64_t> dim, stride;
 };
-Packed packed(const AttentionShape& s, int heads) {
-  return {{s.B, heads, s.T, s.hd}, {(int64_t)s.T * s.row, s.hd, s.row, 1}};
+// heads of hd elements starting each row of `row` elements, `rows` rows
+// (of `seq` per sequence) per sequence.
+Packed heads(int B, int n, int rows, int hd, int64_t row, int64_t seq) { return {{B, n, rows, hd}, {seq * row, hd, row, 1}}; }
+Packed stats_layout(int B, int H, int rows) { return {{B, H, rows, 1}, {(int64_t)H * rows, rows, 1, 1}}; }
+
+// Where one call's tensors lie. The backward reads O and dO in o's layout.
+struct Geometry {
+  Packed q, k, v, o, stats, dq, dk, dv;
+  bool causal;
+};
+// A whole causal sequence: q|k|v and dq|dk|dv packed rows, out dense.
+Geometry whole(const AttentionShape& s) {
+  const Packed q = heads(s.B, s.H, s.T, s.hd, s.row, s.T), kv = heads(s.B, s.KVH, s.T, s.hd, s.row, s.T);
+  return {q, kv, kv, heads(s.B, s.H, s.T, s.hd, (int64_t)s.H * s.hd, s.T), stats_layout(s.B, s.H, s.T), q, kv, kv,
+          true};
 }
-Packed dense(const AttentionShape& s) {  // [B*T, H*hd] rows
-  return {{s.B, s.H, s.T, s.hd}, {(int64_t)s.T * s.H * s.hd, s.hd, (int64_t)s.H * s.hd, 1}};
+// A ring pair: queries among the packed rows, keys and values among the
+// block's, out the pair's own [B*rows, H*hd] forward and the whole
+// attention's rows backward, the gradients packed [B*rows, row].
+Geometry pair_geometry(const AttentionShape& s, const AttentionPair& p, bool backward) {
+  const int n = p.rows;
+  const int64_t width = (int64_t)s.H * s.hd;
+  const Packed kv = heads(s.B, s.KVH, n, s.hd, p.kv_row, p.kv_T);
+  return {heads(s.B, s.H, n, s.hd, s.row, s.T),
+          kv,
+          kv,
+          backward ? heads(s.B, s.H, n, s.hd, width, s.T) : heads(s.B, s.H, n, s.hd, width, n),
+          stats_layout(s.B, s.H, n),
+          heads(s.B, s.H, n, s.hd, s.row, n),
+          heads(s.B, s.KVH, n, s.hd, s.row, n),
+          heads(s.B, s.KVH, n, s.hd, s.row, n),
+          p.causal};
 }
+SdpaKey key_of(const Geometry& g, bool backward) {
+  SdpaKey k;
+  for (const Packed* t : {&g.q, &g.k, &g.v, &g.o, &g.stats, &g.dq, &g.dk, &g.dv}) {
+    k.fields.insert(k.fields.end(), t->dim.begin(), t->dim.end());
+    k.fields.insert(k.fields.end(), t->stride.begin(), t->stride.end());
+  }
+  k.fields.push_back(g.causal), k.fields.push_back(backward);
+  return k;
+}
+
 std::shared_ptr<fe::graph::Tensor_attributes> tensor(fe::graph::Graph& g, const char* name, int64_t uid,
                                                      const Packed& p) {
   return g.tensor(fe::graph::Tensor_attributes().set_name(name).set_uid(uid).set_dim(p.dim).set_stride(p.stride));
 }
 void set_output(const std::shared_ptr<fe::graph::Tensor_attributes>& t, int64_t uid, const Packed& p) {
   t->set_output(true).set_uid(uid).set_dim(p.dim).set_stride(p.stride);
-}
-Packed stats_layout(const AttentionShape& s) {
-  return {{s.B, s.H, s.T, 1}, {(int64_t)s.H * s.T, s.T, 1, 1}};
 }
 
 std::shared_ptr<fe::graph::Graph> new_graph() {
@@ -67,42 +103,44 @@ void build(fe::graph::Graph& g, cudnnHandle_t h) {
   FE_CHECK(g.build_plans(h));
 }
 
-std::shared_ptr<fe::graph::Graph> forward_graph(const AttentionShape& s, cudnnHandle_t h) {
+float attn_scale(const Geometry& geo) { return 1.f / std::sqrt((float)geo.q.dim[3]); }
+
+std::shared_ptr<fe::graph::Graph> forward_graph(const Geometry& geo, cudnnHandle_t h) {
   auto g = new_graph();
-  auto Q = tensor(*g, "Q", kQ, packed(s, s.H));
-  auto K = tensor(*g, "K", kK, packed(s, s.KVH));
-  auto V = tensor(*g, "V", kV, packed(s, s.KVH));
+  auto Q = tensor(*g, "Q", kQ, geo.q);
+  auto K = tensor(*g, "K", kK, geo.k);
+  auto V = tensor(*g, "V", kV, geo.v);
   auto opts = fe::graph::SDPA_attributes()
                   .set_name("attention")
                   .set_generate_stats(true)
-                  .set_causal_mask(true)
-                  .set_attn_scale(1.f / std::sqrt((float)s.hd));
+                  .set_causal_mask(geo.causal)
+                  .set_attn_scale(attn_scale(geo));
   auto [O, Stats] = g->sdpa(Q, K, V, opts);
-  set_output(O, kO, dense(s));
-  set_output(Stats, kStats, stats_layout(s));
+  set_output(O, kO, geo.o);
+  set_output(Stats, kStats, geo.stats);
   Stats->set_data_type(fe::DataType_t::FLOAT);
   build(*g, h);
   return g;
 }
 
-std::shared_ptr<fe::graph::Graph> backward_graph(const AttentionShape& s, cudnnHandle_t h, bool deterministic) {
+std::shared_ptr<fe::graph::Graph> backward_graph(const Geometry& geo, cudnnHandle_t h, bool deterministic) {
   auto g = new_graph();
-  auto Q = tensor(*g, "Q", kQ, packed(s, s.H));
-  auto K = tensor(*g, "K", kK, packed(s, s.KVH));
-  auto V = tensor(*g, "V", kV, packed(s, s.KVH));
-  auto O = tensor(*g, "O", kO, dense(s));
-  auto dO = tensor(*g, "dO", kDO, dense(s));
-  auto Stats = tensor(*g, "Stats", kStats, stats_layout(s));
+  auto Q = tensor(*g, "Q", kQ, geo.q);
+  auto K = tensor(*g, "K", kK, geo.k);
+  auto V = tensor(*g, "V", kV, geo.v);
+  auto O = tensor(*g, "O", kO, geo.o);
+  auto dO = tensor(*g, "dO", kDO, geo.o);
+  auto Stats = tensor(*g, "Stats", kStats, geo.stats);
   Stats->set_data_type(fe::DataType_t::FLOAT);
   auto opts = fe::graph::SDPA_backward_attributes()
                   .set_name("attention_backward")
-                  .set_causal_mask(true)
-                  .set_attn_scale(1.f / std::sqrt((float)s.hd))
+                  .set_causal_mask(geo.causal)
+                  .set_attn_scale(attn_scale(geo))
                   .set_deterministic_algorithm(deterministic);
   auto [dQ, dK, dV] = g->sdpa_backward(Q, K, V, O, dO, Stats, opts);
-  set_output(dQ, kDQ, packed(s, s.H));
-  set_output(dK, kDK, packed(s, s.KVH));
-  set_output(dV, kDV, packed(s, s.KVH));
+  set_output(dQ, kDQ, geo.dq);
+  set_output(dK, kDK, geo.dk);
+  set_output(dV, kDV, geo.dv);
   build(*g, h);
   return g;
 }
@@ -112,33 +150,36 @@ size_t k_offset(const AttentionShape& s) { return (size_t)s.H * s.hd; }
 size_t v_offset(const AttentionShape& s) { return (size_t)(s.H + s.KVH) * s.hd; }
 void* at(const void* p, size_t elems) { return (char*)p + 2 * elems; }  // bf16 elements
 
-std::string describe(const AttentionShape& s, bool backward) {
-  return std::string("cuDNN SDPA ") + (backward ? "backward" : "forward") + " [B " + std::to_string(s.B) + " T " +
-         std::to_string(s.T) + " H " + std::to_string(s.H) + " KVH " + std::to_string(s.KVH) + " hd " +
-         std::to_string(s.hd) + "]";
-}
-
-void run(fe::graph::Graph& g, cudnnHandle_t h, std::unordered_map<int64_t, void*>& ptrs, const SdpaWorkspace& ws,
-         const AttentionShape& s, bool backward) {
-  int64_t bytes = 0;
-  check_fe(g.get_workspace_size(bytes), (describe(s, backward) + ": workspace size").c_str());
-  check_fe(g.execute(h, ptrs, bytes ? ws((size_t)bytes) : nullptr), describe(s, backward).c_str());
+std::string describe(const AttentionShape& s, const AttentionPair* p, bool backward) {
+  std::string d = std::string("cuDNN SDPA ") + (backward ? "backward" : "forward") + " [B " + std::to_string(s.B) +
+                  " T " + std::to_string(s.T) + " H " + std::to_string(s.H) + " KVH " + std::to_string(s.KVH) +
+                  " hd " + std::to_string(s.hd);
+  if (p)
+    d += std::string(", ring pair of ") + std::to_string(p->rows) + " rows" + (p->causal ? ", causal" : "") +
+         " from query row " + std::to_string(p->q0) + " and key row " + std::to_string(p->k0);
+  return d + "]";
 }
 }  // namespace
 
-bool SdpaKey::operator<(const SdpaKey& o) const {
-  return std::tie(B, T, H, KVH, hd, row, backward) < std::tie(o.B, o.T, o.H, o.KVH, o.hd, o.row, o.backward);
+SdpaKey sdpa_key(const AttentionShape& s, bool backward) { return key_of(whole(s), backward); }
+SdpaKey sdpa_key(const AttentionShape& s, const AttentionPair& p, bool backward) {
+  return key_of(pair_geometry(s, p, backward), backward);
 }
-SdpaKey sdpa_key(const AttentionShape& s, bool backward) { return {s.B, s.T, s.H, s.KVH, s.hd, s.row, backward}; }
 
 struct CudnnSdpa::Impl {
   bool deterministic = true;
   cudnnHandle_t handle = nullptr;
   std::map<SdpaKey, std::shared_ptr<fe::graph::Graph>> graphs;
-  fe::graph::Graph& graph(const AttentionShape& s, bool backward) {
-    auto& g = graphs[sdpa_key(s, backward)];
-    if (!g) g = backward ? backward_graph(s, handle, deterministic) : forward_graph(s, handle);
-    return *g;
+
+  // Builds (once per geometry) and runs one graph on the stream.
+  void run(cudaStream_t st, const Geometry& geo, bool backward, std::unordered_map<int64_t, void*>& ptrs,
+           const SdpaWorkspace& ws, const std::string& what) {
+    check_cudnn(cudnnSetStream(handle, st), ("cudnnSetStream: " + what).c_str());
+    auto& g = graphs[key_of(geo, backward)];
+    if (!g) g = backward ? backward_graph(geo, handle, deterministic) : forward_graph(geo, handle);
+    int64_t bytes = 0;
+    check_fe(g->get_workspace_size(bytes), (what + ": workspace size").c_str());
+    check_fe(g->execute(handle, ptrs, bytes ? ws((size_t)bytes) : nullptr), what.c_str());
   }
 };
 
@@ -161,18 +202,16 @@ std::string CudnnSdpa::version() {
 
 void CudnnSdpa::forward(cudaStream_t s, void* out, float* lse, const void* qkv, const AttentionShape& sh,
                         const SdpaWorkspace& ws) {
-  check_cudnn(cudnnSetStream(impl_->handle, s), "cudnnSetStream (attention forward)");
   std::unordered_map<int64_t, void*> ptrs = {{kQ, const_cast<void*>(qkv)},
                                              {kK, at(qkv, k_offset(sh))},
                                              {kV, at(qkv, v_offset(sh))},
                                              {kO, out},
                                              {kStats, lse}};
-  run(impl_->graph(sh, false), impl_->handle, ptrs, ws, sh, false);
+  impl_->run(s, whole(sh), false, ptrs, ws, describe(sh, nullptr, false));
 }
 
 void CudnnSdpa::backward(cudaStream_t s, void* dqkv, const void* dout, const void* qkv, const void* out,
                          const float* lse, const AttentionShape& sh, const SdpaWorkspace& ws) {
-  check_cudnn(cudnnSetStream(impl_->handle, s), "cudnnSetStream (attention backward)");
   std::unordered_map<int64_t, void*> ptrs = {{kQ, const_cast<void*>(qkv)},
                                              {kK, at(qkv, k_offset(sh))},
                                              {kV, at(qkv, v_offset(sh))},
@@ -182,7 +221,34 @@ void CudnnSdpa::backward(cudaStream_t s, void* dqkv, const void* dout, const voi
                                              {kDQ, dqkv},
                                              {kDK, at(dqkv, k_offset(sh))},
                                              {kDV, at(dqkv, v_offset(sh))}};
-  run(impl_->graph(sh, true), impl_->handle, ptrs, ws, sh, true);
+  impl_->run(s, whole(sh), true, ptrs, ws, describe(sh, nullptr, true));
+}
+
+void CudnnSdpa::pair_forward(cudaStream_t s, void* out_blk, float* lse_blk, const void* qkv, const void* kv,
+                             const AttentionShape& sh, const AttentionPair& p, const SdpaWorkspace& ws) {
+  const size_t k_row = (size_t)p.k0 * p.kv_row;
+  std::unordered_map<int64_t, void*> ptrs = {{kQ, at(qkv, (size_t)p.q0 * sh.row)},
+                                             {kK, at(kv, k_row + p.k_off)},
+                                             {kV, at(kv, k_row + p.v_off)},
+                                             {kO, out_blk},
+                                             {kStats, lse_blk}};
+  impl_->run(s, pair_geometry(sh, p, false), false, ptrs, ws, describe(sh, &p, false));
+}
+
+void CudnnSdpa::pair_backward(cudaStream_t s, void* dqkv_blk, const void* dout, const void* qkv, const void* kv,
+                              const void* out, const float* lse, const AttentionShape& sh, const AttentionPair& p,
+                              const SdpaWorkspace& ws) {
+  const size_t k_row = (size_t)p.k0 * p.kv_row, o_row = (size_t)p.q0 * sh.H * sh.hd;
+  std::unordered_map<int64_t, void*> ptrs = {{kQ, at(qkv, (size_t)p.q0 * sh.row)},
+                                             {kK, at(kv, k_row + p.k_off)},
+                                             {kV, at(kv, k_row + p.v_off)},
+                                             {kO, at(out, o_row)},
+                                             {kDO, at(dout, o_row)},
+                                             {kStats, const_cast<float*>(lse)},
+                                             {kDQ, dqkv_blk},
+                                             {kDK, at(dqkv_blk, k_offset(sh))},
+                                             {kDV, at(dqkv_blk, v_offset(sh))}};
+  impl_->run(s, pair_geometry(sh, p, true), true, ptrs, ws, describe(sh, &p, true));
 }
 
 }  // namespace trainer::cuda

@@ -107,10 +107,10 @@ size_t attention_bwd_scratch_floats(const AttentionShape& sh);
 void attention_fwd_f32(cudaStream_t s, float* out, float* stats, const float* qkv, const AttentionShape& sh);
 void attention_bwd_f32(cudaStream_t s, float* dqkv, const float* dout, const float* qkv, const float* stats,
                        const AttentionShape& sh, float* scratch);
-// Ring attention's chunk pairs (context parallelism; kernels_ring_attention.cu),
-// for fp32 and bf16 inputs, in fp32: one warp per query row merging the
-// pair's keys into the running output and its (max, sum) statistics online;
-// backward one warp per query row (dQ, and D = rowsum(dO * O) into `scratch`,
+// Ring attention's chunk pairs (context parallelism; kernels_ring_attention.cu).
+// fp32: our own kernels, one warp per query row merging the pair's keys into
+// the running output and its (max, sum) statistics online; backward one warp
+// per query row (dQ, and D = rowsum(dO * O) into `scratch`,
 // attention_pair_bwd_scratch_floats) and one per key row of the block (dK,
 // dV over its kv group's query heads).
 void attention_pair_fwd(cudaStream_t s, float* acc, float* stats, CRef qkv, CRef kv, const AttentionShape& sh,
@@ -121,6 +121,20 @@ void attention_pair_bwd(cudaStream_t s, float* dq, float* dkv, CRef dout, CRef q
                         const float* stats, const AttentionShape& sh, const AttentionPair& p, float* scratch);
 void attention_kv_pack(cudaStream_t s, Ref kv, CRef qkv, const AttentionShape& sh);
 void attention_pair_grads(cudaStream_t s, Ref dqkv, const float* dq, const float* dkv, const AttentionShape& sh);
+// bf16: cuDNN computes each pair (CudnnSdpa::pair_forward/pair_backward) and
+// these carry its results into the ring's fp32 state. attention_block_merge
+// folds the block's output out_blk [B*rows, H*hd] and log-sum-exp lse_blk
+// [B*H*rows] into acc and stats at the pair's query rows;
+// attention_pair_lse writes the final log-sum-exp of the pair's query rows
+// [B*H*rows] from stats; attention_block_grads_add adds the pair's gradient
+// dqkv_blk [B*rows, row] (dQ heads, then dK, dV) into dq at the query rows
+// and dkv at the block's rows.
+void attention_block_merge(cudaStream_t s, float* acc, float* stats, CRef out_blk, const float* lse_blk,
+                           const AttentionShape& sh, const AttentionPair& p);
+void attention_pair_lse(cudaStream_t s, float* lse, const float* stats, const AttentionShape& sh,
+                        const AttentionPair& p);
+void attention_block_grads_add(cudaStream_t s, float* dq, float* dkv, CRef dqkv_blk, const AttentionShape& sh,
+                               const AttentionPair& p);
 // Between cuDNN's log-sum-exp [B,H,T] and the (max, sum) pairs of the stats
 // contract: (lse, 1) forward, max + log(sum) backward.
 void lse_to_stats(cudaStream_t s, float* stats, const float* lse, size_t rows);

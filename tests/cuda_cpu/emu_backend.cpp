@@ -1,9 +1,11 @@
 #include "tests/cuda_cpu/emu_backend.h"
 
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 #include "runtime/cuda/kernels.h"
 
@@ -133,17 +135,61 @@ void EmuBackend::attention_bwd(Ref dqkv, CRef dout, CRef qkv, CRef, const float*
   EMU_OP(attention_bwd, cuda::attention_bwd_f32(kStream, dqkv.f32(), dout.f32(), qkv.f32(), stats, s,
                                                 scratch(cuda::attention_bwd_scratch_floats(s))));
 }
+// bf16 pairs are cuDNN's on a GPU (CudaBackend::attention_pair_fwd/bwd).
+// Here the CPU backend's pair op on a fresh state stands in for cuDNN's
+// block (its output normalised and rounded to bf16, its log-sum-exp; in the
+// backward its gradients from the final log-sum-exp, rounded and packed),
+// and our kernels carry it into the ring's state as on a GPU.
 void EmuBackend::attention_pair_fwd(float* acc, float* stats, CRef qkv, CRef kv, const AttentionShape& s,
                                     const AttentionPair& p) {
-  EMU_OP(attention_pair_fwd, cuda::attention_pair_fwd(kStream, acc, stats, qkv, kv, s, p));
+  if (qkv.dt == DType::F32) {
+    EMU_OP(attention_pair_fwd, cuda::attention_pair_fwd(kStream, acc, stats, qkv, kv, s, p));
+    return;
+  }
+  const size_t width = (size_t)s.H * s.hd;
+  std::vector<float> a((size_t)s.B * s.T * width, 0.f), st((size_t)s.B * s.H * s.T * 2, 0.f);
+  for (size_t i = 0; i < st.size(); i += 2) st[i] = -INFINITY;
+  cpu_.attention_pair_fwd(a.data(), st.data(), qkv, kv, s, p);
+  Buffer blk = alloc((size_t)s.B * p.rows * width, DType::BF16, Mem::Temporaries);
+  Buffer lse = alloc((size_t)s.B * s.H * p.rows, DType::F32, Mem::Temporaries);
+  for (int b = 0; b < s.B; b++)
+    for (int h = 0; h < s.H; h++)
+      for (int i = 0; i < p.rows; i++) {
+        const float* row_st = &st[(((size_t)b * s.H + h) * s.T + p.q0 + i) * 2];
+        lse.ref().f32()[((size_t)b * s.H + h) * p.rows + i] = row_st[0] + std::log(row_st[1]);
+        for (int e = 0; e < s.hd; e++)
+          blk.ref().b16()[((size_t)b * p.rows + i) * width + (size_t)h * s.hd + e] =
+              to_bf16(a[((size_t)b * s.T + p.q0 + i) * width + (size_t)h * s.hd + e] / row_st[1]);
+      }
+  EMU_OP(attention_block_merge, cuda::attention_block_merge(kStream, acc, stats, blk.ref(), lse.ref().f32(), s, p));
 }
 void EmuBackend::attention_pair_out(Ref out, const float* acc, const float* stats, const AttentionShape& s) {
   EMU_OP(attention_pair_out, cuda::attention_pair_out(kStream, out, acc, stats, s));
 }
 void EmuBackend::attention_pair_bwd(float* dq, float* dkv, CRef dout, CRef qkv, CRef kv, CRef out, const float* stats,
                                     const AttentionShape& s, const AttentionPair& p) {
-  EMU_OP(attention_pair_bwd, cuda::attention_pair_bwd(kStream, dq, dkv, dout, qkv, kv, out, stats, s, p,
-                                                      scratch(cuda::attention_pair_bwd_scratch_floats(s, p))));
+  if (qkv.dt == DType::F32) {
+    EMU_OP(attention_pair_bwd, cuda::attention_pair_bwd(kStream, dq, dkv, dout, qkv, kv, out, stats, s, p,
+                                                        scratch(cuda::attention_pair_bwd_scratch_floats(s, p))));
+    return;
+  }
+  const size_t width = (size_t)s.H * s.hd, kv_row = 2 * (size_t)s.KVH * s.hd;
+  Buffer lse = alloc((size_t)s.B * s.H * p.rows, DType::F32, Mem::Temporaries);
+  EMU_OP(attention_pair_lse, cuda::attention_pair_lse(kStream, lse.ref().f32(), stats, s, p));
+  std::vector<float> st((size_t)s.B * s.H * s.T * 2, 0.f);  // (lse, 1) at the pair's rows: what cuDNN is given
+  for (size_t bh = 0; bh < (size_t)s.B * s.H; bh++)
+    for (int i = 0; i < p.rows; i++)
+      st[(bh * s.T + p.q0 + i) * 2] = lse.ref().f32()[bh * p.rows + i], st[(bh * s.T + p.q0 + i) * 2 + 1] = 1.f;
+  std::vector<float> g_q((size_t)s.B * s.T * width, 0.f), g_kv((size_t)s.B * p.kv_T * kv_row, 0.f);
+  cpu_.attention_pair_bwd(g_q.data(), g_kv.data(), dout, qkv, kv, out, st.data(), s, p);
+  Buffer blk = alloc((size_t)s.B * p.rows * s.row, DType::BF16, Mem::Temporaries);
+  for (int b = 0; b < s.B; b++)
+    for (int i = 0; i < p.rows; i++)
+      for (int c = 0; c < s.row; c++)
+        blk.ref().b16()[((size_t)b * p.rows + i) * s.row + c] =
+            to_bf16((size_t)c < width ? g_q[((size_t)b * s.T + p.q0 + i) * width + c]
+                                      : g_kv[((size_t)b * p.kv_T + p.k0 + i) * kv_row + c - width]);
+  EMU_OP(attention_block_grads_add, cuda::attention_block_grads_add(kStream, dq, dkv, blk.ref(), s, p));
 }
 void EmuBackend::attention_kv_pack(Ref kv, CRef qkv, const AttentionShape& s) {
   EMU_OP(attention_kv_pack, cuda::attention_kv_pack(kStream, kv, qkv, s));

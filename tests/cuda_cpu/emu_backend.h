@@ -4,7 +4,8 @@
 // memory, so the op tests of tests/support/kernel_cases.h hold them to the CPU
 // backend exactly as they hold the CUDA backend on a GPU. What the CUDA
 // backend hands to libraries is not emulated: products go to the CPU
-// backend (cuBLASLt on a GPU), and bf16 attention (cuDNN) is refused.
+// backend (cuBLASLt on a GPU), bf16 attention (cuDNN) is refused, and a bf16
+// ring pair has the CPU backend stand in for cuDNN's part of it.
 // Every allocation is followed by a guard of NaN bytes: a kernel that reads
 // past a buffer reads NaN, and one that writes past it fails the check that
 // follows every operation.

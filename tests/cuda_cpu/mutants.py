@@ -40,6 +40,10 @@ MUTANTS = [
      '    const float n = sizeof(T) == 2 ? __bfloat162float(__float2bfloat16_rn(n0)) : n0;\n', '*Norms*'),
     ('ring pair merge not rescaling the running output', 'kernels_ring_attention.cu',
      'a[k] = a[k] * corr + e_s', 'a[k] = a[k] + e_s', '*RingPairs*'),
+    ('merge of a cuDNN block not rescaling the running output', 'kernels_ring_attention.cu',
+     'out[e] = out[e] * corr + w * ld(o_blk, o + e)', 'out[e] = out[e] + w * ld(o_blk, o + e)', '*RingPairs*'),
+    ('the log-sum-exp handed to cuDNN without the sum', 'kernels_ring_attention.cu',
+     'lse[r] = st_row[0] + logf(st_row[1]);', 'lse[r] = st_row[0];', '*RingPairs*'),
 ]
 
 

@@ -41,12 +41,19 @@ TEST(CudaMemoryPlan, CountsTheBackendsOwnBuffersOnlyOnCuda) {
   EXPECT_DOUBLE_EQ(at(1024).nccl_buffers, 3 * 2.0 * 16 * 4 * 1048576);  // world, dp, tp
   // The all-to-all's attention runs on the whole sequence of heads / cp of the
   // heads: cuDNN's deterministic workspace is B x (H / cp) x seq_len^2 fp32,
-  // cp times one of B x H x (seq_len / cp)^2; the ring's chunk pairs are our
-  // own kernels and need none.
+  // cp times one of B x H x (seq_len / cp)^2; the ring's chunk pairs are
+  // cuDNN's one pair at a time, B x H x (seq_len / cp / 2)^2, and cuDNN's
+  // bf16 gradient of a pair (its q|k|v rows) is a block of its own.
   l.dp = 1, l.tp = 1, l.cp = 2, l.compute = DType::BF16, l.cp_comm = CpComm::A2a;
   EXPECT_DOUBLE_EQ(at(8192).attention_workspace, 2.0 * (c.n_heads / 2) * 8192.0 * 8192 * 4);
   l.tp = 2;  // a rank's heads are H / tp / cp
   EXPECT_DOUBLE_EQ(at(8192).attention_workspace, 2.0 * (c.n_heads / 4) * 8192.0 * 8192 * 4);
+  EXPECT_EQ(at(8192).attention_block, 0);
   l.tp = 1, l.cp_comm = CpComm::Ring;
+  EXPECT_DOUBLE_EQ(at(8192).attention_workspace, 2.0 * c.n_heads * 2048.0 * 2048 * 4);
+  const double row = (c.n_heads + 2.0 * c.n_kv_heads) * c.head_dim();
+  EXPECT_DOUBLE_EQ(at(8192).attention_block, 2.0 * 2048 * row * 2);
+  l.compute = DType::F32;  // fp32 pairs are our own kernels: neither
   EXPECT_EQ(at(8192).attention_workspace, 0);
+  EXPECT_EQ(at(8192).attention_block, 0);
 }

@@ -67,6 +67,20 @@ TEST(CudnnSdpa, GraphKeysSeparateShapesAndDirections) {
   EXPECT_TRUE(fa < fb || fb < fa);
   EXPECT_FALSE(fa < cuda::sdpa_key(a, false));
   EXPECT_FALSE(cuda::sdpa_key(a, false) < fa);
+  // Ring pairs: one graph per mask and direction whichever rows a pair
+  // starts at (those are pointer offsets), none shared with the whole sequence's.
+  const int kv_row = 2 * a.KVH * a.hd;
+  const AttentionPair diag{0, 0, a.T / 2, true, a.T, kv_row, 0, a.KVH * a.hd};
+  AttentionPair late = diag, full = diag;
+  late.q0 = late.k0 = a.T / 2, full.causal = false;
+  const auto same = [](const cuda::SdpaKey& x, const cuda::SdpaKey& y) { return !(x < y) && !(y < x); };
+  EXPECT_TRUE(same(cuda::sdpa_key(a, diag, false), cuda::sdpa_key(a, late, false)));
+  EXPECT_FALSE(same(cuda::sdpa_key(a, diag, false), cuda::sdpa_key(a, full, false)));
+  EXPECT_FALSE(same(cuda::sdpa_key(a, diag, false), cuda::sdpa_key(a, diag, true)));
+  EXPECT_FALSE(same(cuda::sdpa_key(a, diag, false), fa));
+  AttentionPair in_place = diag;  // keys read from the packed q|k|v rows
+  in_place.kv_row = a.row, in_place.k_off = a.H * a.hd, in_place.v_off = (a.H + a.KVH) * a.hd;
+  EXPECT_FALSE(same(cuda::sdpa_key(a, diag, false), cuda::sdpa_key(a, in_place, false)));
 }
 
 TEST(CudaDevice, NoGpuStopsWithAUsageErrorAndAReason) {

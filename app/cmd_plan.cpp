@@ -45,6 +45,17 @@ const char* kPlanUsage =
     "  speed moves, calibrate a few times); each layout's prediction is the median of theirs.\n";
 }
 
+// How cuDNN's attention workspace grows (runtime/cuda_memory.h): with T the
+// tokens of a sequence on a rank and H its heads.
+static std::string workspace_shape(const Recipe& r) {
+  if (r.training.precision != DType::BF16) return "fp32 runs the own kernels";
+  const bool cp = r.parallel.grid.cp > 1, ring = cp && r.parallel.cp_comm == CpComm::Ring;
+  const std::string t = ring ? "(T/2)" : cp ? "seq_len" : "T", h = cp && !ring ? "H/cp" : "H";
+  const std::string each = ring ? " for each ring pair" : cp ? " on whole sequences" : "";
+  return r.runtime.deterministic_attention ? "deterministic backward: B x " + h + " x " + t + "^2 fp32" + each
+                                           : "non-deterministic backward: B x " + h + " x " + t + " x hd fp32" + each;
+}
+
 // What the cuda column holds, per stage (runtime/cuda_memory.h says where
 // each figure comes from).
 static void print_cuda_memory(const Recipe& r) {
@@ -56,9 +67,7 @@ static void print_cuda_memory(const Recipe& r) {
         "bf16 logits gradient %.1f, rope table %.1f, cuBLASLt workspace %.1f, NCCL buffers %.1f (estimate), "
         "allocator reserve %.1f\n",
         stage, mib(c.attention_workspace),
-        r.training.precision != DType::BF16 ? "fp32 runs the own kernels"
-        : r.runtime.deterministic_attention ? "deterministic backward: B x H x T^2 fp32"
-                                            : "non-deterministic backward: B x H x T x hd fp32",
+        workspace_shape(r).c_str(),
         mib(c.attention_rows), mib(c.attention_block), mib(c.logits_grad_bf16), mib(c.rope_table), mib(c.gemm_workspace), mib(c.nccl_buffers),
         mib(c.allocator_reserve));
   }

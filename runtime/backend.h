@@ -53,7 +53,9 @@ struct AttentionPair {
 // read come as Ref/CRef in the run's compute type (fp32 or bf16); parameter
 // gradients, norm and softmax statistics, logits, losses and optimizer state
 // are always fp32 (float*). A backend computes bf16 in fp32 and rounds each
-// result once.
+// result once; the exception is the CUDA backend's bf16 ring attention,
+// whose chunk pairs come out of cuDNN in bf16 (each pair's output and
+// gradients rounded once before they are summed in fp32).
 class Backend {
  public:
   virtual ~Backend() = default;

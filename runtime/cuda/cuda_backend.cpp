@@ -270,6 +270,7 @@ void CudaBackend::attention_pair_fwd(float* acc, float* stats, CRef qkv, CRef kv
                                      const AttentionPair& p) {
   cuda::require_same_type("attention_pair_fwd", {qkv.dt, kv.dt});
   if (qkv.dt == DType::F32) return cuda::attention_pair_fwd(compute_, acc, stats, qkv, kv, s, p);
+  cuda::check_attention_pair("attention_pair_fwd", s, p);
   void* blk = scratch(kAttnBlock, (size_t)s.B * p.rows * s.H * s.hd * dtype_size(qkv.dt));
   float* lse = scratch_f32(kAttnRows, (size_t)s.B * s.H * p.rows);
   sdpa().pair_forward(compute_, blk, lse, qkv.p, kv.p, s, p, [this](size_t b) { return scratch(kAttnWorkspace, b); });
@@ -284,6 +285,7 @@ void CudaBackend::attention_pair_bwd(float* dq, float* dkv, CRef dout, CRef qkv,
   if (qkv.dt == DType::F32)
     return cuda::attention_pair_bwd(compute_, dq, dkv, dout, qkv, kv, out, stats, s, p,
                                     scratch_f32(kAttnRows, cuda::attention_pair_bwd_scratch_floats(s, p)));
+  cuda::check_attention_pair("attention_pair_bwd", s, p);
   void* blk = scratch(kAttnBlock, (size_t)s.B * p.rows * s.row * dtype_size(qkv.dt));
   float* lse = scratch_f32(kAttnRows, (size_t)s.B * s.H * p.rows);
   cuda::attention_pair_lse(compute_, lse, stats, s, p);

@@ -5,7 +5,8 @@
 // sequence, or one chunk pair of ring attention (runtime/backend.h
 // AttentionPair: the pair's query rows against a block's keys, causal on the
 // diagonal, whole otherwise). Graphs are built once per geometry and cached.
-// The backward uses cuDNN's deterministic algorithm. This header stays free
+// The backward uses cuDNN's deterministic algorithm unless told otherwise
+// (runtime.deterministic_attention). This header stays free
 // of cuDNN-frontend types: the frontend is compiled in one translation unit
 // (cudnn_sdpa.cpp) because it is costly.
 #include <cuda_runtime.h>

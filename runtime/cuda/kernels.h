@@ -129,6 +129,10 @@ void attention_pair_grads(cudaStream_t s, Ref dqkv, const float* dq, const float
 // [B*H*rows] from stats; attention_block_grads_add adds the pair's gradient
 // dqkv_blk [B*rows, row] (dQ heads, then dK, dV) into dq at the query rows
 // and dkv at the block's rows.
+// Throws (std::logic_error naming op) unless the pair's rows lie inside
+// the chunk buffers and the heads group over the kv heads: before a pair
+// goes to cuDNN, which does not check.
+void check_attention_pair(const char* op, const AttentionShape& sh, const AttentionPair& p);
 void attention_block_merge(cudaStream_t s, float* acc, float* stats, CRef out_blk, const float* lse_blk,
                            const AttentionShape& sh, const AttentionPair& p);
 void attention_pair_lse(cudaStream_t s, float* lse, const float* stats, const AttentionShape& sh,

@@ -200,9 +200,7 @@ unsigned grid(size_t n) { return blocks_for(n, kThreads); }
 void check_pair(const char* op, const AttentionShape& s, const AttentionPair& p, std::initializer_list<DType> types) {
   require_same_type(op, types);
   check_head_dim(s.hd, op);
-  if (s.KVH <= 0 || s.H % s.KVH != 0) throw std::logic_error(std::string(op) + ": heads must group over the kv heads");
-  if (p.q0 + p.rows > s.T || p.k0 + p.rows > p.kv_T)
-    throw std::logic_error(std::string(op) + ": the pair's rows lie outside the chunk buffers");
+  check_attention_pair(op, s, p);
 }
 void require_f32(const char* op, DType dt) {
   if (dt != DType::F32)
@@ -210,6 +208,12 @@ void require_f32(const char* op, DType dt) {
                                              "attention_block_merge)");
 }
 }  // namespace
+
+void check_attention_pair(const char* op, const AttentionShape& s, const AttentionPair& p) {
+  if (s.KVH <= 0 || s.H % s.KVH != 0) throw std::logic_error(std::string(op) + ": heads must group over the kv heads");
+  if (p.q0 < 0 || p.k0 < 0 || p.rows < 0 || p.q0 + p.rows > s.T || p.k0 + p.rows > p.kv_T)
+    throw std::logic_error(std::string(op) + ": the pair's rows lie outside the chunk buffers");
+}
 
 void attention_pair_fwd(cudaStream_t st_, float* acc, float* stats, CRef qkv, CRef kv, const AttentionShape& s,
                         const AttentionPair& p) {
@@ -272,6 +276,7 @@ void attention_block_merge(cudaStream_t st_, float* acc, float* stats, CRef out_
 
 void attention_pair_lse(cudaStream_t st_, float* lse, const float* stats, const AttentionShape& s,
                         const AttentionPair& p) {
+  check_attention_pair("attention_pair_lse", s, p);
   const size_t rows = (size_t)s.B * s.H * p.rows;
   if (rows) pair_lse_kernel<<<grid(rows), kThreads, 0, st_>>>(lse, stats, s, p);
   check_launch("attention_pair_lse", {(size_t)s.B, (size_t)p.rows, (size_t)s.H});
@@ -279,6 +284,7 @@ void attention_pair_lse(cudaStream_t st_, float* lse, const float* stats, const 
 
 void attention_block_grads_add(cudaStream_t st_, float* dq, float* dkv, CRef dqkv_blk, const AttentionShape& s,
                                const AttentionPair& p) {
+  check_attention_pair("attention_block_grads_add", s, p);
   const size_t n = (size_t)s.B * p.rows * s.row;
   if (n)
     TRAINER_DISPATCH(dqkv_blk.dt, T,

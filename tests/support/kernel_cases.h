@@ -360,7 +360,7 @@ inline void ring_pairs(Pair& p, DType dt, const Attention& c) {
     const auto ar = Pair::read(p.ref, acc.r), ad = Pair::read(p.dut, acc.d);
     const auto sr = Pair::read(p.ref, stats.r), sd = Pair::read(p.dut, stats.d);
     for (size_t i = 0; i < nstats; i += 2)
-      ASSERT_NEAR(sd[i] + std::log(sd[i + 1]), sr[i] + std::log(sr[i + 1]), tol(dt, 1e-5) * (1 + std::fabs(sr[i])))
+      ASSERT_NEAR(sd[i] + std::log(sd[i + 1]), sr[i] + std::log(sr[i + 1]), 1e-4 * (1 + std::fabs(sr[i])))
           << "attention_pair_fwd (max + log(sum)) at " << i / 2;
     const auto sum_of = [&](const std::vector<float>& st, size_t e) {  // e over [B*T, H*hd]
       const size_t t = e / width % s.T, b = e / width / s.T, h = e % width / s.hd;

@@ -102,14 +102,18 @@ int cmd_status(int argc, char** argv) {
                                      : ckpt_every == 0 ? "off (checkpoint.every = 0)"
                                                        : ("none yet in " + shell_quote(ckpt_dir)).c_str());
 
-  // The trainer's own throughput reports, the newest (it writes them to events.jsonl too).
+  // The trainer's own throughput and straggler reports, the newest of each
+  // (it writes them to events.jsonl too).
   std::vector<json> supervisor;
-  const json* drop = nullptr;
+  const json *drop = nullptr, *straggler = nullptr;
   for (const json& e : events) {
-    if (field_text(e, "event") == "throughput_drop") drop = &e;
+    const std::string ev = field_text(e, "event");
+    if (ev == "throughput_drop") drop = &e;
+    else if (ev == "straggler") straggler = &e;
     else supervisor.push_back(e);
   }
   if (drop) std::printf("  throughput: %s\n", field_text(*drop, "message").c_str());
+  if (straggler) std::printf("  straggler:  %s\n", field_text(*straggler, "message").c_str());
   if (!supervisor.empty()) {
     const std::vector<json>& events = supervisor;
     int launches = 0, restarts = 0, on_spares = 0;  // relaunches on spares are not restarts

@@ -17,7 +17,11 @@
 // none; a failure the flight recorders or crash reports blame on a host
 // (app/diagnosis.h), the job's health check, or a host whose ranks never
 // started excludes that host for the rest of the run, and the next launch
-// takes a spare at once and resumes from the newest checkpoint.
+// takes a spare at once and resumes from the newest checkpoint. With
+// supervisor.on_straggler = "replace", a host the job's straggler reports
+// name supervisor.straggler_windows reports in a row is swapped for a spare
+// before it fails: the job is asked to checkpoint and stop (the preemption
+// path), the host excluded, and the run resumes on the spare.
 #include <signal.h>
 #include <sys/types.h>
 #include <sys/wait.h>
@@ -31,6 +35,8 @@
 #include <cstring>
 #include <ctime>
 #include <filesystem>
+#include <optional>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -45,6 +51,7 @@
 #include "app/shell_words.h"
 #include "ckpt/checkpoint.h"
 #include "cluster/allocation.h"
+#include "cluster/straggler_streak.h"
 #include "report/run_files.h"
 #include "runtime/errors.h"
 #include "runtime/self_exe.h"
@@ -85,6 +92,11 @@ const char* kSuperviseUsage =
     "  version` launched on it alone fails). With health.check = true, `trainer health` runs\n"
     "  on every usable host (spares too) before each launch instead of in the job, and the\n"
     "  hosts it finds unfit are excluded.\n"
+    "  Stragglers: with an allocation and [supervisor] on_straggler = \"replace\", a host the job's\n"
+    "  straggler reports (runtime.straggler_factor, every runtime.straggler_every steps) name in\n"
+    "  straggler_windows reports in a row is swapped for a spare before it fails: the job checkpoints\n"
+    "  and stops, the host is excluded, the run resumes on the spare (events `straggler_swap`,\n"
+    "  `replace`, and `swap_done` with what the swap cost); without a spare it is only reported.\n"
     "  Exit: 0 done; 2, 3, 4, 6, 8, 10 the job's error that a retry cannot fix; 7 restart\n"
     "  budget used up, or no spare left; 75 preempted (requeue).\n";
 
@@ -182,7 +194,73 @@ struct Supervisor {
     int forwarded = 0;  // the stop signal passed on to the job
     double forwarded_at = 0;
     double t0 = 0;
+    // supervisor.on_straggler = "replace": the host to swap out, why, and
+    // when that was decided (the job was asked to checkpoint and stop).
+    std::string swap_host, swap_why;
+    double swap_decided = 0;
   };
+
+  // A straggler swap, until the relaunch's first step measures its cost.
+  struct PendingSwap {
+    std::string host;
+    std::vector<std::string> spares_in;
+    double decided = 0;
+    long last_step = -1, resume_step = 0;  // the stopped job's last step; the step the relaunch resumes from
+  };
+  std::optional<PendingSwap> swap = std::nullopt;
+
+  // The job's straggler events of this launch since *offset, fed to the
+  // streaks; a host named in enough reports in a row that can be swapped
+  // (one of the launch's, with a spare left) is returned with why. One that
+  // cannot is reported once (`straggler_kept`) and left.
+  std::optional<std::pair<std::string, std::string>> watch_stragglers(int launch, StragglerStreaks& streaks,
+                                                                       long* offset, const Allocation& alloc,
+                                                                       const std::vector<std::string>& hosts,
+                                                                       std::set<std::string>& kept) {
+    for (const nlohmann::json& e : read_jsonl_since(r.run.dir + "/events.jsonl", offset)) {
+      if (field_text(e, "event") != "straggler" || number(e, "launch") != launch) continue;
+      StragglerWindow w;
+      try {
+        w.step = e.at("step").get<long>(), w.window_steps = e.at("window_steps").get<long>();
+        w.hosts = e.at("hosts").get<std::vector<std::string>>();
+        w.ratios = e.at("ratios").get<std::vector<double>>(), w.compute_ms = e.at("compute_ms").get<std::vector<double>>();
+      } catch (const std::exception&) {
+        continue;  // not a report this supervisor understands
+      }
+      const std::optional<StragglerRun> run = streaks.add(w);
+      if (!run) continue;
+      std::string figures;
+      for (size_t i = 0; i < run->steps.size(); i++) {
+        char b[96];
+        std::snprintf(b, sizeof b, "%s step %ld %.2fx (%.1f ms/step)", i ? "," : "", run->steps[i], run->ratios[i],
+                      run->compute_ms[i]);
+        figures += b;
+      }
+      const std::string named = "named by " + std::to_string(run->steps.size()) +
+                                " straggler reports in a row (supervisor.straggler_windows = " +
+                                std::to_string(r.supervisor.straggler_windows) + "; x what its stage should take:" +
+                                figures + ")";
+      const std::string h = alloc.find(run->host);
+      const bool in_launch = std::find(hosts.begin(), hosts.end(), h) != hosts.end();
+      JsonRecord rec;
+      rec.add("host", run->host).add("steps", std::vector<double>(run->steps.begin(), run->steps.end()))
+          .add("ratios", run->ratios).add("compute_ms", run->compute_ms);
+      if (in_launch && !alloc.spares().empty()) {
+        events.write("straggler_swap", launch,
+                     "launch " + std::to_string(launch) + ": host " + h + " " + named +
+                         ": asking the job to checkpoint and stop, to swap it for a spare",
+                     rec);
+        return std::make_pair(h, "a straggler: " + named);
+      }
+      if (kept.insert(run->host).second)
+        events.write("straggler_kept", launch,
+                     "launch " + std::to_string(launch) + ": host " + run->host + " " + named + "; " +
+                         (in_launch ? "no spare left to swap in: the job goes on there"
+                                    : "not one of the launch's hosts in the allocation: nothing to swap"),
+                     rec);
+    }
+    return std::nullopt;
+  }
 
   // A hung job: SIGUSR2 (mpirun and srun pass it on) makes every rank's
   // watchdog write its flight recorder, which the diagnosis reads; wait
@@ -210,7 +288,8 @@ struct Supervisor {
 
   // Runs one launch of `command` (on `hosts`, with an allocation) to its
   // end: forwards a stop signal, kills it when the heartbeat stops.
-  Outcome run_launch(int launch, const std::vector<std::string>& command, const std::vector<std::string>& hosts) {
+  Outcome run_launch(int launch, const std::vector<std::string>& command, const std::vector<std::string>& hosts,
+                     const Allocation* alloc) {
     events.write("start", launch, "launch " + std::to_string(launch) + ": " + shell_join(command),
                  JsonRecord().add("command", shell_join(command)));
     Outcome o;
@@ -230,7 +309,18 @@ struct Supervisor {
     // scheduling, a paused VM) sees the heartbeat old when it comes back:
     // that time is not a hang, so the heartbeat's age counts from then.
     auto last_poll = std::chrono::steady_clock::now();
-    double resumed_at = 0, flight_checked = 0, ended_at = 0;
+    double resumed_at = 0, flight_checked = 0, ended_at = 0, stragglers_checked = 0;
+    // supervisor.on_straggler = "replace": this launch's straggler events,
+    // read as the job appends them (from the end of what is there now).
+    std::optional<StragglerStreaks> streaks;
+    long events_offset = 0;
+    std::set<std::string> kept;
+    if (alloc && !hosts.empty() && r.supervisor.on_straggler == "replace") {
+      streaks.emplace(r.supervisor.straggler_windows);
+      std::error_code ec;
+      events_offset = (long)std::filesystem::file_size(r.run.dir + "/events.jsonl", ec);
+      if (ec) events_offset = 0;
+    }
     for (;;) {
       if (waitpid(pid, &status, WNOHANG) == pid) break;
       // A watchdog that ended the job normally ends the launcher within
@@ -300,6 +390,16 @@ struct Supervisor {
                                            ": asking the job to checkpoint and stop",
                      JsonRecord().add("signal", sig));
       }
+      if (swap && mtime_seconds(r.run.dir + "/heartbeat") > o.t0 && read_heartbeat_step(r.run.dir) > swap->resume_step)
+        swap_done(launch);
+      if (streaks && !o.forwarded && now_s() - stragglers_checked > 1) {
+        stragglers_checked = now_s();
+        if (const auto out = watch_stragglers(launch, *streaks, &events_offset, *alloc, hosts, kept)) {
+          o.swap_host = out->first, o.swap_why = out->second, o.swap_decided = now_s();
+          stop_gracefully(pid, &status, command[0]);
+          break;
+        }
+      }
       const double beat = std::max({o.t0, resumed_at, mtime_seconds(r.run.dir + "/heartbeat")});
       const double hang_timeout = r.supervisor.hang_timeout;
       if (hang_timeout > 0 && now_s() - beat > hang_timeout) {
@@ -330,6 +430,39 @@ struct Supervisor {
              : o.hung || o.unstarted ? 128 + SIGKILL
                         : exit_code(status);
     return o;
+  }
+
+  // After a launch stopped to swap a straggler: excludes it and takes a
+  // spare (a `replace` event; *replaced), and keeps what the swap's cost is
+  // measured against. Returns -1 to relaunch, or the exit code.
+  int begin_swap(int launch, const Outcome& o, Allocation& alloc, const std::vector<std::string>& hosts,
+                 bool* replaced) {
+    Diagnosis d;
+    d.hosts = {o.swap_host}, d.host_why = o.swap_why;
+    const long last = read_heartbeat_step(r.run.dir);
+    if (const int code = replace_blamed(launch, d, alloc, alloc.usable(), hosts, replaced); code >= 0) return code;
+    PendingSwap p{o.swap_host, {}, o.swap_decided, last, 0};
+    for (const std::string& h : alloc.launch_hosts())
+      if (std::find(hosts.begin(), hosts.end(), h) == hosts.end()) p.spares_in.push_back(h);
+    const std::string latest = latest_checkpoint(r.checkpoint.dir);
+    p.resume_step = latest.empty() ? 0 : checkpoint_step(latest);
+    swap = p;
+    return -1;
+  }
+
+  // The relaunch after a swap finished its first step: what the swap cost.
+  void swap_done(int launch) {
+    const PendingSwap& p = *swap;
+    const long redone = std::max(0L, p.last_step - p.resume_step);
+    char b[320];
+    std::snprintf(b, sizeof b,
+                  "the straggler %s swapped for %s: the first step on the new hosts %.1f s after the decision; %ld "
+                  "step(s) redone (the stopped job's last step %ld, resumed from step %ld)",
+                  p.host.c_str(), join(p.spares_in).c_str(), now_s() - p.decided, redone, p.last_step, p.resume_step);
+    events.write("swap_done", launch, b,
+                 JsonRecord().add("host", p.host).add("spares_in", p.spares_in).add("seconds", now_s() - p.decided)
+                     .add("steps_redone", redone).add("last_step", p.last_step).add("resume_step", p.resume_step));
+    swap.reset();
   }
 
   // The exit event; after a failure, who crashed (crash reports) and who was
@@ -655,18 +788,23 @@ int cmd_supervise(int argc, char** argv) {
     const std::vector<std::string> command =
         args.after_dashes.empty() ? launch_command(r, "train", args.recipe, job_overrides, ranks, hosts, launch)
                                   : args.after_dashes;
-    const Supervisor::Outcome o = sup.run_launch(launch, command, hosts);
+    const Supervisor::Outcome o = sup.run_launch(launch, command, hosts, alloc ? &*alloc : nullptr);
     Diagnosis d = sup.report(launch, o);
     // With an allocation, the hosts a failure is blamed on are replaced by
     // spares. What names no host of the launch goes on as without spares: a
-    // retry on the same hosts, or the end.
+    // retry on the same hosts, or the end. A straggler the supervisor
+    // stopped the job for is swapped whatever the job's exit, unless the job
+    // finished first.
     bool replaced = false;
-    if (alloc && !o.forwarded && retryable(o.code)) {
+    const bool swapping = !o.swap_host.empty() && !o.forwarded && o.code != kExitOk;
+    if (swapping) {
+      if (const int code = sup.begin_swap(launch, o, *alloc, hosts, &replaced); code >= 0) return code;
+    } else if (alloc && !o.forwarded && retryable(o.code)) {
       const std::vector<std::string> usable = alloc->usable();  // the probes may blame a spare too
       if (d.hosts.empty()) d = sup.start_verdict(launch, o, usable);
       if (const int code = sup.replace_blamed(launch, d, *alloc, usable, hosts, &replaced); code >= 0) return code;
     }
-    if (!replaced)
+    if (!replaced && !swapping)
       if (const int code = sup.decide(launch, o); code >= 0) return code;
     if (!sup.back_off(launch, replaced)) return kExitPreempted;
   }

@@ -65,7 +65,7 @@ int StepLoop::run() {
     }
     last_loss_ = st.loss;
     if (x.val >= 0) last_val_ = x.val;
-    if (lead_ && x.straggler_report) print_stragglers(st, x.slow);
+    if (lead_ && x.straggler_report) report_stragglers(st, x.slow);
     if (lead_) watch_throughput(st, x);
     log_step(st, x);
   }

@@ -85,6 +85,8 @@ class StepLoop {
   void run_file_unwritable(const std::string& what);
   double model_flops_utilization(double tokens_per_s);
   void print_stragglers(const StepStats& st, const StragglerReport& slow) const;
+  void report_stragglers(const StepStats& st, const StragglerReport& slow);
+  void write_event(const JsonRecord& e);
   void print_header() const;
   void print_summary();
 
@@ -107,6 +109,7 @@ class StepLoop {
   int window_steps_ = 0;
   ThroughputWatch throughput_;
   StragglerReport last_named_;  // the newest straggler report that named a rank
+  std::vector<std::string> rank_hosts_;  // every rank's host (gathered at the first straggler report)
   long last_named_step_ = -1;
   std::unique_ptr<AutoCheckpointInterval> auto_interval_;  // checkpoint.every = "auto" (rank 0 decides)
   std::unique_ptr<MetricsLog> events_;  // rank 0: the run's events.jsonl, opened at the first event

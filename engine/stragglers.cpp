@@ -2,13 +2,16 @@
 // compute time per step (step time minus time in communication calls, which
 // is where fast ranks wait for slow ones); a rank slower than its peers by
 // more than runtime.straggler_factor is named. And the throughput watch's
-// reports (engine/throughput_watch.h).
+// reports (engine/throughput_watch.h). Rank 0 writes the reports that name
+// a rank, with its host, and the throughput drops to events.jsonl.
 #include <algorithm>
 #include <cstdio>
+#include <cstring>
 
 #include "engine/step_loop.h"
 #include "model/flops.h"
 #include "runtime/errors.h"
+#include "runtime/host_name.h"
 
 namespace trainer {
 
@@ -51,14 +54,68 @@ StragglerReport find_stragglers(ControlComm& world, const GridShape& grid, doubl
   return judge_stragglers(all, grid, factor, stage_work);
 }
 
+namespace {
+// Every rank's host, gathered once (at the first report, which every rank
+// makes at the same step): a report names the hosts of its ranks.
+std::vector<std::string> gather_hosts(ControlComm& world) {
+  constexpr size_t kName = 256;
+  char mine[kName] = {};
+  std::snprintf(mine, kName, "%s", host_name().c_str());
+  std::vector<char> all(kName * world.size());
+  world.allgather_bytes(mine, all.data(), kName);
+  std::vector<std::string> hosts;
+  for (int k = 0; k < world.size(); k++) hosts.emplace_back(&all[k * kName], strnlen(&all[k * kName], kName));
+  return hosts;
+}
+}  // namespace
+
 void StepLoop::track_stragglers(const StepStats& st, StepExtras& x) {
   if (r_.runtime.straggler_factor <= 0) return;
   window_compute_ms_ += st.step_ms - st.comm_ms();
   if (++window_steps_ < r_.runtime.straggler_every) return;
   x.slow = find_stragglers(world_, r_.parallel.grid, r_.runtime.straggler_factor, window_compute_ms_ / window_steps_,
                            stage_work(r_.model, r_.parallel.grid.pp));
+  if (rank_hosts_.empty()) rank_hosts_ = gather_hosts(world_);
   x.straggler_report = true;
   window_compute_ms_ = 0, window_steps_ = 0;
+}
+
+// Rank 0: a report that names ranks is also a `straggler` event, with each
+// rank's host, for `trainer supervise` (supervisor.on_straggler = "replace"
+// counts the reports in a row that name one host; cluster/straggler_streak.h).
+void StepLoop::report_stragglers(const StepStats& st, const StragglerReport& slow) {
+  print_stragglers(st, slow);
+  if (slow.ranks.empty()) return;
+  std::vector<std::string> hosts;
+  std::string text = "step " + std::to_string(st.step) + ": straggler(s) over the last " +
+                     std::to_string(r_.runtime.straggler_every) + " steps:";
+  for (size_t i = 0; i < slow.ranks.size(); i++) {
+    hosts.push_back(rank_hosts_.at((size_t)slow.ranks[i]));
+    char b[160];
+    std::snprintf(b, sizeof b, "%s rank %d on %s, %.1f ms per step, %.2fx what its stage should take", i ? ";" : "",
+                  (int)slow.ranks[i], hosts.back().c_str(), slow.ms[i], slow.ratios[i]);
+    text += b;
+  }
+  JsonRecord e = event_record("straggler", job_.launch, text);
+  e.add("step", st.step)
+      .add("window_steps", (long)r_.runtime.straggler_every)
+      .add("ranks", slow.ranks)
+      .add("hosts", hosts)
+      .add("ratios", slow.ratios)
+      .add("compute_ms", slow.ms)
+      .add("median_ms", slow.median_ms);
+  write_event(e);
+}
+
+// Rank 0: one record into the run's events.jsonl (beside the supervisor's),
+// opened at the first event.
+void StepLoop::write_event(const JsonRecord& e) {
+  try {
+    if (!events_) events_ = std::make_unique<MetricsLog>(r_.run.dir + "/events.jsonl", false);
+  } catch (const UserError& err) {
+    return run_file_unwritable(err.what());
+  }
+  if (!events_->write(e)) run_file_unwritable(events_->error());
 }
 
 void StepLoop::print_stragglers(const StepStats& st, const StragglerReport& slow) const {
@@ -102,17 +159,12 @@ void StepLoop::watch_throughput(const StepStats& st, const StepExtras& x) {
                 drop->base.comm, drop->now.comm, drop->base.data_wait, drop->now.data_wait, who);
   std::fprintf(stderr, "warning: %s\n", text);
   std::fflush(stderr);
-  try {
-    if (!events_) events_ = std::make_unique<MetricsLog>(r_.run.dir + "/events.jsonl", false);
-  } catch (const UserError& e) {
-    return run_file_unwritable(e.what());
-  }
   JsonRecord e = event_record("throughput_drop", job_.launch, text);
   e.add("step", st.step)
       .add("ratio", drop->ratio).add("grew", drop->grew).add("grew_ms", drop->grew_ms)
       .add("step_ms", drop->now.step).add("baseline_step_ms", drop->base.step);
   if (straggler) e.add("straggler_rank", (long)last_named_.ranks[0]);
-  if (!events_->write(e)) run_file_unwritable(events_->error());
+  write_event(e);
 }
 
 }  // namespace trainer

@@ -119,6 +119,8 @@ struct SupervisorSection {
   double start_timeout{};   // s until a rank runs on each of a launch's hosts (with an allocation); 0: off
   double backoff{};           // s before the first relaunch, doubling each time...
   double backoff_max{};      // ...up to this
+  std::string on_straggler{};  // "report", or "replace": a host named straggler_windows reports in a row is swapped for a spare
+  int straggler_windows{};     // straggler reports in a row naming one host before "replace" acts
   // s to wait before the relaunch after `restarts` earlier ones.
   double backoff_before(int restarts) const { return std::min(backoff * std::pow(2.0, restarts), backoff_max); }
 };

@@ -266,6 +266,13 @@ std::vector<RecipeKey> make_keys() {
         AT(supervisor.start_timeout)).def(300.0).at_least(0),
       K("supervisor", "backoff", Float, "seconds before the first relaunch, doubling each time", AT(supervisor.backoff)).def(5.0).at_least(0),
       K("supervisor", "backoff_max", Float, "longest wait between relaunches (>= backoff)", AT(supervisor.backoff_max)).def(60.0).at_least(0),
+      K("supervisor", "on_straggler", Choice, "with an allocation and a spare: \"replace\" swaps a host the straggler "
+        "reports (runtime.straggler_factor) name supervisor.straggler_windows reports in a row for a spare (the job "
+        "checkpoints and stops, the host is excluded, the run resumes on the spare); \"report\" only names it",
+        AT(supervisor.on_straggler)).def(std::string("report")).choose({"report", "replace"}),
+      K("supervisor", "straggler_windows", Int, "straggler reports in a row (runtime.straggler_every steps each) that "
+        "must name the same host before supervisor.on_straggler = \"replace\" swaps it",
+        AT(supervisor.straggler_windows)).def(3L).at_least(1),
       // [launch]
       K("launch", "launcher", Choice, "how `supervise` starts the job", AT(launch.launcher))
           .def(std::string("mpirun")).choose({"mpirun", "srun"}),

@@ -166,6 +166,9 @@ bool training(const Recipe& r, Rules& rules) {
   if (r.checkpoint.dir.empty()) return rules.fail("checkpoint", "dir", "must not be empty");
   if (r.supervisor.backoff_max < r.supervisor.backoff)
     return rules.fail("supervisor", "backoff_max", "must be >= supervisor.backoff");
+  if (r.supervisor.on_straggler == "replace" && r.runtime.straggler_factor <= 0)
+    return rules.fail("supervisor", "on_straggler",
+                      "\"replace\" acts on the straggler reports, which runtime.straggler_factor = 0 turns off");
   if (!launch(r, rules)) return false;
   if (t.exit_after > 0 && r.checkpoint.every == 0)
     rules.warn("training", "exit_after",

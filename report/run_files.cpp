@@ -32,6 +32,33 @@ std::vector<nlohmann::json> read_jsonl(const std::string& path, int* unreadable)
   return out;
 }
 
+std::vector<nlohmann::json> read_jsonl_since(const std::string& path, long* offset) {
+  std::vector<nlohmann::json> out;
+  if (!not_regular_file(path).empty()) return out;
+  std::ifstream in(path, std::ios::binary);
+  in.seekg(0, std::ios::end);
+  const long size = (long)in.tellg();
+  if (size < *offset) *offset = 0;  // the file began again
+  if (size <= *offset) return out;
+  std::string text(size - *offset, '\0');
+  in.seekg(*offset);
+  in.read(text.data(), (std::streamsize)text.size());
+  text.resize((size_t)in.gcount());
+  const size_t end = text.rfind('\n');
+  if (end == std::string::npos) return out;  // no whole line yet
+  *offset += (long)end + 1;
+  for (size_t at = 0; at <= end;) {
+    const size_t nl = text.find('\n', at);  // at most `end`
+    if (nl == std::string::npos) break;
+    try {
+      nlohmann::json j = nlohmann::json::parse(text.begin() + at, text.begin() + nl);
+      if (j.is_object()) out.push_back(std::move(j));
+    } catch (const std::exception&) {  // a damaged line: skipped
+    }
+    at = nl + 1;
+  }
+  return out;
+}
 
 long read_heartbeat_step(const std::string& dir) {
   const std::string path = dir + "/heartbeat";

@@ -37,6 +37,10 @@ RunFiles read_run_files(const std::string& dir);
 // One of them (or any JSON-lines file): its object records in file order;
 // *unreadable (when given) counts the lines skipped.
 std::vector<nlohmann::json> read_jsonl(const std::string& path, int* unreadable = nullptr);
+// The object records of whole lines appended since byte *offset, which moves
+// past the last whole line (a line being written waits for the next call):
+// for following a file another process appends to.
+std::vector<nlohmann::json> read_jsonl_since(const std::string& path, long* offset);
 
 // The step in DIR/heartbeat (rank 0 writes "STEP TIME" after every step,
 // engine/step_loop.cpp); -1 when there is none (or it is not a regular file).

@@ -81,6 +81,7 @@ std::vector<TimelineItem> timeline_items(const RunFiles& f) {
   for (const json& e : f.events) {
     TimelineItem it{record_time(e), field_text(e, "event"), "", "", field_text(e, "message"), (long)number(e, "launch")};
     if (it.kind == "exit" && number(e, "code") == 0) continue;  // "done" follows
+    if (it.kind == "straggler") continue;  // the job's report, shown from metrics.jsonl below
     if (it.kind == "exit" || it.kind == "crash" || it.kind == "hang" || it.kind == "diagnosis") cause = it.detail;
     it.label = it.kind == "start" ? "launch " + std::to_string(it.launch) : it.kind;
     if (it.kind == "restart" && !cause.empty()) it.detail += " (after: " + cause + ")";

@@ -316,6 +316,12 @@ TEST_F(RecipeErrors, SupervisionKeysAreChecked) {
   expect_error(train(write(base()), "--set runtime.comm_timeout=-1"), 2, {"[runtime] comm_timeout", ">= 0"});
   expect_error(train(write(base()), "--set supervisor.backoff_max=1 --set supervisor.backoff=2"), 2,
                {"[supervisor] backoff_max", "must be >= supervisor.backoff"});
+  expect_error(train(write(base()), "--set supervisor.on_straggler=replace --set runtime.straggler_factor=0"), 2,
+               {"[supervisor] on_straggler", "runtime.straggler_factor = 0 turns off"});
+  expect_error(train(write(base()), "--set supervisor.on_straggler=swap"), 2,
+               {"--set supervisor.on_straggler", "\"swap\" is not one of \"report\", \"replace\""});
+  expect_error(train(write(base()), "--set supervisor.straggler_windows=0"), 2,
+               {"[supervisor] straggler_windows", ">= 1"});
   expect_error(train(write(base()), "--set launch.launcher=slurm"), 2,
                {"--set launch.launcher", "\"slurm\" is not one of \"mpirun\", \"srun\""});
   expect_error(train(write(base()), "--set 'fault.inject=[\"hang rank=1\"]'"), 2,

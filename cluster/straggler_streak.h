@@ -1,0 +1,44 @@
+#pragma once
+// Which host the job's straggler reports (engine/stragglers.cpp: one every
+// runtime.straggler_every steps, written to events.jsonl when it names a
+// rank) have named in enough reports in a row, for the supervisor's
+// supervisor.on_straggler = "replace". A host's run of windows continues
+// while each report naming it comes exactly one window after the last; a
+// report that does not name it (quiet reports are not written) ends it.
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace trainer {
+
+// One straggler report: its step, the steps in its window, and each named
+// rank's host with its figures (a host may appear once per rank).
+struct StragglerWindow {
+  long step = 0;
+  long window_steps = 0;
+  std::vector<std::string> hosts;
+  std::vector<double> ratios, compute_ms;  // per named rank: x what its stage should take, ms per step
+};
+
+// A host's run of consecutive windows: the report steps, and per window its
+// worst named rank's ratio and compute ms.
+struct StragglerRun {
+  std::string host;
+  std::vector<long> steps;
+  std::vector<double> ratios, compute_ms;
+};
+
+class StragglerStreaks {
+ public:
+  explicit StragglerStreaks(int windows) : windows_(windows) {}
+  // Adds a report (in step order); returns the first host whose run reaches
+  // `windows` reports with it, and that run (the last `windows` reports).
+  std::optional<StragglerRun> add(const StragglerWindow& w);
+
+ private:
+  int windows_;
+  std::map<std::string, StragglerRun> runs_;  // host -> its run so far
+};
+
+}  // namespace trainer

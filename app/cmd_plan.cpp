@@ -1,13 +1,17 @@
 // `trainer plan RECIPE.toml`: predicted memory per rank, by category, for each
 // recompute mode and pipeline stage, and what recomputation costs in FLOPs.
 // Nothing is allocated; no MPI.
+#include <algorithm>
 #include <cstdio>
 #include <string>
 #include <vector>
 
 #include "app/commands.h"
 #include "engine/layout.h"
+#include "planning/machine_profile.h"
 #include "planning/memory_fit.h"
+#include "planning/shrink.h"
+#include "planning/step_model.h"
 #include "app/plan_search.h"
 #include "app/recipe.h"
 #include "app/recipe_args.h"
@@ -42,7 +46,13 @@ const char* kPlanUsage =
     "  --json FILE: every ranked and rejected layout, for scripts. --all-precisions: fp32\n"
     "  and bf16 both (they change the numbers, not only the speed; calibrate with it too).\n"
     "  --profile A.json,B.json,...: several calibrations of the job (on a machine whose\n"
-    "  speed moves, calibrate a few times); each layout's prediction is the median of theirs.\n";
+    "  speed moves, calibrate a few times); each layout's prediction is the median of theirs.\n"
+    "\n"
+    "       trainer plan RECIPE.toml --nodes N [--profile FILE]\n"
+    "  The job `trainer supervise` would run with supervisor.elastic = true on N of its\n"
+    "  launch.nodes nodes: the same ranks per node, fewer data-parallel replicas, the same\n"
+    "  global batch; each rank's memory against the whole job's and whether it fits here\n"
+    "  (shared by a node's ranks), and with --profile the step time of both.\n";
 }
 
 // How cuDNN's attention workspace grows (runtime/cuda_memory.h): with T the
@@ -73,14 +83,54 @@ static void print_cuda_memory(const Recipe& r) {
   }
 }
 
+// The stage that needs most memory, with the recipe's recompute mode.
+static double worst_rank_bytes(const Recipe& r) {
+  double worst = 0;
+  for (int stage = 0; stage < r.parallel.grid.pp; stage++)
+    worst = std::max(worst, plan_memory(r.model, rank_layout(r, stage), {r.recompute.mode, r.recompute.layers}).total());
+  return worst;
+}
+
+// `plan --nodes N`: the smaller job supervisor.elastic would run (planning/shrink.h).
+static int plan_nodes(const RecipeArgs& args) {
+  const Recipe r = load_recipe(args.recipe, args.overrides, (int)args.integer("--ranks", 0, 1), false);
+  const int full_ranks = r.launch.ranks > 0 ? r.launch.ranks : r.parallel.grid.ranks(), full_nodes = r.launch.nodes;
+  if (full_nodes <= 0)
+    throw RecipeError("plan --nodes N needs launch.nodes: the nodes the job runs on, of which N are left");
+  const int nodes = (int)args.integer("--nodes", 1, 1);
+  const Shrink s = shrink_job(r, full_ranks, full_nodes, nodes, false);
+  if (!s.ok) throw RecipeError("plan --nodes " + std::to_string(nodes) + ": the job cannot run there: " + s.why);
+  const Recipe& n = s.recipe;
+  const int per_node = full_ranks / full_nodes;
+  Recipe full = r;  // the whole job: every rank of launch.nodes nodes
+  full.parallel.grid.dp = full_ranks / (r.parallel.grid.tp * r.parallel.grid.pp * r.parallel.grid.cp);
+  std::printf("plan %s on %d of its %d nodes (%d rank(s) each): %d ranks, dp %d -> %d, tp %d, pp %d, cp %d; %d -> %d "
+              "micro-batches of %d per replica per step (global batch %ld, the same samples in the same order)\n",
+              args.recipe.c_str(), nodes, full_nodes, per_node, s.ranks, full.parallel.grid.dp, n.parallel.grid.dp,
+              n.parallel.grid.tp, n.parallel.grid.pp, n.parallel.grid.cp, full.accum_steps(), n.accum_steps(),
+              n.training.micro_batch, (long)n.training.global_batch);
+  std::printf("memory per rank (the stage that needs most, recompute %s): %.1f MB, was %.1f MB\n",
+              recompute_name(r.recompute.mode), mib(worst_rank_bytes(n)), mib(worst_rank_bytes(full)));
+  const MemoryFit fit = check_memory_fit(n, -1, true, per_node);
+  std::printf("%s on this machine: %s\n", fit.fits ? "fits" : "does NOT fit", fit.message.c_str());
+  if (args.has("--profile")) {
+    StepModels model(load_profiles(args.list("--profile")), per_node);
+    const StepPrediction a = model.predict(full), b = model.predict(n);
+    std::printf("step time: %.1f ms, was %.1f ms (%.2fx); %.0f tokens/s, was %.0f\n", b.step_ms, a.step_ms,
+                b.step_ms / a.step_ms, b.tokens_per_s, a.tokens_per_s);
+  }
+  return 0;
+}
+
 int cmd_plan(int argc, char** argv) {
   const RecipeArgs args = parse_recipe_args({"plan", kPlanUsage, {"--search", "--all-precisions"},
                                              {"--ranks", "--ranks-per-node", "--profile", "--top", "--price-per-rank-hour",
-                                              "--tokens", "--memory-per-rank-gb", "--json"}},
+                                              "--tokens", "--memory-per-rank-gb", "--json", "--nodes"}},
                                             argc, argv);
   if (args.help) return std::fputs(kPlanUsage, stdout), 0;
   const std::string& path = args.recipe;
   int ranks = (int)args.integer("--ranks", 0, 1);
+  if (args.has("--nodes")) return plan_nodes(args);
   if (args.has("--search")) {
     if (!ranks) throw RecipeError("plan --search needs --ranks N: the world size to search layouts for");
     return plan_search(args, ranks);

@@ -52,6 +52,7 @@
 #include "ckpt/checkpoint.h"
 #include "cluster/allocation.h"
 #include "cluster/straggler_streak.h"
+#include "planning/shrink.h"
 #include "report/run_files.h"
 #include "runtime/errors.h"
 #include "runtime/self_exe.h"
@@ -97,6 +98,12 @@ const char* kSuperviseUsage =
     "  straggler_windows reports in a row is swapped for a spare before it fails: the job checkpoints\n"
     "  and stops, the host is excluded, the run resumes on the spare (events `straggler_swap`,\n"
     "  `replace`, and `swap_done` with what the swap cost); without a spare it is only reported.\n"
+    "  No spare left: exit 7; with [supervisor] elastic = true the job goes on on the hosts left\n"
+    "  with fewer data-parallel replicas and the same global batch (event `shrink`), unless\n"
+    "  that layout is invalid or would not fit memory (exit 7 with the reason); with\n"
+    "  [supervisor] spare_wait > 0 it waits that long for hosts to come back (`trainer health`\n"
+    "  on the excluded ones every spare_check_every s; with readmit = true those fit again\n"
+    "  return, between launches only) before exit 7.\n"
     "  Exit: 0 done; 2, 3, 4, 6, 8, 10 the job's error that a retry cannot fix; 7 restart\n"
     "  budget used up, or no spare left; 75 preempted (requeue).\n";
 
@@ -179,9 +186,14 @@ int dumps_since(const std::string& dir, double t) {
 
 struct Supervisor {
   const Recipe& r;
-  int ranks;
+  int ranks;  // of the next launch (fewer after a shrink)
   EventLog& events;
   int restarts = 0;
+  std::string recipe_path = {};                  // for the health checks the supervisor runs
+  std::vector<std::string> recipe_overrides = {};  // (the command line's --set)
+  int full_ranks = ranks;      // the job as the recipe has it...
+  int full_nodes = 0;          // ...on launch.nodes hosts (with an allocation)
+  std::optional<Shrink> shrunk = std::nullopt;  // supervisor.elastic: the smaller job launches run now
 
   struct Outcome {
     int code = 0;
@@ -210,56 +222,69 @@ struct Supervisor {
   std::optional<PendingSwap> swap = std::nullopt;
 
   // The job's straggler events of this launch since *offset, fed to the
-  // streaks; a host named in enough reports in a row that can be swapped
-  // (one of the launch's, with a spare left) is returned with why. One that
-  // cannot is reported once (`straggler_kept`) and left.
+  // streaks; the first host named in enough reports in a row that can be
+  // swapped (one of the launch's, with a spare left, while the job runs:
+  // can_swap) is returned with why. One that cannot is reported once
+  // (`straggler_kept`) and left.
   std::optional<std::pair<std::string, std::string>> watch_stragglers(int launch, StragglerStreaks& streaks,
                                                                        long* offset, const Allocation& alloc,
                                                                        const std::vector<std::string>& hosts,
-                                                                       std::set<std::string>& kept) {
+                                                                       std::set<std::string>& kept, bool can_swap) {
     for (const nlohmann::json& e : read_jsonl_since(r.run.dir + "/events.jsonl", offset)) {
       if (field_text(e, "event") != "straggler" || number(e, "launch") != launch) continue;
       StragglerWindow w;
       try {
         w.step = e.at("step").get<long>(), w.window_steps = e.at("window_steps").get<long>();
+        w.first = e.at("window").get<long>() == 1;
         w.hosts = e.at("hosts").get<std::vector<std::string>>();
         w.ratios = e.at("ratios").get<std::vector<double>>(), w.compute_ms = e.at("compute_ms").get<std::vector<double>>();
       } catch (const std::exception&) {
         continue;  // not a report this supervisor understands
       }
-      const std::optional<StragglerRun> run = streaks.add(w);
-      if (!run) continue;
-      std::string figures;
-      for (size_t i = 0; i < run->steps.size(); i++) {
-        char b[96];
-        std::snprintf(b, sizeof b, "%s step %ld %.2fx (%.1f ms/step)", i ? "," : "", run->steps[i], run->ratios[i],
-                      run->compute_ms[i]);
-        figures += b;
+      for (const StragglerRun& run : streaks.add(w)) {
+        std::string figures;
+        for (size_t i = 0; i < run.steps.size(); i++) {
+          char b[96];
+          std::snprintf(b, sizeof b, "%s step %ld %.2fx (%.1f ms/step)", i ? "," : "", run.steps[i], run.ratios[i],
+                        run.compute_ms[i]);
+          figures += b;
+        }
+        const std::string named = "named by " + std::to_string(run.steps.size()) +
+                                  " straggler reports in a row (supervisor.straggler_windows = " +
+                                  std::to_string(r.supervisor.straggler_windows) + "; x what its stage should take:" +
+                                  figures + ")";
+        const std::string h = alloc.find(run.host);
+        const bool in_launch = std::find(hosts.begin(), hosts.end(), h) != hosts.end();
+        JsonRecord rec;
+        rec.add("host", run.host).add("steps", std::vector<double>(run.steps.begin(), run.steps.end()))
+            .add("ratios", run.ratios).add("compute_ms", run.compute_ms);
+        if (in_launch && !alloc.spares().empty()) {
+          if (!can_swap) continue;  // the job has ended: nothing to stop
+          events.write("straggler_swap", launch,
+                       "launch " + std::to_string(launch) + ": host " + h + " " + named +
+                           ": asking the job to checkpoint and stop, to swap it for a spare",
+                       rec);
+          return std::make_pair(h, "a straggler: " + named);
+        }
+        if (kept.insert(run.host).second)
+          events.write("straggler_kept", launch,
+                       "launch " + std::to_string(launch) + ": host " + run.host + " " + named + "; " +
+                           (in_launch ? "no spare left to swap in: the job goes on there"
+                                      : "not one of the launch's hosts in the allocation: nothing to swap"),
+                       rec);
       }
-      const std::string named = "named by " + std::to_string(run->steps.size()) +
-                                " straggler reports in a row (supervisor.straggler_windows = " +
-                                std::to_string(r.supervisor.straggler_windows) + "; x what its stage should take:" +
-                                figures + ")";
-      const std::string h = alloc.find(run->host);
-      const bool in_launch = std::find(hosts.begin(), hosts.end(), h) != hosts.end();
-      JsonRecord rec;
-      rec.add("host", run->host).add("steps", std::vector<double>(run->steps.begin(), run->steps.end()))
-          .add("ratios", run->ratios).add("compute_ms", run->compute_ms);
-      if (in_launch && !alloc.spares().empty()) {
-        events.write("straggler_swap", launch,
-                     "launch " + std::to_string(launch) + ": host " + h + " " + named +
-                         ": asking the job to checkpoint and stop, to swap it for a spare",
-                     rec);
-        return std::make_pair(h, "a straggler: " + named);
-      }
-      if (kept.insert(run->host).second)
-        events.write("straggler_kept", launch,
-                     "launch " + std::to_string(launch) + ": host " + run->host + " " + named + "; " +
-                         (in_launch ? "no spare left to swap in: the job goes on there"
-                                    : "not one of the launch's hosts in the allocation: nothing to swap"),
-                     rec);
     }
     return std::nullopt;
+  }
+
+  // The step the newest launch of `trainer train` since t0 began at (its
+  // launches.jsonl record), or -1 before it wrote one.
+  long first_step_since(double t0) const {
+    long first = -1;
+    for (const nlohmann::json& l : read_jsonl(r.run.dir + "/launches.jsonl"))
+      if (record_time(l) >= t0 - 1 && l.contains("first_step") && l["first_step"].is_number_integer())
+        first = l["first_step"].get<long>();
+    return first;
   }
 
   // A hung job: SIGUSR2 (mpirun and srun pass it on) makes every rank's
@@ -390,11 +415,14 @@ struct Supervisor {
                                            ": asking the job to checkpoint and stop",
                      JsonRecord().add("signal", sig));
       }
-      if (swap && mtime_seconds(r.run.dir + "/heartbeat") > o.t0 && read_heartbeat_step(r.run.dir) > swap->resume_step)
-        swap_done(launch);
+      // A swap's cost: the relaunch's first step done (past the step it
+      // resumed from, which its launches.jsonl record says).
+      if (swap && mtime_seconds(r.run.dir + "/heartbeat") > o.t0)
+        if (const long first = first_step_since(o.t0); first >= 0 && read_heartbeat_step(r.run.dir) > first)
+          swap_done(launch, first);
       if (streaks && !o.forwarded && now_s() - stragglers_checked > 1) {
         stragglers_checked = now_s();
-        if (const auto out = watch_stragglers(launch, *streaks, &events_offset, *alloc, hosts, kept)) {
+        if (const auto out = watch_stragglers(launch, *streaks, &events_offset, *alloc, hosts, kept, true)) {
           o.swap_host = out->first, o.swap_why = out->second, o.swap_decided = now_s();
           stop_gracefully(pid, &status, command[0]);
           break;
@@ -424,6 +452,13 @@ struct Supervisor {
       }
       std::this_thread::sleep_for(std::chrono::milliseconds(200));
     }
+    // The reports the job wrote as it ended: a host to keep is still said.
+    if (streaks && o.swap_host.empty()) watch_stragglers(launch, *streaks, &events_offset, *alloc, hosts, kept, false);
+    if (swap) {  // the relaunch after a swap ended before its first step: no cost to measure
+      events.write("swap_done", launch, "the straggler " + swap->host + " was swapped out, but launch " +
+                                            std::to_string(launch) + " ended before its first step: no cost measured");
+      swap.reset();
+    }
     kill_session(pid, SIGKILL);  // ranks the launcher left behind (it is reaped: by session id only)
     o.code = o.no_space ? kExitNoSpace
              : o.lingered ? kExitCommTimeout
@@ -444,15 +479,15 @@ struct Supervisor {
     PendingSwap p{o.swap_host, {}, o.swap_decided, last, 0};
     for (const std::string& h : alloc.launch_hosts())
       if (std::find(hosts.begin(), hosts.end(), h) == hosts.end()) p.spares_in.push_back(h);
-    const std::string latest = latest_checkpoint(r.checkpoint.dir);
-    p.resume_step = latest.empty() ? 0 : checkpoint_step(latest);
     swap = p;
     return -1;
   }
 
-  // The relaunch after a swap finished its first step: what the swap cost.
-  void swap_done(int launch) {
-    const PendingSwap& p = *swap;
+  // The relaunch after a swap, resumed from step `first`, finished its
+  // first step: what the swap cost.
+  void swap_done(int launch, long first) {
+    PendingSwap& p = *swap;
+    p.resume_step = first;
     const long redone = std::max(0L, p.last_step - p.resume_step);
     char b[320];
     std::snprintf(b, sizeof b,
@@ -463,6 +498,12 @@ struct Supervisor {
                  JsonRecord().add("host", p.host).add("spares_in", p.spares_in).add("seconds", now_s() - p.decided)
                      .add("steps_redone", redone).add("last_step", p.last_step).add("resume_step", p.resume_step));
     swap.reset();
+  }
+
+  // The job's --set overrides, and the smaller job's data parallelism after a shrink.
+  std::vector<std::string> overrides(std::vector<std::string> o) const {
+    if (shrunk) o.push_back("parallel.dp=" + std::to_string(shrunk->recipe.parallel.grid.dp));
+    return o;
   }
 
   // The exit event; after a failure, who crashed (crash reports) and who was
@@ -591,9 +632,22 @@ struct Supervisor {
     }
     const std::string spares_in = "; spare" + std::string(in.size() > 1 ? "s " : " ") + join(in) + " in";
     if (next.empty()) {
+      const int left = (int)alloc.usable().size();
+      if (r.supervisor.elastic && left > 0) {
+        Shrink s = shrink_job(r, full_ranks, full_nodes, left, r.runtime.memory_check);
+        if (s.ok) return shrink(launch, std::move(s), alloc, excluded, rec, replaced);
+        events.write("no_spare", launch,
+                     excluded + "; no spare left, and the job cannot shrink to the " + std::to_string(left) +
+                         " usable host(s) (supervisor.elastic): " + s.why +
+                         "; giving up; give the job more hosts and run the same command to resume",
+                     rec.add("shrink_refused", s.why));
+        return kExitGaveUp;
+      }
+      if (!r.supervisor.elastic && r.supervisor.spare_wait > 0)
+        return wait_for_hosts(launch, alloc, excluded, rec, replaced);
       events.write("no_spare", launch,
-                   excluded + "; no spare left (" + std::to_string(alloc.hosts().size() - alloc.excluded().size()) +
-                       " usable host(s), launch.nodes = " + std::to_string(alloc.nodes()) +
+                   excluded + "; no spare left (" + std::to_string(left) + " usable host(s), launch.nodes = " +
+                       std::to_string(alloc.nodes()) + (r.supervisor.elastic ? "" : "; supervisor.elastic = false") +
                        "): giving up; give the job more hosts and run the same command to resume",
                    rec);
       return kExitGaveUp;
@@ -611,6 +665,124 @@ struct Supervisor {
                      " on " + join(next),
                  rec);
     *replaced = !in.empty();
+    return -1;
+  }
+
+  // `trainer health` on every host of the allocation, excluded ones too (one
+  // rank each; its limit `limit` s): the excluded hosts it does not find
+  // unfit, or none when it did not finish (a host that cannot start its rank
+  // fails the whole check).
+  std::vector<std::string> fit_again(int launch, const Allocation& alloc, double limit) {
+    const std::vector<std::string>& all = alloc.hosts();
+    const std::vector<std::string> cmd =
+        launch_command(r, "health", recipe_path, recipe_overrides, (int)all.size(), all, launch);
+    events.write("health_check", launch,
+                 "waiting for hosts: trainer health on the allocation's " + std::to_string(all.size()) +
+                     " host(s), the excluded ones too: " + shell_join(cmd),
+                 JsonRecord().add("hosts", all).add("command", shell_join(cmd)));
+    const ChildEnd end = wait_children({spawn(cmd, launch_environment(launch, ""))}, limit, cmd[0])[0];
+    if (end.stopped) return {};
+    if (end.code != kExitOk && end.code != kExitUnfitNode) {
+      events.write("health_failed", launch,
+                   "trainer health reached no verdict on every host (" +
+                       (end.timed_out ? std::string("no answer in time") : "exit " + std::to_string(end.code)) +
+                       "): an excluded host is still out of reach",
+                   JsonRecord().add("code", end.code));
+      return {};
+    }
+    std::vector<std::string> unfit;
+    if (end.code == kExitUnfitNode)
+      for (const std::string& name : health_verdict(r.run.dir, launch).hosts) unfit.push_back(alloc.find(name));
+    std::vector<std::string> fit;
+    for (const auto& [h, why] : alloc.excluded())
+      if (std::find(unfit.begin(), unfit.end(), h) == unfit.end()) fit.push_back(h);
+    return fit;
+  }
+
+  // No spare left and supervisor.spare_wait: every spare_check_every seconds
+  // the excluded hosts are checked; those fit again return with
+  // supervisor.readmit. Returns -1 (*replaced) once a launch has its hosts,
+  // else exit 7 when the wait is over (75 on a stop signal).
+  int wait_for_hosts(int launch, Allocation& alloc, const std::string& excluded, JsonRecord rec, bool* replaced) {
+    const SupervisorSection& sv = r.supervisor;
+    const double t0 = now_s(), until = t0 + sv.spare_wait;
+    const int left = (int)alloc.usable().size();
+    char b[320];
+    std::snprintf(b, sizeof b,
+                  "; no spare left (%d usable host(s), launch.nodes = %d): waiting up to %g s (supervisor.spare_wait) "
+                  "for hosts to come back, with trainer health on the excluded ones every %g s%s",
+                  left, alloc.nodes(), sv.spare_wait, sv.spare_check_every,
+                  sv.readmit ? " (readmitted when fit: supervisor.readmit)"
+                             : "; supervisor.readmit = false: none of them returns, so only the end of the wait");
+    events.write("no_spare", launch, excluded + b, rec.add("wait_s", sv.spare_wait));
+    std::set<std::string> said;
+    for (;;) {
+      for (const double next = std::min(until, now_s() + sv.spare_check_every); now_s() < next;) {
+        if (stop_signal()) {
+          events.write("preempted", launch, std::string(strsignal(stop_signal())) + " received while waiting for "
+                                            "hosts; nothing launched; exiting with " + std::to_string(kExitPreempted));
+          return kExitPreempted;
+        }
+        std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      }
+      for (const std::string& h : fit_again(launch, alloc, std::max(30.0, until - now_s()))) {
+        if (sv.readmit) {
+          alloc.readmit(h);
+          events.write("readmit", launch,
+                       "host " + h + " passes trainer health again: back in the allocation (supervisor.readmit), " +
+                           std::to_string((int)(now_s() - t0)) + " s into the wait",
+                       JsonRecord().add("host", h).add("waited_s", now_s() - t0));
+        } else if (said.insert(h).second) {
+          events.write("fit_again", launch,
+                       "host " + h + " passes trainer health again; supervisor.readmit = false keeps it out",
+                       JsonRecord().add("host", h));
+        }
+      }
+      if (!alloc.launch_hosts().empty()) {
+        *replaced = true;
+        return -1;
+      }
+      if (now_s() >= until) break;
+    }
+    std::string out;
+    for (const auto& [h, why] : alloc.excluded()) out += (out.empty() ? "" : "; ") + h + " (" + why + ")";
+    events.write("give_up", launch,
+                 "waited " + std::to_string((int)(now_s() - t0)) + " s (supervisor.spare_wait = " +
+                     std::to_string((int)sv.spare_wait) + " s) for " + std::to_string(alloc.nodes() - left) +
+                     " more host(s) to run launch.nodes = " + std::to_string(alloc.nodes()) + " (" +
+                     std::to_string(left) + " usable; excluded: " + out + "): none came back" +
+                     (sv.readmit ? "" : " (supervisor.readmit = false)") +
+                     "; giving up; give the job more hosts and run the same command to resume",
+                 JsonRecord().add("code", kExitGaveUp).add("waited_s", now_s() - t0));
+    return kExitGaveUp;
+  }
+
+  // supervisor.elastic with no spare left: the next launches run the
+  // smaller job `s` on the hosts left (a `shrink` event; *replaced: at once).
+  int shrink(int launch, Shrink s, Allocation& alloc, const std::string& excluded, JsonRecord rec, bool* replaced) {
+    const GridShape& g = r.parallel.grid;
+    const int dp_was = shrunk ? shrunk->recipe.parallel.grid.dp : full_ranks / (g.tp * g.pp * g.cp);
+    alloc.shrink(s.nodes);
+    const std::vector<std::string> next = alloc.launch_hosts();
+    const std::string latest = latest_checkpoint(r.checkpoint.dir);
+    const long step = latest.empty() ? 0 : checkpoint_step(latest);
+    const Recipe& n = s.recipe;
+    rec.add("hosts", next).add("nodes", s.nodes).add("ranks", s.ranks).add("dp", n.parallel.grid.dp)
+        .add("accum_steps", n.accum_steps()).add("resume_step", step);
+    char b[256];
+    std::snprintf(b, sizeof b,
+                  "; no spare left: shrinking to %d node(s) (supervisor.elastic): %d ranks, dp %d -> %d, %d "
+                  "micro-batches per replica per step (global batch %ld unchanged); resuming from ",
+                  s.nodes, s.ranks, dp_was, n.parallel.grid.dp, n.accum_steps(), (long)n.training.global_batch);
+    events.write("shrink", launch,
+                 excluded + b +
+                     (latest.empty() ? std::string("the start (no checkpoint yet)")
+                                     : "step " + std::to_string(step) + " (the newest checkpoint, if it verifies)") +
+                     " on " + join(next),
+                 rec);
+    ranks = s.ranks;
+    shrunk = std::move(s);
+    *replaced = true;
     return -1;
   }
 
@@ -760,6 +932,8 @@ int cmd_supervise(int argc, char** argv) {
   setenv("TRAINER_LOCK_TOKEN", locks.run.token().c_str(), 1);
   EventLog events(r.run.dir + "/events.jsonl");
   Supervisor sup{r, ranks, events};
+  if (alloc) sup.full_nodes = alloc->nodes();
+  sup.recipe_path = args.recipe, sup.recipe_overrides = args.overrides;
   if (alloc)
     events.write("allocation", 0,
                  std::to_string(alloc->hosts().size()) + " host(s): " + join(alloc->hosts()) + "; each launch runs on " +
@@ -786,17 +960,20 @@ int cmd_supervise(int argc, char** argv) {
     }
     const std::vector<std::string> hosts = alloc ? alloc->launch_hosts() : std::vector<std::string>{};
     const std::vector<std::string> command =
-        args.after_dashes.empty() ? launch_command(r, "train", args.recipe, job_overrides, ranks, hosts, launch)
+        args.after_dashes.empty() ? launch_command(r, "train", args.recipe, sup.overrides(job_overrides), sup.ranks,
+                                                   hosts, launch)
                                   : args.after_dashes;
     const Supervisor::Outcome o = sup.run_launch(launch, command, hosts, alloc ? &*alloc : nullptr);
     Diagnosis d = sup.report(launch, o);
     // With an allocation, the hosts a failure is blamed on are replaced by
     // spares. What names no host of the launch goes on as without spares: a
     // retry on the same hosts, or the end. A straggler the supervisor
-    // stopped the job for is swapped whatever the job's exit, unless the job
-    // finished first.
+    // stopped the job for is swapped.
     bool replaced = false;
-    const bool swapping = !o.swap_host.empty() && !o.forwarded && o.code != kExitOk;
+    // (Only once it checkpointed and stopped as asked: a job that failed
+    // meanwhile is judged as any failure, one stopped by a signal to the
+    // supervisor too.)
+    const bool swapping = !o.swap_host.empty() && !o.forwarded && o.code == kExitPreempted && !stop_signal();
     if (swapping) {
       if (const int code = sup.begin_swap(launch, o, *alloc, hosts, &replaced); code >= 0) return code;
     } else if (alloc && !o.forwarded && retryable(o.code)) {

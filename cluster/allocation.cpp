@@ -116,6 +116,13 @@ Allocation::Allocation(std::vector<std::string> hosts, int nodes) : hosts_(std::
       throw std::invalid_argument("the allocation lists host " + hosts_[i] + " twice");
 }
 
+void Allocation::shrink(int nodes) {
+  if (nodes < 1 || nodes > nodes_)
+    throw std::invalid_argument("cannot shrink a launch of " + std::to_string(nodes_) + " node(s) to " +
+                                std::to_string(nodes));
+  nodes_ = nodes;
+}
+
 std::vector<std::string> Allocation::launch_hosts() const {
   std::vector<std::string> out;
   for (const std::string& h : hosts_)

@@ -44,6 +44,12 @@ class Allocation {
   // for a name that is not one of its hosts or is excluded already.
   bool exclude(const std::string& host, const std::string& why);
   const std::map<std::string, std::string>& excluded() const { return excluded_; }
+  // An excluded host back in the allocation (supervisor.readmit); false
+  // when it is not excluded.
+  bool readmit(const std::string& host) { return excluded_.erase(host) > 0; }
+  // Launches from now on run on `nodes` hosts (supervisor.elastic, when no
+  // spare is left); throws std::invalid_argument outside 1..nodes().
+  void shrink(int nodes);
   // The allocation's host that a name a rank reports (gethostname) is, or "".
   std::string find(const std::string& name) const;
 

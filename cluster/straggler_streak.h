@@ -1,22 +1,26 @@
 #pragma once
-// Which host the job's straggler reports (engine/stragglers.cpp: one every
+// Which hosts the job's straggler reports (engine/stragglers.cpp: one every
 // runtime.straggler_every steps, written to events.jsonl when it names a
 // rank) have named in enough reports in a row, for the supervisor's
 // supervisor.on_straggler = "replace". A host's run of windows continues
 // while each report naming it comes exactly one window after the last; a
-// report that does not name it (quiet reports are not written) ends it.
+// report that does not name it (quiet reports are not written) ends it. A
+// run that began in the launch's first window is a standing imbalance (a
+// stage the cost model under-predicts, a host slow from the start: the
+// health check's to find), not a host degrading, and is never returned.
 #include <map>
-#include <optional>
 #include <string>
 #include <vector>
 
 namespace trainer {
 
-// One straggler report: its step, the steps in its window, and each named
-// rank's host with its figures (a host may appear once per rank).
+// One straggler report: its step, the steps in its window, whether it is
+// the launch's first window, and each named rank's host with its figures
+// (a host may appear once per rank).
 struct StragglerWindow {
   long step = 0;
   long window_steps = 0;
+  bool first = false;
   std::vector<std::string> hosts;
   std::vector<double> ratios, compute_ms;  // per named rank: x what its stage should take, ms per step
 };
@@ -27,14 +31,16 @@ struct StragglerRun {
   std::string host;
   std::vector<long> steps;
   std::vector<double> ratios, compute_ms;
+  bool standing = false;  // began in the launch's first window
 };
 
 class StragglerStreaks {
  public:
   explicit StragglerStreaks(int windows) : windows_(windows) {}
-  // Adds a report (in step order); returns the first host whose run reaches
-  // `windows` reports with it, and that run (the last `windows` reports).
-  std::optional<StragglerRun> add(const StragglerWindow& w);
+  // Adds a report (in step order); returns each host whose run (not a
+  // standing one) has `windows` reports or more with it, with the last
+  // `windows` of them, in host order.
+  std::vector<StragglerRun> add(const StragglerWindow& w);
 
  private:
   int windows_;

@@ -110,6 +110,7 @@ class StepLoop {
   ThroughputWatch throughput_;
   StragglerReport last_named_;  // the newest straggler report that named a rank
   std::vector<std::string> rank_hosts_;  // every rank's host (gathered at the first straggler report)
+  long straggler_windows_ = 0;           // straggler reports made by this launch
   long last_named_step_ = -1;
   std::unique_ptr<AutoCheckpointInterval> auto_interval_;  // checkpoint.every = "auto" (rank 0 decides)
   std::unique_ptr<MetricsLog> events_;  // rank 0: the run's events.jsonl, opened at the first event

@@ -77,6 +77,7 @@ void StepLoop::track_stragglers(const StepStats& st, StepExtras& x) {
                            stage_work(r_.model, r_.parallel.grid.pp));
   if (rank_hosts_.empty()) rank_hosts_ = gather_hosts(world_);
   x.straggler_report = true;
+  straggler_windows_++;
   window_compute_ms_ = 0, window_steps_ = 0;
 }
 
@@ -99,6 +100,7 @@ void StepLoop::report_stragglers(const StepStats& st, const StragglerReport& slo
   JsonRecord e = event_record("straggler", job_.launch, text);
   e.add("step", st.step)
       .add("window_steps", (long)r_.runtime.straggler_every)
+      .add("window", straggler_windows_)  // of this launch, from 1
       .add("ranks", slow.ranks)
       .add("hosts", hosts)
       .add("ratios", slow.ratios)

@@ -121,6 +121,10 @@ struct SupervisorSection {
   double backoff_max{};      // ...up to this
   std::string on_straggler{};  // "report", or "replace": a host named straggler_windows reports in a row is swapped for a spare
   int straggler_windows{};     // straggler reports in a row naming one host before "replace" acts
+  bool elastic{};              // no spare left: go on with fewer data-parallel replicas (planning/shrink.h)
+  double spare_wait{};         // no spare left (not elastic): s to wait for excluded hosts to come back; 0: exit 7 at once
+  double spare_check_every{};  // s between health checks of the excluded hosts while waiting
+  bool readmit{};              // an excluded host that passes the health check again returns (between launches only)
   // s to wait before the relaunch after `restarts` earlier ones.
   double backoff_before(int restarts) const { return std::min(backoff * std::pow(2.0, restarts), backoff_max); }
 };

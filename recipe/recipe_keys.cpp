@@ -273,6 +273,19 @@ std::vector<RecipeKey> make_keys() {
       K("supervisor", "straggler_windows", Int, "straggler reports in a row (runtime.straggler_every steps each) that "
         "must name the same host before supervisor.on_straggler = \"replace\" swaps it",
         AT(supervisor.straggler_windows)).def(3L).at_least(1),
+      K("supervisor", "elastic", Bool, "with an allocation, when a host is excluded and no spare is left: relaunch "
+        "on the hosts left with fewer data-parallel replicas and the same global batch (more micro-batches per "
+        "replica, the same samples in the same order; `trainer plan --nodes N` shows that job) instead of exit 7",
+        AT(supervisor.elastic)).def(false),
+      K("supervisor", "spare_wait", Float, "with an allocation, when a host is excluded, no spare is left and "
+        "elastic is false: seconds to wait for the hosts to come back (`trainer health` on the excluded ones every "
+        "spare_check_every seconds) before exit 7 (0: exit 7 at once)",
+        AT(supervisor.spare_wait)).def(0.0).at_least(0),
+      K("supervisor", "spare_check_every", Float, "seconds between the health checks of the excluded hosts while "
+        "supervisor.spare_wait waits", AT(supervisor.spare_check_every)).def(30.0).above(0),
+      K("supervisor", "readmit", Bool, "an excluded host that passes `trainer health` again while supervisor.spare_wait "
+        "waits returns to the allocation (never during a launch); false: it stays out for the rest of the run",
+        AT(supervisor.readmit)).def(false),
       // [launch]
       K("launch", "launcher", Choice, "how `supervise` starts the job", AT(launch.launcher))
           .def(std::string("mpirun")).choose({"mpirun", "srun"}),

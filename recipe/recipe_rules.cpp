@@ -169,6 +169,11 @@ bool training(const Recipe& r, Rules& rules) {
   if (r.supervisor.on_straggler == "replace" && r.runtime.straggler_factor <= 0)
     return rules.fail("supervisor", "on_straggler",
                       "\"replace\" acts on the straggler reports, which runtime.straggler_factor = 0 turns off");
+  if (r.supervisor.on_straggler == "replace" && r.launch.hosts.empty() && r.launch.hostfile.empty() &&
+      r.launch.nodes == 0)
+    rules.warn("supervisor", "on_straggler",
+               "on_straggler = \"replace\" swaps a host for a spare of the allocation, and there is none without "
+               "launch.hosts, launch.hostfile or (under Slurm) launch.nodes: stragglers are only reported");
   if (!launch(r, rules)) return false;
   if (t.exit_after > 0 && r.checkpoint.every == 0)
     rules.warn("training", "exit_after",

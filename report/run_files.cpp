@@ -36,8 +36,10 @@ std::vector<nlohmann::json> read_jsonl_since(const std::string& path, long* offs
   std::vector<nlohmann::json> out;
   if (!not_regular_file(path).empty()) return out;
   std::ifstream in(path, std::ios::binary);
+  if (!in) return out;
   in.seekg(0, std::ios::end);
   const long size = (long)in.tellg();
+  if (size < 0) return out;
   if (size < *offset) *offset = 0;  // the file began again
   if (size <= *offset) return out;
   std::string text(size - *offset, '\0');

@@ -82,6 +82,20 @@ def losses(run):
     return {r["step"]: r["loss"] for r in map(json.loads, open(os.path.join(run, "metrics.jsonl")))}
 
 
+def step_reached(run_dir, step):
+    """Whether a run's metrics.jsonl has logged `step` or a later one (a line being written is skipped)."""
+    metrics = os.path.join(run_dir, "metrics.jsonl")
+    if not os.path.exists(metrics):
+        return False
+    for line in open(metrics):
+        try:
+            if json.loads(line)["step"] >= step:
+                return True
+        except (ValueError, KeyError):
+            pass
+    return False
+
+
 def tensors(step_dir):
     """(file, dataset) -> array for every dataset of a checkpoint step directory."""
     import h5py

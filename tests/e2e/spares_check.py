@@ -36,13 +36,8 @@ import time
 sys.dont_write_bytecode = True  # nothing left under tests/ (__pycache__)
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from harness import (DEMO_RECIPE, check, cluster_up, fake_cluster as fc, finish,  # noqa: E402
-                     run, same_tensors, small_demo, tensors)
+                     run, step_reached, same_tensors, small_demo, tensors)
 
-
-
-def step_reached(run_dir, step):
-    metrics = os.path.join(run_dir, "metrics.jsonl")
-    return os.path.exists(metrics) and any(json.loads(l)["step"] >= step for l in open(metrics) if l.strip())
 
 
 def cut_sets(trainer, tmp):

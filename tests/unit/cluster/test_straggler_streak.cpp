@@ -7,50 +7,64 @@
 using namespace trainer;
 
 namespace {
-StragglerWindow report(long step, std::vector<std::string> hosts, double ratio = 2.0) {
+StragglerWindow report(long step, std::vector<std::string> hosts, double ratio = 2.0, bool first = false) {
   StragglerWindow w;
-  w.step = step, w.window_steps = 10, w.hosts = hosts;
+  w.step = step, w.window_steps = 10, w.first = first, w.hosts = hosts;
   for (size_t i = 0; i < hosts.size(); i++) w.ratios.push_back(ratio + i), w.compute_ms.push_back(100 * (ratio + i));
   return w;
 }
 }  // namespace
 
-TEST(StragglerStreaks, AHostNamedInThatManyReportsInARowIsReturnedOnce) {
+TEST(StragglerStreaks, AHostNamedInThatManyReportsInARowIsReturned) {
   StragglerStreaks s(3);
-  EXPECT_FALSE(s.add(report(10, {"h1"})));
-  EXPECT_FALSE(s.add(report(20, {"h1"})));
-  const auto run = s.add(report(30, {"h1"}, 3.0));
-  ASSERT_TRUE(run);
-  EXPECT_EQ(run->host, "h1");
-  EXPECT_EQ(run->steps, (std::vector<long>{10, 20, 30}));
-  EXPECT_EQ(run->ratios, (std::vector<double>{2.0, 2.0, 3.0}));
-  EXPECT_EQ(run->compute_ms.back(), 300.0);
+  EXPECT_TRUE(s.add(report(10, {"h1"})).empty());
+  EXPECT_TRUE(s.add(report(20, {"h1"})).empty());
+  const auto runs = s.add(report(30, {"h1"}, 3.0));
+  ASSERT_EQ(runs.size(), 1u);
+  EXPECT_EQ(runs[0].host, "h1");
+  EXPECT_EQ(runs[0].steps, (std::vector<long>{10, 20, 30}));
+  EXPECT_EQ(runs[0].ratios, (std::vector<double>{2.0, 2.0, 3.0}));
+  EXPECT_EQ(runs[0].compute_ms.back(), 300.0);
   // Still named: the run goes on (the last three windows are returned).
   const auto longer = s.add(report(40, {"h1"}));
-  ASSERT_TRUE(longer);
-  EXPECT_EQ(longer->steps, (std::vector<long>{20, 30, 40}));
+  ASSERT_EQ(longer.size(), 1u);
+  EXPECT_EQ(longer[0].steps, (std::vector<long>{20, 30, 40}));
 }
 
 TEST(StragglerStreaks, AQuietWindowOrAnotherHostEndsTheRun) {
   StragglerStreaks s(3);
-  EXPECT_FALSE(s.add(report(10, {"h1"})));
-  EXPECT_FALSE(s.add(report(20, {"h1"})));
+  EXPECT_TRUE(s.add(report(10, {"h1"})).empty());
+  EXPECT_TRUE(s.add(report(20, {"h1"})).empty());
   // No report at 30 (quiet windows are not written): the run starts again.
-  EXPECT_FALSE(s.add(report(40, {"h1"})));
-  EXPECT_FALSE(s.add(report(50, {"h2"})));  // h1 not named at 50
-  EXPECT_FALSE(s.add(report(60, {"h1"})));
-  EXPECT_FALSE(s.add(report(70, {"h1", "h2"})));
-  const auto run = s.add(report(80, {"h1"}));
-  ASSERT_TRUE(run);
-  EXPECT_EQ(run->host, "h1");
-  EXPECT_EQ(run->steps, (std::vector<long>{60, 70, 80}));
+  EXPECT_TRUE(s.add(report(40, {"h1"})).empty());
+  EXPECT_TRUE(s.add(report(50, {"h2"})).empty());  // h1 not named at 50
+  EXPECT_TRUE(s.add(report(60, {"h1"})).empty());
+  EXPECT_TRUE(s.add(report(70, {"h1", "h2"})).empty());
+  const auto runs = s.add(report(80, {"h1"}));
+  ASSERT_EQ(runs.size(), 1u);
+  EXPECT_EQ(runs[0].host, "h1");
+  EXPECT_EQ(runs[0].steps, (std::vector<long>{60, 70, 80}));
 }
 
-TEST(StragglerStreaks, SeveralSlowRanksOfOneHostAreOneWindowAtTheWorstFigure) {
+TEST(StragglerStreaks, EveryHostThatGetsThereIsReturnedAndSeveralRanksOfOneAreOne) {
   StragglerStreaks s(1);
-  const auto run = s.add(report(10, {"h1", "h1"}, 2.0));  // ratios 2 and 3
-  ASSERT_TRUE(run);
-  EXPECT_EQ(run->steps.size(), 1u);
-  EXPECT_EQ(run->ratios, (std::vector<double>{3.0}));
-  EXPECT_EQ(run->compute_ms, (std::vector<double>{300.0}));
+  const auto runs = s.add(report(10, {"h2", "h1", "h1"}, 2.0));  // h2 2.0; h1 3.0 and 4.0
+  ASSERT_EQ(runs.size(), 2u);
+  EXPECT_EQ(runs[0].host, "h1");
+  EXPECT_EQ(runs[0].ratios, (std::vector<double>{4.0}));
+  EXPECT_EQ(runs[0].compute_ms, (std::vector<double>{400.0}));
+  EXPECT_EQ(runs[1].host, "h2");
+}
+
+TEST(StragglerStreaks, ARunFromTheLaunchsFirstWindowIsAStandingImbalanceNotADegradation) {
+  StragglerStreaks s(2);
+  EXPECT_TRUE(s.add(report(10, {"h1"}, 2.0, true)).empty());
+  EXPECT_TRUE(s.add(report(20, {"h1", "h2"})).empty());  // h1's run began at the start; h2's now
+  const auto runs = s.add(report(30, {"h1", "h2"}));
+  ASSERT_EQ(runs.size(), 1u);
+  EXPECT_EQ(runs[0].host, "h2");
+  EXPECT_TRUE(s.add(report(50, {"h1"})).empty());  // h1's run broke at 40: a new one begins
+  const auto later = s.add(report(60, {"h1"}));
+  ASSERT_EQ(later.size(), 1u);
+  EXPECT_EQ(later[0].host, "h1");
 }

@@ -1,0 +1,173 @@
+#!/usr/bin/python3
+"""No spare left (issue 51), on two of scripts/fake_cluster.sh's hosts with
+`launch.nodes = 2`, data parallel over two, the second host's link cut at
+step 25 (the watchdogs end the job, the supervisor blames and excludes that
+host, and there is no spare to take its place):
+
+- `supervisor.elastic = true`: the job shrinks to the first host, dp 2 -> 1
+  with the same global batch (8 micro-batches per replica instead of 4),
+  resumed through the resharding load; the finish's losses are within 1e-6
+  relative of a plain dp 1 run resumed from the same checkpoint.
+- `supervisor.spare_wait = 12` (elastic off), the link left cut: the
+  supervisor checks the excluded host with `trainer health` every 4 s, and
+  when the wait is over exits 7 saying what it waited for.
+- the same with `supervisor.readmit = true` and the link back up a few
+  seconds into the wait: the health check passes, the host is readmitted, the
+  relaunch on both hosts finishes, bit-identical to an uncut run.
+
+Needs root and network namespaces; where they cannot be made it exits 77
+(ctest: skipped) and says why. `down` removes the hosts also after a failure.
+
+usage: no_spare_check.py TRAINER MPIEXEC
+"""
+import json
+import os
+import re
+import shutil
+import sys
+import tempfile
+import threading
+import time
+
+sys.dont_write_bytecode = True  # nothing left under tests/ (__pycache__)
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from harness import (DEMO_RECIPE, check, cluster_up, fake_cluster as fc, finish, losses,  # noqa: E402
+                     run, step_reached, same_tensors, small_demo, tensors)
+
+
+def event_seen(run_dir, kind):
+    path = os.path.join(run_dir, "events.jsonl")
+    return os.path.exists(path) and any(json.loads(l)["event"] == kind for l in open(path) if l.strip())
+
+
+def cut_sets(trainer, tmp, hosts):
+    """60 steps, checkpoints every 10, ZeRO-1, on the first two hosts, 2 ranks."""
+    _, base = small_demo(trainer, tmp, steps=60)
+    return base + ["--set", "parallel.pp=1", "--set", "parallel.tp=1", "--set", "model.n_layers=2",
+                   "--set", "checkpoint.every=10", "--set", "runtime.comm_timeout=6", "--set", "parallel.zero_stage=1",
+                   "--set", "supervisor.backoff=3", "--set", "supervisor.max_restarts=3", "--set", "launch.nodes=2",
+                   "--set", "launch.ranks=2", "--set", f'launch.hosts=["{hosts[0]}", "{hosts[1]}"]',
+                   "--set", "health.in_turn=true", "--set", "health.min_ratio=0.3"]
+
+
+def supervise_cut(trainer, env, hosts, sets, rdir, extra, restore_after=None):
+    """supervise with the second host's link cut at step 25; restored `restore_after` s after the
+    supervisor's no_spare event (None: left cut). Returns (exit code, events)."""
+    def cutter():
+        t0 = time.time()
+        while time.time() - t0 < 300 and not step_reached(rdir, 25):
+            time.sleep(0.1)
+        fc("cut", hosts[1], env=env)
+        if restore_after is not None:
+            while time.time() - t0 < 300 and not event_seen(rdir, "no_spare"):
+                time.sleep(0.1)
+            time.sleep(restore_after)
+            fc("restore", hosts[1], env=env)
+
+    t = threading.Thread(target=cutter)
+    t.start()
+    try:
+        code, out = run([trainer, "supervise", DEMO_RECIPE, *sets, "--set", f"run.dir={rdir}", *extra],
+                        env=env, ok_codes=(0, 1, 2, 5, 7))
+    finally:
+        t.join()
+        fc("restore", hosts[1], env=env)
+    if code not in (0, 7):
+        print(out[-3000:])
+    events = [json.loads(l) for l in open(os.path.join(rdir, "events.jsonl"))]
+    for e in events:
+        if e["event"] not in ("start", "straggler"):
+            print("event:", e["event"], e["message"][:300])
+    return code, events
+
+
+def shrunk(trainer, mpiexec, env, hosts, sets, tmp):
+    rdir = os.path.join(tmp, "shrunk")
+    code, events = supervise_cut(trainer, env, hosts, sets, rdir,
+                                 ["--set", "supervisor.elastic=true", "--set", "checkpoint.keep=0"])
+    shrink = [e for e in events if e["event"] == "shrink"]
+    starts = [e for e in events if e["event"] == "start"]
+    exits = [e.get("code") for e in events if e["event"] == "exit"]
+    check(len(shrink) == 1 and shrink[0]["excluded"] == [hosts[1]] and shrink[0]["hosts"] == [hosts[0]] and
+          shrink[0]["dp"] == 1 and shrink[0]["ranks"] == 1 and shrink[0]["accum_steps"] == 8 and
+          shrink[0]["resume_step"] >= 20,
+          f"elastic: {hosts[1]} excluded, no spare: shrunk to {hosts[0]} alone, dp 2 -> 1, 8 micro-batches per "
+          f"step (global batch 16), from a checkpoint of step 20 or later ({[e['message'] for e in shrink]})")
+    check(code == 0 and exits[-1:] == [0] and 5 in exits and len(starts) == 2 and
+          f"--host {hosts[0]}:1 " in starts[1]["command"] and "parallel.dp=1" in starts[1]["command"],
+          f"elastic: the relaunch runs one rank on {hosts[0]} with parallel.dp=1 and finishes "
+          f"(exits {exits}, supervise {code})")
+    if not shrink:
+        return
+    # The same checkpoint resumed by a plain dp 1 run.
+    step_dir = f"step_{shrink[0]['resume_step']:08d}"
+    ref = os.path.join(tmp, "shrunk_reference")
+    shutil.copytree(os.path.join(rdir, "checkpoints", step_dir), os.path.join(ref, "checkpoints", step_dir))
+    open(os.path.join(ref, "checkpoints", "latest"), "w").write(step_dir + "\n")
+    run([mpiexec, "-np", "1", "--host", f"{hosts[0]}:1", trainer, "train", DEMO_RECIPE, *sets,
+         "--set", f"run.dir={ref}", "--set", "parallel.dp=1"], env=dict(env, TRAINER_RESUME="auto"))
+    mine, theirs = losses(rdir), losses(ref)
+    later = sorted(s for s in theirs if s > shrink[0]["resume_step"])
+    differ = [s for s in later if abs(mine.get(s, float("nan")) - theirs[s]) > 1e-6 * abs(theirs[s])]
+    check(later and len(later) == 60 - shrink[0]["resume_step"] and not differ,
+          f"elastic: the finish's {len(later)} losses after the resume within 1e-6 of a dp 1 run resumed from "
+          f"{step_dir} (differing at {differ[:5]})")
+
+
+def waited(trainer, env, hosts, sets, tmp):
+    rdir = os.path.join(tmp, "waited")
+    t0 = time.time()
+    code, events = supervise_cut(trainer, env, hosts, sets, rdir,
+                                 ["--set", "supervisor.spare_wait=12", "--set", "supervisor.spare_check_every=4"])
+    kinds = [e["event"] for e in events]
+    no_spare = [e for e in events if e["event"] == "no_spare"]
+    checks = kinds[kinds.index("no_spare"):].count("health_check") if no_spare else 0
+    took = re.search(r"waited (\d+) s", events[-1]["message"]) if events else None
+    check(code == 7 and len(no_spare) == 1 and "waiting up to 12 s" in no_spare[0]["message"] and checks >= 2 and
+          kinds[-1] == "give_up" and took and int(took.group(1)) >= 12 and hosts[1] in events[-1]["message"] and
+          "start" not in kinds[kinds.index("no_spare"):],
+          f"spare_wait: the supervisor waits 12 s, checking the excluded host {checks} times, launches nothing "
+          f"and exits 7 saying what it waited for (supervise {code} after {time.time() - t0:.0f} s; "
+          f"{events[-1]['message'] if events else ''})")
+
+
+def readmitted(trainer, env, hosts, sets, straight, tmp):
+    rdir = os.path.join(tmp, "readmitted")
+    code, events = supervise_cut(trainer, env, hosts, sets, rdir,
+                                 ["--set", "supervisor.spare_wait=120", "--set", "supervisor.spare_check_every=4",
+                                  "--set", "supervisor.readmit=true"], restore_after=3)
+    kinds = [e["event"] for e in events]
+    readmit = [e for e in events if e["event"] == "readmit"]
+    starts = [e for e in events if e["event"] == "start"]
+    start_at = [i for i, k in enumerate(kinds) if k == "start"]
+    check(code == 0 and len(readmit) == 1 and readmit[0]["host"] == hosts[1] and len(starts) == 2 and
+          start_at[0] < kinds.index("readmit") < start_at[1] and
+          f"--host {hosts[0]}:1,{hosts[1]}:1" in starts[1]["command"],
+          f"readmit: the link back, {hosts[1]} passes trainer health, is readmitted and the relaunch runs on both "
+          f"hosts and finishes (supervise {code}; {[e['message'] for e in readmit]})")
+    final = os.path.join("checkpoints", "step_00000060")
+    check(same_tensors(tensors(os.path.join(rdir, final)), tensors(os.path.join(straight, final))),
+          "readmit: final weights and AdamW state bit-identical to an uncut run's")
+
+
+def main():
+    trainer, mpiexec = sys.argv[1], sys.argv[2]
+    with tempfile.TemporaryDirectory() as tmp:
+        env = cluster_up(2, "no_spare")
+        try:
+            hosts = fc("hosts", env=env).stdout.split()
+            sets = cut_sets(trainer, tmp, hosts)
+            straight = os.path.join(tmp, "straight")
+            run([mpiexec, "-np", "2", "--host", f"{hosts[0]}:1,{hosts[1]}:1", trainer, "train", DEMO_RECIPE, *sets,
+                 "--set", f"run.dir={straight}"], env=env)
+            shrunk(trainer, mpiexec, env, hosts, sets, tmp)
+            waited(trainer, env, hosts, sets, tmp)
+            readmitted(trainer, env, hosts, sets, straight, tmp)
+        finally:
+            down = fc("down", env=env)
+            check(down.returncode == 0, f"down: exit {down.returncode} {down.stderr.strip()[-300:]}")
+    finish("no_spare")
+
+
+if __name__ == "__main__":
+    main()

@@ -94,9 +94,12 @@ static double worst_rank_bytes(const Recipe& r) {
 // `plan --nodes N`: the smaller job supervisor.elastic would run (planning/shrink.h).
 static int plan_nodes(const RecipeArgs& args) {
   const Recipe r = load_recipe(args.recipe, args.overrides, (int)args.integer("--ranks", 0, 1), false);
-  const int full_ranks = r.launch.ranks > 0 ? r.launch.ranks : r.parallel.grid.ranks(), full_nodes = r.launch.nodes;
+  // The nodes a launch runs on: launch.nodes, else every host listed.
+  const int full_ranks = r.launch.ranks > 0 ? r.launch.ranks : r.parallel.grid.ranks();
+  const int full_nodes = r.launch.nodes > 0 ? r.launch.nodes : (int)r.launch.hosts.size();
   if (full_nodes <= 0)
-    throw RecipeError("plan --nodes N needs launch.nodes: the nodes the job runs on, of which N are left");
+    throw RecipeError("plan --nodes N needs launch.nodes (or launch.hosts): the nodes the job runs on, of which N "
+                      "are left");
   const int nodes = (int)args.integer("--nodes", 1, 1);
   const Shrink s = shrink_job(r, full_ranks, full_nodes, nodes, false);
   if (!s.ok) throw RecipeError("plan --nodes " + std::to_string(nodes) + ": the job cannot run there: " + s.why);
@@ -114,7 +117,8 @@ static int plan_nodes(const RecipeArgs& args) {
   const MemoryFit fit = check_memory_fit(n, -1, true, per_node);
   std::printf("%s on this machine: %s\n", fit.fits ? "fits" : "does NOT fit", fit.message.c_str());
   if (args.has("--profile")) {
-    StepModels model(load_profiles(args.list("--profile")), per_node);
+    const std::vector<MachineProfile> profiles = load_profiles(args.list("--profile"));  // the models refer to them
+    StepModels model(profiles, per_node);
     const StepPrediction a = model.predict(full), b = model.predict(n);
     std::printf("step time: %.1f ms, was %.1f ms (%.2fx); %.0f tokens/s, was %.0f\n", b.step_ms, a.step_ms,
                 b.step_ms / a.step_ms, b.tokens_per_s, a.tokens_per_s);

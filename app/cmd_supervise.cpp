@@ -102,8 +102,9 @@ const char* kSuperviseUsage =
     "  with fewer data-parallel replicas and the same global batch (event `shrink`), unless\n"
     "  that layout is invalid or would not fit memory (exit 7 with the reason); with\n"
     "  [supervisor] spare_wait > 0 it waits that long for hosts to come back (`trainer health`\n"
-    "  on the excluded ones every spare_check_every s; with readmit = true those fit again\n"
-    "  return, between launches only) before exit 7.\n"
+    "  on the whole allocation every spare_check_every s; with readmit = true the excluded hosts\n"
+    "  it finds fit return, between launches only) before exit 7. The shrink's memory check is\n"
+    "  the pre-flight's estimate against the memory of the machine `supervise` runs on.\n"
     "  Exit: 0 done; 2, 3, 4, 6, 8, 10 the job's error that a retry cannot fix; 7 restart\n"
     "  budget used up, or no spare left; 75 preempted (requeue).\n";
 
@@ -277,13 +278,13 @@ struct Supervisor {
     return std::nullopt;
   }
 
-  // The step the newest launch of `trainer train` since t0 began at (its
-  // launches.jsonl record), or -1 before it wrote one.
-  long first_step_since(double t0) const {
+  // The step a launch of `trainer train` began at: its launches.jsonl record
+  // among those appended since *offset (no clocks compared: rank 0's host
+  // keeps its own), or -1 before it wrote one.
+  long first_step_since(long* offset) const {
     long first = -1;
-    for (const nlohmann::json& l : read_jsonl(r.run.dir + "/launches.jsonl"))
-      if (record_time(l) >= t0 - 1 && l.contains("first_step") && l["first_step"].is_number_integer())
-        first = l["first_step"].get<long>();
+    for (const nlohmann::json& l : read_jsonl_since(r.run.dir + "/launches.jsonl", offset))
+      if (l.contains("first_step") && l["first_step"].is_number_integer()) first = l["first_step"].get<long>();
     return first;
   }
 
@@ -338,8 +339,13 @@ struct Supervisor {
     // supervisor.on_straggler = "replace": this launch's straggler events,
     // read as the job appends them (from the end of what is there now).
     std::optional<StragglerStreaks> streaks;
-    long events_offset = 0;
+    long events_offset = 0, launches_offset = 0, swap_first = -1;
     std::set<std::string> kept;
+    if (swap) {  // the relaunch after a swap: its launches.jsonl record says where it resumed
+      std::error_code ec;
+      launches_offset = (long)std::filesystem::file_size(r.run.dir + "/launches.jsonl", ec);
+      if (ec) launches_offset = 0;
+    }
     if (alloc && !hosts.empty() && r.supervisor.on_straggler == "replace") {
       streaks.emplace(r.supervisor.straggler_windows);
       std::error_code ec;
@@ -417,9 +423,12 @@ struct Supervisor {
       }
       // A swap's cost: the relaunch's first step done (past the step it
       // resumed from, which its launches.jsonl record says).
-      if (swap && mtime_seconds(r.run.dir + "/heartbeat") > o.t0)
-        if (const long first = first_step_since(o.t0); first >= 0 && read_heartbeat_step(r.run.dir) > first)
-          swap_done(launch, first);
+      if (swap) {
+        if (swap_first < 0) swap_first = first_step_since(&launches_offset);
+        if (swap_first >= 0 && mtime_seconds(r.run.dir + "/heartbeat") > o.t0 &&
+            read_heartbeat_step(r.run.dir) > swap_first)
+          swap_done(launch, swap_first);
+      }
       if (streaks && !o.forwarded && now_s() - stragglers_checked > 1) {
         stragglers_checked = now_s();
         if (const auto out = watch_stragglers(launch, *streaks, &events_offset, *alloc, hosts, kept, true)) {
@@ -502,7 +511,11 @@ struct Supervisor {
 
   // The job's --set overrides, and the smaller job's data parallelism after a shrink.
   std::vector<std::string> overrides(std::vector<std::string> o) const {
-    if (shrunk) o.push_back("parallel.dp=" + std::to_string(shrunk->recipe.parallel.grid.dp));
+    if (!shrunk) return o;
+    const Recipe& n = shrunk->recipe;
+    o.push_back("parallel.dp=" + std::to_string(n.parallel.grid.dp));
+    o.push_back("launch.nodes=" + std::to_string(n.launch.nodes));
+    if (r.launch.ranks > 0) o.push_back("launch.ranks=" + std::to_string(n.launch.ranks));
     return o;
   }
 
@@ -634,7 +647,10 @@ struct Supervisor {
     if (next.empty()) {
       const int left = (int)alloc.usable().size();
       if (r.supervisor.elastic && left > 0) {
+        // The most hosts that make a valid job (the others wait as spares).
         Shrink s = shrink_job(r, full_ranks, full_nodes, left, r.runtime.memory_check);
+        for (int n = left - 1; !s.ok && n >= 1; n--)
+          if (Shrink t = shrink_job(r, full_ranks, full_nodes, n, r.runtime.memory_check); t.ok) s = std::move(t);
         if (s.ok) return shrink(launch, std::move(s), alloc, excluded, rec, replaced);
         events.write("no_spare", launch,
                      excluded + "; no spare left, and the job cannot shrink to the " + std::to_string(left) +
@@ -644,7 +660,7 @@ struct Supervisor {
         return kExitGaveUp;
       }
       if (!r.supervisor.elastic && r.supervisor.spare_wait > 0)
-        return wait_for_hosts(launch, alloc, excluded, rec, replaced);
+        return wait_for_hosts(launch, alloc, excluded, rec);
       events.write("no_spare", launch,
                    excluded + "; no spare left (" + std::to_string(left) + " usable host(s), launch.nodes = " +
                        std::to_string(alloc.nodes()) + (r.supervisor.elastic ? "" : "; supervisor.elastic = false") +
@@ -691,8 +707,12 @@ struct Supervisor {
       return {};
     }
     std::vector<std::string> unfit;
-    if (end.code == kExitUnfitNode)
-      for (const std::string& name : health_verdict(r.run.dir, launch).hosts) unfit.push_back(alloc.find(name));
+    if (end.code == kExitUnfitNode) {
+      const Diagnosis d = health_verdict(r.run.dir, launch);
+      for (const std::string& name : d.hosts) unfit.push_back(alloc.find(name));
+      // A verdict naming no host, or one outside the allocation: none is known fit.
+      if (unfit.empty() || std::find(unfit.begin(), unfit.end(), "") != unfit.end()) return {};
+    }
     std::vector<std::string> fit;
     for (const auto& [h, why] : alloc.excluded())
       if (std::find(unfit.begin(), unfit.end(), h) == unfit.end()) fit.push_back(h);
@@ -701,9 +721,10 @@ struct Supervisor {
 
   // No spare left and supervisor.spare_wait: every spare_check_every seconds
   // the excluded hosts are checked; those fit again return with
-  // supervisor.readmit. Returns -1 (*replaced) once a launch has its hosts,
-  // else exit 7 when the wait is over (75 on a stop signal).
-  int wait_for_hosts(int launch, Allocation& alloc, const std::string& excluded, JsonRecord rec, bool* replaced) {
+  // supervisor.readmit. Returns -1 once a launch has its hosts (a restart,
+  // not a relaunch on spares), else exit 7 when the wait is over (75 on a
+  // stop signal).
+  int wait_for_hosts(int launch, Allocation& alloc, const std::string& excluded, JsonRecord rec) {
     const SupervisorSection& sv = r.supervisor;
     const double t0 = now_s(), until = t0 + sv.spare_wait;
     const int left = (int)alloc.usable().size();
@@ -725,7 +746,15 @@ struct Supervisor {
         }
         std::this_thread::sleep_for(std::chrono::milliseconds(100));
       }
-      for (const std::string& h : fit_again(launch, alloc, std::max(30.0, until - now_s()))) {
+      // Each check within the wait (a launcher that hangs on a dead host is
+      // stopped at its end), and at least a few seconds.
+      const std::vector<std::string> fit = fit_again(launch, alloc, std::max(5.0, until - now_s()));
+      if (stop_signal()) {
+        events.write("preempted", launch, std::string(strsignal(stop_signal())) + " received while waiting for "
+                                          "hosts; nothing launched; exiting with " + std::to_string(kExitPreempted));
+        return kExitPreempted;
+      }
+      for (const std::string& h : fit) {
         if (sv.readmit) {
           alloc.readmit(h);
           events.write("readmit", launch,
@@ -738,10 +767,9 @@ struct Supervisor {
                        JsonRecord().add("host", h));
         }
       }
-      if (!alloc.launch_hosts().empty()) {
-        *replaced = true;
-        return -1;
-      }
+      // The hosts are back: the relaunch counts against max_restarts (a
+      // host that comes and goes must not relaunch the job for ever).
+      if (!alloc.launch_hosts().empty()) return -1;
       if (now_s() >= until) break;
     }
     std::string out;

@@ -24,6 +24,8 @@ Shrink shrink_job(const Recipe& r, int ranks, int full_nodes, int nodes, bool me
   }
   s.recipe = r;
   s.recipe.parallel.grid.dp = s.ranks / model_ranks;
+  s.recipe.launch.nodes = nodes;  // the job's own rules check its ranks against them
+  if (r.launch.ranks > 0) s.recipe.launch.ranks = s.ranks;
   for (const RecipeProblem& p : check_recipe(s.recipe, s.ranks))
     if (!p.warning) {
       s.why = held + " at dp " + std::to_string(s.recipe.parallel.grid.dp) + ": " + p.message;

@@ -16,7 +16,7 @@ namespace trainer {
 struct Shrink {
   bool ok = false;
   int nodes = 0, ranks = 0;  // of the smaller job
-  Recipe recipe;             // its recipe: parallel.dp set for the ranks left
+  Recipe recipe;             // its recipe: parallel.dp, launch.nodes (and launch.ranks when set) for the ranks left
   std::string why;           // when not ok: what stops it
 };
 

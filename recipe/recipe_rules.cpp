@@ -174,6 +174,12 @@ bool training(const Recipe& r, Rules& rules) {
     rules.warn("supervisor", "on_straggler",
                "on_straggler = \"replace\" swaps a host for a spare of the allocation, and there is none without "
                "launch.hosts, launch.hostfile or (under Slurm) launch.nodes: stragglers are only reported");
+  if (r.supervisor.elastic && r.supervisor.spare_wait > 0)
+    rules.warn("supervisor", "spare_wait",
+               "spare_wait is not used with elastic = true: with no spare left the job shrinks at once");
+  if (!r.supervisor.elastic && r.supervisor.spare_wait > 0 && !r.supervisor.readmit)
+    rules.warn("supervisor", "spare_wait",
+               "with readmit = false no excluded host returns, so the wait can only end in exit 7");
   if (!launch(r, rules)) return false;
   if (t.exit_after > 0 && r.checkpoint.every == 0)
     rules.warn("training", "exit_after",

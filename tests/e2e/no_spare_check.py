@@ -81,7 +81,9 @@ def supervise_cut(trainer, env, hosts, sets, rdir, extra, restore_after=None):
     return code, events
 
 
-def shrunk(trainer, mpiexec, env, hosts, sets, tmp):
+def shrunk(trainer, mpiexec, env, hosts, sets, straight, tmp):
+    # The job's size from parallel.dp, not launch.ranks: the shrink sets launch.nodes for the job's own rules.
+    sets = [("parallel.dp=2" if a == "launch.ranks=2" else a) for a in sets]
     rdir = os.path.join(tmp, "shrunk")
     code, events = supervise_cut(trainer, env, hosts, sets, rdir,
                                  ["--set", "supervisor.elastic=true", "--set", "checkpoint.keep=0"])
@@ -94,8 +96,9 @@ def shrunk(trainer, mpiexec, env, hosts, sets, tmp):
           f"elastic: {hosts[1]} excluded, no spare: shrunk to {hosts[0]} alone, dp 2 -> 1, 8 micro-batches per "
           f"step (global batch 16), from a checkpoint of step 20 or later ({[e['message'] for e in shrink]})")
     check(code == 0 and exits[-1:] == [0] and 5 in exits and len(starts) == 2 and
-          f"--host {hosts[0]}:1 " in starts[1]["command"] and "parallel.dp=1" in starts[1]["command"],
-          f"elastic: the relaunch runs one rank on {hosts[0]} with parallel.dp=1 and finishes "
+          f"--host {hosts[0]}:1 " in starts[1]["command"] and "parallel.dp=1" in starts[1]["command"] and
+          "launch.nodes=1" in starts[1]["command"],
+          f"elastic: the relaunch runs one rank on {hosts[0]} with parallel.dp=1 (launch.nodes=1) and finishes "
           f"(exits {exits}, supervise {code})")
     if not shrink:
         return
@@ -105,13 +108,19 @@ def shrunk(trainer, mpiexec, env, hosts, sets, tmp):
     shutil.copytree(os.path.join(rdir, "checkpoints", step_dir), os.path.join(ref, "checkpoints", step_dir))
     open(os.path.join(ref, "checkpoints", "latest"), "w").write(step_dir + "\n")
     run([mpiexec, "-np", "1", "--host", f"{hosts[0]}:1", trainer, "train", DEMO_RECIPE, *sets,
-         "--set", f"run.dir={ref}", "--set", "parallel.dp=1"], env=dict(env, TRAINER_RESUME="auto"))
+         "--set", f"run.dir={ref}", "--set", "parallel.dp=1", "--set", "launch.nodes=1"],
+        env=dict(env, TRAINER_RESUME="auto"))
     mine, theirs = losses(rdir), losses(ref)
     later = sorted(s for s in theirs if s > shrink[0]["resume_step"])
     differ = [s for s in later if abs(mine.get(s, float("nan")) - theirs[s]) > 1e-6 * abs(theirs[s])]
     check(later and len(later) == 60 - shrink[0]["resume_step"] and not differ,
           f"elastic: the finish's {len(later)} losses after the resume within 1e-6 of a dp 1 run resumed from "
           f"{step_dir} (differing at {differ[:5]})")
+    # The same samples in the same order as the uncut dp 2 run (its sums differ in order only: 1e-3).
+    uncut = losses(straight)
+    off = max((abs(mine[s] - uncut[s]) / abs(uncut[s]) for s in later if s in mine), default=1)
+    check(off < 1e-3, f"elastic: the same samples in the same order as the uncut dp 2 run (losses within "
+                      f"{off:.1e} relative after the resume)")
 
 
 def waited(trainer, env, hosts, sets, tmp):
@@ -160,7 +169,7 @@ def main():
             straight = os.path.join(tmp, "straight")
             run([mpiexec, "-np", "2", "--host", f"{hosts[0]}:1,{hosts[1]}:1", trainer, "train", DEMO_RECIPE, *sets,
                  "--set", f"run.dir={straight}"], env=env)
-            shrunk(trainer, mpiexec, env, hosts, sets, tmp)
+            shrunk(trainer, mpiexec, env, hosts, sets, straight, tmp)
             waited(trainer, env, hosts, sets, tmp)
             readmitted(trainer, env, hosts, sets, straight, tmp)
         finally:

@@ -2,7 +2,8 @@
 """`trainer calibrate`, `trainer plan --search` and `trainer smoke` through the
 real binary: the profile has what the cost model reads; the search ranks
 layouts (with several profiles, at the median of their predictions), names
-why others were rejected and writes them as JSON; smoke leaves
+why others were rejected and writes them as JSON; `plan --nodes` prices the
+job supervisor.elastic would run on fewer nodes; smoke leaves
 the run's directories alone, measures memory as the plan predicts it, passes
 an unchanged rerun against its own baseline and fails (exit 9, one line) on a
 deliberate slowdown (a `slow` fault) and below --min-mfu, reports each
@@ -13,6 +14,7 @@ usage: smoke_check.py TRAINER MPIRUN
 """
 import json
 import os
+import re
 import shutil
 import sys
 import tempfile
@@ -89,6 +91,20 @@ def main():
           f"plan --search: {len(j['rejected'])} rejected with a reason each, e.g. {j['rejected'][0]['why']}")
     code, out = run([trainer, "plan", DEMO_RECIPE, "--ranks", "2", "--search"] + sets, ok_codes=(2,))
     check("trainer calibrate" in out, "plan --search without --profile: exit 2, says how to make one")
+    # plan --nodes: what supervisor.elastic would run on 1 of the job's 2 nodes (dp 2 -> 1, twice the
+    # micro-batches per replica, no gradient reduction), priced by the same profile.
+    elastic = ["--set", "parallel.pp=1", "--set", "parallel.tp=1", "--set", "launch.nodes=2", "--set", "launch.ranks=2"]
+    code, out = run([trainer, "plan", DEMO_RECIPE, "--nodes", "1", "--profile", prof] + sets + elastic)
+    m = re.search(r"step time: ([\d.]+) ms, was ([\d.]+) ms", out)
+    ratio = float(m.group(1)) / float(m.group(2)) if m else 0
+    check(code == 0 and "on 1 of its 2 nodes" in out and "dp 2 -> 1" in out and "4 -> 8 micro-batches" in out
+          and "memory per rank" in out and 1.2 < ratio < 2.5,
+          f"plan --nodes 1 of 2: dp 2 -> 1, twice the micro-batches, memory and fit, step time {ratio:.2f}x: "
+          f"{out.strip().splitlines()[0] if out.strip() else ''} / {m.group(0) if m else 'no step time'}")
+    code, out = run([trainer, "plan", DEMO_RECIPE, "--nodes", "1"] + sets + elastic + ["--set", "parallel.tp=2"],
+                    ok_codes=(2,))
+    check("cannot run there" in out and "not a multiple of one replica's tp x pp x cp = 2" in out,
+          f"plan --nodes: a node too few for one replica: exit 2 with the reason ({out.strip()[-200:]})")
     bad = os.path.join(tmp, "bad.json")
     open(bad, "w").write("{}")
     code, out = run([trainer, "plan", DEMO_RECIPE, "--ranks", "2", "--search", "--profile", bad] + sets,

@@ -46,6 +46,16 @@ TEST(Shrink, ReplicasThatDoNotDivideTheBatchOrTheRanksAreRefusedWithTheReason) {
   const Shrink half = shrink_job(wide, 2, 2, 1, false);
   EXPECT_FALSE(half.ok);
   EXPECT_NE(half.why.find("not a multiple of one replica's tp x pp x cp = 2"), std::string::npos) << half.why;
+  // launch.nodes (and launch.ranks when given) follow, for the job's own rules.
+  const Recipe placed = demo({"parallel.dp=4", "parallel.tp=2", "parallel.pp=1", "launch.nodes=4"});
+  const Shrink on_two = shrink_job(placed, 8, 4, 2, false);
+  ASSERT_TRUE(on_two.ok) << on_two.why;
+  EXPECT_EQ(on_two.recipe.launch.nodes, 2);
+  EXPECT_EQ(on_two.recipe.launch.ranks, 0);
+  const Shrink counted = shrink_job(demo({"parallel.dp=4", "parallel.tp=2", "parallel.pp=1", "launch.nodes=4",
+                                          "launch.ranks=8"}), 8, 4, 2, false);
+  ASSERT_TRUE(counted.ok) << counted.why;
+  EXPECT_EQ(counted.recipe.launch.ranks, 4);
   EXPECT_FALSE(shrink_job(r, 8, 4, 0, false).ok);
   EXPECT_FALSE(shrink_job(r, 8, 4, 5, false).ok);
 }

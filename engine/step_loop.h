@@ -109,7 +109,6 @@ class StepLoop {
   int window_steps_ = 0;
   ThroughputWatch throughput_;
   StragglerReport last_named_;  // the newest straggler report that named a rank
-  std::vector<std::string> rank_hosts_;  // every rank's host (gathered at the first straggler report)
   long straggler_windows_ = 0;           // straggler reports made by this launch
   long last_named_step_ = -1;
   std::unique_ptr<AutoCheckpointInterval> auto_interval_;  // checkpoint.every = "auto" (rank 0 decides)

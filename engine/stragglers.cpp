@@ -6,7 +6,6 @@
 // a rank, with its host, and the throughput drops to events.jsonl.
 #include <algorithm>
 #include <cstdio>
-#include <cstring>
 
 #include "engine/step_loop.h"
 #include "model/flops.h"
@@ -54,28 +53,12 @@ StragglerReport find_stragglers(ControlComm& world, const GridShape& grid, doubl
   return judge_stragglers(all, grid, factor, stage_work);
 }
 
-namespace {
-// Every rank's host, gathered once (at the first report, which every rank
-// makes at the same step): a report names the hosts of its ranks.
-std::vector<std::string> gather_hosts(ControlComm& world) {
-  constexpr size_t kName = 256;
-  char mine[kName] = {};
-  std::snprintf(mine, kName, "%s", host_name().c_str());
-  std::vector<char> all(kName * world.size());
-  world.allgather_bytes(mine, all.data(), kName);
-  std::vector<std::string> hosts;
-  for (int k = 0; k < world.size(); k++) hosts.emplace_back(&all[k * kName], strnlen(&all[k * kName], kName));
-  return hosts;
-}
-}  // namespace
-
 void StepLoop::track_stragglers(const StepStats& st, StepExtras& x) {
   if (r_.runtime.straggler_factor <= 0) return;
   window_compute_ms_ += st.step_ms - st.comm_ms();
   if (++window_steps_ < r_.runtime.straggler_every) return;
   x.slow = find_stragglers(world_, r_.parallel.grid, r_.runtime.straggler_factor, window_compute_ms_ / window_steps_,
                            stage_work(r_.model, r_.parallel.grid.pp));
-  if (rank_hosts_.empty()) rank_hosts_ = gather_hosts(world_);
   x.straggler_report = true;
   straggler_windows_++;
   window_compute_ms_ = 0, window_steps_ = 0;
@@ -91,7 +74,8 @@ void StepLoop::report_stragglers(const StepStats& st, const StragglerReport& slo
   std::string text = "step " + std::to_string(st.step) + ": straggler(s) over the last " +
                      std::to_string(r_.runtime.straggler_every) + " steps:";
   for (size_t i = 0; i < slow.ranks.size(); i++) {
-    hosts.push_back(rank_hosts_.at((size_t)slow.ranks[i]));
+    // Each rank's host as it gave it in the probe's start-up swap (engine/job.cpp).
+    hosts.push_back(job_.probe ? job_.probe->host((int)slow.ranks[i]) : host_name());
     char b[160];
     std::snprintf(b, sizeof b, "%s rank %d on %s, %.1f ms per step, %.2fx what its stage should take", i ? ";" : "",
                   (int)slow.ranks[i], hosts.back().c_str(), slow.ms[i], slow.ratios[i]);

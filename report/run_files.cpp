@@ -1,7 +1,9 @@
 #include "report/run_files.h"
 
+#include <algorithm>
 #include <cmath>
 #include <fstream>
+#include <iterator>
 
 #include "runtime/metrics_fields.h"
 #include "runtime/replace_file.h"
@@ -12,23 +14,35 @@ namespace trainer {
 
 namespace mf = metrics_field;
 
+namespace {
+// The object records of the lines of text[0, end) into out; *unreadable
+// counts the lines that are not one (the line the run is writing right now,
+// or a damaged one).
+void parse_lines(const std::string& text, size_t end, std::vector<nlohmann::json>& out, int* unreadable) {
+  for (size_t at = 0; at < end;) {
+    const size_t nl = std::min(end, text.find('\n', at));
+    if (nl > at) {
+      try {
+        nlohmann::json j = nlohmann::json::parse(text.begin() + at, text.begin() + nl);
+        if (j.is_object()) out.push_back(std::move(j));
+        else ++*unreadable;
+      } catch (const std::exception&) {
+        ++*unreadable;
+      }
+    }
+    at = nl + 1;
+  }
+}
+}  // namespace
+
 std::vector<nlohmann::json> read_jsonl(const std::string& path, int* unreadable) {
   int ignored = 0;
   if (!unreadable) unreadable = &ignored;
   std::vector<nlohmann::json> out;
   if (!not_regular_file(path).empty()) return ++*unreadable, out;  // a FIFO would block the read
-  std::ifstream in(path);
-  std::string line;
-  while (std::getline(in, line)) {
-    if (line.empty()) continue;
-    try {
-      nlohmann::json j = nlohmann::json::parse(line);
-      if (j.is_object()) out.push_back(std::move(j));
-      else ++*unreadable;
-    } catch (const std::exception&) {
-      ++*unreadable;  // the line the run is writing right now, or a damaged one
-    }
-  }
+  std::ifstream in(path, std::ios::binary);
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  parse_lines(text, text.size(), out, unreadable);
   return out;
 }
 
@@ -49,16 +63,8 @@ std::vector<nlohmann::json> read_jsonl_since(const std::string& path, long* offs
   const size_t end = text.rfind('\n');
   if (end == std::string::npos) return out;  // no whole line yet
   *offset += (long)end + 1;
-  for (size_t at = 0; at <= end;) {
-    const size_t nl = text.find('\n', at);  // at most `end`
-    if (nl == std::string::npos) break;
-    try {
-      nlohmann::json j = nlohmann::json::parse(text.begin() + at, text.begin() + nl);
-      if (j.is_object()) out.push_back(std::move(j));
-    } catch (const std::exception&) {  // a damaged line: skipped
-    }
-    at = nl + 1;
-  }
+  int skipped = 0;  // damaged lines
+  parse_lines(text, end, out, &skipped);
   return out;
 }
 

@@ -109,6 +109,10 @@ void PeerProbe::set_peers(std::vector<std::string> records, int my_rank) {
   for (const std::string& r : records) peers_.push_back(parse(r));
 }
 
+std::string PeerProbe::host(int rank) const {
+  return rank >= 0 && (size_t)rank < peers_.size() ? peers_[rank].host : "";
+}
+
 std::string PeerProbe::host_of(int rank) const {
   std::vector<std::string> ips;
   for (const Address& a : peers_[rank].addrs) ips.push_back(a.ip);

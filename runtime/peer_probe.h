@@ -28,6 +28,8 @@ class PeerProbe {
   std::string record() const;
   // Every rank's line, by world rank.
   void set_peers(std::vector<std::string> records, int my_rank);
+  // The host name `rank` gave in the swap ("" for a rank outside it).
+  std::string host(int rank) const;
 
   // Probes the hosts of `ranks` (one rank per host; ranks with this rank's
   // addresses share its host and are skipped) for at most timeout_s, and

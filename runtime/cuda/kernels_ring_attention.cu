@@ -45,8 +45,8 @@ __device__ PairRows pair_rows(const AttentionShape& s, const AttentionPair& p, i
           kv_base + p.v_off + (size_t)kvh * s.hd};
 }
 
-template <class T>
-__global__ void pair_fwd_kernel(float* acc, float* stats, const T* qkv, const T* kv, AttentionShape s,
+// The own pair kernels below are fp32 only (bf16 pairs are cuDNN's).
+__global__ void pair_fwd_kernel(float* acc, float* stats, const float* qkv, const float* kv, AttentionShape s,
                                 AttentionPair p, float scale) {
   const size_t row = (size_t)blockIdx.x * kWarpsPerBlock + threadIdx.x / 32;  // over B*H*rows
   const int lane = threadIdx.x % 32;
@@ -81,17 +81,15 @@ __global__ void pair_out_kernel(T* out, const float* acc, const float* stats, At
 }
 
 // P of query row i for key j, from the final statistics.
-template <class T>
-__device__ float pair_prob(const T* qkv, const T* kv, const float* st_row, const AttentionShape& s,
+__device__ float pair_prob(const float* qkv, const float* kv, const float* st_row, const AttentionShape& s,
                            const AttentionPair& p, const PairRows& at, int i, int j, float scale, int lane) {
   const float sc = warp_dot(qkv, at.q + (size_t)i * s.row, kv, at.k + (size_t)j * p.kv_row, s.hd, lane) * scale;
   return expf(sc - st_row[0]) / st_row[1];
 }
 
 // dQ of one query row, and its D = rowsum(dO * O) into D[B*H*rows] for the dK/dV pass.
-template <class T>
-__global__ void pair_bwd_q_kernel(float* dq, float* D, const T* dout, const T* qkv, const T* kv, const T* out,
-                                  const float* stats, AttentionShape s, AttentionPair p, float scale) {
+__global__ void pair_bwd_q_kernel(float* dq, float* D, const float* dout, const float* qkv, const float* kv,
+                                  const float* out, const float* stats, AttentionShape s, AttentionPair p, float scale) {
   const size_t row = (size_t)blockIdx.x * kWarpsPerBlock + threadIdx.x / 32;  // over B*H*rows
   const int lane = threadIdx.x % 32;
   if (row >= (size_t)s.B * s.H * p.rows) return;
@@ -113,8 +111,7 @@ __global__ void pair_bwd_q_kernel(float* dq, float* D, const T* dout, const T* q
 
 // dK and dV of one key row of the block: every query head of its kv group,
 // every query row of the pair that sees it.
-template <class T>
-__global__ void pair_bwd_kv_kernel(float* dkv, const float* D, const T* dout, const T* qkv, const T* kv,
+__global__ void pair_bwd_kv_kernel(float* dkv, const float* D, const float* dout, const float* qkv, const float* kv,
                                    const float* stats, AttentionShape s, AttentionPair p, float scale) {
   const size_t row = (size_t)blockIdx.x * kWarpsPerBlock + threadIdx.x / 32;  // over B*KVH*rows
   const int lane = threadIdx.x % 32;

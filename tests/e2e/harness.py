@@ -1,4 +1,5 @@
 """Helpers shared by the end-to-end checks that drive the real binary."""
+import contextlib
 import glob
 import json
 import os
@@ -181,6 +182,23 @@ def cluster_up(n, what, slurm=False):
     if p.returncode != 0:
         finish(what)
     return dict(os.environ, **cluster_exports(p.stdout))
+
+
+@contextlib.contextmanager
+def fake_hosts(n, what, slurm=False):
+    """cluster_up(n, what, slurm) around the body of a `with`: yields (the
+    environment, the host names), or (None, []) where the Slurm cluster cannot
+    be made; the hosts go down on the way out, checked."""
+    env = cluster_up(n, what, slurm)
+    if env is None:
+        yield None, []
+        return
+    try:
+        yield env, fake_cluster("hosts", env=env).stdout.split()
+    finally:
+        down = fake_cluster("down", env=env)
+        check(down.returncode == 0,
+              f"down{' (Slurm)' if slurm else ''}: exit {down.returncode} {down.stderr.strip()[-300:]}")
 
 
 def cluster_exports(text):

@@ -31,7 +31,7 @@ import time
 
 sys.dont_write_bytecode = True  # nothing left under tests/ (__pycache__)
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from harness import (DEMO_RECIPE, check, cluster_up, fake_cluster as fc, finish, losses,  # noqa: E402
+from harness import (DEMO_RECIPE, check, fake_cluster as fc, fake_hosts, finish, losses,  # noqa: E402
                      run, step_reached, same_tensors, small_demo, tensors)
 
 
@@ -161,20 +161,14 @@ def readmitted(trainer, env, hosts, sets, straight, tmp):
 
 def main():
     trainer, mpiexec = sys.argv[1], sys.argv[2]
-    with tempfile.TemporaryDirectory() as tmp:
-        env = cluster_up(2, "no_spare")
-        try:
-            hosts = fc("hosts", env=env).stdout.split()
-            sets = cut_sets(trainer, tmp, hosts)
-            straight = os.path.join(tmp, "straight")
-            run([mpiexec, "-np", "2", "--host", f"{hosts[0]}:1,{hosts[1]}:1", trainer, "train", DEMO_RECIPE, *sets,
-                 "--set", f"run.dir={straight}"], env=env)
-            shrunk(trainer, mpiexec, env, hosts, sets, straight, tmp)
-            waited(trainer, env, hosts, sets, tmp)
-            readmitted(trainer, env, hosts, sets, straight, tmp)
-        finally:
-            down = fc("down", env=env)
-            check(down.returncode == 0, f"down: exit {down.returncode} {down.stderr.strip()[-300:]}")
+    with tempfile.TemporaryDirectory() as tmp, fake_hosts(2, "no_spare") as (env, hosts):
+        sets = cut_sets(trainer, tmp, hosts)
+        straight = os.path.join(tmp, "straight")
+        run([mpiexec, "-np", "2", "--host", f"{hosts[0]}:1,{hosts[1]}:1", trainer, "train", DEMO_RECIPE, *sets,
+             "--set", f"run.dir={straight}"], env=env)
+        shrunk(trainer, mpiexec, env, hosts, sets, straight, tmp)
+        waited(trainer, env, hosts, sets, tmp)
+        readmitted(trainer, env, hosts, sets, straight, tmp)
     finish("no_spare")
 
 

@@ -35,7 +35,7 @@ import time
 
 sys.dont_write_bytecode = True  # nothing left under tests/ (__pycache__)
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from harness import (DEMO_RECIPE, check, cluster_up, fake_cluster as fc, finish,  # noqa: E402
+from harness import (DEMO_RECIPE, check, fake_cluster as fc, fake_hosts, finish,  # noqa: E402
                      run, step_reached, same_tensors, small_demo, tensors)
 
 
@@ -209,26 +209,16 @@ def main():
     with tempfile.TemporaryDirectory() as tmp:
         sets = cut_sets(trainer, tmp)
         straight = os.path.join(tmp, "straight")
-        env = cluster_up(3, "spares")
-        try:
-            hosts = fc("hosts", env=env).stdout.split()
+        with fake_hosts(3, "spares") as (env, hosts):
             run([mpiexec, "-np", "2", "--host", f"{hosts[0]}:1,{hosts[2]}:1", trainer, "train", DEMO_RECIPE, *sets,
                  "--set", f"run.dir={straight}"], env=env)
             replaced_on_spare(trainer, env, hosts, sets, straight, os.path.join(tmp, "cut"), "mpirun")
             unfit_replaced(trainer, env, hosts, sets, tmp)
             never_started(trainer, env, hosts, sets, os.path.join(tmp, "never_started"))
-        finally:
-            down = fc("down", env=env)
-            check(down.returncode == 0, f"down: exit {down.returncode} {down.stderr.strip()[-300:]}")
         # The same under Slurm, in an allocation of the three hosts.
-        env = cluster_up(3, "spares", slurm=True)
-        if env:
-            try:
-                hosts = fc("hosts", env=env).stdout.split()
+        with fake_hosts(3, "spares", slurm=True) as (env, hosts):
+            if env:
                 replaced_on_spare(trainer, env, hosts, sets, straight, os.path.join(tmp, "cut_slurm"), "srun")
-            finally:
-                down = fc("down", env=env)
-                check(down.returncode == 0, f"down (Slurm): exit {down.returncode} {down.stderr.strip()[-300:]}")
     finish("spares")
 
 

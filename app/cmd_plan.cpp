@@ -23,7 +23,7 @@ namespace trainer {
 
 namespace {
 const char* kPlanUsage =
-    "usage: trainer plan RECIPE.toml [--set section.key=value ...] [--ranks N]\n"
+    "usage: trainer plan RECIPE.toml [--set section.key=value ...] [--ranks N] [--memory-per-rank-gb X]\n"
     "  Predicts each rank's memory (parameters, gradients, optimizer state,\n"
     "  activations, communication buffers, temporaries; with runtime.backend = \"cuda\"\n"
     "  also what only that backend holds: cuDNN's attention workspace, cuBLASLt's,\n"
@@ -32,7 +32,8 @@ const char* kPlanUsage =
     "  and the forward FLOPs recomputation adds. --ranks N is the world size\n"
     "  the job will have (default: dp * pp * tp with dp from the recipe, or 1).\n"
     "  Last, whether the worst rank fits in this machine's memory shared by\n"
-    "  --ranks-per-node ranks (default: all of them), as `trainer train` checks.\n"
+    "  --ranks-per-node ranks (default: all of them), as `trainer train` checks, or in\n"
+    "  --memory-per-rank-gb X (GPU memory on the CUDA backend): a cluster planned from elsewhere.\n"
     "\n"
     "       trainer plan RECIPE.toml --ranks N --search --profile FILE [--top K]\n"
     "                    [--price-per-rank-hour X] [--tokens N] [--memory-per-rank-gb X]\n"
@@ -48,11 +49,20 @@ const char* kPlanUsage =
     "  --profile A.json,B.json,...: several calibrations of the job (on a machine whose\n"
     "  speed moves, calibrate a few times); each layout's prediction is the median of theirs.\n"
     "\n"
-    "       trainer plan RECIPE.toml --nodes N [--profile FILE]\n"
+    "       trainer plan RECIPE.toml --nodes N [--profile FILE] [--memory-per-rank-gb X]\n"
     "  The job `trainer supervise` would run with supervisor.elastic = true on N of its\n"
     "  launch.nodes nodes: the same ranks per node, fewer data-parallel replicas, the same\n"
     "  global batch; each rank's memory against the whole job's and whether it fits here\n"
-    "  (shared by a node's ranks), and with --profile the step time of both.\n";
+    "  (shared by a node's ranks; or in --memory-per-rank-gb X), as the supervisor checks\n"
+    "  before it shrinks, and with --profile the step time of both.\n";
+// The memory verdict's last line: against this machine's memory, or
+// --memory-per-rank-gb.
+void print_fit(const Recipe& r, const RecipeArgs& args, int per_node) {
+  const double given = args.number("--memory-per-rank-gb", 0, 0);
+  const MemoryFit fit = check_job_memory(r, per_node, given * 1e9);  // GB as format_gb prints them
+  std::printf("%s %s: %s\n", fit.fits ? "fits" : "does NOT fit",
+              given > 0 ? "in --memory-per-rank-gb" : "on this machine", fit.message.c_str());
+}
 }
 
 // How cuDNN's attention workspace grows (runtime/cuda_memory.h): with T the
@@ -114,8 +124,7 @@ static int plan_nodes(const RecipeArgs& args) {
               n.training.micro_batch, (long)n.training.global_batch);
   std::printf("memory per rank (the stage that needs most, recompute %s): %.1f MB, was %.1f MB\n",
               recompute_name(r.recompute.mode), mib(worst_rank_bytes(n)), mib(worst_rank_bytes(full)));
-  const MemoryFit fit = check_memory_fit(n, -1, true, per_node);
-  std::printf("%s on this machine: %s\n", fit.fits ? "fits" : "does NOT fit", fit.message.c_str());
+  print_fit(n, args, per_node);
   if (args.has("--profile")) {
     const std::vector<MachineProfile> profiles = load_profiles(args.list("--profile"));  // the models refer to them
     StepModels model(profiles, per_node);
@@ -178,9 +187,7 @@ int cmd_plan(int argc, char** argv) {
   if (cuda) print_cuda_memory(r);
   // The same verdict `trainer train` gives before it allocates, for this
   // machine with the job's ranks on it (--ranks-per-node, default all).
-  const int per_node = (int)args.integer("--ranks-per-node", ranks, 1);
-  const MemoryFit fit = check_memory_fit(r, -1, true, per_node);
-  std::printf("%s on this machine: %s\n", fit.fits ? "fits" : "does NOT fit", fit.message.c_str());
+  print_fit(r, args, (int)args.integer("--ranks-per-node", ranks, 1));
   return 0;
 }
 

@@ -28,13 +28,9 @@ LayoutSearch search_layouts(const Recipe& base, const std::vector<MachineProfile
   StepModels model(profiles, o.ranks_per_node);
   for (const LayoutCandidate& c : s.candidates) {
     if (!c.rejected.empty()) continue;
-    const MemoryFit fit = check_memory_fit(c.recipe, -1, true, o.ranks_per_node);
-    const bool fits = o.memory_limit_gb > 0 ? fit.need <= o.memory_limit_gb * kGiB : fit.fits;
-    if (!fits) {
-      char b[96];
-      std::snprintf(b, sizeof b, "needs %.2f GB per rank, %.2f GB available", gib(fit.need),
-                    o.memory_limit_gb > 0 ? o.memory_limit_gb : gib(fit.available));
-      s.memory[&c] = b;
+    const MemoryFit fit = check_job_memory(c.recipe, o.ranks_per_node, o.memory_limit_gb * 1e9);  // GB as format_gb's
+    if (!fit.fits) {
+      s.memory[&c] = "needs " + format_gb(fit.need) + " per rank, " + format_gb(fit.available) + " available";
       continue;
     }
     const StepPrediction p = model.predict(c.recipe);

@@ -97,6 +97,13 @@ std::string plan_parts(const MemoryFit& f) {
   return parts;
 }
 
+// Host memory: the plan, checkpoint buffers and the process.
+std::string host_parts(const MemoryFit& f) {
+  std::string parts = plan_parts(f);
+  if (f.checkpoint > 0) parts += ", checkpoint buffers " + format_gb(f.checkpoint);
+  return parts + ", process " + format_gb(f.process);
+}
+
 // On GPUs the plan lives in device memory (checkpoint buffers and the process
 // are host memory, plentiful on GPU nodes): compare it with the free memory
 // of one GPU, shared by the ranks that land on it.
@@ -144,14 +151,28 @@ MemoryFit check_memory_fit(const Recipe& r, int stage, bool writer, int ranks_on
   MemoryFit f = worst(r, stage, writer);
   f.available = (double)host.available / share;
   f.fits = host.available == 0 || f.need <= f.available;  // unknown: do not block
-  std::string parts = plan_parts(f);
-  if (f.checkpoint > 0) parts += ", checkpoint buffers " + format_gb(f.checkpoint);
-  parts += ", process " + format_gb(f.process);
-  f.message = "needs " + format_gb(f.need) + " per rank (" + parts + "); " + format_gb(f.available) +
+  f.message = "needs " + format_gb(f.need) + " per rank (" + host_parts(f) + "); " + format_gb(f.available) +
               " available per rank (" + host.describe() + " shared by " + std::to_string(share) +
               " rank(s) on this node)";
   if (!f.fits) f.message += ". Try: " + suggestions(r, stage, writer, f.available);
   return f;
+}
+
+MemoryFit check_memory_within(const Recipe& r, int stage, bool writer, double per_rank_bytes) {
+  const bool gpu = r.runtime.backend == "cuda";
+  MemoryFit f = worst(r, stage, writer);
+  if (gpu) f.need = f.plan.total();  // device memory, as check_device_fit counts it
+  f.available = per_rank_bytes;
+  f.fits = f.need <= f.available;
+  f.message = "needs " + format_gb(f.need) + (gpu ? " of GPU memory" : "") + " per rank (" +
+              (gpu ? plan_parts(f) : host_parts(f)) + "); " + format_gb(f.available) + " per rank given";
+  if (!f.fits) f.message += ". Try: " + suggestions(r, stage, writer, f.available);
+  return f;
+}
+
+MemoryFit check_job_memory(const Recipe& r, int ranks_on_node, double per_rank_bytes) {
+  return per_rank_bytes > 0 ? check_memory_within(r, -1, true, per_rank_bytes)
+                            : check_memory_fit(r, -1, true, ranks_on_node);
 }
 
 }  // namespace trainer

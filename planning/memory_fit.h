@@ -27,4 +27,14 @@ struct MemoryFit {
 // launcher's index of the rank on its node; -1: device 0).
 MemoryFit check_memory_fit(const Recipe& r, int stage, bool writer, int ranks_on_node, int local_rank = -1);
 
+// The same need against a given amount per rank (GPU memory on a GPU
+// backend) instead of this machine's: a cluster's nodes planned from
+// elsewhere (`trainer plan --memory-per-rank-gb`).
+MemoryFit check_memory_within(const Recipe& r, int stage, bool writer, double per_rank_bytes);
+
+// A job's verdict, its worst stage on a checkpoint-writing rank:
+// check_memory_within when per_rank_bytes > 0, else check_memory_fit with
+// ranks_on_node ranks on this machine.
+MemoryFit check_job_memory(const Recipe& r, int ranks_on_node, double per_rank_bytes);
+
 }  // namespace trainer

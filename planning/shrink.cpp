@@ -5,7 +5,7 @@
 
 namespace trainer {
 
-Shrink shrink_job(const Recipe& r, int ranks, int full_nodes, int nodes, bool memory) {
+Shrink shrink_job(const Recipe& r, int ranks, int full_nodes, int nodes, bool memory, double per_rank_bytes) {
   Shrink s;
   s.nodes = nodes;
   const int per_node = full_nodes > 0 ? ranks / full_nodes : ranks;
@@ -32,7 +32,7 @@ Shrink shrink_job(const Recipe& r, int ranks, int full_nodes, int nodes, bool me
       return s;
     }
   if (memory) {
-    const MemoryFit fit = check_memory_fit(s.recipe, -1, true, per_node);
+    const MemoryFit fit = check_job_memory(s.recipe, per_node, per_rank_bytes);
     if (!fit.fits) {
       s.why = held + " at dp " + std::to_string(s.recipe.parallel.grid.dp) + ": " + fit.message;
       return s;

@@ -21,8 +21,9 @@ struct Shrink {
 };
 
 // `r` runs `ranks` ranks on `full_nodes` nodes; the job on `nodes` of them.
-// memory: also run the memory pre-flight (planning/memory_fit.h) against
-// this machine's memory shared by a node's ranks.
-Shrink shrink_job(const Recipe& r, int ranks, int full_nodes, int nodes, bool memory);
+// memory: also run the memory pre-flight (planning/memory_fit.h,
+// check_job_memory) against this machine's memory shared by a node's ranks,
+// or, per_rank_bytes > 0, against that much per rank.
+Shrink shrink_job(const Recipe& r, int ranks, int full_nodes, int nodes, bool memory, double per_rank_bytes = 0);
 
 }  // namespace trainer

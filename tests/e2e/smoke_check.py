@@ -101,6 +101,10 @@ def main():
           and "memory per rank" in out and 1.2 < ratio < 2.5,
           f"plan --nodes 1 of 2: dp 2 -> 1, twice the micro-batches, memory and fit, step time {ratio:.2f}x: "
           f"{out.strip().splitlines()[0] if out.strip() else ''} / {m.group(0) if m else 'no step time'}")
+    # ... against a node's memory given (the supervisor refuses such a shrink with exit 7).
+    code, out = run([trainer, "plan", DEMO_RECIPE, "--nodes", "1", "--memory-per-rank-gb", "0.05"] + sets + elastic)
+    check(code == 0 and "does NOT fit in --memory-per-rank-gb: needs" in out and "0.05 GB per rank given. Try:" in out,
+          f"plan --nodes --memory-per-rank-gb 0.05: does not fit, with what would ({out.strip()[-200:]})")
     code, out = run([trainer, "plan", DEMO_RECIPE, "--nodes", "1"] + sets + elastic + ["--set", "parallel.tp=2"],
                     ok_codes=(2,))
     check("cannot run there" in out and "not a multiple of one replica's tp x pp x cp = 2" in out,

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include "app/recipe.h"
+#include "planning/memory_fit.h"
 #include "planning/shrink.h"
 
 using namespace trainer;
@@ -58,4 +59,29 @@ TEST(Shrink, ReplicasThatDoNotDivideTheBatchOrTheRanksAreRefusedWithTheReason) {
   EXPECT_EQ(counted.recipe.launch.ranks, 4);
   EXPECT_FALSE(shrink_job(r, 8, 4, 0, false).ok);
   EXPECT_FALSE(shrink_job(r, 8, 4, 5, false).ok);
+}
+
+TEST(Shrink, AShrinkThatWouldNotFitMemoryIsRefusedWithThePlansReason) {
+  // ZeRO-1, dp 2 on two nodes of one rank: one replica keeps all of AdamW's
+  // state, twice each rank's half of it before.
+  const Recipe r = demo({"parallel.dp=2", "parallel.tp=1", "parallel.pp=1", "parallel.zero_stage=1"});
+  const Shrink unchecked = shrink_job(r, 2, 2, 1, false);
+  ASSERT_TRUE(unchecked.ok) << unchecked.why;
+  const MemoryFit before = check_memory_within(r, -1, true, 1e15);
+  const MemoryFit after = check_memory_within(unchecked.recipe, -1, true, 1e15);
+  const double opt_before = before.plan.bytes[(int)Mem::Optimizer], opt_after = after.plan.bytes[(int)Mem::Optimizer];
+  EXPECT_NEAR(opt_after, 2 * opt_before, 1e-3 * opt_after);
+  EXPECT_GT(after.need, before.need);
+  EXPECT_DOUBLE_EQ(after.need, after.plan.total() + after.checkpoint + after.process);
+  // A node that holds the dp 2 rank but not the dp 1 one: refused, with the plan's reason.
+  const double between = (before.need + after.need) / 2;
+  const Shrink refused = shrink_job(r, 2, 2, 1, true, between);
+  EXPECT_FALSE(refused.ok);
+  const MemoryFit fit = check_memory_within(unchecked.recipe, -1, true, between);
+  EXPECT_FALSE(fit.fits);
+  EXPECT_NE(refused.why.find("1 node(s) of 1 rank(s) hold 1 rank(s) at dp 1: " + fit.message), std::string::npos)
+      << refused.why;
+  EXPECT_NE(fit.message.find("per rank given. Try: "), std::string::npos) << fit.message;
+  EXPECT_TRUE(check_memory_within(r, -1, true, between).fits);
+  EXPECT_TRUE(shrink_job(r, 2, 2, 1, true, after.need).ok);
 }

@@ -53,8 +53,8 @@ const char* kPlanUsage =
     "  The job `trainer supervise` would run with supervisor.elastic = true on N of its\n"
     "  launch.nodes nodes: the same ranks per node, fewer data-parallel replicas, the same\n"
     "  global batch; each rank's memory against the whole job's and whether it fits here\n"
-    "  (shared by a node's ranks; or in --memory-per-rank-gb X), as the supervisor checks\n"
-    "  before it shrinks, and with --profile the step time of both.\n";
+    "  (shared by a node's ranks; or in --memory-per-rank-gb X; the supervisor checks it\n"
+    "  against the machine it runs on before it shrinks), and with --profile the step time of both.\n";
 // The memory verdict's last line: against this machine's memory, or
 // --memory-per-rank-gb.
 void print_fit(const Recipe& r, const RecipeArgs& args, int per_node) {

@@ -35,6 +35,7 @@
 #include <cstring>
 #include <ctime>
 #include <filesystem>
+#include <map>
 #include <optional>
 #include <set>
 #include <string>
@@ -102,9 +103,10 @@ const char* kSuperviseUsage =
     "  with fewer data-parallel replicas and the same global batch (event `shrink`), unless\n"
     "  that layout is invalid or would not fit memory (exit 7 with the reason); with\n"
     "  [supervisor] spare_wait > 0 it waits that long for hosts to come back (`trainer health`\n"
-    "  on the whole allocation every spare_check_every s; with readmit = true the excluded hosts\n"
-    "  it finds fit return, between launches only) before exit 7. The shrink's memory check is\n"
-    "  the pre-flight's estimate against the memory of the machine `supervise` runs on.\n"
+    "  on each excluded host beside the usable ones every spare_check_every s; with readmit =\n"
+    "  true the excluded hosts it finds fit return, between launches only) before exit 7. The\n"
+    "  shrink's memory check is the pre-flight's estimate against the memory of the machine\n"
+    "  `supervise` runs on (`trainer plan --nodes N` shows it, or against --memory-per-rank-gb).\n"
     "  Exit: 0 done; 2, 3, 4, 6, 8, 10 the job's error that a retry cannot fix; 7 restart\n"
     "  budget used up, or no spare left; 75 preempted (requeue).\n";
 
@@ -684,38 +686,52 @@ struct Supervisor {
     return -1;
   }
 
-  // `trainer health` on every host of the allocation, excluded ones too (one
-  // rank each; its limit `limit` s): the excluded hosts it does not find
-  // unfit, or none when it did not finish (a host that cannot start its rank
-  // fails the whole check).
-  std::vector<std::string> fit_again(int launch, const Allocation& alloc, double limit) {
-    const std::vector<std::string>& all = alloc.hosts();
-    const std::vector<std::string> cmd =
-        launch_command(r, "health", recipe_path, recipe_overrides, (int)all.size(), all, launch);
-    events.write("health_check", launch,
-                 "waiting for hosts: trainer health on the allocation's " + std::to_string(all.size()) +
-                     " host(s), the excluded ones too: " + shell_join(cmd),
-                 JsonRecord().add("hosts", all).add("command", shell_join(cmd)));
-    const ChildEnd end = wait_children({spawn(cmd, launch_environment(launch, ""))}, limit, cmd[0])[0];
-    if (end.stopped) return {};
-    if (end.code != kExitOk && end.code != kExitUnfitNode) {
-      events.write("health_failed", launch,
-                   "trainer health reached no verdict on every host (" +
-                       (end.timed_out ? std::string("no answer in time") : "exit " + std::to_string(end.code)) +
-                       "): an excluded host is still out of reach",
-                   JsonRecord().add("code", end.code));
-      return {};
-    }
-    std::vector<std::string> unfit;
-    if (end.code == kExitUnfitNode) {
-      const Diagnosis d = health_verdict(r.run.dir, launch);
-      for (const std::string& name : d.hosts) unfit.push_back(alloc.find(name));
-      // A verdict naming no host, or one outside the allocation: none is known fit.
-      if (unfit.empty() || std::find(unfit.begin(), unfit.end(), "") != unfit.end()) return {};
-    }
+  // `trainer health` on each excluded host in turn beside the usable ones
+  // (one rank each, so that its figures are judged against theirs): the
+  // excluded hosts found fit. A host that cannot start its rank fails its
+  // own check only, and a launcher that hangs on it is stopped after
+  // kCheckLimit s, so one still out of reach keeps no other out. Each
+  // check within `until`, and at least a few seconds (the wait's last
+  // round may overrun it by those).
+  static constexpr double kCheckLimit = 30;  // s: a health check takes a few
+  std::vector<std::string> fit_again(int launch, const Allocation& alloc, double until) {
+    const std::vector<std::string> usable = alloc.usable();
+    const std::map<std::string, std::string> excluded = alloc.excluded();
     std::vector<std::string> fit;
-    for (const auto& [h, why] : alloc.excluded())
-      if (std::find(unfit.begin(), unfit.end(), h) == unfit.end()) fit.push_back(h);
+    for (const auto& [h, why] : excluded) {
+      if (stop_signal()) break;
+      std::vector<std::string> hosts;  // in the allocation's order
+      for (const std::string& a : alloc.hosts())
+        if (a == h || std::find(usable.begin(), usable.end(), a) != usable.end()) hosts.push_back(a);
+      const std::vector<std::string> cmd =
+          launch_command(r, "health", recipe_path, recipe_overrides, (int)hosts.size(), hosts, launch);
+      events.write("health_check", launch,
+                   "waiting for hosts: trainer health on excluded host " + h + " beside the " +
+                       std::to_string(usable.size()) + " usable host(s): " + shell_join(cmd),
+                   JsonRecord().add("host", h).add("hosts", hosts).add("command", shell_join(cmd)));
+      const double cap = std::max(kCheckLimit, r.supervisor.spare_check_every);
+      const double limit = std::max(5.0, std::min(until - now_s(), cap));
+      const ChildEnd end = wait_children({spawn(cmd, launch_environment(launch, ""))}, limit, cmd[0])[0];
+      if (end.stopped) break;
+      if (end.code != kExitOk && end.code != kExitUnfitNode) {
+        events.write("health_failed", launch,
+                     "trainer health with " + h + " reached no verdict (" +
+                         (end.timed_out ? std::string("no answer in time") : "exit " + std::to_string(end.code)) +
+                         "): it is still out of reach",
+                     JsonRecord().add("host", h).add("code", end.code));
+        continue;
+      }
+      if (end.code == kExitUnfitNode) {
+        // Fit only when the verdict names hosts of the allocation, h not
+        // among them (a verdict naming none, or an unknown one, clears none).
+        const Diagnosis d = health_verdict(r.run.dir, launch);
+        bool cleared = !d.hosts.empty();
+        for (const std::string& name : d.hosts)
+          if (const std::string a = alloc.find(name); a.empty() || a == h) cleared = false;
+        if (!cleared) continue;
+      }
+      fit.push_back(h);
+    }
     return fit;
   }
 
@@ -731,7 +747,7 @@ struct Supervisor {
     char b[320];
     std::snprintf(b, sizeof b,
                   "; no spare left (%d usable host(s), launch.nodes = %d): waiting up to %g s (supervisor.spare_wait) "
-                  "for hosts to come back, with trainer health on the excluded ones every %g s%s",
+                  "for hosts to come back, with trainer health on each excluded one every %g s%s",
                   left, alloc.nodes(), sv.spare_wait, sv.spare_check_every,
                   sv.readmit ? " (readmitted when fit: supervisor.readmit)"
                              : "; supervisor.readmit = false: none of them returns, so only the end of the wait");
@@ -747,8 +763,8 @@ struct Supervisor {
         std::this_thread::sleep_for(std::chrono::milliseconds(100));
       }
       // Each check within the wait (a launcher that hangs on a dead host is
-      // stopped at its end), and at least a few seconds.
-      const std::vector<std::string> fit = fit_again(launch, alloc, std::max(5.0, until - now_s()));
+      // stopped at its end).
+      const std::vector<std::string> fit = fit_again(launch, alloc, until);
       if (stop_signal()) {
         events.write("preempted", launch, std::string(strsignal(stop_signal())) + " received while waiting for "
                                           "hosts; nothing launched; exiting with " + std::to_string(kExitPreempted));
@@ -774,12 +790,16 @@ struct Supervisor {
     }
     std::string out;
     for (const auto& [h, why] : alloc.excluded()) out += (out.empty() ? "" : "; ") + h + " (" + why + ")";
+    const int usable = (int)alloc.usable().size(), back = usable - left;  // back: readmitted in the wait
+    std::string came = back > 0 ? std::to_string(back) + " came back, too few" : "none came back";
+    if (!sv.readmit)
+      came = said.empty() ? came + " (supervisor.readmit = false)"
+                          : std::to_string(said.size()) + " passed trainer health but stay(s) out (supervisor.readmit = false)";
     events.write("give_up", launch,
                  "waited " + std::to_string((int)(now_s() - t0)) + " s (supervisor.spare_wait = " +
-                     std::to_string((int)sv.spare_wait) + " s) for " + std::to_string(alloc.nodes() - left) +
+                     std::to_string((int)sv.spare_wait) + " s) for " + std::to_string(alloc.nodes() - usable) +
                      " more host(s) to run launch.nodes = " + std::to_string(alloc.nodes()) + " (" +
-                     std::to_string(left) + " usable; excluded: " + out + "): none came back" +
-                     (sv.readmit ? "" : " (supervisor.readmit = false)") +
+                     std::to_string(usable) + " usable; excluded: " + out + "): " + came +
                      "; giving up; give the job more hosts and run the same command to resume",
                  JsonRecord().add("code", kExitGaveUp).add("waited_s", now_s() - t0));
     return kExitGaveUp;

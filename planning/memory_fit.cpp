@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <optional>
 
 #include "engine/layout.h"
 #include "model/flops.h"
@@ -126,28 +127,33 @@ MemoryFit check_device_fit(const Recipe& r, int stage, bool writer, int ranks_on
   return f;
 }
 
+// Weights, gradients and AdamW state alone (16 bytes a parameter), in
+// closed form: a model far too large is refused before the plan is built
+// tensor by tensor, which for such a model takes more memory than it checks.
+// `where`: what the amount per rank is.
+std::optional<MemoryFit> far_too_large(const Recipe& r, double per_rank, const std::string& where) {
+  const double floor_bytes = 16.0 * matmul_params(r.model) / ((double)r.parallel.grid.tp * r.parallel.grid.pp);
+  if (floor_bytes <= 4.0 * per_rank) return std::nullopt;
+  MemoryFit f;
+  f.need = floor_bytes, f.available = per_rank, f.fits = false;
+  f.message = "needs at least " + format_gb(floor_bytes) +
+              " per rank for the weights, gradients and AdamW state alone (" +
+              format_gb(16.0 * matmul_params(r.model)) + " over tp x pp = " +
+              std::to_string(r.parallel.grid.tp * r.parallel.grid.pp) + " ranks); " + format_gb(per_rank) +
+              " available per rank (" + where +
+              "). Try a smaller model (model.n_layers, model.d_model, model.d_ff) or more tensor- and "
+              "pipeline-parallel ranks";
+  return f;
+}
+
 }  // namespace
 
 MemoryFit check_memory_fit(const Recipe& r, int stage, bool writer, int ranks_on_node, int local_rank) {
   if (r.runtime.backend == "cuda") return check_device_fit(r, stage, writer, ranks_on_node, local_rank);
   const HostMemory host = host_memory();
   const int share = ranks_on_node > 0 ? ranks_on_node : 1;
-  // Weights, gradients and AdamW state alone (16 bytes a parameter), in
-  // closed form: a model far too large is refused before the plan is built
-  // tensor by tensor, which for such a model takes more memory than it checks.
-  const double floor_bytes = 16.0 * matmul_params(r.model) / ((double)r.parallel.grid.tp * r.parallel.grid.pp);
-  if (host.available > 0 && floor_bytes > 4.0 * host.available / share) {
-    MemoryFit f;
-    f.need = floor_bytes, f.available = (double)host.available / share, f.fits = false;
-    f.message = "needs at least " + format_gb(floor_bytes) +
-                " per rank for the weights, gradients and AdamW state alone (" +
-                format_gb(16.0 * matmul_params(r.model)) +
-                " over tp x pp = " + std::to_string(r.parallel.grid.tp * r.parallel.grid.pp) + " ranks); " +
-                format_gb(f.available) + " available per rank (" + host.describe() +
-                "). Try a smaller model "
-                "(model.n_layers, model.d_model, model.d_ff) or more tensor- and pipeline-parallel ranks";
-    return f;
-  }
+  if (host.available > 0)
+    if (std::optional<MemoryFit> f = far_too_large(r, (double)host.available / share, host.describe())) return *f;
   MemoryFit f = worst(r, stage, writer);
   f.available = (double)host.available / share;
   f.fits = host.available == 0 || f.need <= f.available;  // unknown: do not block
@@ -159,6 +165,7 @@ MemoryFit check_memory_fit(const Recipe& r, int stage, bool writer, int ranks_on
 }
 
 MemoryFit check_memory_within(const Recipe& r, int stage, bool writer, double per_rank_bytes) {
+  if (std::optional<MemoryFit> f = far_too_large(r, per_rank_bytes, "given")) return *f;
   const bool gpu = r.runtime.backend == "cuda";
   MemoryFit f = worst(r, stage, writer);
   if (gpu) f.need = f.plan.total();  // device memory, as check_device_fit counts it

@@ -278,8 +278,8 @@ std::vector<RecipeKey> make_keys() {
         "replica, the same samples in the same order; `trainer plan --nodes N` shows that job) instead of exit 7",
         AT(supervisor.elastic)).def(false),
       K("supervisor", "spare_wait", Float, "with an allocation, when a host is excluded, no spare is left and "
-        "elastic is false: seconds to wait for the hosts to come back (`trainer health` on the whole allocation, the "
-        "excluded hosts too, every spare_check_every seconds) before exit 7 (0: exit 7 at once)",
+        "elastic is false: seconds to wait for the hosts to come back (`trainer health` on each excluded host beside "
+        "the usable ones, every spare_check_every seconds) before exit 7 (0: exit 7 at once)",
         AT(supervisor.spare_wait)).def(0.0).at_least(0),
       K("supervisor", "spare_check_every", Float, "seconds between the health checks of the excluded hosts while "
         "supervisor.spare_wait waits", AT(supervisor.spare_check_every)).def(30.0).above(0),

@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""No spare left (issue 51), on two of scripts/fake_cluster.sh's hosts with
+"""No spare left (issue 51), on two of scripts/fake_cluster.sh's three hosts with
 `launch.nodes = 2`, data parallel over two, the second host's link cut at
 step 25 (the watchdogs end the job, the supervisor blames and excludes that
 host, and there is no spare to take its place):
@@ -14,6 +14,12 @@ host, and there is no spare to take its place):
 - the same with `supervisor.readmit = true` and the link back up a few
   seconds into the wait: the health check passes, the host is readmitted, the
   relaunch on both hosts finishes, bit-identical to an uncut run.
+- all three hosts in the allocation (two per launch): the second host cut
+  at step 25 (the third takes its place), the third cut at step 35 (no
+  spare left), the second restored 3 s into the wait with readmit: each
+  excluded host is checked on its own beside the usable one, so the third,
+  still cut, fails only its own checks, the second is readmitted and the
+  relaunch on the first two finishes.
 - elastic with tp 2 across the two hosts (one rank each), the link cut at
   step 12: the host left holds no whole replica, so the shrink is refused
   and the supervisor exits 7 with the reason, launching nothing more (the
@@ -54,19 +60,25 @@ def cut_sets(trainer, tmp, hosts):
                    "--set", "health.in_turn=true", "--set", "health.min_ratio=0.3"]
 
 
-def supervise_cut(trainer, env, hosts, sets, rdir, extra, restore_after=None, cut_at=25):
-    """supervise with the second host's link cut at step `cut_at`; restored `restore_after` s after
-    the supervisor's no_spare event (None: left cut). Returns (exit code, events)."""
+def supervise_cut(trainer, env, hosts, sets, rdir, extra, restore_after=None, cuts=((25, 1),), restore=None):
+    """supervise with hosts[i]'s link cut once the run reaches step s, for each (s, i) of `cuts` in
+    turn (the second host's at step 25); those of `restore` (default: all cut) restored
+    `restore_after` s after the supervisor's first no_spare event (None: left cut). Returns (exit
+    code, events)."""
+    cut = [i for _, i in cuts]
+
     def cutter():
         t0 = time.time()
-        while time.time() - t0 < 300 and not step_reached(rdir, cut_at):
-            time.sleep(0.1)
-        fc("cut", hosts[1], env=env)
+        for step, i in cuts:
+            while time.time() - t0 < 300 and not step_reached(rdir, step):
+                time.sleep(0.1)
+            fc("cut", hosts[i], env=env)
         if restore_after is not None:
             while time.time() - t0 < 300 and not event_seen(rdir, "no_spare"):
                 time.sleep(0.1)
             time.sleep(restore_after)
-            fc("restore", hosts[1], env=env)
+            for i in (cut if restore is None else restore):
+                fc("restore", hosts[i], env=env)
 
     t = threading.Thread(target=cutter)
     t.start()
@@ -75,7 +87,8 @@ def supervise_cut(trainer, env, hosts, sets, rdir, extra, restore_after=None, cu
                         env=env, ok_codes=(0, 1, 2, 5, 7))
     finally:
         t.join()
-        fc("restore", hosts[1], env=env)
+        for i in cut:
+            fc("restore", hosts[i], env=env)
     if code not in (0, 7):
         print(out[-3000:])
     events = [json.loads(l) for l in open(os.path.join(rdir, "events.jsonl"))]
@@ -129,11 +142,37 @@ def shrunk(trainer, mpiexec, env, hosts, sets, straight, tmp):
                       f"{off:.1e} relative after the resume)")
 
 
+def one_back_one_out(trainer, env, hosts, sets, tmp):
+    # All three hosts in the allocation, two per launch: the second host cut at step 25 (the spare
+    # takes its place), the spare cut at step 35 (no spare left: the wait), the second host back 3 s
+    # into the wait while the spare stays cut.
+    three = {f'launch.hosts=["{hosts[0]}", "{hosts[1]}"]': "launch.hosts=[" + ", ".join(f'"{h}"' for h in hosts) + "]"}
+    sets = [three.get(a, a) for a in sets]
+    rdir = os.path.join(tmp, "one_back_one_out")
+    code, events = supervise_cut(trainer, env, hosts, sets, rdir,
+                                 ["--set", "supervisor.spare_wait=60", "--set", "supervisor.spare_check_every=4",
+                                  "--set", "supervisor.readmit=true"],
+                                 restore_after=3, cuts=((25, 1), (35, 2)), restore=(1,))
+    kinds = [e["event"] for e in events]
+    wait = events[kinds.index("no_spare"):] if "no_spare" in kinds else []
+    checked = {e.get("host") for e in wait if e["event"] == "health_check"}
+    failed = {e.get("host") for e in wait if e["event"] == "health_failed"}
+    readmit = [e["host"] for e in wait if e["event"] == "readmit"]
+    starts = [e for e in wait if e["event"] == "start"]
+    check(code == 0 and {hosts[1], hosts[2]} <= checked and hosts[2] in failed and readmit == [hosts[1]] and
+          len(starts) == 1 and kinds.index("readmit") < kinds.index("start", kinds.index("no_spare")) and
+          f"--host {hosts[0]}:1,{hosts[1]}:1" in starts[0]["command"] and kinds[-1] == "done",
+          f"one back, one still out: each excluded host is checked on its own beside the usable one "
+          f"({sorted(h for h in checked if h)}); the spare, still cut, fails its own checks "
+          f"({sorted(h for h in failed if h)}) and keeps the second host out no longer: readmitted {readmit}, the "
+          f"relaunch on {hosts[0]} and {hosts[1]} finishes (supervise {code}; {[e['message'][:200] for e in wait[-3:]]})")
+
+
 def refused(trainer, env, hosts, sets, tmp):
     # One rank per host and tp 2 across the two: the host left holds no whole replica.
     sets = [("parallel.tp=2" if a == "parallel.tp=1" else a) for a in sets]
     rdir = os.path.join(tmp, "refused")
-    code, events = supervise_cut(trainer, env, hosts, sets, rdir, ["--set", "supervisor.elastic=true"], cut_at=12)
+    code, events = supervise_cut(trainer, env, hosts, sets, rdir, ["--set", "supervisor.elastic=true"], cuts=((12, 1),))
     no_spare = [e for e in events if e["event"] == "no_spare"]
     why = no_spare[0].get("shrink_refused", "") if no_spare else ""
     kinds = [e["event"] for e in events]
@@ -183,7 +222,7 @@ def readmitted(trainer, env, hosts, sets, straight, tmp):
 
 def main():
     trainer, mpiexec = sys.argv[1], sys.argv[2]
-    with tempfile.TemporaryDirectory() as tmp, fake_hosts(2, "no_spare") as (env, hosts):
+    with tempfile.TemporaryDirectory() as tmp, fake_hosts(3, "no_spare") as (env, hosts):
         sets = cut_sets(trainer, tmp, hosts)
         straight = os.path.join(tmp, "straight")
         run([mpiexec, "-np", "2", "--host", f"{hosts[0]}:1,{hosts[1]}:1", trainer, "train", DEMO_RECIPE, *sets,
@@ -192,6 +231,7 @@ def main():
         refused(trainer, env, hosts, sets, tmp)
         waited(trainer, env, hosts, sets, tmp)
         readmitted(trainer, env, hosts, sets, straight, tmp)
+        one_back_one_out(trainer, env, hosts, sets, tmp)
     finish("no_spare")
 
 

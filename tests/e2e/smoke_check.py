@@ -101,7 +101,8 @@ def main():
           and "memory per rank" in out and 1.2 < ratio < 2.5,
           f"plan --nodes 1 of 2: dp 2 -> 1, twice the micro-batches, memory and fit, step time {ratio:.2f}x: "
           f"{out.strip().splitlines()[0] if out.strip() else ''} / {m.group(0) if m else 'no step time'}")
-    # ... against a node's memory given (the supervisor refuses such a shrink with exit 7).
+    # ... against a node's memory given (the supervisor checks against its own machine's, and refuses
+    # a shrink that would not fit with exit 7).
     code, out = run([trainer, "plan", DEMO_RECIPE, "--nodes", "1", "--memory-per-rank-gb", "0.05"] + sets + elastic)
     check(code == 0 and "does NOT fit in --memory-per-rank-gb: needs" in out and "0.05 GB per rank given. Try:" in out,
           f"plan --nodes --memory-per-rank-gb 0.05: does not fit, with what would ({out.strip()[-200:]})")

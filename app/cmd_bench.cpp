@@ -86,7 +86,7 @@ int cmd_bench(int argc, char** argv) {
   if (args.help) return std::fputs(kBenchUsage, stdout), 0;
   const std::string& path = args.recipe;
   std::vector<std::string> overrides = args.overrides;
-  const int steps = (int)args.integer("--steps", 3, 1), warmup = (int)args.integer("--warmup", 1, 0);
+  const int steps = (int)args.integer("--steps", 3, 1, 1000000), warmup = (int)args.integer("--warmup", 1, 0, 1000000);
   const bool compare_recompute = args.has("--compare-recompute");
   // One process: the recipe's parallel layout does not apply (nor a --set of it: these come last).
   overrides.insert(overrides.end(), {"parallel.tp=1", "parallel.pp=1", "parallel.dp=1", "parallel.cp=1",

@@ -174,7 +174,7 @@ std::string profile_path(const RecipeArgs& args) {
 int calibrate(const RecipeArgs& args, int rank, int size) {
   const auto t0 = std::chrono::steady_clock::now();
   const std::string out = profile_path(args);
-  const int ranks = (int)args.integer("--ranks", size, 1);
+  const int ranks = (int)args.integer("--ranks", size, 1, GridShape::kMaxRanks);
   const Recipe r = load_recipe(args.recipe, args.overrides, 0, false);
   const int per_node = ranks_on_node();
   const int local_rank = launcher_local_rank();

@@ -12,6 +12,7 @@
 #include "app/commands.h"
 #include "app/output_guard.h"
 #include "app/recipe.h"
+#include "app/recipe_args.h"
 #include "data/dataset.h"
 #include "data/hf_tokenizer.h"
 #include "data/tokenizer.h"
@@ -83,7 +84,7 @@ int cmd_export(const std::string& dir, int argc, char** argv) {
     else if (!std::strcmp(argv[i], "--force")) force = true;
     else if (!std::strcmp(argv[i], "--dtype") && has) dtype = argv[++i];
     else if (!std::strcmp(argv[i], "--format") && has) format = argv[++i];
-    else if (!std::strcmp(argv[i], "--shard-mb") && has) shard_mb = std::strtod(argv[++i], nullptr);
+    else if (!std::strcmp(argv[i], "--shard-mb") && has) shard_mb = option_number("--shard-mb", argv[++i], 0, 1e8, true);
     else throw RecipeError(std::string("ckpt export: unexpected argument \"") + argv[i] + "\"\n" + kCkptUsage);
   }
   if (out.empty()) throw RecipeError(std::string("ckpt export needs --output\n") + kCkptUsage);
@@ -91,18 +92,24 @@ int cmd_export(const std::string& dir, int argc, char** argv) {
     throw RecipeError("ckpt export --dtype must be fp32 or bf16, got \"" + dtype + "\"\n" + kCkptUsage);
   if (format != "h5" && format != "hf")
     throw RecipeError("ckpt export --format must be h5 or hf, got \"" + format + "\"\n" + kCkptUsage);
-  if (!(shard_mb > 0 && shard_mb < 1e9)) throw RecipeError("ckpt export --shard-mb must be a number > 0");
   if (format == "h5") check_output_path(out, "HDF5 export", force, is_hf_h5_export);
   else check_outside_checkpoints(out, "Hugging Face export");  // export_hf_dir wants a new or empty directory
   read_manifest(dir, true);
   const Recipe rec = recipe_of_checkpoint(dir);
   const ModelConfig& m = rec.model;
   const DType dt = dtype == "bf16" ? DType::BF16 : DType::F32;
-  // The tokenizer of the run's data (data_info.json beside its shards): its
-  // special ids go into config.json, its files beside a Hugging Face export.
-  std::string spec, note;
+  // The tokenizer of the run's data, as the checkpoint records it
+  // (data.tokenizer; older checkpoints: data_info.json beside the shards
+  // now): its special ids go into config.json, its files beside a Hugging
+  // Face export.
+  std::string spec = rec.data.tokenizer, note;
   try {
-    if (!rec.data.train.empty()) spec = recorded_tokenizer(rec.data.train.front().path);
+    if (spec.empty() && !rec.data.train.empty()) {
+      spec = recorded_tokenizer(rec.data.train.front().path);
+      if (!spec.empty())
+        note = "the checkpoint records no tokenizer (written before data.tokenizer): took " + spec +
+               " from the data_info.json beside its training data as it is now";
+    }
     if (spec.empty())
       note = "no data_info.json beside the run's training data: the tokenizer is unknown, so no tokenizer files "
              "are written and config.json names no bos/eos ids (null)";

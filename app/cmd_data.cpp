@@ -1,12 +1,15 @@
 // `trainer data prepare`: text files -> token shards (data/prepare.h).
 #include <unistd.h>
 
+#include <climits>
+#include <cstdint>
 #include <cstdio>
 #include <cstring>
 #include <string>
 
 #include "app/environment.h"
 #include "app/commands.h"
+#include "app/recipe_args.h"
 #include "data/dataset.h"
 #include "data/prepare.h"
 #include "data/tokenizer.h"
@@ -44,18 +47,10 @@ const char* kDataUsage =
 
 std::optional<int64_t> mark_arg(const std::string& opt, const char* v) {
   if (!std::strcmp(v, "none")) return -1;
-  char* end = nullptr;
-  const long long x = std::strtoll(v, &end, 10);
-  if (!end || *end || x < 0) throw RecipeError(opt + ": want a token id or \"none\", got " + v);
-  return x;
+  return option_integer(opt, v, 0, UINT32_MAX);  // a token id (the widest shards hold 32 bits)
 }
 
-long long count_arg(const std::string& opt, const char* v) {
-  char* end = nullptr;
-  const long long x = std::strtoll(v, &end, 10);
-  if (!end || *end || x < 1) throw RecipeError(opt + ": want a whole number >= 1, got " + v);
-  return x;
-}
+long long count_arg(const std::string& opt, const char* v, long long hi) { return option_integer(opt, v, 1, hi); }
 
 PrepareConfig parse(int argc, char** argv) {
   PrepareConfig cfg;
@@ -69,9 +64,7 @@ PrepareConfig parse(int argc, char** argv) {
     } else if (a == "--overwrite") {
       cfg.overwrite = true;
     } else if (a == "--val-fraction" && has) {
-      char* end = nullptr;
-      cfg.val_fraction = std::strtod(argv[++i], &end);
-      if (!end || *end) throw RecipeError(std::string("--val-fraction: not a number: ") + argv[i]);
+      cfg.val_fraction = option_number(a, argv[++i], 0, 1);
     } else if (a == "--tokenizer" && has) {
       cfg.tokenizer = argv[++i];
     } else if (a == "--json-key" && has) {
@@ -84,9 +77,9 @@ PrepareConfig parse(int argc, char** argv) {
       if (f != "llmc" && f != "megatron") throw RecipeError("--output-format: llmc or megatron, got " + f);
       cfg.format = f == "llmc" ? ShardFormat::Llmc : ShardFormat::Megatron;
     } else if (a == "--shard-tokens" && has) {
-      cfg.shard_tokens = (size_t)count_arg(a, argv[++i]);
+      cfg.shard_tokens = (size_t)count_arg(a, argv[++i], 1LL << 40);
     } else if (a == "--threads" && has) {
-      cfg.threads = (int)count_arg(a, argv[++i]);
+      cfg.threads = (int)count_arg(a, argv[++i], 4096);
     } else if (a == "--doc-start" && has) {
       cfg.doc_start = mark_arg(a, argv[++i]);
     } else if (a == "--doc-end" && has) {
@@ -111,7 +104,7 @@ int cmd_inspect(int argc, char** argv) {
   long long head = 0;
   std::vector<std::string> files;
   for (int i = 1; i < argc; i++) {
-    if (!std::strcmp(argv[i], "--head") && i + 1 < argc) head = count_arg("--head", argv[++i]);
+    if (!std::strcmp(argv[i], "--head") && i + 1 < argc) head = count_arg("--head", argv[++i], LLONG_MAX);
     else if (argv[i][0] == '-') throw RecipeError(std::string("data inspect: unexpected argument \"") + argv[i] + "\"");
     else files.push_back(argv[i]);
   }

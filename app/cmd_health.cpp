@@ -8,6 +8,7 @@
 
 #include "app/commands.h"
 #include "app/environment.h"
+#include "app/health_deadline.h"
 #include "app/health_table.h"
 #include "app/mpi_command.h"
 #include "app/recipe.h"
@@ -25,7 +26,8 @@ const char* kHealthUsage =
     "  Every node of the job (its first rank; launch with any ranks per node) measures in a\n"
     "  few seconds what a training step needs, and is compared with the median of the nodes:\n"
     "  a square product on the recipe's backend (GFLOP/s), host memory bandwidth, free host\n"
-    "  memory, writing and fsyncing 32 MB in checkpoint.dir, and between nodes a 16 MB\n"
+    "  memory, writing and fsyncing 32 MB in checkpoint.dir (only what a checkpoint of the\n"
+    "  node's ranks needs where less is free), and between nodes a 16 MB\n"
     "  all-reduce and 4 MB sent to and back from each other node (the median over them).\n"
     "  On a GPU (runtime.backend = \"cuda\") also the driver's figures (NVML) for every GPU of\n"
     "  the node: the clock of the one the product runs on, while it runs (against the median\n"
@@ -33,18 +35,36 @@ const char* kHealthUsage =
     "  remapping fail the node, clocks held down by the hardware, rows waiting for a reset or\n"
     "  a narrowed PCIe link slow it. A node without these figures says why under the table.\n"
     "  A node is slow when a figure is below health.min_ratio of the median (default 0.8),\n"
-    "  failed when a measurement failed. Exit 0 when every node is ok, 10 when one is not.\n"
+    "  failed when a measurement failed. A node unfit in the first measurement is measured again\n"
+    "  with the rest and is unfit only if the second agrees (its row says \"re-measured\" or\n"
+    "  \"confirmed\"). Exit 0 when every node is ok, 10 when one is not, and 10 too when the\n"
+    "  check has no verdict within runtime.comm_timeout (a host cut off mid-check: the hosts\n"
+    "  that no longer answer are named).\n"
     "  health.in_turn = true: the nodes measure their own figures one after another, not all\n"
     "  at once (nodes that share hardware: a fake cluster's hosts share this machine's cores).\n"
     "  health.check = true runs the same check when `trainer train` starts, or, under\n"
     "  `trainer supervise` with an allocation, on every usable host before each launch.\n";
 
 int health(const RecipeArgs& args, int rank, int size) {
-  const Recipe r = load_recipe(args.recipe, args.overrides, 0, false);
-  auto be = make_backend(backend_options(r, ranks_on_node(), launcher_local_rank()));
+  Recipe r;
+  std::unique_ptr<Backend> be;
+  // A recipe error, or a backend one rank cannot start: every rank ends
+  // with one message, none waits in the measurements' collectives.
+  const int node_ranks = ranks_on_node();
+  if (const int code = agree_on_failure(MPI_COMM_WORLD, [&] {
+        r = load_recipe(args.recipe, args.overrides, 0, false);
+        be = make_backend(backend_options(r, node_ranks, launcher_local_rank()));
+      }))
+    return code;
   // Run by `trainer supervise` before a launch (supervisor_launch() >= 0):
   // it excludes the hosts recorded unfit.
-  const bool fit = check_nodes(r, *be, rank, size, supervisor_launch()).empty();
+  const HealthDeadline deadline(r.runtime.comm_timeout, r.run.dir, supervisor_launch());
+  bool fit = true;
+  // A failure the nodes share (the checkpoint directory's disk) comes alike
+  // on every rank: said once.
+  if (const int code = agree_on_failure(
+          MPI_COMM_WORLD, [&] { fit = check_nodes(r, *be, rank, size, supervisor_launch()).empty(); }))
+    return code;
   return fit ? kExitOk : kExitUnfitNode;
 }
 

@@ -58,7 +58,7 @@ const char* kPlanUsage =
 // The memory verdict's last line: against this machine's memory, or
 // --memory-per-rank-gb.
 void print_fit(const Recipe& r, const RecipeArgs& args, int per_node) {
-  const double given = args.number("--memory-per-rank-gb", 0, 0);
+  const double given = args.number("--memory-per-rank-gb", 0, 0, kMaxMemoryPerRankGb, true);
   const MemoryFit fit = check_job_memory(r, per_node, given * 1e9);  // GB as format_gb prints them
   std::printf("%s %s: %s\n", fit.fits ? "fits" : "does NOT fit",
               given > 0 ? "in --memory-per-rank-gb" : "on this machine", fit.message.c_str());
@@ -103,14 +103,14 @@ static double worst_rank_bytes(const Recipe& r) {
 
 // `plan --nodes N`: the smaller job supervisor.elastic would run (planning/shrink.h).
 static int plan_nodes(const RecipeArgs& args) {
-  const Recipe r = load_recipe(args.recipe, args.overrides, (int)args.integer("--ranks", 0, 1), false);
+  const Recipe r = load_recipe(args.recipe, args.overrides, (int)args.integer("--ranks", 0, 1, GridShape::kMaxRanks), false);
   // The nodes a launch runs on: launch.nodes, else every host listed.
   const int full_ranks = r.launch.ranks > 0 ? r.launch.ranks : r.parallel.grid.ranks();
   const int full_nodes = r.launch.nodes > 0 ? r.launch.nodes : (int)r.launch.hosts.size();
   if (full_nodes <= 0)
     throw RecipeError("plan --nodes N needs launch.nodes (or launch.hosts): the nodes the job runs on, of which N "
                       "are left");
-  const int nodes = (int)args.integer("--nodes", 1, 1);
+  const int nodes = (int)args.integer("--nodes", 1, 1, GridShape::kMaxRanks);
   const Shrink s = shrink_job(r, full_ranks, full_nodes, nodes, false);
   if (!s.ok) throw RecipeError("plan --nodes " + std::to_string(nodes) + ": the job cannot run there: " + s.why);
   const Recipe& n = s.recipe;
@@ -142,7 +142,7 @@ int cmd_plan(int argc, char** argv) {
                                             argc, argv);
   if (args.help) return std::fputs(kPlanUsage, stdout), 0;
   const std::string& path = args.recipe;
-  int ranks = (int)args.integer("--ranks", 0, 1);
+  int ranks = (int)args.integer("--ranks", 0, 1, GridShape::kMaxRanks);
   if (args.has("--nodes")) return plan_nodes(args);
   if (args.has("--search")) {
     if (!ranks) throw RecipeError("plan --search needs --ranks N: the world size to search layouts for");
@@ -187,7 +187,7 @@ int cmd_plan(int argc, char** argv) {
   if (cuda) print_cuda_memory(r);
   // The same verdict `trainer train` gives before it allocates, for this
   // machine with the job's ranks on it (--ranks-per-node, default all).
-  print_fit(r, args, (int)args.integer("--ranks-per-node", ranks, 1));
+  print_fit(r, args, (int)args.integer("--ranks-per-node", ranks, 1, GridShape::kMaxRanks));
   return 0;
 }
 

@@ -76,7 +76,7 @@ int restart_launches(const RecipeArgs& args, const Scratch& s, long steps, long 
 }
 
 int smoke(const RecipeArgs& args, int rank, int size) {
-  const long steps = args.integer("--steps", 10, 1), warmup = args.integer("--warmup", 2, 0);
+  const long steps = args.integer("--steps", 10, 1, 1000000), warmup = args.integer("--warmup", 2, 0, 1000000);
   if (args.has("--check-restart") && steps < 2)
     throw RecipeError("smoke --check-restart needs --steps >= 2: a save, then steps after it");
   if (warmup >= steps) throw RecipeError("smoke: --warmup " + std::to_string(warmup) + " leaves no step of --steps " +
@@ -94,7 +94,7 @@ int smoke(const RecipeArgs& args, int rank, int size) {
   if (code == 0 && rank == 0) {
     if (args.has("--profile"))
       run.profiles = load_profiles(args.list("--profile")), run.profile_names = args.options.at("--profile");
-    if (args.has("--price-per-rank-hour")) run.price_per_rank_hour = args.number("--price-per-rank-hour", 0, 0);
+    if (args.has("--price-per-rank-hour")) run.price_per_rank_hour = args.number("--price-per-rank-hour", 0, 0, 1e6);
     const Recipe ran = load_recipe(s.dir + "/run/recipe.resolved.toml", {}, 0, false);
     const Recipe user = load_recipe(args.recipe, args.overrides, size, false);
     nlohmann::json j = smoke_figures(run, ran, user);

@@ -838,7 +838,8 @@ struct Supervisor {
   // measures every usable host, one rank each (the spares too, so that none
   // takes the place of a host while unfit itself), and the hosts it finds
   // unfit are excluded (a `replace` event). Returns -1 to launch, or the
-  // supervisor's exit code (no spare left: 7; a stop signal: 75).
+  // supervisor's exit code (no spare left: 7; a stop signal: 75; the
+  // checkpoint directory's disk full on every host: 8).
   int check_hosts(int launch, Allocation& alloc, const std::string& recipe_path,
                   const std::vector<std::string>& overrides) {
     const std::vector<std::string> planned = alloc.launch_hosts(), usable = alloc.usable();
@@ -865,6 +866,14 @@ struct Supervisor {
     if (code == kExitOk) {
       events.write("health_ok", launch, "every usable host is fit" + std::string(took));
       return -1;
+    }
+    if (code == kExitNoSpace) {  // the checkpoint directory's disk, on every node: no host to blame
+      events.write("disk_full", launch,
+                   std::string("trainer health: checkpoint.dir cannot take a checkpoint on any host (its output "
+                               "says why)") + took +
+                       "; not launching into it, no host excluded",
+                   JsonRecord().add("code", code));
+      return kExitNoSpace;
     }
     if (code != kExitUnfitNode) {
       events.write("health_failed", launch,
@@ -969,10 +978,9 @@ int cmd_supervise(int argc, char** argv) {
   if (alloc && !args.after_dashes.empty())
     throw RecipeError("[launch] hosts, hostfile or nodes place the job's ranks, which a launch command given after "
                       "`--` does not let `supervise` do: drop one or the other");
-  ensure_writable_dir(r.run.dir, "[run] dir");
-  // Made now, so that it is locked from the first launch on (a lock needs
-  // the directory): else a stray run could take it during the first backoff.
-  if (r.checkpoint.saves()) ensure_writable_dir(r.checkpoint.dir, "[checkpoint] dir");
+  // Made now, so that they are locked from the first launch on (a lock needs
+  // the directory): else a stray run could take them during the first backoff.
+  ensure_run_dirs(r);
   // The supervisor owns the run's directories across all its launches; each
   // launch's rank 0 shares the lock through the token.
   RunDirLocks locks;

@@ -9,12 +9,16 @@
 #include <cstring>
 #include <fstream>
 #include <functional>
+#include <iterator>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
 #include "app/commands.h"
 #include "app/environment.h"
+#include "app/health_deadline.h"
 #include "app/health_table.h"
+#include "app/mpi_command.h"
 #include "planning/memory_fit.h"
 #include "app/recipe.h"
 #include "app/recipe_args.h"
@@ -72,48 +76,14 @@ int describe_only(const RecipeArgs& args) {
   } catch (const UserError& e) {
     std::printf("# note: a launch would stop here (exit %d): %s\n", e.exit_code, e.what());
   }
-  std::printf("# launch: mpirun -np %d (dp %d x pp %d x cp %d x tp %d)\n", r.parallel.grid.ranks(), r.parallel.grid.dp,
+  std::printf("# launch: mpirun -np %ld (dp %d x pp %d x cp %d x tp %d)\n", r.parallel.grid.ranks(), r.parallel.grid.dp,
               r.parallel.grid.pp, r.parallel.grid.cp, r.parallel.grid.tp);
   return kExitOk;
 }
 
-// Runs fn on every rank. If any rank fails, the lowest failing rank prints its
-// message once and every rank returns that rank's exit code, so a recipe or
-// data error seen by all ranks is reported once, not N times. A stop signal
-// (SIGTERM, SIGUSR1, Ctrl-C) that came during fn is a failure too: set-up
-// has trained nothing, so there is nothing to save, and the job ends with
-// the requeue code at once instead of after the rest of set-up.
-int agree_on_failure(MPI_Comm world, const std::function<void()>& fn) {
-  int rank = 0, code = 0;
-  std::string msg;
-  MPI_Comm_rank(world, &rank);
-  try {
-    fn();
-  } catch (const UserError& e) {
-    code = e.exit_code, msg = e.what();
-  } catch (const std::exception& e) {
-    code = kExitInternal, msg = std::string("internal error: ") + e.what();
-  }
-  if (const int sig = stop_signal(); !code && sig)
-    code = kExitPreempted, msg = std::string(strsignal(sig)) + " received during set-up (rank " +
-                                 std::to_string(rank) + "): nothing trained, nothing to save; exiting with code " +
-                                 std::to_string(kExitPreempted) + " (requeue me). The same command resumes from "
-                                 "the newest checkpoint";
-  int failed = code ? rank : INT_MAX, first = INT_MAX;
-  MPI_Allreduce(&failed, &first, 1, MPI_INT, MPI_MIN, world);
-  if (first == INT_MAX) return 0;
-  MPI_Bcast(&code, 1, MPI_INT, first, world);
-  if (rank == first) std::fprintf(stderr, "%s: %s\n", code == kExitPreempted ? "stopped" : "error", msg.c_str());
-  return code;
-}
-
-}  // namespace
-
-namespace {
-
 // Every rank: the recipe with the command line, the supervisor's resume
 // request and TRAINER_FAULT applied; rank 0 prints its warnings.
-void load_job_recipe(Job& job, RecipeArgs& args, int argc, char** argv, int rank, int size) {
+void load_job_recipe(Job& job, RecipeArgs& args, int argc, char** argv, int rank, int size, int launch) {
   args = parse_args(argc, argv);
   // Set by `trainer supervise`: every launch resumes from the newest valid checkpoint.
   if (const char* resume = std::getenv("TRAINER_RESUME"))
@@ -121,6 +91,7 @@ void load_job_recipe(Job& job, RecipeArgs& args, int argc, char** argv, int rank
   job.recipe = load_recipe(args.recipe, args.overrides, size, true);
   if (const char* spec = std::getenv("TRAINER_FAULT"))
     for (Fault& f : parse_faults(spec, "TRAINER_FAULT")) job.recipe.faults.push_back(std::move(f));
+  job.faults = FaultPlan(job.recipe.faults, rank, launch);
   job.recipe_text = recipe_to_toml(job.recipe);
   job.local_rank = launcher_local_rank(), job.peak_cache_file = peak_cache_file(), job.tokenizer_dir = tokenizer_dir();
   if (rank == 0)
@@ -130,14 +101,16 @@ void load_job_recipe(Job& job, RecipeArgs& args, int argc, char** argv, int rank
 // Rank 0 takes the run's directories and decides where training starts.
 void take_run_dirs(Job& job, RunDirLocks& locks, bool start_over) {
   const Recipe& r = job.recipe;
-  ensure_writable_dir(r.run.dir, "[run] dir");
-  if (r.checkpoint.saves()) ensure_writable_dir(r.checkpoint.dir, "[checkpoint] dir");
+  ensure_run_dirs(r);
   const char* token = std::getenv("TRAINER_LOCK_TOKEN");  // set by `trainer supervise`
   lock_run_dirs(r, locks, token ? token : "");
   const ResumeDecision d = decide_resume(r, start_over);
   for (const std::string& n : d.notes) std::fprintf(stderr, "%s\n", n.c_str());
   job.resumed_from = d.from;
-  note_newest_checkpoint(d.from);
+  // Until the first step (run_step_loop says what a stop saves from then on).
+  set_stop_note("trainer: stop signal received during set-up: the ranks stop at set-up's next step and exit 75; "
+                "nothing is trained yet, so there is nothing to save" +
+                (d.from.empty() ? std::string(".\n") : ", and the checkpoint resumed from, " + d.from + ", is intact.\n"));
 }
 
 // The memory pre-flight, before anything big is allocated.
@@ -155,35 +128,61 @@ void check_fit(const Recipe& r, int rank, int local_rank) {
 void check_health(const Job& job, int rank, int size) {
   const Recipe& r = job.recipe;
   if (!r.health.check) return;
+  const HealthDeadline deadline(r.runtime.comm_timeout, r.run.dir, job.launch);  // the watchdog is not up yet
   const std::string unfit = check_nodes(r, *job.backend, rank, size, job.launch);
   if (unfit.empty()) return;
   throw UserError(kExitUnfitNode, "health.check: not training on an unfit node: " + unfit +
                                       " (take the node out of the job, or health.check = false to train anyway)");
 }
 
-// Set-up as one agreed step after another; the first failure ends it with
-// one message and one exit code on every rank.
+// A setup_fail fault (recipe/fault.h) for this rank at this step.
+void inject_setup_failure(const Job& job, const char* step, int rank) {
+  for (const Fault* f : job.faults.at(Fault::SetupFail, 0))
+    if (f->point == step)
+      throw RecipeError("injected fault \"" + f->text + "\": rank " + std::to_string(rank) + " fails set-up step " +
+                        step + " at its end, the other ranks going on");
+}
+
+// Set-up as one agreed step after another (engine/job.h SetupStep): the
+// first failure, on any rank, ends it with one message and one exit code on
+// every rank, before any rank enters the next step's collectives.
 int set_up(Job& job, RunDirLocks& locks, int argc, char** argv, int rank, int size, int launch) {
   RecipeArgs args;
-  int code = agree_on_failure(MPI_COMM_WORLD, [&] { load_job_recipe(job, args, argc, argv, rank, size); });
+  int code = agree_on_failure(MPI_COMM_WORLD, [&] { load_job_recipe(job, args, argc, argv, rank, size, launch); });
   if (code) return code;
-  code = agree_on_failure(MPI_COMM_WORLD, [&] {
-    if (rank == 0) take_run_dirs(job, locks, args.has("--start-over"));
-  });
-  if (code) return code;
-  job.resumed_from = broadcast_string(job.resumed_from);
-  return agree_on_failure(MPI_COMM_WORLD, [&] {
-    check_fit(job.recipe, rank, job.local_rank);
-    // The resolved recipe is for people and `trainer status` (a checkpoint
-    // keeps its own): a failure to write it is a warning. replace_file also
-    // replaces a FIFO left in its place, which an open would block on.
-    if (rank == 0)
-      if (const std::string err = replace_file(job.recipe.run.dir + "/recipe.resolved.toml", job.recipe_text, false);
-          !err.empty())
-        std::fprintf(stderr, "warning: %s; the run goes on without it\n", err.c_str());
-    set_up_job(job, rank, launch);
-    check_health(job, rank, size);
-  });
+  std::vector<SetupStep> steps = {
+      {"run_dirs",
+       [&] {
+         if (rank == 0) take_run_dirs(job, locks, args.has("--start-over"));
+       }},
+      {"memory",
+       [&] {
+         job.resumed_from = broadcast_string(job.resumed_from);  // collective first
+         check_fit(job.recipe, rank, job.local_rank);
+         // The resolved recipe is for people and `trainer status` (a checkpoint
+         // keeps its own): a failure to write it is a warning. replace_file also
+         // replaces a FIFO left in its place, which an open would block on.
+         if (rank == 0)
+           if (const std::string err =
+                   replace_file(job.recipe.run.dir + "/recipe.resolved.toml", job.recipe_text, false);
+               !err.empty())
+             std::fprintf(stderr, "warning: %s; the run goes on without it\n", err.c_str());
+       }},
+  };
+  for (SetupStep& s : job_setup_steps(job, rank, launch)) steps.push_back(std::move(s));
+  steps.push_back({"health", [&] { check_health(job, rank, size); }});
+  if (steps.size() != std::size(kSetupSteps) ||
+      !std::equal(steps.begin(), steps.end(), std::begin(kSetupSteps),
+                  [](const SetupStep& s, const char* name) { return !std::strcmp(s.name, name); }))
+    throw std::logic_error("the set-up steps are not kSetupSteps (recipe/fault.h)");
+  for (size_t i = 0; i < steps.size(); i++) {
+    code = agree_on_failure(MPI_COMM_WORLD, [&] {
+      steps[i].run();
+      inject_setup_failure(job, steps[i].name, rank);  // as a failure in what the step does last
+    });
+    if (code) return code;
+  }
+  return 0;
 }
 
 // For `trainer supervise` (TRAINER_START_MARKS): each host's first rank

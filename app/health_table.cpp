@@ -2,24 +2,21 @@
 
 #include <mpi.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 
+#include "parallel/mpi_world.h"
+#include "planning/memory_fit.h"
 #include "planning/node_health.h"
 #include "runtime/errors.h"
 #include "runtime/metrics.h"
 
 namespace trainer {
 
-namespace {
-
-// A failure to write is a warning: the caller's error says what matters.
-void record_unfit_hosts(const std::string& run_dir, int launch, const std::vector<NodeFigures>& nodes,
-                        const std::vector<NodeVerdict>& verdicts, const std::string& unfit) {
-  std::vector<std::string> hosts;
-  for (size_t i = 0; i < nodes.size(); i++)
-    if (verdicts[i].health != Health::Ok) hosts.push_back(nodes[i].host);
-  const std::string why = "health.check: " + unfit;
+void record_unfit(const std::string& run_dir, int launch, const std::vector<std::string>& hosts,
+                  const std::string& why) {
+  // A failure to write is a warning: the caller's error says what matters.
   try {
     MetricsLog events(run_dir + "/events.jsonl", false);
     if (!events.write(event_record("unfit_node", launch, why).add("hosts", hosts).add("why", why)))
@@ -29,10 +26,21 @@ void record_unfit_hosts(const std::string& run_dir, int launch, const std::vecto
   }
 }
 
+namespace {
+
+void record_unfit_hosts(const std::string& run_dir, int launch, const std::vector<NodeFigures>& nodes,
+                        const std::vector<NodeVerdict>& verdicts, const std::string& unfit) {
+  std::vector<std::string> hosts;
+  for (size_t i = 0; i < nodes.size(); i++)
+    if (verdicts[i].health != Health::Ok) hosts.push_back(nodes[i].host);
+  record_unfit(run_dir, launch, hosts, "health.check: " + unfit);
+}
+
 std::string verdict_text(const NodeVerdict& v) {
   std::string why;
   for (const std::string& s : v.reasons) why += (why.empty() ? "" : "; ") + s;
-  return (v.health == Health::Ok ? "ok" : v.health == Health::Slow ? "slow: " : "failed: ") + why;
+  if (v.health == Health::Ok) return why.empty() ? "ok" : "ok (" + why + ")";  // re-measured
+  return (v.health == Health::Slow ? "slow: " : "failed: ") + why;
 }
 
 // A row per node: each figure with its ratio to the nodes' median, and the verdict.
@@ -89,8 +97,25 @@ std::string unfit_nodes(const std::vector<NodeFigures>& nodes, const std::vector
 }  // namespace
 
 std::string check_nodes(const Recipe& r, Backend& be, int rank, int size, int record_launch) {
-  const std::vector<NodeFigures> nodes = measure_nodes(MPI_COMM_WORLD, be, r.checkpoint.dir, r.health.in_turn);
-  const std::vector<NodeVerdict> verdicts = judge_nodes(nodes, r.health.min_ratio);
+  // The disk probe asks for what a checkpoint of the node's ranks needs (a
+  // small model's is far below the 32 MB it asks at most).
+  const double disk_mb =
+      std::clamp(std::ceil(checkpoint_file_bytes(r) * ranks_on_node() / (1 << 20)), 1.0, 32.0);
+  std::vector<NodeFigures> nodes = measure_nodes(MPI_COMM_WORLD, be, r.checkpoint.dir, disk_mb, r.health.in_turn);
+  // One file system that fails every node's probe alike is the path's fault.
+  int code = 0;
+  if (const std::string why = shared_disk_failure(nodes, r.checkpoint.dir, disk_mb, &code); !why.empty())
+    throw UserError(code, "health: " + why);
+  std::vector<NodeVerdict> verdicts = judge_nodes(nodes, r.health.min_ratio);
+  // A node is excluded only when a second measurement finds it unfit too
+  // (every rank holds the same figures, so all measure again or none).
+  if (any_unfit(verdicts)) {
+    if (rank == 0)
+      std::printf("health: %s looked unfit; measuring every node again\n", unfit_nodes(nodes, verdicts).c_str()),
+          std::fflush(stdout);
+    nodes = measure_nodes(MPI_COMM_WORLD, be, r.checkpoint.dir, disk_mb, r.health.in_turn);
+    verdicts = confirm_verdicts(verdicts, judge_nodes(nodes, r.health.min_ratio));
+  }
   if (rank == 0) std::fputs(health_table(nodes, verdicts, r.health.min_ratio, size).c_str(), stdout), std::fflush(stdout);
   const std::string unfit = unfit_nodes(nodes, verdicts);
   if (!unfit.empty() && rank == 0 && record_launch >= 0) record_unfit_hosts(r.run.dir, record_launch, nodes, verdicts, unfit);

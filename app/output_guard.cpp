@@ -10,11 +10,15 @@ namespace trainer {
 namespace fs = std::filesystem;
 
 namespace {
-// A step directory (its manifest, or a step_N name: a save in progress
-// counts) or a checkpoint directory (its `latest`, or committed steps).
+// A step directory: its manifest, or a step_N name (a save in progress counts).
+bool is_step_dir(const fs::path& d) {
+  std::error_code ec;
+  return checkpoint_step(d.string()) >= 0 || fs::exists(d / "manifest", ec);
+}
+// A step directory or a checkpoint directory (its `latest`, or committed steps).
 bool is_checkpoint_dir(const fs::path& d) {
   std::error_code ec;
-  if (checkpoint_step(d.string()) >= 0 || fs::exists(d / "manifest", ec)) return true;
+  if (is_step_dir(d)) return true;
   if (fs::is_regular_file(d / "latest", ec)) return true;
   return !committed_checkpoints(d.string()).empty();
 }
@@ -29,6 +33,26 @@ void check_outside_checkpoints(const std::string& path, const std::string& kind)
       throw RecipeError(path + ": inside the checkpoint directory " + d.string() + ", where the " + kind +
                         " would replace or sit among the checkpoint's own files; give --output a path outside it "
                         "(--force does not change this)");
+    if (d == d.root_path()) break;
+  }
+}
+
+void check_outside_steps(const std::string& dir, const std::string& key) {
+  std::error_code ec;
+  // Resolved, so that a symlink into a step directory is seen for what it is.
+  const fs::path abs = fs::absolute(dir, ec);
+  fs::path full = fs::weakly_canonical(abs, ec);
+  if (ec || full.empty()) full = abs.lexically_normal();
+  // A step directory: a step_N name with its manifest, or in a checkpoint
+  // directory (a save in progress); a user's own "step_1" elsewhere is not.
+  auto step = [&](const fs::path& d) {
+    return checkpoint_step(d.string()) >= 0 && (fs::exists(d / "manifest", ec) || is_checkpoint_dir(d.parent_path()));
+  };
+  for (fs::path d = full; !d.empty(); d = d.parent_path()) {
+    if (step(d))
+      throw RecipeError(key + " " + dir + ": " + (d == full ? "is" : "lies inside") + " the checkpoint step " +
+                        d.string() + ", which the run that wrote it removes when it prunes (checkpoint.keep), and "
+                        "this run's files and checkpoints with it; give a directory outside any checkpoint step");
     if (d == d.root_path()) break;
   }
 }

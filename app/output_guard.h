@@ -15,6 +15,13 @@ namespace trainer {
 // `kind` names the output in messages ("run report").
 void check_outside_checkpoints(const std::string& path, const std::string& kind);
 
+// A directory a run writes ([run] dir, [checkpoint] dir, [metrics]
+// tensorboard_dir) is never a checkpoint's step directory nor inside one:
+// the run that owns the step removes it when it prunes (checkpoint.keep),
+// and this run's files and committed checkpoints would go with it. Throws
+// RecipeError (exit 2) naming `key`.
+void check_outside_steps(const std::string& dir, const std::string& key);
+
 // That, and an existing `path` must be a regular file that `same_kind` takes
 // for an earlier output of this kind, or `force` be given. Throws RecipeError.
 void check_output_path(const std::string& path, const std::string& kind, bool force,

@@ -95,16 +95,18 @@ int plan_search(const RecipeArgs& args, int ranks) {
   if (!args.has("--profile"))
     throw RecipeError("plan --search needs --profile FILE: make one on the machine the job will run on with "
                       "`mpirun -np N trainer calibrate RECIPE.toml --output FILE`");
+  // The numbers first: a bad one is said before any file is read.
+  const double price = args.number("--price-per-rank-hour", 0, 0, 1e6);
+  SearchOptions o;
+  o.memory_limit_gb = args.number("--memory-per-rank-gb", 0, 0, kMaxMemoryPerRankGb, true);
+  const size_t top = (size_t)args.integer("--top", 10, 1, 1000000);
+  o.tokens = args.has("--tokens") ? args.number("--tokens", 0, 1, 1e18) : 0;
+  args.integer("--ranks-per-node", 1, 1, GridShape::kMaxRanks);
   const std::vector<std::string> paths = args.list("--profile");
   const std::vector<MachineProfile> profiles = load_profiles(paths);
   const MachineProfile& profile = profiles.front();
-  const int per_node = (int)args.integer("--ranks-per-node", std::min(ranks, profile.ranks), 1);
-  const double price = args.number("--price-per-rank-hour", 0, 0);
-  SearchOptions o;
-  o.memory_limit_gb = args.number("--memory-per-rank-gb", 0, 0);
-  const size_t top = (size_t)args.integer("--top", 10, 1);
+  const int per_node = (int)args.integer("--ranks-per-node", std::min(ranks, profile.ranks), 1, GridShape::kMaxRanks);
   o.ranks = ranks, o.ranks_per_node = per_node, o.all_precisions = args.has("--all-precisions");
-  o.tokens = args.has("--tokens") ? args.number("--tokens", 0, 1) : 0;
   const Recipe base = load_recipe(args.recipe, args.overrides, 0, false);  // read once; each layout a copy
   const LayoutSearch s = search_layouts(base, profiles, o);
   const std::vector<LayoutCandidate>& cands = s.candidates;

@@ -6,6 +6,10 @@
 
 namespace trainer {
 
+// --memory-per-rank-gb's ceiling (plan, plan --nodes, plan --search): more
+// than any node holds; leaving the option out means this machine's memory.
+constexpr double kMaxMemoryPerRankGb = 1e6;
+
 int plan_search(const RecipeArgs& args, int ranks);
 
 }  // namespace trainer

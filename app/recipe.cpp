@@ -11,6 +11,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <map>
+#include <optional>
 #include <set>
 #include <sstream>
 
@@ -283,6 +284,46 @@ std::set<std::string> apply_overrides(toml::table& root, const std::vector<std::
   return done;
 }
 
+// [data] tokenizer: every source's files were made by one tokenizer (their
+// data_info.json, read once per directory), the one data.tokenizer names
+// when given; it becomes data.tokenizer, which the checkpoints keep.
+void check_tokenizer(Recipe& r, RecipeReader& rd) {
+  struct Made {
+    std::string name, spec, where;
+    int64_t vocab = 0;
+  };
+  std::optional<Made> first;
+  std::map<std::string, std::optional<DataInfo>> by_dir;
+  auto visit = [&](const std::vector<DataSource>& list, const char* key) {
+    for (size_t i = 0; i < list.size(); i++)
+      for (const std::string& f : list[i].files) {
+        const std::string dir = std::filesystem::path(f).parent_path().string();
+        if (!by_dir.count(dir)) by_dir[dir] = read_data_info(f);
+        const std::optional<DataInfo>& info = by_dir[dir];
+        if (!info) continue;  // no data_info.json: its ids are checked against the vocabulary alone
+        const std::string where = std::string("data.") + key +
+                                  (list[i].name.empty() ? "" : " source \"" + list[i].name + "\"") + " (" + f + ")";
+        if (!first) {
+          first = Made{info->tokenizer, info->spec, where, info->vocab_size};
+        } else if (info->tokenizer != first->name || info->vocab_size != first->vocab) {
+          throw DataError(rd.where("data", key) + ": " + where + " was made by tokenizer " + info->tokenizer + " (" +
+                          std::to_string(info->vocab_size) + " ids), " + first->where + " by " + first->name + " (" +
+                          std::to_string(first->vocab) + " ids): a model learns one tokenizer's ids; prepare every "
+                          "source with the same `trainer data prepare --tokenizer`");
+        }
+      }
+  };
+  visit(r.data.train, "train");
+  visit(r.data.val, "val");
+  if (!first) return;
+  if (r.origin.is_given("data", "tokenizer") && !r.data.tokenizer.empty() && !first->spec.empty() &&
+      r.data.tokenizer != first->spec && r.data.tokenizer != first->name)
+    rd.fail("data", "tokenizer", "\"" + r.data.tokenizer + "\", but " + first->where + " was made by " + first->name +
+                                     " (\"" + first->spec + "\", its data_info.json): leave data.tokenizer out, or "
+                                     "prepare the data with it");
+  r.data.tokenizer = first->spec;  // "" from a data_info.json older than its tokenizer_spec: not known
+}
+
 // [data]: the files the globs name exist now.
 void check_data(Recipe& r, RecipeReader& rd) {
   if (r.data.train.empty()) rd.fail("data", "train", "no training data: give a list of token shard paths or globs");
@@ -302,6 +343,7 @@ void check_data(Recipe& r, RecipeReader& rd) {
     rd.fail("data", "train", "named training sources need weights (shares of samples), e.g. { path = \"...\", weight = 0.3, name = \"web\" }");
   expand(r.data.train, r.data.train_files, "train");
   expand(r.data.val, r.data.val_files, "val");
+  check_tokenizer(r, rd);
   std::error_code ec;
   for (const std::string& v : r.data.val_files)
     for (const std::string& t : r.data.train_files)

@@ -1,9 +1,12 @@
 #include "app/recipe_args.h"
 
 #include <algorithm>
+#include <cerrno>
+#include <cmath>
 #include <cstdlib>
 
 #include "recipe/recipe_keys.h"
+#include "runtime/units.h"
 #include "runtime/errors.h"
 
 namespace trainer {
@@ -19,24 +22,38 @@ bool is_key_option(const std::string& opt) {
 }
 }  // namespace
 
-long RecipeArgs::integer(const std::string& opt, long def, long lo) const {
-  const auto it = options.find(opt);
-  if (it == options.end()) return def;
-  char* end = nullptr;
-  const long v = std::strtol(it->second.c_str(), &end, 10);
-  if (it->second.empty() || *end || v < lo)
-    throw RecipeError(opt + " " + it->second + ": expected a whole number >= " + std::to_string(lo));
+long long option_integer(const std::string& opt, const std::string& text, long long lo, long long hi) {
+  const std::string want = ": expected a whole number in [" + std::to_string(lo) + ", " + std::to_string(hi) + "]";
+  const size_t digits = text.find_first_not_of("0123456789", text[0] == '-' ? 1 : 0);
+  if (text.empty() || text == "-" || digits != std::string::npos)
+    throw RecipeError(opt + " " + text + want);
+  errno = 0;
+  const long long v = std::strtoll(text.c_str(), nullptr, 10);
+  if (errno == ERANGE || v < lo || v > hi) throw RecipeError(opt + " " + text + want);
   return v;
 }
 
-double RecipeArgs::number(const std::string& opt, double def, double lo) const {
-  const auto it = options.find(opt);
-  if (it == options.end()) return def;
+double option_number(const std::string& opt, const std::string& text, double lo, double hi, bool lo_open) {
+  const std::string want = std::string(": expected a number in ") + (lo_open ? "(" : "[") + format_number(lo) + ", " +
+                           format_number(hi) + "]";
   char* end = nullptr;
-  const double v = std::strtod(it->second.c_str(), &end);
-  if (it->second.empty() || *end || !(v >= lo))
-    throw RecipeError(opt + " " + it->second + ": expected a number >= " + std::to_string(lo));
+  errno = 0;
+  const double v = text.find_first_not_of("0123456789.eE+-") == std::string::npos && !text.empty()
+                       ? std::strtod(text.c_str(), &end)
+                       : NAN;
+  if (!end || *end || errno == ERANGE || !std::isfinite(v) || v < lo || (lo_open && v == lo) || v > hi)
+    throw RecipeError(opt + " " + text + want);
   return v;
+}
+
+long RecipeArgs::integer(const std::string& opt, long def, long lo, long hi) const {
+  const auto it = options.find(opt);
+  return it == options.end() ? def : (long)option_integer(opt, it->second, lo, hi);
+}
+
+double RecipeArgs::number(const std::string& opt, double def, double lo, double hi, bool lo_open) const {
+  const auto it = options.find(opt);
+  return it == options.end() ? def : option_number(opt, it->second, lo, hi, lo_open);
 }
 
 std::vector<std::string> RecipeArgs::list(const std::string& opt) const {

@@ -6,6 +6,7 @@
 #include <ctime>
 #include <filesystem>
 
+#include "app/output_guard.h"
 #include "ckpt/checkpoint.h"
 #include "runtime/errors.h"
 #include "runtime/utc_time.h"
@@ -46,8 +47,19 @@ std::string move_aside(const std::string& dir, const std::vector<std::string>& s
   return to;
 }
 
-bool refused_key(const std::string& key) {
-  return key.rfind("model.", 0) == 0 || key == "run.seed" || key == "data.train";
+// data.tokenizer: refused only against a checkpoint that records one (older
+// ones record none, "(absent)" or "": accepted with the note), and only for
+// another tokenizer: "gpt2" and "gpt2:/other/place/gpt2.tiktoken" are one.
+bool refused_key(const RecipeChange& c) {
+  if (c.key == "data.tokenizer") {
+    // The TOML text of the spec ("\"gpt2:/x/gpt2.tiktoken\""): its family, before any ':'.
+    auto family = [](std::string text) {
+      if (text.size() >= 2 && text.front() == '"' && text.back() == '"') text = text.substr(1, text.size() - 2);
+      return text.substr(0, text.find(':'));
+    };
+    return c.was != "\"\"" && c.was != "(absent)" && family(c.was) != family(c.now);
+  }
+  return c.key.rfind("model.", 0) == 0 || c.key == "run.seed" || c.key == "data.train";
 }
 
 bool allowed(const std::string& key, const std::vector<std::string>& allow) {
@@ -68,7 +80,7 @@ void compare_recipes(const std::string& from, const Recipe& r, ResumeDecision& d
   std::string refused, accepted;
   for (const RecipeChange& c : recipe_changes(text, r)) {
     const std::string line = c.key + " " + c.was + " -> " + c.now;
-    if (refused_key(c.key) && !allowed(c.key, r.checkpoint.allow_changes)) refused += "\n  " + line;
+    if (refused_key(c) && !allowed(c.key, r.checkpoint.allow_changes)) refused += "\n  " + line;
     else accepted += (accepted.empty() ? "" : "; ") + line;
   }
   if (!refused.empty())
@@ -82,6 +94,7 @@ void compare_recipes(const std::string& from, const Recipe& r, ResumeDecision& d
 
 }  // namespace
 
+namespace {
 void ensure_writable_dir(const std::string& dir, const char* key) {
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
@@ -91,6 +104,15 @@ void ensure_writable_dir(const std::string& dir, const char* key) {
   if (!f) throw RecipeError(dir + ": not writable (" + key + "): " + std::strerror(errno));
   std::fclose(f);
   std::remove(probe.c_str());
+}
+}  // namespace
+
+void ensure_run_dirs(const Recipe& r) {
+  check_outside_steps(r.run.dir, "[run] dir");
+  if (r.checkpoint.saves()) check_outside_steps(r.checkpoint.dir, "[checkpoint] dir");
+  if (r.metrics.tensorboard) check_outside_steps(r.metrics.tensorboard_dir, "[metrics] tensorboard_dir");
+  ensure_writable_dir(r.run.dir, "[run] dir");
+  if (r.checkpoint.saves()) ensure_writable_dir(r.checkpoint.dir, "[checkpoint] dir");
 }
 
 void lock_run_dirs(const Recipe& r, RunDirLocks& locks, const std::string& token) {

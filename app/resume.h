@@ -15,9 +15,12 @@
 
 namespace trainer {
 
-// A directory a run writes: created, and shown writable now rather than at
-// the first file written there. Throws RecipeError (exit 2) naming the key.
-void ensure_writable_dir(const std::string& dir, const char* key);
+// The directories a run writes ([run] dir, [checkpoint] dir when it saves):
+// created, and shown writable now rather than at the first file written
+// there; none of them, nor [metrics] tensorboard_dir, a checkpoint's step
+// directory or inside one (app/output_guard.h). Throws RecipeError (exit 2)
+// naming the key.
+void ensure_run_dirs(const Recipe& r);
 
 // The directories a run writes ([run] dir, and [checkpoint] dir when it
 // exists apart from it), locked for the lifetime of the locks (runtime/run_lock.h).

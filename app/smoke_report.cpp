@@ -89,8 +89,8 @@ int verdict(const RecipeArgs& args, json& j) {
   std::vector<std::string> fails;
   const double mfu = j["measured"]["mfu"], tps = j["measured"]["tokens_per_s"];
   char b[256];
-  if (args.has("--min-mfu") && mfu < args.number("--min-mfu", 0, 0)) {
-    std::snprintf(b, sizeof b, "MFU %.1f%% is below --min-mfu %.1f%%", 100 * mfu, 100 * args.number("--min-mfu", 0, 0));
+  if (args.has("--min-mfu") && mfu < args.number("--min-mfu", 0, 0, 1)) {
+    std::snprintf(b, sizeof b, "MFU %.1f%% is below --min-mfu %.1f%%", 100 * mfu, 100 * args.number("--min-mfu", 0, 0, 1));
     fails.push_back(b);
   }
   if (args.has("--baseline")) {
@@ -102,7 +102,7 @@ int verdict(const RecipeArgs& args, json& j) {
     } catch (const json::exception& e) {
       throw UserError(kExitUsage, "--baseline " + path + " is not a smoke JSON (" + e.what() + ")");
     }
-    const double tol = args.number("--tolerance", 0.1, 0), was = base.at("measured").at("tokens_per_s");
+    const double tol = args.number("--tolerance", 0.1, 0, 1), was = base.at("measured").at("tokens_per_s");
     if (base.value("layout_text", "") != j["layout_text"])
       std::fprintf(stderr, "smoke: note: the baseline ran %s, this run %s\n", base.value("layout_text", "?").c_str(),
                    j["layout_text"].get<std::string>().c_str());

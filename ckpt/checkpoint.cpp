@@ -189,9 +189,12 @@ std::string prepare_dir(const std::string& dir, long step, ControlComm& world) {
   std::string err;
   if (rank == 0) {
     std::error_code ec;
-    fs::create_directories(dir, ec);
+    // The checkpoint directory itself, never its parents: a run directory
+    // renamed or removed under a live run is not made again by its save.
+    if (!fs::is_directory(dir, ec)) fs::create_directory(dir, ec);
     fs::remove_all(tmp_dir, ec);  // a save that crashed before
-    fs::create_directories(tmp_dir, ec);
+    ec.clear();
+    fs::create_directory(tmp_dir, ec);
     if (ec) ok = 0, err = tmp_dir + ": cannot create: " + ec.message();
   }
   world.broadcast(&ok, sizeof ok, 0);

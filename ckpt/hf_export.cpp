@@ -194,6 +194,9 @@ std::vector<std::string> export_hf_dir(
     size_t max_shard_bytes, const TextEnds& ends,
     const std::function<std::vector<std::string>(const std::string& dir)>& extra) {
   std::error_code ec;
+  if (fs::exists(out_dir, ec) && !fs::is_directory(out_dir, ec))
+    throw CheckpointError(out_dir + ": exists and is not a directory; a Hugging Face export is a directory of "
+                          "files (config.json, model.safetensors, the tokenizer): give --output a new directory");
   if (fs::exists(out_dir, ec) && !fs::is_empty(out_dir, ec))
     throw CheckpointError(out_dir + ": exists and is not empty; export into a new directory");
   std::vector<SafeTensor> tensors;

@@ -28,6 +28,7 @@ std::vector<std::string> expand_ranges(const std::string& list, const std::strin
     const size_t dash = part.find('-');
     const std::string lo = part.substr(0, dash), hi = dash == std::string::npos ? lo : part.substr(dash + 1);
     if (!all_digits(lo) || !all_digits(hi)) malformed(list, "\"" + part + "\" is not a number or a range a-b");
+    if (lo.size() > 9 || hi.size() > 9) malformed(list, "\"" + part + "\" holds a number of more than 9 digits");
     const long a = std::stol(lo), b = std::stol(hi);
     if (b < a) malformed(list, "the range " + part + " runs backwards");
     if (b - a > 100000) malformed(list, "the range " + part + " is too long");
@@ -111,9 +112,17 @@ Allocation::Allocation(std::vector<std::string> hosts, int nodes) : hosts_(std::
   if (nodes_ > (int)hosts_.size())
     throw std::invalid_argument("launch.nodes = " + std::to_string(nodes_) + " but the allocation has " +
                                 std::to_string(hosts_.size()) + " host(s)");
-  for (size_t i = 0; i < hosts_.size(); i++)
+  for (size_t i = 0; i < hosts_.size(); i++) {
+    // One host name as mpirun --host and srun -w take it: a ',' would be two
+    // hosts, a ':' a slot count, a leading '-' an option.
+    const std::string& h = hosts_[i];
+    if (h.empty() || h[0] == '-' || h[0] == '.' ||
+        !std::all_of(h.begin(), h.end(), [](unsigned char c) { return std::isalnum(c) || c == '.' || c == '-' || c == '_'; }))
+      throw std::invalid_argument("host \"" + h + "\" is not one host name (letters, digits, '.', '-' and '_'; no "
+                                  "',' or ':', which the launcher would read as a list or a slot count)");
     if (std::find(hosts_.begin(), hosts_.begin() + i, hosts_[i]) != hosts_.begin() + i)
       throw std::invalid_argument("the allocation lists host " + hosts_[i] + " twice");
+  }
 }
 
 void Allocation::shrink(int nodes) {

@@ -13,7 +13,12 @@ std::vector<StragglerRun> StragglerStreaks::add(const StragglerWindow& w) {
   std::vector<StragglerRun> out;
   for (const auto& [host, fig] : named) {
     StragglerRun& run = runs_[host];
-    if (run.steps.empty() || run.steps.back() != w.step - w.window_steps) run = StragglerRun{host, {}, {}, {}, w.first};
+    if (run.steps.empty() || run.steps.back() != w.step - w.window_steps) {
+      // A standing run that missed one report (a window just under the
+      // bar) is the same imbalance going on, not a host starting to degrade.
+      const bool still = run.standing && !run.steps.empty() && w.step - run.steps.back() <= 2 * w.window_steps;
+      run = StragglerRun{host, {}, {}, {}, w.first || still};
+    }
     run.steps.push_back(w.step), run.ratios.push_back(fig.first), run.compute_ms.push_back(fig.second);
     if ((int)run.steps.size() < windows_ || run.standing) continue;
     StragglerRun last = run;

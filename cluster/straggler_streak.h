@@ -7,7 +7,9 @@
 // report that does not name it (quiet reports are not written) ends it. A
 // run that began in the launch's first window is a standing imbalance (a
 // stage the cost model under-predicts, a host slow from the start: the
-// health check's to find), not a host degrading, and is never returned.
+// health check's to find), not a host degrading, and is never returned; it
+// stays standing across a gap of one quiet window (a report just under the
+// bar), and only a longer quiet spell ends it.
 #include <map>
 #include <string>
 #include <vector>

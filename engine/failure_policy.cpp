@@ -34,6 +34,17 @@ StepLoop::Next StepLoop::on_bad_step(const StepStats& st, double median) {
     // every later step is bad too, and the run would end with NaN weights.
     double bad_weights = rank_step_.weights_finite() ? 0 : 1;
     world_.allreduce_max(&bad_weights, 1);
+    if (bad_weights == 0 && st.nonfinite && ++skipped_in_a_row_ > kBadStepsInARow) {
+      if (lead_)
+        std::fprintf(stderr,
+                     "error: step %ld: %s; %d steps in a row have had their update skipped: the weights are finite "
+                     "but no batch gets a finite loss from them (an update too large, as from a learning rate far "
+                     "too high, can leave them so), and skipping batches cannot recover. Stopping; resume from "
+                     "the newest checkpoint in %s (none is written at a step whose loss is not finite) with a lower "
+                     "optimizer.lr, or use %s = \"rollback\".\n",
+                     st.step, what.c_str(), skipped_in_a_row_, r_.checkpoint.dir.c_str(), key);
+      return Next::Stop;
+    }
     if (bad_weights == 0) {
       if (lead_) std::fprintf(stderr, "warning: step %ld: %s; update skipped (%s = \"skip\")\n", st.step, what.c_str(), key);
       return Next::Continue;  // the step and its batch count as done
@@ -50,10 +61,11 @@ StepLoop::Next StepLoop::on_bad_step(const StepStats& st, double median) {
   const CheckpointSection& ck = r_.checkpoint;
   const std::string to =
       policy == BadStep::Rollback ? broadcast_string(lead_ ? newest_valid_checkpoint(ck.dir) : "") : "";
-  if (to.empty() || ++rollbacks_in_a_row_ > 3) {
+  if (to.empty() || ++rollbacks_in_a_row_ > kBadStepsInARow) {
     const std::string why = policy == BadStep::Stop ? std::string("Stopping (") + key + " = \"stop\")."
                             : to.empty()            ? "No checkpoint to roll back to: stopping."
-                                                    : "Still bad after 3 rollbacks: stopping.";
+                                                    : "Still bad after " + std::to_string(kBadStepsInARow) +
+                                                          " rollbacks: stopping.";
     if (lead_)
       std::fprintf(stderr,
                    "error: step %ld: %s; the update was not applied. %s The newest checkpoint in %s is what to "

@@ -48,7 +48,7 @@ void find_peak(Job& job) {
                                                          dtype_name(r.training.precision) + " GEMM)";
     return;
   }
-  const std::string key = peak_cache_key(r.runtime.threads, ranks_on_node());
+  const std::string key = peak_cache_key(r.runtime.threads, job.node_ranks);
   job.peak_cache_key = key;
   std::string when;
   double cached = world.rank() == 0 ? read_cached_peak(job.peak_cache_file, key, &when) : 0;
@@ -97,15 +97,6 @@ void start_recording(Job& job, int rank, int launch) {
   char crash_file[64];
   std::snprintf(crash_file, sizeof crash_file, "/flight/crash_rank_%05d.txt", rank);
   install_crash_report(job.recipe.run.dir + crash_file, rank, job_start);
-}
-
-// Every rank's probe address, swapped once (fixed-size lines).
-void start_probe(Job& job, int rank) {
-  int size = 1;
-  MPI_Comm_size(MPI_COMM_WORLD, &size);
-  if (size < 2) return;
-  job.probe = std::make_unique<PeerProbe>();
-  job.probe->set_peers(allgather_lines(job.probe->record(), 512), rank);
 }
 
 }  // namespace
@@ -157,47 +148,76 @@ namespace {
 // to check) when no tokenizer is recorded or it cannot be loaded here.
 TextEnds data_text_ends(const Recipe& r, const std::string& tokenizer_dir) {
   try {
-    const std::string spec = r.data.train.empty() ? "" : recorded_tokenizer(r.data.train.front().path);
-    return spec.empty() ? TextEnds{} : make_tokenizer(spec, tokenizer_dir)->ends;
+    return r.data.tokenizer.empty() ? TextEnds{} : make_tokenizer(r.data.tokenizer, tokenizer_dir)->ends;
   } catch (const UserError&) {
     return {};
   }
 }
 }  // namespace
 
-void set_up_job(Job& job, int rank, int launch) {
-  const Recipe& r = job.recipe;
-  job.train = make_blend(job, "data.train", r.data.train, r.data.train_files);
-  job.val = make_blend(job, "data.val", r.data.val, r.data.val_files);
+std::vector<SetupStep> job_setup_steps(Job& job, int rank, int launch) {
   job.launch = launch;
-  job.faults = FaultPlan(r.faults, rank, launch);
-  for (const Fault* f : job.faults.at(Fault::SetupStall, 0))
-    std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(f->ms));
-  start_recording(job, rank, launch);
-  start_probe(job, rank);
-  const int local_ranks = ranks_on_node();
-  job.backend = make_backend(backend_options(r, local_ranks, job.local_rank));
-  job.grid = std::make_unique<ProcessGrid>(MPI_COMM_WORLD, r.parallel.grid, job.recorder.get(),
-                                           data_comms_for(*job.backend, local_ranks, rank == 0));
-  job.rank_step = std::make_unique<RankStep>(*job.backend, groups_of(*job.grid), r, job.train, job.val);
-  if (job.resumed_from.empty() && !r.checkpoint.init_from.empty()) {
-    job.rank_step->init_from_hf(r.checkpoint.init_from, data_text_ends(r, job.tokenizer_dir));
-    if (rank == 0)
-      std::printf("weights from the Hugging Face model %s (optimizer state fresh)\n", r.checkpoint.init_from.c_str());
-  }
-  if (!job.resumed_from.empty()) {
-    job.rank_step->load_checkpoint(job.resumed_from);
-    job.resumed_step = job.rank_step->steps_done();
-  }
-  warn_checkpoint_space(job);
-  find_peak(job);
-  job.backend->reset_memory_peaks();  // the sgemm measurement is not training
-  if (rank != 0) return;
-  // A resumed run appends to the log of the run it continues.
-  job.metrics = std::make_unique<MetricsLog>(r.run.dir + "/metrics.jsonl", job.resumed_from.empty());
-  if (r.metrics.tensorboard) job.metrics->add_tensorboard(r.metrics.tensorboard_dir);
-  if (!job.resumed_from.empty())
-    std::printf("resumed from %s at step %ld\n", job.resumed_from.c_str(), job.rank_step->steps_done());
+  const Recipe& r = job.recipe;
+  return {
+      {"data",
+       [&job, &r] {
+         for (const Fault* f : job.faults.at(Fault::SetupStall, 0))
+           std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(f->ms));
+         job.train = make_blend(job, "data.train", r.data.train, r.data.train_files);
+         job.val = make_blend(job, "data.val", r.data.val, r.data.val_files);
+       }},
+      // A kernel set this CPU lacks, a GPU that is missing: this rank alone.
+      {"backend",
+       [&job, &r] {
+         job.node_ranks = ranks_on_node();  // collective, before anything that can fail
+         int size = 1;
+         MPI_Comm_size(MPI_COMM_WORLD, &size);
+         if (size > 1) job.probe = std::make_unique<PeerProbe>();
+         job.backend = make_backend(backend_options(r, job.node_ranks, job.local_rank));
+       }},
+      // Collectives only: the job's start time, the probe addresses, the
+      // communicator splits (and NCCL's set-up).
+      {"grid",
+       [&job, &r, rank, launch] {
+         start_recording(job, rank, launch);
+         if (job.probe) job.probe->set_peers(allgather_lines(job.probe->record(), 512), rank);
+         job.grid = std::make_unique<ProcessGrid>(MPI_COMM_WORLD, r.parallel.grid, job.recorder.get(),
+                                                  data_comms_for(*job.backend, job.node_ranks, rank == 0));
+       }},
+      {"model",
+       [&job, &r] {
+         job.rank_step = std::make_unique<RankStep>(*job.backend, groups_of(*job.grid), r, job.train, job.val);
+       }},
+      // Reads files only: a shard one rank cannot read fails that rank here.
+      {"weights",
+       [&job, &r, rank] {
+         if (job.resumed_from.empty() && !r.checkpoint.init_from.empty()) {
+           job.rank_step->init_from_hf(r.checkpoint.init_from, data_text_ends(r, job.tokenizer_dir));
+           if (rank == 0)
+             std::printf("weights from the Hugging Face model %s (optimizer state fresh)\n",
+                         r.checkpoint.init_from.c_str());
+         }
+         if (!job.resumed_from.empty()) {
+           job.rank_step->load_checkpoint(job.resumed_from);
+           job.resumed_step = job.rank_step->steps_done();
+         }
+       }},
+      {"peak",
+       [&job] {
+         find_peak(job);
+         job.backend->reset_memory_peaks();  // the sgemm measurement is not training
+       }},
+      {"disk", [&job] { warn_checkpoint_space(job); }},
+      {"metrics",
+       [&job, &r, rank] {
+         if (rank != 0) return;
+         // A resumed run appends to the log of the run it continues.
+         job.metrics = std::make_unique<MetricsLog>(r.run.dir + "/metrics.jsonl", job.resumed_from.empty());
+         if (r.metrics.tensorboard) job.metrics->add_tensorboard(r.metrics.tensorboard_dir);
+         if (!job.resumed_from.empty())
+           std::printf("resumed from %s at step %ld\n", job.resumed_from.c_str(), job.rank_step->steps_done());
+       }},
+  };
 }
 
 void start_watchdog(Job& job, int rank) {

@@ -3,6 +3,7 @@
 // (app/cmd_train.cpp decides where the run starts and sets it up; the step
 // loop, engine/step_loop.h, runs it; parallel/mpi_world.h has the job-wide
 // MPI helpers both use).
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -43,6 +44,7 @@ struct Job {
   // (runtime/peak_cache.h; "": none), and where gpt2 and llama3 tokenizers
   // look first (data/tokenizer.h; "": their usual places).
   int local_rank = -1;
+  int node_ranks = 1;  // ranks of this job on this node (set up by the "backend" step)
   std::string peak_cache_file;
   std::string tokenizer_dir;
   std::string peak_cache_key;   // set when the peak came from (or went into) the cache
@@ -54,11 +56,22 @@ struct Job {
   void release();
 };
 
-// Builds the job on every rank (collective): data, flight recorder and crash
-// report, process grid, backend, model and optimizer, the resumed state, the
-// sgemm peak, rank 0's metrics log. job.recipe, recipe_text and resumed_from
-// are set by the caller. Throws UserError.
-void set_up_job(Job& job, int world_rank, int launch);
+// Set-up as steps, run in order on every rank. A step either works on this
+// rank alone (and may fail on some ranks only) or begins with collectives
+// that every rank reaches, with nothing that can fail on one rank alone
+// before its last collective. The caller agrees on failure between steps
+// (app/cmd_train.cpp), so a rank that fails never leaves the others waiting
+// in a collective it will not enter. Each step's name is one of
+// kSetupSteps (recipe/fault.h), which a setup_fail fault names.
+struct SetupStep {
+  const char* name;
+  std::function<void()> run;
+};
+// The job's own steps: data, backend, process grid and flight recorder,
+// model and optimizer, the resumed or imported weights, the sgemm peak, rank
+// 0's metrics log. job.recipe, recipe_text, faults and resumed_from are set
+// by the caller (resumed_from before the steps run). Each throws UserError.
+std::vector<SetupStep> job_setup_steps(Job& job, int world_rank, int launch);
 // Starts the watchdog over the flight recorder (after set-up, which makes no
 // recorded calls).
 void start_watchdog(Job& job, int world_rank);

@@ -32,6 +32,7 @@ StepLoop::StepLoop(Job& job)
 }
 
 int StepLoop::run() {
+  if (lead_) note_newest_checkpoint(newest_);  // what a stop signal from now on saves
   print_header();
   print_blend();
   if (lead_)
@@ -54,6 +55,8 @@ int StepLoop::run() {
         const Next n = on_bad_step(st, median);
         if (n == Next::Stop) return kExitBadStep;
         if (n == Next::Retry) continue;
+      } else {
+        skipped_in_a_row_ = 0;
       }
       maybe_evaluate(st, x);
       track_stragglers(st, x);
@@ -63,7 +66,7 @@ int StepLoop::run() {
     } catch (const std::exception& e) {
       abort_job(kExitInternal, std::string("internal error: ") + e.what());
     }
-    last_loss_ = st.loss;
+    if (!st.nonfinite) last_loss_ = st.loss;  // the summary's final loss: the last finite one
     if (x.val >= 0) last_val_ = x.val;
     if (lead_ && x.straggler_report) report_stragglers(st, x.slow);
     if (lead_) watch_throughput(st, x);

@@ -102,7 +102,12 @@ class StepLoop {
   long first_ = 0, end_ = 0;
   long last_saved_;      // a checkpoint of this step exists
   std::string newest_;   // the newest committed checkpoint, for messages and the stop note
-  int rollbacks_in_a_row_ = 0;
+  // A bad step's policy gives up after this many in a row: rollbacks that
+  // meet bad steps again, or skipped steps (on_nan = "skip": finite weights
+  // whose every forward overflows, which no skipping mends).
+  static constexpr int kBadStepsInARow = 3;
+  int rollbacks_in_a_row_ = 0, skipped_in_a_row_ = 0;
+  bool save_owed_ = false;  // a save fell on a step whose loss was not finite: the next good step makes it
   std::set<const Fault*> fired_once_;  // nan and bad_batch faults: once per launch
   std::deque<double> recent_losses_;   // applied steps, for the spike limit
   double window_compute_ms_ = 0;

@@ -2,6 +2,7 @@
 // step and where the run stops (exit_after); blocking, or snapshotted and
 // written in the background (checkpoint.async) and committed at a later step
 // boundary. A failed save is fatal only with checkpoint.required.
+#include <cmath>
 #include <csignal>
 #include <cstdio>
 
@@ -75,7 +76,16 @@ double StepLoop::save_or_commit(const StepStats& st) {
   const CheckpointSection& ck = r_.checkpoint;
   const bool at_end = st.step == end_;
   const bool due = ck.automatic() ? auto_save_due(st) : ck.saves() && st.step % ck.every == 0;
-  const bool save_now = ck.saves() && (due || st.step == r_.training.steps || at_end);
+  // A step whose loss is not finite (its update skipped) is never what a
+  // checkpoint holds: the save falls to the next step whose loss is.
+  const bool wanted = ck.saves() && (due || save_owed_ || st.step == r_.training.steps || at_end);
+  const bool bad_loss = !std::isfinite(st.loss);
+  save_owed_ = wanted && bad_loss;
+  const bool save_now = wanted && !bad_loss;
+  if (save_owed_ && lead_)
+    std::fprintf(stderr, "note: step %ld: no checkpoint of a step whose loss is not finite; %s\n", st.step,
+                 at_end ? "this was the last step: the newest checkpoint is the last one written"
+                        : "the next step whose loss is saves");
   if (!save_now && !rank_step_.async_save_pending()) return -1;
   const auto t0 = Clock::now();
   bool did = save_now;
@@ -83,6 +93,10 @@ double StepLoop::save_or_commit(const StepStats& st) {
   try {
     // Before the next save, and at the end of the run, wait for the pending one.
     if (ck.async && rank_step_.async_save_pending()) commit_async(save_now || at_end, false, &did);
+    // The run still owns its directories (checked at every heartbeat, and
+    // here again right before a save's first write, after the wait for the
+    // one before): a directory renamed meanwhile is not written again.
+    if (save_now && lead_) check_locks();
     if (save_now && ck.async) {
       rank_step_.start_async_save(ck.dir, ck.keep, world_, job_.recipe_text);
       if (at_end) commit_async(true, true, &did);

@@ -5,7 +5,9 @@
 // Each group kind gets its own sub-communicator.
 #include <mpi.h>
 
+#include <climits>
 #include <functional>
+#include <initializer_list>
 #include <memory>
 
 #include "parallel/mpi_communicator.h"
@@ -14,9 +16,21 @@
 namespace trainer {
 
 struct GridShape {
+  // The most ranks a job may have (each size's key and their product are
+  // held to it by the recipe rules), so that every product of the sizes
+  // fits an int wherever it is used after the recipe is read.
+  static constexpr long kMaxRanks = 1048576;
   int dp = 1, pp = 1, tp = 1;
   int cp = 1;  // context parallelism: each sequence cut over cp ranks (parallel/context_chunks.h)
-  int ranks() const { return dp * pp * tp * cp; }
+  // In 64 bits, saturated at LONG_MAX: what the rules check, never wrapped.
+  long ranks() const { return saturated_product({dp, pp, tp, cp}); }
+  long model_ranks() const { return saturated_product({pp, tp, cp}); }  // one model copy: tp * cp * pp
+  static long saturated_product(std::initializer_list<long> sizes) {
+    long p = 1;
+    for (long s : sizes)
+      if (__builtin_mul_overflow(p, s, &p)) return LONG_MAX;
+    return p;
+  }
 };
 
 struct GridCoords {

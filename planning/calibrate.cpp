@@ -3,7 +3,9 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <chrono>
+#include <cstdlib>
 #include <cstdio>
 #include <algorithm>
 #include <cmath>
@@ -279,18 +281,27 @@ void measure_collectives(MPI_Comm world, const std::vector<int>& groups, const s
   }
 }
 
-double measure_disk(const std::string& dir, double megabytes) {
-  const std::string path = dir + "/.calibrate_disk_probe";
-  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  if (fd < 0) return 0;
+double measure_disk(const std::string& dir, double megabytes, int* error) {
+  if (error) *error = 0;
+  // A name of its own (mkostemp: O_CREAT | O_EXCL), so whatever sits in the
+  // directory, a link to a user's file or a FIFO, is never opened: the probe
+  // writes only into a regular file it has just made.
+  std::string name = dir + "/.disk_probe.XXXXXX";
+  const int fd = ::mkostemp(name.data(), O_CLOEXEC);
+  if (fd < 0) {
+    if (error) *error = errno;
+    return 0;
+  }
   std::vector<char> block(1 << 20, 1);
   const auto t0 = Clock::now();
   bool ok = true;
+  errno = 0;
   for (int i = 0; i < (int)megabytes && ok; i++) ok = ::write(fd, block.data(), block.size()) == (ssize_t)block.size();
   ok = ok && ::fsync(fd) == 0;
+  if (!ok && error) *error = errno ? errno : ENOSPC;  // a short write: the disk filled
   const double s = ms_since(t0) / 1e3;
   ::close(fd);
-  ::unlink(path.c_str());
+  ::unlink(name.c_str());
   return ok && s > 0 ? megabytes / s : 0;
 }
 

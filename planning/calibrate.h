@@ -44,7 +44,7 @@ void measure_tp_sync(MPI_Comm world, Backend& be, const std::vector<int>& groups
 // A barrier in which this rank sleeps (2 ms polls) instead of spinning, so
 // that a rank measuring alone has the cores to itself.
 void wait_asleep(MPI_Comm world);
-// MB/s; 0 when the directory cannot be written.
-double measure_disk(const std::string& dir, double megabytes);
+// MB/s; 0 when the directory cannot be written (*error: the errno why).
+double measure_disk(const std::string& dir, double megabytes, int* error = nullptr);
 
 }  // namespace trainer

@@ -148,6 +148,15 @@ std::optional<MemoryFit> far_too_large(const Recipe& r, double per_rank, const s
 
 }  // namespace
 
+double checkpoint_file_bytes(const Recipe& r) {
+  double most = 0;
+  if (!r.checkpoint.saves()) return 0;
+  for (int stage = 0; stage < r.parallel.grid.pp; stage++)
+    most = std::max(most, need_of(r, stage, true).checkpoint / 2);  // the file image, not the snapshot beside it
+  return most;
+}
+
+
 MemoryFit check_memory_fit(const Recipe& r, int stage, bool writer, int ranks_on_node, int local_rank) {
   if (r.runtime.backend == "cuda") return check_device_fit(r, stage, writer, ranks_on_node, local_rank);
   const HostMemory host = host_memory();

@@ -32,6 +32,11 @@ MemoryFit check_memory_fit(const Recipe& r, int stage, bool writer, int ranks_on
 // elsewhere (`trainer plan --memory-per-rank-gb`).
 MemoryFit check_memory_within(const Recipe& r, int stage, bool writer, double per_rank_bytes);
 
+// The bytes of the largest checkpoint file one rank writes (its stage's fp32
+// master weights and AdamW m and v, its ZeRO-1 part under ZeRO-1): what a
+// disk must take per writing rank. 0 when the run saves no checkpoints.
+double checkpoint_file_bytes(const Recipe& r);
+
 // A job's verdict, its worst stage on a checkpoint-writing rank:
 // check_memory_within when per_rank_bytes > 0, else check_memory_fit with
 // ranks_on_node ranks on this machine.

@@ -1,10 +1,13 @@
 #include "planning/node_health.h"
 
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <exception>
 #include <filesystem>
@@ -14,6 +17,7 @@
 
 #include "planning/calibrate.h"
 #include "runtime/elapsed.h"
+#include "runtime/errors.h"
 #include "runtime/gpu_state.h"
 #include "runtime/host_memory.h"
 #include "runtime/host_name.h"
@@ -106,7 +110,7 @@ void quiet_barrier(MPI_Comm c) {
 }
 
 // One node's own figures (on its first rank).
-void measure_local(NodeFigures& f, Backend& be, const std::string& disk_dir) {
+void measure_local(NodeFigures& f, Backend& be, const std::string& disk_dir, double disk_mb) {
   auto attempt = [&](const char* what, auto&& measure) {
     try {
       measure();
@@ -144,14 +148,21 @@ void measure_local(NodeFigures& f, Backend& be, const std::string& disk_dir) {
   f.free_gb = host_memory().available / 1e9;
   std::error_code ec;
   std::filesystem::create_directories(disk_dir, ec);  // a run's checkpoint directory may not exist yet
-  f.disk_mbps = measure_disk(disk_dir, 32);
-  if (f.disk_mbps <= 0 && f.failed.empty()) f.failed = "cannot write and fsync a file in " + disk_dir;
+  // 32 MB where the disk has room to spare (a figure the nodes' disks can be
+  // compared by), else only what a checkpoint of the node's ranks needs: a
+  // small disk that holds the checkpoints is not unfit.
+  struct statvfs v {};
+  const double free_mb = statvfs(disk_dir.c_str(), &v) == 0 ? (double)v.f_bavail * v.f_frsize / (1 << 20) : 0;
+  f.disk_mbps = measure_disk(disk_dir, free_mb >= 64 + disk_mb ? std::max(32.0, disk_mb) : disk_mb, &f.disk_error);
+  if (f.disk_mbps <= 0 && f.failed.empty())
+    f.failed = "cannot write and fsync a file in " + disk_dir +
+               (f.disk_error ? " (" + std::string(std::strerror(f.disk_error)) + ")" : std::string());
 }
 
 // Fixed-size record for the gather.
 struct Wire {
   double v[8];
-  int first, leader, gpu_fails;
+  int first, leader, gpu_fails, disk_error;
   char host[64], failed[192], gpu_fault[1024], gpu_note[192];
 };
 
@@ -206,7 +217,51 @@ std::vector<NodeVerdict> judge_nodes(const std::vector<NodeFigures>& nodes, doub
   return out;
 }
 
-std::vector<NodeFigures> measure_nodes(MPI_Comm world, Backend& be, const std::string& disk_dir, bool in_turn) {
+std::vector<NodeVerdict> confirm_verdicts(const std::vector<NodeVerdict>& first,
+                                          const std::vector<NodeVerdict>& second) {
+  if (first.size() != second.size()) throw std::logic_error("confirm_verdicts: not the same nodes");
+  std::vector<NodeVerdict> out = second;
+  for (size_t i = 0; i < out.size(); i++) {
+    if (first[i].health == Health::Ok) {  // unfit only the second time: not confirmed either
+      if (out[i].health != Health::Ok) {
+        std::string was;
+        for (const std::string& s : out[i].reasons) was += (was.empty() ? "" : "; ") + s;
+        out[i].health = Health::Ok, out[i].reasons = {"re-measured: ok the first time (" + was + " the second)"};
+      }
+    } else if (out[i].health == Health::Ok) {
+      std::string was;
+      for (const std::string& s : first[i].reasons) was += (was.empty() ? "" : "; ") + s;
+      out[i].reasons = {"re-measured: " + was + " the first time, ok the second"};
+    } else {
+      out[i].reasons.push_back("confirmed by a second measurement");
+    }
+  }
+  return out;
+}
+
+bool any_unfit(const std::vector<NodeVerdict>& verdicts) {
+  for (const NodeVerdict& v : verdicts)
+    if (v.health != Health::Ok) return true;
+  return false;
+}
+
+std::string shared_disk_failure(const std::vector<NodeFigures>& nodes, const std::string& disk_dir, double disk_mb,
+                                int* code) {
+  if (nodes.empty() || nodes[0].disk_error == 0) return "";
+  for (const NodeFigures& n : nodes)
+    if (n.disk_error != nodes[0].disk_error) return "";
+  const int e = nodes[0].disk_error;
+  *code = e == ENOSPC || e == EDQUOT ? kExitNoSpace : kExitUsage;
+  char mb[32];
+  std::snprintf(mb, sizeof mb, "%.0f", disk_mb);
+  return std::string("the checkpoint directory ") + disk_dir + " cannot take a " + mb + " MB file (what a checkpoint "
+         "of a node's ranks needs) on any of the " + std::to_string(nodes.size()) + " node(s): " + std::strerror(e) +
+         ". That is the directory's file system, not the nodes: " +
+         (*code == kExitNoSpace ? "free space there" : "make it writable") + " or set checkpoint.dir elsewhere";
+}
+
+std::vector<NodeFigures> measure_nodes(MPI_Comm world, Backend& be, const std::string& disk_dir, double disk_mb,
+                                       bool in_turn) {
   int rank = 0, size = 0, local = 0;
   MPI_Comm_rank(world, &rank);
   MPI_Comm_size(world, &size);
@@ -222,7 +277,7 @@ std::vector<NodeFigures> measure_nodes(MPI_Comm world, Backend& be, const std::s
     MPI_Comm_size(leaders, &nodes);
     MPI_Comm_rank(leaders, &me);
     for (int turn = 0; turn < (in_turn ? nodes : 1); turn++) {
-      if (!in_turn || turn == me) measure_local(f, be, disk_dir);
+      if (!in_turn || turn == me) measure_local(f, be, disk_dir, disk_mb);
       if (in_turn) quiet_barrier(leaders);
     }
     // One node: no network between nodes to measure.
@@ -240,7 +295,7 @@ std::vector<NodeFigures> measure_nodes(MPI_Comm world, Backend& be, const std::s
   std::snprintf(mine.failed, sizeof mine.failed, "%s", f.failed.c_str());
   std::snprintf(mine.gpu_fault, sizeof mine.gpu_fault, "%s", f.gpu_fault.c_str());
   std::snprintf(mine.gpu_note, sizeof mine.gpu_note, "%s", f.gpu_note.c_str());
-  mine.gpu_fails = f.gpu_fails;
+  mine.gpu_fails = f.gpu_fails, mine.disk_error = f.disk_error;
   std::vector<Wire> all(size);
   MPI_Allgather(&mine, sizeof(Wire), MPI_BYTE, all.data(), sizeof(Wire), MPI_BYTE, world);
   std::vector<NodeFigures> out;
@@ -249,7 +304,7 @@ std::vector<NodeFigures> measure_nodes(MPI_Comm world, Backend& be, const std::s
     NodeFigures n;
     for (size_t k = 0; k < kinds.size(); k++) n.*kinds[k].value = w.v[k];
     n.first_rank = w.first, n.host = w.host, n.failed = w.failed, n.gpu_fault = w.gpu_fault, n.gpu_fails = w.gpu_fails;
-    n.gpu_note = w.gpu_note;
+    n.gpu_note = w.gpu_note, n.disk_error = w.disk_error;
     out.push_back(n);
   }
   return out;

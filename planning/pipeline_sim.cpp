@@ -20,7 +20,12 @@ class SharedRun {
         out_(pipe.stages) {}
 
   std::vector<StageTimes> run() {
-    for (;;) {
+    // Each round ends a phase (compute or communication) of some action or
+    // delivers a message: at most three per action.
+    size_t actions = 0;
+    for (const auto& stage : sched_) actions += stage.size();
+    for (size_t round = 0;; round++) {
+      if (round > 3 * actions + 8) throw std::logic_error("the step model's simulation makes no progress");
       while (start_ready()) {
       }
       if (all_done()) return out_;
@@ -100,13 +105,19 @@ class SharedRun {
     return t;
   }
 
+  // A phase ends when its end, reckoned as next_event reckons it, is not
+  // after t: the phase that set t always ends, however far the clock has
+  // run. (Subtracting dt with a fixed cut-off did not: past 2^14 ms a
+  // remainder under half a unit in the last place of the clock could not
+  // move it, and plan --search never finished at long sequences.)
   void advance(double t, double slow) {
     const double dt = t - now_;
     for (int s = 0; s < pipe_.stages; s++) {
       State& x = st_[s];
       if (!x.busy) continue;
-      if (x.compute > 0) x.compute = x.compute - dt / slow < 1e-12 ? 0 : x.compute - dt / slow;
-      else x.comm = x.comm - dt < 1e-12 ? 0 : x.comm - dt;
+      double& left = x.compute > 0 ? x.compute : x.comm;
+      const double per_ms = x.compute > 0 ? slow : 1.0;
+      left = now_ + left * per_ms <= t ? 0 : std::max(0.0, left - dt / per_ms);
       if (x.compute == 0 && x.comm == 0) {
         x.busy = false, x.next++;
         out_[s].in_action += t - x.started, out_[s].end = t;

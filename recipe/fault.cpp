@@ -31,7 +31,7 @@ Fault parse_one(const std::string& item, const std::string& where) {
   const char* usage =
       " (kinds: crash rank=R step=K | segv rank=R step=K | hang rank=R step=K | freeze rank=R step=K | slow rank=R ms=X [step=K] | nan step=K [rank=R] | "
       "nan_weight step=K [rank=R] | ckpt_kill point=P step=K | ckpt_hang rank=R step=K | bad_batch step=K | "
-      "setup_stall rank=R ms=X; each may add "
+      "setup_stall rank=R ms=X | setup_fail rank=R point=P; each may add "
       "launch=N or launch=all)";
   if (kind == "crash") f.kind = Fault::Crash;
   else if (kind == "segv") f.kind = Fault::Segv;
@@ -44,6 +44,7 @@ Fault parse_one(const std::string& item, const std::string& where) {
   else if (kind == "ckpt_hang") f.kind = Fault::CkptHang;
   else if (kind == "bad_batch") f.kind = Fault::BadBatch;
   else if (kind == "setup_stall") f.kind = Fault::SetupStall;
+  else if (kind == "setup_fail") f.kind = Fault::SetupFail;
   else throw RecipeError(where + ": unknown fault \"" + kind + "\" in \"" + item + "\"" + usage);
   bool has_rank = false, has_step = false, has_ms = false;
   while (in >> kv) {
@@ -71,6 +72,13 @@ Fault parse_one(const std::string& item, const std::string& where) {
     case Fault::Nan:
     case Fault::NanWeight:
     case Fault::BadBatch: need(has_step && f.step > 0, "step=K (K >= 1)"); break;
+    case Fault::SetupFail: {
+      std::string steps;
+      bool known = false;
+      for (const char* s : kSetupSteps) steps += (steps.empty() ? "" : "|") + std::string(s), known |= f.point == s;
+      need(has_rank && known, ("rank=R and point=" + steps).c_str());
+      break;
+    }
     case Fault::CkptKill:
       need(f.point == "shards_written" || f.point == "manifest_written" || f.point == "renamed" ||
                f.point == "latest_written",

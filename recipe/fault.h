@@ -22,6 +22,8 @@
 //   setup_stall rank=R ms=X          rank R pauses X ms in set-up, after taking the run
 //                                    directory, as on a slow file system (a signal then
 //                                    arrives during set-up)
+//   setup_fail rank=R point=P        rank R fails (exit 2) at the end of set-up step P, the
+//                                    others going on (P: one of kSetupSteps)
 // Every fault also takes launch=N (the supervisor's launch it fires in, from
 // 0; default 0: only the first launch) or launch=all. Steps count from 1.
 #include <string>
@@ -30,14 +32,19 @@
 namespace trainer {
 
 struct Fault {
-  enum Kind { Crash, Segv, Hang, Freeze, Slow, Nan, NanWeight, BadBatch, CkptKill, CkptHang, SetupStall } kind = Crash;
+  enum Kind { Crash, Segv, Hang, Freeze, Slow, Nan, NanWeight, BadBatch, CkptKill, CkptHang, SetupStall, SetupFail } kind = Crash;
   int rank = 0;
   long step = 0;       // 0: every step (slow) / any step (ckpt_kill)
   double ms = 0;       // slow
-  std::string point;   // ckpt_kill
+  std::string point;   // ckpt_kill, setup_fail
   int launch = 0;      // -1: every launch
   std::string text;    // as written, for messages
 };
+
+// The steps of a job's set-up, in the order they run (app/cmd_train.cpp and
+// engine/job.h): every rank agrees whether one failed before the next starts.
+inline constexpr const char* kSetupSteps[] = {"run_dirs", "memory", "data",   "backend", "grid",  "model",
+                                              "weights",  "peak",   "disk",   "metrics", "health"};
 
 // Parses "kind key=value ..." items separated by ';'. Throws RecipeError
 // naming `where` and the offending item.

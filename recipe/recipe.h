@@ -47,6 +47,10 @@ struct DataSection {
   std::vector<DataSource> train, val;               // as written
   std::vector<std::string> train_files, val_files;  // expanded, all sources
   int prefetch{};
+  // The tokenizer spec that made the data (data/tokenizer.h make_tokenizer;
+  // "": not known): from data_info.json beside the shards when not given,
+  // kept in every checkpoint's recipe, what `ckpt export` writes.
+  std::string tokenizer{};
 };
 
 struct TrainingSection {
@@ -85,9 +89,9 @@ struct ParallelSection {
   bool cp_overlap{};         // ring attention: the next block travels while the one in hand is attended to
   // ZeRO-1 in effect: asked for, and more than one rank holding the same
   // weights (dp x cp) to shard over.
-  bool zero_sharded() const { return zero_stage == 1 && grid.dp * grid.cp > 1; }
+  bool zero_sharded() const { return zero_stage == 1 && GridShape::saturated_product({grid.dp, grid.cp}) > 1; }
   // The ranks that hold one model copy and read the same sequences: tp * cp * pp.
-  int model_ranks() const { return grid.tp * grid.cp * grid.pp; }
+  long model_ranks() const { return grid.model_ranks(); }
 };
 
 struct RuntimeSection {

@@ -126,12 +126,12 @@ std::vector<RecipeKey> make_keys() {
           .def(RopeScaling{}).shown_if(llama),
       // [parallel]
       K("parallel", "tp", Int, "tensor-parallel ranks; n_heads, n_kv_heads, d_ff and vocab_size must divide by it", AT(parallel.grid.tp))
-          .def(1L).at_least(1),
-      K("parallel", "pp", Int, "pipeline stages; n_layers must divide by pp * virtual_stages", AT(parallel.grid.pp)).def(1L).at_least(1),
+          .def(1L).at_least(1).at_most(GridShape::kMaxRanks),
+      K("parallel", "pp", Int, "pipeline stages; n_layers must divide by pp * virtual_stages", AT(parallel.grid.pp)).def(1L).at_least(1).at_most(GridShape::kMaxRanks),
       K("parallel", "cp", Int, "context-parallel ranks: each sequence is cut along its length over them "
         "(activations per rank about 1/cp; attention as parallel.cp_comm says); seq_len must divide by 2 * cp",
         AT(parallel.grid.cp))
-          .def(1L).at_least(1),
+          .def(1L).at_least(1).at_most(GridShape::kMaxRanks),
       K("parallel", "cp_comm", Choice, "context parallelism's attention: \"ring\" passes the k|v blocks round the cp "
         "ranks while attending (any head count); \"a2a\" (DeepSpeed's Ulysses) turns sequence shards into head shards "
         "with an all-to-all, attends to whole sequences, and turns back (n_heads and n_kv_heads must divide by cp * tp)",
@@ -143,7 +143,7 @@ std::vector<RecipeKey> make_keys() {
       K("parallel", "dp", Int, "data-parallel replicas", AT(parallel.grid.dp))
           .def([](const Recipe& r, int world) { return KeyValue(world > 0 ? (long)world / r.parallel.model_ranks() : 1L); },
                "world size / (tp * cp * pp)")
-          .at_least(1),
+          .at_least(1).at_most(GridShape::kMaxRanks),
       K("parallel", "sequence_parallel", Bool, "shard activations along the sequence between TP regions (needs seq_len divisible by tp)",
         AT(parallel.sequence_parallel)).def(false),
       K("parallel", "schedule", Choice, "pipeline schedule", ENUM(parallel.schedule, ScheduleKind, "1f1b", "interleaved"))
@@ -152,7 +152,7 @@ std::vector<RecipeKey> make_keys() {
         AT(parallel.virtual_stages))
           .def([](const Recipe& r, int) { return KeyValue(r.parallel.schedule == ScheduleKind::Interleaved ? 2L : 1L); },
                "1; 2 for interleaved")
-          .at_least(1),
+          .at_least(1).at_most(GridShape::kMaxRanks),
       K("parallel", "dp_bucket_mb", Float, "MB of gradients per data-parallel all-reduce bucket (buckets start during "
         "the last backward)", AT(parallel.dp_bucket_mb))
           .def(25.0).above(0),
@@ -289,14 +289,14 @@ std::vector<RecipeKey> make_keys() {
       // [launch]
       K("launch", "launcher", Choice, "how `supervise` starts the job", AT(launch.launcher))
           .def(std::string("mpirun")).choose({"mpirun", "srun"}),
-      K("launch", "ranks", Int, "ranks `supervise` launches (0: dp * pp * cp * tp)", AT(launch.ranks)).def(0L).at_least(0),
+      K("launch", "ranks", Int, "ranks `supervise` launches (0: dp * pp * cp * tp)", AT(launch.ranks)).def(0L).at_least(0).at_most(GridShape::kMaxRanks),
       K("launch", "args", List, "extra launcher arguments", AT(launch.args)).def(Strings{}),
       K("launch", "hosts", List, "the hosts `supervise` may launch on, in order (under Slurm launch.nodes alone "
         "picks from the job's own nodes, SLURM_JOB_NODELIST)", AT(launch.hosts)).def(Strings{}),
       K("launch", "hostfile", String, "a file of hosts for `supervise`, one a line as Open MPI's hostfiles "
         "(\"name slots=N\"), instead of launch.hosts", AT(launch.hostfile)).def(std::string()),
       K("launch", "nodes", Int, "hosts each launch of `supervise` runs on (0: all of them); the rest are spares "
-        "that replace a host a failure is blamed on", AT(launch.nodes)).def(0L).at_least(0),
+        "that replace a host a failure is blamed on", AT(launch.nodes)).def(0L).at_least(0).at_most(GridShape::kMaxRanks),
       // [health]
       K("health", "check", Bool, "`trainer train` first runs `trainer health`'s measurements on every node and "
         "stops with exit 10 when one is unfit; `supervise` with an allocation runs `trainer health` on every usable "
@@ -315,6 +315,10 @@ std::vector<RecipeKey> make_keys() {
       // [data]
       K("data", "train", Sources, "training token files (llm.c shards, Megatron prefixes): paths or globs, or a blend of { path = \"...\", weight = 0.3, name = \"web\" } sources (weights are shares of samples)", AT(data.train)).def(SourceList{}),
       K("data", "val", Sources, "validation token files, as data.train; named sources get their own val_loss/NAME", AT(data.val)).def(SourceList{}),
+      K("data", "tokenizer", String, "the tokenizer that made the data (a `data prepare --tokenizer` spec): read from "
+        "data_info.json beside the shards, where every source (train, val, blend members) must name the same one; "
+        "give it only for shards without data_info.json. Kept in each checkpoint: `ckpt export` writes its files",
+        AT(data.tokenizer)).def(std::string()),
       K("data", "prefetch", Int, "micro-batches a background thread keeps ready (0: load on the training thread)", AT(data.prefetch))
           .def(2L).at_least(0).at_most(64),
   };

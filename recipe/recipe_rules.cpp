@@ -1,6 +1,7 @@
 #include "recipe/recipe_rules.h"
 
 #include <algorithm>
+#include <climits>
 
 #include "recipe/recipe_keys.h"
 
@@ -51,7 +52,22 @@ bool layout(const Recipe& r, int world_size, Rules& rules) {
   const ModelConfig& m = r.model;
   const bool dp_given = o.is_given("parallel", "dp");
   const GridShape& g = r.parallel.grid;
-  const int model_ranks = r.parallel.model_ranks();
+  // Each size is at most kMaxRanks (the keys' range); their product first,
+  // in 64 bits, so that every product of sizes below fits an int.
+  if (g.ranks() > GridShape::kMaxRanks) {
+    std::string key = "dp";
+    for (const char* k : {"tp", "cp", "pp", "dp"})
+      if (o.is_overridden("parallel", k)) {
+        key = k;
+        break;
+      }
+    return rules.fail("parallel", key,
+                      "dp * pp * cp * tp = " + std::to_string(g.dp) + " * " + std::to_string(g.pp) + " * " +
+                          std::to_string(g.cp) + " * " + std::to_string(g.tp) + " comes to " +
+                          (g.ranks() == LONG_MAX ? std::string("more than 2^63") : std::to_string(g.ranks())) +
+                          " ranks, more than the " + std::to_string(GridShape::kMaxRanks) + " a job may have");
+  }
+  const long model_ranks = r.parallel.model_ranks();
   // The key a layout problem is blamed on: the one the user set (a --set
   // override before a line of the file), tp before cp before pp.
   auto layout_key = [&]() -> std::string {
@@ -104,7 +120,7 @@ bool layout(const Recipe& r, int world_size, Rules& rules) {
                       "virtual_stages > 1");
   if (r.parallel.schedule == ScheduleKind::Interleaved && (r.parallel.virtual_stages < 2 || r.parallel.grid.pp < 2))
     return rules.fail("parallel", "virtual_stages", "the interleaved schedule needs pp >= 2 and virtual_stages >= 2");
-  if (m.n_layers % (r.parallel.grid.pp * r.parallel.virtual_stages) != 0)
+  if (m.n_layers % ((long)r.parallel.grid.pp * r.parallel.virtual_stages) != 0)
     return rules.fail("parallel", o.is_overridden("parallel", "virtual_stages") ? "virtual_stages" : "pp",
                       "n_layers = " + std::to_string(m.n_layers) + " must be divisible by pp * virtual_stages = " +
                           std::to_string(r.parallel.grid.pp) + " * " + std::to_string(r.parallel.virtual_stages));
@@ -149,6 +165,16 @@ bool training(const Recipe& r, Rules& rules) {
                       "global_batch / (micro_batch * dp) = " + std::to_string(r.accum_steps()) +
                           " micro-batches per step: more than " + std::to_string(Recipe::kMaxAccumSteps) +
                           " (raise training.micro_batch or parallel.dp)");
+  // The schedule runs each micro-batch through each of a stage's chunks
+  // (parallel/pipeline_schedule.h), its messages tagged by both: at most
+  // kMaxAccumSteps chunk passes, so their count and tags fit an int.
+  if ((long)r.accum_steps() * r.parallel.virtual_stages > Recipe::kMaxAccumSteps)
+    return rules.fail("parallel", "virtual_stages",
+                      std::to_string(r.accum_steps()) + " micro-batches per step x virtual_stages " +
+                          std::to_string(r.parallel.virtual_stages) + " = " +
+                          std::to_string((long)r.accum_steps() * r.parallel.virtual_stages) +
+                          " chunk passes per stage and step: more than " + std::to_string(Recipe::kMaxAccumSteps) +
+                          " (fewer virtual stages, or fewer micro-batches per step)");
   if (r.parallel.schedule == ScheduleKind::Interleaved && r.accum_steps() % r.parallel.grid.pp != 0)
     return rules.fail(
         "training", "global_batch",

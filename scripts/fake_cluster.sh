@@ -67,10 +67,12 @@ up() {
     case $1 in
       --slots) slots=${2:?--slots needs a number}; shift 2 ;;
       --slurm) slurm=1; shift ;;
-      *) [[ -z $n && $1 =~ ^[0-9]+$ ]] || usage; n=$1; shift ;;
+      *) [[ -z $n && $1 =~ ^[0-9]{1,3}$ ]] || usage; n=$1; shift ;;
     esac
   done
   [[ -n $n && $n -ge 1 && $n -le 200 ]] || code=2 die "up needs a number of hosts, 1 to 200"
+  # Written into the hostfile as "HOST slots=S": a whole number or nothing.
+  [[ $slots =~ ^[0-9]{1,4}$ && $slots -ge 1 ]] || code=2 die "--slots $slots: want ranks per host, a whole number 1 to 9999"
   [[ $(id -u) == 0 ]] || code=77 die "needs root to make network namespaces"
   command -v ip >/dev/null || code=77 die "ip (iproute2) is not installed: no network namespaces to make hosts of"
   local tag=$(($$ % 100000)) dir

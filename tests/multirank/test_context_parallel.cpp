@@ -237,6 +237,8 @@ TEST(ContextParallelResume, Cp4CheckpointResumesInOtherLayouts) {
   const Layout one = with_cp({Arch::Llama, 1, 1, false}, 1, 10);
   const std::vector<double> ref = train(one, MPI_COMM_SELF, 10, "");
   const std::string dir = std::filesystem::path(g_data).parent_path().string() + "/cp4_resume";
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);  // a save makes its checkpoint directory, never the parents
   std::string step_dir;
   const std::vector<double> first = train(with_cp(one, 4, 10), MPI_COMM_WORLD, 5, "", dir, &step_dir);
   for (int s = 0; s < 5; s++) EXPECT_NEAR(first[s], ref[s], 1e-6 * ref[s]) << "cp 4, step " << s + 1;

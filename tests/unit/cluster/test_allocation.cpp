@@ -90,6 +90,12 @@ TEST(Allocation, EveryHostWithoutNodesAndRefusalsOfWhatCannotBe) {
   EXPECT_EQ(all.launch_hosts(), (Hosts{"a", "b"}));
   EXPECT_THROW(Allocation({"a", "b"}, 3), std::invalid_argument);
   EXPECT_THROW(Allocation({"a", "b", "a"}, 2), std::invalid_argument);
+  // One host name each, as the launcher reads them (issue 66).
+  for (const char* bad : {"a,b", "a:2", "-np", "", "a b", "a/b", ".x", "a;b"})
+    EXPECT_THROW(Allocation({"n1", bad}, 0), std::invalid_argument) << bad;
+  EXPECT_NO_THROW(Allocation({"node-01.cluster_a", "10.0.0.2"}, 0));
+  // A range bound too long for any host number: refused as malformed, not std::out_of_range.
+  EXPECT_THROW(expand_hostlist("n[1-99999999999999999999]"), std::invalid_argument);
 }
 
 TEST(Allocation, FindsTheHostARankNamesByItsShortName) {

@@ -2,9 +2,18 @@
 // here: each against the median over the nodes, written out by hand.
 #include <gtest/gtest.h>
 
-#include <cmath>
+#include <sys/stat.h>
+#include <unistd.h>
 
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <set>
+#include <string>
+
+#include "planning/calibrate.h"
 #include "planning/node_health.h"
+#include "tests/support/temp_dir.h"
 
 using namespace trainer;
 
@@ -69,4 +78,61 @@ TEST(NodeHealth, AGpuFaultFailsOrSlowsItsNodeAndASlowClockIsJudgedLikeAFigure) {
   EXPECT_EQ(v[3].health, Health::Slow);
   EXPECT_EQ(v[3].reasons[0], nodes[3].gpu_fault);
   EXPECT_TRUE(std::isnan(v[3].ratios[6]));
+}
+
+// The disk probe of `trainer health` and `trainer calibrate` writes into the
+// checkpoint (or output) directory. Whatever already sits there, under any
+// name it could pick (its old fixed name, links to a user's file, a FIFO), is
+// never opened: the probe makes a new regular file of its own and removes it.
+TEST(NodeHealth, TheDiskProbeNeverOpensWhatIsAlreadyInTheDirectory) {
+  namespace fs = std::filesystem;
+  const std::string dir = temp_dir("disk_probe"), user = dir + "/user_file", outside = temp_dir("disk_probe_out");
+  { std::ofstream(user) << "precious"; }
+  const std::string victim = outside + "/victim";
+  { std::ofstream(victim) << "also precious"; }
+  for (const char* name : {".calibrate_disk_probe", ".disk_probe", ".disk_probe.XXXXXX"})
+    fs::create_symlink(victim, dir + "/" + name);
+  fs::create_symlink(user, dir + "/.probe_link");
+  ASSERT_EQ(mkfifo((dir + "/.fifo_probe").c_str(), 0644), 0);
+  std::set<std::string> before;
+  for (const auto& e : fs::directory_iterator(dir)) before.insert(e.path().filename());
+  const double mbps = measure_disk(dir, 2);  // a FIFO opened for writing would block here
+  EXPECT_GT(mbps, 0);
+  std::set<std::string> after;
+  for (const auto& e : fs::directory_iterator(dir)) after.insert(e.path().filename());
+  EXPECT_EQ(before, after);  // nothing left behind, nothing removed
+  std::string text;
+  std::getline(std::ifstream(victim), text);
+  EXPECT_EQ(text, "also precious");
+  std::getline(std::ifstream(user), text);
+  EXPECT_EQ(text, "precious");
+  EXPECT_EQ(fs::file_size(victim), 13u);
+  fs::remove_all(dir);
+  fs::remove_all(outside);
+}
+
+// A node is unfit only when a second measurement agrees (issue 66: one noisy
+// p2p figure excluded a healthy host in 1 of 3 runs); the verdicts say what
+// each measurement found.
+TEST(NodeHealth, ANodeIsUnfitOnlyWhenASecondMeasurementAgrees) {
+  const std::vector<NodeFigures> noisy = {node("a", 100), node("b", 100, 500, 0.71), node("c", 100)};
+  const std::vector<NodeFigures> calm = {node("a", 100), node("b", 100), node("c", 100)};
+  const std::vector<NodeFigures> capped = {node("a", 100), node("b", 100), node("c", 41)};
+  const auto first = judge_nodes(noisy, 0.8);
+  ASSERT_TRUE(any_unfit(first));
+  EXPECT_EQ(first[1].health, Health::Slow);
+  const auto passed = confirm_verdicts(first, judge_nodes(calm, 0.8));
+  EXPECT_FALSE(any_unfit(passed));
+  ASSERT_EQ(passed[1].reasons.size(), 1u);
+  EXPECT_EQ(passed[1].reasons[0], "re-measured: p2p 0.71 x the median the first time, ok the second");
+  EXPECT_TRUE(passed[0].reasons.empty());
+  // Another node unfit only the second time: not confirmed either.
+  const auto other = confirm_verdicts(first, judge_nodes(capped, 0.8));
+  EXPECT_FALSE(any_unfit(other));
+  EXPECT_EQ(other[2].reasons[0], "re-measured: ok the first time (gemm 0.41 x the median the second)");
+  // Unfit both times: the second's verdict, confirmed.
+  const auto slow_twice = confirm_verdicts(judge_nodes(capped, 0.8), judge_nodes(capped, 0.8));
+  EXPECT_EQ(slow_twice[2].health, Health::Slow);
+  EXPECT_EQ(slow_twice[2].reasons, (std::vector<std::string>{"gemm 0.41 x the median", "confirmed by a second measurement"}));
+  EXPECT_THROW(confirm_verdicts(first, judge_nodes({node("a", 1)}, 0.8)), std::logic_error);
 }

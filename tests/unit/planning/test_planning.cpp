@@ -5,6 +5,9 @@
 // values.
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
+#include <chrono>
 #include <cmath>
 #include <map>
 
@@ -170,6 +173,59 @@ TEST(PipelineSim, SharingOneUnitSerialisesTheWork) {
   // micro-batch, the forward goes 0 -> 1 and the gradient 1 -> 0.
   const PipelineSpec one{2, 1, 1, ScheduleKind::OneFOneB};
   EXPECT_NEAR(makespan(simulate_shared(one, uniform(one, 1, 2), 0.5)), 2 * 3.0 + 2 * 0.5, 1e-9);
+}
+
+// The clock in ms runs past 2^14 and a phase's remainder is below half a unit
+// in its last place: the remainder can no longer move the clock, and the
+// simulation must still end that phase (it looped for ever: plan --search at
+// long sequences). Every clock from 1 s to 10^9 ms, remainders from 1e-15 to
+// 1e-9 ms; SIGALRM fails the test instead of a hang.
+TEST(PipelineSim, EndsEveryPhaseWhateverTheClockReads) {
+  alarm(60);
+  const PipelineSpec one{1, 1, 1, ScheduleKind::OneFOneB};
+  for (double clock = 1e3; clock < 1e9; clock *= 1.37)
+    for (double rest : {1e-15, 1.5e-12, 3e-12, 1e-11, 1e-9}) {
+      StageWork w;
+      w.fwd = {clock}, w.bwd = {1}, w.fwd_comm = {rest}, w.bwd_comm = {rest}, w.ranks = 1;
+      EXPECT_NEAR(makespan(simulate_shared(one, {w}, 0)), clock + 1 + 2 * rest, 1e-12 * clock) << clock << " " << rest;
+      const PipelineSpec two{2, 1, 3, ScheduleKind::OneFOneB};  // messages and a slowdown as well
+      std::vector<StageWork> ws(2, w);
+      ws[1].fwd = {clock / 3};
+      const double m = makespan(simulate_shared(two, ws, rest, [](double busy) { return std::max(1.0, busy); }));
+      EXPECT_TRUE(std::isfinite(m) && m > 3 * clock) << clock << " " << rest;
+    }
+  alarm(0);
+}
+
+// plan --search prices a Llama calibrated at seq_len 128 at any length: each
+// prediction ends (in well under a second each) with a step time that grows
+// with the length. Ops are priced at 1e-6 ms per unit of work, so long
+// sequences' steps reach far past 2^14 ms of simulated time.
+TEST(StepModel, PricesAnyLengthFromAProfileOfAShortOne) {
+  auto recipe = [](int seq_len) {
+    return load_recipe("configs/demo.toml", {"model.arch=\"llama\"", "model.d_model=128", "model.n_layers=4",
+                                             "model.n_heads=4", "model.n_kv_heads=2", "parallel.dp=1",
+                                             "parallel.pp=2", "parallel.tp=2", "training.micro_batch=1",
+                                             "training.global_batch=8", "model.seq_len=" + std::to_string(seq_len)},
+                       0, false);
+  };
+  MachineProfile p;
+  p.compute_units = 2;
+  p.busy_slowdown = {1.0, 1.1, 1.6, 2.2};
+  for (const OpCall& op : trace_chunk(recipe(128).model, ChunkSpec{}, {1, 1, false, DType::F32, {}}).ops)
+    p.ops[op.key] = {(op.flops > 0 ? op.flops : op.bytes) * 1e-6, op.flops > 0 ? op.flops : op.bytes};
+  alarm(120);
+  double last = 0;
+  for (int T : {128, 1024, 4096, 6144, 8192, 12288, 16384, 32768}) {
+    const auto t0 = std::chrono::steady_clock::now();
+    const StepPrediction s = StepModel(p, 8).predict(recipe(T));
+    const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    EXPECT_TRUE(std::isfinite(s.step_ms) && s.step_ms > last) << T << ": " << s.step_ms << " after " << last;
+    EXPECT_LT(took, 5.0) << T;
+    last = s.step_ms;
+  }
+  EXPECT_GT(last, 1 << 14);
+  alarm(0);
 }
 
 // Collective times: piecewise linear between measured sizes, the smallest

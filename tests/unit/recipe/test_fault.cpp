@@ -64,5 +64,20 @@ TEST(Faults, PlanKeepsThisRankAndLaunch) {
   EXPECT_TRUE(FaultPlan(f, 3, 1).at(Fault::Crash, 7).empty());
 }
 
+// setup_fail names a step of set-up: each of kSetupSteps, nothing else.
+TEST(Faults, SetupFailNamesAStepOfSetUp) {
+  for (const char* step : kSetupSteps) {
+    const auto f = parse_faults(std::string("setup_fail rank=1 point=") + step, "test");
+    ASSERT_EQ(f.size(), 1u);
+    EXPECT_EQ(f[0].kind, Fault::SetupFail);
+    EXPECT_EQ(f[0].point, step);
+    EXPECT_EQ(f[0].rank, 1);
+  }
+  EXPECT_THROW(parse_faults("setup_fail rank=1 point=nowhere", "test"), RecipeError);
+  EXPECT_THROW(parse_faults("setup_fail point=grid", "test"), RecipeError);  // which rank
+  EXPECT_EQ(FaultPlan(parse_faults("setup_fail rank=1 point=grid", "test"), 0, 0).at(Fault::SetupFail, 0).size(), 0u);
+  EXPECT_EQ(FaultPlan(parse_faults("setup_fail rank=1 point=grid", "test"), 1, 0).at(Fault::SetupFail, 0).size(), 1u);
+}
+
 }  // namespace
 }  // namespace trainer

@@ -8,7 +8,6 @@
 
 #include "app/commands.h"
 #include "app/environment.h"
-#include "app/health_deadline.h"
 #include "app/health_table.h"
 #include "app/mpi_command.h"
 #include "app/recipe.h"
@@ -37,9 +36,7 @@ const char* kHealthUsage =
     "  A node is slow when a figure is below health.min_ratio of the median (default 0.8),\n"
     "  failed when a measurement failed. A node unfit in the first measurement is measured again\n"
     "  with the rest and is unfit only if the second agrees (its row says \"re-measured\" or\n"
-    "  \"confirmed\"). Exit 0 when every node is ok, 10 when one is not, and 10 too when the\n"
-    "  check has no verdict within runtime.comm_timeout (a host cut off mid-check: the hosts\n"
-    "  that no longer answer are named).\n"
+    "  \"confirmed\"). Exit 0 when every node is ok, 10 when one is not.\n"
     "  health.in_turn = true: the nodes measure their own figures one after another, not all\n"
     "  at once (nodes that share hardware: a fake cluster's hosts share this machine's cores).\n"
     "  health.check = true runs the same check when `trainer train` starts, or, under\n"
@@ -58,7 +55,6 @@ int health(const RecipeArgs& args, int rank, int size) {
     return code;
   // Run by `trainer supervise` before a launch (supervisor_launch() >= 0):
   // it excludes the hosts recorded unfit.
-  const HealthDeadline deadline(r.runtime.comm_timeout, r.run.dir, supervisor_launch());
   bool fit = true;
   // A failure the nodes share (the checkpoint directory's disk) comes alike
   // on every rank: said once.

@@ -16,7 +16,6 @@
 
 #include "app/commands.h"
 #include "app/environment.h"
-#include "app/health_deadline.h"
 #include "app/health_table.h"
 #include "app/mpi_command.h"
 #include "planning/memory_fit.h"
@@ -128,7 +127,6 @@ void check_fit(const Recipe& r, int rank, int local_rank) {
 void check_health(const Job& job, int rank, int size) {
   const Recipe& r = job.recipe;
   if (!r.health.check) return;
-  const HealthDeadline deadline(r.runtime.comm_timeout, r.run.dir, job.launch);  // the watchdog is not up yet
   const std::string unfit = check_nodes(r, *job.backend, rank, size, job.launch);
   if (unfit.empty()) return;
   throw UserError(kExitUnfitNode, "health.check: not training on an unfit node: " + unfit +

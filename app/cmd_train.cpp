@@ -113,10 +113,10 @@ void take_run_dirs(Job& job, RunDirLocks& locks, bool start_over) {
 }
 
 // The memory pre-flight, before anything big is allocated.
-void check_fit(const Recipe& r, int rank, int local_rank) {
+void check_fit(const Recipe& r, int rank, int node_ranks, int local_rank) {
   if (!r.runtime.memory_check) return;
   const GridCoords at = grid_coords(r.parallel.grid, rank);
-  const MemoryFit fit = check_memory_fit(r, at.pp, at.dp == 0 && at.cp == 0, ranks_on_node(), local_rank);
+  const MemoryFit fit = check_memory_fit(r, at.pp, at.dp == 0 && at.cp == 0, node_ranks, local_rank);
   if (!fit.fits)
     throw RecipeError("rank " + std::to_string(rank) + " (pipeline stage " + std::to_string(at.pp) + ") " +
                       fit.message + " (runtime.memory_check = false skips this check)");
@@ -155,8 +155,9 @@ int set_up(Job& job, RunDirLocks& locks, int argc, char** argv, int rank, int si
        }},
       {"memory",
        [&] {
-         job.resumed_from = broadcast_string(job.resumed_from);  // collective first
-         check_fit(job.recipe, rank, job.local_rank);
+         job.resumed_from = broadcast_string(job.resumed_from);  // collectives first
+         job.node_ranks = ranks_on_node();
+         check_fit(job.recipe, rank, job.node_ranks, job.local_rank);
          // The resolved recipe is for people and `trainer status` (a checkpoint
          // keeps its own): a failure to write it is a warning. replace_file also
          // replaces a FIFO left in its place, which an open would block on.

@@ -101,11 +101,11 @@ int plan_search(const RecipeArgs& args, int ranks) {
   o.memory_limit_gb = args.number("--memory-per-rank-gb", 0, 0, kMaxMemoryPerRankGb, true);
   const size_t top = (size_t)args.integer("--top", 10, 1, 1000000);
   o.tokens = args.has("--tokens") ? args.number("--tokens", 0, 1, 1e18) : 0;
-  args.integer("--ranks-per-node", 1, 1, GridShape::kMaxRanks);
+  const long per_node_given = args.integer("--ranks-per-node", 0, 1, GridShape::kMaxRanks);  // 0: not given
   const std::vector<std::string> paths = args.list("--profile");
   const std::vector<MachineProfile> profiles = load_profiles(paths);
   const MachineProfile& profile = profiles.front();
-  const int per_node = (int)args.integer("--ranks-per-node", std::min(ranks, profile.ranks), 1, GridShape::kMaxRanks);
+  const int per_node = per_node_given ? (int)per_node_given : std::min(ranks, profile.ranks);
   o.ranks = ranks, o.ranks_per_node = per_node, o.all_precisions = args.has("--all-precisions");
   const Recipe base = load_recipe(args.recipe, args.overrides, 0, false);  // read once; each layout a copy
   const LayoutSearch s = search_layouts(base, profiles, o);

@@ -159,6 +159,17 @@ Manifest parse_manifest(const std::string& step_dir) {
 
 namespace {
 
+// Renames step_dir to step_dir + tag + <UTC time> (a number when taken) and
+// returns the new name; CheckpointError saying `what` when it cannot.
+std::string move_aside(const std::string& step_dir, const char* tag, const char* what) {
+  std::error_code ec;
+  std::string to = step_dir + tag + utc_time("%Y%m%dT%H%M%SZ");
+  for (int k = 1; fs::exists(to, ec); k++) to = step_dir + tag + std::to_string(k);
+  fs::rename(step_dir, to, ec);
+  if (ec) throw CheckpointError(step_dir + ": " + what + " and cannot be moved aside: " + ec.message());
+  return to;
+}
+
 // A step directory about to be written again: one whose manifest verifies
 // (the same step saved twice) is replaced; one whose manifest does not (a
 // tampered or foreign one) is never deleted but moved aside as
@@ -172,10 +183,7 @@ void set_aside_or_remove(const std::string& final_dir) {
     fs::remove_all(final_dir, ec);
     return;
   } catch (const CheckpointError& e) {
-    std::string to = final_dir + ".broken_" + utc_time("%Y%m%dT%H%M%SZ");
-    for (int k = 1; fs::exists(to, ec); k++) to = final_dir + ".broken_" + std::to_string(k);
-    fs::rename(final_dir, to, ec);
-    if (ec) throw CheckpointError(final_dir + ": does not verify and cannot be moved aside: " + ec.message());
+    const std::string to = move_aside(final_dir, ".broken_", "does not verify");
     std::fprintf(stderr, "warning: %s did not verify (%s); moved aside to %s instead of being overwritten\n",
                  final_dir.c_str(), e.what(), to.c_str());
   }
@@ -646,6 +654,18 @@ void load_pieces(const std::string& step_dir, const std::string& prefix,
     for (const auto& t : problems) list += "\n  " + t;
     throw CheckpointError(step_dir + ": the checkpoint does not match the model (" + prefix + "):" + list);
   }
+}
+
+std::string set_aside_checkpoint(const std::string& step_dir) {
+  const std::string to = move_aside(step_dir, ".unusable_", "is unusable");
+  const std::string dir = fs::path(step_dir).parent_path().string();
+  const std::vector<std::string> left = committed_checkpoints(dir);
+  std::error_code ec;
+  if (left.empty()) fs::remove(dir + "/latest", ec);
+  else if (const std::string e = replace_file(dir + "/latest", fs::path(left.back()).filename().string() + "\n", true);
+           !e.empty())
+    std::fprintf(stderr, "warning: %s; `latest` may name %s, now moved aside\n", e.c_str(), step_dir.c_str());
+  return to;
 }
 
 std::string newest_valid_checkpoint(const std::string& dir, std::vector<std::string>* broken, std::string* why) {

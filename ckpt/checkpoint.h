@@ -141,4 +141,10 @@ void load_pieces(const std::string& step_dir, const std::string& prefix,
 std::string newest_valid_checkpoint(const std::string& dir, std::vector<std::string>* broken = nullptr,
                                     std::string* why = nullptr);
 
+// Moves a committed step directory aside as STEP.unusable_<UTC time>, where
+// no resume, rollback or retention reaches it (its files are kept: nothing
+// is deleted), and points `latest` at the newest committed one left (or
+// removes it). Returns the new path; throws CheckpointError.
+std::string set_aside_checkpoint(const std::string& step_dir);
+
 }  // namespace trainer

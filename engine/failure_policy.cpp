@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdio>
 
+#include "ckpt/checkpoint.h"
 #include "engine/step_loop.h"
 #include "runtime/errors.h"
 #include "parallel/mpi_world.h"
@@ -35,14 +36,22 @@ StepLoop::Next StepLoop::on_bad_step(const StepStats& st, double median) {
     double bad_weights = rank_step_.weights_finite() ? 0 : 1;
     world_.allreduce_max(&bad_weights, 1);
     if (bad_weights == 0 && st.nonfinite && ++skipped_in_a_row_ > kBadStepsInARow) {
+      // A checkpoint of the step before the skipped ones holds these very
+      // weights: it is set aside, not left to be resumed from.
+      finish_async();
+      const std::string newest = broadcast_string(lead_ ? newest_valid_checkpoint(r_.checkpoint.dir) : "");
+      const std::string aside =
+          !newest.empty() && checkpoint_step(newest) == st.step - skipped_in_a_row_
+              ? set_aside(newest, std::to_string(skipped_in_a_row_) + " batches in a row after it were not finite")
+              : "";
       if (lead_)
         std::fprintf(stderr,
                      "error: step %ld: %s; %d steps in a row have had their update skipped: the weights are finite "
                      "but no batch gets a finite loss from them (an update too large, as from a learning rate far "
-                     "too high, can leave them so), and skipping batches cannot recover. Stopping; resume from "
+                     "too high, can leave them so), and skipping batches cannot recover. %sStopping; resume from "
                      "the newest checkpoint in %s (none is written at a step whose loss is not finite) with a lower "
                      "optimizer.lr, or use %s = \"rollback\".\n",
-                     st.step, what.c_str(), skipped_in_a_row_, r_.checkpoint.dir.c_str(), key);
+                     st.step, what.c_str(), skipped_in_a_row_, aside.c_str(), r_.checkpoint.dir.c_str(), key);
       return Next::Stop;
     }
     if (bad_weights == 0) {
@@ -59,11 +68,12 @@ StepLoop::Next StepLoop::on_bad_step(const StepStats& st, double median) {
   }
   finish_async();
   const CheckpointSection& ck = r_.checkpoint;
+  const std::string aside = policy == BadStep::Rollback ? set_aside_unusable(st) : "";
   const std::string to =
       policy == BadStep::Rollback ? broadcast_string(lead_ ? newest_valid_checkpoint(ck.dir) : "") : "";
   if (to.empty() || ++rollbacks_in_a_row_ > kBadStepsInARow) {
     const std::string why = policy == BadStep::Stop ? std::string("Stopping (") + key + " = \"stop\")."
-                            : to.empty()            ? "No checkpoint to roll back to: stopping."
+                            : to.empty()            ? aside + "No checkpoint to roll back to: stopping."
                                                     : "Still bad after " + std::to_string(kBadStepsInARow) +
                                                           " rollbacks: stopping.";
     if (lead_)
@@ -76,12 +86,49 @@ StepLoop::Next StepLoop::on_bad_step(const StepStats& st, double median) {
   phase("rollback", st.step);
   const long skipped = rank_step_.rollback(to);
   last_saved_ = rank_step_.steps_done();
+  if (to != rolled_back_to_) bad_at_once_ = 0;
+  rolled_back_to_ = to;
   if (lead_)
     std::fprintf(stderr,
-                 "warning: step %ld: %s; rolled back to %s (step %ld) and skipped the %ld batch(es) since it "
+                 "warning: step %ld: %s; %srolled back to %s (step %ld) and skipped the %ld batch(es) since it "
                  "(%s = \"rollback\")\n",
-                 st.step, what.c_str(), to.c_str(), rank_step_.steps_done(), skipped, key);
+                 st.step, what.c_str(), aside.c_str(), to.c_str(), rank_step_.steps_done(), skipped, key);
   return Next::Retry;
+}
+
+// A checkpoint whose weights give no finite loss (an overflowing update
+// whose own step's loss was still finite, so it was saved): every rollback
+// to it meets a bad step at once, each on a fresh batch. After
+// kBadStepsInARow such rollbacks it is set aside, so that neither the next
+// rollback nor a resume lands on it; the sentence that says so, or "". (A
+// loss spike is not this: its weights are finite and give a loss.) Every
+// rank decides alike.
+std::string StepLoop::set_aside_unusable(const StepStats& st) {
+  if (!st.nonfinite || rolled_back_to_.empty() || st.step != checkpoint_step(rolled_back_to_) + 1 ||
+      ++bad_at_once_ < kBadStepsInARow)
+    return "";
+  const std::string was = rolled_back_to_;
+  rolled_back_to_.clear(), bad_at_once_ = 0, rollbacks_in_a_row_ = 0;
+  return set_aside(was, std::to_string(kBadStepsInARow) + " rollbacks in a row to it met a bad step at once");
+}
+
+// Collective: rank 0 moves `step_dir` aside (ckpt/checkpoint.h
+// set_aside_checkpoint: kept, never resumed from); the sentence that says
+// so and why.
+std::string StepLoop::set_aside(const std::string& step_dir, const std::string& evidence) {
+  std::string moved, err;
+  if (lead_) try {
+      moved = set_aside_checkpoint(step_dir);
+    } catch (const CheckpointError& e) {
+      err = e.what();
+    }
+  moved = broadcast_string(moved);
+  if (moved.empty())
+    throw CheckpointError(lead_ ? err : "a checkpoint whose weights give no finite loss could not be set aside");
+  newest_ = broadcast_string(lead_ ? newest_valid_checkpoint(r_.checkpoint.dir) : "");
+  if (lead_) note_newest_checkpoint(newest_);  // what a stop signal saves from now on
+  return step_dir + " holds weights that give no finite loss on any batch (" + evidence +
+         ": the update it saved overflowed); set aside as " + moved + " (kept, never resumed from). ";
 }
 
 }  // namespace trainer

@@ -169,7 +169,6 @@ std::vector<SetupStep> job_setup_steps(Job& job, int rank, int launch) {
       // A kernel set this CPU lacks, a GPU that is missing: this rank alone.
       {"backend",
        [&job, &r] {
-         job.node_ranks = ranks_on_node();  // collective, before anything that can fail
          int size = 1;
          MPI_Comm_size(MPI_COMM_WORLD, &size);
          if (size > 1) job.probe = std::make_unique<PeerProbe>();

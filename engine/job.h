@@ -44,7 +44,7 @@ struct Job {
   // (runtime/peak_cache.h; "": none), and where gpt2 and llama3 tokenizers
   // look first (data/tokenizer.h; "": their usual places).
   int local_rank = -1;
-  int node_ranks = 1;  // ranks of this job on this node (set up by the "backend" step)
+  int node_ranks = 1;  // ranks of this job on this node (set by set-up's "memory" step)
   std::string peak_cache_file;
   std::string tokenizer_dir;
   std::string peak_cache_key;   // set when the peak came from (or went into) the cache

@@ -56,7 +56,7 @@ int StepLoop::run() {
         if (n == Next::Stop) return kExitBadStep;
         if (n == Next::Retry) continue;
       } else {
-        skipped_in_a_row_ = 0;
+        skipped_in_a_row_ = 0, bad_at_once_ = 0;
       }
       maybe_evaluate(st, x);
       track_stragglers(st, x);

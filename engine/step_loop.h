@@ -65,6 +65,8 @@ class StepLoop {
   double spike_median() const;
   StepStats one_step(double median);
   Next on_bad_step(const StepStats& st, double median);
+  std::string set_aside_unusable(const StepStats& st);
+  std::string set_aside(const std::string& step_dir, const std::string& evidence);
   std::string describe_bad_step(const StepStats& st, double median) const;
   void maybe_evaluate(const StepStats& st, StepExtras& x);
   void add_blend_counts(JsonRecord& rec);
@@ -107,6 +109,11 @@ class StepLoop {
   // whose every forward overflows, which no skipping mends).
   static constexpr int kBadStepsInARow = 3;
   int rollbacks_in_a_row_ = 0, skipped_in_a_row_ = 0;
+  // The checkpoint the last rollback went to, and how many rollbacks to it in
+  // a row met a bad step at once (each on a fresh batch): past
+  // kBadStepsInARow its weights are what is bad, and it is set aside.
+  std::string rolled_back_to_;
+  int bad_at_once_ = 0;
   bool save_owed_ = false;  // a save fell on a step whose loss was not finite: the next good step makes it
   std::set<const Fault*> fired_once_;  // nan and bad_batch faults: once per launch
   std::deque<double> recent_losses_;   // applied steps, for the spike limit

@@ -27,8 +27,10 @@ Watchdog::Watchdog(FlightRecorder& rec, double timeout_s, std::string dump_path,
 }
 
 bool Watchdog::dump(const std::string& why, const std::string& extra) {
+  // flight/ alone, never the run directory above it: a run directory renamed
+  // or removed under a live run is not made again by its dump.
   std::error_code ec;
-  std::filesystem::create_directories(std::filesystem::path(dump_path_).parent_path(), ec);
+  std::filesystem::create_directory(std::filesystem::path(dump_path_).parent_path(), ec);
   dump_error_ = replace_file(dump_path_, rec_.to_json(why, extra), false);
   return dump_error_.empty();
 }

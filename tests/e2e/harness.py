@@ -252,6 +252,46 @@ def tiny_recipe(path, changes=None):
     return path
 
 
+def run_bounded(cmd, env=None, timeout=300):
+    """(exit code, stdout and stderr together); a command still running after
+    `timeout` s is killed with its whole process group (mpirun's ranks too)
+    and reported as hung: code None."""
+    import signal
+    import subprocess
+    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
+                         start_new_session=True)
+    try:
+        out, _ = p.communicate(timeout=timeout)
+        return p.returncode, out
+    except subprocess.TimeoutExpired:
+        os.killpg(p.pid, signal.SIGKILL)
+        out, _ = p.communicate()
+        return None, out + f"\n(hung: killed after {timeout} s)"
+
+
+class TinyRuns:
+    """A temporary directory with the licence texts prepared as data, and tiny
+    recipes (tiny_recipe) that train on it: `defaults` and then the caller's
+    changes over tests/e2e/recipes/tiny.toml."""
+    defaults = {}
+
+    def __init__(self, trainer, mpiexec, tmp):
+        self.trainer, self.mpiexec, self.tmp = trainer, mpiexec, tmp
+        self.data = os.path.join(tmp, "data")
+        code, out = run_bounded([trainer, "data", "prepare", "--input", "/usr/share/common-licenses",
+                                 "--output", self.data])
+        if code != 0:
+            raise SystemExit(f"data prepare failed ({code}):\n{out}")
+
+    def sh(self, cmd, env=None, timeout=300):
+        return run_bounded(cmd, env, timeout)
+
+    def recipe(self, name, run=None, **changes):
+        return tiny_recipe(os.path.join(self.tmp, name + ".toml"), {
+            "run.dir": run or os.path.join(self.tmp, name), "data.train": [f"{self.data}/train_*.bin"],
+            **self.defaults, **changes})
+
+
 # What every Slurm test's slurm.conf says: root runs the daemons, no cgroups,
 # no accounting, PMIx for Open MPI.
 SLURM_COMMON = """SlurmUser=root

@@ -10,7 +10,6 @@ import glob
 import json
 import math
 import os
-import signal
 import subprocess
 import sys
 import tempfile
@@ -18,36 +17,15 @@ import time
 
 sys.dont_write_bytecode = True  # nothing left under tests/ (__pycache__)
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from harness import check, failures, tiny_recipe  # noqa: E402
+from harness import TinyRuns, check, failures  # noqa: E402
 
 # The steps of set-up, in order (recipe/fault.h kSetupSteps).
 SETUP_STEPS = ["run_dirs", "memory", "data", "backend", "grid", "model", "weights", "peak", "disk", "metrics",
                "health"]
 
 
-class Env:
-    def __init__(self, trainer, mpiexec, tmp):
-        self.trainer, self.mpiexec, self.tmp = trainer, mpiexec, tmp
-        self.data = os.path.join(tmp, "data")
-        self.sh([trainer, "data", "prepare", "--input", "/usr/share/common-licenses", "--output", self.data])
-
-    def sh(self, cmd, env=None, timeout=120):
-        """(exit code, output); a command still running after `timeout` s is
-        killed with its process group and reported as "hung" (code None)."""
-        p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
-                             start_new_session=True)
-        try:
-            out, _ = p.communicate(timeout=timeout)
-            return p.returncode, out
-        except subprocess.TimeoutExpired:
-            os.killpg(p.pid, signal.SIGKILL)
-            out, _ = p.communicate()
-            return None, out + f"\n(hung: killed after {timeout} s)"
-
-    def recipe(self, name, **changes):
-        return tiny_recipe(os.path.join(self.tmp, name + ".toml"), {
-            "run.dir": os.path.join(self.tmp, name), "data.train": [f"{self.data}/train_*.bin"],
-            "training.steps": 10, "training.log_every": 5, **changes})
+class Env(TinyRuns):
+    defaults = {"training.steps": 10, "training.log_every": 5}
 
 
 def last_line(out):
@@ -197,9 +175,10 @@ def case_small_checkpoint_disk(e):
 def case_skip_cannot_recover(e):
     """on_nan = "skip" where the weights stay finite but every forward
     overflows (a learning rate of 1e20): exit 6, and no checkpoint of a step
-    whose loss is not finite. A save due at such a step falls to
-    the next step whose loss is (a NaN in the gradients alone, the loss
-    finite, leaves the weights intact: saved as due)."""
+    whose loss is not finite; the one whose update overflowed (its own loss
+    finite) is set aside when the batches after it all fail. A save due at
+    such a step falls to the next step whose loss is (a NaN in the gradients
+    alone, the loss finite, leaves the weights intact: saved as due)."""
     for policy in ("skip", "rollback"):
         r = e.recipe(f"blowup_{policy}", **{"checkpoint.every": 1, "training.log_every": 1})
         code, out = e.sh([e.trainer, "train", r, "--set", "optimizer.lr=1e20",
@@ -217,6 +196,14 @@ def case_skip_cannot_recover(e):
         bad = [s for s in steps if s in losses and not math.isfinite(losses[s])]
         check(not bad, f"on_nan = {policy}: no committed checkpoint at a step whose loss was not finite "
                        f"(committed {sorted(steps)}, bad {bad})")
+        # Nor one whose update overflowed (its own loss finite, every loss after it not): step 1's,
+        # which every rollback, and every batch skipped, met at once. Set aside, kept, `latest` moved off it.
+        ck = os.path.join(e.tmp, f"blowup_{policy}", "checkpoints")
+        aside = glob.glob(os.path.join(ck, "step_00000001.unusable_*"))
+        latest = open(os.path.join(ck, "latest")).read().strip() if os.path.exists(os.path.join(ck, "latest")) else ""
+        check(not steps and len(aside) == 1 and "set aside" in out and latest == "",
+              f"on_nan = {policy}: step 1, whose update overflowed, set aside as {[os.path.basename(a) for a in aside]} "
+              f"(committed left {sorted(steps)}, latest {latest!r})")
     r = e.recipe("one_bad", **{"checkpoint.every": 5, "checkpoint.keep": 0})
     code, out = e.sh([e.trainer, "train", r, "--set", 'training.on_nan="skip"',
                       "--set", 'fault.inject=["nan step=5"]'])
@@ -286,7 +273,7 @@ def case_layout_overflow(e):
     for sets, word in cases:
         args = [a for s in sets for a in ("--set", s)]
         for cmd in ([e.trainer, "train", b], [e.trainer, "plan", b, "--ranks", "4"], [e.trainer, "plan", b],
-                    [e.mpiexec, "-np", "1", e.trainer, "smoke", b]):
+                    [e.trainer, "smoke", b]):
             code, out = e.sh(cmd + args, timeout=60)
             check(code == 2 and word in out,
                   f"{' '.join(os.path.basename(c) for c in cmd[:4])} {' '.join(sets)}: exit 2 naming {word} "

@@ -21,23 +21,11 @@ import time
 sys.dont_write_bytecode = True  # nothing left under tests/ (__pycache__)
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import numpy  # noqa: E402
-from harness import ROOT, check, failures, tensors, tiny_recipe  # noqa: E402
+from harness import ROOT, TinyRuns, check, failures, tensors  # noqa: E402
 
 
-class Env:
-    def __init__(self, trainer, mpiexec, tmp):
-        self.trainer, self.mpiexec, self.tmp = trainer, mpiexec, tmp
-        self.data = os.path.join(tmp, "data")
-        self.sh([trainer, "data", "prepare", "--input", "/usr/share/common-licenses", "--output", self.data])
-
-    def sh(self, cmd, env=None, timeout=300):
-        p = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=timeout)
-        return p.returncode, p.stdout + p.stderr
-
-    def recipe(self, name, run=None):
-        return tiny_recipe(os.path.join(self.tmp, name + ".toml"), {
-            "run.dir": run or os.path.join(self.tmp, name), "data.train": [f"{self.data}/train_*.bin"],
-            "training.steps": 20, "training.micro_batch": 1, "training.log_every": 5, "checkpoint.every": 5})
+class Env(TinyRuns):
+    defaults = {"training.steps": 20, "training.micro_batch": 1, "training.log_every": 5, "checkpoint.every": 5}
 
     def train(self, recipe, *args, np_=1, env=None):
         cmd = ([self.mpiexec, "-np", str(np_)] if np_ > 1 else []) + [self.trainer, "train", recipe, *args]

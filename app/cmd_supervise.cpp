@@ -21,7 +21,9 @@
 // supervisor.on_straggler = "replace", a host the job's straggler reports
 // name supervisor.straggler_windows reports in a row is swapped for a spare
 // before it fails: the job is asked to checkpoint and stop (the preemption
-// path), the host excluded, and the run resumes on the spare.
+// path), the host excluded, and the run resumes on the spare. When the
+// ranks it swapped are named again on their new host, the slowness is
+// theirs, not a host's: that is reported, and not swapped again.
 #include <signal.h>
 #include <sys/types.h>
 #include <sys/wait.h>
@@ -53,6 +55,7 @@
 #include "ckpt/checkpoint.h"
 #include "cluster/allocation.h"
 #include "cluster/straggler_streak.h"
+#include "parallel/process_grid.h"
 #include "planning/shrink.h"
 #include "report/run_files.h"
 #include "runtime/errors.h"
@@ -99,6 +102,8 @@ const char* kSuperviseUsage =
     "  straggler_windows reports in a row is swapped for a spare before it fails: the job checkpoints\n"
     "  and stops, the host is excluded, the run resumes on the spare (events `straggler_swap`,\n"
     "  `replace`, and `swap_done` with what the swap cost); without a spare it is only reported.\n"
+    "  A rank still slow on its new host after such a swap is reported (`straggler_follows_rank`)\n"
+    "  and not swapped again: its share of the work is slow, which a spare does not cure.\n"
     "  No spare left: exit 7; with [supervisor] elastic = true the job goes on on the hosts left\n"
     "  with fewer data-parallel replicas and the same global batch (event `shrink`), unless\n"
     "  that layout is invalid or would not fit memory (exit 7 with the reason); with\n"
@@ -213,6 +218,7 @@ struct Supervisor {
     // when that was decided (the job was asked to checkpoint and stop).
     std::string swap_host, swap_why;
     double swap_decided = 0;
+    StragglerRun swap_run;  // the run it was swapped for
   };
 
   // A straggler swap, until the relaunch's first step measures its cost.
@@ -223,16 +229,63 @@ struct Supervisor {
     long last_step = -1, resume_step = 0;  // the stopped job's last step; the step the relaunch resumes from
   };
   std::optional<PendingSwap> swap = std::nullopt;
+  // This run's straggler swaps, each once a spare took the host's place:
+  // the ranks they moved, for the streaks to tell a slowness that followed
+  // those ranks. Cleared by a shrink (it renumbers the ranks); a new
+  // `supervise` forgets them, as it does the excluded hosts.
+  std::vector<StragglerSwap> straggler_swaps = {};
+
+  // A straggler to swap: the allocation's name for its host, why, and the
+  // run of reports that named it.
+  struct StragglerPick {
+    std::string host, why;
+    StragglerRun run;
+  };
+
+  // "rank 1 (dp 1, pp 0, cp 0, tp 0)": where ranks sit in the job's grid
+  // (the smaller job's after a shrink), to find their stage.
+  std::string ranks_in_grid(const std::set<int>& ranks) const {
+    const GridShape& g = shrunk ? shrunk->recipe.parallel.grid : r.parallel.grid;
+    std::string out;
+    for (int k : ranks) {
+      if (k < 0) continue;
+      const GridCoords c = grid_coords(g, k);
+      char b[128];
+      std::snprintf(b, sizeof b, "%s%d (dp %d, pp %d, cp %d, tp %d)", out.empty() ? "" : ", ", k, c.dp, c.pp, c.cp,
+                    c.tp);
+      out += b;
+    }
+    return (ranks.size() > 1 ? "ranks " : "rank ") + out;
+  }
+
+  // The message for a run on ranks an earlier swap moved (run.follows): the
+  // swap did not cure them, and another would not either.
+  std::string follows_text(int launch, const StragglerRun& run, const std::string& host, const std::string& swapped,
+                           const std::string& figures, const Allocation& alloc) const {
+    const StragglerSwap& s = *run.follows;
+    const bool several = run.ranks.size() > 1;
+    const bool out = alloc.excluded().count(swapped) > 0;
+    return "launch " + std::to_string(launch) + ": " + ranks_in_grid(run.ranks) + (several ? " are" : " is") +
+           " named again, now on host " + host + ", by " + std::to_string(run.steps.size()) +
+           " straggler reports in a row (x what " + (several ? "their stages" : "its stage") + " should take:" +
+           figures + ") after host " + swapped + " was swapped out for " + (several ? "them" : "it") + " at launch " +
+           std::to_string(s.launch) + " (step " + std::to_string(s.step) + "): the slowness follows the " +
+           (several ? "ranks" : "rank") + " (" + (several ? "their" : "its") +
+           " share of the work: a stage the cost model under-predicts, the head's stage, or its data), not the "
+           "host; not swapping again for " + (several ? "them" : "it") + " (a spare would not cure it" +
+           (out ? "; " + swapped + " stays excluded" : std::string()) +
+           "). To balance it: another layout (`trainer plan --search`), or a higher runtime.straggler_factor";
+  }
 
   // The job's straggler events of this launch since *offset, fed to the
   // streaks; the first host named in enough reports in a row that can be
   // swapped (one of the launch's, with a spare left, while the job runs:
   // can_swap) is returned with why. One that cannot is reported once
-  // (`straggler_kept`) and left.
-  std::optional<std::pair<std::string, std::string>> watch_stragglers(int launch, StragglerStreaks& streaks,
-                                                                       long* offset, const Allocation& alloc,
-                                                                       const std::vector<std::string>& hosts,
-                                                                       std::set<std::string>& kept, bool can_swap) {
+  // (`straggler_kept`) and left; so is one on ranks an earlier swap moved
+  // (`straggler_follows_rank`), which is never swapped.
+  std::optional<StragglerPick> watch_stragglers(int launch, StragglerStreaks& streaks, long* offset,
+                                                const Allocation& alloc, const std::vector<std::string>& hosts,
+                                                std::set<std::string>& kept, bool can_swap) {
     for (const nlohmann::json& e : read_jsonl_since(r.run.dir + "/events.jsonl", offset)) {
       if (field_text(e, "event") != "straggler" || number(e, "launch") != launch) continue;
       StragglerWindow w;
@@ -241,6 +294,10 @@ struct Supervisor {
         w.first = e.at("window").get<long>() == 1;
         w.hosts = e.at("hosts").get<std::vector<std::string>>();
         w.ratios = e.at("ratios").get<std::vector<double>>(), w.compute_ms = e.at("compute_ms").get<std::vector<double>>();
+        // (written as numbers; a report without them never follows a swap)
+        if (e.contains("ranks"))
+          for (double k : e.at("ranks").get<std::vector<double>>()) w.ranks.push_back((int)k);
+        if (w.ranks.size() != w.hosts.size()) w.ranks.clear();
       } catch (const std::exception&) {
         continue;  // not a report this supervisor understands
       }
@@ -258,16 +315,31 @@ struct Supervisor {
                                   figures + ")";
         const std::string h = alloc.find(run.host);
         const bool in_launch = std::find(hosts.begin(), hosts.end(), h) != hosts.end();
+        std::vector<double> run_ranks;  // (-1: a report gave none)
+        for (int k : run.ranks)
+          if (k >= 0) run_ranks.push_back(k);
         JsonRecord rec;
-        rec.add("host", run.host).add("steps", std::vector<double>(run.steps.begin(), run.steps.end()))
+        rec.add("host", run.host).add("ranks", run_ranks)
+            .add("steps", std::vector<double>(run.steps.begin(), run.steps.end()))
             .add("ratios", run.ratios).add("compute_ms", run.compute_ms);
+        if (run.follows) {  // reported even after the job ended; never swapped
+          if (kept.insert(run.host).second) {
+            const std::string found = alloc.find(run.follows->host);
+            const std::string was = found.empty() ? run.follows->host : found;
+            rec.add("swapped_host", was).add("swapped_launch", run.follows->launch)
+                .add("swapped_step", run.follows->step).add("standing", run.standing ? 1 : 0);
+            events.write("straggler_follows_rank", launch,
+                         follows_text(launch, run, h.empty() ? run.host : h, was, figures, alloc), rec);
+          }
+          continue;
+        }
         if (in_launch && !alloc.spares().empty()) {
           if (!can_swap) continue;  // the job has ended: nothing to stop
           events.write("straggler_swap", launch,
                        "launch " + std::to_string(launch) + ": host " + h + " " + named +
                            ": asking the job to checkpoint and stop, to swap it for a spare",
                        rec);
-          return std::make_pair(h, "a straggler: " + named);
+          return StragglerPick{h, "a straggler: " + named, run};
         }
         if (kept.insert(run.host).second)
           events.write("straggler_kept", launch,
@@ -349,7 +421,7 @@ struct Supervisor {
       if (ec) launches_offset = 0;
     }
     if (alloc && !hosts.empty() && r.supervisor.on_straggler == "replace") {
-      streaks.emplace(r.supervisor.straggler_windows);
+      streaks.emplace(r.supervisor.straggler_windows, straggler_swaps);
       std::error_code ec;
       events_offset = (long)std::filesystem::file_size(r.run.dir + "/events.jsonl", ec);
       if (ec) events_offset = 0;
@@ -434,7 +506,7 @@ struct Supervisor {
       if (streaks && !o.forwarded && now_s() - stragglers_checked > 1) {
         stragglers_checked = now_s();
         if (const auto out = watch_stragglers(launch, *streaks, &events_offset, *alloc, hosts, kept, true)) {
-          o.swap_host = out->first, o.swap_why = out->second, o.swap_decided = now_s();
+          o.swap_host = out->host, o.swap_why = out->why, o.swap_decided = now_s(), o.swap_run = out->run;
           stop_gracefully(pid, &status, command[0]);
           break;
         }
@@ -486,7 +558,11 @@ struct Supervisor {
     Diagnosis d;
     d.hosts = {o.swap_host}, d.host_why = o.swap_why;
     const long last = read_heartbeat_step(r.run.dir);
+    const int ranks_before = ranks;
     if (const int code = replace_blamed(launch, d, alloc, alloc.usable(), hosts, replaced); code >= 0) return code;
+    // Remembered once a spare really took its place, in the same rank
+    // layout (not a shrink, which renumbers the ranks).
+    if (*replaced && ranks == ranks_before) straggler_swaps.push_back(StragglerStreaks::swap_of(o.swap_run, launch));
     PendingSwap p{o.swap_host, {}, o.swap_decided, last, 0};
     for (const std::string& h : alloc.launch_hosts())
       if (std::find(hosts.begin(), hosts.end(), h) == hosts.end()) p.spares_in.push_back(h);
@@ -829,6 +905,7 @@ struct Supervisor {
                      " on " + join(next),
                  rec);
     ranks = s.ranks;
+    straggler_swaps.clear();  // the ranks they moved are numbered otherwise now
     shrunk = std::move(s);
     *replaced = true;
     return -1;

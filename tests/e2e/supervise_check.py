@@ -28,9 +28,13 @@
 - a rank slowed by injection is named as a straggler; without it none is;
 - bad fault specs are recipe errors (exit 2);
 - a host whose ranks never start (a stand-in mpirun): stopped at
-  supervisor.start_timeout, that host excluded, the spare in.
+  supervisor.start_timeout, that host excluded, the spare in;
+- a straggler swap whose slowness stays with the rank (a stand-in mpirun
+  writes the reports, issue 66 item 10): one swap, then
+  `straggler_follows_rank` on the rank's new host, and no second swap.
 
-usage: supervise_check.py TRAINER_BINARY MPIEXEC
+usage: supervise_check.py TRAINER_BINARY MPIEXEC [follows_rank]
+  (follows_rank: that stand-in case alone, in seconds)
 """
 import datetime
 import json
@@ -49,11 +53,17 @@ from harness import DEMO_RECIPE, check, failures, run as run_cmd, same_tensors, 
 
 def main():
     trainer, mpiexec = sys.argv[1], sys.argv[2]
+    only = sys.argv[3] if len(sys.argv) > 3 else None
+    if only not in (None, "follows_rank"):
+        raise SystemExit(f"unknown case {only}: the one that runs alone is follows_rank")
     recipe = DEMO_RECIPE
     with tempfile.TemporaryDirectory() as tmp:
         data, base = small_demo(trainer, tmp, steps=12)
         base += ["--set", "checkpoint.every=5", "--set", "runtime.peak_gflops=100", "--set", "launch.ranks=8",
                  "--set", "supervisor.backoff=0.5"]
+        if only == "follows_rank":
+            straggler_follows_rank(trainer, tmp, base)
+            sys.exit(1 if failures else 0)
 
         def train(run, extra, ok_codes=(0,), np_=8):
             return run_cmd([mpiexec, "-np", str(np_), trainer, "train", recipe, *base, "--set", f"run.dir={run}",
@@ -299,6 +309,7 @@ def main():
         check("needs rank=R and step=K" in out, "a fault without its rank is a recipe error (exit 2)")
 
         never_started(trainer, tmp, base)
+        straggler_follows_rank(trainer, tmp, base)
     sys.exit(1 if failures else 0)
 
 
@@ -357,6 +368,80 @@ def never_started(trainer, tmp, base):
     evs = [e["event"] for e in (json.loads(l) for l in open(os.path.join(run, "events.jsonl")))]
     check(code == 0 and evs == ["allocation", "start", "exit", "done"],
           f"marks with other names, one per host: the launch is not stopped ({evs}, supervise {code})")
+
+
+# A stand-in for mpirun (first on PATH) whose job's rank FAKE_SLOW_RANK is a
+# straggler wherever it runs: it leaves every host's start mark, then appends
+# the `straggler` reports the job's rank 0 would write
+# (engine/stragglers.cpp report_stragglers) for windows 2, 3 and 4 (from
+# window 2: not a standing imbalance, the case a second swap came from),
+# naming that rank on the host its slot puts it on (ranks fill the --host
+# slots in order); SIGUSR1 (the supervisor's stop for a swap) exits 75 as a
+# checkpointed job does, else it "trains" FAKE_RUN_S seconds and exits 0.
+FAKE_STRAGGLER_MPIRUN = """#!/usr/bin/python3
+import datetime, json, os, signal, sys, time
+signal.signal(signal.SIGUSR1, lambda *_: sys.exit(75))
+args = sys.argv[1:]
+slots = [s.split(":") for s in args[args.index("--host") + 1].split(",")]
+marks = os.environ.get("TRAINER_START_MARKS", "")
+for h, _ in slots:
+    if marks:
+        open(os.path.join(marks, h), "w").close()
+run_dir = next(a.split("=", 1)[1] for a in args if a.startswith("run.dir="))
+launch = int(os.environ["TRAINER_ATTEMPT"])
+rank = int(os.environ["FAKE_SLOW_RANK"])
+host = slots[rank // int(slots[0][1])][0]
+time.sleep(0.5)  # the supervisor reads the events appended after it launched
+now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+lines = ""
+for window in (2, 3, 4):
+    lines += json.dumps({"time": now, "event": "straggler", "launch": launch,
+                         "message": f"step {4 * window}: straggler(s) over the last 4 steps: rank {rank} on {host}",
+                         "step": 4 * window, "window_steps": 4, "window": window, "ranks": [rank], "hosts": [host],
+                         "ratios": [2.0], "compute_ms": [200.0], "median_ms": 100.0}) + "\\n"
+with open(os.path.join(run_dir, "events.jsonl"), "a") as f:
+    f.write(lines)
+time.sleep(float(os.environ.get("FAKE_RUN_S", "0")))
+"""
+
+
+def straggler_follows_rank(trainer, tmp, base):
+    """Issue 66 item 10: rank 0 is slow wherever it runs (its share of the work).
+    Launch 0 on [hA, hB] swaps hA for it; in launch 1 on [hB, hC] rank 0 lands on hB,
+    a host that was fine, and is named again: reported as following the rank, and
+    not swapped a second time though spare hD is left (a stand-in launcher: what is
+    checked is the supervisor's part)."""
+    bin_dir = os.path.join(tmp, "fake_bin_straggler")
+    os.makedirs(bin_dir)
+    with open(os.path.join(bin_dir, "mpirun"), "w") as f:
+        f.write(FAKE_STRAGGLER_MPIRUN)
+    os.chmod(os.path.join(bin_dir, "mpirun"), 0o755)
+    env = dict(os.environ, PATH=bin_dir + ":" + os.environ["PATH"], FAKE_SLOW_RANK="0", FAKE_RUN_S="3")
+    run = os.path.join(tmp, "follows_rank")
+    t0 = time.time()
+    code, out = run_cmd([trainer, "supervise", DEMO_RECIPE, *base, "--set", f"run.dir={run}",
+                         "--set", 'launch.hosts=["hA", "hB", "hC", "hD"]', "--set", "launch.nodes=2",
+                         "--set", "supervisor.on_straggler=replace", "--set", "supervisor.straggler_windows=2"],
+                        ok_codes=(0, 7, 75, 137), env=env)
+    evs = [json.loads(l) for l in open(os.path.join(run, "events.jsonl"))]
+    for e in evs:
+        if e["event"] != "straggler":
+            print("event:", e["event"], e["message"][:500])
+
+    def of(name):
+        return [e for e in evs if e["event"] == name]
+
+    swaps, follows = of("straggler_swap"), of("straggler_follows_rank")
+    exits = [e.get("code") for e in of("exit")]
+    check(code == 0 and exits == [75, 0] and len(of("start")) == 2 and len(of("replace")) == 1
+          and len(swaps) == 1 and swaps[0]["host"] == "hA" and swaps[0]["ranks"] == [0],
+          f"follows_rank: one straggler swap, of hA for rank 0, and one relaunch (supervise {code}, exits {exits}, "
+          f"{len(swaps)} swap(s), {time.time() - t0:.1f} s)")
+    check(len(follows) == 1 and follows[0]["host"] == "hB" and follows[0]["ranks"] == [0]
+          and follows[0]["swapped_host"] == "hA" and follows[0]["swapped_launch"] == 0 and follows[0]["launch"] == 1
+          and "follows the rank" in follows[0]["message"] and not of("straggler_kept"),
+          f"follows_rank: rank 0 named again on hB after the swap is reported once (straggler_follows_rank) and not "
+          f"swapped again ({[e['message'] for e in follows]})")
 
 
 if __name__ == "__main__":

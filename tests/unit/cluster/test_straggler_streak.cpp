@@ -1,6 +1,12 @@
 // The supervisor swaps a host the straggler reports name `windows` reports in
 // a row (supervisor.on_straggler = "replace"): runs are counted by hand here.
+// A run on ranks an earlier swap moved follows them (issue 66 item 10).
 #include <gtest/gtest.h>
+
+#include <set>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "cluster/straggler_streak.h"
 
@@ -11,6 +17,15 @@ StragglerWindow report(long step, std::vector<std::string> hosts, double ratio =
   StragglerWindow w;
   w.step = step, w.window_steps = 10, w.first = first, w.hosts = hosts;
   for (size_t i = 0; i < hosts.size(); i++) w.ratios.push_back(ratio + i), w.compute_ms.push_back(100 * (ratio + i));
+  return w;
+}
+
+// A report naming (host, world rank) pairs, each 2x its stage.
+StragglerWindow ranked(long step, std::vector<std::pair<std::string, int>> named, bool first = false) {
+  StragglerWindow w;
+  w.step = step, w.window_steps = 10, w.first = first;
+  for (const auto& [h, k] : named)
+    w.hosts.push_back(h), w.ranks.push_back(k), w.ratios.push_back(2.0), w.compute_ms.push_back(200.0);
   return w;
 }
 }  // namespace
@@ -74,4 +89,64 @@ TEST(StragglerStreaks, ARunFromTheLaunchsFirstWindowIsAStandingImbalanceNotADegr
   ASSERT_EQ(later.size(), 1u);
   EXPECT_EQ(later[0].host, "h1");
   EXPECT_EQ(later[0].steps, (std::vector<long>{100, 110}));
+}
+
+// Issue 66 item 10: launch 0 swaps h2 off rank 1; in the relaunch rank 1,
+// now on h3, is named again: the slowness is the rank's, not a host to swap.
+TEST(StragglerStreaks, ARankSlowAgainOnAnotherHostAfterItsSwapFollowsTheRank) {
+  StragglerStreaks before(2);
+  EXPECT_TRUE(before.add(ranked(10, {{"h2", 1}})).empty());
+  const auto swapped = before.add(ranked(20, {{"h2", 1}}));
+  ASSERT_EQ(swapped.size(), 1u);
+  EXPECT_FALSE(swapped[0].follows) << "no earlier swap: a host to swap";
+  EXPECT_EQ(swapped[0].ranks, std::set<int>{1});
+  const StragglerSwap swap = StragglerStreaks::swap_of(swapped[0], 0);
+  EXPECT_EQ(swap.host, "h2");
+  EXPECT_EQ(swap.launch, 0);
+  EXPECT_EQ(swap.step, 20);
+  EXPECT_EQ(swap.ranks, std::set<int>{1});
+  // The relaunch: rank 1 on h3 (the spare), named two reports in a row, not from the first window.
+  StragglerStreaks after(2, {swap});
+  EXPECT_TRUE(after.add(ranked(30, {{"h3", 1}})).empty());
+  const auto again = after.add(ranked(40, {{"h3", 1}}));
+  ASSERT_EQ(again.size(), 1u);
+  EXPECT_EQ(again[0].host, "h3");
+  EXPECT_FALSE(again[0].standing);
+  ASSERT_TRUE(again[0].follows) << "the slowness followed rank 1: not a host to swap";
+  EXPECT_EQ(again[0].follows->host, "h2");
+  EXPECT_EQ(again[0].follows->launch, 0);
+  EXPECT_EQ(again[0].follows->step, 20);
+}
+
+TEST(StragglerStreaks, ARankSlowFromTheRelaunchsFirstWindowAfterItsSwapIsReported) {
+  StragglerStreaks s(2, {StragglerSwap{"h2", 0, 20, {1}}});
+  EXPECT_TRUE(s.add(ranked(10, {{"h3", 1}}, true)).empty());
+  const auto runs = s.add(ranked(20, {{"h3", 1}}));
+  ASSERT_EQ(runs.size(), 1u) << "standing, but on the swapped rank: returned to be reported";
+  EXPECT_TRUE(runs[0].standing);
+  ASSERT_TRUE(runs[0].follows);
+  EXPECT_EQ(runs[0].follows->host, "h2");
+  // A standing run on another rank is still never returned.
+  StragglerStreaks t(2, {StragglerSwap{"h2", 0, 20, {1}}});
+  EXPECT_TRUE(t.add(ranked(10, {{"h3", 0}}, true)).empty());
+  EXPECT_TRUE(t.add(ranked(20, {{"h3", 0}})).empty());
+}
+
+TEST(StragglerStreaks, AnotherRankTheOldHostOrAReportWithoutRanksIsAHostToSwap) {
+  const StragglerSwap swap{"h2", 0, 20, {1}};
+  auto second = [&](const StragglerWindow& a, const StragglerWindow& b) {
+    StragglerStreaks s(2, {swap});
+    s.add(a);
+    return s.add(b);
+  };
+  auto plain = [](const std::vector<StragglerRun>& r) { return r.size() == 1 && !r[0].follows; };
+  EXPECT_TRUE(plain(second(ranked(10, {{"h3", 0}}), ranked(20, {{"h3", 0}})))) << "another rank";
+  EXPECT_TRUE(plain(second(ranked(10, {{"h2", 1}}), ranked(20, {{"h2", 1}})))) << "its old host (readmitted)";
+  EXPECT_TRUE(plain(second(ranked(10, {{"h3", 1}, {"h3", 2}}), ranked(20, {{"h3", 1}}))))
+      << "the new host also slows a rank the swap did not move";
+  EXPECT_TRUE(plain(second(report(10, {"h3"}), report(20, {"h3"})))) << "no ranks in the reports: cannot tell";
+  // A report whose ranks do not match its hosts (one per named rank) gives none either.
+  StragglerWindow odd = ranked(20, {{"h3", 1}});
+  odd.ranks.push_back(1);
+  EXPECT_TRUE(plain(second(ranked(10, {{"h3", 1}}), odd))) << "ranks and hosts of different lengths: cannot tell";
 }

@@ -4,6 +4,7 @@
 #include <mpi.h>
 
 #include <cstdio>
+#include <memory>
 #include <string>
 
 #include "app/commands.h"
@@ -15,6 +16,7 @@
 #include "engine/layout.h"
 #include "parallel/mpi_world.h"
 #include "runtime/errors.h"
+#include "runtime/peer_probe.h"
 
 namespace trainer {
 
@@ -37,6 +39,8 @@ const char* kHealthUsage =
     "  failed when a measurement failed. A node unfit in the first measurement is measured again\n"
     "  with the rest and is unfit only if the second agrees (its row says \"re-measured\" or\n"
     "  \"confirmed\"). Exit 0 when every node is ok, 10 when one is not.\n"
+    "  While the check runs the hosts probe each other every runtime.comm_timeout: a host that\n"
+    "  stops answering (twice) ends it, named, with exit 10 (a slow host that answers never does).\n"
     "  health.in_turn = true: the nodes measure their own figures one after another, not all\n"
     "  at once (nodes that share hardware: a fake cluster's hosts share this machine's cores).\n"
     "  health.check = true runs the same check when `trainer train` starts, or, under\n"
@@ -56,10 +60,18 @@ int health(const RecipeArgs& args, int rank, int size) {
   // Run by `trainer supervise` before a launch (supervisor_launch() >= 0):
   // it excludes the hosts recorded unfit.
   bool fit = true;
+  // The hosts' probe addresses (every rank reaches this): a host cut off
+  // mid-check is found by probing, not waited for (check_nodes).
+  std::unique_ptr<PeerProbe> probe;
+  if (size > 1) {
+    probe = std::make_unique<PeerProbe>();
+    probe->set_peers(allgather_lines(probe->record(), 512), rank);
+  }
   // A failure the nodes share (the checkpoint directory's disk) comes alike
   // on every rank: said once.
-  if (const int code = agree_on_failure(
-          MPI_COMM_WORLD, [&] { fit = check_nodes(r, *be, rank, size, supervisor_launch()).empty(); }))
+  if (const int code = agree_on_failure(MPI_COMM_WORLD, [&] {
+        fit = check_nodes(r, *be, probe.get(), node_ranks, rank, size, supervisor_launch()).empty();
+      }))
     return code;
   return fit ? kExitOk : kExitUnfitNode;
 }

@@ -127,7 +127,7 @@ void check_fit(const Recipe& r, int rank, int node_ranks, int local_rank) {
 void check_health(const Job& job, int rank, int size) {
   const Recipe& r = job.recipe;
   if (!r.health.check) return;
-  const std::string unfit = check_nodes(r, *job.backend, rank, size, job.launch);
+  const std::string unfit = check_nodes(r, *job.backend, job.probe.get(), job.node_ranks, rank, size, job.launch);
   if (unfit.empty()) return;
   throw UserError(kExitUnfitNode, "health.check: not training on an unfit node: " + unfit +
                                       " (take the node out of the job, or health.check = false to train anyway)");

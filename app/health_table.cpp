@@ -4,16 +4,26 @@
 
 #include <algorithm>
 #include <cmath>
+#include <chrono>
 #include <cstdio>
+#include <cstdlib>
+#include <memory>
+#include <thread>
 
 #include "parallel/mpi_world.h"
 #include "planning/memory_fit.h"
 #include "planning/node_health.h"
 #include "runtime/errors.h"
 #include "runtime/metrics.h"
+#include "runtime/peer_watch.h"
 
 namespace trainer {
 
+namespace {
+
+// Appends an `unfit_node` event naming `hosts` (and why) to
+// RUN_DIR/events.jsonl for the supervisor's `launch`; a failure to write is
+// a warning.
 void record_unfit(const std::string& run_dir, int launch, const std::vector<std::string>& hosts,
                   const std::string& why) {
   // A failure to write is a warning: the caller's error says what matters.
@@ -25,8 +35,6 @@ void record_unfit(const std::string& run_dir, int launch, const std::vector<std:
     std::fprintf(stderr, "warning: %s\n", err.what());
   }
 }
-
-namespace {
 
 void record_unfit_hosts(const std::string& run_dir, int launch, const std::vector<NodeFigures>& nodes,
                         const std::vector<NodeVerdict>& verdicts, const std::string& unfit) {
@@ -94,13 +102,55 @@ std::string unfit_nodes(const std::vector<NodeFigures>& nodes, const std::vector
   return out;
 }
 
+// The measurements' collectives would wait for ever on a host cut off
+// mid-check: this host's first rank probes the others every
+// runtime.comm_timeout (runtime/peer_watch.h; a slow host that answers
+// never ends the check). When hosts stop answering, the rank that speaks
+// for those still in touch names them (and records them unfit for the
+// supervisor) and exits kExitUnfitNode; the other watching ranks follow a
+// moment later, so that its line gets out first.
+std::unique_ptr<PeerWatch> watch_peers(const Recipe& r, const PeerProbe* probe, int rank, int size,
+                                       int record_launch) {
+  if (!probe || size < 2 || r.runtime.comm_timeout <= 0 || !probe->first_on_host()) return nullptr;
+  std::vector<int> others;
+  for (int k = 0; k < size; k++)
+    if (k != rank) others.push_back(k);
+  const double period = r.runtime.comm_timeout;
+  const std::string run_dir = r.run.dir;
+  return std::make_unique<PeerWatch>(*probe, others, period, [=](const PeerProbe::Result& res) {
+    if (res.speaks_for_the_rest(rank)) {
+      const std::vector<std::string> lost = res.unreached_hosts();
+      std::string names;
+      for (const std::string& h : lost) names += (names.empty() ? "" : ", ") + h;
+      char every[96];
+      std::snprintf(every, sizeof every, "every runtime.comm_timeout = %g s", period);
+      const std::string why = "host(s) " + names + " stopped answering in the middle of the check (the hosts probe " +
+                              "each other " + every + " while it runs, a silent one twice; a slow host that " +
+                              "answers never ends it)";
+      std::fprintf(stderr, "error: health: %s: no verdict on the other nodes; take %s out of the job\n", why.c_str(),
+                   lost.size() > 1 ? "them" : "it");
+      if (record_launch >= 0) record_unfit(run_dir, record_launch, lost, "health: " + why);
+      std::fflush(stdout), std::fflush(stderr);
+      std::_Exit(kExitUnfitNode);
+    }
+    std::fflush(stdout), std::fflush(stderr);
+    std::this_thread::sleep_for(std::chrono::seconds(3));
+    std::_Exit(kExitUnfitNode);
+  });
+}
+
 }  // namespace
 
-std::string check_nodes(const Recipe& r, Backend& be, int rank, int size, int record_launch) {
+std::string check_nodes(const Recipe& r, Backend& be, const PeerProbe* probe, int node_ranks, int rank, int size,
+                        int record_launch) {
+  const std::unique_ptr<PeerWatch> watch = watch_peers(r, probe, rank, size, record_launch);
+  if (rank == 0 && probe && size > 1 && r.runtime.comm_timeout > 0)
+    std::printf("health: the hosts probe each other every %g s (runtime.comm_timeout) while the check runs: one "
+                "that stops answering ends it\n", r.runtime.comm_timeout),
+        std::fflush(stdout);
   // The disk probe asks for what a checkpoint of the node's ranks needs (a
   // small model's is far below the 32 MB it asks at most).
-  const double disk_mb =
-      std::clamp(std::ceil(checkpoint_file_bytes(r) * ranks_on_node() / (1 << 20)), 1.0, 32.0);
+  const double disk_mb = std::clamp(std::ceil(checkpoint_file_bytes(r) * node_ranks / (1 << 20)), 1.0, 32.0);
   std::vector<NodeFigures> nodes = measure_nodes(MPI_COMM_WORLD, be, r.checkpoint.dir, disk_mb, r.health.in_turn);
   // One file system that fails every node's probe alike is the path's fault.
   int code = 0;

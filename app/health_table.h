@@ -9,6 +9,7 @@
 
 #include "recipe/recipe.h"
 #include "runtime/backend.h"
+#include "runtime/peer_probe.h"
 
 namespace trainer {
 
@@ -19,13 +20,12 @@ namespace trainer {
 // it after its own event of that launch. Collective. Returns the unfit
 // nodes in one line for an error message ("" when all are fit). A disk
 // failure every node shares is the checkpoint directory's: UserError with
-// exit 8 (no space) or 2, on every rank alike.
-std::string check_nodes(const Recipe& r, Backend& be, int rank, int size, int record_launch);
-
-// Appends an `unfit_node` event naming `hosts` (and why) to
-// RUN_DIR/events.jsonl for the supervisor's `launch`; a failure to write is
-// a warning.
-void record_unfit(const std::string& run_dir, int launch, const std::vector<std::string>& hosts,
-                  const std::string& why);
+// exit 8 (no space) or 2, on every rank alike. With `probe` (its peers set;
+// null on one rank) each host's first rank probes the other hosts every
+// runtime.comm_timeout while the check runs: a host that stops answering
+// ends it, named by one rank of the hosts still in touch (and recorded as
+// unfit under the supervisor), every watching rank exiting kExitUnfitNode.
+std::string check_nodes(const Recipe& r, Backend& be, const PeerProbe* probe, int node_ranks, int rank, int size,
+                        int record_launch);
 
 }  // namespace trainer

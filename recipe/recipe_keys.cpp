@@ -240,7 +240,7 @@ std::vector<RecipeKey> make_keys() {
         AT(runtime.deterministic_attention)).def(true),
       K("runtime", "peak_gflops", Float, "peak GFLOP/s per rank for MFU (0: measured once per machine and cached)",
         AT(runtime.peak_gflops)).def(0.0).at_least(0),
-      K("runtime", "comm_timeout", Float, "seconds a rank may sit in one communication call (or make no progress) before its watchdog ends the job (exit 5; 0: off)",
+      K("runtime", "comm_timeout", Float, "seconds a rank may sit in one communication call (or make no progress) before its watchdog ends the job (exit 5; 0: off); the node health check probes the hosts this often (one that stops answering ends it, exit 10)",
         AT(runtime.comm_timeout)).def(600.0).at_least(0),
       K("runtime", "straggler_factor", Float, "name a rank whose compute time exceeds what its stage should take by this factor",
         AT(runtime.straggler_factor)).def(1.5).above(1).or_zero_off(),

@@ -122,20 +122,45 @@ std::string PeerProbe::host_of(int rank) const {
   return k;
 }
 
-std::string PeerProbe::check(const std::vector<int>& ranks, double timeout_s) const {
-  std::string down;
+bool PeerProbe::first_on_host() const {
+  if (rank_ < 0 || (size_t)rank_ >= peers_.size()) return true;
+  for (int r = 0; r < rank_; r++)
+    if (host_of(r) == host_of(rank_)) return false;
+  return true;
+}
+
+std::vector<std::string> PeerProbe::Result::unreached_hosts() const {
+  std::set<std::string> names;
+  for (int r : unreached) {
+    const auto it = hosts.find(r);
+    names.insert(it != hosts.end() && !it->second.empty() ? it->second : "rank " + std::to_string(r));
+  }
+  return {names.begin(), names.end()};
+}
+
+bool PeerProbe::Result::speaks_for_the_rest(int rank) const {
+  if (unreached.empty() || !links_down.empty()) return false;
+  std::set<int> side = here;
+  side.insert(reached.begin(), reached.end());
+  if (side.empty() || *side.begin() != rank) return false;
+  if (side.size() != unreached.size()) return side.size() > unreached.size();
+  return side.count(0) > 0;
+}
+
+PeerProbe::Result PeerProbe::probe(const std::vector<int>& ranks, double timeout_s) const {
+  Result out;
   const std::vector<Address> running = interfaces(true);
   for (const Address& a : mine_) {
     const bool up = std::any_of(running.begin(), running.end(), [&](const Address& r) { return r.iface == a.iface; });
-    if (!up) down += std::string(down.empty() ? "" : ", ") + "\"" + a.iface + " (" + a.ip + ")\"";
+    if (!up) out.links_down.push_back(a.iface + " (" + a.ip + ")");
   }
-  std::set<int> here, reached, unreached;
   std::map<std::string, std::vector<int>> hosts;  // other hosts: the ranks of `ranks` on each
   const bool known = rank_ >= 0 && (size_t)rank_ < peers_.size();
   for (int r = 0; known && r < (int)peers_.size(); r++)
-    if (host_of(r) == host_of(rank_)) here.insert(r);
+    if (host_of(r) == host_of(rank_)) out.here.insert(r);
   for (int r : ranks)
-    if (known && r >= 0 && (size_t)r < peers_.size() && !here.count(r) && peers_[r].port > 0) hosts[host_of(r)].push_back(r);
+    if (known && r >= 0 && (size_t)r < peers_.size() && !out.here.count(r) && peers_[r].port > 0)
+      hosts[host_of(r)].push_back(r);
   // Every address of every host at once; a host answers if any address does
   // (a refused connection is an answer: the host is there, the rank is not).
   std::vector<Attempt> pending;
@@ -173,16 +198,22 @@ std::string PeerProbe::check(const std::vector<int>& ranks, double timeout_s) co
     pending.swap(still);
   }
   for (const Attempt& p : pending) close(p.fd);
-  std::string names;
   for (const auto& [host, rs] : hosts) {
-    (answered.count(host) ? reached : unreached).insert(rs.begin(), rs.end());
-    for (int r : rs)
-      if (!peers_[r].host.empty())
-        names += (names.empty() ? "\"" : ", \"") + std::to_string(r) + "\": \"" + json_escape(peers_[r].host) + "\"";
+    (answered.count(host) ? out.reached : out.unreached).insert(rs.begin(), rs.end());
+    for (int r : rs) out.hosts[r] = peers_[r].host;
   }
-  return "\"network\": {\"links_down\": [" + down + "], \"reached\": " + json_ranks(reached) +
-         ", \"unreached\": " + json_ranks(unreached) + ", \"host_ranks\": " + json_ranks(here) + ", \"hosts\": {" +
-         names + "}}";
+  return out;
+}
+
+std::string PeerProbe::check(const std::vector<int>& ranks, double timeout_s) const {
+  const Result res = probe(ranks, timeout_s);
+  std::string down, names;
+  for (const std::string& d : res.links_down) down += (down.empty() ? "\"" : ", \"") + json_escape(d) + "\"";
+  for (const auto& [r, host] : res.hosts)
+    if (!host.empty()) names += (names.empty() ? "\"" : ", \"") + std::to_string(r) + "\": \"" + json_escape(host) + "\"";
+  return "\"network\": {\"links_down\": [" + down + "], \"reached\": " + json_ranks(res.reached) +
+         ", \"unreached\": " + json_ranks(res.unreached) + ", \"host_ranks\": " + json_ranks(res.here) +
+         ", \"hosts\": {" + names + "}}";
 }
 
 }  // namespace trainer

@@ -9,6 +9,8 @@
 // interfaces: an interface that was up at start-up and is down now, or
 // hosts that no longer answer, go into the flight recorder's dump, and
 // `trainer diagnose` names the ranks on the host that was cut off.
+#include <map>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -31,12 +33,32 @@ class PeerProbe {
   // The host name `rank` gave in the swap ("" for a rank outside it).
   std::string host(int rank) const;
 
+  // Whether this rank is the lowest of the ranks on its host (by address).
+  bool first_on_host() const;
+
+  // What one probe found.
+  struct Result {
+    std::vector<std::string> links_down;  // "IFACE (IP)": up at start-up, down now
+    std::set<int> reached, unreached;     // the probed ranks, by whether their host answered
+    std::set<int> here;                   // the ranks on this rank's host
+    std::map<int, std::string> hosts;     // probed rank -> the host name it gave
+    // The host names of `unreached`, sorted, each once.
+    std::vector<std::string> unreached_hosts() const;
+    // Whether `rank` (one of `here`) speaks for the hosts still in touch
+    // when some are not: no link of its own down, its side (here and
+    // reached) larger than the unreached one (on a tie, the side with rank
+    // 0), and the lowest rank on it. One rank in a job says it; never one
+    // on the host that was cut off, which would name the others.
+    bool speaks_for_the_rest(int rank) const;
+  };
   // Probes the hosts of `ranks` (one rank per host; ranks with this rank's
   // addresses share its host and are skipped) for at most timeout_s, and
-  // returns the dump's member: "network": {"links_down": [...], "reached":
-  // [ranks], "unreached": [ranks], "host_ranks": [ranks on this host],
-  // "hosts": {"RANK": "HOST", ...} (the probed ranks' host names, so that a
-  // host that could not write its own dumps can still be named)}.
+  // checks this rank's own interfaces. Thread-safe once the peers are set.
+  Result probe(const std::vector<int>& ranks, double timeout_s) const;
+  // probe() as the dump's member: "network": {"links_down": [...],
+  // "reached": [ranks], "unreached": [ranks], "host_ranks": [ranks on this
+  // host], "hosts": {"RANK": "HOST", ...} (the probed ranks' host names, so
+  // that a host that could not write its own dumps can still be named)}.
   std::string check(const std::vector<int>& ranks, double timeout_s) const;
 
   struct Address {

@@ -8,7 +8,9 @@ HOST, and `restore` brings it back; `slow HOST 25` holds a busy process on
 HOST to about a quarter of a core while one on another host runs free;
 `trainer health` finds the three hosts fit (exit 0), and the capped one
 slow (exit 10, its ratio shown), and so does `trainer train` with
-health.check before its first step; `down` leaves no namespace, link, cgroup or state directory behind, and
+health.check before its first step; a host cut in the middle of `trainer
+health` is named by the others within runtime.comm_timeout and the probes'
+seconds, and a slow one probed every second never ends it; `down` leaves no namespace, link, cgroup or state directory behind, and
 `down` runs even when a check fails half-way.
 
 Needs root and network namespaces; where they cannot be made it exits 77
@@ -19,6 +21,7 @@ usage: fake_cluster_check.py TRAINER MPIEXEC
 import glob
 import os
 import re
+import signal
 import subprocess
 import sys
 import tempfile
@@ -72,6 +75,41 @@ def address(env, host, net):
     return [w.split("/")[0] for w in out.split() if w.startswith(net + ".")]
 
 
+def cut_mid_check(env, hosts, tmp, health):
+    """A host cut off in the middle of `trainer health`: its collectives
+    would wait for ever. The hosts still up probe the others every
+    runtime.comm_timeout; the one that stops answering (twice) is named by
+    one of them, alone, within the timeout and the probes' seconds."""
+    log = os.path.join(tmp, "cut_health.log")
+    with open(log, "w") as f:  # a file, not a pipe: mpirun lingers on the cut host's daemon
+        p = subprocess.Popen([*health, "--set", "runtime.comm_timeout=4"], stdout=f, stderr=subprocess.STDOUT,
+                             env=env, start_new_session=True)
+    t0 = time.time()
+    while time.time() - t0 < 30 and "probe each other" not in open(log, errors="replace").read():
+        time.sleep(0.1)  # rank 0's line: the probe addresses are swapped, the check has begun
+    time.sleep(0.5)
+    fc("cut", hosts[2], env=env)
+    t_cut, said = time.time(), []
+    while time.time() - t_cut < 30 and not said:
+        said = [x for x in open(log, errors="replace").read().splitlines() if "stopped answering" in x]
+        time.sleep(0.2)
+    took = time.time() - t_cut
+    try:
+        p.wait(timeout=5)
+    except subprocess.TimeoutExpired:  # Open MPI's mpirun waits for the cut host's daemon
+        os.killpg(p.pid, signal.SIGKILL)
+        p.wait()
+    fc("restore", hosts[2], env=env)
+    out = open(log, errors="replace").read()
+    print("\n".join(said) or out[-2000:])
+    check(len(said) == 1 and hosts[2] in said[0] and hosts[0] not in said[0] and hosts[1] not in said[0]
+          and "health: 3 node(s)" not in out and took <= 4 + 8,
+          f"health with {hosts[2]} cut mid-check: named alone, once, by the hosts still up, {took:.1f} s after the "
+          f"cut (runtime.comm_timeout 4 s + two probes of 2 s), no table; mpirun exit {p.returncode}")
+    check(p.returncode in (10, -signal.SIGKILL), f"cut mid-check: mpirun exits 10 (or is killed while it waits for "
+                                                 f"the cut host's daemon): {p.returncode}")
+
+
 def main():
     trainer, mpiexec = sys.argv[1], sys.argv[2]
     env = cluster_up(3, "fake cluster")
@@ -119,7 +157,10 @@ def main():
                                                        for r in rows.values()),
                   f"health: the three hosts are ok, exit {code}")
             fc("slow", hosts[2], "10", env=env)
-            code, out = run(health, env=env, ok_codes=(0, 10))
+            # probed every second: a slow host answers, so the probes never end the check
+            t_slow = time.time()
+            code, out = run([*health, "--set", "runtime.comm_timeout=1"], env=env, ok_codes=(0, 10))
+            took_slow = time.time() - t_slow
             # ... and `trainer train` with health.check stops before training.
             checked = os.path.join(tmp, "checked")
             tcode, tout = run([mpiexec, "-np", "3", "--map-by", "node", trainer, "train", DEMO_RECIPE, *hsets,
@@ -131,9 +172,12 @@ def main():
             rows = {l.split()[0]: l for l in out.splitlines() if l.split() and l.split()[0] in hosts}
             print("\n".join(rows.values()))
             slow = rows.get(hosts[2], "")
-            check(code == 10 and "slow: " in slow and "gemm 0." in slow,
+            check(code == 10 and "slow: " in slow and "gemm 0." in slow and "stopped answering" not in out
+                  and took_slow > 3,
                   f"health: {hosts[2]}, capped at 10% of a core, is slow with its product speed's ratio shown; "
-                  f"exit {code}")
+                  f"exit {code}; the check took {took_slow:.0f} s with the hosts probed every 1 s "
+                  f"(runtime.comm_timeout = 1): a slow host that answers does not end it")
+            cut_mid_check(env, hosts, tmp, health)
 
         # A cut link: that host is unreachable, the others still reach each other.
         before = reaches(env, hosts[0], ips[1])

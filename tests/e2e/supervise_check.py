@@ -330,17 +330,21 @@ time.sleep(float(os.environ.get("FAKE_RUN_S", "0")))
 """
 
 
+def stand_in_mpirun(bin_dir, script):
+    """An environment whose `mpirun` is `script`, written to bin_dir."""
+    os.makedirs(bin_dir)
+    with open(os.path.join(bin_dir, "mpirun"), "w") as f:
+        f.write(script)
+    os.chmod(os.path.join(bin_dir, "mpirun"), 0o755)
+    return dict(os.environ, PATH=bin_dir + ":" + os.environ["PATH"])
+
+
 def never_started(trainer, tmp, base):
     """A launch whose ranks never start on one of its hosts (the others' do, and wait):
     at supervisor.start_timeout the supervisor stops it, blames the host without a
     start mark, and relaunches on the spare at once (a stand-in launcher: what is
     checked is the supervisor's part)."""
-    bin_dir = os.path.join(tmp, "fake_bin")
-    os.makedirs(bin_dir)
-    with open(os.path.join(bin_dir, "mpirun"), "w") as f:
-        f.write(FAKE_MPIRUN)
-    os.chmod(os.path.join(bin_dir, "mpirun"), 0o755)
-    env = dict(os.environ, PATH=bin_dir + ":" + os.environ["PATH"])
+    env = stand_in_mpirun(os.path.join(tmp, "fake_bin"), FAKE_MPIRUN)
     run = os.path.join(tmp, "never_started")
     code, out = run_cmd([trainer, "supervise", DEMO_RECIPE, *base, "--set", f"run.dir={run}",
                          "--set", 'launch.hosts=["hA", "hB", "hC"]', "--set", "launch.nodes=2",
@@ -411,12 +415,8 @@ def straggler_follows_rank(trainer, tmp, base):
     a host that was fine, and is named again: reported as following the rank, and
     not swapped a second time though spare hD is left (a stand-in launcher: what is
     checked is the supervisor's part)."""
-    bin_dir = os.path.join(tmp, "fake_bin_straggler")
-    os.makedirs(bin_dir)
-    with open(os.path.join(bin_dir, "mpirun"), "w") as f:
-        f.write(FAKE_STRAGGLER_MPIRUN)
-    os.chmod(os.path.join(bin_dir, "mpirun"), 0o755)
-    env = dict(os.environ, PATH=bin_dir + ":" + os.environ["PATH"], FAKE_SLOW_RANK="0", FAKE_RUN_S="3")
+    env = dict(stand_in_mpirun(os.path.join(tmp, "fake_bin_straggler"), FAKE_STRAGGLER_MPIRUN),
+               FAKE_SLOW_RANK="0", FAKE_RUN_S="3")
     run = os.path.join(tmp, "follows_rank")
     t0 = time.time()
     code, out = run_cmd([trainer, "supervise", DEMO_RECIPE, *base, "--set", f"run.dir={run}",

@@ -194,6 +194,7 @@ std::vector<NodeVerdict> judge_nodes(const std::vector<NodeFigures>& nodes, doub
     if (!n.gpu_fault.empty()) {
       verdict.health = n.gpu_fails ? Health::Failed : verdict.health == Health::Ok ? Health::Slow : verdict.health;
       verdict.reasons.push_back(n.gpu_fault);
+      verdict.slow_in.push_back("gpu");
     }
     for (size_t k = 0; k < kinds.size(); k++) {
       const double v = n.*kinds[k].value;
@@ -211,6 +212,7 @@ std::vector<NodeVerdict> judge_nodes(const std::vector<NodeFigures>& nodes, doub
         char why[96];
         std::snprintf(why, sizeof why, "%s %.2f x the median", kinds[k].name, ratio);
         verdict.reasons.push_back(why);
+        verdict.slow_in.push_back(kinds[k].name);
       }
     }
   }
@@ -221,7 +223,24 @@ std::vector<NodeVerdict> confirm_verdicts(const std::vector<NodeVerdict>& first,
                                           const std::vector<NodeVerdict>& second) {
   if (first.size() != second.size()) throw std::logic_error("confirm_verdicts: not the same nodes");
   std::vector<NodeVerdict> out = second;
+  auto joined = [](const std::vector<std::string>& v) {
+    std::string s;
+    for (const std::string& x : v) s += (s.empty() ? "" : "; ") + x;
+    return s;
+  };
+  auto same_cause = [](const NodeVerdict& a, const NodeVerdict& b) {
+    if (a.health == Health::Failed || b.health == Health::Failed) return true;  // a failure is no noise
+    for (const std::string& x : a.slow_in)
+      if (std::find(b.slow_in.begin(), b.slow_in.end(), x) != b.slow_in.end()) return true;
+    return false;
+  };
   for (size_t i = 0; i < out.size(); i++) {
+    if (first[i].health != Health::Ok && out[i].health != Health::Ok && !same_cause(first[i], out[i])) {
+      out[i].reasons = {"re-measured: " + joined(first[i].reasons) + " the first time, " + joined(out[i].reasons) +
+                        " the second (not the same figure: noise)"};
+      out[i].health = Health::Ok, out[i].slow_in.clear();
+      continue;
+    }
     if (first[i].health == Health::Ok) {  // unfit only the second time: not confirmed either
       if (out[i].health != Health::Ok) {
         std::string was;

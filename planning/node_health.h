@@ -46,12 +46,15 @@ struct NodeVerdict {
   Health health = Health::Ok;
   std::vector<double> ratios;       // each figure over its median, in figure_kinds() order
   std::vector<std::string> reasons;  // "gemm 0.25 x the median", or why it failed
+  std::vector<std::string> slow_in;  // what made it slow: the figures below the bar ("gemm"), "gpu"
 };
 // Pure: each figure against the median over the nodes.
 std::vector<NodeVerdict> judge_nodes(const std::vector<NodeFigures>& nodes, double min_ratio);
 // A second measurement's verdicts against the first's (the same nodes in the
-// same order): a node is unfit only when both found it so, so one noisy
-// figure (a link another job's burst shared for a moment) excludes no node.
+// same order): a node is unfit only when both found it so, and a slow one
+// only when both found the same thing slow, so one noisy figure (a link
+// another job's burst shared for a moment, then a product that shared a
+// core) excludes no node.
 // An unfit node keeps the second's verdict and says it was confirmed; one
 // that passed the second time is ok and says what the first had found.
 std::vector<NodeVerdict> confirm_verdicts(const std::vector<NodeVerdict>& first,

@@ -134,5 +134,10 @@ TEST(NodeHealth, ANodeIsUnfitOnlyWhenASecondMeasurementAgrees) {
   const auto slow_twice = confirm_verdicts(judge_nodes(capped, 0.8), judge_nodes(capped, 0.8));
   EXPECT_EQ(slow_twice[2].health, Health::Slow);
   EXPECT_EQ(slow_twice[2].reasons, (std::vector<std::string>{"gemm 0.41 x the median", "confirmed by a second measurement"}));
+  // Slow both times, but in another figure each time (p2p, then the product): noise, not confirmed.
+  const auto moved = confirm_verdicts(first, judge_nodes({node("a", 100), node("b", 41), node("c", 100)}, 0.8));
+  EXPECT_FALSE(any_unfit(moved));
+  EXPECT_EQ(moved[1].reasons, (std::vector<std::string>{"re-measured: p2p 0.71 x the median the first time, gemm "
+                                                        "0.41 x the median the second (not the same figure: noise)"}));
   EXPECT_THROW(confirm_verdicts(first, judge_nodes({node("a", 1)}, 0.8)), std::logic_error);
 }

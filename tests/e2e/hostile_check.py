@@ -10,6 +10,7 @@ import glob
 import json
 import math
 import os
+import socket
 import subprocess
 import sys
 import tempfile
@@ -138,7 +139,8 @@ def case_small_checkpoint_disk(e):
     """The health check's disk probe asks for what the checkpoints need, not
     a fixed 32 MB: a 16 MB file system takes a tiny model's. One every node
     shares that cannot take even that is the path's failure (exit 8 full, 2
-    read-only), said once, never "unfit nodes" (exit 10). Root: a tmpfs."""
+    read-only), said once, never "unfit nodes" (exit 10), and supervise's
+    check before a launch stops with 8 excluding no host. Root: a tmpfs."""
     if os.geteuid() != 0:
         print("note: not root: no tmpfs to mount; skipped")
         return
@@ -152,8 +154,11 @@ def case_small_checkpoint_disk(e):
         code, out = e.sh([e.mpiexec, "-np", "2", e.trainer, "health", r, "--set", "health.in_turn=true"])
         check(code == 0, f"trainer health with checkpoint.dir on a 16 MB disk, a tiny model: fit (got {code}: "
                          f"{last_line(out)[:200]})")
+        # Full but for 300 KB: room for the lock files, not for a checkpoint of 1 MB or more.
         filler = os.path.join(mnt, "filler")
-        subprocess.run(["dd", "if=/dev/zero", f"of={filler}", "bs=1M", "count=32"], capture_output=True)
+        st = os.statvfs(mnt)
+        subprocess.run(["dd", "if=/dev/zero", f"of={filler}", "bs=1K", f"count={st.f_bavail * st.f_frsize // 1024 - 300}"],
+                       capture_output=True)
         code, out = e.sh([e.mpiexec, "-np", "2", e.trainer, "health", r])
         check(code == 8 and out.count("cannot take a") == 1 and mnt in out,
               f"health with checkpoint.dir on a full disk: exit 8 naming the path once, no unfit node "
@@ -163,6 +168,13 @@ def case_small_checkpoint_disk(e):
         check(code in (2, 8) and mnt in out and "unfit" not in out,
               f"train with health.check and checkpoint.dir on a full disk: exit {code}, the path named, no unfit "
               f"node ({last_line(out)[:200]})")
+        # supervise's check before each launch: the path's failure, exit 8, no host excluded.
+        code, out = e.sh([e.trainer, "supervise", r, "--set", "health.check=true", "--set", "launch.ranks=2",
+                          "--set", f'launch.hosts=["{socket.gethostname()}"]'])
+        events = [json.loads(x)["event"] for x in open(os.path.join(e.tmp, "small_disk_run", "events.jsonl"))]
+        check(code == 8 and "disk_full" in events and "replace" not in events and "unfit_node" not in events,
+              f"supervise with health.check and checkpoint.dir on a full disk: exit 8, a disk_full event, no host "
+              f"excluded (got {code}, events {events})")
         os.remove(filler)
         subprocess.run(["mount", "-o", "remount,ro", mnt])
         code, out = e.sh([e.mpiexec, "-np", "2", e.trainer, "health", r])

@@ -122,17 +122,8 @@ constexpr double kLauncherLinger = 15;
 
 // What an exit code means, for the event log and the console.
 std::string meaning(int code) {
+  if (const char* m = exit_meaning(code)) return m;
   switch (code) {
-    case kExitOk: return "success";
-    case kExitInternal: return "internal error";
-    case kExitUsage: return "recipe or usage error";
-    case kExitData: return "data error";
-    case kExitCheckpoint: return "checkpoint error";
-    case kExitCommTimeout: return "communication timeout (watchdog)";
-    case kExitBadStep: return "NaN/Inf loss or gradient, or a loss spike";
-    case kExitPreempted: return "preempted, checkpoint saved";
-    case kExitNoSpace: return "a run file cannot be written (disk full, read-only or over quota)";
-    case kExitUnfitNode: return "a node is unfit (health.check)";
     case 126: return "the launch command cannot be executed";
     case 127: return "the launch command was not found";
   }

@@ -53,16 +53,18 @@ const char* kUsage =
     "        a config.json + safetensors directory that transformers loads)\n"
     "  bench RECIPE.toml [--set section.key=value ...] [--steps N]\n"
     "        measure the sgemm peak and the model's tokens/s and MFU on this machine\n"
-    "\n"
-    "exit codes: 0 ok, 1 internal error, 2 recipe or usage error, 3 data error,\n"
-    "            4 checkpoint/HDF5 error, 5 communication timeout (watchdog),\n"
-    "            6 NaN/Inf loss or gradient, or a loss spike (on_nan / on_spike = stop),\n"
-    "            7 supervise: restart budget used up,\n"
-    "            8 a run file cannot be written (disk full): required save policy, or supervise\n"
-    "            9 smoke: below --min-mfu, slower than --baseline, or a restart that\n"
-    "              does not continue bit for bit (--check-restart),\n"
-    "            75 preempted (SIGTERM/SIGUSR1): checkpoint saved, requeue the job\n"
-    "Run `trainer <command> --help` for a command's options; `trainer --version`.\n";
+    "\n";
+
+// The usage: the commands, then every exit code from runtime/errors.h.
+void print_usage(FILE* to) {
+  std::fputs(kUsage, to);
+  std::fputs("exit codes:\n", to);
+  for (const trainer::ExitCodeInfo& e : trainer::kExitCodes) std::fprintf(to, "  %3d  %s\n", e.code, e.meaning);
+  std::fputs("  128+N killed by signal N\n"
+             "Run `trainer <command> --help` for a command's options; `trainer --version`.\n",
+             to);
+}
+
 // Settings the OpenBLAS and OpenMP runtimes read only when they load, so they
 // must be in the environment before the process starts: if they are missing,
 // set them and restart this same process image (before MPI is initialised).
@@ -109,7 +111,7 @@ int main(int argc, char** argv) {
   tune_runtime_environment(argv);
   if (argc < 2 || !std::strcmp(argv[1], "-h") || !std::strcmp(argv[1], "--help") ||
       !std::strcmp(argv[1], "help")) {
-    std::fputs(kUsage, argc < 2 ? stderr : stdout);
+    print_usage(argc < 2 ? stderr : stdout);
     return argc < 2 ? trainer::kExitUsage : 0;
   }
   const char* cmd = argv[1];
@@ -135,6 +137,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "internal error: %s\n", e.what());
     return trainer::kExitInternal;
   }
-  std::fprintf(stderr, "trainer: unknown command \"%s\"\n\n%s", cmd, kUsage);
+  std::fprintf(stderr, "trainer: unknown command \"%s\"\n\n", cmd);
+  print_usage(stderr);
   return trainer::kExitUsage;
 }

@@ -32,6 +32,35 @@ constexpr int kExitSmokeShortfall = 9;
 // median in a figure) or a measurement on it failed.
 constexpr int kExitUnfitNode = 10;
 
+// Every exit code once, with what it means in one line: `trainer --help`
+// lists them, the supervisor's events say them, and the README's table is
+// checked against them (tests/e2e/readme_keys_check.py). A killed process's
+// 128+N is the shell's, not ours.
+struct ExitCodeInfo {
+  int code;
+  const char* meaning;
+};
+inline constexpr ExitCodeInfo kExitCodes[] = {
+    {kExitOk, "finished"},
+    {kExitInternal, "internal error (a bug, or an unexpected system error)"},
+    {kExitUsage, "recipe or command-line error"},
+    {kExitData, "data error"},
+    {kExitCheckpoint, "checkpoint or HDF5 error"},
+    {kExitCommTimeout, "communication timeout (a rank's watchdog)"},
+    {kExitBadStep, "NaN/Inf loss or gradient, or a loss spike, that on_nan / on_spike stop on"},
+    {kExitGaveUp, "supervise: the restart budget is used up, or a host was excluded and no spare is left"},
+    {kExitNoSpace, "a run file cannot be written (disk full, read-only or over quota)"},
+    {kExitSmokeShortfall, "smoke: below --min-mfu, slower than --baseline, or a restart not bit for bit"},
+    {kExitUnfitNode, "health: a node is unfit, or a host stopped answering mid-check"},
+    {kExitPreempted, "preempted (SIGTERM/SIGUSR1): checkpoint saved, requeue the job"},
+};
+// The meaning of one of kExitCodes, or nullptr.
+inline const char* exit_meaning(int code) {
+  for (const ExitCodeInfo& e : kExitCodes)
+    if (e.code == code) return e.meaning;
+  return nullptr;
+}
+
 // A user-facing error: the message names the file, key or offset at fault.
 struct UserError : std::runtime_error {
   int exit_code;

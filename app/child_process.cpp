@@ -86,7 +86,8 @@ int stop_job(pid_t pid, const std::string& launcher) { return stop_jobs({pid}, l
 
 int exit_code(int status) { return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status); }
 
-std::vector<ChildEnd> wait_children(const std::vector<pid_t>& pids, double limit, const std::string& launcher) {
+std::vector<ChildEnd> wait_children(const std::vector<pid_t>& pids, double limit, const std::string& launcher,
+                                    const std::function<bool()>& over) {
   std::vector<ChildEnd> ends(pids.size());
   std::vector<bool> done(pids.size(), false);
   std::vector<int> status(pids.size(), 0);
@@ -99,9 +100,15 @@ std::vector<ChildEnd> wait_children(const std::vector<pid_t>& pids, double limit
     }
     return all;
   };
-  while (!reap() && !stop_signal() &&
-         ms_since(t0) <= limit * 1e3)
+  bool is_over = false;
+  double asked_ms = 0;
+  while (!reap() && !stop_signal() && ms_since(t0) <= limit * 1e3) {
+    if (over && ms_since(t0) - asked_ms >= 1000) {
+      asked_ms = ms_since(t0);
+      if ((is_over = over())) break;
+    }
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
   const bool stopped = stop_signal() != 0;
   reap();  // one that ended just now ended by itself: its code, not "timed out"
   std::vector<pid_t> running;
@@ -114,7 +121,7 @@ std::vector<ChildEnd> wait_children(const std::vector<pid_t>& pids, double limit
       ends[k].code = exit_code(status[k]);
     } else {
       ends[k].code = 128 + SIGKILL;
-      (stopped ? ends[k].stopped : ends[k].timed_out) = true;
+      (stopped ? ends[k].stopped : is_over ? ends[k].over : ends[k].timed_out) = true;
     }
   }
   return ends;

@@ -4,6 +4,7 @@
 // its whole session, and waited for with a time limit.
 #include <sys/types.h>
 
+#include <functional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -39,10 +40,14 @@ struct ChildEnd {
   int code = 0;            // exit_code(); 128 + SIGKILL when stopped
   bool timed_out = false;  // still running after the limit: stopped
   bool stopped = false;    // a stop signal (runtime/stop_signal.h) came first: stopped
+  bool over = false;       // `over` said the work was done first: stopped
 };
 // Waits for the children, each a launcher of `launcher`, until all ended, the
-// limit (seconds) passed or a stop signal came; those still running then are
-// stopped (stop_jobs). Every child is reaped and its session killed.
-std::vector<ChildEnd> wait_children(const std::vector<pid_t>& pids, double limit, const std::string& launcher);
+// limit (seconds) passed, a stop signal came or `over` (asked about once a
+// second) says the work is done though a launcher lingers; those still
+// running then are stopped (stop_jobs). Every child is reaped and its
+// session killed.
+std::vector<ChildEnd> wait_children(const std::vector<pid_t>& pids, double limit, const std::string& launcher,
+                                    const std::function<bool()>& over = {});
 
 }  // namespace trainer

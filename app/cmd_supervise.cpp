@@ -920,17 +920,29 @@ struct Supervisor {
     const double t0 = now_s();
     // Its limit: hang_timeout (900 s when off): a host that cannot start
     // holds up mpirun, and the launch after then finds it (start_timeout).
+    // A verdict already recorded (a host cut off mid-check, named by the
+    // others) ends the wait kLauncherLinger s later: mpirun may wait for
+    // the cut host's daemon for ever.
+    double verdict_at = 0;
+    auto lingering = [&] {
+      if (verdict_at == 0 && !health_verdict(r.run.dir, launch).hosts.empty()) verdict_at = now_s();
+      return verdict_at > 0 && now_s() - verdict_at > kLauncherLinger;
+    };
     const ChildEnd end = wait_children({spawn(cmd, launch_environment(launch, ""))},
-                                       r.supervisor.hang_timeout > 0 ? r.supervisor.hang_timeout : 900, cmd[0])[0];
+                                       r.supervisor.hang_timeout > 0 ? r.supervisor.hang_timeout : 900, cmd[0],
+                                       lingering)[0];
     if (end.stopped) {
       events.write("preempted", launch, std::string(strsignal(stop_signal())) + " received during the health check; "
                                         "nothing launched; exiting with " + std::to_string(kExitPreempted));
       return kExitPreempted;
     }
-    const int code = end.code;
-    const bool timed_out = end.timed_out;
     char took[64];
     std::snprintf(took, sizeof took, " after %.1f s", now_s() - t0);
+    if (end.over)
+      events.write("lingering", launch, std::string("trainer health recorded its verdict and its launcher was still "
+                                                    "running (waiting on a host it lost?)") + took + ": stopped it");
+    const int code = end.over ? kExitUnfitNode : end.code;
+    const bool timed_out = end.timed_out;
     if (code == kExitOk) {
       events.write("health_ok", launch, "every usable host is fit" + std::string(took));
       return -1;

@@ -116,7 +116,7 @@ static int plan_nodes(const RecipeArgs& args) {
   const Recipe& n = s.recipe;
   const int per_node = full_ranks / full_nodes;
   Recipe full = r;  // the whole job: every rank of launch.nodes nodes
-  full.parallel.grid.dp = full_ranks / (r.parallel.grid.tp * r.parallel.grid.pp * r.parallel.grid.cp);
+  full.parallel.grid.dp = full_ranks / (int)r.parallel.grid.model_ranks();
   std::printf("plan %s on %d of its %d nodes (%d rank(s) each): %d ranks, dp %d -> %d, tp %d, pp %d, cp %d; %d -> %d "
               "micro-batches of %d per replica per step (global batch %ld, the same samples in the same order)\n",
               args.recipe.c_str(), nodes, full_nodes, per_node, s.ranks, full.parallel.grid.dp, n.parallel.grid.dp,
@@ -164,7 +164,7 @@ int cmd_plan(int argc, char** argv) {
     std::printf("ZeRO-1: each of the dp x cp ranks holding the same weights keeps 1/%d of AdamW's state (shown: rank "
                 "0's block and the tail of fewer than dp x cp elements every rank keeps) and writes its part of a "
                 "checkpoint to a file of its own\n",
-                r.parallel.grid.dp * r.parallel.grid.cp);
+                (int)r.parallel.grid.weight_replicas());
   std::printf("memory per rank in MB (the recipe's mode is marked *); extra forward FLOPs per step and rank\n");
   const bool cuda = r.runtime.backend == "cuda";  // its own buffers: a column of their own
   std::printf("%-6s %-11s %9s %9s %9s %11s %9s %11s%s %9s %16s\n", "stage", "recompute", "params", "grads",

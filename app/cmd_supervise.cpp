@@ -876,7 +876,7 @@ struct Supervisor {
   // smaller job `s` on the hosts left (a `shrink` event; *replaced: at once).
   int shrink(int launch, Shrink s, Allocation& alloc, const std::string& excluded, JsonRecord rec, bool* replaced) {
     const GridShape& g = r.parallel.grid;
-    const int dp_was = shrunk ? shrunk->recipe.parallel.grid.dp : full_ranks / (g.tp * g.pp * g.cp);
+    const int dp_was = shrunk ? shrunk->recipe.parallel.grid.dp : full_ranks / (int)g.model_ranks();
     alloc.shrink(s.nodes);
     const std::vector<std::string> next = alloc.launch_hosts();
     const std::string latest = latest_checkpoint(r.checkpoint.dir);

@@ -109,7 +109,7 @@ void StepLoop::log_step(const StepStats& st, const StepExtras& x) {
   if (named)
     rec.add(mf::kStragglers, x.slow.ranks).add(mf::kStragglerComputeMs, x.slow.ms)
         .add(mf::kStragglerRatio, x.slow.worst_ratio).add(mf::kComputeMsMedian, x.slow.median_ms);
-  if (world_.size() > 1 && r_.parallel.grid.dp * r_.parallel.grid.cp > 1)
+  if (world_.size() > 1 && r_.parallel.grid.weight_replicas() > 1)
     rec.add(mf::kCommDpExposedMs, st.dp_exposed_ms).add(mf::kCommDpSpanMs, st.dp_span_ms);
   const bool cp = r_.parallel.grid.cp > 1;
   if (cp) rec.add(mf::kCommCpExposedMs, st.cp_exposed_ms).add(mf::kCpImbalance, st.cp_imbalance);

@@ -3,8 +3,41 @@
 namespace trainer {
 
 GridCoords grid_coords(const GridShape& g, int r) {
-  return {r / (g.tp * g.cp * g.pp), (r / (g.tp * g.cp)) % g.pp, r % g.tp, (r / g.tp) % g.cp};
+  GridCoords c{};
+  for (const GridDim& d : kGridDims) c.*d.coord = r % (g.*d.size), r /= g.*d.size;
+  return c;
 }
+
+namespace {
+
+// Each group: its name and the dimensions its peers differ in (they share
+// every other coordinate). A group that adds only dimensions of size 1 to
+// the one it stands for (`same_as`) is that group: no second communicator.
+struct GroupSpec {
+  const char* name;
+  GridDims dims;
+  int same_as = -1;
+};
+constexpr GroupSpec kGroupSpecs[ProcessGrid::kGroups] = {
+    {"world", kAllGridDims},
+    {"dp", grid_dim("dp")},
+    {"pp", grid_dim("pp")},
+    {"tp", grid_dim("tp")},
+    {"cp", grid_dim("cp")},
+    {"dp_cp", kWeightReplicaDims, ProcessGrid::Dp},
+    {"embed", grid_dim("pp")},  // and only the end stages: see below
+};
+
+// A rank's coordinates in `dims` as one mixed-radix number (the fastest
+// dimension first, as world ranks are numbered).
+int index_in(const GridShape& g, const GridCoords& c, GridDims dims) {
+  int index = 0, radix = 1;
+  for (int i = 0; i < kGridDimCount; i++)
+    if (dims >> i & 1) index += c.*kGridDims[i].coord * radix, radix *= g.*kGridDims[i].size;
+  return index;
+}
+
+}  // namespace
 
 ProcessGrid::ProcessGrid(MPI_Comm world, const GridShape& shape, FlightRecorder* recorder,
                          const DataCommMaker& make_data)
@@ -13,23 +46,22 @@ ProcessGrid::ProcessGrid(MPI_Comm world, const GridShape& shape, FlightRecorder*
   MPI_Comm_rank(world, &rank);
   coords_ = grid_coords(shape, rank);
   const GridCoords& c = coords_;
-  const int tp = shape.tp, cp = shape.cp;
-  // Peers of a group share every coordinate but the group's own.
+  // Peers of a group share every coordinate but the group's own: the others
+  // are the colour, the group's own the order within it.
   comms_[World] = world;
-  MPI_Comm_split(world, (c.pp * cp + c.cp) * tp + c.tp, c.dp, &comms_[Dp]);
-  MPI_Comm_split(world, (c.dp * cp + c.cp) * tp + c.tp, c.pp, &comms_[Pp]);
-  MPI_Comm_split(world, (c.dp * shape.pp + c.pp) * cp + c.cp, c.tp, &comms_[Tp]);
-  MPI_Comm_split(world, (c.dp * shape.pp + c.pp) * tp + c.tp, c.cp, &comms_[Cp]);
-  // Without context parallelism dp x cp is the dp group: no second communicator.
-  comms_[DpCp] = MPI_COMM_NULL;
-  if (cp > 1) MPI_Comm_split(world, c.pp * tp + c.tp, c.dp * cp + c.cp, &comms_[DpCp]);
-  const bool end_stage = c.pp == 0 || c.pp == shape.pp - 1;
-  const int column = (c.dp * cp + c.cp) * tp + c.tp;
-  MPI_Comm_split(world, end_stage ? column : shape.dp * cp * tp + rank, c.pp, &comms_[Embed]);
-  const char* names[kGroups] = {"world", "dp", "pp", "tp", "cp", "dp_cp", "embed"};
+  for (int g = Dp; g < kGroups; g++) {
+    const GroupSpec& spec = kGroupSpecs[g];
+    comms_[g] = MPI_COMM_NULL;
+    if (spec.same_as >= 0 && shape.size_of(spec.dims & ~kGroupSpecs[spec.same_as].dims) == 1) continue;
+    int colour = index_in(shape, c, kAllGridDims & ~spec.dims);
+    // Embed: the first and last pipeline stage of a column hold the tied
+    // embedding's two copies; a middle stage is a group of its own.
+    if (g == Embed && c.pp != 0 && c.pp != shape.pp - 1) colour = (int)(shape.ranks() / shape.pp) + rank;
+    MPI_Comm_split(world, colour, index_in(shape, c, spec.dims), &comms_[g]);
+  }
   for (int g = 0; g < kGroups; g++) {
     if (comms_[g] == MPI_COMM_NULL) {
-      control_[g] = control_[Dp], data_[g] = data_[Dp];
+      control_[g] = control_[kGroupSpecs[g].same_as], data_[g] = data_[kGroupSpecs[g].same_as];
       continue;
     }
     mpi_control_[g] = std::make_unique<MpiControlComm>(comms_[g]);
@@ -42,7 +74,7 @@ ProcessGrid::ProcessGrid(MPI_Comm world, const GridShape& shape, FlightRecorder*
     MPI_Allgather(&rank, 1, MPI_INT, members.data(), 1, MPI_INT, comms_[g]);
     // One recorder group for both kinds: their calls share the group's
     // sequence, which every member makes in the same order.
-    const int id = recorder->add_group(names[g], members);
+    const int id = recorder->add_group(kGroupSpecs[g].name, members);
     rec_control_[g] = std::make_unique<RecordingControlComm>(*mpi_control_[g], *recorder, id, members);
     rec_data_[g] = std::make_unique<RecordingDataComm>(*own_data_[g], *recorder, id, members);
     control_[g] = rec_control_[g].get();

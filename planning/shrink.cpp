@@ -11,7 +11,7 @@ Shrink shrink_job(const Recipe& r, int ranks, int full_nodes, int nodes, bool me
   const int per_node = full_nodes > 0 ? ranks / full_nodes : ranks;
   s.ranks = nodes * per_node;
   const GridShape& g = r.parallel.grid;
-  const int model_ranks = g.tp * g.pp * g.cp;
+  const int model_ranks = (int)g.model_ranks();
   const std::string held = std::to_string(nodes) + " node(s) of " + std::to_string(per_node) + " rank(s) hold " +
                            std::to_string(s.ranks) + " rank(s)";
   if (nodes < 1 || full_nodes < 1 || nodes > full_nodes) {

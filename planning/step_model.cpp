@@ -153,7 +153,7 @@ StepModel::Stages StepModel::price_stages(const Recipe& r, StepPrediction& out) 
 // Over the dp x cp ranks that hold the same weights.
 std::pair<double, double> StepModel::dp_reduction(const Recipe& r, double params, double last_bwd,
                                                   std::vector<std::string>& unpriced) {
-  const int dp = r.parallel.grid.dp * r.parallel.grid.cp;
+  const int dp = (int)r.parallel.grid.weight_replicas();
   const double bytes = params * dtype_size(r.training.precision);
   const double all = r.parallel.zero_sharded()
                          ? comm("reduce_scatter", dp, bytes, unpriced) + comm("allgather", dp, bytes, unpriced)
@@ -168,7 +168,7 @@ std::pair<double, double> StepModel::dp_reduction(const Recipe& r, double params
 double StepModel::optimizer_ms(const Recipe& r, double params, StepPrediction& out) {
   const int world = r.parallel.grid.ranks();
   const double all_busy = p_.slowdown(std::min(per_node_, world));
-  const double owned = r.parallel.zero_sharded() ? params / (r.parallel.grid.dp * r.parallel.grid.cp) : params;
+  const double owned = r.parallel.zero_sharded() ? params / r.parallel.grid.weight_replicas() : params;
   auto op = [&](const char* name, double bytes) {
     return p_.op_time(OpCall{std::string(name) + " " + std::to_string((long)(bytes / 4)), name, 0, bytes},
                       &out.unpriced_ops);

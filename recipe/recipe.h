@@ -89,7 +89,7 @@ struct ParallelSection {
   bool cp_overlap{};         // ring attention: the next block travels while the one in hand is attended to
   // ZeRO-1 in effect: asked for, and more than one rank holding the same
   // weights (dp x cp) to shard over.
-  bool zero_sharded() const { return zero_stage == 1 && GridShape::saturated_product({grid.dp, grid.cp}) > 1; }
+  bool zero_sharded() const { return zero_stage == 1 && grid.weight_replicas() > 1; }
   // The ranks that hold one model copy and read the same sequences: tp * cp * pp.
   long model_ranks() const { return grid.model_ranks(); }
 };

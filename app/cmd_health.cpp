@@ -65,7 +65,7 @@ int health(const RecipeArgs& args, int rank, int size) {
   std::unique_ptr<PeerProbe> probe;
   if (size > 1) {
     probe = std::make_unique<PeerProbe>();
-    probe->set_peers(allgather_lines(probe->record(), 512), rank);
+    swap_probe_addresses(*probe);
   }
   // A failure the nodes share (the checkpoint directory's disk) comes alike
   // on every rank: said once.

@@ -240,11 +240,7 @@ struct Supervisor {
     std::string out;
     for (int k : ranks) {
       if (k < 0) continue;
-      const GridCoords c = grid_coords(g, k);
-      char b[128];
-      std::snprintf(b, sizeof b, "%s%d (dp %d, pp %d, cp %d, tp %d)", out.empty() ? "" : ", ", k, c.dp, c.pp, c.cp,
-                    c.tp);
-      out += b;
+      out += (out.empty() ? "" : ", ") + std::to_string(k) + " (" + grid_position(g, k) + ")";
     }
     return (ranks.size() > 1 ? "ranks " : "rank ") + out;
   }

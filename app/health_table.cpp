@@ -10,6 +10,7 @@
 #include <memory>
 #include <thread>
 
+#include "app/supervise_hosts.h"
 #include "parallel/mpi_world.h"
 #include "planning/memory_fit.h"
 #include "planning/node_health.h"
@@ -120,8 +121,7 @@ std::unique_ptr<PeerWatch> watch_peers(const Recipe& r, const PeerProbe* probe, 
   return std::make_unique<PeerWatch>(*probe, others, period, [=](const PeerProbe::Result& res) {
     if (res.speaks_for_the_rest(rank)) {
       const std::vector<std::string> lost = res.unreached_hosts();
-      std::string names;
-      for (const std::string& h : lost) names += (names.empty() ? "" : ", ") + h;
+      const std::string names = join(lost);
       char every[96];
       std::snprintf(every, sizeof every, "every runtime.comm_timeout = %g s", period);
       const std::string why = "host(s) " + names + " stopped answering in the middle of the check (the hosts probe " +
@@ -144,7 +144,8 @@ std::unique_ptr<PeerWatch> watch_peers(const Recipe& r, const PeerProbe* probe, 
 std::string check_nodes(const Recipe& r, Backend& be, const PeerProbe* probe, int node_ranks, int rank, int size,
                         int record_launch) {
   const std::unique_ptr<PeerWatch> watch = watch_peers(r, probe, rank, size, record_launch);
-  if (rank == 0 && probe && size > 1 && r.runtime.comm_timeout > 0)
+  // (Rank 0 is always the first on its host: it watches when anyone does.)
+  if (rank == 0 && watch)
     std::printf("health: the hosts probe each other every %g s (runtime.comm_timeout) while the check runs: one "
                 "that stops answering ends it\n", r.runtime.comm_timeout),
         std::fflush(stdout);

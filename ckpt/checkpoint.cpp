@@ -92,6 +92,12 @@ bool plain_name(const std::string& n) {
   return !n.empty() && n != "." && n != ".." && n.find('/') == std::string::npos && n.find('\0') == std::string::npos;
 }
 
+// Points `latest` at a step directory of dir (the file replaced whole: a
+// reader never sees half a name). "" when written, else why not.
+std::string point_latest(const std::string& dir, const std::string& name) {
+  return replace_file(dir + "/latest", name + "\n", true);
+}
+
 // A name read from a file, quoted for a message with its control bytes (a
 // NUL, a terminal escape) escaped, so nothing is cut off or acted on.
 std::string shown(const std::string& n) { return "\"" + json_escape(n) + "\""; }
@@ -324,7 +330,7 @@ std::string commit(const std::string& dir, const TrainingState& st, int keep, Co
       // The step is committed now. `latest` is a pointer a resume does not
       // need (it takes the newest step directory that verifies), so failing
       // to write it is a warning, once, not a failed save; retention goes on.
-      if (const std::string e = replace_file(dir + "/latest", step_name(st.step) + "\n", true); !e.empty()) {
+      if (const std::string e = point_latest(dir, step_name(st.step)); !e.empty()) {
         static bool warned = false;
         if (!warned)
           std::fprintf(stderr, "warning: checkpoint %s committed, but %s; a resume still finds it (the newest "
@@ -662,8 +668,7 @@ std::string set_aside_checkpoint(const std::string& step_dir) {
   const std::vector<std::string> left = committed_checkpoints(dir);
   std::error_code ec;
   if (left.empty()) fs::remove(dir + "/latest", ec);
-  else if (const std::string e = replace_file(dir + "/latest", fs::path(left.back()).filename().string() + "\n", true);
-           !e.empty())
+  else if (const std::string e = point_latest(dir, fs::path(left.back()).filename().string()); !e.empty())
     std::fprintf(stderr, "warning: %s; `latest` may name %s, now moved aside\n", e.c_str(), step_dir.c_str());
   return to;
 }

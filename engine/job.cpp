@@ -179,7 +179,7 @@ std::vector<SetupStep> job_setup_steps(Job& job, int rank, int launch) {
       {"grid",
        [&job, &r, rank, launch] {
          start_recording(job, rank, launch);
-         if (job.probe) job.probe->set_peers(allgather_lines(job.probe->record(), 512), rank);
+         if (job.probe) swap_probe_addresses(*job.probe);
          job.grid = std::make_unique<ProcessGrid>(MPI_COMM_WORLD, r.parallel.grid, job.recorder.get(),
                                                   data_comms_for(*job.backend, job.node_ranks, rank == 0));
        }},

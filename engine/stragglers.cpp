@@ -106,13 +106,12 @@ void StepLoop::write_event(const JsonRecord& e) {
 
 void StepLoop::print_stragglers(const StepStats& st, const StragglerReport& slow) const {
   for (size_t i = 0; i < slow.ranks.size(); i++) {
-    const GridCoords at = grid_coords(r_.parallel.grid, (int)slow.ranks[i]);
     std::fprintf(stderr,
-                 "warning: step %ld: straggler: rank %d (dp %d, pp %d, cp %d, tp %d) computed %.1f ms per step over the "
+                 "warning: step %ld: straggler: rank %d (%s) computed %.1f ms per step over the "
                  "last %d steps, %.2fx what its stage should take (its predicted share of the work at the "
                  "fastest stage's rate, each stage's rate the median of its ranks; runtime.straggler_factor = "
                  "%g; median of all ranks %.1f ms)\n",
-                 st.step, (int)slow.ranks[i], at.dp, at.pp, at.cp, at.tp, slow.ms[i], r_.runtime.straggler_every,
+                 st.step, (int)slow.ranks[i], grid_position(r_.parallel.grid, (int)slow.ranks[i]).c_str(), slow.ms[i], r_.runtime.straggler_every,
                  slow.ratios[i], r_.runtime.straggler_factor, slow.median_ms);
   }
 }

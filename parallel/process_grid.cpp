@@ -8,6 +8,14 @@ GridCoords grid_coords(const GridShape& g, int r) {
   return c;
 }
 
+std::string grid_position(const GridShape& g, int r) {
+  const GridCoords c = grid_coords(g, r);
+  std::string out;
+  for (int i = kGridDimCount - 1; i >= 0; i--)
+    out += std::string(out.empty() ? "" : ", ") + kGridDims[i].name + " " + std::to_string(c.*kGridDims[i].coord);
+  return out;
+}
+
 namespace {
 
 // Each group: its name and the dimensions its peers differ in (they share

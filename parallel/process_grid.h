@@ -12,6 +12,7 @@
 #include <functional>
 #include <initializer_list>
 #include <memory>
+#include <string>
 
 #include "parallel/mpi_communicator.h"
 #include "parallel/recording_communicator.h"
@@ -88,6 +89,9 @@ inline long GridShape::weight_replicas() const { return size_of(kWeightReplicaDi
 
 // Pure arithmetic, testable without MPI.
 GridCoords grid_coords(const GridShape& g, int world_rank);
+// Where a rank sits, for messages: "dp 1, pp 0, cp 0, tp 1" (the slowest
+// dimension first, as users read a layout).
+std::string grid_position(const GridShape& g, int world_rank);
 
 // Each group has a control communicator (host values) and a data
 // communicator (backend buffers) over the same ranks.

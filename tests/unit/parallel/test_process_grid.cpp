@@ -45,3 +45,9 @@ TEST(Grid, ContextParallelNextToTensorParallel) {
   EXPECT_EQ(c17.cp, 2);
   EXPECT_EQ(c17.tp, 1);
 }
+
+// Where a rank sits, in messages: the slowest dimension first.
+TEST(Grid, PositionReadsAsTheLayoutIsWritten) {
+  EXPECT_EQ(grid_position(GridShape{2, 2, 2}, 5), "dp 1, pp 0, cp 0, tp 1");
+  EXPECT_EQ(grid_position(GridShape{2, 2, 2, 3}, 17), "dp 1, pp 0, cp 2, tp 1");
+}

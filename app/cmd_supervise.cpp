@@ -117,8 +117,10 @@ const char* kSuperviseUsage =
 
 double now_s() { return wall_seconds(); }
 
-// How long a launcher may outlive the watchdog that ended its job.
-constexpr double kLauncherLinger = 15;
+// How long a launcher may outlive the watchdog that ended its job; when the
+// watchdogs' network probes found a host unreached or a link down, it waits
+// on that host's daemon, and nothing more will come of it.
+constexpr double kLauncherLinger = 15, kLostHostLinger = 3;
 
 // What an exit code means, for the event log and the console.
 std::string meaning(int code) {
@@ -397,6 +399,7 @@ struct Supervisor {
     // that time is not a hang, so the heartbeat's age counts from then.
     auto last_poll = std::chrono::steady_clock::now();
     double resumed_at = 0, flight_checked = 0, ended_at = 0, stragglers_checked = 0;
+    JobEnd job_end = JobEnd::Running;
     // supervisor.on_straggler = "replace": this launch's straggler events,
     // read as the job appends them (from the end of what is there now).
     std::optional<StragglerStreaks> streaks;
@@ -418,19 +421,22 @@ struct Supervisor {
       // A watchdog that ended the job normally ends the launcher within
       // seconds; one still running long after waits on a host it lost (mpirun
       // waits for a cut host's daemon): the job is over, stop it.
-      if (ended_at == 0 && now_s() - flight_checked > 1) {
+      if (job_end != JobEnd::EndedHostLost && now_s() - flight_checked > 1) {
         flight_checked = now_s();
         // A watchdog ends a job only after its steps stopped: the flight
         // directory is read once the heartbeat is a few seconds old. The
         // linger counts from here (the dump's time is a rank host's clock).
-        if (now_s() - std::max(o.t0, mtime_seconds(r.run.dir + "/heartbeat")) > 2 &&
-            watchdog_ended_job(r.run.dir, o.t0))
-          ended_at = now_s();
+        if (now_s() - std::max(o.t0, mtime_seconds(r.run.dir + "/heartbeat")) > 2)
+          job_end = watchdog_ended_job(r.run.dir, o.t0);
+        if (job_end != JobEnd::Running && ended_at == 0) ended_at = now_s();
       }
-      if (ended_at > 0 && now_s() - ended_at > kLauncherLinger) {
+      if (ended_at > 0 &&
+          now_s() - ended_at > (job_end == JobEnd::EndedHostLost ? kLostHostLinger : kLauncherLinger)) {
         char b[256];
         std::snprintf(b, sizeof b, "launch %d: a watchdog ended the job %.0f s ago and the launcher is still running "
-                                   "(waiting on a host it lost?): stopping it", launch, now_s() - ended_at);
+                                   "(%s): stopping it", launch, now_s() - ended_at,
+                      job_end == JobEnd::EndedHostLost ? "waiting on a host the watchdogs' probes found cut off"
+                                                       : "waiting on a host it lost?");
         events.write("lingering", launch, b);
         status = stop_job(pid, command[0]);
         o.lingered = true;

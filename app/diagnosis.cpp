@@ -444,7 +444,8 @@ Diagnosis diagnose_dumps(const std::string& run_dir, double newer_than) {
 
 }  // namespace
 
-bool watchdog_ended_job(const std::string& run_dir, double newer_than) {
+JobEnd watchdog_ended_job(const std::string& run_dir, double newer_than) {
+  bool ended = false, lost = false;
   std::error_code ec;
   for (const auto& e : std::filesystem::directory_iterator(run_dir + "/flight", ec)) {
     const std::string n = e.path().filename().string();
@@ -454,11 +455,14 @@ bool watchdog_ended_job(const std::string& run_dir, double newer_than) {
     try {
       std::ifstream in(e.path());
       const json j = json::parse(in);
-      if (j.value("ends_job", false) && j.value("job_start", 0.0) > newer_than) return true;
+      if (j.value("job_start", 0.0) <= newer_than) continue;
+      ended = ended || j.value("ends_job", false);
+      if (const auto n = j.find("network"); n != j.end() && n->is_object())
+        lost = lost || !n->value("unreached", json::array()).empty() || !n->value("links_down", json::array()).empty();
     } catch (const std::exception&) {  // half written, or not ours: the diagnosis says so later
     }
   }
-  return false;
+  return !ended ? JobEnd::Running : lost ? JobEnd::EndedHostLost : JobEnd::Ended;
 }
 
 Diagnosis diagnose_run(const std::string& run_dir, double newer_than) {

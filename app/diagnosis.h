@@ -34,9 +34,11 @@ struct Diagnosis {
 };
 
 // Whether a watchdog of a job started after `newer_than` ended that job (its
-// dump says "ends_job"). A supervisor whose launcher is still running long
-// after is waiting on a lost host.
-bool watchdog_ended_job(const std::string& run_dir, double newer_than);
+// dump says "ends_job"), and whether a dump's network probe found a host
+// unreached or a link down. A supervisor whose launcher is still running
+// long after is waiting on a lost host; with the probes' word, at once.
+enum class JobEnd { Running, Ended, EndedHostLost };
+JobEnd watchdog_ended_job(const std::string& run_dir, double newer_than);
 
 // Reads run_dir/flight/rank_*.json and crash_rank_*.txt; only the newest
 // job's, and only of jobs that started after `newer_than` (seconds since the

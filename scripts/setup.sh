@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Installs the Debian packages the trainer needs, skipping those present.
-#   scripts/setup.sh          build + run (compiler, CMake, MPI, HDF5, toml++, OpenBLAS)
+#   scripts/setup.sh          build + run (compiler, ccache, CMake, MPI, HDF5, toml++, OpenBLAS)
 #   scripts/setup.sh test     also GoogleTest, the PyTorch/h5py reference stack and
 #                             Slurm + munge (a real single-node Slurm for tests/e2e/slurm_check.py),
 #                             and Chromium (renders `trainer report`'s page headless in a test)
@@ -11,7 +11,7 @@ set -euo pipefail
 
 pkgs=(g++ cmake ninja-build openmpi-bin libopenmpi-dev libhdf5-openmpi-dev
       libtomlplusplus-dev libopenblas-openmp-dev nlohmann-json3-dev pkg-config zlib1g-dev
-      libpcre2-dev libsentencepiece-dev)
+      libpcre2-dev libsentencepiece-dev ccache)
 if [[ "${1:-}" == "test" ]]; then
   pkgs+=(libgtest-dev hdf5-tools python3-h5py python3-numpy python3-torch slurm-wlm munge python3-venv python3-pip
         chromium fonts-dejavu-core)
@@ -41,6 +41,7 @@ fi
 fetch_headers() {
   local pkg=$1 version=$2 wheel=$3 sha256=$4 folder=$5 dest=$6
   shift 6
+  dest=$(in_cache "$(basename "$dest")" "$pkg $version $sha256")
   [[ "$(cat "$dest/VERSION" 2>/dev/null)" == "$version" ]] && return 0
   echo "setup: fetching the headers of $pkg $version (PyPI) into third_party/"
   local tmp
@@ -57,6 +58,25 @@ fetch_headers() {
   rm -rf "$tmp"
 }
 third_party="$(cd "$(dirname "$0")/.." && pwd)/third_party"
+# What is fetched or built from pinned versions is kept once per machine, in
+# ~/.cache/trainer/third_party under a name that holds a hash of its pins, and
+# third_party/NAME links there: a second clone (CI's clean one) reuses it
+# instead of fetching and installing again (a venv cannot be moved, so it is
+# built where it stays). A third_party/NAME that is a directory of its own is
+# left as it is.
+#   in_cache NAME PINS: prints where third_party/NAME's content lives.
+in_cache() {
+  local at="$third_party/$1" key
+  if [[ -d "$at" && ! -L "$at" ]]; then echo "$at"; return; fi
+  key=$(printf '%s' "$2" | sha256sum | cut -c1-16)
+  local dir="${XDG_CACHE_HOME:-$HOME/.cache}/trainer/third_party/$1-$key"
+  mkdir -p "$dir" "$third_party" && ln -sfn "$dir" "$at"
+  echo "$dir"
+}
+# One setup at a time fills the cache (another clone's waits here).
+mkdir -p "${XDG_CACHE_HOME:-$HOME/.cache}/trainer"
+exec 9>"${XDG_CACHE_HOME:-$HOME/.cache}/trainer/setup.lock"
+flock 9
 if command -v nvcc >/dev/null || [[ -x /usr/local/cuda/bin/nvcc ]]; then
   # The cuDNN frontend: header-only (MIT); any wheel of the version holds the
   # same headers, so one pinned file is named whatever the local Python is.
@@ -90,21 +110,23 @@ fi
 # its SHA-256, into third_party/llama_cpp.
 if [[ "${1:-}" == "test" ]]; then
   root="$(cd "$(dirname "$0")/.." && pwd)"
-  venv="$root/third_party/pyref"
+  numpy_version="$(/usr/bin/python3 -c 'import numpy; print(numpy.__version__)')"
+  pyref_pins=(tiktoken==0.12.0 sentencepiece==0.2.1 transformers==4.46.3 huggingface_hub==0.36.2
+              safetensors==0.8.0 tokenizers==0.20.3 tensorboard==2.21.0 "numpy==$numpy_version")
+  venv=$(in_cache pyref "$(/usr/bin/python3 -V) ${pyref_pins[*]}")
   if ! "$venv/bin/python" -c "import tiktoken, sentencepiece, tensorboard, transformers as t; assert t.__version__ == '4.46.3'" 2>/dev/null; then
     echo "setup: installing tiktoken, sentencepiece, transformers and tensorboard (PyPI) into third_party/pyref"
-    numpy_version="$(/usr/bin/python3 -c 'import numpy; print(numpy.__version__)')"
-    /usr/bin/python3 -m venv --system-site-packages "$venv" &&
-      "$venv/bin/pip" install -q tiktoken==0.12.0 sentencepiece==0.2.1 transformers==4.46.3 \
-        huggingface_hub==0.36.2 safetensors==0.8.0 tokenizers==0.20.3 tensorboard==2.21.0 \
-        "numpy==$numpy_version" ||
+    /usr/bin/python3 -m venv --clear --system-site-packages "$venv" &&
+      "$venv/bin/pip" install -q "${pyref_pins[@]}" ||
       echo "setup: could not install the reference packages; the tests that compare with them will fail" >&2
   fi
-  hf5="$root/third_party/hf5"
-  llcpp="$root/third_party/llama_cpp"
   llcpp_version=0.3.36
   llcpp_sdist=llama_cpp_python-$llcpp_version.tar.gz
   llcpp_sha256=832db0699007f1be95a7e41ef12e88926b02ba836461e36a36372db2760c1a2e
+  hf5_pins=(torch==2.11.0 transformers==5.25.0 sentencepiece==0.2.1 numpy==2.2.6 protobuf==4.25.9 safetensors==0.8.0
+            tiktoken==0.12.0)
+  hf5=$(in_cache hf5 "$(/usr/bin/python3 -V) ${hf5_pins[*]} $llcpp_sha256")
+  llcpp=$(in_cache llama_cpp "$llcpp_sha256")
   wheels="${XDG_CACHE_HOME:-$HOME/.cache}/trainer/wheels"
   if ! "$hf5/bin/python" -c "import torch, gguf, tiktoken, llama_cpp as l, transformers as t
 assert t.__version__ == '5.25.0' and l.__version__ == '$llcpp_version'" 2>/dev/null ||
@@ -115,12 +137,11 @@ assert t.__version__ == '5.25.0' and l.__version__ == '$llcpp_version'" 2>/dev/n
     if python3 -m pip download -q --no-deps --no-binary=:all: -d "$tmp_ll" "llama-cpp-python==$llcpp_version" &&
        echo "$llcpp_sha256  $tmp_ll/$llcpp_sdist" | sha256sum -c --quiet &&
        tar -xzf "$tmp_ll/$llcpp_sdist" -C "$tmp_ll" &&
-       rm -rf "$llcpp" && mkdir -p "$llcpp" &&
+       rm -rf "${llcpp:?}"/* &&
        cp -r "$tmp_ll/llama_cpp_python-$llcpp_version/vendor/llama.cpp/"{convert_hf_to_gguf.py,conversion,gguf-py,LICENSE} \
          "$llcpp/" &&
-       rm -rf "$hf5" && /usr/bin/python3 -m venv "$hf5" &&
-       "$hf5/bin/pip" install -q torch==2.11.0 transformers==5.25.0 sentencepiece==0.2.1 numpy==2.2.6 \
-         protobuf==4.25.9 safetensors==0.8.0 tiktoken==0.12.0 "$llcpp/gguf-py" &&
+       /usr/bin/python3 -m venv --clear "$hf5" &&
+       "$hf5/bin/pip" install -q "${hf5_pins[@]}" "$llcpp/gguf-py" &&
        { compgen -G "$wheels/llama_cpp_python-$llcpp_version-*.whl" >/dev/null ||
          CMAKE_ARGS="-DGGML_NATIVE=OFF" CMAKE_BUILD_PARALLEL_LEVEL="$(nproc)" \
            "$hf5/bin/pip" wheel -q --no-deps -w "$wheels" "$tmp_ll/$llcpp_sdist"; } &&
@@ -132,5 +153,6 @@ assert t.__version__ == '5.25.0' and l.__version__ == '$llcpp_version'" 2>/dev/n
     fi
     rm -rf "$tmp_ll"
   fi
+  in_cache tokenizers "$(sha256sum < "$root/scripts/fetch_tokenizers.sh")" >/dev/null
   "$root/scripts/fetch_tokenizers.sh" || echo "setup: some tokenizer files are missing (see above)" >&2
 fi

@@ -46,6 +46,7 @@ def main():
     recipe = DEMO_RECIPE
     with tempfile.TemporaryDirectory() as tmp:
         data, base = small_demo(trainer, tmp, steps=20)
+        base += ["--set", "model.n_layers=2"]  # one per pipeline stage of 2x2x2
         single = ["--set", "parallel.tp=1", "--set", "parallel.pp=1", "--set", "parallel.sequence_parallel=false"]
 
         def train(run, np_, extra, ok_codes=(0,), env=None):
@@ -186,7 +187,7 @@ def main():
         check(v.returncode == 0 and "ok" in v.stdout, "ckpt verify passes")
         out = os.path.join(tmp, "export.h5")
         subprocess.run([trainer, "ckpt", "export", step, "--output", out], check=True, stdout=subprocess.DEVNULL)
-        demo = dict(arch="gpt2", vocab_size=256, d_model=192, n_layers=4, n_heads=6, n_kv_heads=6,
+        demo = dict(arch="gpt2", vocab_size=256, d_model=192, n_layers=2, n_heads=6, n_kv_heads=6,
                     d_ff=768, seq_len=128, tie_embeddings=True, norm_eps=1e-5, rope_theta=10000.0)
         got = torch_val_loss(out, demo, glob.glob(data + "/val_*.bin")[0], 2 * 2 * 2)  # eval_batches x micro x dp
         check(abs(got - val) / val < 1e-5, f"PyTorch from the export reproduces val loss {val:.7f} ({got:.7f})")

@@ -104,7 +104,7 @@ def replaced_on_spare(trainer, env, hosts, sets, straight, rdir, launcher):
     if len(starts) >= 2 and "cut" in log:
         relaunch = datetime.datetime.fromisoformat(starts[-1]["time"].replace("Z", "+00:00")).timestamp()
         print(f"figure ({launcher}): link cut to relaunch on the spare {relaunch - log['cut']:.1f} s "
-              f"(runtime.comm_timeout 6 s, watchdog grace 3 s, launcher linger 15 s)")
+              f"(runtime.comm_timeout 6 s, watchdog grace 3 s, launcher linger 3 s: the probes found the host cut off)")
     after = [e for e in events[events.index(replace[0]) + 1:] if e["event"] == "restart"][:1] if replace else []
     check(after and after[0]["restart"] == 0 and "not counted" in after[0]["message"],
           f"{launcher}: the relaunch on the spare is not counted against supervisor.max_restarts "

@@ -12,6 +12,7 @@
 #include <utility>
 #include <vector>
 
+#include "app/diagnosis.h"
 #include "runtime/errors.h"
 #include "tests/support/temp_dir.h"
 
@@ -28,6 +29,7 @@ struct Dump {
   std::string network = "";  // the watchdog's network probe (runtime/peer_probe.h), if any
   std::string host = "";     // where the rank ran (dumps from before hosts were written lack it)
   bool stall_ended = false;  // written as the process came back from its stop
+  bool ends_job = false;     // the watchdog that wrote it ends the job
 };
 
 std::string write_dumps(const char* name, const std::vector<Dump>& dumps) {
@@ -45,7 +47,8 @@ std::string write_dumps(const char* name, const std::vector<Dump>& dumps) {
                         << ", \"completed\": 0}], \"calls\": [" << d.calls << "]"
                         << (d.network.empty() ? "" : ", \"network\": " + d.network)
                         << (d.host.empty() ? "" : ", \"host\": \"" + d.host + "\"")
-                        << (d.stall_ended ? ", \"stall_ended\": true" : "") << "}\n";
+                        << (d.stall_ended ? ", \"stall_ended\": true" : "")
+                        << (d.ends_job ? ", \"ends_job\": true" : "") << "}\n";
   }
   return dir;
 }
@@ -158,6 +161,26 @@ TEST(Diagnose, NamesTheRanksWhoseHostsLinkIsDown) {
   EXPECT_NE(out.find("verdict: the network: ranks 1, 2 lost their link (eth1 (10.0.0.2) down); rank 0 could not "
                      "reach them."),
             std::string::npos) << out;
+}
+
+TEST(Diagnose, AJobEndedOnAHostCutOffIsSaidSo) {
+  // What `supervise` reads to stop a launcher that outlives its job: a dump
+  // that ends the job, and whether a probe found a host cut off.
+  const std::string c = call(8, "reduce_scatter_sum", 4096, "null");
+  Dump ends{0, 8, c}, probed{1, 8, c};
+  ends.ends_job = true;
+  probed.network = probe("", "", "0", "1");
+  const std::string running = write_dumps("ended_running", {{0, 8, c}, probed});
+  const std::string ended = write_dumps("ended_plain", {ends, {1, 8, c}});
+  const std::string lost = write_dumps("ended_lost", {ends, probed});
+  EXPECT_EQ(watchdog_ended_job(running, 50), JobEnd::Running);
+  EXPECT_EQ(watchdog_ended_job(ended, 50), JobEnd::Ended);
+  EXPECT_EQ(watchdog_ended_job(lost, 50), JobEnd::EndedHostLost);
+  probed.network = probe("\"eth1 (10.0.0.2)\"", "", "", "1");  // its own link down, nothing probed
+  const std::string down = write_dumps("ended_down", {ends, probed});
+  EXPECT_EQ(watchdog_ended_job(down, 50), JobEnd::EndedHostLost);
+  EXPECT_EQ(watchdog_ended_job(lost, 150), JobEnd::Running);  // an earlier job's dumps (job_start 100)
+  for (const std::string& d : {running, ended, lost, down}) std::filesystem::remove_all(d);
 }
 
 TEST(Diagnose, NamesTheHostNoOtherHostReaches) {

@@ -9,9 +9,7 @@ RankLayout rank_layout(const Recipe& r, int stage) {
   const int P = pipe.stages, v = pipe.virtual_stages;
   RankLayout l;
   l.micro_batch = r.training.micro_batch;
-  l.tp = r.parallel.grid.tp;
-  l.dp = r.parallel.grid.dp;
-  l.cp = r.parallel.grid.cp;
+  static_cast<GridShape&>(l) = r.parallel.grid;
   l.cp_comm = r.parallel.cp_comm;
   l.cp_overlap = r.parallel.cp_overlap;
   l.zero_stage = r.parallel.zero_stage;

@@ -38,15 +38,16 @@ ParallelGroups groups_of(ProcessGrid& g) {
 }
 
 RankStep::RankStep(Backend& be, ParallelGroups groups, const Recipe& r, Blend train, Blend val)
-    : be_(be), dp_(*groups.dp.data), tp_(counted(groups.tp.data)), pp_(counted(groups.pp.data)),
-      cp_(counted(groups.cp.data)), cp_size_(cp_ ? cp_->size() : 1), dp_control_(groups.dp.control), pp_control_(pp_ ? groups.pp.control : nullptr),
+    : be_(be), replicas_(*groups.dp.data), tp_(counted(groups.tp.data)), pp_(counted(groups.pp.data)),
+      cp_(counted(groups.cp.data)), replicas_control_(groups.dp.control),
+      pp_control_(pp_ ? groups.pp.control : nullptr),
       tp_control_(tp_ ? groups.tp.control : nullptr), cp_control_(cp_ ? groups.cp.control : nullptr),
       embed_(groups.embed),
       r_(r), train_(std::move(train)), val_(std::move(val)) {
   pipe_ = r.pipeline();
   if ((pp_ ? pp_->size() : 1) != pipe_.stages) throw std::invalid_argument("pp group size differs from the recipe");
-  if (cp_size_ != r.parallel.grid.cp || dp_.size() % cp_size_ != 0)
-    throw std::invalid_argument("cp group size differs from the recipe");
+  if ((cp_ ? cp_->size() : 1) != r.parallel.grid.cp || replicas_.size() != r.parallel.grid.weight_replicas())
+    throw std::invalid_argument("cp or weight-replica group size differs from the recipe");
   if (const std::string why = check_pipeline(pipe_); !why.empty()) throw std::invalid_argument(why);
   stage_ = pp_ ? pp_->rank() : 0;
   std::vector<float> host;
@@ -66,17 +67,18 @@ RankStep::RankStep(Backend& be, ParallelGroups groups, const Recipe& r, Blend tr
     m.sync_compute_weights();
     opts_.push_back(std::make_unique<AdamW>(
         be, m.registry(), r.adamw,
-        zero_ ? zero_ranges(m.num_params(), dp_.rank(), dp_.size()) : std::vector<OwnedRange>{}));
+        zero_ ? zero_ranges(m.num_params(), replicas_.rank(), replicas_.size()) : std::vector<OwnedRange>{}));
     total += m.num_params();
     largest = std::max(largest, m.num_params());
   }
   // Data-parallel traffic in the layout's compute type (bf16 runs send bf16).
-  if (layout_.compute != DType::F32 && dp_.size() > 1) grad_wire_ = be.alloc(total, layout_.compute, Mem::Comm);
-  if (zero_) zero_block_ = be.alloc(largest / dp_.size(), layout_.compute, Mem::Comm);
+  if (layout_.compute != DType::F32 && replicas_.size() > 1) grad_wire_ = be.alloc(total, layout_.compute, Mem::Comm);
+  if (zero_) zero_block_ = be.alloc(largest / replicas_.size(), layout_.compute, Mem::Comm);
   executor_ = std::make_unique<PipelineExecutor>(be, pipe_, stage_, pp_.get(), chunks_);
-  if (!zero_ && dp_.size() > 1) make_buckets();
+  if (!zero_ && replicas_.size() > 1) make_buckets();
   staging_ = std::make_unique<CheckpointStaging>(be, chunks_, opts_, stage_, tp_ ? tp_->rank() : 0,
-                                                 dp_.rank() == 0 || zero_, r.checkpoint.saves(), zero_ ? &dp_ : nullptr);
+                                                 replicas_.rank() == 0 || zero_, r.checkpoint.saves(),
+                                                 zero_ ? &replicas_ : nullptr);
   make_loader(0);
 }
 
@@ -88,7 +90,7 @@ RankStep::~RankStep() = default;
 void RankStep::make_buckets() {
   const bool sp = r_.parallel.sequence_parallel && tp_, tied = r_.model.tie_embeddings && embed_ && embed_->size() > 1;
   buckets_ = std::make_unique<GradBuckets>(
-      be_, chunks_, dp_, &grad_wire_, (size_t)(r_.parallel.dp_bucket_mb * kMiB),
+      be_, chunks_, replicas_, &grad_wire_, (size_t)(r_.parallel.dp_bucket_mb * kMiB),
       [sp, tied](const ParamInfo& p) { return (sp && p.seq_partial_grad) || (tied && p.name == "embed.tok"); });
   if (r_.parallel.dp_overlap)
     executor_->set_final_backward_hook([this](int c, size_t from) {
@@ -96,12 +98,17 @@ void RankStep::make_buckets() {
     });
 }
 
-void RankStep::make_loader(uint64_t start_position) {
+LoaderConfig RankStep::data_parallel_reads() const {
   LoaderConfig lc;
+  lc.dp_rank = replicas_.rank() / r_.parallel.grid.cp;
+  lc.dp_size = r_.parallel.grid.dp;
+  return lc;
+}
+
+void RankStep::make_loader(uint64_t start_position) {
+  LoaderConfig lc = data_parallel_reads();
   lc.micro_batch = layout_.micro_batch;
   lc.micro_batches = pipe_.micro_batches;
-  lc.dp_rank = dp_.rank() / cp_size_;  // a context-parallel group reads the same sequences
-  lc.dp_size = dp_.size() / cp_size_;
   lc.prefetch = r_.data.prefetch;
   lc.seed = r_.run.seed;
   lc.start_position = start_position;
@@ -117,7 +124,7 @@ TrainingState RankStep::training_state() const {
   st.step = step_;
   st.samples = cursor_;
   st.adam_steps = opts_.front()->steps_taken();
-  st.dp = dp_.size() / cp_size_, st.pp = pipe_.stages, st.tp = tp_ ? tp_->size() : 1;
+  st.dp = r_.parallel.grid.dp, st.pp = pipe_.stages, st.tp = tp_ ? tp_->size() : 1;
   return st;
 }
 
@@ -187,7 +194,7 @@ void RankStep::compute_gradients(StepStats* stats) {
   const int tokens_per_micro = chunks_.front()->tokens();  // this rank's: 1/cp of each sequence
   // Each token's loss gradient is pre-scaled so that summing over micro-batches
   // and dp x cp ranks yields the gradient of the mean loss over the global batch.
-  const float grad_scale = 1.0f / ((float)tokens_per_micro * accum * dp_.size());
+  const float grad_scale = 1.0f / ((float)tokens_per_micro * accum * replicas_.size());
   for (auto& m : chunks_) {
     be_.zero(m->grads().ref(), m->num_params());
     m->reset_step_losses();
@@ -212,19 +219,19 @@ void RankStep::compute_gradients(StepStats* stats) {
   }
   if (zero_) {
     const auto t_dp = Clock::now();
-    reduce_scatter_grads(be_, chunks_, dp_, &grad_wire_, zero_block_);
+    reduce_scatter_grads(be_, chunks_, replicas_, &grad_wire_, zero_block_);
     st.dp_exposed_ms = st.dp_span_ms = ms_since(t_dp);
   } else if (buckets_) {
     buckets_->finish();
     st.dp_exposed_ms = buckets_->exposed_ms(), st.dp_span_ms = buckets_->span_ms();
   }
-  dp_control_->allreduce_max(&st.data_wait_ms, 1);
+  replicas_control_->allreduce_max(&st.data_wait_ms, 1);
   if (pp_control_) pp_control_->allreduce_max(&st.data_wait_ms, 1);
   cursor_ += r_.training.global_batch;
 }
 
 StepSums RankStep::read_sums() {
-  const ZeroShard shard{dp_.rank(), dp_.size(), dp_control_};
+  const ZeroShard shard{replicas_.rank(), replicas_.size(), replicas_control_};
   return read_step_sums(be_, chunks_, zero_ ? &shard : nullptr, tp_control_, pp_control_);
 }
 
@@ -247,14 +254,14 @@ bool RankStep::weights_finite() {
 double RankStep::mean_loss(double loss_sum) {
   const int tokens_per_micro = chunks_.front()->tokens();
   double loss = loss_sum / ((double)tokens_per_micro * pipe_.micro_batches);
-  dp_control_->allreduce_sum(&loss, 1);
+  replicas_control_->allreduce_sum(&loss, 1);
   if (pp_control_) pp_control_->allreduce_sum(&loss, 1);
-  return loss / dp_.size();
+  return loss / replicas_.size();
 }
 
 StepStats RankStep::step() {
   const auto t0 = Clock::now();
-  dp_.counters().reset();
+  replicas_.counters().reset();
   if (tp_) tp_->counters().reset();
   if (pp_) pp_->counters().reset();
   if (cp_) cp_->counters().reset();
@@ -277,14 +284,14 @@ StepStats RankStep::step() {
     for (size_t c = 0; c < chunks_.size(); c++) {
       opts_[c]->step(chunks_[c]->params(), chunks_[c]->grads(), (float)s.lr, clip, chunks_[c]->compute_copy());
     }
-    if (zero_) allgather_weights(be_, chunks_, dp_, zero_block_);
+    if (zero_) allgather_weights(be_, chunks_, replicas_, zero_block_);
   }
   s.step = ++step_;
   be_.synchronize();  // the step's work is done before its time is read
   s.step_ms = ms_since(t0);
   s.host_syncs = be_.host_syncs() - syncs0;
   s.memory = be_.memory();
-  s.comm_dp = dp_.counters();
+  s.comm_dp = replicas_.counters();
   if (tp_) s.comm_tp = tp_->counters();
   if (pp_) s.comm_pp = pp_->counters();
   if (cp_) s.comm_cp = cp_->counters();
@@ -315,9 +322,9 @@ void RankStep::record_cp_times(StepStats& s) {
   s.cp_exposed_ms = t.exposed_ms;
   // One control call: every cp rank's attention compute, the slowest against the mean.
   const float mine = (float)t.compute_ms;
-  std::vector<float> all(cp_size_);
+  std::vector<float> all(cp_->size());
   cp_control_->allgather(&mine, all.data(), 1);
-  const double mean = std::accumulate(all.begin(), all.end(), 0.0) / cp_size_;
+  const double mean = std::accumulate(all.begin(), all.end(), 0.0) / all.size();
   const double slowest = *std::max_element(all.begin(), all.end());
   s.cp_imbalance = mean > 0 ? slowest / mean - 1 : 0;
 }
@@ -328,7 +335,7 @@ RankStep::Evaluation RankStep::evaluate() {
   if (val_.sources().empty()) return ev;
   const std::vector<double> shares = val_.shares();
   ev.overall = 0;
-  const size_t reads = (size_t)r_.training.eval_batches * layout_.micro_batch * (dp_.size() / cp_size_);
+  const size_t reads = (size_t)r_.training.eval_batches * layout_.micro_batch * r_.parallel.grid.dp;
   for (size_t j = 0; j < val_.sources().size(); j++) {
     const BlendSource& s = val_.sources()[j];
     const double loss = evaluate(*s.data);
@@ -342,20 +349,18 @@ RankStep::Evaluation RankStep::evaluate() {
 }
 
 double RankStep::evaluate(const TokenDataset& data) {
-  LoaderConfig lc;
+  LoaderConfig lc = data_parallel_reads();
   lc.micro_batch = layout_.micro_batch;
   lc.micro_batches = r_.training.eval_batches;
-  lc.dp_rank = dp_.rank() / cp_size_;
-  lc.dp_size = dp_.size() / cp_size_;
   lc.prefetch = 0;
   lc.shuffle = false;  // the same validation samples every time
   Loader ld(data, lc);
   double sum = 0;
   for (int k = 0; k < r_.training.eval_batches; k++) sum += executor_->forward_only(ld.next());
   sum /= r_.training.eval_batches;
-  dp_control_->allreduce_sum(&sum, 1);
+  replicas_control_->allreduce_sum(&sum, 1);
   if (pp_control_) pp_control_->allreduce_sum(&sum, 1);
-  return sum / dp_.size();
+  return sum / replicas_.size();
 }
 
 }  // namespace trainer

@@ -173,13 +173,17 @@ class RankStep {
   void record_stage_times(StepStats& s);
   void record_cp_times(StepStats& s);
   StepSums read_sums();                 // after compute_gradients: one backend read
+  // This rank's place among the data-parallel ranks (those reading different
+  // sequences: a cp group reads the same ones) and their count.
+  LoaderConfig data_parallel_reads() const;
   double mean_loss(double loss_sum);    // over the global batch, on every rank
 
   Backend& be_;
-  CountingDataComm dp_;  // data communicators, counted per step; dp_ spans dp x cp
+  // Data communicators, counted per step. replicas_: the weight replicas
+  // (ParallelGroups::dp), cp fastest in its order as in the grid's.
+  CountingDataComm replicas_;
   std::unique_ptr<CountingDataComm> tp_, pp_, cp_;
-  int cp_size_ = 1;          // context-parallel ranks: dp_ holds dp_.size() / cp_size_ data-parallel ones
-  ControlComm* dp_control_;
+  ControlComm* replicas_control_;
   ControlComm* pp_control_;  // null without pipeline parallelism
   ControlComm* tp_control_;
   ControlComm* cp_control_;  // null without context parallelism

@@ -106,7 +106,7 @@ MemoryPlan plan_memory(const ModelConfig& c, const RankLayout& l, const Recomput
   const bool narrow = l.compute != DType::F32;
   const LayerKeeps k = layer_keeps(x);
   double zero_block = 0;  // bytes of the largest chunk's ZeRO-1 block (one buffer serves all)
-  const int replicas = l.dp * l.cp;  // ranks holding the same weights
+  const int replicas = (int)l.weight_replicas();
   for (const ChunkLayout& ch : l.chunks) {
     const double n = (double)build_params(c, l.tp, 0, ch.spec).reg.total();
     // fp32 master weights (+ the compute copy), gradients, AdamW m and v.

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "model/param_registry.h"
+#include "parallel/grid_shape.h"
 #include "parallel/context_chunks.h"
 #include "runtime/dtype.h"
 
@@ -18,12 +19,13 @@ struct ChunkLayout {
   int slots = 1;   // micro-batches in flight for this chunk
 };
 
-struct RankLayout {
-  int micro_batch = 1, tp = 1, dp = 1, micro_batches = 1, threads = 1;
-  int cp = 1;  // context parallelism: seq_len / cp tokens of each sequence here
+// The grid's sizes (parallel/grid_shape.h) are the job's: with cp > 1,
+// seq_len / cp tokens of each sequence are here.
+struct RankLayout : GridShape {
+  int micro_batch = 1, micro_batches = 1, threads = 1;
   CpComm cp_comm = CpComm::Ring;  // its attention: a ring or an all-to-all (parallel/context_attention.h)
   bool cp_overlap = true;  // the ring's transfers overlap its attention (parallel/ring_attention.h)
-  int zero_stage = 0;  // 1: AdamW's state sharded over the dp x cp ranks
+  int zero_stage = 0;  // 1: AdamW's state sharded over the weight replicas
   bool sequence_parallel = false, pipelined = false;
   DType compute = DType::F32;  // training.precision: activations, messages, the weights products read
   std::vector<ChunkLayout> chunks;

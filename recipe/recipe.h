@@ -19,7 +19,7 @@
 #include "model/recompute.h"
 #include "parallel/context_chunks.h"
 #include "parallel/pipeline_schedule.h"
-#include "parallel/process_grid.h"
+#include "parallel/grid_shape.h"
 #include "runtime/dtype.h"
 
 namespace trainer {

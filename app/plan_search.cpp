@@ -19,19 +19,28 @@ namespace trainer {
 namespace {
 
 void print_table(const std::vector<RankedLayout>& ranked, size_t top, double steps, int ranks, double price) {
-  std::printf("%-4s %-56s %9s %9s %10s %6s  %s\n", "#", "layout", "MB/rank", "step ms", "tokens/s", "MFU",
-              "compute (recompute) tp-comm cp-exposed pp-wait shared dp-exposed optimizer, ms | run time, cost");
+  std::string parts;
+  for (const PredictionPart& part : kPredictionParts)
+    if (part.column) parts += (parts.empty() ? "" : " "), parts += part.column;
+  std::printf("%-4s %-56s %9s %9s %10s %6s  %s, ms | run time, cost\n", "#", "layout", "MB/rank", "step ms", "tokens/s",
+              "MFU", parts.c_str());
   for (size_t i = 0; i < std::min(top, ranked.size()); i++) {
     const RankedLayout& x = ranked[i];
     const StepPrediction& p = x.prediction;
     const double seconds = run_seconds(steps, p.step_ms);
     char cost[48] = "";
     if (price > 0) std::snprintf(cost, sizeof cost, ", $%.2f", run_cost(seconds, ranks, price));
-    std::printf("%-4zu %-56s %9.1f %9.1f %10.0f %5.1f%%  %.0f (%.0f) %.0f %.0f %.0f %.0f %.0f %.0f | %s%s\n", i + 1,
-                x.candidate->label.c_str(), mib(x.memory), p.step_ms, p.tokens_per_s, 100 * p.mfu, p.compute_ms,
-                std::max(0.0, p.recompute_ms), std::max(0.0, p.tp_comm_ms), p.cp_comm_ms, std::max(0.0, p.pp_wait_ms),
-                std::max(0.0, p.contention_ms), p.dp_exposed_ms, p.optimizer_ms,
-                format_duration(seconds).c_str(), cost);
+    std::string figures;
+    for (const PredictionPart& part : kPredictionParts) {
+      if (!part.column) continue;
+      char b[64];
+      const double v = part.clamped ? std::max(0.0, p.*part.ms) : p.*part.ms;
+      std::snprintf(b, sizeof b, part.column[0] == '(' ? "(%.0f)" : "%.0f", v);
+      figures += (figures.empty() ? "" : " "), figures += b;
+    }
+    std::printf("%-4zu %-56s %9.1f %9.1f %10.0f %5.1f%%  %s | %s%s\n", i + 1, x.candidate->label.c_str(),
+                mib(x.memory), p.step_ms, p.tokens_per_s, 100 * p.mfu, figures.c_str(), format_duration(seconds).c_str(),
+                cost);
   }
 }
 
@@ -56,14 +65,11 @@ void write_json(const std::string& path, const LayoutSearch& s) {
   for (size_t i = 0; i < s.ranked.size(); i++) {
     const RankedLayout& x = s.ranked[i];
     const StepPrediction& p = x.prediction;
-    j["layouts"].push_back({{"rank", i + 1}, {"label", x.candidate->label}, {"sets", x.candidate->sets},
-                            {"memory_mb", mib(x.memory)}, {"step_ms", p.step_ms},
-                            {"compute_ms", p.compute_ms}, {"recompute_ms", p.recompute_ms},
-                            {"tp_comm_ms", p.tp_comm_ms}, {"cp_comm_ms", p.cp_comm_ms},
-                            {"pp_wait_ms", p.pp_wait_ms},
-                            {"contention_ms", p.contention_ms}, {"dp_comm_ms", p.dp_comm_ms},
-                            {"dp_exposed_ms", p.dp_exposed_ms}, {"optimizer_ms", p.optimizer_ms},
-                            {"tokens_per_s", p.tokens_per_s}, {"mfu", p.mfu}});
+    nlohmann::json layout = {{"rank", i + 1}, {"label", x.candidate->label}, {"sets", x.candidate->sets},
+                             {"memory_mb", mib(x.memory)}, {"step_ms", p.step_ms},
+                             {"tokens_per_s", p.tokens_per_s}, {"mfu", p.mfu}};
+    for (const PredictionPart& part : kPredictionParts) layout[part.key] = p.*part.ms;
+    j["layouts"].push_back(std::move(layout));
   }
   j["rejected"] = nlohmann::json::array();
   for (const LayoutCandidate& c : s.candidates)

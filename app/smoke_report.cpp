@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <fstream>
 
+#include "planning/step_model.h"
 #include "runtime/errors.h"
 #include "runtime/units.h"
 
@@ -51,13 +52,16 @@ void print_report(const json& j) {
   std::printf("\n");
   if (j.contains("predicted")) {
     const json& q = j["predicted"];
-    std::printf("  predicted   %8.1f ms (measured / predicted %.2f; compute %.0f, tp %.0f, cp exposed %.0f, pp wait %.0f, "
-                "shared %.0f, dp exposed %.0f, optimizer %.0f; all x%.2f, the profile's real step against its "
+    std::string parts;
+    for (const PredictionPart& part : kPredictionParts) {
+      if (!part.words) continue;
+      char b[96];
+      std::snprintf(b, sizeof b, "%s%s %.0f", parts.empty() ? "" : ", ", part.words, q[part.key].get<double>());
+      parts += b;
+    }
+    std::printf("  predicted   %8.1f ms (measured / predicted %.2f; %s; all x%.2f, the profile's real step against its "
                 "prediction) from %s\n",
-                q["step_ms"].get<double>(), m["step_ms"].get<double>() / q["step_ms"].get<double>(),
-                q["compute_ms"].get<double>(), q["tp_comm_ms"].get<double>(), q["cp_comm_ms"].get<double>(),
-                q["pp_wait_ms"].get<double>(),
-                q["contention_ms"].get<double>(), q["dp_exposed_ms"].get<double>(), q["optimizer_ms"].get<double>(),
+                q["step_ms"].get<double>(), m["step_ms"].get<double>() / q["step_ms"].get<double>(), parts.c_str(),
                 q["step_factor"].get<double>(), q["profile"].get<std::string>().c_str());
   }
   if (j.contains("restart")) {

@@ -199,11 +199,10 @@ nlohmann::json smoke_figures(const SmokeRun& run, const Recipe& r, const Recipe&
   j["memory"] = memory(*recs.back(), r);
   if (!run.profiles.empty()) {
     const StepPrediction p = StepModels(run.profiles, run.ranks_per_node).predict(r);
-    j["predicted"] = {{"profile", run.profile_names}, {"step_ms", p.step_ms}, {"compute_ms", p.compute_ms},
-                      {"recompute_ms", p.recompute_ms}, {"tp_comm_ms", p.tp_comm_ms}, {"cp_comm_ms", p.cp_comm_ms},
-                      {"pp_wait_ms", p.pp_wait_ms}, {"contention_ms", p.contention_ms}, {"dp_exposed_ms", p.dp_exposed_ms},
-                      {"optimizer_ms", p.optimizer_ms}, {"tokens_per_s", p.tokens_per_s}, {"mfu", p.mfu},
-                      {"save_s", p.save_s}, {"step_factor", p.step_factor}, {"stages", predicted_stages(p)}};
+    j["predicted"] = {{"profile", run.profile_names}, {"step_ms", p.step_ms}, {"tokens_per_s", p.tokens_per_s},
+                      {"mfu", p.mfu}, {"save_s", p.save_s}, {"step_factor", p.step_factor},
+                      {"stages", predicted_stages(p)}};
+    for (const PredictionPart& part : kPredictionParts) j["predicted"][part.key] = p.*part.ms;
   }
   const double step_ms = j["measured"]["step_ms"].get<double>();
   const double seconds = run_seconds((double)user.training.steps, step_ms);

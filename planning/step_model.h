@@ -43,6 +43,30 @@ struct StepPrediction {
   std::vector<double> stage_busy_ms, stage_wait_ms;
 };
 
+// The parts of a predicted step, named once for every printer: the JSON key
+// (plan --json, smoke's "predicted"), the heading of plan --search's column
+// (a parenthesized one is printed in parentheses) and the words of smoke's
+// line (null: not there). Clamped parts are differences of two predictions,
+// shown as 0 where rounding left them below.
+struct PredictionPart {
+  const char* key;
+  double StepPrediction::*ms;
+  const char* column;
+  const char* words;
+  bool clamped;
+};
+inline constexpr PredictionPart kPredictionParts[] = {
+    {"compute_ms", &StepPrediction::compute_ms, "compute", "compute", false},
+    {"recompute_ms", &StepPrediction::recompute_ms, "(recompute)", nullptr, true},
+    {"tp_comm_ms", &StepPrediction::tp_comm_ms, "tp-comm", "tp", true},
+    {"cp_comm_ms", &StepPrediction::cp_comm_ms, "cp-exposed", "cp exposed", false},
+    {"pp_wait_ms", &StepPrediction::pp_wait_ms, "pp-wait", "pp wait", true},
+    {"contention_ms", &StepPrediction::contention_ms, "shared", "shared", true},
+    {"dp_comm_ms", &StepPrediction::dp_comm_ms, nullptr, nullptr, false},
+    {"dp_exposed_ms", &StepPrediction::dp_exposed_ms, "dp-exposed", "dp exposed", false},
+    {"optimizer_ms", &StepPrediction::optimizer_ms, "optimizer", "optimizer", false},
+};
+
 // checkpoint.every = "auto" for a step time: the interval (Daly) and the
 // share of time expected in saves and in redone work.
 struct CheckpointAdvice {

@@ -89,9 +89,9 @@ int cmd_bench(int argc, char** argv) {
   const int steps = (int)args.integer("--steps", 3, 1, 1000000), warmup = (int)args.integer("--warmup", 1, 0, 1000000);
   const bool compare_recompute = args.has("--compare-recompute");
   // One process: the recipe's parallel layout does not apply (nor a --set of it: these come last).
-  overrides.insert(overrides.end(), {"parallel.tp=1", "parallel.pp=1", "parallel.dp=1", "parallel.cp=1",
-                                       "parallel.sequence_parallel=false", "parallel.schedule=1f1b",
-                                       "parallel.virtual_stages=1"});
+  for (const GridDim& d : kGridDims) overrides.push_back("parallel." + std::string(d.name) + "=1");
+  overrides.insert(overrides.end(),
+                   {"parallel.sequence_parallel=false", "parallel.schedule=1f1b", "parallel.virtual_stages=1"});
   const Recipe r = load_recipe(path, overrides, 1, false);
   const BackendOptions options = backend_options(r, 1, launcher_local_rank());
   auto be = make_backend(options);

@@ -151,11 +151,12 @@ int cmd_plan(int argc, char** argv) {
   const Recipe r = load_recipe(path, args.overrides, ranks, false);
   ranks = r.parallel.grid.ranks();
   const double step_flops = train_flops_per_token(r.model) * r.tokens_per_step();
-  const std::string cp = r.parallel.grid.cp > 1 ? " x cp " + std::to_string(r.parallel.grid.cp) : "";
-  std::printf("plan %s: %s, %d ranks = dp %d x pp %d%s x tp %d%s, micro-batch %d x %d, %d micro-batches per step, %s\n",
-              path.c_str(), arch_name(r.model.arch), ranks, r.parallel.grid.dp, r.parallel.grid.pp, cp.c_str(),
-              r.parallel.grid.tp, r.parallel.sequence_parallel ? " (sequence parallel)" : "", r.training.micro_batch,
-              r.model.seq_len, r.accum_steps(), dtype_name(r.training.precision));
+  // Context parallelism is named where it is used.
+  const GridDims shown = r.parallel.grid.cp > 1 ? kAllGridDims : kAllGridDims & ~grid_dim("cp");
+  std::printf("plan %s: %s, %d ranks = %s%s, micro-batch %d x %d, %d micro-batches per step, %s\n", path.c_str(),
+              arch_name(r.model.arch), ranks, grid_sizes(r.parallel.grid, shown).c_str(),
+              r.parallel.sequence_parallel ? " (sequence parallel)" : "", r.training.micro_batch, r.model.seq_len,
+              r.accum_steps(), dtype_name(r.training.precision));
   if (r.training.precision != DType::F32)
     std::printf("%s: params = fp32 master weights + their %s copy; activations, messages and the data-parallel "
                 "gradient copy in %s; gradients and optimizer state fp32\n",

@@ -75,8 +75,7 @@ int describe_only(const RecipeArgs& args) {
   } catch (const UserError& e) {
     std::printf("# note: a launch would stop here (exit %d): %s\n", e.exit_code, e.what());
   }
-  std::printf("# launch: mpirun -np %ld (dp %d x pp %d x cp %d x tp %d)\n", r.parallel.grid.ranks(), r.parallel.grid.dp,
-              r.parallel.grid.pp, r.parallel.grid.cp, r.parallel.grid.tp);
+  std::printf("# launch: mpirun -np %ld (%s)\n", r.parallel.grid.ranks(), grid_sizes(r.parallel.grid).c_str());
   return kExitOk;
 }
 

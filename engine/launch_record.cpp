@@ -26,12 +26,9 @@ std::string append_launch_record(const Job& job, long first_step) {
       .add("backend", job.backend->name())
       .add("device", job.backend->device_name())
       .add("host", host_name())
-      .add("ranks", job.grid->world().size())
-      .add("dp", r.parallel.grid.dp)
-      .add("pp", r.parallel.grid.pp)
-      .add("tp", r.parallel.grid.tp)
-      .add("cp", r.parallel.grid.cp)
-      .add("peak_gflops", job.peak_gflops)
+      .add("ranks", job.grid->world().size());
+  for (int i = kGridDimCount - 1; i >= 0; i--) rec.add(kGridDims[i].name, r.parallel.grid.*kGridDims[i].size);
+  rec.add("peak_gflops", job.peak_gflops)
       .add("peak_source", job.peak_source)
       .add("libraries", libraries);
   // A fresh start (not resumed) begins a new file, as metrics.jsonl does.

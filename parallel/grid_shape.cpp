@@ -8,12 +8,34 @@ GridCoords grid_coords(const GridShape& g, int r) {
   return c;
 }
 
+namespace {
+// The dimensions of `dims`, the slowest first, each as what(dimension), joined by sep.
+template <class What>
+std::string slowest_first(GridDims dims, const char* sep, What what) {
+  std::string out;
+  for (int i = kGridDimCount - 1; i >= 0; i--) {
+    if (!(dims >> i & 1)) continue;
+    if (!out.empty()) out += sep;
+    out += what(kGridDims[i]);
+  }
+  return out;
+}
+}  // namespace
+
+std::string grid_sizes(const GridShape& g, GridDims dims, const char* sep) {
+  return slowest_first(dims, sep, [&](const GridDim& d) { return std::string(d.name) + " " + std::to_string(g.*d.size); });
+}
+std::string grid_names(GridDims dims, const char* sep) {
+  return slowest_first(dims, sep, [](const GridDim& d) { return std::string(d.name); });
+}
+std::string grid_values(const GridShape& g, GridDims dims, const char* sep) {
+  return slowest_first(dims, sep, [&](const GridDim& d) { return std::to_string(g.*d.size); });
+}
+
 std::string grid_position(const GridShape& g, int r) {
   const GridCoords c = grid_coords(g, r);
-  std::string out;
-  for (int i = kGridDimCount - 1; i >= 0; i--)
-    out += std::string(out.empty() ? "" : ", ") + kGridDims[i].name + " " + std::to_string(c.*kGridDims[i].coord);
-  return out;
+  return slowest_first(kAllGridDims, ", ",
+                       [&](const GridDim& d) { return std::string(d.name) + " " + std::to_string(c.*d.coord); });
 }
 
 }  // namespace trainer

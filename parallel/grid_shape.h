@@ -82,6 +82,12 @@ inline long GridShape::weight_replicas() const { return size_of(kWeightReplicaDi
 
 // Pure arithmetic, testable without MPI.
 GridCoords grid_coords(const GridShape& g, int world_rank);
+// The sizes as a layout is written, the slowest dimension first, of the
+// dimensions in `dims`: "dp 2 x pp 1 x cp 1 x tp 2" (grid_sizes), "dp * pp
+// * cp * tp" (grid_names) and "2 * 1 * 1 * 2" (grid_values).
+std::string grid_sizes(const GridShape& g, GridDims dims = kAllGridDims, const char* sep = " x ");
+std::string grid_names(GridDims dims = kAllGridDims, const char* sep = " * ");
+std::string grid_values(const GridShape& g, GridDims dims = kAllGridDims, const char* sep = " * ");
 // Where a rank sits, for messages: "dp 1, pp 0, cp 0, tp 1" (the slowest
 // dimension first, as users read a layout).
 std::string grid_position(const GridShape& g, int world_rank);

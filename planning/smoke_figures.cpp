@@ -74,13 +74,14 @@ json predicted_stages(const StepPrediction& p) {
 }
 
 json layout_json(const Recipe& r) {
-  return {{"dp", r.parallel.grid.dp}, {"tp", r.parallel.grid.tp}, {"cp", r.parallel.grid.cp},
-          {"cp_comm", cp_comm_name(r.parallel.cp_comm)}, {"pp", r.parallel.grid.pp},
-          {"sequence_parallel", r.parallel.sequence_parallel},
-          {"schedule", r.parallel.schedule == ScheduleKind::OneFOneB ? "1f1b" : "interleaved"},
-          {"virtual_stages", r.parallel.virtual_stages}, {"micro_batch", r.training.micro_batch},
-          {"recompute", recompute_name(r.recompute.mode)}, {"zero_stage", r.parallel.zero_stage},
-          {"precision", dtype_name(r.training.precision)}};
+  json j = {{"cp_comm", cp_comm_name(r.parallel.cp_comm)},
+            {"sequence_parallel", r.parallel.sequence_parallel},
+            {"schedule", r.parallel.schedule == ScheduleKind::OneFOneB ? "1f1b" : "interleaved"},
+            {"virtual_stages", r.parallel.virtual_stages}, {"micro_batch", r.training.micro_batch},
+            {"recompute", recompute_name(r.recompute.mode)}, {"zero_stage", r.parallel.zero_stage},
+            {"precision", dtype_name(r.training.precision)}};
+  for (const GridDim& d : kGridDims) j[d.name] = r.parallel.grid.*d.size;
+  return j;
 }
 
 // The measured steps' figures (rank 0's view; tokens/s and MFU are the job's).

@@ -56,14 +56,13 @@ bool layout(const Recipe& r, int world_size, Rules& rules) {
   // in 64 bits, so that every product of sizes below fits an int.
   if (g.ranks() > GridShape::kMaxRanks) {
     std::string key = "dp";
-    for (const char* k : {"tp", "cp", "pp", "dp"})
-      if (o.is_overridden("parallel", k)) {
-        key = k;
+    for (const GridDim& d : kGridDims)
+      if (o.is_overridden("parallel", d.name)) {
+        key = d.name;
         break;
       }
     return rules.fail("parallel", key,
-                      "dp * pp * cp * tp = " + std::to_string(g.dp) + " * " + std::to_string(g.pp) + " * " +
-                          std::to_string(g.cp) + " * " + std::to_string(g.tp) + " comes to " +
+                      grid_names() + " = " + grid_values(g) + " comes to " +
                           (g.ranks() == LONG_MAX ? std::string("more than 2^63") : std::to_string(g.ranks())) +
                           " ranks, more than the " + std::to_string(GridShape::kMaxRanks) + " a job may have");
   }
@@ -79,15 +78,15 @@ bool layout(const Recipe& r, int world_size, Rules& rules) {
   };
   if (!dp_given && world_size > 0 && world_size % model_ranks != 0)
     return rules.fail("parallel", layout_key(),
-                      "pp * cp * tp = " + std::to_string(model_ranks) +
+                      grid_names(kModelDims) + " = " + std::to_string(model_ranks) +
                           " ranks hold one model copy, so the job needs a multiple of " + std::to_string(model_ranks) +
-                          " ranks (dp = ranks / (pp * cp * tp)); it was launched with " + std::to_string(world_size) +
+                          " ranks (dp = ranks / (" + grid_names(kModelDims) + ")); it was launched with " +
+                          std::to_string(world_size) +
                           ": use mpirun -np " + std::to_string(model_ranks) + " (or " +
                           std::to_string(2 * model_ranks) + ", ...), or lower parallel.pp / parallel.cp / parallel.tp");
   if (world_size > 0 && g.ranks() != world_size)
     return rules.fail("parallel", dp_given ? "dp" : layout_key(),
-                      "dp * pp * cp * tp = " + std::to_string(g.dp) + " * " + std::to_string(g.pp) + " * " +
-                          std::to_string(g.cp) + " * " + std::to_string(g.tp) + " = " + std::to_string(g.ranks()) +
+                      grid_names() + " = " + grid_values(g) + " = " + std::to_string(g.ranks()) +
                           " does not match the " + std::to_string(world_size) + " ranks this job was launched with");
   for (const auto& [key, msg] : validate_tp(m, g.tp)) return rules.fail("model", key, msg);
   // Context parallelism cuts each sequence into 2 x cp equal chunks

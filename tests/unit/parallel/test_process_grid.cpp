@@ -51,3 +51,13 @@ TEST(Grid, PositionReadsAsTheLayoutIsWritten) {
   EXPECT_EQ(grid_position(GridShape{2, 2, 2}, 5), "dp 1, pp 0, cp 0, tp 1");
   EXPECT_EQ(grid_position(GridShape{2, 2, 2, 3}, 17), "dp 1, pp 0, cp 2, tp 1");
 }
+
+// A layout's sizes as users write them, from the one list of dimensions.
+TEST(Grid, SizesNamesAndValuesSlowestFirst) {
+  const GridShape g{2, 3, 4, 5};  // dp, pp, tp, cp
+  EXPECT_EQ(grid_sizes(g), "dp 2 x pp 3 x cp 5 x tp 4");
+  EXPECT_EQ(grid_names(), "dp * pp * cp * tp");
+  EXPECT_EQ(grid_values(g), "2 * 3 * 5 * 4");
+  EXPECT_EQ(grid_names(kModelDims), "pp * cp * tp");
+  EXPECT_EQ(grid_sizes(g, kWeightReplicaDims, ", "), "dp 2, cp 5");
+}

@@ -11,6 +11,8 @@
 //              (but its last product) before its backward.
 // `layers` is how many of each chunk's layers recompute, from its first
 // (Megatron's "block" method); -1 means all.
+#include <compare>
+
 namespace trainer {
 
 enum class RecomputeMode { None, Selective, Full };
@@ -21,6 +23,7 @@ struct RecomputeConfig {
   bool applies(int local_layer) const {
     return mode != RecomputeMode::None && (layers < 0 || local_layer < layers);
   }
+  auto operator<=>(const RecomputeConfig&) const = default;
 };
 
 inline const char* recompute_name(RecomputeMode m) {

@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <cmath>
 #include <set>
-#include <tuple>
 
 #include "planning/memory_fit.h"
 #include "runtime/metrics.h"
@@ -28,14 +27,13 @@ bool plain(const LayoutCandidate& c, const Recipe& base, int per_node) {
 
 CalibrationPlan calibration_plan(const std::vector<LayoutCandidate>& cands, const Recipe& base, int per_node) {
   CalibrationPlan plan;
-  std::set<std::tuple<int, int, bool, DType, int, CpComm, bool>> seen;
+  std::set<ShardShape> seen;
   for (const LayoutCandidate& c : cands) {
     if (!c.rejected.empty()) continue;
     const Recipe& r = c.recipe;
     ShardShape s = shard_shape_of(r);
     s.recompute = {};  // the same ops, recomputed or not
-    if (!seen.insert({s.micro_batch, s.tp, s.sequence_parallel, s.compute, s.cp, s.cp_comm, s.cp_overlap}).second)
-      continue;
+    if (!seen.insert(s).second) continue;
     plan.shards.push_back(s);
     for (int g : {s.tp, s.cp})
       if (g > 1 && std::find(plan.group_sizes.begin(), plan.group_sizes.end(), g) == plan.group_sizes.end())

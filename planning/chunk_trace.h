@@ -27,6 +27,8 @@ struct ShardShape {
   int cp = 1;  // context parallelism: seq_len / cp tokens of each sequence, attention by cp_comm
   CpComm cp_comm = CpComm::Ring;
   bool cp_overlap = true;  // the ring's: where it waits for its transfers
+  // Shapes that compute alike compare equal (calibrate times each once).
+  auto operator<=>(const ShardShape&) const = default;
 };
 
 // A recipe's layout's shard shape, recomputing as the recipe says.

@@ -46,9 +46,9 @@ LayoutCandidate candidate(const Recipe& base, const Edits& edits, int ranks) {
   return c;
 }
 
-// How the ranks divide: dp x tp x cp x pp, and the cp group's attention.
+// How the ranks divide (the grid), and the cp group's attention.
 struct Split {
-  int dp, tp, cp, pp;
+  GridShape grid;
   CpComm cp_comm;  // when cp > 1
 };
 
@@ -57,7 +57,11 @@ std::vector<Split> splits(int ranks) {
   for (int tp : divisors(ranks, 8))
     for (int cp : divisors(ranks / tp, ranks))
       for (CpComm cp_comm : cp > 1 ? std::vector<CpComm>{CpComm::Ring, CpComm::A2a} : std::vector<CpComm>{CpComm::Ring})
-        for (int pp : divisors(ranks / (tp * cp), ranks)) out.push_back({ranks / (tp * cp * pp), tp, cp, pp, cp_comm});
+        for (int pp : divisors(ranks / (tp * cp), ranks)) {
+          GridShape g;
+          g.tp = tp, g.cp = cp, g.pp = pp, g.dp = ranks / (int)g.model_ranks();
+          out.push_back({g, cp_comm});
+        }
   return out;
 }
 
@@ -66,32 +70,33 @@ std::vector<Split> splits(int ranks) {
 std::vector<LayoutCandidate> layouts_of(const Recipe& base, const Edits& precision, int ranks) {
   const int batch = base.training.global_batch;
   std::vector<LayoutCandidate> out;
-  for (const auto& [dp, tp, cp, pp, cp_comm] : splits(ranks))
-    for (bool sp : tp > 1 ? std::vector<bool>{false, true} : std::vector<bool>{false})
-      for (int v : pp > 1 ? std::vector<int>{1, 2} : std::vector<int>{1})
+  for (const auto& [g, cp_comm] : splits(ranks))
+    for (bool sp : g.tp > 1 ? std::vector<bool>{false, true} : std::vector<bool>{false})
+      for (int v : g.pp > 1 ? std::vector<int>{1, 2} : std::vector<int>{1})
         for (int mb : {1, 2, 4, 8, 16}) {
-          if (mb * dp > batch) continue;
+          if (mb * g.dp > batch) continue;
           for (const char* rec : {"none", "selective", "full"})
-            for (int zero : dp * cp > 1 ? std::vector<int>{0, 1} : std::vector<int>{0}) {
+            for (int zero : g.weight_replicas() > 1 ? std::vector<int>{0, 1} : std::vector<int>{0}) {
               Edits edits = precision;
-              Edits layout = {{"parallel.dp", (long)dp},
-                              {"parallel.tp", (long)tp},
-                              {"parallel.cp", (long)cp},
-                              {"parallel.pp", (long)pp},
+              // (dp, tp, cp, pp: the order of the candidates' `sets` and labels)
+              Edits layout = {{"parallel.dp", (long)g.dp},
+                              {"parallel.tp", (long)g.tp},
+                              {"parallel.cp", (long)g.cp},
+                              {"parallel.pp", (long)g.pp},
                               {"parallel.sequence_parallel", sp},
                               {"parallel.schedule", std::string(v > 1 ? "interleaved" : "1f1b")},
                               {"parallel.virtual_stages", (long)v},
                               {"training.micro_batch", (long)mb},
                               {"recompute.mode", std::string(rec)},
                               {"parallel.zero_stage", (long)zero}};
-              if (cp > 1) layout.push_back({"parallel.cp_comm", std::string(cp_comm_name(cp_comm))});
+              if (g.cp > 1) layout.push_back({"parallel.cp_comm", std::string(cp_comm_name(cp_comm))});
               edits.insert(edits.end(), layout.begin(), layout.end());
               LayoutCandidate c = candidate(base, edits, ranks);
               c.sets.erase(c.sets.begin(), c.sets.begin() + (long)precision.size());  // the layout's own lines
-              c.label = "dp " + std::to_string(dp) + " tp " + std::to_string(tp) + (sp ? " sp" : "") +
-                        (cp > 1 ? " cp " + std::to_string(cp) + " " + cp_comm_name(cp_comm) : "") + " pp " + std::to_string(pp) +
-                        (pp > 1 ? (v > 1 ? " interleaved" : " 1f1b") : "") + " mb " + std::to_string(mb) + " " + rec +
-                        " zero " + std::to_string(zero);
+              c.label = "dp " + std::to_string(g.dp) + " tp " + std::to_string(g.tp) + (sp ? " sp" : "") +
+                        (g.cp > 1 ? " cp " + std::to_string(g.cp) + " " + cp_comm_name(cp_comm) : "") + " pp " +
+                        std::to_string(g.pp) + (g.pp > 1 ? (v > 1 ? " interleaved" : " 1f1b") : "") + " mb " +
+                        std::to_string(mb) + " " + rec + " zero " + std::to_string(zero);
               out.push_back(std::move(c));
             }
         }

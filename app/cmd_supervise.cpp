@@ -66,6 +66,7 @@
 #include "runtime/regular_file.h"
 #include "runtime/replace_file.h"
 #include "runtime/stop_signal.h"
+#include "runtime/units.h"
 
 namespace trainer {
 

@@ -10,13 +10,13 @@
 #include <memory>
 #include <thread>
 
-#include "app/supervise_hosts.h"
 #include "parallel/mpi_world.h"
 #include "planning/memory_fit.h"
 #include "planning/node_health.h"
 #include "runtime/errors.h"
 #include "runtime/metrics.h"
 #include "runtime/peer_watch.h"
+#include "runtime/units.h"
 
 namespace trainer {
 

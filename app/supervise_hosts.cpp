@@ -14,14 +14,9 @@
 #include "runtime/host_name.h"
 #include "runtime/regular_file.h"
 #include "runtime/self_exe.h"
+#include "runtime/units.h"
 
 namespace trainer {
-
-std::string join(const std::vector<std::string>& v, const char* sep) {
-  std::string out;
-  for (const std::string& x : v) out += (out.empty() ? "" : sep) + x;
-  return out;
-}
 
 std::vector<std::string> launcher_prefix(const Recipe& r, int ranks, const std::vector<std::string>& hosts,
                                          bool overlap) {

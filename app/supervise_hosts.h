@@ -14,8 +14,6 @@
 
 namespace trainer {
 
-std::string join(const std::vector<std::string>& v, const char* sep = ", ");
-
 // The hosts the job may run on: launch.hosts, launch.hostfile, or the Slurm
 // job's nodes when launch.nodes picks from them; none (the launcher places
 // the ranks, as without an allocation) when the recipe names none of these.

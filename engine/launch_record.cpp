@@ -27,7 +27,7 @@ std::string append_launch_record(const Job& job, long first_step) {
       .add("device", job.backend->device_name())
       .add("host", host_name())
       .add("ranks", job.grid->world().size());
-  for (int i = kGridDimCount - 1; i >= 0; i--) rec.add(kGridDims[i].name, r.parallel.grid.*kGridDims[i].size);
+  each_grid_dim_slowest_first([&](const GridDim& d, GridDims) { rec.add(d.name, r.parallel.grid.*d.size); });
   rec.add("peak_gflops", job.peak_gflops)
       .add("peak_source", job.peak_source)
       .add("libraries", libraries);

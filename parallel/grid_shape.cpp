@@ -13,11 +13,11 @@ namespace {
 template <class What>
 std::string slowest_first(GridDims dims, const char* sep, What what) {
   std::string out;
-  for (int i = kGridDimCount - 1; i >= 0; i--) {
-    if (!(dims >> i & 1)) continue;
+  each_grid_dim_slowest_first([&](const GridDim& d, GridDims bit) {
+    if (!(dims & bit)) return;
     if (!out.empty()) out += sep;
-    out += what(kGridDims[i]);
-  }
+    out += what(d);
+  });
   return out;
 }
 }  // namespace

@@ -80,6 +80,13 @@ inline long GridShape::ranks() const { return size_of(kAllGridDims); }
 inline long GridShape::model_ranks() const { return size_of(kModelDims); }
 inline long GridShape::weight_replicas() const { return size_of(kWeightReplicaDims); }
 
+// Visits the dimensions the slowest first (dp, pp, cp, tp), the order in
+// which users read and write a layout.
+template <class Visit>
+void each_grid_dim_slowest_first(Visit visit) {
+  for (int i = kGridDimCount - 1; i >= 0; i--) visit(kGridDims[i], GridDims{1u} << i);
+}
+
 // Pure arithmetic, testable without MPI.
 GridCoords grid_coords(const GridShape& g, int world_rank);
 // The sizes as a layout is written, the slowest dimension first, of the

@@ -50,4 +50,10 @@ std::string format_duration(double s) {
   return format_number(s / 3600) + " h";
 }
 
+std::string join(const std::vector<std::string>& v, const char* sep) {
+  std::string out;
+  for (const std::string& x : v) out += (out.empty() ? "" : sep) + x;
+  return out;
+}
+
 }  // namespace trainer

@@ -1,9 +1,10 @@
 #pragma once
 // Units and how people read numbers, in one place for every command, the
 // step log and the report: bytes in MiB and GiB (the "MB" of memory tables,
-// metrics and checkpoint sizes), and numbers, counts, sizes and durations as
-// text.
+// metrics and checkpoint sizes), and numbers, counts, sizes, durations and
+// lists of names as text.
 #include <string>
+#include <vector>
 
 namespace trainer {
 
@@ -20,5 +21,7 @@ std::string format_count(double v);
 std::string format_gb(double bytes);
 // "45.5 s" below 2 minutes, "12.5 min" below 2 hours, else "3.1 h".
 std::string format_duration(double seconds);
+// "a, b, c": names (hosts, ranks) in a message.
+std::string join(const std::vector<std::string>& v, const char* sep = ", ");
 
 }  // namespace trainer

@@ -31,6 +31,11 @@ struct ModelConfig {
   // floats per token of the packed q|k|v projection
   int qkv_dim() const { return (n_heads + 2 * kv_heads()) * head_dim(); }
   bool has_bias() const { return arch == Arch::GPT2; }
+  // Positions: learned vectors added to the embedding (GPT-2), or rotations
+  // of queries and keys (RoPE, Llama).
+  bool rope_positions() const { return arch == Arch::Llama; }
+  // Norms: LayerNorm with a bias (GPT-2), or RMSNorm (Llama).
+  bool rms_norm() const { return arch == Arch::Llama; }
 };
 
 const char* arch_name(Arch a);

@@ -1,12 +1,13 @@
 #include "model/flops.h"
 
+#include "model/layer/layer_decl.h"
+#include "model/layer/mlp.h"
+
 namespace trainer {
 
 double matmul_params(const ModelConfig& c) {
-  const double d = c.d_model, f = c.d_ff;
-  const double mlp = (c.arch == Arch::Llama ? 3.0 : 2.0) * d * f;
-  const double attn = d * c.qkv_dim() + d * d;
-  return c.n_layers * (mlp + attn) + (double)c.vocab_size * d;
+  const double mlp = mlp_for(c).matmul_params(c), attn = layer_matmul_params(c);
+  return c.n_layers * (mlp + attn) + (double)c.vocab_size * c.d_model;
 }
 
 double train_flops_per_token(const ModelConfig& c) {

@@ -4,6 +4,8 @@
 #include <cmath>
 
 #include "model/adamw.h"
+#include "model/layer/layer_decl.h"
+#include "model/layer/mlp.h"
 #include "runtime/backend.h"
 #include "runtime/cuda_memory.h"
 
@@ -21,40 +23,39 @@ double MemoryPlan::total() const {
 }
 
 namespace {
-// T: tokens of each sequence on this rank (seq_len / cp); keys: those its
-// attention sees (the whole sequence).
+// The layer's sizes (model/layer/layer_shape.h) as doubles, for the formulas
+// below, and this rank's vocabulary rows.
 struct Dims {
-  double B, T, keys, M, R, d, hd, H, KV, F, V, Q, din, att;
+  double B, T, keys, M, R, d, hd, H, KV, V, Q, att;
 };
-Dims dims(const ModelConfig& c, const RankLayout& l) {
+Dims dims(const LayerShape& s, int vocab_rows) {
   Dims x;
-  const double t = l.tp;
-  x.B = l.micro_batch, x.T = (double)c.seq_len / l.cp, x.keys = c.seq_len, x.M = x.B * x.T;
-  x.R = l.sequence_parallel && l.tp > 1 ? x.M / t : x.M;
-  x.d = c.d_model, x.hd = c.head_dim();
-  x.H = c.n_heads / t, x.KV = c.kv_heads() / t, x.F = c.d_ff / t, x.V = c.vocab_size / t;
-  x.Q = (x.H + 2 * x.KV) * x.hd;
-  x.din = c.arch == Arch::Llama ? 2 * x.F : x.F;
-  x.att = x.H * x.hd;
+  x.B = s.B, x.T = s.T, x.keys = s.keys, x.M = s.M, x.R = s.R, x.d = s.d, x.hd = s.hd;
+  x.H = s.H, x.KV = s.KV, x.V = vocab_rows, x.Q = s.Q, x.att = s.att;
   return x;
 }
-}  // namespace
 
-namespace {
-// What one layer keeps for backward, in elements of the compute type (c) and
-// fp32 (f): its input, the matrix-product outputs and norms, and the MLP
-// activation that selective recomputation drops.
-struct LayerKeeps {
-  double input, products_c, products_f, dropped;
+// One layer's saved activations in bytes, as its blocks declare them
+// (model/layer/layer_decl.h, model/layer/mlp.h): what a layer in recompute
+// mode m keeps (kept) and what it rebuilds into the workspace the
+// recomputing layers share (rebuilt).
+struct LayerBytes {
+  double kept[3] = {}, rebuilt[3] = {};  // by RecomputeMode
 };
-LayerKeeps layer_keeps(const Dims& x) {
-  // Attention keeps per-row statistics (kAttentionStats floats per query
-  // row and head), never the T x T probabilities.
-  const double stats = x.B * x.H * x.T * Backend::kAttentionStats;
-  return {x.R * x.d,
-          x.M * x.d + x.M * x.Q + x.M * x.att + x.R * x.d + x.M * x.d + x.M * x.din,
-          4 * x.R + stats,  // norm means and rstds, attention statistics
-          x.M * x.F};
+LayerBytes layer_bytes(const ModelConfig& c, const LayerShape& s, double e) {
+  SavedActs saved = layer_saved(s);
+  for (const SavedAct& a : mlp_for(c).saved(s)) saved.push_back(a);
+  LayerBytes b;
+  for (RecomputeMode m : {RecomputeMode::None, RecomputeMode::Selective, RecomputeMode::Full})
+    for (const SavedAct& a : saved) (kept_in(a.kept, m) ? b.kept : b.rebuilt)[(int)m] += a.elems * (a.fp32 ? 4 : e);
+  return b;
+}
+// Backward scratch in elements of the compute type.
+double scratch_elems(const ModelConfig& c, const LayerShape& s) {
+  double n = 0;
+  for (size_t x : layer_scratch(s)) n += x;
+  for (size_t x : mlp_for(c).scratch(s)) n += x;
+  return n;
 }
 }  // namespace
 
@@ -82,7 +83,7 @@ CudaMemory plan_cuda_memory(const ModelConfig& c, const Dims& x, const RankLayou
   if (bf16 && ring) m.attention_block = x.B * (x.T / 2) * x.Q * 2;
   m.attention_rows = x.B * x.H * x.T * 4;
   if (bf16 && head) m.logits_grad_bf16 = x.M * x.V * 2;
-  if (c.arch == Arch::Llama) m.rope_table = x.T * x.hd * 4;
+  if (c.rope_positions()) m.rope_table = x.T * x.hd * 4;
   m.gemm_workspace = cuda_memory::kGemmWorkspaceBytes;
   // One communicator per group of more than one rank (the pipeline's goes
   // through MPI): the world, dp, tp, and the first and last stages' embedding group.
@@ -101,10 +102,11 @@ CudaMemory plan_cuda_memory(const ModelConfig& c, const Dims& x, const RankLayou
 
 MemoryPlan plan_memory(const ModelConfig& c, const RankLayout& l, const RecomputeConfig& rc) {
   MemoryPlan p;
-  const Dims x = dims(c, l);
+  const LayerShape shape = layer_shape(c, l);
+  const Dims x = dims(shape, c.vocab_size / l.tp);
   const double f = 4, e = (double)dtype_size(l.compute);  // bytes: fp32, compute type
   const bool narrow = l.compute != DType::F32;
-  const LayerKeeps k = layer_keeps(x);
+  const LayerBytes k = layer_bytes(c, shape, e);
   double zero_block = 0;  // bytes of the largest chunk's ZeRO-1 block (one buffer serves all)
   const int replicas = (int)l.weight_replicas();
   for (const ChunkLayout& ch : l.chunks) {
@@ -124,11 +126,8 @@ MemoryPlan plan_memory(const ModelConfig& c, const RankLayout& l, const Recomput
     double per_slot = 0, workspace = 0;
     for (int i = 0; i < layers; i++) {
       const RecomputeMode m = rc.applies(i) ? rc.mode : RecomputeMode::None;
-      per_slot += k.input * e;
-      if (m != RecomputeMode::Full) per_slot += k.products_c * e + k.products_f * f;
-      if (m == RecomputeMode::None) per_slot += k.dropped * e;
-      if (m == RecomputeMode::Full) workspace = (k.products_c + k.dropped) * e + k.products_f * f;
-      if (m == RecomputeMode::Selective) workspace = k.dropped * e;
+      per_slot += k.kept[(int)m];
+      if (m != RecomputeMode::None) workspace = k.rebuilt[(int)m];
     }
     per_slot += x.R * x.d * e;  // the chunk's output
     // Head: final norm output; its statistics, fp32 logits, losses, cross-entropy terms.
@@ -137,7 +136,7 @@ MemoryPlan plan_memory(const ModelConfig& c, const RankLayout& l, const Recomput
     p.bytes[(int)Mem::Activations] += ch.slots * (per_slot + tokens) + workspace;
     if (ch.spec.head) p.bytes[(int)Mem::Activations] += x.M * f;  // the step's summed per-token losses
     // Backward scratch; tensor-parallel collective buffers.
-    p.bytes[(int)Mem::Temporaries] += (x.R * x.d + x.M * x.d + x.M * x.att + x.M * x.Q + x.M * x.din + x.M * x.F) * e;
+    p.bytes[(int)Mem::Temporaries] += scratch_elems(c, shape) * e;
     if (l.tp > 1) p.bytes[(int)Mem::Comm] += x.M * x.d * e;
     // Ring attention (parallel/ring_attention.h): two k|v blocks in flight,
     // three fp32 dK|dV blocks, the fp32 running output (then dq) and the
@@ -174,20 +173,15 @@ MemoryPlan plan_memory(const ModelConfig& c, const RankLayout& l, const Recomput
 }
 
 double recompute_extra_flops(const ModelConfig& c, const RankLayout& l, const RecomputeConfig& rc) {
-  const Dims x = dims(c, l);
-  // Forward product FLOPs of one layer for one micro-batch on this rank.
-  const double attn_core = 2 * 2 * x.B * x.H * x.T * x.keys * x.hd;  // QK^T and PV
-  const double qkv = 2 * x.M * x.d * x.Q, out_proj = 2 * x.M * x.att * x.d;
-  const double mlp_in = 2 * x.M * x.d * x.din;
+  // Full reruns all but the MLP's output product; selective only an
+  // elementwise activation (no products).
+  const LayerShape shape = layer_shape(c, l);
+  const double per_layer = layer_rerun_flops(shape) + mlp_for(c).rerun_flops(shape);
   double extra = 0;
   for (const ChunkLayout& ch : l.chunks) {
     const int layers = ch.spec.last_layer - ch.spec.first_layer;
-    for (int i = 0; i < layers; i++) {
-      if (!rc.applies(i)) continue;
-      // Full reruns all but the MLP's output product; selective only an
-      // elementwise activation (no products).
-      if (rc.mode == RecomputeMode::Full) extra += qkv + attn_core + out_proj + mlp_in;
-    }
+    for (int i = 0; i < layers; i++)
+      if (rc.applies(i) && rc.mode == RecomputeMode::Full) extra += per_layer;
   }
   return extra * l.micro_batches;
 }

@@ -2,6 +2,8 @@
 
 #include <stdexcept>
 
+#include "model/layer/mlp.h"
+
 namespace trainer {
 
 const ParamInfo& ParamRegistry::add(const std::string& name, std::vector<int> global_shape,
@@ -62,11 +64,10 @@ ModelParams build_params(const ModelConfig& c, int tp_size, int tp_rank, ChunkSp
   ParamRegistry& r = mp.reg;
   const int d = c.d_model, hd = c.head_dim(), H = c.n_heads, KV = c.kv_heads();
   const bool bias = c.has_bias();
-  const bool gpt2 = c.arch == Arch::GPT2;
   const Sharding rep = Sharding::Replicated, col = Sharding::Dim0, row = Sharding::Dim1;
   if (chunk.embed) {
     mp.wte = r.add("embed.tok", {c.vocab_size, d}, true, col).offset;
-    if (gpt2) mp.wpe = r.add("embed.pos", {c.seq_len, d}, true, rep, true).offset;
+    if (!c.rope_positions()) mp.wpe = r.add("embed.pos", {c.seq_len, d}, true, rep, true).offset;
   }
   for (int l = chunk.first_layer; l < chunk.last_layer; l++) {
     const std::string p = "layers." + std::to_string(l) + ".";
@@ -85,16 +86,7 @@ ModelParams build_params(const ModelConfig& c, int tp_size, int tp_rank, ChunkSp
     if (bias) lp.bo = r.add(p + "attn.bo", {d}, false, rep, true).offset;
     lp.norm2_w = r.add(p + "mlp_norm.weight", {d}, false, rep, true).offset;
     if (bias) lp.norm2_b = r.add(p + "mlp_norm.bias", {d}, false, rep, true).offset;
-    if (gpt2) {
-      lp.w_in = r.add(p + "mlp.w_fc", {c.d_ff, d}, true, col).offset;
-      lp.b_in = r.add(p + "mlp.b_fc", {c.d_ff}, false, col).offset;
-      lp.w_out = r.add(p + "mlp.w_proj", {d, c.d_ff}, true, row).offset;
-      lp.b_out = r.add(p + "mlp.b_proj", {d}, false, rep, true).offset;
-    } else {
-      lp.w_in = r.add(p + "mlp.w_gate", {c.d_ff, d}, true, col).offset;
-      r.add(p + "mlp.w_up", {c.d_ff, d}, true, col);
-      lp.w_out = r.add(p + "mlp.w_down", {d, c.d_ff}, true, row).offset;
-    }
+    lp.mlp = mlp_for(c).add_params(r, p + "mlp.", c);
     mp.layers.push_back(lp);
   }
   if (!chunk.head) return mp;

@@ -58,14 +58,13 @@ class ParamRegistry {
 
 // Offsets of one transformer layer's tensors. Adjacent tensors are laid out
 // so that fused products see one matrix: wq|wk|wv is this rank's [q+k+v heads
-// x d] projection and w_gate|w_up (llama) its [2 d_ff/tp, d] one.
+// x d] projection (and the MLP's, model/layer/mlp.h, may fuse its own).
 struct LayerParams {
-  size_t norm1_w, norm1_b;  // b: gpt2 only
-  size_t wqkv, bqkv;        // bqkv: gpt2 only
+  size_t norm1_w, norm1_b;  // b: with biases only (ModelConfig::has_bias)
+  size_t wqkv, bqkv;        // bqkv: with biases only
   size_t wo, bo;
   size_t norm2_w, norm2_b;
-  size_t w_in, b_in;        // gpt2: w_fc [d_ff,d]; llama: w_gate|w_up [2*d_ff,d]
-  size_t w_out, b_out;      // gpt2: w_proj; llama: w_down  [d, d_ff]
+  std::vector<size_t> mlp;  // the MLP's, in its kind's order
 };
 
 // The part of the model one pipeline chunk holds: layers [first_layer,

@@ -3,6 +3,7 @@
 #include <cstring>
 #include <stdexcept>
 
+#include "model/layer/layer_decl.h"
 #include "parallel/context_chunks.h"
 #include "parallel/context_attention.h"
 
@@ -33,24 +34,27 @@ class Carver {
 Transformer::Transformer(Backend& be, const ModelConfig& cfg, const RankLayout& layout, const ChunkLayout& chunk,
                          TensorParallel tp, RecomputeConfig recompute, ContextParallel cp)
     : be_(be), cfg_(cfg), tp_(tp), cp_comm_(cp.comm), cp_(layout.cp), cp_rank_(cp.comm ? cp.comm->rank() : 0),
-      mp_(build_params(cfg, tp.size(), tp.rank(), chunk.spec)), compute_(layout.compute), B_(layout.micro_batch),
+      mp_(build_params(cfg, tp.size(), tp.rank(), chunk.spec)), mlp_(mlp_for(cfg)), compute_(layout.compute),
+      B_(layout.micro_batch),
       T_(cfg.seq_len / layout.cp), M_(layout.micro_batch * T_), rc_(recompute) {
   const int t = tp_.size();
   if (!validate_tp(cfg, t).empty()) throw std::invalid_argument("model does not split over tp");
   if (cfg.seq_len % (2 * cp_) != 0 && cp_ > 1) throw std::invalid_argument("sequences do not cut into 2 * cp chunks");
   if ((cp_comm_ ? cp_comm_->size() : 1) != cp_)
     throw std::invalid_argument("the layout's cp differs from the cp group's size");
+  if (t != layout.tp) throw std::invalid_argument("the layout's tp differs from the tp group's size");
   if (compute_ != DType::F32 && compute_ != DType::BF16) throw std::invalid_argument("compute type must be fp32 or bf16");
   const bool sp = layout.sequence_parallel && t > 1;
   if (sp && M_ % t != 0) throw std::invalid_argument("token rows do not split over tp");
-  R_ = sp ? M_ / t : M_;
+  ops_.be = &be_, ops_.tp = tp_, ops_.shape = layer_shape(cfg, layout);
+  R_ = (int)ops_.shape.R;
   row_offset_ = sp ? tp_.rank() * R_ : 0;
-  H_ = cfg.n_heads / t;
-  KV_ = cfg.kv_heads() / t;
-  F_ = cfg.d_ff / t;
+  H_ = (int)ops_.shape.H;
+  KV_ = (int)ops_.shape.KV;
+  F_ = (int)ops_.shape.F;
   V_ = cfg.vocab_size / t;
   vocab_offset_ = tp_.rank() * V_;
-  Q_ = (H_ + 2 * KV_) * cfg.head_dim();
+  Q_ = (int)ops_.shape.Q;
   for (int t = 0; t < T_; t++) positions_.push_back(cp_position(cp_, cp_rank_, cfg.seq_len, t));
   if (cp_ == 1) {
     position_runs_ = {{0, R_, row_offset_}};
@@ -68,6 +72,8 @@ Transformer::Transformer(Backend& be, const ModelConfig& cfg, const RankLayout& 
   params_ = be_.alloc(n, DType::F32, Mem::Params);
   grads_ = be_.alloc(n, DType::F32, Mem::Grads);
   if (compute_ != DType::F32) cparams_ = be_.alloc(n, compute_, Mem::Params);
+  ops_.weights = compute_ == DType::F32 ? params_.ref() : cparams_.ref();
+  ops_.grads = grads_.ref().f32();
   // The gradient norm's spans, grouped sharded (0) / replicated (1); a tied
   // copy is counted once, with its original.
   for (const ParamInfo& p : mp_.reg.all())
@@ -79,49 +85,43 @@ Transformer::Transformer(Backend& be, const ModelConfig& cfg, const RankLayout& 
 
 // Four allocations, counted apart: activations saved per micro-batch (compute
 // type and fp32), backward scratch (temporaries), and buffers collectives
-// read or fill.
+// read or fill. A layer's saved activations and the scratch are carved as
+// its blocks declare them (model/layer/layer_decl.h, the MLP's), which the
+// memory plan sums too.
 void Transformer::allocate_activations(int slots) {
   const int t = tp_.size();
   const bool sp = R_ < M_;
-  const size_t M = M_, R = R_, d = cfg_.d_model, L = mp_.layers.size(), T = T_;
-  const size_t din = cfg_.arch == Arch::Llama ? 2 * (size_t)F_ : F_, att = (size_t)H_ * cfg_.head_dim();
+  const size_t M = M_, R = R_, d = cfg_.d_model, L = mp_.layers.size();
   const bool head = mp_.chunk.head;
+  const LayerShape& shape = ops_.shape;
+  const SavedActs own = layer_saved(shape), mlp = mlp_.saved(shape);
   slots_.clear();
   slots_.resize(slots);
   bool any_recompute = false;
   for (size_t l = 0; l < L; l++) any_recompute |= rc_.applies((int)l);
-  // A layer's activations other than its input; `own(field)` says whether this
-  // layer keeps that field itself or uses the shared recompute workspace.
-  auto carve_layer = [&](Carver& c, Carver& f, LayerActs& a, const LayerActs& shared, auto own) {
-    a.norm1 = own(0) ? c.take(M * d) : shared.norm1;
-    a.mean1 = own(0) ? f.take_f32(R) : shared.mean1;
-    a.rstd1 = own(0) ? f.take_f32(R) : shared.rstd1;
-    a.qkv = own(0) ? c.take(M * Q_) : shared.qkv;
-    a.stats = own(0) ? f.take_f32((size_t)B_ * H_ * T * Backend::kAttentionStats) : shared.stats;
-    a.att = own(0) ? c.take(M * att) : shared.att;
-    a.resid_mid = own(0) ? c.take(R * d) : shared.resid_mid;
-    a.norm2 = own(0) ? c.take(M * d) : shared.norm2;
-    a.mean2 = own(0) ? f.take_f32(R) : shared.mean2;
-    a.rstd2 = own(0) ? f.take_f32(R) : shared.rstd2;
-    a.h_in = own(0) ? c.take(M * din) : shared.h_in;
-    a.h_act = own(1) ? c.take(M * F_) : shared.h_act;
+  // One block's declared activations: its own where `keeps` says so, else
+  // the shared recompute workspace's.
+  auto carve_saved = [](Carver& c, Carver& f, const SavedActs& decl, std::vector<Ref>& out,
+                        const std::vector<Ref>& shared, auto keeps) {
+    out.resize(decl.size());
+    for (size_t i = 0; i < decl.size(); i++)
+      if (keeps(decl[i].kept)) out[i] = (decl[i].fp32 ? f : c).take(decl[i].elems);
+      else out[i] = shared[i];
+  };
+  auto carve_layer = [&](Carver& c, Carver& f, LayerActs& a, auto keeps) {
+    carve_saved(c, f, own, a.own, work_.own, keeps);
+    carve_saved(c, f, mlp, a.mlp, work_.mlp, keeps);
   };
   auto carve = [&](Carver& c, Carver& f, Carver& tmp, Carver& com) {
+    // The workspace holds what the recomputing layers drop.
     work_ = {};
-    // The workspace holds what the recomputing layers drop: everything but
-    // the input for full recomputation, the MLP activation for selective.
-    if (any_recompute)
-      carve_layer(c, f, work_, work_, [&](int cls) { return rc_.mode == RecomputeMode::Full || cls == 1; });
+    work_.own.resize(own.size()), work_.mlp.resize(mlp.size());
+    if (any_recompute) carve_layer(c, f, work_, [&](Kept k) { return !kept_in(k, rc_.mode); });
     for (Slot& sl : slots_) {
       sl.layers.assign(L, {});
       for (size_t l = 0; l < L; l++) {
-        LayerActs& a = sl.layers[l];
-        a.resid_in = c.take(R * d);
         const RecomputeMode mode = rc_.applies((int)l) ? rc_.mode : RecomputeMode::None;
-        // field class 0: matrix-product outputs, norms, attention statistics; 1: MLP activation
-        carve_layer(c, f, a, work_, [&](int cls) {
-          return mode == RecomputeMode::None || (mode == RecomputeMode::Selective && cls == 0);
-        });
+        carve_layer(c, f, sl.layers[l], [&](Kept k) { return kept_in(k, mode); });
       }
       sl.out = c.take(R * d);
       sl.normf = c.take(head ? M * d : 0);
@@ -132,16 +132,15 @@ void Transformer::allocate_activations(int slots) {
       sl.ce_max = f.take_f32(head ? (t > 1 ? 2 * M : M) : 0);  // this shard's max, then the global one
       sl.ce_stats = f.take_f32(head ? 2 * M : 0);
     }
-    g_resid_ = tmp.take(R * d);
-    g_norm_ = tmp.take(M * d);
-    g_att_ = tmp.take(M * att);
-    g_qkv_ = tmp.take(M * Q_);
-    g_hin_ = tmp.take(M * din);
-    g_act_ = tmp.take(M * F_);
-    part_ = com.take(t > 1 ? M * d : 0);
-    rows_tmp_ = com.take(sp ? R * d : 0);
-    g_rows_ = com.take(sp ? R * d : 0);
-    g_full_ = com.take(sp ? M * d : 0);
+    std::vector<Ref> g;
+    for (size_t n : layer_scratch(shape)) g.push_back(tmp.take(n));
+    g_resid_ = g[kGResid], g_norm_ = g[kGNorm], g_att_ = g[kGAtt], g_qkv_ = g[kGQkv];
+    mlp_scratch_.clear();
+    for (size_t n : mlp_.scratch(shape)) mlp_scratch_.push_back(tmp.take(n));
+    ops_.part = com.take(t > 1 ? M * d : 0);
+    ops_.rows_tmp = com.take(sp ? R * d : 0);
+    ops_.g_rows = com.take(sp ? R * d : 0);
+    ops_.g_full = com.take(sp ? M * d : 0);
   };
   const DType ct = compute_;
   Carver count_a(Ref(nullptr, ct)), count_f(Ref(nullptr, DType::F32)), count_t(Ref(nullptr, ct)),
@@ -204,107 +203,60 @@ void Transformer::reset_cp_times() {
 }
 
 void Transformer::attention_fwd(LayerActs& a) {
-  if (cp_attention_) cp_attention_->forward(a.att, a.stats, a.qkv);
-  else be_.attention_fwd(a.att, a.stats, a.qkv, attn_shape());
+  const std::vector<Ref>& s = a.own;
+  if (cp_attention_) cp_attention_->forward(s[kAtt], s[kAttStats].f32(), s[kQkv]);
+  else be_.attention_fwd(s[kAtt], s[kAttStats].f32(), s[kQkv], attn_shape());
 }
 
 // g_att_ holds the gradient of a.att; g_qkv_ becomes that of a.qkv.
 void Transformer::attention_bwd(LayerActs& a) {
-  if (cp_attention_) cp_attention_->backward(g_qkv_, g_att_, a.qkv, a.att, a.stats);
-  else be_.attention_bwd(g_qkv_, g_att_, a.qkv, a.att, a.stats, attn_shape());
+  const std::vector<Ref>& s = a.own;
+  if (cp_attention_) cp_attention_->backward(g_qkv_, g_att_, s[kQkv], s[kAtt], s[kAttStats].f32());
+  else be_.attention_bwd(g_qkv_, g_att_, s[kQkv], s[kAtt], s[kAttStats].f32(), attn_shape());
 }
 
 void Transformer::norm_fwd(Ref out, float* mean, float* rstd, CRef x, size_t w, size_t b) {
-  if (cfg_.arch == Arch::GPT2)
-    be_.layernorm_fwd(out, mean, rstd, x, W(w), W(b), R_, cfg_.d_model, cfg_.norm_eps);
-  else
+  if (cfg_.rms_norm())
     be_.rmsnorm_fwd(out, rstd, x, W(w), R_, cfg_.d_model, cfg_.norm_eps);
+  else
+    be_.layernorm_fwd(out, mean, rstd, x, W(w), W(b), R_, cfg_.d_model, cfg_.norm_eps);
 }
 
 void Transformer::norm_bwd(Ref dx, CRef dout, CRef x, size_t w, size_t b, const float* mean, const float* rstd) {
-  if (cfg_.arch == Arch::GPT2)
-    be_.layernorm_bwd(dx, G(w), G(b), dout, x, W(w), mean, rstd, R_, cfg_.d_model);
-  else
+  if (cfg_.rms_norm())
     be_.rmsnorm_bwd(dx, G(w), dout, x, W(w), rstd, R_, cfg_.d_model);
+  else
+    be_.layernorm_bwd(dx, G(w), G(b), dout, x, W(w), mean, rstd, R_, cfg_.d_model);
 }
 
 // Norm of this rank's rows of x, delivered as all M rows (the input of a
 // column-parallel product): gathered over TP under sequence parallelism.
 void Transformer::norm_to_full(Ref full, float* mean, float* rstd, CRef x, size_t w, size_t b) {
   if (R_ == M_) return norm_fwd(full, mean, rstd, x, w, b);
-  norm_fwd(rows_tmp_, mean, rstd, x, w, b);
-  tp_.comm->allgather(rows_tmp_, full, (size_t)R_ * cfg_.d_model);
+  norm_fwd(ops_.rows_tmp, mean, rstd, x, w, b);
+  tp_.comm->allgather(ops_.rows_tmp, full, (size_t)R_ * cfg_.d_model);
 }
 
-// out[R rows] = resid + in[M, K] @ W^T summed over TP (+ bias): the output of a
-// row-parallel product. All-reduce without sequence parallelism, reduce-scatter
-// with it; no communication with one rank.
-void Transformer::row_parallel(Ref out, CRef resid, CRef in, int K, size_t w, size_t b, bool has_bias) {
-  const int d = cfg_.d_model;
-  const size_t rows_d = (size_t)R_ * d;
-  if (tp_.size() == 1) {
-    be_.copy(out, resid, rows_d);
-    be_.matmul(false, true, M_, d, K, 1.f, in, W(w), 1.f, out);
-  } else {
-    be_.matmul(false, true, M_, d, K, 1.f, in, W(w), 0.f, part_);
-    if (R_ < M_) {
-      tp_.comm->reduce_scatter_sum(part_, rows_tmp_, rows_d);
-      be_.add(out, resid, rows_tmp_, rows_d);
-    } else {
-      tp_.comm->allreduce_sum(part_, rows_d);
-      be_.add(out, resid, part_, rows_d);
-    }
-  }
-  if (has_bias) be_.add_bias(out, W(b), R_, d);
-}
-
-// The gradient of a row-parallel output (this rank's rows) as all M rows.
-CRef Transformer::grad_rows_to_full(CRef g) {
-  if (R_ == M_) return g;
-  tp_.comm->allgather(g, g_full_, (size_t)R_ * cfg_.d_model);
-  return g_full_;
-}
-
-// The input gradient of a column-parallel product is a partial sum over TP:
-// reduce it to this rank's rows.
-CRef Transformer::reduce_input_grad(Ref g_partial) {
-  if (tp_.size() == 1) return g_partial;
-  if (R_ < M_) {
-    tp_.comm->reduce_scatter_sum(g_partial, g_rows_, (size_t)R_ * cfg_.d_model);
-    return g_rows_;
-  }
-  tp_.comm->allreduce_sum(g_partial, (size_t)M_ * cfg_.d_model);
-  return g_partial;
-}
-
-// One transformer layer forward. Recomputation reruns it with the same ops
-// on the same inputs, so the rebuilt activations are bit-identical; under
-// tensor/sequence parallelism that includes its collectives.
+// One transformer layer forward: attention, then the MLP block. Recomputation
+// reruns it with the same ops on the same inputs, so the rebuilt activations
+// are bit-identical; under tensor/sequence parallelism that includes its
+// collectives.
 void Transformer::layer_fwd(LayerActs& a, const LayerParams& lp, Ref out, Upto upto) {
-  const ModelConfig& c = cfg_;
-  const int M = M_, d = c.d_model, F = F_, Q = Q_, hd = c.head_dim();
-  const bool gpt2 = c.arch == Arch::GPT2;
-  auto activation = [&] {
-    if (gpt2) be_.gelu_fwd(a.h_act, a.h_in, (size_t)M * F);
-    else be_.swiglu_fwd(a.h_act, a.h_in, M, F);
-  };
-  if (upto == Upto::DroppedOnly) {  // selective: the MLP activation only
-    activation();
-    return;
-  }
+  const std::vector<Ref>& s = a.own;
+  const MlpTensors mlp{lp.mlp, a.mlp, mlp_scratch_};
+  if (upto == Upto::DroppedOnly) return mlp_.forward(ops_, mlp, s[kNorm2], out, s[kResidMid], upto);
+  const int M = M_, d = cfg_.d_model, Q = Q_, hd = cfg_.head_dim();
+  const bool bias = cfg_.has_bias();
   // attention block
-  norm_to_full(a.norm1, a.mean1, a.rstd1, a.resid_in, lp.norm1_w, lp.norm1_b);
-  be_.matmul(false, true, M, Q, d, 1.f, a.norm1, W(lp.wqkv), 0.f, a.qkv);
-  if (gpt2) be_.add_bias(a.qkv, W(lp.bqkv), M, Q);
-  else apply_rope(a.qkv, false);
+  norm_to_full(s[kNorm1], s[kMean1].f32(), s[kRstd1].f32(), s[kResidIn], lp.norm1_w, lp.norm1_b);
+  be_.matmul(false, true, M, Q, d, 1.f, s[kNorm1], W(lp.wqkv), 0.f, s[kQkv]);
+  if (bias) be_.add_bias(s[kQkv], W(lp.bqkv), M, Q);
+  if (cfg_.rope_positions()) apply_rope(s[kQkv], false);
   attention_fwd(a);
-  row_parallel(a.resid_mid, a.resid_in, a.att, H_ * hd, lp.wo, lp.bo, gpt2);
+  ops_.row_parallel(s[kResidMid], s[kResidIn], s[kAtt], H_ * hd, lp.wo, lp.bo, bias);
   // MLP block
-  norm_to_full(a.norm2, a.mean2, a.rstd2, a.resid_mid, lp.norm2_w, lp.norm2_b);
-  be_.matmul(false, true, M, gpt2 ? F : 2 * F, d, 1.f, a.norm2, W(lp.w_in), 0.f, a.h_in);
-  if (gpt2) be_.add_bias(a.h_in, W(lp.b_in), M, F);
-  activation();
-  if (upto == Upto::Output) row_parallel(out, a.resid_mid, a.h_act, F, lp.w_out, lp.b_out, gpt2);
+  norm_to_full(s[kNorm2], s[kMean2].f32(), s[kRstd2].f32(), s[kResidMid], lp.norm2_w, lp.norm2_b);
+  mlp_.forward(ops_, mlp, s[kNorm2], out, s[kResidMid], upto);
 }
 
 // Vocab-parallel embedding: each rank fills the rows of its tokens, the TP
@@ -314,13 +266,13 @@ void Transformer::embed_fwd(Slot& sl, const int32_t* inputs, Ref x0) {
   stage_tokens(sl, sl.inputs, sl.inputs_host, inputs);
   const int32_t* tokens = sl.inputs.ref().i32();
   if (R_ < M_) {
-    be_.embedding_fwd(part_, tokens, M, W(mp_.wte), vocab_offset_, V_, d);
-    tp_.comm->reduce_scatter_sum(part_, x0, (size_t)R_ * d);
+    be_.embedding_fwd(ops_.part, tokens, M, W(mp_.wte), vocab_offset_, V_, d);
+    tp_.comm->reduce_scatter_sum(ops_.part, x0, (size_t)R_ * d);
   } else {
     be_.embedding_fwd(x0, tokens, M, W(mp_.wte), vocab_offset_, V_, d);
     if (tp_.size() > 1) tp_.comm->allreduce_sum(x0, (size_t)M * d);
   }
-  if (cfg_.arch == Arch::GPT2)
+  if (!cfg_.rope_positions())
     for (const PositionRun& run : position_runs_)
       be_.position_fwd(x0 + (size_t)run.row * d, W(mp_.wpe), run.rows, run.pos, cfg_.seq_len, d);
 }
@@ -369,11 +321,11 @@ double Transformer::forward(int slot, const int32_t* inputs, const int32_t* targ
                             float grad_scale) {
   Slot& sl = slots_[slot];
   const int L = (int)mp_.layers.size();
-  const Ref x0 = L > 0 ? sl.layers[0].resid_in : sl.out;
+  const Ref x0 = L > 0 ? sl.layers[0].own[kResidIn] : sl.out;
   if (mp_.chunk.embed) embed_fwd(sl, inputs, x0);
   else be_.copy(x0, act_in, (size_t)R_ * cfg_.d_model);
   for (int l = 0; l < L; l++)
-    layer_fwd(sl.layers[l], mp_.layers[l], (l + 1 < L) ? sl.layers[l + 1].resid_in : sl.out, Upto::Output);
+    layer_fwd(sl.layers[l], mp_.layers[l], (l + 1 < L) ? sl.layers[l + 1].own[kResidIn] : sl.out, Upto::Output);
   return mp_.chunk.head ? head_fwd(sl, targets, grad_scale) : 0.0;
 }
 
@@ -384,38 +336,32 @@ void Transformer::head_bwd(Slot& sl) {
   be_.matmul(false, false, M, d, V_, 1.f, dlogits, W(mp_.lm_head), 0.f, g_norm_);
   be_.matmul(true, false, V_, d, M, 1.f, dlogits, sl.normf, 1.f, G(mp_.lm_head));
   be_.zero(g_resid_, (size_t)R_ * d);
-  norm_bwd(g_resid_, reduce_input_grad(g_norm_), sl.out, mp_.normf_w, mp_.normf_b, sl.meanf, sl.rstdf);
+  norm_bwd(g_resid_, ops_.reduce_input_grad(g_norm_), sl.out, mp_.normf_w, mp_.normf_b, sl.meanf, sl.rstdf);
 }
 
 // g_resid_ holds the gradient of layer l's output rows; afterwards, of its input.
 void Transformer::layer_bwd(LayerActs& a, const LayerParams& lp, int l) {
-  const int M = M_, R = R_, d = cfg_.d_model, F = F_, Q = Q_, A = H_ * cfg_.head_dim();
-  const bool gpt2 = cfg_.arch == Arch::GPT2;
+  const int M = M_, R = R_, d = cfg_.d_model, Q = Q_, A = H_ * cfg_.head_dim();
+  const bool bias = cfg_.has_bias();
+  const std::vector<Ref>& s = a.own;
   if (rc_.applies(l))
     layer_fwd(a, lp, Ref(), rc_.mode == RecomputeMode::Full ? Upto::BackwardInputs : Upto::DroppedOnly);
   // MLP block
-  if (gpt2) be_.bias_bwd(G(lp.b_out), g_resid_, R, d);
-  CRef gf = grad_rows_to_full(g_resid_);
-  be_.matmul(false, false, M, F, d, 1.f, gf, W(lp.w_out), 0.f, g_act_);
-  be_.matmul(true, false, d, F, M, 1.f, gf, a.h_act, 1.f, G(lp.w_out));
-  const int din = gpt2 ? F : 2 * F;
-  if (gpt2) be_.gelu_bwd(g_hin_, a.h_in, g_act_, (size_t)M * F);
-  else be_.swiglu_bwd(g_hin_, a.h_in, g_act_, M, F);
-  be_.matmul(false, false, M, d, din, 1.f, g_hin_, W(lp.w_in), 0.f, g_norm_);
-  be_.matmul(true, false, din, d, M, 1.f, g_hin_, a.norm2, 1.f, G(lp.w_in));
-  if (gpt2) be_.bias_bwd(G(lp.b_in), g_hin_, M, F);
-  norm_bwd(g_resid_, reduce_input_grad(g_norm_), a.resid_mid, lp.norm2_w, lp.norm2_b, a.mean2, a.rstd2);
+  mlp_.backward(ops_, {lp.mlp, a.mlp, mlp_scratch_}, g_resid_, s[kNorm2], g_norm_);
+  norm_bwd(g_resid_, ops_.reduce_input_grad(g_norm_), s[kResidMid], lp.norm2_w, lp.norm2_b, s[kMean2].f32(),
+           s[kRstd2].f32());
   // Attention block: g_resid is now the gradient of resid_mid.
-  if (gpt2) be_.bias_bwd(G(lp.bo), g_resid_, R, d);
-  gf = grad_rows_to_full(g_resid_);
+  if (bias) be_.bias_bwd(G(lp.bo), g_resid_, R, d);
+  const CRef gf = ops_.grad_rows_to_full(g_resid_);
   be_.matmul(false, false, M, A, d, 1.f, gf, W(lp.wo), 0.f, g_att_);
-  be_.matmul(true, false, d, A, M, 1.f, gf, a.att, 1.f, G(lp.wo));
+  be_.matmul(true, false, d, A, M, 1.f, gf, s[kAtt], 1.f, G(lp.wo));
   attention_bwd(a);
-  if (!gpt2) apply_rope(g_qkv_, true);
+  if (cfg_.rope_positions()) apply_rope(g_qkv_, true);
   be_.matmul(false, false, M, d, Q, 1.f, g_qkv_, W(lp.wqkv), 0.f, g_norm_);
-  be_.matmul(true, false, Q, d, M, 1.f, g_qkv_, a.norm1, 1.f, G(lp.wqkv));
-  if (gpt2) be_.bias_bwd(G(lp.bqkv), g_qkv_, M, Q);
-  norm_bwd(g_resid_, reduce_input_grad(g_norm_), a.resid_in, lp.norm1_w, lp.norm1_b, a.mean1, a.rstd1);
+  be_.matmul(true, false, Q, d, M, 1.f, g_qkv_, s[kNorm1], 1.f, G(lp.wqkv));
+  if (bias) be_.bias_bwd(G(lp.bqkv), g_qkv_, M, Q);
+  norm_bwd(g_resid_, ops_.reduce_input_grad(g_norm_), s[kResidIn], lp.norm1_w, lp.norm1_b, s[kMean1].f32(),
+           s[kRstd1].f32());
 }
 
 void Transformer::backward(int slot, CRef grad_out) {
@@ -437,8 +383,8 @@ void Transformer::backward(int slot, CRef grad_out) {
   }
   // The embedding's forward reduction has the identity (all rows) as backward.
   const int32_t* tokens = sl.inputs.ref().i32();
-  be_.embedding_bwd(G(mp_.wte), grad_rows_to_full(g_resid_), tokens, M_, vocab_offset_, V_, d);
-  if (cfg_.arch == Arch::GPT2)
+  be_.embedding_bwd(G(mp_.wte), ops_.grad_rows_to_full(g_resid_), tokens, M_, vocab_offset_, V_, d);
+  if (!cfg_.rope_positions())
     for (const PositionRun& run : position_runs_)
       be_.position_bwd(G(mp_.wpe), g_resid_ + (size_t)run.row * d, run.rows, run.pos, cfg_.seq_len, d);
   if (grad_hook_) grad_hook_(0);

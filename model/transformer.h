@@ -29,6 +29,8 @@
 #include <vector>
 
 #include "model/config.h"
+#include "model/layer/layer_ops.h"
+#include "model/layer/mlp.h"
 #include "model/param_registry.h"
 #include "model/rank_layout.h"
 #include "model/recompute.h"
@@ -36,13 +38,6 @@
 #include "runtime/backend.h"
 
 namespace trainer {
-
-struct TensorParallel {
-  DataComm* comm = nullptr;        // activations and gradients; null: no tensor parallelism
-  ControlComm* control = nullptr;  // the gradient norm's partial sum (with comm)
-  int size() const { return comm ? comm->size() : 1; }
-  int rank() const { return comm ? comm->rank() : 0; }
-};
 
 // How many ranks share a sequence is the layout's (RankLayout::cp); this is
 // only the group those ranks talk over.
@@ -149,10 +144,10 @@ class Transformer {
   std::vector<Backend::SumSpan> step_sum_spans(size_t lo, size_t hi) const;
 
  private:
-  // Saved activations: Ref fields in the compute type, float* ones fp32.
+  // One layer's saved activations, as declared (model/layer/layer_decl.h
+  // LayerSaved, the MLP's own order): the compute type, or fp32 where declared.
   struct LayerActs {
-    Ref resid_in, norm1, qkv, att, resid_mid, norm2, h_in, h_act;
-    float *mean1, *rstd1, *stats, *mean2, *rstd2;
+    std::vector<Ref> own, mlp;
   };
   // One micro-batch's saved activations.
   struct Slot {
@@ -168,17 +163,10 @@ class Transformer {
     Backend::Event staged;
   };
   void stage_tokens(Slot& sl, Buffer& dev, Buffer& host, const int32_t* tokens);
-  // How far layer_fwd runs: the whole layer, or only what backward needs
-  // rebuilt (full recomputation: all but the last product; selective: the
-  // MLP activation).
-  enum class Upto { Output, BackwardInputs, DroppedOnly };
   void layer_fwd(LayerActs& a, const LayerParams& lp, Ref out, Upto upto);
   void norm_fwd(Ref out, float* mean, float* rstd, CRef x, size_t w, size_t b);
   void norm_bwd(Ref dx, CRef dout, CRef x, size_t w, size_t b, const float* mean, const float* rstd);
   void norm_to_full(Ref full, float* mean, float* rstd, CRef x, size_t w, size_t b);
-  void row_parallel(Ref out, CRef resid, CRef in, int K, size_t w, size_t b, bool has_bias);
-  CRef grad_rows_to_full(CRef g);
-  CRef reduce_input_grad(Ref g_partial);
   void embed_fwd(Slot& sl, const int32_t* inputs, Ref x0);
   void apply_rope(Ref qkv, bool inverse);
   void attention_fwd(LayerActs& a);
@@ -188,8 +176,8 @@ class Transformer {
   void layer_bwd(LayerActs& a, const LayerParams& lp, int l);
   void allocate_activations(int slots);
   AttentionShape attn_shape() const;
-  CRef W(size_t offset) const { return (compute_ == DType::F32 ? params_.ref() : cparams_.ref()) + offset; }
-  float* G(size_t offset) { return grads_.ref(offset).f32(); }
+  CRef W(size_t offset) const { return ops_.W(offset); }
+  float* G(size_t offset) { return ops_.G(offset); }
 
   Backend& be_;
   ModelConfig cfg_;
@@ -197,6 +185,7 @@ class Transformer {
   DataComm* cp_comm_;  // the cp group (context parallelism), or null
   int cp_, cp_rank_;   // ranks sharing each sequence (layout.cp), this one's place in the group
   ModelParams mp_;
+  const Mlp& mlp_;
   DType compute_;
   int B_, T_, M_, R_;    // sequences, tokens of each here (seq_len / cp), token rows, rows this rank keeps (M_/tp with SP)
   int row_offset_;       // first token row of this rank's share
@@ -215,14 +204,15 @@ class Transformer {
   Buffer acts_, acts32_;   // saved activations, all slots: compute type, fp32
   Buffer scratch_;         // backward temporaries
   Buffer comm_;            // collective buffers (tensor parallelism)
+  LayerOps ops_;           // what the layers' blocks run with
   std::vector<Slot> slots_;
   RecomputeConfig rc_;
   std::vector<Backend::SumSpan> grad_spans_;
   std::function<void(size_t)> grad_hook_;  // grad_sumsq's tensors, built once
   LayerActs work_{};  // one layer's rebuilt activations, shared by recomputing layers
-  // backward and communication scratch
-  Ref g_resid_, g_norm_, g_rows_, g_full_, g_att_, g_qkv_, g_hin_, g_act_;
-  Ref part_, rows_tmp_;
+  // backward scratch (model/layer/layer_decl.h LayerScratch; the MLP's own)
+  Ref g_resid_, g_norm_, g_att_, g_qkv_;
+  std::vector<Ref> mlp_scratch_;
   std::vector<float> host_losses_;
   bool losses_on_device_ = false;
   Buffer step_losses_;  // head chunk: per-token losses summed over the step's micro-batches

@@ -1,0 +1,17 @@
+#include "model/layer/layer_shape.h"
+
+namespace trainer {
+
+LayerShape layer_shape(const ModelConfig& c, const RankLayout& l) {
+  LayerShape s;
+  const size_t t = l.tp;
+  s.B = l.micro_batch, s.T = c.seq_len / l.cp, s.keys = c.seq_len, s.M = s.B * s.T;
+  s.R = l.sequence_parallel && l.tp > 1 ? s.M / t : s.M;
+  s.d = c.d_model, s.hd = c.head_dim();
+  s.H = c.n_heads / t, s.KV = c.kv_heads() / t, s.F = c.d_ff / t;
+  s.Q = (s.H + 2 * s.KV) * s.hd;
+  s.att = s.H * s.hd;
+  return s;
+}
+
+}  // namespace trainer

@@ -1,0 +1,30 @@
+#pragma once
+// The sizes of one transformer layer's tensors on one rank, for one
+// micro-batch: what its blocks (model/layer/mlp.h, model/layer/layer_decl.h)
+// declare their saved activations, backward scratch and FLOPs from, so that
+// the model's allocation (model/transformer.cpp) and the memory plan
+// (model/memory_plan.cpp) read one declaration.
+#include <cstddef>
+
+#include "model/config.h"
+#include "model/rank_layout.h"
+
+namespace trainer {
+
+struct LayerShape {
+  size_t B;     // sequences per micro-batch
+  size_t T;     // tokens of each here: seq_len / cp
+  size_t keys;  // the tokens attention sees: the whole sequence
+  size_t M;     // token rows: B * T
+  size_t R;     // the rows this rank keeps of the residual stream: M / tp under sequence parallelism, else M
+  size_t d;     // d_model
+  size_t hd;    // head width
+  size_t H, KV;  // this rank's heads and key-value heads (/ tp)
+  size_t F;      // this rank's MLP hidden units (d_ff / tp)
+  size_t Q;      // the packed q|k|v width of this rank: (H + 2 KV) * hd
+  size_t att;    // attention's output width: H * hd
+};
+
+LayerShape layer_shape(const ModelConfig& c, const RankLayout& l);
+
+}  // namespace trainer

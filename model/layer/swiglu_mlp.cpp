@@ -1,0 +1,56 @@
+// Llama's MLP: h = silu(x W_gate^T) * (x W_up^T), out = h W_down^T, no
+// biases. W_gate and W_up are laid out next to each other so that one
+// column-parallel product [2 F, d] makes both (this rank's F hidden units of
+// each); W_down is row-parallel.
+#include "model/layer/mlp.h"
+
+namespace trainer {
+
+namespace {
+enum Param { kWGateUp, kWDown };  // w_gate's offset is the fused [w_gate | w_up]'s
+enum Saved { kGateUp, kHAct };
+enum Scratch { kGGateUp, kGHAct };
+
+class SwiGluMlp final : public Mlp {
+ public:
+  std::vector<size_t> add_params(ParamRegistry& r, const std::string& p, const ModelConfig& c) const override {
+    const int d = c.d_model;
+    const size_t gate = r.add(p + "w_gate", {c.d_ff, d}, true, Sharding::Dim0).offset;
+    r.add(p + "w_up", {c.d_ff, d}, true, Sharding::Dim0);
+    return {gate, r.add(p + "w_down", {d, c.d_ff}, true, Sharding::Dim1).offset};
+  }
+  double matmul_params(const ModelConfig& c) const override { return 3.0 * c.d_model * c.d_ff; }
+  SavedActs saved(const LayerShape& s) const override {
+    return {{s.M * 2 * s.F, false, Kept::UnlessFull}, {s.M * s.F, false, Kept::WithoutRecompute}};
+  }
+  std::vector<size_t> scratch(const LayerShape& s) const override { return {s.M * 2 * s.F, s.M * s.F}; }
+  double rerun_flops(const LayerShape& s) const override { return 2.0 * s.M * s.d * (2 * s.F); }
+
+  void forward(const LayerOps& o, const MlpTensors& t, CRef in, Ref out, CRef resid, Upto upto) const override {
+    const std::vector<size_t>& p = t.params;
+    const int M = (int)o.shape.M, d = (int)o.shape.d, F = (int)o.shape.F;
+    if (upto != Upto::DroppedOnly)
+      o.be->matmul(false, true, M, 2 * F, d, 1.f, in, o.W(p[kWGateUp]), 0.f, t.saved[kGateUp]);
+    o.be->swiglu_fwd(t.saved[kHAct], t.saved[kGateUp], M, F);
+    if (upto == Upto::Output) o.row_parallel(out, resid, t.saved[kHAct], F, p[kWDown], 0, false);
+  }
+
+  void backward(const LayerOps& o, const MlpTensors& t, CRef g_out, CRef in, Ref g_in) const override {
+    const std::vector<size_t>& p = t.params;
+    const int M = (int)o.shape.M, d = (int)o.shape.d, F = (int)o.shape.F;
+    const CRef gf = o.grad_rows_to_full(g_out);
+    o.be->matmul(false, false, M, F, d, 1.f, gf, o.W(p[kWDown]), 0.f, t.scratch[kGHAct]);
+    o.be->matmul(true, false, d, F, M, 1.f, gf, t.saved[kHAct], 1.f, o.G(p[kWDown]));
+    o.be->swiglu_bwd(t.scratch[kGGateUp], t.saved[kGateUp], t.scratch[kGHAct], M, F);
+    o.be->matmul(false, false, M, d, 2 * F, 1.f, t.scratch[kGGateUp], o.W(p[kWGateUp]), 0.f, g_in);
+    o.be->matmul(true, false, 2 * F, d, M, 1.f, t.scratch[kGGateUp], in, 1.f, o.G(p[kWGateUp]));
+  }
+};
+}  // namespace
+
+const Mlp& swiglu_mlp() {
+  static const SwiGluMlp mlp;
+  return mlp;
+}
+
+}  // namespace trainer

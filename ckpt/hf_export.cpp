@@ -11,6 +11,7 @@
 
 #include "ckpt/checkpoint.h"
 #include "ckpt/hdf5_tensors.h"
+#include "model/layer/mlp.h"
 #include "ckpt/safetensors.h"
 #include "runtime/errors.h"
 #include "runtime/float_text.h"
@@ -44,13 +45,12 @@ std::map<std::string, GlobalTensor> assemble_checkpoint(const std::string& dir) 
   return out;
 }
 
-const std::map<std::string, std::string>& llama_layer_names() {
-  static const std::map<std::string, std::string> names = {
+std::map<std::string, std::string> llama_layer_names(const ModelConfig& m) {
+  std::map<std::string, std::string> names = {
       {"attn_norm.weight", "input_layernorm.weight"}, {"attn.wq", "self_attn.q_proj.weight"},
       {"attn.wk", "self_attn.k_proj.weight"},         {"attn.wv", "self_attn.v_proj.weight"},
-      {"attn.wo", "self_attn.o_proj.weight"},         {"mlp_norm.weight", "post_attention_layernorm.weight"},
-      {"mlp.w_gate", "mlp.gate_proj.weight"},         {"mlp.w_up", "mlp.up_proj.weight"},
-      {"mlp.w_down", "mlp.down_proj.weight"}};
+      {"attn.wo", "self_attn.o_proj.weight"},         {"mlp_norm.weight", "post_attention_layernorm.weight"}};
+  for (const MlpParam& p : mlp_for(m).params()) names[std::string("mlp.") + p.name] = p.hf;
   return names;
 }
 
@@ -80,7 +80,7 @@ struct HfWriter {
   }
 };
 
-void gpt2_layer(HfWriter& w, int l) {
+void gpt2_layer(HfWriter& w, const Mlp& mlp, int l) {
   const std::string p = "layers." + std::to_string(l) + ".", h = "transformer.h." + std::to_string(l) + ".";
   w.copy(h + "ln_1.weight", p + "attn_norm.weight");
   w.copy(h + "ln_1.bias", p + "attn_norm.bias");
@@ -101,24 +101,24 @@ void gpt2_layer(HfWriter& w, int l) {
   w.copy(h + "attn.c_proj.bias", p + "attn.bo");
   w.copy(h + "ln_2.weight", p + "mlp_norm.weight");
   w.copy(h + "ln_2.bias", p + "mlp_norm.bias");
-  w.transposed(h + "mlp.c_fc.weight", w.get(p + "mlp.w_fc"));
-  w.copy(h + "mlp.c_fc.bias", p + "mlp.b_fc");
-  w.transposed(h + "mlp.c_proj.weight", w.get(p + "mlp.w_proj"));
-  w.copy(h + "mlp.c_proj.bias", p + "mlp.b_proj");
+  for (const MlpParam& m : mlp.params())
+    if (m.hf_transposed) w.transposed(h + m.hf, w.get(p + "mlp." + m.name));
+    else w.copy(h + m.hf, p + "mlp." + m.name);
 }
 
-void gpt2(HfWriter& w, int layers) {
+void gpt2(HfWriter& w, const ModelConfig& m) {
   w.copy("transformer.wte.weight", "embed.tok");
   w.copy("transformer.wpe.weight", "embed.pos");
-  for (int l = 0; l < layers; l++) gpt2_layer(w, l);
+  for (int l = 0; l < m.n_layers; l++) gpt2_layer(w, mlp_for(m), l);
   w.copy("transformer.ln_f.weight", "final_norm.weight");
   w.copy("transformer.ln_f.bias", "final_norm.bias");
 }
 
-void llama(HfWriter& w, int layers) {
+void llama(HfWriter& w, const ModelConfig& m) {
   w.copy("model.embed_tokens.weight", "embed.tok");
-  for (int l = 0; l < layers; l++)
-    for (const auto& [ours, hf] : llama_layer_names())
+  const std::map<std::string, std::string> names = llama_layer_names(m);
+  for (int l = 0; l < m.n_layers; l++)
+    for (const auto& [ours, hf] : names)
       w.copy("model.layers." + std::to_string(l) + "." + hf, "layers." + std::to_string(l) + "." + ours);
   w.copy("model.norm.weight", "final_norm.weight");
 }
@@ -126,8 +126,8 @@ void llama(HfWriter& w, int layers) {
 
 void write_tensors(const std::map<std::string, GlobalTensor>& t, const ModelConfig& m, const Emit& emit) {
   HfWriter w{t, emit};
-  if (m.arch == Arch::Llama) llama(w, m.n_layers);
-  else gpt2(w, m.n_layers);
+  if (m.arch == Arch::Llama) llama(w, m);
+  else gpt2(w, m);
   // A tied head is the embedding: stored once, and loaders tie it back
   // (config.tie_word_embeddings); a second copy would travel into every
   // conversion (llama.cpp's GGUF).

@@ -51,8 +51,9 @@ std::vector<std::string> export_hf_dir(
     const std::function<std::vector<std::string>(const std::string& dir)>& extra = {});
 
 // Our name -> Hugging Face's within a Llama layer ("attn.wq" ->
-// "self_attn.q_proj.weight"), for export and import alike.
-const std::map<std::string, std::string>& llama_layer_names();
+// "self_attn.q_proj.weight"; the MLP's as its kind declares them), for
+// export and import alike.
+std::map<std::string, std::string> llama_layer_names(const ModelConfig& m);
 
 // config.json for the model; generation_config.json ("" without an eos).
 // The tokenizer's special ids (`ends`, those inside the vocabulary) go into

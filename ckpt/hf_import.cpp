@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "ckpt/safetensors.h"
+#include "model/layer/mlp.h"
 #include "runtime/errors.h"
 #include "runtime/regular_file.h"
 
@@ -269,10 +270,9 @@ void gpt2(Mapper& mp, const ModelConfig& m) {
     mp.copy(p + "attn.bo", h + "attn.c_proj.bias");
     mp.copy(p + "mlp_norm.weight", h + "ln_2.weight");
     mp.copy(p + "mlp_norm.bias", h + "ln_2.bias");
-    mp.conv1d(p + "mlp.w_fc", h + "mlp.c_fc.weight");
-    mp.copy(p + "mlp.b_fc", h + "mlp.c_fc.bias");
-    mp.conv1d(p + "mlp.w_proj", h + "mlp.c_proj.weight");
-    mp.copy(p + "mlp.b_proj", h + "mlp.c_proj.bias");
+    for (const MlpParam& q : mlp_for(m).params())
+      if (q.hf_transposed) mp.conv1d(p + "mlp." + q.name, h + q.hf);
+      else mp.copy(p + "mlp." + q.name, h + q.hf);
     mp.hf.erase(h + "attn.bias");  // the causal-mask buffers older transformers save
     mp.hf.erase(h + "attn.masked_bias");
   }
@@ -282,8 +282,9 @@ void gpt2(Mapper& mp, const ModelConfig& m) {
 
 void llama(Mapper& mp, const ModelConfig& m) {
   mp.copy("embed.tok", "model.embed_tokens.weight");
+  const std::map<std::string, std::string> names = llama_layer_names(m);
   for (int l = 0; l < m.n_layers; l++) {
-    for (const auto& [ours, hf] : llama_layer_names())
+    for (const auto& [ours, hf] : names)
       mp.copy("layers." + std::to_string(l) + "." + ours, "model.layers." + std::to_string(l) + "." + hf);
     mp.hf.erase("model.layers." + std::to_string(l) + ".self_attn.rotary_emb.inv_freq");  // recomputed, not weights
   }

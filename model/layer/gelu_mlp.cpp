@@ -11,12 +11,14 @@ enum Scratch { kGHIn, kGHAct };  // their gradients
 
 class GeluMlp final : public Mlp {
  public:
-  std::vector<size_t> add_params(ParamRegistry& r, const std::string& p, const ModelConfig& c) const override {
-    const int d = c.d_model;
-    return {r.add(p + "w_fc", {c.d_ff, d}, true, Sharding::Dim0).offset,
-            r.add(p + "b_fc", {c.d_ff}, false, Sharding::Dim0).offset,
-            r.add(p + "w_proj", {d, c.d_ff}, true, Sharding::Dim1).offset,
-            r.add(p + "b_proj", {d}, false, Sharding::Replicated, true).offset};
+  const std::vector<MlpParam>& params() const override {
+    static const std::vector<MlpParam> p = {  // in Param's order
+        {"w_fc", "mlp.c_fc.weight", MlpParam::FfByD, Sharding::Dim0, true},
+        {"b_fc", "mlp.c_fc.bias", MlpParam::Ff, Sharding::Dim0, false},
+        {"w_proj", "mlp.c_proj.weight", MlpParam::DByFf, Sharding::Dim1, true},
+        {"b_proj", "mlp.c_proj.bias", MlpParam::D, Sharding::Replicated, false},
+    };
+    return p;
   }
   double matmul_params(const ModelConfig& c) const override { return 2.0 * c.d_model * c.d_ff; }
   SavedActs saved(const LayerShape& s) const override {

@@ -17,6 +17,22 @@
 
 namespace trainer {
 
+// One of an MLP's tensors, declared once: our name (after "layers.N.mlp."),
+// Hugging Face's (after the layer's prefix, "transformer.h.N." or
+// "model.layers.N."), its global shape, how tp shards it. Matrices decay;
+// replicated tensors (a bias after the row-parallel product) see 1/tp of
+// the tokens under sequence parallelism, so their gradients are partial.
+struct MlpParam {
+  enum Shape { FfByD, Ff, DByFf, D };  // [d_ff, d], [d_ff], [d, d_ff], [d]
+  const char* name;
+  const char* hf;
+  Shape shape;
+  Sharding sharding;
+  bool hf_transposed;  // GPT-2's Conv1D keeps [in, out]
+  std::vector<int> global_shape(const ModelConfig& c) const;
+  bool matrix() const { return shape == FfByD || shape == DByFf; }
+};
+
 // One layer's MLP on this rank: its parameters' offsets, saved activations
 // and scratch, each in the order its kind declared them.
 struct MlpTensors {
@@ -28,9 +44,11 @@ struct MlpTensors {
 class Mlp {
  public:
   virtual ~Mlp() = default;
-  // Adds its tensors to the registry under `prefix` ("layers.3.mlp.");
-  // returns their offsets.
-  virtual std::vector<size_t> add_params(ParamRegistry& r, const std::string& prefix, const ModelConfig& c) const = 0;
+  // Its tensors, in the order the registry lays them out.
+  virtual const std::vector<MlpParam>& params() const = 0;
+  // Adds them to the registry under `prefix` ("layers.3.mlp."); returns
+  // their offsets.
+  std::vector<size_t> add_params(ParamRegistry& r, const std::string& prefix, const ModelConfig& c) const;
   // Weights one layer's products read per token (model/flops.h counts 6 FLOPs
   // for each in training).
   virtual double matmul_params(const ModelConfig& c) const = 0;

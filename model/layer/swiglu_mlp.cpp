@@ -7,17 +7,19 @@
 namespace trainer {
 
 namespace {
-enum Param { kWGateUp, kWDown };  // w_gate's offset is the fused [w_gate | w_up]'s
+enum Param { kWGateUp, kWUp, kWDown };  // w_gate's offset is the fused [w_gate | w_up]'s
 enum Saved { kGateUp, kHAct };
 enum Scratch { kGGateUp, kGHAct };
 
 class SwiGluMlp final : public Mlp {
  public:
-  std::vector<size_t> add_params(ParamRegistry& r, const std::string& p, const ModelConfig& c) const override {
-    const int d = c.d_model;
-    const size_t gate = r.add(p + "w_gate", {c.d_ff, d}, true, Sharding::Dim0).offset;
-    r.add(p + "w_up", {c.d_ff, d}, true, Sharding::Dim0);
-    return {gate, r.add(p + "w_down", {d, c.d_ff}, true, Sharding::Dim1).offset};
+  const std::vector<MlpParam>& params() const override {
+    static const std::vector<MlpParam> p = {  // in Param's order
+        {"w_gate", "mlp.gate_proj.weight", MlpParam::FfByD, Sharding::Dim0, false},
+        {"w_up", "mlp.up_proj.weight", MlpParam::FfByD, Sharding::Dim0, false},
+        {"w_down", "mlp.down_proj.weight", MlpParam::DByFf, Sharding::Dim1, false},
+    };
+    return p;
   }
   double matmul_params(const ModelConfig& c) const override { return 3.0 * c.d_model * c.d_ff; }
   SavedActs saved(const LayerShape& s) const override {

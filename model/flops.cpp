@@ -1,12 +1,12 @@
 #include "model/flops.h"
 
-#include "model/layer/layer_decl.h"
+#include "model/layer/attention.h"
 #include "model/layer/mlp.h"
 
 namespace trainer {
 
 double matmul_params(const ModelConfig& c) {
-  const double mlp = mlp_for(c).matmul_params(c), attn = layer_matmul_params(c);
+  const double mlp = mlp_for(c).matmul_params(c), attn = Attention::matmul_params(c);
   return c.n_layers * (mlp + attn) + (double)c.vocab_size * c.d_model;
 }
 

@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "model/adamw.h"
+#include "model/layer/attention.h"
 #include "model/layer/layer_decl.h"
 #include "model/layer/mlp.h"
 #include "runtime/backend.h"
@@ -36,7 +37,7 @@ Dims dims(const LayerShape& s, int vocab_rows) {
 }
 
 // One layer's saved activations in bytes, as its blocks declare them
-// (model/layer/layer_decl.h, model/layer/mlp.h): what a layer in recompute
+// (model/layer/layer_decl.h, attention.h, mlp.h): what a layer in recompute
 // mode m keeps (kept) and what it rebuilds into the workspace the
 // recomputing layers share (rebuilt).
 struct LayerBytes {
@@ -44,6 +45,7 @@ struct LayerBytes {
 };
 LayerBytes layer_bytes(const ModelConfig& c, const LayerShape& s, double e) {
   SavedActs saved = layer_saved(s);
+  for (const SavedAct& a : Attention::saved(s)) saved.push_back(a);
   for (const SavedAct& a : mlp_for(c).saved(s)) saved.push_back(a);
   LayerBytes b;
   for (RecomputeMode m : {RecomputeMode::None, RecomputeMode::Selective, RecomputeMode::Full})
@@ -54,6 +56,7 @@ LayerBytes layer_bytes(const ModelConfig& c, const LayerShape& s, double e) {
 double scratch_elems(const ModelConfig& c, const LayerShape& s) {
   double n = 0;
   for (size_t x : layer_scratch(s)) n += x;
+  for (size_t x : Attention::scratch(s)) n += x;
   for (size_t x : mlp_for(c).scratch(s)) n += x;
   return n;
 }
@@ -176,7 +179,7 @@ double recompute_extra_flops(const ModelConfig& c, const RankLayout& l, const Re
   // Full reruns all but the MLP's output product; selective only an
   // elementwise activation (no products).
   const LayerShape shape = layer_shape(c, l);
-  const double per_layer = layer_rerun_flops(shape) + mlp_for(c).rerun_flops(shape);
+  const double per_layer = Attention::rerun_flops(shape) + mlp_for(c).rerun_flops(shape);
   double extra = 0;
   for (const ChunkLayout& ch : l.chunks) {
     const int layers = ch.spec.last_layer - ch.spec.first_layer;

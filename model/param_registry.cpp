@@ -2,6 +2,7 @@
 
 #include <stdexcept>
 
+#include "model/layer/attention.h"
 #include "model/layer/mlp.h"
 
 namespace trainer {
@@ -62,9 +63,9 @@ ModelParams build_params(const ModelConfig& c, int tp_size, int tp_rank, ChunkSp
   if (chunk.last_layer < 0) chunk.last_layer = c.n_layers;
   mp.chunk = chunk;
   ParamRegistry& r = mp.reg;
-  const int d = c.d_model, hd = c.head_dim(), H = c.n_heads, KV = c.kv_heads();
+  const int d = c.d_model;
   const bool bias = c.has_bias();
-  const Sharding rep = Sharding::Replicated, col = Sharding::Dim0, row = Sharding::Dim1;
+  const Sharding rep = Sharding::Replicated, col = Sharding::Dim0;
   if (chunk.embed) {
     mp.wte = r.add("embed.tok", {c.vocab_size, d}, true, col).offset;
     if (!c.rope_positions()) mp.wpe = r.add("embed.pos", {c.seq_len, d}, true, rep, true).offset;
@@ -74,16 +75,7 @@ ModelParams build_params(const ModelConfig& c, int tp_size, int tp_rank, ChunkSp
     LayerParams lp{};
     lp.norm1_w = r.add(p + "attn_norm.weight", {d}, false, rep, true).offset;
     if (bias) lp.norm1_b = r.add(p + "attn_norm.bias", {d}, false, rep, true).offset;
-    lp.wqkv = r.add(p + "attn.wq", {H * hd, d}, true, col).offset;
-    r.add(p + "attn.wk", {KV * hd, d}, true, col);
-    r.add(p + "attn.wv", {KV * hd, d}, true, col);
-    if (bias) {
-      lp.bqkv = r.add(p + "attn.bq", {H * hd}, false, col).offset;
-      r.add(p + "attn.bk", {KV * hd}, false, col);
-      r.add(p + "attn.bv", {KV * hd}, false, col);
-    }
-    lp.wo = r.add(p + "attn.wo", {d, H * hd}, true, row).offset;
-    if (bias) lp.bo = r.add(p + "attn.bo", {d}, false, rep, true).offset;
+    Attention::add_params(r, p, c, lp);
     lp.norm2_w = r.add(p + "mlp_norm.weight", {d}, false, rep, true).offset;
     if (bias) lp.norm2_b = r.add(p + "mlp_norm.bias", {d}, false, rep, true).offset;
     lp.mlp = mlp_for(c).add_params(r, p + "mlp.", c);

@@ -49,12 +49,8 @@ Transformer::Transformer(Backend& be, const ModelConfig& cfg, const RankLayout& 
   ops_.be = &be_, ops_.tp = tp_, ops_.shape = layer_shape(cfg, layout);
   R_ = (int)ops_.shape.R;
   row_offset_ = sp ? tp_.rank() * R_ : 0;
-  H_ = (int)ops_.shape.H;
-  KV_ = (int)ops_.shape.KV;
-  F_ = (int)ops_.shape.F;
   V_ = cfg.vocab_size / t;
   vocab_offset_ = tp_.rank() * V_;
-  Q_ = (int)ops_.shape.Q;
   for (int t = 0; t < T_; t++) positions_.push_back(cp_position(cp_, cp_rank_, cfg.seq_len, t));
   if (cp_ == 1) {
     position_runs_ = {{0, R_, row_offset_}};
@@ -65,8 +61,13 @@ Transformer::Transformer(Backend& be, const ModelConfig& cfg, const RankLayout& 
       position_runs_.push_back({row - row_offset_, n, positions_[t]});
       row += n;
     }
-    cp_attention_ = make_context_attention(layout.cp_comm, be_, *cp_comm_, attn_shape(), compute_, layout.cp_overlap);
   }
+  std::unique_ptr<ContextAttention> cp_attention;
+  if (cp_ > 1) {
+    cp_attention = make_context_attention(layout.cp_comm, be_, *cp_comm_, Attention::attention_shape(ops_.shape),
+                                          compute_, layout.cp_overlap);
+  }
+  attn_ = std::make_unique<Attention>(cfg, ops_.shape, positions_, std::move(cp_attention));
 
   const size_t n = mp_.reg.total();
   params_ = be_.alloc(n, DType::F32, Mem::Params);
@@ -86,15 +87,15 @@ Transformer::Transformer(Backend& be, const ModelConfig& cfg, const RankLayout& 
 // Four allocations, counted apart: activations saved per micro-batch (compute
 // type and fp32), backward scratch (temporaries), and buffers collectives
 // read or fill. A layer's saved activations and the scratch are carved as
-// its blocks declare them (model/layer/layer_decl.h, the MLP's), which the
-// memory plan sums too.
+// its parts declare them (model/layer/layer_decl.h, attention.h, mlp.h),
+// which the memory plan sums too.
 void Transformer::allocate_activations(int slots) {
   const int t = tp_.size();
   const bool sp = R_ < M_;
   const size_t M = M_, R = R_, d = cfg_.d_model, L = mp_.layers.size();
   const bool head = mp_.chunk.head;
   const LayerShape& shape = ops_.shape;
-  const SavedActs own = layer_saved(shape), mlp = mlp_.saved(shape);
+  const SavedActs own = layer_saved(shape), attn = Attention::saved(shape), mlp = mlp_.saved(shape);
   slots_.clear();
   slots_.resize(slots);
   bool any_recompute = false;
@@ -110,12 +111,13 @@ void Transformer::allocate_activations(int slots) {
   };
   auto carve_layer = [&](Carver& c, Carver& f, LayerActs& a, auto keeps) {
     carve_saved(c, f, own, a.own, work_.own, keeps);
+    carve_saved(c, f, attn, a.attn, work_.attn, keeps);
     carve_saved(c, f, mlp, a.mlp, work_.mlp, keeps);
   };
   auto carve = [&](Carver& c, Carver& f, Carver& tmp, Carver& com) {
     // The workspace holds what the recomputing layers drop.
     work_ = {};
-    work_.own.resize(own.size()), work_.mlp.resize(mlp.size());
+    work_.own.resize(own.size()), work_.attn.resize(attn.size()), work_.mlp.resize(mlp.size());
     if (any_recompute) carve_layer(c, f, work_, [&](Kept k) { return !kept_in(k, rc_.mode); });
     for (Slot& sl : slots_) {
       sl.layers.assign(L, {});
@@ -134,7 +136,9 @@ void Transformer::allocate_activations(int slots) {
     }
     std::vector<Ref> g;
     for (size_t n : layer_scratch(shape)) g.push_back(tmp.take(n));
-    g_resid_ = g[kGResid], g_norm_ = g[kGNorm], g_att_ = g[kGAtt], g_qkv_ = g[kGQkv];
+    g_resid_ = g[kGResid], g_norm_ = g[kGNorm];
+    attn_scratch_.clear();
+    for (size_t n : Attention::scratch(shape)) attn_scratch_.push_back(tmp.take(n));
     mlp_scratch_.clear();
     for (size_t n : mlp_.scratch(shape)) mlp_scratch_.push_back(tmp.take(n));
     ops_.part = com.take(t > 1 ? M * d : 0);
@@ -179,41 +183,8 @@ void Transformer::sync_compute_weights() {
   if (compute_ != DType::F32) be_.convert(cparams_.ref(), params_.ref(), params_.count());
 }
 
-AttentionShape Transformer::attn_shape() const {
-  return {B_, T_, H_, KV_, cfg_.head_dim(), Q_};
-}
-
-// RoPE at the tokens' places in the whole sequence: under context
-// parallelism each chunk of each sequence starts at its own position.
-void Transformer::apply_rope(Ref qkv, bool inverse) {
-  const AttentionShape s = attn_shape();
-  if (cp_ == 1) return be_.rope(qkv, s, cfg_.rope(), inverse);
-  const int chunk = T_ / 2;
-  for (int b = 0; b < B_; b++)
-    for (int half = 0; half < 2; half++) {
-      AttentionShape run = s;
-      run.B = 1, run.T = chunk, run.t0 = positions_[half * chunk];
-      be_.rope(qkv + ((size_t)b * T_ + half * chunk) * Q_, run, cfg_.rope(), inverse);
-    }
-}
-
-const CpTimes* Transformer::cp_times() const { return cp_attention_ ? &cp_attention_->times() : nullptr; }
-void Transformer::reset_cp_times() {
-  if (cp_attention_) cp_attention_->reset_times();
-}
-
-void Transformer::attention_fwd(LayerActs& a) {
-  const std::vector<Ref>& s = a.own;
-  if (cp_attention_) cp_attention_->forward(s[kAtt], s[kAttStats].f32(), s[kQkv]);
-  else be_.attention_fwd(s[kAtt], s[kAttStats].f32(), s[kQkv], attn_shape());
-}
-
-// g_att_ holds the gradient of a.att; g_qkv_ becomes that of a.qkv.
-void Transformer::attention_bwd(LayerActs& a) {
-  const std::vector<Ref>& s = a.own;
-  if (cp_attention_) cp_attention_->backward(g_qkv_, g_att_, s[kQkv], s[kAtt], s[kAttStats].f32());
-  else be_.attention_bwd(g_qkv_, g_att_, s[kQkv], s[kAtt], s[kAttStats].f32(), attn_shape());
-}
+const CpTimes* Transformer::cp_times() const { return attn_->cp_times(); }
+void Transformer::reset_cp_times() { attn_->reset_cp_times(); }
 
 void Transformer::norm_fwd(Ref out, float* mean, float* rstd, CRef x, size_t w, size_t b) {
   if (cfg_.rms_norm())
@@ -245,15 +216,9 @@ void Transformer::layer_fwd(LayerActs& a, const LayerParams& lp, Ref out, Upto u
   const std::vector<Ref>& s = a.own;
   const MlpTensors mlp{lp.mlp, a.mlp, mlp_scratch_};
   if (upto == Upto::DroppedOnly) return mlp_.forward(ops_, mlp, s[kNorm2], out, s[kResidMid], upto);
-  const int M = M_, d = cfg_.d_model, Q = Q_, hd = cfg_.head_dim();
-  const bool bias = cfg_.has_bias();
   // attention block
   norm_to_full(s[kNorm1], s[kMean1].f32(), s[kRstd1].f32(), s[kResidIn], lp.norm1_w, lp.norm1_b);
-  be_.matmul(false, true, M, Q, d, 1.f, s[kNorm1], W(lp.wqkv), 0.f, s[kQkv]);
-  if (bias) be_.add_bias(s[kQkv], W(lp.bqkv), M, Q);
-  if (cfg_.rope_positions()) apply_rope(s[kQkv], false);
-  attention_fwd(a);
-  ops_.row_parallel(s[kResidMid], s[kResidIn], s[kAtt], H_ * hd, lp.wo, lp.bo, bias);
+  attn_->forward(ops_, lp, a.attn, s[kNorm1], s[kResidMid], s[kResidIn]);
   // MLP block
   norm_to_full(s[kNorm2], s[kMean2].f32(), s[kRstd2].f32(), s[kResidMid], lp.norm2_w, lp.norm2_b);
   mlp_.forward(ops_, mlp, s[kNorm2], out, s[kResidMid], upto);
@@ -341,8 +306,6 @@ void Transformer::head_bwd(Slot& sl) {
 
 // g_resid_ holds the gradient of layer l's output rows; afterwards, of its input.
 void Transformer::layer_bwd(LayerActs& a, const LayerParams& lp, int l) {
-  const int M = M_, R = R_, d = cfg_.d_model, Q = Q_, A = H_ * cfg_.head_dim();
-  const bool bias = cfg_.has_bias();
   const std::vector<Ref>& s = a.own;
   if (rc_.applies(l))
     layer_fwd(a, lp, Ref(), rc_.mode == RecomputeMode::Full ? Upto::BackwardInputs : Upto::DroppedOnly);
@@ -351,15 +314,7 @@ void Transformer::layer_bwd(LayerActs& a, const LayerParams& lp, int l) {
   norm_bwd(g_resid_, ops_.reduce_input_grad(g_norm_), s[kResidMid], lp.norm2_w, lp.norm2_b, s[kMean2].f32(),
            s[kRstd2].f32());
   // Attention block: g_resid is now the gradient of resid_mid.
-  if (bias) be_.bias_bwd(G(lp.bo), g_resid_, R, d);
-  const CRef gf = ops_.grad_rows_to_full(g_resid_);
-  be_.matmul(false, false, M, A, d, 1.f, gf, W(lp.wo), 0.f, g_att_);
-  be_.matmul(true, false, d, A, M, 1.f, gf, s[kAtt], 1.f, G(lp.wo));
-  attention_bwd(a);
-  if (cfg_.rope_positions()) apply_rope(g_qkv_, true);
-  be_.matmul(false, false, M, d, Q, 1.f, g_qkv_, W(lp.wqkv), 0.f, g_norm_);
-  be_.matmul(true, false, Q, d, M, 1.f, g_qkv_, s[kNorm1], 1.f, G(lp.wqkv));
-  if (bias) be_.bias_bwd(G(lp.bqkv), g_qkv_, M, Q);
+  attn_->backward(ops_, lp, a.attn, attn_scratch_, g_resid_, s[kNorm1], g_norm_);
   norm_bwd(g_resid_, ops_.reduce_input_grad(g_norm_), s[kResidIn], lp.norm1_w, lp.norm1_b, s[kMean1].f32(),
            s[kRstd1].f32());
 }

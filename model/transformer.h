@@ -1,7 +1,9 @@
 #pragma once
 // Decoder-only transformer ("gpt2" or "llama") with explicit forward and
 // backward passes, llm.c style: parameters, gradients and activations live in
-// contiguous buffers owned here, and every op is a Backend call.
+// contiguous buffers owned here, and every op is a Backend call. A layer is
+// two norms and two blocks (model/layer/: attention, an MLP kind) that
+// declare what they hold and run their own forward and backward.
 //
 // Tensor parallelism (Megatron-style) over a TP communicator: attention heads
 // and MLP hidden units are split (column-parallel in, row-parallel out), the
@@ -29,6 +31,7 @@
 #include <vector>
 
 #include "model/config.h"
+#include "model/layer/attention.h"
 #include "model/layer/layer_ops.h"
 #include "model/layer/mlp.h"
 #include "model/param_registry.h"
@@ -44,9 +47,6 @@ namespace trainer {
 struct ContextParallel {
   DataComm* comm = nullptr;  // the cp group's transfers (ring or all-to-all); null: no context parallelism
 };
-
-class ContextAttention;
-struct CpTimes;
 
 class Transformer {
  public:
@@ -145,9 +145,10 @@ class Transformer {
 
  private:
   // One layer's saved activations, as declared (model/layer/layer_decl.h
-  // LayerSaved, the MLP's own order): the compute type, or fp32 where declared.
+  // LayerSaved, Attention::Saved, the MLP's own order): the compute type, or
+  // fp32 where declared.
   struct LayerActs {
-    std::vector<Ref> own, mlp;
+    std::vector<Ref> own, attn, mlp;
   };
   // One micro-batch's saved activations.
   struct Slot {
@@ -168,14 +169,10 @@ class Transformer {
   void norm_bwd(Ref dx, CRef dout, CRef x, size_t w, size_t b, const float* mean, const float* rstd);
   void norm_to_full(Ref full, float* mean, float* rstd, CRef x, size_t w, size_t b);
   void embed_fwd(Slot& sl, const int32_t* inputs, Ref x0);
-  void apply_rope(Ref qkv, bool inverse);
-  void attention_fwd(LayerActs& a);
-  void attention_bwd(LayerActs& a);
   double head_fwd(Slot& sl, const int32_t* targets, float grad_scale);
   void head_bwd(Slot& sl);
   void layer_bwd(LayerActs& a, const LayerParams& lp, int l);
   void allocate_activations(int slots);
-  AttentionShape attn_shape() const;
   CRef W(size_t offset) const { return ops_.W(offset); }
   float* G(size_t offset) { return ops_.G(offset); }
 
@@ -196,9 +193,8 @@ class Transformer {
     int row, rows, pos;
   };
   std::vector<PositionRun> position_runs_;
-  std::unique_ptr<ContextAttention> cp_attention_;  // context parallelism: ring or all-to-all
-  int H_, KV_, F_, V_;   // this rank's heads, kv heads, hidden units, vocabulary rows
-  int Q_, vocab_offset_;
+  std::unique_ptr<Attention> attn_;  // the layers' attention (over the cp group with context parallelism)
+  int V_, vocab_offset_;  // this rank's vocabulary rows, the first one's id
   Buffer params_, grads_;  // fp32
   Buffer cparams_;         // the compute copy (bf16 runs only)
   Buffer acts_, acts32_;   // saved activations, all slots: compute type, fp32
@@ -210,9 +206,9 @@ class Transformer {
   std::vector<Backend::SumSpan> grad_spans_;
   std::function<void(size_t)> grad_hook_;  // grad_sumsq's tensors, built once
   LayerActs work_{};  // one layer's rebuilt activations, shared by recomputing layers
-  // backward scratch (model/layer/layer_decl.h LayerScratch; the MLP's own)
-  Ref g_resid_, g_norm_, g_att_, g_qkv_;
-  std::vector<Ref> mlp_scratch_;
+  // backward scratch (model/layer/layer_decl.h LayerScratch; the blocks' own)
+  Ref g_resid_, g_norm_;
+  std::vector<Ref> attn_scratch_, mlp_scratch_;
   std::vector<float> host_losses_;
   bool losses_on_device_ = false;
   Buffer step_losses_;  // head chunk: per-token losses summed over the step's micro-batches

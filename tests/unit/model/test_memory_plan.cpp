@@ -72,7 +72,7 @@ TEST(CudaMemoryPlan, CountsTheBackendsOwnBuffersOnlyOnCuda) {
 // it (what a recompute mode keeps, the workspace the recomputing layers
 // share, a slot, the head's buffers; the smallest tensor, a norm's
 // statistics, is 256 bytes) would show. Both read the blocks' declarations
-// (model/layer/layer_decl.h, model/layer/mlp.h); the forward and backward
+// (model/layer/layer_decl.h, attention.h, mlp.h); the forward and backward
 // that use the buffers are held to PyTorch and finite differences elsewhere.
 TEST(MemoryPlan, ActivationsAreWhatTheModelAllocates) {
   for (Arch arch : {Arch::GPT2, Arch::Llama}) {

@@ -1,0 +1,96 @@
+#include "model/layer/attention.h"
+
+#include "parallel/context_attention.h"
+
+namespace trainer {
+
+SavedActs Attention::saved(const LayerShape& s) {
+  const size_t stats = s.B * s.H * s.T * Backend::kAttentionStats;  // per query row and head
+  return {{s.M * s.Q, false, Kept::UnlessFull}, {stats, true, Kept::UnlessFull}, {s.M * s.att, false, Kept::UnlessFull}};
+}
+
+std::vector<size_t> Attention::scratch(const LayerShape& s) { return {s.M * s.att, s.M * s.Q}; }
+
+void Attention::add_params(ParamRegistry& r, const std::string& p, const ModelConfig& c, LayerParams& lp) {
+  const int d = c.d_model, hd = c.head_dim(), H = c.n_heads, KV = c.kv_heads();
+  const Sharding col = Sharding::Dim0;
+  // wq|wk|wv adjacent: this rank's [q+k+v heads x d] projection is one matrix.
+  lp.wqkv = r.add(p + "attn.wq", {H * hd, d}, true, col).offset;
+  r.add(p + "attn.wk", {KV * hd, d}, true, col);
+  r.add(p + "attn.wv", {KV * hd, d}, true, col);
+  if (c.has_bias()) {
+    lp.bqkv = r.add(p + "attn.bq", {H * hd}, false, col).offset;
+    r.add(p + "attn.bk", {KV * hd}, false, col);
+    r.add(p + "attn.bv", {KV * hd}, false, col);
+  }
+  lp.wo = r.add(p + "attn.wo", {d, H * hd}, true, Sharding::Dim1).offset;
+  if (c.has_bias()) lp.bo = r.add(p + "attn.bo", {d}, false, Sharding::Replicated, true).offset;
+}
+
+double Attention::matmul_params(const ModelConfig& c) {
+  const double d = c.d_model;
+  return d * c.qkv_dim() + d * d;
+}
+
+double Attention::rerun_flops(const LayerShape& s) {
+  const double qkv = 2.0 * s.M * s.d * s.Q, out_proj = 2.0 * s.M * s.att * s.d;
+  const double core = 2.0 * 2 * s.B * s.H * s.T * s.keys * s.hd;  // QK^T and PV
+  return qkv + core + out_proj;
+}
+
+AttentionShape Attention::attention_shape(const LayerShape& s) {
+  return {(int)s.B, (int)s.T, (int)s.H, (int)s.KV, (int)s.hd, (int)s.Q};
+}
+
+Attention::Attention(const ModelConfig& c, const LayerShape& s, std::vector<int> positions,
+                     std::unique_ptr<ContextAttention> cp)
+    : bias_(c.has_bias()), rotate_(c.rope_positions()), freqs_(c.rope()), shape_(attention_shape(s)),
+      positions_(std::move(positions)), cp_(std::move(cp)) {}
+
+Attention::~Attention() = default;
+
+const CpTimes* Attention::cp_times() const { return cp_ ? &cp_->times() : nullptr; }
+void Attention::reset_cp_times() {
+  if (cp_) cp_->reset_times();
+}
+
+// RoPE at the tokens' places in the whole sequence: under context
+// parallelism each of this rank's two chunks of a sequence starts at its own.
+void Attention::rope(const LayerOps& o, Ref qkv, bool inverse) const {
+  if (!cp_) return o.be->rope(qkv, shape_, freqs_, inverse);
+  const int chunk = shape_.T / 2;
+  for (int b = 0; b < shape_.B; b++)
+    for (int half = 0; half < 2; half++) {
+      AttentionShape run = shape_;
+      run.B = 1, run.T = chunk, run.t0 = positions_[half * chunk];
+      o.be->rope(qkv + ((size_t)b * shape_.T + half * chunk) * shape_.row, run, freqs_, inverse);
+    }
+}
+
+void Attention::forward(const LayerOps& o, const LayerParams& lp, const std::vector<Ref>& s, CRef in, Ref out,
+                        CRef resid) {
+  const int M = (int)o.shape.M, d = (int)o.shape.d, Q = shape_.row;
+  o.be->matmul(false, true, M, Q, d, 1.f, in, o.W(lp.wqkv), 0.f, s[kQkv]);
+  if (bias_) o.be->add_bias(s[kQkv], o.W(lp.bqkv), M, Q);
+  if (rotate_) rope(o, s[kQkv], false);
+  if (cp_) cp_->forward(s[kOut], s[kStats].f32(), s[kQkv]);
+  else o.be->attention_fwd(s[kOut], s[kStats].f32(), s[kQkv], shape_);
+  o.row_parallel(out, resid, s[kOut], (int)o.shape.att, lp.wo, lp.bo, bias_);
+}
+
+void Attention::backward(const LayerOps& o, const LayerParams& lp, const std::vector<Ref>& s,
+                         const std::vector<Ref>& g, CRef g_out, CRef in, Ref g_in) {
+  const int M = (int)o.shape.M, d = (int)o.shape.d, Q = shape_.row, A = (int)o.shape.att;
+  if (bias_) o.be->bias_bwd(o.G(lp.bo), g_out, (int)o.shape.R, d);
+  const CRef gf = o.grad_rows_to_full(g_out);
+  o.be->matmul(false, false, M, A, d, 1.f, gf, o.W(lp.wo), 0.f, g[kGOut]);
+  o.be->matmul(true, false, d, A, M, 1.f, gf, s[kOut], 1.f, o.G(lp.wo));
+  if (cp_) cp_->backward(g[kGQkv], g[kGOut], s[kQkv], s[kOut], s[kStats].f32());
+  else o.be->attention_bwd(g[kGQkv], g[kGOut], s[kQkv], s[kOut], s[kStats].f32(), shape_);
+  if (rotate_) rope(o, g[kGQkv], true);
+  o.be->matmul(false, false, M, d, Q, 1.f, g[kGQkv], o.W(lp.wqkv), 0.f, g_in);
+  o.be->matmul(true, false, Q, d, M, 1.f, g[kGQkv], in, 1.f, o.G(lp.wqkv));
+  if (bias_) o.be->bias_bwd(o.G(lp.bqkv), g[kGQkv], M, Q);
+}
+
+}  // namespace trainer

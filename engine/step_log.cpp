@@ -51,16 +51,10 @@ void StepLoop::print_header() const {
                                 (device.empty() ? std::string(" on CPU, ") + cpu::kernel_set_name(cpu::kernel_set()) + " kernels"
                                                 : " on " + device);
   std::printf(
-      "trainer: %s | %s, %s params (%s/rank), %s | dp=%d pp=%d tp=%d%s%s%s | global batch %d x %d tokens, "
+      "trainer: %s | %s, %s params (%s/rank), %s | %s | global batch %d x %d tokens, "
       "micro-batch %d, %d accumulation step(s) | %zu train samples | peak %.1f GFLOP/s/rank (%s)\n",
       r_.run.name.c_str(), arch_name(r_.model.arch), format_count((double)build_params(r_.model).reg.total()).c_str(),
-      format_count((double)here).c_str(), precision.c_str(), r_.parallel.grid.dp, r_.parallel.grid.pp,
-      r_.parallel.grid.tp, r_.parallel.sequence_parallel ? " (sequence parallel)" : "",
-      r_.parallel.grid.pp == 1                         ? ""
-      : r_.parallel.schedule == ScheduleKind::OneFOneB ? " 1f1b"
-                                                       : " interleaved",
-      r_.parallel.grid.cp > 1 ? (" cp=" + std::to_string(r_.parallel.grid.cp) + " (ring attention)").c_str() : "",
-      r_.training.global_batch, r_.model.seq_len, rank_step_.layout().micro_batch, r_.accum_steps(),
+      format_count((double)here).c_str(), precision.c_str(), r_.layout_summary().c_str(), r_.training.global_batch, r_.model.seq_len, rank_step_.layout().micro_batch, r_.accum_steps(),
       job_.train.num_samples(), job_.peak_gflops, job_.peak_source.c_str());
   std::fflush(stdout);
 }

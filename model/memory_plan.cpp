@@ -90,7 +90,7 @@ CudaMemory plan_cuda_memory(const ModelConfig& c, const Dims& x, const RankLayou
   m.gemm_workspace = cuda_memory::kGemmWorkspaceBytes;
   // One communicator per group of more than one rank (the pipeline's goes
   // through MPI): the world, dp, tp, and the first and last stages' embedding group.
-  const int groups = (l.dp > 1 || l.tp > 1 || l.pipelined) + (l.dp > 1) + (l.tp > 1) + (l.pipelined && (head || embed)) +
+  const int groups = (l.ranks() > 1) + (l.dp > 1) + (l.tp > 1) + (l.pipelined && (head || embed)) +
                      2 * (l.cp > 1);  // cp and dp x cp
   m.nccl_buffers = groups * cuda_memory::kNcclBytesPerCommunicator;
   // The scratch slots grow to their largest request; what the allocator keeps

@@ -219,6 +219,11 @@ struct Recipe {
   // chunks per stage, those micro-batches and the schedule).
   int accum_steps() const;
   PipelineSpec pipeline() const;
+  // The layout as a run's first line says it: "dp=2 pp=2 tp=2 (sequence
+  // parallel) 1f1b", then " cp=2 (ring attention)" where sequences are cut;
+  // sequence parallelism only where tp splits rows, the schedule only
+  // where there are stages, the attention the cp group runs.
+  std::string layout_summary() const;
   // Tokens one optimizer step trains on, all ranks together.
   double tokens_per_step() const { return (double)training.global_batch * model.seq_len; }
   // The most micro-batches a step may take (the pipeline schedule lists each

@@ -49,6 +49,8 @@ TEST(CudaMemoryPlan, CountsTheBackendsOwnBuffersOnlyOnCuda) {
   // cuDNN's one pair at a time, B x H x (seq_len / cp / 2)^2, and cuDNN's
   // bf16 gradient of a pair (its q|k|v rows) is a block of its own.
   l.dp = 1, l.tp = 1, l.cp = 2, l.compute = DType::BF16, l.cp_comm = CpComm::A2a;
+  // world, cp and dp x cp (the world's was missed when only cp split it)
+  EXPECT_DOUBLE_EQ(at(1024).nccl_buffers, 3 * 2.0 * 16 * 4 * 1048576);
   EXPECT_DOUBLE_EQ(at(8192).attention_workspace, 2.0 * (c.n_heads / 2) * 8192.0 * 8192 * 4);
   l.tp = 2;  // a rank's heads are H / tp / cp
   EXPECT_DOUBLE_EQ(at(8192).attention_workspace, 2.0 * (c.n_heads / 4) * 8192.0 * 8192 * 4);

@@ -42,3 +42,20 @@ TEST(Recipe, KeyTableDefaultsAreValidAndMatchAnEmptyRecipe) {
   for (const RecipeKey& k : recipe_keys()) EXPECT_TRUE(seen.insert(k.full()).second) << k.full() << " twice";
   fs::remove_all(d);
 }
+
+// A run's first line says its layout as it runs: sequence parallelism only
+// where tp splits the rows (it was said at tp 1), the schedule only with
+// stages, and the cp group's attention as parallel.cp_comm chose it (an
+// all-to-all run was said to be a ring).
+TEST(Recipe, LayoutSummarySaysWhatRuns) {
+  Recipe r = default_recipe();
+  r.parallel.grid = {};
+  r.parallel.grid.dp = 2, r.parallel.sequence_parallel = true;
+  EXPECT_EQ(r.layout_summary(), "dp=2 pp=1 tp=1");
+  r.parallel.grid.tp = 2, r.parallel.grid.pp = 2, r.parallel.schedule = ScheduleKind::OneFOneB;
+  EXPECT_EQ(r.layout_summary(), "dp=2 pp=2 tp=2 (sequence parallel) 1f1b");
+  r.parallel.grid = {}, r.parallel.grid.dp = 2, r.parallel.grid.cp = 2, r.parallel.cp_comm = CpComm::A2a;
+  EXPECT_EQ(r.layout_summary(), "dp=2 pp=1 tp=1 cp=2 (a2a attention)");
+  r.parallel.cp_comm = CpComm::Ring;
+  EXPECT_EQ(r.layout_summary(), "dp=2 pp=1 tp=1 cp=2 (ring attention)");
+}

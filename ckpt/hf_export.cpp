@@ -11,8 +11,8 @@
 
 #include "ckpt/checkpoint.h"
 #include "ckpt/hdf5_tensors.h"
-#include "model/layer/mlp.h"
 #include "ckpt/safetensors.h"
+#include "model/layer/mlp.h"
 #include "runtime/errors.h"
 #include "runtime/float_text.h"
 

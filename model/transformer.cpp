@@ -96,6 +96,12 @@ void Transformer::allocate_activations(int slots) {
   const bool head = mp_.chunk.head;
   const LayerShape& shape = ops_.shape;
   const SavedActs own = layer_saved(shape), attn = Attention::saved(shape), mlp = mlp_.saved(shape);
+  // Selective recomputation reruns only the MLP (Upto::DroppedOnly): nothing
+  // else may leave what it drops to be rebuilt.
+  for (const SavedActs* d : {&own, &attn})
+    for (const SavedAct& a : *d)
+      if (a.kept == Kept::WithoutRecompute)
+        throw std::logic_error("only the MLP is rebuilt by selective recomputation");
   slots_.clear();
   slots_.resize(slots);
   bool any_recompute = false;

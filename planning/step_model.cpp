@@ -18,16 +18,6 @@ namespace trainer {
 
 namespace {
 
-// What decides a chunk's trace besides the model (one StepModel prices one
-// model's layouts).
-std::string shape_key(const Recipe& r, const ChunkSpec& c, RecomputeMode m) {
-  return std::to_string(c.last_layer - c.first_layer) + (c.embed ? "e" : "") + (c.head ? "h" : "") + "/" +
-         std::to_string(r.training.micro_batch) + "/" + std::to_string(r.parallel.grid.tp) +
-         (r.parallel.sequence_parallel ? "sp/" : "/") + recompute_name(m) + "/" + std::to_string(r.recompute.layers) +
-         "/" + dtype_name(r.training.precision) + "/cp" + std::to_string(r.parallel.grid.cp) +
-         cp_comm_name(r.parallel.cp_comm) + (r.parallel.cp_overlap ? "" : "-serial");
-}
-
 void note_once(std::vector<std::string>& v, const std::string& k) {
   if (std::find(v.begin(), v.end(), k) == v.end()) v.push_back(k);
 }
@@ -52,11 +42,10 @@ CheckpointAdvice checkpoint_advice(double save_s, double mtbf_hours, double step
 }
 
 const StepModel::ChunkCost& StepModel::chunk_cost(const Recipe& r, const ChunkSpec& spec, RecomputeMode mode) {
-  const std::string key = shape_key(r, spec, mode);
+  TraceKey key{spec.last_layer - spec.first_layer, spec.embed, spec.head, shard_shape_of(r)};
+  key.shape.recompute.mode = mode;
   if (auto it = cache_.find(key); it != cache_.end()) return it->second;
-  ShardShape shape = shard_shape_of(r);
-  shape.recompute.mode = mode;
-  const ChunkTrace t = trace_chunk(r.model, spec, shape);
+  const ChunkTrace t = trace_chunk(r.model, spec, key.shape);
   ChunkCost c;
   std::vector<double> op_ms;
   for (const OpCall& op : t.ops) {

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "recipe/recipe.h"
+#include "planning/chunk_trace.h"
 #include "planning/machine_profile.h"
 #include "planning/pipeline_sim.h"
 
@@ -107,7 +108,16 @@ class StepModel {
 
   const MachineProfile& p_;
   int per_node_;
-  std::map<std::string, ChunkCost> cache_;  // traces are the same for every stage with the same chunk shape
+  // What decides a chunk's trace besides the model (one StepModel prices
+  // one model's layouts): its layer count, embedding and head, and the
+  // shard shape. Traces are the same for every stage of the same key.
+  struct TraceKey {
+    int layers;
+    bool embed, head;
+    ShardShape shape;
+    auto operator<=>(const TraceKey&) const = default;
+  };
+  std::map<TraceKey, ChunkCost> cache_;
 };
 
 // Several calibrations of one machine, taken at different moments (a shared

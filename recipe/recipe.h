@@ -220,7 +220,7 @@ struct Recipe {
   int accum_steps() const;
   PipelineSpec pipeline() const;
   // The layout as a run's first line says it: "dp=2 pp=2 tp=2 (sequence
-  // parallel) 1f1b", then " cp=2 (ring attention)" where sequences are cut;
+  // parallel) 1f1b", then " cp=2 (ring attention)" (or a2a) where sequences are cut;
   // sequence parallelism only where tp splits rows, the schedule only
   // where there are stages, the attention the cp group runs.
   std::string layout_summary() const;

@@ -6,7 +6,8 @@ namespace trainer {
 
 SavedActs Attention::saved(const LayerShape& s) {
   const size_t stats = s.B * s.H * s.T * Backend::kAttentionStats;  // per query row and head
-  return {{s.M * s.Q, false, Kept::UnlessFull}, {stats, true, Kept::UnlessFull}, {s.M * s.att, false, Kept::UnlessFull}};
+  const Kept k = Kept::UnlessFull;
+  return {{s.M * s.Q, false, k}, {stats, true, k}, {s.M * s.att, false, k}};
 }
 
 std::vector<size_t> Attention::scratch(const LayerShape& s) { return {s.M * s.att, s.M * s.Q}; }

@@ -1,6 +1,6 @@
 #pragma once
 // The sizes of one transformer layer's tensors on one rank, for one
-// micro-batch: what its blocks (model/layer/mlp.h, model/layer/layer_decl.h)
+// micro-batch: what its parts (model/layer/layer_decl.h, attention.h, mlp.h)
 // declare their saved activations, backward scratch and FLOPs from, so that
 // the model's allocation (model/transformer.cpp) and the memory plan
 // (model/memory_plan.cpp) read one declaration.

@@ -34,8 +34,6 @@ struct ModelConfig {
   // Positions: learned vectors added to the embedding (GPT-2), or rotations
   // of queries and keys (RoPE, Llama).
   bool rope_positions() const { return arch == Arch::Llama; }
-  // Norms: LayerNorm with a bias (GPT-2), or RMSNorm (Llama).
-  bool rms_norm() const { return arch == Arch::Llama; }
 };
 
 const char* arch_name(Arch a);

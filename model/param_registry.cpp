@@ -4,6 +4,7 @@
 
 #include "model/layer/attention.h"
 #include "model/layer/mlp.h"
+#include "model/layer/norm.h"
 
 namespace trainer {
 
@@ -64,8 +65,8 @@ ModelParams build_params(const ModelConfig& c, int tp_size, int tp_rank, ChunkSp
   mp.chunk = chunk;
   ParamRegistry& r = mp.reg;
   const int d = c.d_model;
-  const bool bias = c.has_bias();
   const Sharding rep = Sharding::Replicated, col = Sharding::Dim0;
+  const Norm& norm = norm_for(c);
   if (chunk.embed) {
     mp.wte = r.add("embed.tok", {c.vocab_size, d}, true, col).offset;
     if (!c.rope_positions()) mp.wpe = r.add("embed.pos", {c.seq_len, d}, true, rep, true).offset;
@@ -73,17 +74,14 @@ ModelParams build_params(const ModelConfig& c, int tp_size, int tp_rank, ChunkSp
   for (int l = chunk.first_layer; l < chunk.last_layer; l++) {
     const std::string p = "layers." + std::to_string(l) + ".";
     LayerParams lp{};
-    lp.norm1_w = r.add(p + "attn_norm.weight", {d}, false, rep, true).offset;
-    if (bias) lp.norm1_b = r.add(p + "attn_norm.bias", {d}, false, rep, true).offset;
+    lp.norm1 = norm.add_params(r, p + "attn_norm.", c);
     Attention::add_params(r, p, c, lp);
-    lp.norm2_w = r.add(p + "mlp_norm.weight", {d}, false, rep, true).offset;
-    if (bias) lp.norm2_b = r.add(p + "mlp_norm.bias", {d}, false, rep, true).offset;
+    lp.norm2 = norm.add_params(r, p + "mlp_norm.", c);
     lp.mlp = mlp_for(c).add_params(r, p + "mlp.", c);
     mp.layers.push_back(lp);
   }
   if (!chunk.head) return mp;
-  mp.normf_w = r.add("final_norm.weight", {d}, false, rep, true).offset;
-  if (bias) mp.normf_b = r.add("final_norm.bias", {d}, false, rep, true).offset;
+  mp.normf = norm.add_params(r, "final_norm.", c);
   if (!c.tie_embeddings) mp.lm_head = r.add("lm_head.weight", {c.vocab_size, d}, true, col).offset;
   else if (chunk.embed) mp.lm_head = mp.wte;
   else mp.lm_head = r.add("embed.tok", {c.vocab_size, d}, true, col, false, true).offset;

@@ -59,11 +59,15 @@ class ParamRegistry {
 // Offsets of one transformer layer's tensors. Adjacent tensors are laid out
 // so that fused products see one matrix: wq|wk|wv is this rank's [q+k+v heads
 // x d] projection (and the MLP's, model/layer/mlp.h, may fuse its own).
+// A norm's weight and bias (model/layer/norm.h; no bias: RMSNorm).
+struct NormParams {
+  size_t w = 0, b = 0;
+};
 struct LayerParams {
-  size_t norm1_w, norm1_b;  // b: with biases only (ModelConfig::has_bias)
-  size_t wqkv, bqkv;        // bqkv: with biases only
+  NormParams norm1;
+  size_t wqkv, bqkv;  // bqkv: with biases only (ModelConfig::has_bias)
   size_t wo, bo;
-  size_t norm2_w, norm2_b;
+  NormParams norm2;
   std::vector<size_t> mlp;  // the MLP's, in its kind's order
 };
 
@@ -77,7 +81,8 @@ struct ChunkSpec {
 struct ModelParams {
   ParamRegistry reg;
   ChunkSpec chunk;  // last_layer resolved
-  size_t wte = 0, wpe = 0, lm_head = 0, normf_w = 0, normf_b = 0;
+  size_t wte = 0, wpe = 0, lm_head = 0;
+  NormParams normf;
   std::vector<LayerParams> layers;  // the chunk's layers, in order
 };
 

@@ -34,7 +34,8 @@ class Carver {
 Transformer::Transformer(Backend& be, const ModelConfig& cfg, const RankLayout& layout, const ChunkLayout& chunk,
                          TensorParallel tp, RecomputeConfig recompute, ContextParallel cp)
     : be_(be), cfg_(cfg), tp_(tp), cp_comm_(cp.comm), cp_(layout.cp), cp_rank_(cp.comm ? cp.comm->rank() : 0),
-      mp_(build_params(cfg, tp.size(), tp.rank(), chunk.spec)), mlp_(mlp_for(cfg)), compute_(layout.compute),
+      mp_(build_params(cfg, tp.size(), tp.rank(), chunk.spec)), norm_(norm_for(cfg)), mlp_(mlp_for(cfg)),
+      compute_(layout.compute),
       B_(layout.micro_batch),
       T_(cfg.seq_len / layout.cp), M_(layout.micro_batch * T_), rc_(recompute) {
   const int t = tp_.size();
@@ -192,25 +193,11 @@ void Transformer::sync_compute_weights() {
 const CpTimes* Transformer::cp_times() const { return attn_->cp_times(); }
 void Transformer::reset_cp_times() { attn_->reset_cp_times(); }
 
-void Transformer::norm_fwd(Ref out, float* mean, float* rstd, CRef x, size_t w, size_t b) {
-  if (cfg_.rms_norm())
-    be_.rmsnorm_fwd(out, rstd, x, W(w), R_, cfg_.d_model, cfg_.norm_eps);
-  else
-    be_.layernorm_fwd(out, mean, rstd, x, W(w), W(b), R_, cfg_.d_model, cfg_.norm_eps);
-}
-
-void Transformer::norm_bwd(Ref dx, CRef dout, CRef x, size_t w, size_t b, const float* mean, const float* rstd) {
-  if (cfg_.rms_norm())
-    be_.rmsnorm_bwd(dx, G(w), dout, x, W(w), rstd, R_, cfg_.d_model);
-  else
-    be_.layernorm_bwd(dx, G(w), G(b), dout, x, W(w), mean, rstd, R_, cfg_.d_model);
-}
-
 // Norm of this rank's rows of x, delivered as all M rows (the input of a
 // column-parallel product): gathered over TP under sequence parallelism.
-void Transformer::norm_to_full(Ref full, float* mean, float* rstd, CRef x, size_t w, size_t b) {
-  if (R_ == M_) return norm_fwd(full, mean, rstd, x, w, b);
-  norm_fwd(ops_.rows_tmp, mean, rstd, x, w, b);
+void Transformer::norm_to_full(Ref full, float* mean, float* rstd, CRef x, const NormParams& p) {
+  if (R_ == M_) return norm_.forward(ops_, p, full, mean, rstd, x, cfg_.norm_eps);
+  norm_.forward(ops_, p, ops_.rows_tmp, mean, rstd, x, cfg_.norm_eps);
   tp_.comm->allgather(ops_.rows_tmp, full, (size_t)R_ * cfg_.d_model);
 }
 
@@ -223,10 +210,10 @@ void Transformer::layer_fwd(LayerActs& a, const LayerParams& lp, Ref out, Upto u
   const MlpTensors mlp{lp.mlp, a.mlp, mlp_scratch_};
   if (upto == Upto::DroppedOnly) return mlp_.forward(ops_, mlp, s[kNorm2], out, s[kResidMid], upto);
   // attention block
-  norm_to_full(s[kNorm1], s[kMean1].f32(), s[kRstd1].f32(), s[kResidIn], lp.norm1_w, lp.norm1_b);
+  norm_to_full(s[kNorm1], s[kMean1].f32(), s[kRstd1].f32(), s[kResidIn], lp.norm1);
   attn_->forward(ops_, lp, a.attn, s[kNorm1], s[kResidMid], s[kResidIn]);
   // MLP block
-  norm_to_full(s[kNorm2], s[kMean2].f32(), s[kRstd2].f32(), s[kResidMid], lp.norm2_w, lp.norm2_b);
+  norm_to_full(s[kNorm2], s[kMean2].f32(), s[kRstd2].f32(), s[kResidMid], lp.norm2);
   mlp_.forward(ops_, mlp, s[kNorm2], out, s[kResidMid], upto);
 }
 
@@ -255,7 +242,7 @@ double Transformer::head_fwd(Slot& sl, const int32_t* targets, float grad_scale)
   const int M = M_, d = cfg_.d_model;
   stage_tokens(sl, sl.targets, sl.targets_host, targets);
   const int32_t* tg = sl.targets.ref().i32();
-  norm_to_full(sl.normf, sl.meanf, sl.rstdf, sl.out, mp_.normf_w, mp_.normf_b);
+  norm_to_full(sl.normf, sl.meanf, sl.rstdf, sl.out, mp_.normf);
   be_.matmul(false, true, M, V_, d, 1.f, sl.normf, W(mp_.lm_head), 0.f, sl.logits);
   float *max = sl.ce_max, *sum = sl.ce_stats, *target = sl.ce_stats + M;
   be_.ce_row_stats(max, sum, target, sl.logits, tg, M, V_, vocab_offset_);
@@ -307,7 +294,7 @@ void Transformer::head_bwd(Slot& sl) {
   be_.matmul(false, false, M, d, V_, 1.f, dlogits, W(mp_.lm_head), 0.f, g_norm_);
   be_.matmul(true, false, V_, d, M, 1.f, dlogits, sl.normf, 1.f, G(mp_.lm_head));
   be_.zero(g_resid_, (size_t)R_ * d);
-  norm_bwd(g_resid_, ops_.reduce_input_grad(g_norm_), sl.out, mp_.normf_w, mp_.normf_b, sl.meanf, sl.rstdf);
+  norm_.backward(ops_, mp_.normf, g_resid_, ops_.reduce_input_grad(g_norm_), sl.out, sl.meanf, sl.rstdf);
 }
 
 // g_resid_ holds the gradient of layer l's output rows; afterwards, of its input.
@@ -317,12 +304,12 @@ void Transformer::layer_bwd(LayerActs& a, const LayerParams& lp, int l) {
     layer_fwd(a, lp, Ref(), rc_.mode == RecomputeMode::Full ? Upto::BackwardInputs : Upto::DroppedOnly);
   // MLP block
   mlp_.backward(ops_, {lp.mlp, a.mlp, mlp_scratch_}, g_resid_, s[kNorm2], g_norm_);
-  norm_bwd(g_resid_, ops_.reduce_input_grad(g_norm_), s[kResidMid], lp.norm2_w, lp.norm2_b, s[kMean2].f32(),
-           s[kRstd2].f32());
+  norm_.backward(ops_, lp.norm2, g_resid_, ops_.reduce_input_grad(g_norm_), s[kResidMid], s[kMean2].f32(),
+                 s[kRstd2].f32());
   // Attention block: g_resid is now the gradient of resid_mid.
   attn_->backward(ops_, lp, a.attn, attn_scratch_, g_resid_, s[kNorm1], g_norm_);
-  norm_bwd(g_resid_, ops_.reduce_input_grad(g_norm_), s[kResidIn], lp.norm1_w, lp.norm1_b, s[kMean1].f32(),
-           s[kRstd1].f32());
+  norm_.backward(ops_, lp.norm1, g_resid_, ops_.reduce_input_grad(g_norm_), s[kResidIn], s[kMean1].f32(),
+                 s[kRstd1].f32());
 }
 
 void Transformer::backward(int slot, CRef grad_out) {
@@ -330,13 +317,13 @@ void Transformer::backward(int slot, CRef grad_out) {
   const int R = R_, d = cfg_.d_model;
   if (mp_.chunk.head) {
     head_bwd(sl);
-    if (grad_hook_) grad_hook_(mp_.normf_w);
+    if (grad_hook_) grad_hook_(mp_.normf.w);
   } else {
     be_.copy(g_resid_, grad_out, (size_t)R * d);
   }
   for (int l = (int)mp_.layers.size() - 1; l >= 0; l--) {
     layer_bwd(sl.layers[l], mp_.layers[l], l);
-    if (grad_hook_) grad_hook_(mp_.layers[l].norm1_w);
+    if (grad_hook_) grad_hook_(mp_.layers[l].norm1.w);
   }
   if (!mp_.chunk.embed) {
     if (grad_hook_) grad_hook_(0);

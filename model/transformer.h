@@ -34,6 +34,7 @@
 #include "model/layer/attention.h"
 #include "model/layer/layer_ops.h"
 #include "model/layer/mlp.h"
+#include "model/layer/norm.h"
 #include "model/param_registry.h"
 #include "model/rank_layout.h"
 #include "model/recompute.h"
@@ -165,9 +166,7 @@ class Transformer {
   };
   void stage_tokens(Slot& sl, Buffer& dev, Buffer& host, const int32_t* tokens);
   void layer_fwd(LayerActs& a, const LayerParams& lp, Ref out, Upto upto);
-  void norm_fwd(Ref out, float* mean, float* rstd, CRef x, size_t w, size_t b);
-  void norm_bwd(Ref dx, CRef dout, CRef x, size_t w, size_t b, const float* mean, const float* rstd);
-  void norm_to_full(Ref full, float* mean, float* rstd, CRef x, size_t w, size_t b);
+  void norm_to_full(Ref full, float* mean, float* rstd, CRef x, const NormParams& p);
   void embed_fwd(Slot& sl, const int32_t* inputs, Ref x0);
   double head_fwd(Slot& sl, const int32_t* targets, float grad_scale);
   void head_bwd(Slot& sl);
@@ -182,6 +181,7 @@ class Transformer {
   DataComm* cp_comm_;  // the cp group (context parallelism), or null
   int cp_, cp_rank_;   // ranks sharing each sequence (layout.cp), this one's place in the group
   ModelParams mp_;
+  const Norm& norm_;
   const Mlp& mlp_;
   DType compute_;
   int B_, T_, M_, R_;    // sequences, tokens of each here (seq_len / cp), token rows, rows this rank keeps (M_/tp with SP)

@@ -133,8 +133,11 @@ MemoryPlan plan_memory(const ModelConfig& c, const RankLayout& l, const Recomput
       if (m != RecomputeMode::None) workspace = k.rebuilt[(int)m];
     }
     per_slot += x.R * x.d * e;  // the chunk's output
-    // Head: final norm output; its statistics, fp32 logits, losses, cross-entropy terms.
-    if (ch.spec.head) per_slot += x.M * x.d * e + (2 * x.R + x.M * x.V + 4 * x.M) * f;
+    // Head: final norm output; its statistics, fp32 logits, losses, the
+    // cross entropy's row maxima (this shard's and, under tp, the global
+    // ones) and its two row sums.
+    const double ce_max = l.tp > 1 ? 2 * x.M : x.M;
+    if (ch.spec.head) per_slot += x.M * x.d * e + (2 * x.R + x.M * x.V + x.M + ce_max + 2 * x.M) * f;
     const double tokens = 2 * x.M * 4;  // inputs and targets (int32)
     p.bytes[(int)Mem::Activations] += ch.slots * (per_slot + tokens) + workspace;
     if (ch.spec.head) p.bytes[(int)Mem::Activations] += x.M * f;  // the step's summed per-token losses

@@ -9,6 +9,7 @@
 #include "model/memory_plan.h"
 #include "model/rank_layout.h"
 #include "model/transformer.h"
+#include "planning/null_comm.h"
 #include "runtime/cpu/cpu_backend.h"
 
 using namespace trainer;
@@ -64,40 +65,58 @@ TEST(CudaMemoryPlan, CountsTheBackendsOwnBuffersOnlyOnCuda) {
   EXPECT_EQ(at(8192).attention_block, 0);
 }
 
-// The memory plan's activations are what the model allocates, for both MLPs
-// (GPT-2's GELU, Llama's SwiGLU), every recompute mode (and full
-// recomputation of one layer of two), a whole model and a pipeline chunk
-// without the head keeping two micro-batches, fp32 and bf16. Every tensor
-// here is a multiple of 64 bytes, so the model's slices carry no alignment
+// The memory plan is what the model allocates: its activations, backward
+// scratch and collective buffers, for both MLPs (GPT-2's GELU, Llama's
+// SwiGLU), every recompute mode (and full recomputation of one layer of
+// two), a whole model and a pipeline chunk without the head keeping two
+// micro-batches, fp32 and bf16, one rank and one rank of tp 2 with sequence
+// parallelism (its group a stand-in that moves nothing). Every tensor here
+// is a multiple of 64 bytes, so the model's slices carry no alignment
 // padding and the only difference left is the CPU backend's 64 bytes per
 // allocation: anything the plan counts otherwise than the model allocates
 // it (what a recompute mode keeps, the workspace the recomputing layers
-// share, a slot, the head's buffers; the smallest tensor, a norm's
-// statistics, is 256 bytes) would show. Both read the blocks' declarations
-// (model/layer/layer_decl.h, attention.h, mlp.h); the forward and backward
-// that use the buffers are held to PyTorch and finite differences elsewhere.
-TEST(MemoryPlan, ActivationsAreWhatTheModelAllocates) {
+// share, a slot, the head's buffers, a row count under sequence
+// parallelism; the smallest tensor, a norm's statistics, is 128 bytes)
+// would show. Both read the declarations (model/layer/layer_decl.h,
+// attention.h, mlp.h); the forward and backward that use the buffers are
+// held to PyTorch and finite differences elsewhere. The attention's
+// per-thread buffers, which the backend allocates at the first attention,
+// are left out of the plan (threads 0).
+TEST(MemoryPlan, IsWhatTheModelAllocates) {
   for (Arch arch : {Arch::GPT2, Arch::Llama}) {
     ModelConfig c;
     c.arch = arch;
     c.vocab_size = 128, c.d_model = 64, c.n_layers = 2, c.n_heads = 4, c.n_kv_heads = 2, c.d_ff = 128;
     c.seq_len = 32;
-    for (DType dt : {DType::F32, DType::BF16})
-      for (ChunkLayout chunk : {ChunkLayout{ChunkSpec{0, 2, true, true}, 1}, ChunkLayout{ChunkSpec{0, 2, true, false}, 2}})
-        for (RecomputeConfig rc : {RecomputeConfig{RecomputeMode::None, -1}, RecomputeConfig{RecomputeMode::Selective, -1},
-                                   RecomputeConfig{RecomputeMode::Full, -1}, RecomputeConfig{RecomputeMode::Full, 1}}) {
-          RankLayout l = single_rank_layout(2, dt);
-          l.chunks = {chunk};
-          CpuBackend be(1);
-          const Transformer model(be, c, l, chunk, {}, rc);
-          const double got = (double)be.memory().current[(int)Mem::Activations];
-          const double want = plan_memory(c, l, rc).bytes[(int)Mem::Activations];
-          // the saved activations, the fp32 ones, the step's losses (head), each slot's tokens
-          const int allocations = 2 + (chunk.spec.head ? 1 : 0) + 2 * chunk.slots;
-          const std::string what = std::string(arch_name(arch)) + " " + dtype_name(dt) + (chunk.spec.head ? " whole" : " no head, 2 slots") +
-                                   " " + recompute_name(rc.mode) + (rc.layers > 0 ? " of 1 layer" : "");
-          EXPECT_EQ(got - want, 64.0 * allocations) << what << ": allocated " << got << " bytes, planned " << want;
-          std::printf("  %-40s activations %7.0f bytes allocated, %7.0f planned\n", what.c_str(), got, want);
-        }
+    for (int tp : {1, 2})
+      for (DType dt : {DType::F32, DType::BF16})
+        for (ChunkLayout chunk : {ChunkLayout{ChunkSpec{0, 2, true, true}, 1}, ChunkLayout{ChunkSpec{0, 2, true, false}, 2}})
+          for (RecomputeConfig rc : {RecomputeConfig{RecomputeMode::None, -1}, RecomputeConfig{RecomputeMode::Selective, -1},
+                                     RecomputeConfig{RecomputeMode::Full, -1}, RecomputeConfig{RecomputeMode::Full, 1}}) {
+            RankLayout l = single_rank_layout(2, dt);
+            l.chunks = {chunk};
+            l.tp = tp, l.sequence_parallel = true, l.threads = 0;
+            const OpPhase phase = OpPhase::Forward;
+            NullDataComm group(tp, &phase);
+            NullControlComm control(tp);
+            CpuBackend be(1);
+            const Transformer model(be, c, l, chunk, tp > 1 ? TensorParallel{&group, &control} : TensorParallel{}, rc);
+            const MemoryPlan plan = plan_memory(c, l, rc);
+            const std::string what = std::string(arch_name(arch)) + " tp " + std::to_string(tp) + " " + dtype_name(dt) +
+                                     (chunk.spec.head ? " whole" : " no head, 2 slots") + " " + recompute_name(rc.mode) +
+                                     (rc.layers > 0 ? " of 1 layer" : "");
+            // activations: the saved ones, the fp32 ones, the step's losses
+            // (head), each slot's tokens; scratch: one; collectives: one
+            // under tp (nothing to allocate without it)
+            const int allocations[] = {2 + (chunk.spec.head ? 1 : 0) + 2 * chunk.slots, 1, tp > 1 ? 1 : 0};
+            const Mem kinds[] = {Mem::Activations, Mem::Temporaries, Mem::Comm};
+            for (int k = 0; k < 3; k++) {
+              const double got = (double)be.memory().current[(int)kinds[k]], want = plan.bytes[(int)kinds[k]];
+              EXPECT_EQ(got - want, 64.0 * allocations[k])
+                  << what << ": " << mem_name(kinds[k]) << " allocated " << got << " bytes, planned " << want;
+            }
+            std::printf("  %-44s activations %7.0f bytes allocated, %7.0f planned\n", what.c_str(),
+                        (double)be.memory().current[(int)Mem::Activations], plan.bytes[(int)Mem::Activations]);
+          }
   }
 }

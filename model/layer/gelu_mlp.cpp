@@ -7,7 +7,7 @@ namespace trainer {
 namespace {
 enum Param { kWFc, kBFc, kWProj, kBProj };
 enum Saved { kHIn, kHAct };      // the first product's output, the activation's
-enum Scratch { kGHIn, kGHAct };  // their gradients
+enum Scratch { kGHIn, kGHAct };  // their gradients (Mlp::scratch)
 
 class GeluMlp final : public Mlp {
  public:
@@ -20,11 +20,9 @@ class GeluMlp final : public Mlp {
     };
     return p;
   }
-  double matmul_params(const ModelConfig& c) const override { return 2.0 * c.d_model * c.d_ff; }
   SavedActs saved(const LayerShape& s) const override {
     return {{s.M * s.F, false, Kept::UnlessFull}, {s.M * s.F, false, Kept::WithoutRecompute}};
   }
-  std::vector<size_t> scratch(const LayerShape& s) const override { return {s.M * s.F, s.M * s.F}; }
   double rerun_flops(const LayerShape& s) const override { return 2.0 * s.M * s.d * s.F; }
 
   void forward(const LayerOps& o, const MlpTensors& t, CRef in, Ref out, CRef resid, Upto upto) const override {

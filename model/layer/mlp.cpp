@@ -20,6 +20,19 @@ std::vector<size_t> Mlp::add_params(ParamRegistry& r, const std::string& prefix,
   return offsets;
 }
 
+double Mlp::matmul_params(const ModelConfig& c) const {
+  double n = 0;
+  for (const MlpParam& p : params())
+    if (p.matrix()) n += (double)c.d_ff * c.d_model;
+  return n;
+}
+
+std::vector<size_t> Mlp::scratch(const LayerShape& s) const {
+  std::vector<size_t> n;
+  for (const SavedAct& a : saved(s)) n.push_back(a.elems);
+  return n;
+}
+
 const Mlp& mlp_for(const ModelConfig& c) { return c.arch == Arch::Llama ? swiglu_mlp() : gelu_mlp(); }
 
 }  // namespace trainer

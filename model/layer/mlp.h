@@ -49,12 +49,13 @@ class Mlp {
   // Adds them to the registry under `prefix` ("layers.3.mlp."); returns
   // their offsets.
   std::vector<size_t> add_params(ParamRegistry& r, const std::string& prefix, const ModelConfig& c) const;
-  // Weights one layer's products read per token (model/flops.h counts 6 FLOPs
-  // for each in training).
-  virtual double matmul_params(const ModelConfig& c) const = 0;
+  // Weights one layer's products read per token, its matrices' elements
+  // (model/flops.h counts 6 FLOPs for each in training).
+  double matmul_params(const ModelConfig& c) const;
   virtual SavedActs saved(const LayerShape& s) const = 0;
-  // Backward temporaries, in elements of the compute type.
-  virtual std::vector<size_t> scratch(const LayerShape& s) const = 0;
+  // Backward temporaries, in elements of the compute type: by default the
+  // gradient of each saved activation.
+  virtual std::vector<size_t> scratch(const LayerShape& s) const;
   // Forward product FLOPs of one micro-batch that full recomputation reruns
   // (all but the output product, which the backward does not need).
   virtual double rerun_flops(const LayerShape& s) const = 0;

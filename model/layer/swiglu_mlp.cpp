@@ -9,7 +9,7 @@ namespace trainer {
 namespace {
 enum Param { kWGateUp, kWUp, kWDown };  // w_gate's offset is the fused [w_gate | w_up]'s
 enum Saved { kGateUp, kHAct };
-enum Scratch { kGGateUp, kGHAct };
+enum Scratch { kGGateUp, kGHAct };  // their gradients (Mlp::scratch)
 
 class SwiGluMlp final : public Mlp {
  public:
@@ -21,11 +21,9 @@ class SwiGluMlp final : public Mlp {
     };
     return p;
   }
-  double matmul_params(const ModelConfig& c) const override { return 3.0 * c.d_model * c.d_ff; }
   SavedActs saved(const LayerShape& s) const override {
     return {{s.M * 2 * s.F, false, Kept::UnlessFull}, {s.M * s.F, false, Kept::WithoutRecompute}};
   }
-  std::vector<size_t> scratch(const LayerShape& s) const override { return {s.M * 2 * s.F, s.M * s.F}; }
   double rerun_flops(const LayerShape& s) const override { return 2.0 * s.M * s.d * (2 * s.F); }
 
   void forward(const LayerOps& o, const MlpTensors& t, CRef in, Ref out, CRef resid, Upto upto) const override {

@@ -635,14 +635,17 @@ def case_throughput(e):
     os.makedirs(run)
     for name in ("events.jsonl", "launches.jsonl"):
         os.symlink("/dev/full", os.path.join(run, name))
-    code, out = e.train(r, "--set", "training.steps=45", "--set", "checkpoint.every=0", "--set", "model.d_model=128",
+    # Only that an event is written matters here, so the drop line is lenient (0.5) and the fault long
+    # (1 s): a drop by 400 ms at a 0.25 line went unseen once under the full suite's load on 2 cores.
+    code, out = e.train(r, "--set", "training.steps=40", "--set", "checkpoint.every=0", "--set", "model.d_model=128",
                         "--set", "model.d_ff=512", "--set", "model.seq_len=64", "--set", "training.global_batch=8",
-                        "--set", "runtime.throughput_drop=0.25", "--set", "runtime.throughput_window=10",
-                        "--set", f'run.dir="{run}"', "--set", 'fault.inject=["slow rank=0 ms=400 step=30"]', np_=2)
+                        "--set", "runtime.throughput_drop=0.5", "--set", "runtime.throughput_window=10",
+                        "--set", f'run.dir="{run}"', "--set", 'fault.inject=["slow rank=0 ms=1000 step=30"]', np_=2)
     named = [f"cannot write {run}/{n}: No space left on device" for n in ("events.jsonl", "launches.jsonl")]
-    check(code == 0 and all(out.count(w) == 1 for w in named) and "throughput down to" in out and "done: 45" in out,
+    check(code == 0 and all(out.count(w) == 1 for w in named) and "throughput down to" in out and "done: 40" in out,
           f"17 events.jsonl and launches.jsonl unwritable: each named once with the reason, the run finishes "
-          f"(exit {code})")
+          f"(exit {code}; named {[out.count(w) for w in named]} time(s); a drop reported: {'throughput down to' in out}; "
+          f"finished: {'done: 40' in out})")
 
 
 def signal_and_wait(p, sig, limit):

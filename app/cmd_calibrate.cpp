@@ -185,7 +185,7 @@ int calibrate(const RecipeArgs& args, int rank, int size) {
   p.host = host_name();
   p.compute_units = p.device.empty() ? node_cores() : std::max(1, device_memory(local_rank, per_node).devices);
   p.threads_per_rank = p.device.empty() ? r.runtime.threads : 1;
-  std::vector<int> sync_groups;  // tp and cp sizes of the valid layouts, for their collectives' waits
+  std::vector<int> sync_groups;  // the sizes of the groups that talk inside a layer (kLayerSplitDims), for their collectives' waits
   std::vector<std::vector<std::string>> real_sets;  // the anchor, then the layout with the most actions
   std::vector<std::string> real_labels;
   if (rank == 0) {

@@ -16,6 +16,7 @@
 #include "app/recipe.h"
 #include "app/recipe_args.h"
 #include "model/flops.h"
+#include "model/layer/attention.h"
 #include "runtime/errors.h"
 #include "runtime/units.h"
 
@@ -65,29 +66,19 @@ void print_fit(const Recipe& r, const RecipeArgs& args, int per_node) {
 }
 }
 
-// How cuDNN's attention workspace grows (runtime/cuda_memory.h): with T the
-// tokens of a sequence on a rank and H its heads.
-static std::string workspace_shape(const Recipe& r) {
-  if (r.training.precision != DType::BF16) return "fp32 runs the own kernels";
-  const bool cp = r.parallel.grid.cp > 1, ring = cp && r.parallel.cp_comm == CpComm::Ring;
-  const std::string t = ring ? "(T/2)" : cp ? "seq_len" : "T", h = cp && !ring ? "H/cp" : "H";
-  const std::string each = ring ? " for each ring pair" : cp ? " on whole sequences" : "";
-  return r.runtime.deterministic_attention ? "deterministic backward: B x " + h + " x " + t + "^2 fp32" + each
-                                           : "non-deterministic backward: B x " + h + " x " + t + " x hd fp32" + each;
-}
-
 // What the cuda column holds, per stage (runtime/cuda_memory.h says where
 // each figure comes from).
 static void print_cuda_memory(const Recipe& r) {
   std::printf("cuda: what only the CUDA backend holds, in MB (the pre-flight counts it):\n");
   for (int stage = 0; stage < r.parallel.grid.pp; stage++) {
-    const CudaMemory c = plan_memory(r.model, rank_layout(r, stage), r.recompute).cuda;
+    const RankLayout l = rank_layout(r, stage);
+    const CudaMemory c = plan_memory(r.model, l, r.recompute).cuda;
     std::printf(
         "  stage %d: cuDNN attention workspace %.1f (%s), attention rows %.1f, ring pair block %.1f, "
         "bf16 logits gradient %.1f, rope table %.1f, cuBLASLt workspace %.1f, NCCL buffers %.1f (estimate), "
         "allocator reserve %.1f\n",
         stage, mib(c.attention_workspace),
-        workspace_shape(r).c_str(),
+        Attention::workspace_words(l).c_str(),
         mib(c.attention_rows), mib(c.attention_block), mib(c.logits_grad_bf16), mib(c.rope_table), mib(c.gemm_workspace), mib(c.nccl_buffers),
         mib(c.allocator_reserve));
   }
@@ -117,10 +108,10 @@ static int plan_nodes(const RecipeArgs& args) {
   const int per_node = full_ranks / full_nodes;
   Recipe full = r;  // the whole job: every rank of launch.nodes nodes
   full.parallel.grid.dp = full_ranks / (int)r.parallel.grid.model_ranks();
-  std::printf("plan %s on %d of its %d nodes (%d rank(s) each): %d ranks, dp %d -> %d, tp %d, pp %d, cp %d; %d -> %d "
+  std::printf("plan %s on %d of its %d nodes (%d rank(s) each): %d ranks, dp %d -> %d, %s; %d -> %d "
               "micro-batches of %d per replica per step (global batch %ld, the same samples in the same order)\n",
               args.recipe.c_str(), nodes, full_nodes, per_node, s.ranks, full.parallel.grid.dp, n.parallel.grid.dp,
-              n.parallel.grid.tp, n.parallel.grid.pp, n.parallel.grid.cp, full.accum_steps(), n.accum_steps(),
+              grid_sizes(n.parallel.grid, named_dims(n.parallel.grid) & kModelDims, ", ").c_str(), full.accum_steps(), n.accum_steps(),
               n.training.micro_batch, (long)n.training.global_batch);
   std::printf("memory per rank (the stage that needs most, recompute %s): %.1f MB, was %.1f MB\n",
               recompute_name(r.recompute.mode), mib(worst_rank_bytes(n)), mib(worst_rank_bytes(full)));
@@ -151,10 +142,8 @@ int cmd_plan(int argc, char** argv) {
   const Recipe r = load_recipe(path, args.overrides, ranks, false);
   ranks = r.parallel.grid.ranks();
   const double step_flops = train_flops_per_token(r.model) * r.tokens_per_step();
-  // Context parallelism is named where it is used.
-  const GridDims shown = r.parallel.grid.cp > 1 ? kAllGridDims : kAllGridDims & ~grid_dim("cp");
   std::printf("plan %s: %s, %d ranks = %s%s, micro-batch %d x %d, %d micro-batches per step, %s\n", path.c_str(),
-              arch_name(r.model.arch), ranks, grid_sizes(r.parallel.grid, shown).c_str(),
+              arch_name(r.model.arch), ranks, grid_sizes(r.parallel.grid, named_dims(r.parallel.grid)).c_str(),
               r.parallel.sequence_parallel ? " (sequence parallel)" : "", r.training.micro_batch, r.model.seq_len,
               r.accum_steps(), dtype_name(r.training.precision));
   if (r.training.precision != DType::F32)
@@ -162,10 +151,11 @@ int cmd_plan(int argc, char** argv) {
                 "gradient copy in %s; gradients and optimizer state fp32\n",
                 dtype_name(r.training.precision), dtype_name(r.training.precision), dtype_name(r.training.precision));
   if (r.parallel.zero_sharded())
-    std::printf("ZeRO-1: each of the dp x cp ranks holding the same weights keeps 1/%d of AdamW's state (shown: rank "
-                "0's block and the tail of fewer than dp x cp elements every rank keeps) and writes its part of a "
+    std::printf("ZeRO-1: each of the %s ranks holding the same weights keeps 1/%d of AdamW's state (shown: rank "
+                "0's block and the tail of fewer than %s elements every rank keeps) and writes its part of a "
                 "checkpoint to a file of its own\n",
-                (int)r.parallel.grid.weight_replicas());
+                grid_names(kWeightReplicaDims, " x ").c_str(), (int)r.parallel.grid.weight_replicas(),
+                grid_names(kWeightReplicaDims, " x ").c_str());
   std::printf("memory per rank in MB (the recipe's mode is marked *); extra forward FLOPs per step and rank\n");
   const bool cuda = r.runtime.backend == "cuda";  // its own buffers: a column of their own
   std::printf("%-6s %-11s %9s %9s %9s %11s %9s %11s%s %9s %16s\n", "stage", "recompute", "params", "grads",

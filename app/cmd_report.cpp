@@ -60,12 +60,7 @@ void add_recipe_facts(const Recipe& r, ReportFacts& f) {
                    format_count(f.tokens_per_step) + " tokens per step, micro-batch " +
                    std::to_string(r.training.micro_batch) + ", " + std::to_string(r.accum_steps()) +
                    " accumulation step(s)");
-  add("layout", "dp " + std::to_string(r.parallel.grid.dp) + " x pp " + std::to_string(r.parallel.grid.pp) + " x tp " +
-                    std::to_string(r.parallel.grid.tp) +
-                    (r.parallel.grid.tp > 1 && r.parallel.sequence_parallel ? ", sequence parallel" : "") +
-                    (r.parallel.grid.pp == 1                         ? ""
-                     : r.parallel.schedule == ScheduleKind::OneFOneB ? ", 1F1B"
-                                                                     : ", interleaved"));
+  add("layout", r.layout_summary());
   add("training", std::to_string(r.training.steps) + " steps, lr " + format_number(r.lr.lr) + " " +
                       schedule_name(r.lr.schedule) + " to " + format_number(r.lr.min_lr) + " after " +
                       std::to_string(r.lr.warmup_steps) + " warm-up steps, grad clip " +

@@ -236,7 +236,7 @@ struct Supervisor {
     StragglerRun run;
   };
 
-  // "rank 1 (dp 1, pp 0, cp 0, tp 0)": where ranks sit in the job's grid
+  // "rank 1 (dp 1, pp 0, ...)": where ranks sit in the job's grid (grid_position)
   // (the smaller job's after a shrink), to find their stage.
   std::string ranks_in_grid(const std::set<int>& ranks) const {
     const GridShape& g = shrunk ? shrunk->recipe.parallel.grid : r.parallel.grid;

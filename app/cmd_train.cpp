@@ -115,7 +115,7 @@ void take_run_dirs(Job& job, RunDirLocks& locks, bool start_over) {
 void check_fit(const Recipe& r, int rank, int node_ranks, int local_rank) {
   if (!r.runtime.memory_check) return;
   const GridCoords at = grid_coords(r.parallel.grid, rank);
-  const MemoryFit fit = check_memory_fit(r, at.pp, at.dp == 0 && at.cp == 0, node_ranks, local_rank);
+  const MemoryFit fit = check_memory_fit(r, at.pp, first_in(at, kWeightReplicaDims), node_ranks, local_rank);
   if (!fit.fits)
     throw RecipeError("rank " + std::to_string(rank) + " (pipeline stage " + std::to_string(at.pp) + ") " +
                       fit.message + " (runtime.memory_check = false skips this check)");

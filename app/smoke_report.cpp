@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <fstream>
 
+#include "planning/smoke_figures.h"
 #include "planning/step_model.h"
 #include "runtime/errors.h"
 #include "runtime/units.h"
@@ -39,11 +40,10 @@ void print_report(const json& j) {
               *std::min_element(each.begin(), each.end()), *std::max_element(each.begin(), each.end()));
   std::printf("  throughput  %8.0f tokens/s in all, %.0f per rank; MFU %.1f%%\n", m["tokens_per_s"].get<double>(),
               m["tokens_per_s_per_rank"].get<double>(), 100 * m["mfu"].get<double>());
-  std::printf("  parts (ms)  compute %.1f | pipeline wait %.1f | tp comm %.1f | cp exposed %.1f | pp comm %.1f | "
-              "dp comm %.1f (exposed %.1f) | data wait %.1f   (rank 0)\n",
-              p["compute"].get<double>(), p["pipeline_wait"].get<double>(), p["tp_comm"].get<double>(),
-              p["cp_exposed"].get<double>(), p["pp_comm"].get<double>(), p["dp_comm"].get<double>(),
-              p["dp_exposed"].get<double>(), p["data_wait"].get<double>());
+  std::printf("  parts (ms) ");
+  for (const MeasuredPart& part : measured_parts())
+    std::printf("%s %s %.1f", &part == measured_parts().data() ? "" : " |", part.words, p[part.key].get<double>());
+  std::printf("   (rank 0)\n");
   print_stages(m["stages"], j.contains("predicted") ? &j["predicted"]["stages"] : nullptr);
   std::printf("  memory      rank 0 peak / plan, MB:");
   for (const auto& [k, v] : j["memory"].items())

@@ -66,39 +66,31 @@ double scratch_elems(const ModelConfig& c, const LayerShape& s) {
 // (kept once each, and what the caching allocator may keep of their smaller
 // predecessors), cuBLASLt's workspace, NCCL's buffers per communicator.
 namespace {
-CudaMemory plan_cuda_memory(const ModelConfig& c, const Dims& x, const RankLayout& l) {
+CudaMemory plan_cuda_memory(const ModelConfig& c, const LayerShape& shape, const Dims& x, const RankLayout& l) {
   CudaMemory m;
   const bool bf16 = l.compute == DType::BF16;
   bool head = false, embed = false;
   for (const ChunkLayout& ch : l.chunks) head |= ch.spec.head, embed |= ch.spec.embed;
-  // cuDNN's workspace: the all-to-all's attention runs on whole sequences
-  // of H / cp heads, the ring's on one chunk pair at a time (T / 2 queries
-  // against T / 2 keys), whose bf16 output and packed gradient cuDNN writes
-  // into a block of their own before our kernels fold them in.
-  const bool ring = l.cp > 1 && l.cp_comm == CpComm::Ring, a2a = l.cp > 1 && !ring;
-  if (bf16)
-    m.attention_workspace = a2a    ? cuda_memory::attention_workspace_bytes(x.B, x.H / l.cp, x.keys, x.hd,
-                                                                            l.deterministic_attention)
-                            : ring ? cuda_memory::attention_workspace_bytes(x.B, x.H, x.T / 2, x.hd,
-                                                                            l.deterministic_attention)
-                                   : cuda_memory::attention_workspace_bytes(x.B, x.H, x.T, x.hd,
-                                                                            l.deterministic_attention);
-  if (bf16 && ring) m.attention_block = x.B * (x.T / 2) * x.Q * 2;
-  m.attention_rows = x.B * x.H * x.T * 4;
+  CudaMemory att;
+  Attention::plan_cuda(shape, l, att);
+  m.attention_workspace = att.attention_workspace, m.attention_block = att.attention_block;
+  m.attention_rows = att.attention_rows;
   if (bf16 && head) m.logits_grad_bf16 = x.M * x.V * 2;
   if (c.rope_positions()) m.rope_table = x.T * x.hd * 4;
   m.gemm_workspace = cuda_memory::kGemmWorkspaceBytes;
-  // One communicator per group of more than one rank (the pipeline's goes
-  // through MPI): the world, dp, tp, and the first and last stages' embedding group.
-  const int groups = (l.ranks() > 1) + (l.dp > 1) + (l.tp > 1) + (l.pipelined && (head || embed)) +
-                     2 * (l.cp > 1);  // cp and dp x cp
+  // One communicator per group of more than one rank: the world, each
+  // dimension's but the pipeline's (its messages go through MPI), the weight
+  // replicas' where they are more than dp's, and the first and last stages'
+  // embedding group.
+  int groups = (l.ranks() > 1) + (l.weight_replicas() > l.dp) + (l.pipelined && (head || embed));
+  for (const GridDim& d : kGridDims) groups += grid_dim(d.name) != grid_dim("pp") && l.*d.size > 1;
   m.nccl_buffers = groups * cuda_memory::kNcclBytesPerCommunicator;
   // The scratch slots grow to their largest request; what the allocator keeps
   // is their smaller predecessors. The attention workspace is asked for at
   // its full size by the first backward (the forward's is small), so it
-  // leaves nothing behind; the others count once more.
-  m.allocator_reserve = m.attention_rows + m.logits_grad_bf16 + m.rope_table;
-  if (m.attention_block) m.allocator_reserve += x.B * (x.T / 2) * x.att * 2;  // the forward's output block
+  // leaves nothing behind; the others count once more, as do the
+  // attention's blocks (Attention::plan_cuda).
+  m.allocator_reserve = m.attention_rows + m.logits_grad_bf16 + m.rope_table + att.allocator_reserve;
   return m;
 }
 }  // namespace
@@ -144,21 +136,10 @@ MemoryPlan plan_memory(const ModelConfig& c, const RankLayout& l, const Recomput
     // Backward scratch; tensor-parallel collective buffers.
     p.bytes[(int)Mem::Temporaries] += scratch_elems(c, shape) * e;
     if (l.tp > 1) p.bytes[(int)Mem::Comm] += x.M * x.d * e;
-    // Ring attention (parallel/ring_attention.h): two k|v blocks in flight,
-    // three fp32 dK|dV blocks, the fp32 running output (then dq) and the
-    // statistics' start. All-to-all (parallel/ulysses_attention.h): its send
-    // and receive buffers, each as large as this rank's q|k|v, and the head
-    // group's whole sequence of q|k|v, output, output gradient and dq|dk|dv
-    // (as many elements as this rank's own).
-    if (l.cp > 1 && l.cp_comm == CpComm::Ring) {
-      const double kv = x.M * 2 * x.KV * x.hd;
-      p.bytes[(int)Mem::Comm] += 2 * kv * e + 3 * kv * f;
-      p.bytes[(int)Mem::Temporaries] += (x.M * x.att + x.B * x.H * x.T * Backend::kAttentionStats) * f;
-    }
-    if (l.cp > 1 && l.cp_comm == CpComm::A2a) {
-      p.bytes[(int)Mem::Comm] += 2 * x.M * x.Q * e;
-      p.bytes[(int)Mem::Temporaries] += (2 * x.M * x.Q + 2 * x.M * x.att) * e;
-    }
+    // The context-parallel attention's buffers.
+    const Attention::Buffers context = Attention::context_buffers(shape, l, e);
+    p.bytes[(int)Mem::Comm] += context.comm;
+    p.bytes[(int)Mem::Temporaries] += context.temporaries;
     if (l.tp > 1 && l.sequence_parallel) p.bytes[(int)Mem::Comm] += (2 * x.R * x.d + x.M * x.d) * e;
     // Pipeline messages: received activations and gradients, sent gradients.
     if (l.pipelined) {
@@ -169,12 +150,11 @@ MemoryPlan plan_memory(const ModelConfig& c, const RankLayout& l, const Recomput
   // Attention backward's per-thread fp32 buffers: probabilities and their
   // gradient for a block of query rows against up to T keys (RoPE's tables
   // fit within them).
-  // (The all-to-all's attention runs on whole sequences.)
-  const double rows = l.cp > 1 && l.cp_comm == CpComm::A2a ? x.keys : x.T;
+  const double rows = Attention::backward_rows(shape, l);
   const double block = std::min<double>(rows, Backend::kAttentionBlock);
   p.bytes[(int)Mem::Temporaries] += l.threads * 2 * block * rows * f;
   p.bytes[(int)Mem::Comm] += zero_block;
-  if (l.cuda) p.cuda = plan_cuda_memory(c, x, l);
+  if (l.cuda) p.cuda = plan_cuda_memory(c, shape, x, l);
   return p;
 }
 

@@ -19,8 +19,8 @@ struct ChunkLayout {
   int slots = 1;   // micro-batches in flight for this chunk
 };
 
-// The grid's sizes (parallel/grid_shape.h) are the job's: with cp > 1,
-// seq_len / cp tokens of each sequence are here.
+// The grid's sizes (parallel/grid_shape.h) are the job's: a rank holds
+// GridShape::sequence_share of each sequence's tokens.
 struct RankLayout : GridShape {
   int micro_batch = 1, micro_batches = 1, threads = 1;
   CpComm cp_comm = CpComm::Ring;  // its attention: a ring or an all-to-all (parallel/context_attention.h)

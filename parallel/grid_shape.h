@@ -24,6 +24,8 @@ struct GridShape {
   long model_ranks() const;      // one model copy: tp x cp x pp (kModelDims)
   long weight_replicas() const;  // the ranks that hold the same weights: dp x cp (kWeightReplicaDims)
   long size_of(unsigned dims) const;  // the ranks a set of dimensions (GridDims) spans
+  // The tokens of each sequence a rank holds: cp ranks share a sequence.
+  int sequence_share(int seq_len) const { return seq_len / cp; }
   static long saturated_product(std::initializer_list<long> sizes) {
     long p = 1;
     for (long s : sizes)
@@ -38,18 +40,21 @@ struct GridCoords {
 
 // One dimension of the grid: its name (the recipe's parallel.NAME, the
 // group's name in flight recordings), its size and a rank's coordinate.
+// `named_at_1`: a layout's one-line texts name it even at size 1 (the three
+// every user knows); the others only where they split the job.
 struct GridDim {
   const char* name;
   int GridShape::*size;
   int GridCoords::*coord;
+  bool named_at_1;
 };
 // The dimensions, the fastest-varying first: world rank = the mixed-radix
 // number of a rank's coordinates in this order.
 inline constexpr GridDim kGridDims[] = {
-    {"tp", &GridShape::tp, &GridCoords::tp},
-    {"cp", &GridShape::cp, &GridCoords::cp},
-    {"pp", &GridShape::pp, &GridCoords::pp},
-    {"dp", &GridShape::dp, &GridCoords::dp},
+    {"tp", &GridShape::tp, &GridCoords::tp, true},
+    {"cp", &GridShape::cp, &GridCoords::cp, false},
+    {"pp", &GridShape::pp, &GridCoords::pp, true},
+    {"dp", &GridShape::dp, &GridCoords::dp, true},
 };
 inline constexpr int kGridDimCount = sizeof kGridDims / sizeof kGridDims[0];
 // A set of dimensions, bit i for kGridDims[i].
@@ -69,6 +74,23 @@ inline constexpr GridDims kAllGridDims = (1u << kGridDimCount) - 1;
 // ZeRO shards): dp and cp, whose ranks read different tokens of one model.
 inline constexpr GridDims kModelDims = kAllGridDims & ~grid_dim("dp");
 inline constexpr GridDims kWeightReplicaDims = grid_dim("dp") | grid_dim("cp");
+// The dimensions whose ranks share each layer's work and talk inside it
+// (tp's collectives, cp's ring or all-to-all), not only between layers or
+// steps: calibrate measures their groups' waits.
+inline constexpr GridDims kLayerSplitDims = grid_dim("tp") | grid_dim("cp");
+// The dimensions a layout's one-line texts name (GridDim::named_at_1).
+inline GridDims named_dims(const GridShape& g) {
+  GridDims out = 0;
+  for (int i = 0; i < kGridDimCount; i++)
+    if (kGridDims[i].named_at_1 || g.*kGridDims[i].size > 1) out |= 1u << i;
+  return out;
+}
+// Whether a rank is the first of its group over `dims` (coordinate 0 in each).
+inline bool first_in(const GridCoords& c, GridDims dims) {
+  for (int i = 0; i < kGridDimCount; i++)
+    if (dims >> i & 1 && c.*kGridDims[i].coord != 0) return false;
+  return true;
+}
 
 inline long GridShape::size_of(unsigned dims) const {
   long p = 1;

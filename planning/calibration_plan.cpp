@@ -12,12 +12,12 @@ namespace trainer {
 
 namespace {
 
-// A layout calibrate may run real steps of: valid, no tensor parallelism,
-// nothing recomputed or sharded, no context parallelism, the recipe's
+// A layout calibrate may run real steps of: valid, no layer split over ranks
+// (kLayerSplitDims), nothing recomputed or sharded, the recipe's
 // precision, fitting memory.
 bool plain(const LayoutCandidate& c, const Recipe& base, int per_node) {
   const Recipe& r = c.recipe;
-  return c.rejected.empty() && r.parallel.grid.tp == 1 && r.parallel.grid.cp == 1 &&
+  return c.rejected.empty() && r.parallel.grid.size_of(kLayerSplitDims) == 1 &&
          r.recompute.mode == RecomputeMode::None &&
          r.parallel.zero_stage == 0 && r.training.precision == base.training.precision &&
          check_memory_fit(r, -1, true, per_node).fits;
@@ -35,8 +35,8 @@ CalibrationPlan calibration_plan(const std::vector<LayoutCandidate>& cands, cons
     s.recompute = {};  // the same ops, recomputed or not
     if (!seen.insert(s).second) continue;
     plan.shards.push_back(s);
-    for (int g : {s.tp, s.cp})
-      if (g > 1 && std::find(plan.group_sizes.begin(), plan.group_sizes.end(), g) == plan.group_sizes.end())
+    for (const GridDim& d : kGridDims)
+      if (const int g = r.parallel.grid.*d.size; kLayerSplitDims & grid_dim(d.name) && g > 1 && std::find(plan.group_sizes.begin(), plan.group_sizes.end(), g) == plan.group_sizes.end())
         plan.group_sizes.push_back(g);
   }
   auto distance = [&](const LayoutCandidate* c) { return std::abs(c->recipe.training.micro_batch - base.training.micro_batch); };

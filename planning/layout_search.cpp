@@ -34,7 +34,7 @@ LayoutSearch search_layouts(const Recipe& base, const std::vector<MachineProfile
       continue;
     }
     const StepPrediction p = model.predict(c.recipe);
-    // A cp layout priced without its transfers would rank first for nothing.
+    // A layout that cuts sequences, priced without their transfers, would rank first for nothing.
     const auto cp_figure = std::find_if(p.unpriced_comm.begin(), p.unpriced_comm.end(), [](const std::string& k) {
       return k.rfind("ring/", 0) == 0 || k.rfind("alltoall/", 0) == 0;
     });

@@ -19,7 +19,7 @@ Shrink shrink_job(const Recipe& r, int ranks, int full_nodes, int nodes, bool me
     return s;
   }
   if (s.ranks < model_ranks || s.ranks % model_ranks != 0) {
-    s.why = held + ", not a multiple of one replica's tp x pp x cp = " + std::to_string(model_ranks);
+    s.why = held + ", not a multiple of one replica's " + grid_names(kModelDims, " x ") + " = " + std::to_string(model_ranks);
     return s;
   }
   s.recipe = r;

@@ -1,7 +1,7 @@
 #pragma once
 // A supervised job on fewer nodes (supervisor.elastic; `trainer plan
 // --nodes N`): the same ranks per node on fewer nodes means fewer
-// data-parallel replicas (tp, pp and cp stay as they are) and, for the same
+// data-parallel replicas (the other dimensions stay as they are) and, for the same
 // global batch, more micro-batches per replica: the same samples in the same
 // order, resumed through the resharding load. Refused, with the reason,
 // when the ranks left do not make whole replicas, the global batch does not

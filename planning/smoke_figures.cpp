@@ -84,6 +84,29 @@ json layout_json(const Recipe& r) {
   return j;
 }
 
+// A field's median, 0 where the steps do not log it (this layout has no such part).
+double median_or_0(const std::vector<const json*>& recs, const char* key) {
+  return recs.front()->contains(key) ? median_field(recs, key) : 0.0;
+}
+
+double median_first(const std::vector<const json*>& recs, const char* key) {
+  std::vector<double> v;
+  for (const json* x : recs) v.push_back(first_of(*x, key));
+  return median_of(v);
+}
+
+using Steps = std::vector<const json*>;
+constexpr MeasuredPart kMeasuredParts[] = {
+    {"compute", "compute", [](const Steps& s) { return median_first(s, mf::kPpComputeMs); }},
+    {"pipeline_wait", "pipeline wait", [](const Steps& s) { return median_first(s, mf::kPpWaitMs); }},
+    {"tp_comm", "tp comm", [](const Steps& s) { return comm_ms(s, "tp"); }},
+    {"cp_exposed", "cp exposed", [](const Steps& s) { return median_or_0(s, mf::kCommCpExposedMs); }},
+    {"pp_comm", "pp comm", [](const Steps& s) { return comm_ms(s, "pp"); }},
+    {"dp_comm", "dp comm", [](const Steps& s) { return comm_ms(s, "dp"); }},
+    {"dp_exposed", "dp exposed", [](const Steps& s) { return median_or_0(s, mf::kCommDpExposedMs); }},
+    {"data_wait", "data wait", [](const Steps& s) { return median_field(s, mf::kDataWaitMs); }},
+};
+
 // The measured steps' figures (rank 0's view; tokens/s and MFU are the job's).
 json measure(const std::vector<const json*>& recs, const Recipe& r, int ranks) {
   json m;
@@ -94,16 +117,7 @@ json measure(const std::vector<const json*>& recs, const Recipe& r, int ranks) {
   const double tps = r.tokens_per_step() / (median_of(steps) / 1e3);
   m["tokens_per_s"] = tps, m["tokens_per_s_per_rank"] = tps / ranks;
   m["mfu"] = median_field(recs, mf::kMfu);
-  std::vector<double> compute, wait;
-  for (const json* x : recs) compute.push_back(first_of(*x, mf::kPpComputeMs)), wait.push_back(first_of(*x, mf::kPpWaitMs));
-  m["parts_ms"] = {{"compute", median_of(compute)},
-                   {"pipeline_wait", median_of(wait)},
-                   {"tp_comm", comm_ms(recs, "tp")},
-                   {"pp_comm", comm_ms(recs, "pp")},
-                   {"dp_comm", comm_ms(recs, "dp")},
-                   {"dp_exposed", recs.front()->contains(mf::kCommDpExposedMs) ? median_field(recs, mf::kCommDpExposedMs) : 0.0},
-                   {"cp_exposed", recs.front()->contains(mf::kCommCpExposedMs) ? median_field(recs, mf::kCommCpExposedMs) : 0.0},
-                   {"data_wait", median_field(recs, mf::kDataWaitMs)}};
+  for (const MeasuredPart& part : kMeasuredParts) m["parts_ms"][part.key] = part.median(recs);
   m["stages"] = stage_times(recs);
   return m;
 }
@@ -174,17 +188,13 @@ json compare_restart(const std::string& straight_dir, const std::string& restart
   return r;
 }
 
+
 }  // namespace
 
+std::span<const MeasuredPart> measured_parts() { return kMeasuredParts; }
+
 std::string layout_text(const Recipe& r) {
-  std::string s = "dp " + std::to_string(r.parallel.grid.dp) + " x tp " + std::to_string(r.parallel.grid.tp) +
-                  (r.parallel.sequence_parallel && r.parallel.grid.tp > 1 ? " (sp)" : "") +
-                  (r.parallel.grid.cp > 1 ? " x cp " + std::to_string(r.parallel.grid.cp) +
-                                                std::string(" (") + cp_comm_name(r.parallel.cp_comm) + ")"
-                                          : "") +
-                  " x pp " + std::to_string(r.parallel.grid.pp);
-  if (r.parallel.grid.pp > 1) s += r.parallel.schedule == ScheduleKind::OneFOneB ? " 1f1b" : " interleaved x" + std::to_string(r.parallel.virtual_stages);
-  return s + ", micro-batch " + std::to_string(r.training.micro_batch) + ", recompute " + recompute_name(r.recompute.mode) +
+  return r.layout_summary() + ", micro-batch " + std::to_string(r.training.micro_batch) + ", recompute " + recompute_name(r.recompute.mode) +
          ", zero " + std::to_string(r.parallel.zero_stage) + ", " + dtype_name(r.training.precision);
 }
 

@@ -4,6 +4,7 @@
 // of the full run, and --check-restart's comparison. app/smoke_report.cpp
 // prints them.
 #include <nlohmann/json.hpp>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -12,8 +13,19 @@
 
 namespace trainer {
 
-// "dp 2 x tp 2 (sp) x pp 2 1f1b, micro-batch 2, recompute none, zero 0, fp32"
+// "dp=2 pp=2 tp=2 (sequence parallel) 1f1b, micro-batch 2, recompute none, zero 0, fp32":
+// the run header's layout (Recipe::layout_summary) and what else a step depends on.
 std::string layout_text(const Recipe& r);
+
+// The parts of a measured step, declared once in the order smoke prints
+// them: the key under "parts_ms" (smoke --json) and the words of smoke's line.
+struct MeasuredPart {
+  const char* key;
+  const char* words;
+  // Its median over the measured steps' records (metrics.jsonl).
+  double (*median)(const std::vector<const nlohmann::json*>& steps);
+};
+std::span<const MeasuredPart> measured_parts();
 
 struct SmokeRun {
   std::string recipe;          // the recipe file, as given

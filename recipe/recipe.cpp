@@ -18,7 +18,7 @@ std::string Recipe::layout_summary() const {
   const GridShape& g = parallel.grid;
   std::string s = "dp=" + std::to_string(g.dp) + " pp=" + std::to_string(g.pp) + " tp=" + std::to_string(g.tp);
   if (parallel.sequence_parallel && g.tp > 1) s += " (sequence parallel)";
-  if (g.pp > 1) s += parallel.schedule == ScheduleKind::OneFOneB ? " 1f1b" : " interleaved";
+  if (g.pp > 1) s += parallel.schedule == ScheduleKind::OneFOneB ? " 1f1b" : " interleaved x" + std::to_string(parallel.virtual_stages);
   if (g.cp > 1) s += " cp=" + std::to_string(g.cp) + " (" + cp_comm_name(parallel.cp_comm) + " attention)";
   return s;
 }

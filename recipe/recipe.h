@@ -222,7 +222,9 @@ struct Recipe {
   // The layout as a run's first line says it: "dp=2 pp=2 tp=2 (sequence
   // parallel) 1f1b", then " cp=2 (ring attention)" (or a2a) where sequences are cut;
   // sequence parallelism only where tp splits rows, the schedule only
-  // where there are stages, the attention the cp group runs.
+  // where there are stages ("interleaved x2": its chunks per stage), the
+  // attention the cp group runs. Every text that names a run's layout
+  // (smoke, the report) uses it.
   std::string layout_summary() const;
   // Tokens one optimizer step trains on, all ranks together.
   double tokens_per_step() const { return (double)training.global_batch * model.seq_len; }

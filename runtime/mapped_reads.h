@@ -1,6 +1,6 @@
 #pragma once
 // Files read through mmap (token shards) can shrink under a running job: a
-// shard rewritten in place (`cp new shard`) or truncated. A read past the new
+// shard copied over in place or truncated. A read past the new
 // end raises SIGBUS, which used to kill the rank (exit 135) with no word about
 // the file. Each such mapping is watched here: a SIGBUS inside one maps zero
 // pages over the rest of it, marks it lost and lets the read finish, and the

@@ -21,7 +21,7 @@ inline constexpr const char *kStragglers = "stragglers", *kStragglerComputeMs = 
 // Data-parallel reduction time not hidden behind the backward, and its span.
 inline constexpr const char *kCommDpExposedMs = "comm_dp_exposed_ms", *kCommDpSpanMs = "comm_dp_span_ms";
 // Context parallelism: the ring's transfer time not hidden behind its
-// attention, and the attention-work imbalance across a cp group.
+// attention, and the attention-work imbalance across its group.
 inline constexpr const char *kCommCpExposedMs = "comm_cp_exposed_ms", *kCpImbalance = "cp_imbalance";
 // Lists, one value per pipeline stage.
 inline constexpr const char *kPpComputeMs = "pp_compute_ms", *kPpWaitMs = "pp_wait_ms", *kPpSpanMs = "pp_span_ms",

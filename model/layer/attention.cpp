@@ -1,6 +1,8 @@
 #include "model/layer/attention.h"
 
+#include "model/memory_plan.h"
 #include "parallel/context_attention.h"
+#include "runtime/cuda_memory.h"
 
 namespace trainer {
 
@@ -41,6 +43,61 @@ double Attention::rerun_flops(const LayerShape& s) {
 
 AttentionShape Attention::attention_shape(const LayerShape& s) {
   return {(int)s.B, (int)s.T, (int)s.H, (int)s.KV, (int)s.hd, (int)s.Q};
+}
+
+// Ring attention (parallel/ring_attention.h): two k|v blocks in flight,
+// three fp32 dK|dV blocks, the fp32 running output (then dq) and the
+// statistics' start. All-to-all (parallel/ulysses_attention.h): its send and
+// receive buffers, each as large as this rank's q|k|v, and the head group's
+// whole sequence of q|k|v, output, output gradient and dq|dk|dv (as many
+// elements as this rank's own).
+Attention::Buffers Attention::context_buffers(const LayerShape& s, const RankLayout& l, double e) {
+  const double f = 4, M = s.M, Q = s.Q, att = s.att;
+  Buffers b;
+  if (l.cp > 1 && l.cp_comm == CpComm::Ring) {
+    const double kv = M * 2 * s.KV * s.hd;
+    b.comm = 2 * kv * e + 3 * kv * f;
+    b.temporaries = (M * att + (double)s.B * s.H * s.T * Backend::kAttentionStats) * f;
+  }
+  if (l.cp > 1 && l.cp_comm == CpComm::A2a) {
+    b.comm = 2 * M * Q * e;
+    b.temporaries = (2 * M * Q + 2 * M * att) * e;
+  }
+  return b;
+}
+
+// The all-to-all's attention runs on whole sequences.
+double Attention::backward_rows(const LayerShape& s, const RankLayout& l) {
+  return l.cp > 1 && l.cp_comm == CpComm::A2a ? s.keys : s.T;
+}
+
+// cuDNN's workspace: the all-to-all's attention runs on whole sequences of
+// H / cp heads, the ring's on one chunk pair at a time (T / 2 queries against
+// T / 2 keys), whose bf16 output and packed gradient cuDNN writes into a
+// block of their own before our kernels fold them in; the allocator keeps
+// the forward's output block besides.
+void Attention::plan_cuda(const LayerShape& s, const RankLayout& l, CudaMemory& m) {
+  const double B = s.B, H = s.H, T = s.T, hd = s.hd, keys = s.keys;
+  const bool bf16 = l.compute == DType::BF16;
+  const bool ring = l.cp > 1 && l.cp_comm == CpComm::Ring, a2a = l.cp > 1 && !ring;
+  if (bf16)
+    m.attention_workspace = a2a    ? cuda_memory::attention_workspace_bytes(B, H / l.cp, keys, hd, l.deterministic_attention)
+                            : ring ? cuda_memory::attention_workspace_bytes(B, H, T / 2, hd, l.deterministic_attention)
+                                   : cuda_memory::attention_workspace_bytes(B, H, T, hd, l.deterministic_attention);
+  if (bf16 && ring) m.attention_block = B * (T / 2) * (double)s.Q * 2;
+  m.attention_rows = B * H * T * 4;
+  if (m.attention_block) m.allocator_reserve += B * (T / 2) * (double)s.att * 2;
+}
+
+// How cuDNN's attention workspace grows (runtime/cuda_memory.h): with T the
+// tokens of a sequence on a rank and H its heads.
+std::string Attention::workspace_words(const RankLayout& l) {
+  if (l.compute != DType::BF16) return "fp32 runs the own kernels";
+  const bool cp = l.cp > 1, ring = cp && l.cp_comm == CpComm::Ring;
+  const std::string t = ring ? "(T/2)" : cp ? "seq_len" : "T", h = cp && !ring ? "H/cp" : "H";
+  const std::string each = ring ? " for each ring pair" : cp ? " on whole sequences" : "";
+  return l.deterministic_attention ? "deterministic backward: B x " + h + " x " + t + "^2 fp32" + each
+                                   : "non-deterministic backward: B x " + h + " x " + t + " x hd fp32" + each;
 }
 
 Attention::Attention(const ModelConfig& c, const LayerShape& s, std::vector<int> positions,

@@ -20,6 +20,7 @@
 namespace trainer {
 
 class ContextAttention;
+struct CudaMemory;
 struct CpTimes;
 
 class Attention {
@@ -40,6 +41,19 @@ class Attention {
   static double rerun_flops(const LayerShape& s);
   // The backend's attention shape of this rank's heads and tokens.
   static AttentionShape attention_shape(const LayerShape& s);
+  // Its memory beyond the saved activations and scratch, in bytes (e: the
+  // compute type's size): the context-parallel attention's buffers of one
+  // chunk, its collective buffers (comm) and its working blocks; the rows
+  // of its backward's per-thread fp32 blocks; what only the CUDA backend
+  // holds for it (cuDNN's workspace, its rows, the ring's pair block), and
+  // the words saying how that workspace grows.
+  struct Buffers {
+    double comm = 0, temporaries = 0;
+  };
+  static Buffers context_buffers(const LayerShape& s, const RankLayout& l, double e);
+  static double backward_rows(const LayerShape& s, const RankLayout& l);
+  static void plan_cuda(const LayerShape& s, const RankLayout& l, CudaMemory& m);
+  static std::string workspace_words(const RankLayout& l);
 
   // positions: each of this rank's T tokens' place in its whole sequence;
   // cp: the context-parallel attention, or null.

@@ -5,7 +5,7 @@ namespace trainer {
 LayerShape layer_shape(const ModelConfig& c, const RankLayout& l) {
   LayerShape s;
   const size_t t = l.tp;
-  s.B = l.micro_batch, s.T = c.seq_len / l.cp, s.keys = c.seq_len, s.M = s.B * s.T;
+  s.B = l.micro_batch, s.T = l.sequence_share(c.seq_len), s.keys = c.seq_len, s.M = s.B * s.T;
   s.R = l.sequence_parallel && l.tp > 1 ? s.M / t : s.M;
   s.d = c.d_model, s.hd = c.head_dim();
   s.H = c.n_heads / t, s.KV = c.kv_heads() / t, s.F = c.d_ff / t;

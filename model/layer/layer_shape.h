@@ -13,7 +13,7 @@ namespace trainer {
 
 struct LayerShape {
   size_t B;     // sequences per micro-batch
-  size_t T;     // tokens of each here: seq_len / cp
+  size_t T;     // tokens of each here: GridShape::sequence_share
   size_t keys;  // the tokens attention sees: the whole sequence
   size_t M;     // token rows: B * T
   size_t R;     // the rows this rank keeps of the residual stream: M / tp under sequence parallelism, else M

@@ -176,7 +176,7 @@ def refused(trainer, env, hosts, sets, tmp):
     no_spare = [e for e in events if e["event"] == "no_spare"]
     why = no_spare[0].get("shrink_refused", "") if no_spare else ""
     kinds = [e["event"] for e in events]
-    check(code == 7 and len(no_spare) == 1 and "not a multiple of one replica's tp x pp x cp = 2" in why and
+    check(code == 7 and len(no_spare) == 1 and "not a multiple of one replica's pp x cp x tp = 2" in why and
           "cannot shrink" in no_spare[0]["message"] and kinds.count("start") in (1, 2) and
           "start" not in kinds[kinds.index("no_spare"):] and "shrink" not in kinds,
           f"elastic, refused: tp 2 across both hosts cannot shrink to one; exit 7 with the reason, nothing "

@@ -108,7 +108,7 @@ def main():
           f"plan --nodes --memory-per-rank-gb 0.05: does not fit, with what would ({out.strip()[-200:]})")
     code, out = run([trainer, "plan", DEMO_RECIPE, "--nodes", "1"] + sets + elastic + ["--set", "parallel.tp=2"],
                     ok_codes=(2,))
-    check("cannot run there" in out and "not a multiple of one replica's tp x pp x cp = 2" in out,
+    check("cannot run there" in out and "not a multiple of one replica's pp x cp x tp = 2" in out,
           f"plan --nodes: a node too few for one replica: exit 2 with the reason ({out.strip()[-200:]})")
     bad = os.path.join(tmp, "bad.json")
     open(bad, "w").write("{}")

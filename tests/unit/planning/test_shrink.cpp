@@ -46,7 +46,7 @@ TEST(Shrink, ReplicasThatDoNotDivideTheBatchOrTheRanksAreRefusedWithTheReason) {
   const Recipe wide = demo({"parallel.dp=1", "parallel.tp=2", "parallel.pp=1"});
   const Shrink half = shrink_job(wide, 2, 2, 1, false);
   EXPECT_FALSE(half.ok);
-  EXPECT_NE(half.why.find("not a multiple of one replica's tp x pp x cp = 2"), std::string::npos) << half.why;
+  EXPECT_NE(half.why.find("not a multiple of one replica's pp x cp x tp = 2"), std::string::npos) << half.why;
   // launch.nodes (and launch.ranks when given) follow, for the job's own rules.
   const Recipe placed = demo({"parallel.dp=4", "parallel.tp=2", "parallel.pp=1", "launch.nodes=4"});
   const Shrink on_two = shrink_job(placed, 8, 4, 2, false);

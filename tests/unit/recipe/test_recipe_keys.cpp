@@ -54,6 +54,8 @@ TEST(Recipe, LayoutSummarySaysWhatRuns) {
   EXPECT_EQ(r.layout_summary(), "dp=2 pp=1 tp=1");
   r.parallel.grid.tp = 2, r.parallel.grid.pp = 2, r.parallel.schedule = ScheduleKind::OneFOneB;
   EXPECT_EQ(r.layout_summary(), "dp=2 pp=2 tp=2 (sequence parallel) 1f1b");
+  r.parallel.schedule = ScheduleKind::Interleaved, r.parallel.virtual_stages = 2;
+  EXPECT_EQ(r.layout_summary(), "dp=2 pp=2 tp=2 (sequence parallel) interleaved x2");
   r.parallel.grid = {}, r.parallel.grid.dp = 2, r.parallel.grid.cp = 2, r.parallel.cp_comm = CpComm::A2a;
   EXPECT_EQ(r.layout_summary(), "dp=2 pp=1 tp=1 cp=2 (a2a attention)");
   r.parallel.cp_comm = CpComm::Ring;

@@ -4,9 +4,7 @@
 
 namespace trainer {
 
-RankLayout rank_layout(const Recipe& r, int stage) {
-  const PipelineSpec pipe = r.pipeline();
-  const int P = pipe.stages, v = pipe.virtual_stages;
+RankLayout layout_sizes(const Recipe& r) {
   RankLayout l;
   l.micro_batch = r.training.micro_batch;
   static_cast<GridShape&>(l) = r.parallel.grid;
@@ -14,12 +12,19 @@ RankLayout rank_layout(const Recipe& r, int stage) {
   l.cp_overlap = r.parallel.cp_overlap;
   l.zero_stage = r.parallel.zero_stage;
   l.compute = r.training.precision;
-  l.micro_batches = pipe.micro_batches;
+  l.micro_batches = r.accum_steps();
   l.threads = r.runtime.threads;
   l.sequence_parallel = r.parallel.sequence_parallel;
-  l.pipelined = P > 1;
+  l.pipelined = r.parallel.grid.pp > 1;
   l.cuda = r.runtime.backend == "cuda";
   l.deterministic_attention = r.runtime.deterministic_attention;
+  return l;
+}
+
+RankLayout rank_layout(const Recipe& r, int stage) {
+  const PipelineSpec pipe = r.pipeline();
+  const int P = pipe.stages, v = pipe.virtual_stages;
+  RankLayout l = layout_sizes(r);
   // Slots: the most micro-batches whose forward has run and backward has
   // not, per chunk, in this stage's schedule.
   std::vector<int> live(v, 0), peak(v, 1);

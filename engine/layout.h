@@ -11,6 +11,8 @@
 namespace trainer {
 
 RankLayout rank_layout(const Recipe& r, int stage);
+// The same but for its chunks (the part every stage shares).
+RankLayout layout_sizes(const Recipe& r);
 
 // The backend a rank of this recipe computes on, with `ranks_on_node` ranks
 // sharing its node's devices and `local_rank` its index among them (the

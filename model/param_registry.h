@@ -76,6 +76,7 @@ struct LayerParams {
 struct ChunkSpec {
   int first_layer = 0, last_layer = -1;  // -1: to the last layer
   bool embed = true, head = true;
+  auto operator<=>(const ChunkSpec&) const = default;
 };
 
 struct ModelParams {

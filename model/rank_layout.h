@@ -17,6 +17,7 @@ namespace trainer {
 struct ChunkLayout {
   ChunkSpec spec;  // layers, embedding, head (last_layer resolved)
   int slots = 1;   // micro-batches in flight for this chunk
+  auto operator<=>(const ChunkLayout&) const = default;
 };
 
 // The grid's sizes (parallel/grid_shape.h) are the job's: a rank holds
@@ -33,6 +34,7 @@ struct RankLayout : GridShape {
   // (MemoryPlan::cuda); with deterministic_attention cuDNN's backward keeps
   // a workspace quadratic in T.
   bool cuda = false, deterministic_attention = true;
+  auto operator<=>(const RankLayout&) const = default;
 };
 
 // One process holding the whole model: no parallelism, one chunk, one

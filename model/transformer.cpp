@@ -32,17 +32,14 @@ class Carver {
 }  // namespace
 
 Transformer::Transformer(Backend& be, const ModelConfig& cfg, const RankLayout& layout, const ChunkLayout& chunk,
-                         TensorParallel tp, RecomputeConfig recompute, ContextParallel cp)
-    : be_(be), cfg_(cfg), tp_(tp), cp_comm_(cp.comm), cp_(layout.cp), cp_rank_(cp.comm ? cp.comm->rank() : 0),
-      mp_(build_params(cfg, tp.size(), tp.rank(), chunk.spec)), norm_(norm_for(cfg)), mlp_(mlp_for(cfg)),
-      compute_(layout.compute),
-      B_(layout.micro_batch),
-      T_(cfg.seq_len / layout.cp), M_(layout.micro_batch * T_), rc_(recompute) {
+                         TensorParallel tp, RecomputeConfig recompute, ContextParallel context)
+    : be_(be), cfg_(cfg), tp_(tp), mp_(build_params(cfg, tp.size(), tp.rank(), chunk.spec)), norm_(norm_for(cfg)),
+      mlp_(mlp_for(cfg)), compute_(layout.compute), B_(layout.micro_batch),
+      T_(layout.sequence_share(cfg.seq_len)), M_(layout.micro_batch * T_),
+      seq_(context.comm ? context.comm->size() : 1, context.comm ? context.comm->rank() : 0, cfg.seq_len),
+      rc_(recompute) {
   const int t = tp_.size();
   if (!validate_tp(cfg, t).empty()) throw std::invalid_argument("model does not split over tp");
-  if (cfg.seq_len % (2 * cp_) != 0 && cp_ > 1) throw std::invalid_argument("sequences do not cut into 2 * cp chunks");
-  if ((cp_comm_ ? cp_comm_->size() : 1) != cp_)
-    throw std::invalid_argument("the layout's cp differs from the cp group's size");
   if (t != layout.tp) throw std::invalid_argument("the layout's tp differs from the tp group's size");
   if (compute_ != DType::F32 && compute_ != DType::BF16) throw std::invalid_argument("compute type must be fp32 or bf16");
   const bool sp = layout.sequence_parallel && t > 1;
@@ -52,23 +49,8 @@ Transformer::Transformer(Backend& be, const ModelConfig& cfg, const RankLayout& 
   row_offset_ = sp ? tp_.rank() * R_ : 0;
   V_ = cfg.vocab_size / t;
   vocab_offset_ = tp_.rank() * V_;
-  for (int t = 0; t < T_; t++) positions_.push_back(cp_position(cp_, cp_rank_, cfg.seq_len, t));
-  if (cp_ == 1) {
-    position_runs_ = {{0, R_, row_offset_}};
-  } else {  // a run ends with a chunk (or with this rank's rows)
-    const int chunk = T_ / 2;
-    for (int row = row_offset_; row < row_offset_ + R_;) {
-      const int t = row % T_, n = std::min(chunk - t % chunk, row_offset_ + R_ - row);
-      position_runs_.push_back({row - row_offset_, n, positions_[t]});
-      row += n;
-    }
-  }
-  std::unique_ptr<ContextAttention> cp_attention;
-  if (cp_ > 1) {
-    cp_attention = make_context_attention(layout.cp_comm, be_, *cp_comm_, Attention::attention_shape(ops_.shape),
-                                          compute_, layout.cp_overlap);
-  }
-  attn_ = std::make_unique<Attention>(cfg, ops_.shape, positions_, std::move(cp_attention));
+  position_runs_ = seq_.runs(row_offset_, R_);
+  attn_ = std::make_unique<Attention>(be_, cfg, ops_.shape, layout, context.comm, seq_.positions());
 
   const size_t n = mp_.reg.total();
   params_ = be_.alloc(n, DType::F32, Mem::Params);
@@ -173,13 +155,7 @@ void Transformer::allocate_activations(int slots) {
 
 void Transformer::stage_tokens(Slot& sl, Buffer& dev, Buffer& host, const int32_t* tokens) {
   be_.synchronize_event(sl.staged);  // this slot's previous copies are done with the staging
-  if (cp_ == 1) {
-    std::memcpy(host.host(), tokens, (size_t)M_ * sizeof(int32_t));
-  } else {  // this rank's two chunks of each whole sequence
-    int32_t* mine = static_cast<int32_t*>(host.host());
-    for (int b = 0; b < B_; b++)
-      for (int t = 0; t < T_; t++) mine[(size_t)b * T_ + t] = tokens[(size_t)b * cfg_.seq_len + positions_[t]];
-  }
+  seq_.take(static_cast<int32_t*>(host.host()), tokens, B_);
   be_.from_host_async(dev.ref(), host.host(), M_);
   sl.staged = be_.record_event(Backend::kComputeStream);
 }
@@ -231,7 +207,7 @@ void Transformer::embed_fwd(Slot& sl, const int32_t* inputs, Ref x0) {
     if (tp_.size() > 1) tp_.comm->allreduce_sum(x0, (size_t)M * d);
   }
   if (!cfg_.rope_positions())
-    for (const PositionRun& run : position_runs_)
+    for (const SequenceShare::Run& run : position_runs_)
       be_.position_fwd(x0 + (size_t)run.row * d, W(mp_.wpe), run.rows, run.pos, cfg_.seq_len, d);
 }
 
@@ -333,7 +309,7 @@ void Transformer::backward(int slot, CRef grad_out) {
   const int32_t* tokens = sl.inputs.ref().i32();
   be_.embedding_bwd(G(mp_.wte), ops_.grad_rows_to_full(g_resid_), tokens, M_, vocab_offset_, V_, d);
   if (!cfg_.rope_positions())
-    for (const PositionRun& run : position_runs_)
+    for (const SequenceShare::Run& run : position_runs_)
       be_.position_bwd(G(mp_.wpe), g_resid_ + (size_t)run.row * d, run.rows, run.pos, cfg_.seq_len, d);
   if (grad_hook_) grad_hook_(0);
 }

@@ -15,7 +15,7 @@
 // reduce-scatter follows each row-parallel one.
 //
 // Context parallelism (parallel/context_attention.h): each sequence is cut over
-// the cp ranks of a group, and an instance holds seq_len / cp tokens of each
+// the ranks of a group, and an instance holds its share of the tokens of each
 // of its sequences (two chunks, parallel/context_chunks.h); everything but
 // attention is token-local, attention runs over the group (a ring, or an
 // all-to-all to head shards: parallel.cp_comm), and
@@ -43,10 +43,11 @@
 
 namespace trainer {
 
-// How many ranks share a sequence is the layout's (RankLayout::cp); this is
-// only the group those ranks talk over.
+// How many ranks share a sequence is the layout's (GridShape::sequence_share);
+// this is only the group those ranks talk over (null: each rank holds whole
+// sequences).
 struct ContextParallel {
-  DataComm* comm = nullptr;  // the cp group's transfers (ring or all-to-all); null: no context parallelism
+  DataComm* comm = nullptr;
 };
 
 class Transformer {
@@ -61,7 +62,7 @@ class Transformer {
   // sequence parallelism over tp as the layout says. Parameters, gradients,
   // statistics, logits and losses stay fp32.
   Transformer(Backend& be, const ModelConfig& cfg, const RankLayout& layout, const ChunkLayout& chunk,
-              TensorParallel tp = {}, RecomputeConfig recompute = {}, ContextParallel cp = {});
+              TensorParallel tp = {}, RecomputeConfig recompute = {}, ContextParallel context = {});
   ~Transformer();
   Transformer(const Transformer&) = delete;
   Transformer& operator=(const Transformer&) = delete;
@@ -81,7 +82,7 @@ class Transformer {
   // The compute copy for an optimizer step to refresh as it goes (null in fp32).
   Buffer* compute_copy() { return compute_ == DType::F32 ? nullptr : &cparams_; }
   int micro_batch() const { return B_; }
-  int tokens() const { return M_; }  // token rows per micro-batch: B * seq_len / cp
+  int tokens() const { return M_; }  // token rows per micro-batch: B x this rank's share of a sequence
   int slots() const { return (int)slots_.size(); }  // micro-batches it can hold in flight
 
   const ChunkSpec& chunk() const { return mp_.chunk; }
@@ -110,7 +111,7 @@ class Transformer {
   void backward(int slot, CRef grad_out);
   CRef output(int slot) const { return slots_[slot].out; }
   CRef input_grad() const { return g_resid_; }
-  // Context parallelism: the attention's times since the last reset (null without cp).
+  // Context parallelism: the attention's times since the last reset (null without it).
   const CpTimes* cp_times() const;
   void reset_cp_times();
   // Under sequence parallelism, sums the partial gradients of replicated
@@ -178,22 +179,15 @@ class Transformer {
   Backend& be_;
   ModelConfig cfg_;
   TensorParallel tp_;
-  DataComm* cp_comm_;  // the cp group (context parallelism), or null
-  int cp_, cp_rank_;   // ranks sharing each sequence (layout.cp), this one's place in the group
   ModelParams mp_;
   const Norm& norm_;
   const Mlp& mlp_;
   DType compute_;
-  int B_, T_, M_, R_;    // sequences, tokens of each here (seq_len / cp), token rows, rows this rank keeps (M_/tp with SP)
+  int B_, T_, M_, R_;    // sequences, tokens of each here (its share), token rows, rows this rank keeps (M_/tp with SP)
   int row_offset_;       // first token row of this rank's share
-  std::vector<int> positions_;  // [T_] each token's place in its whole sequence
-  // This rank's R_ rows in runs of consecutive positions: (first row, rows,
-  // position of the first); one run without context parallelism.
-  struct PositionRun {
-    int row, rows, pos;
-  };
-  std::vector<PositionRun> position_runs_;
-  std::unique_ptr<Attention> attn_;  // the layers' attention (over the cp group with context parallelism)
+  SequenceShare seq_;    // which tokens of each sequence are here
+  std::vector<SequenceShare::Run> position_runs_;  // this rank's R_ rows by consecutive places
+  std::unique_ptr<Attention> attn_;  // the layers' attention (over the ranks sharing each sequence, if any)
   int V_, vocab_offset_;  // this rank's vocabulary rows, the first one's id
   Buffer params_, grads_;  // fp32
   Buffer cparams_;         // the compute copy (bf16 runs only)

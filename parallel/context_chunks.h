@@ -8,6 +8,7 @@
 // key/value chunks to every other; ring_pairs says which (query chunk, key
 // chunk) pairs of a visit have visible keys and whether the mask is the
 // causal diagonal or none at all. Pure arithmetic, testable without MPI.
+#include <cstdint>
 #include <vector>
 
 namespace trainer {
@@ -26,6 +27,32 @@ int cp_chunk(int cp, int rank, int half);
 // - 1) of context-parallel rank `rank`'s share: its two chunks, one after the
 // other.
 int cp_position(int cp, int rank, int seq_len, int t);
+
+// A rank's share of each sequence, which the model's tokens and positions
+// follow: its two chunks under context parallelism, the whole sequence in
+// order without.
+class SequenceShare {
+ public:
+  // cp ranks share each sequence of seq_len tokens, this is rank `rank` of
+  // them. Throws std::invalid_argument where the sequence does not cut into
+  // 2 x cp equal chunks.
+  SequenceShare(int cp, int rank, int seq_len);
+  // Each of this rank's seq_len / cp tokens' place in the whole sequence.
+  const std::vector<int>& positions() const { return positions_; }
+  // Token rows first .. first + rows - 1 of [B, seq_len / cp] in runs of
+  // consecutive places: (row from `first`, rows, place of the first); one
+  // run for a whole sequence (the backend's position kernels wrap).
+  struct Run {
+    int row, rows, pos;
+  };
+  std::vector<Run> runs(int first, int rows) const;
+  // This rank's tokens [B, seq_len / cp] of B whole sequences [B, seq_len].
+  void take(int32_t* mine, const int32_t* whole, int B) const;
+
+ private:
+  int cp_, seq_len_;
+  std::vector<int> positions_;
+};
 
 // One pair of chunks a rank's attention visits: its query half against the
 // key/value half of rank `src`. causal: the same chunk, so query i sees key

@@ -7,6 +7,7 @@
 // every communicator of parallel/process_grid.h walk that list. No MPI here:
 // the recipe, the model's layout and the planners use it too.
 #include <climits>
+#include <compare>
 #include <initializer_list>
 #include <string>
 
@@ -26,6 +27,7 @@ struct GridShape {
   long size_of(unsigned dims) const;  // the ranks a set of dimensions (GridDims) spans
   // The tokens of each sequence a rank holds: cp ranks share a sequence.
   int sequence_share(int seq_len) const { return seq_len / cp; }
+  auto operator<=>(const GridShape&) const = default;
   static long saturated_product(std::initializer_list<long> sizes) {
     long p = 1;
     for (long s : sizes)

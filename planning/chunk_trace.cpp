@@ -2,6 +2,7 @@
 
 #include <memory>
 
+#include "engine/layout.h"
 #include "model/transformer.h"
 
 namespace trainer {
@@ -21,34 +22,40 @@ void one_pass(Transformer& m, MeteredBackend& be, OpPhase& comm_phase, Buffer& a
 
 }  // namespace
 
-ShardShape shard_shape_of(const Recipe& r) {
-  ShardShape s;
-  s.micro_batch = r.training.micro_batch, s.tp = r.parallel.grid.tp, s.sequence_parallel = r.parallel.sequence_parallel;
-  s.compute = r.training.precision, s.recompute = {r.recompute.mode, r.recompute.layers};
-  s.cp = r.parallel.grid.cp, s.cp_comm = r.parallel.cp_comm, s.cp_overlap = r.parallel.cp_overlap;
+ShardShape shard_shape_of(const RankLayout& l, RecomputeConfig recompute) {
+  ShardShape s{l, recompute};
+  RankLayout& k = s.layout;
+  for (const GridDim& d : kGridDims)
+    if (!(kLayerSplitDims & grid_dim(d.name))) k.*d.size = 1;
+  k.sequence_parallel = l.sequence_parallel && l.tp > 1;
+  const RankLayout plain;
+  k.micro_batches = plain.micro_batches, k.threads = plain.threads, k.zero_stage = plain.zero_stage;
+  k.pipelined = plain.pipelined, k.cuda = plain.cuda, k.deterministic_attention = plain.deterministic_attention;
+  k.chunks.clear();
   return s;
+}
+
+ShardShape shard_shape_of(const Recipe& r) {
+  return shard_shape_of(layout_sizes(r), {r.recompute.mode, r.recompute.layers});
 }
 
 ChunkTrace trace_chunk(const ModelConfig& c, const ChunkSpec& chunk, const ShardShape& s, Backend* inner, int reps) {
   MeteredBackend be(inner);
   OpPhase comm_phase = OpPhase::Forward;
-  NullDataComm tp(s.tp, &comm_phase);
-  NullControlComm tp_control(s.tp);
-  const TensorParallel tpar{s.tp > 1 ? &tp : nullptr, s.tp > 1 ? &tp_control : nullptr};
-  NullDataComm cp(s.cp, &comm_phase, &be);
-  RankLayout layout;  // this shard shape's
-  layout.micro_batch = s.micro_batch, layout.tp = s.tp, layout.compute = s.compute;
-  layout.sequence_parallel = s.tp > 1 && s.sequence_parallel;
-  layout.cp = s.cp, layout.cp_comm = s.cp_comm, layout.cp_overlap = s.cp_overlap;
+  const RankLayout& l = s.layout;
+  // The groups a layer talks over, as rank 0 of each.
+  NullDataComm tp(l.tp, &comm_phase);
+  NullControlComm tp_control(l.tp);
+  const TensorParallel tpar{l.tp > 1 ? &tp : nullptr, l.tp > 1 ? &tp_control : nullptr};
+  NullDataComm cp(l.cp, &comm_phase, &be);
   ChunkTrace out;
   {
-    Transformer m(be, c, layout, ChunkLayout{chunk, 1}, tpar, s.recompute,
-                  ContextParallel{s.cp > 1 ? &cp : nullptr});
+    Transformer m(be, c, l, ChunkLayout{chunk, 1}, tpar, s.recompute, ContextParallel{l.cp > 1 ? &cp : nullptr});
     out.params = m.num_params();
     out.boundary_elems = m.boundary_elems();
-    Buffer act_in = be.alloc(m.boundary_elems(), s.compute, Mem::Temporaries);
-    Buffer grad_out = be.alloc(m.boundary_elems(), s.compute, Mem::Temporaries);
-    std::vector<int32_t> tokens((size_t)s.micro_batch * c.seq_len + 1, 0);
+    Buffer act_in = be.alloc(m.boundary_elems(), l.compute, Mem::Temporaries);
+    Buffer grad_out = be.alloc(m.boundary_elems(), l.compute, Mem::Temporaries);
+    std::vector<int32_t> tokens((size_t)l.micro_batch * c.seq_len + 1, 0);
     // Timing: a warm-up pass first (caches, first-touched pages).
     if (inner) one_pass(m, be, comm_phase, act_in, grad_out, tokens, chunk);
     be.clear_calls();
@@ -56,7 +63,7 @@ ChunkTrace trace_chunk(const ModelConfig& c, const ChunkSpec& chunk, const Shard
     cp.clear_calls();
     for (int r = 0; r < reps; r++) one_pass(m, be, comm_phase, act_in, grad_out, tokens, chunk);
     be.set_phase(comm_phase = OpPhase::PerStep);
-    if (layout.sequence_parallel) m.reduce_sequence_parallel_grads();
+    if (l.sequence_parallel) m.reduce_sequence_parallel_grads();
     out.ops = be.calls();
   }
   out.tp_comm = tp.calls();

@@ -9,8 +9,8 @@
 
 #include "model/config.h"
 #include "model/param_registry.h"
+#include "model/rank_layout.h"
 #include "model/recompute.h"
-#include "parallel/context_chunks.h"
 #include "planning/null_comm.h"
 #include "planning/op_meter.h"
 #include "recipe/recipe.h"
@@ -18,20 +18,19 @@
 namespace trainer {
 
 // A rank's shard of the model: what decides the shapes it computes and the
-// calls it makes.
+// calls it makes. Its layout (model/rank_layout.h) with what does not at the
+// defaults (shard_shape_of: the dimensions that do not split a layer, the
+// chunks, the schedule, the optimizer's sharding, the backend's options),
+// and what it recomputes. Shapes that compute alike compare equal
+// (calibrate times each once).
 struct ShardShape {
-  int micro_batch = 1, tp = 1;
-  bool sequence_parallel = false;
-  DType compute = DType::F32;
+  RankLayout layout;
   RecomputeConfig recompute;
-  int cp = 1;  // context parallelism: seq_len / cp tokens of each sequence, attention by cp_comm
-  CpComm cp_comm = CpComm::Ring;
-  bool cp_overlap = true;  // the ring's: where it waits for its transfers
-  // Shapes that compute alike compare equal (calibrate times each once).
   auto operator<=>(const ShardShape&) const = default;
 };
 
-// A recipe's layout's shard shape, recomputing as the recipe says.
+ShardShape shard_shape_of(const RankLayout& l, RecomputeConfig recompute);
+// A recipe's layout's, recomputing as the recipe says.
 ShardShape shard_shape_of(const Recipe& r);
 
 struct ChunkTrace {

@@ -4,6 +4,8 @@
 #include "parallel/context_attention.h"
 #include "runtime/cuda_memory.h"
 
+#include <stdexcept>
+
 namespace trainer {
 
 SavedActs Attention::saved(const LayerShape& s) {
@@ -100,10 +102,13 @@ std::string Attention::workspace_words(const RankLayout& l) {
                                    : "non-deterministic backward: B x " + h + " x " + t + " x hd fp32" + each;
 }
 
-Attention::Attention(const ModelConfig& c, const LayerShape& s, std::vector<int> positions,
-                     std::unique_ptr<ContextAttention> cp)
+Attention::Attention(Backend& be, const ModelConfig& c, const LayerShape& s, const RankLayout& l, DataComm* group,
+                     std::vector<int> positions)
     : bias_(c.has_bias()), rotate_(c.rope_positions()), freqs_(c.rope()), shape_(attention_shape(s)),
-      positions_(std::move(positions)), cp_(std::move(cp)) {}
+      positions_(std::move(positions)) {
+  if ((group ? group->size() : 1) != l.cp) throw std::invalid_argument("the layout's cp differs from the cp group's size");
+  if (l.cp > 1) cp_ = make_context_attention(l.cp_comm, be, *group, shape_, l.compute, l.cp_overlap);
+}
 
 Attention::~Attention() = default;
 

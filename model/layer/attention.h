@@ -56,9 +56,11 @@ class Attention {
   static std::string workspace_words(const RankLayout& l);
 
   // positions: each of this rank's T tokens' place in its whole sequence;
-  // cp: the context-parallel attention, or null.
-  Attention(const ModelConfig& c, const LayerShape& s, std::vector<int> positions,
-            std::unique_ptr<ContextAttention> cp);
+  // group: where the layout cuts sequences (l.cp > 1), the ranks sharing
+  // them (l.cp of them, checked; the attention runs over it as
+  // l.cp_comm says), else null.
+  Attention(Backend& be, const ModelConfig& c, const LayerShape& s, const RankLayout& l, DataComm* group,
+            std::vector<int> positions);
   ~Attention();
   // in: the normed input, all M rows; out = resid + attention(in), this
   // rank's rows; saved: as Saved.

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <set>
+#include <stdexcept>
 #include <utility>
 #include <vector>
 
@@ -59,4 +60,35 @@ TEST(ContextChunks, PositionsCoverTheSequenceOnce) {
       }
     for (int p = 0; p < T; p++) EXPECT_NE(holder[p], -1) << "cp " << cp << ": position " << p << " held by none";
   }
+}
+
+// A rank's share: its tokens of whole sequences are the ones at its places,
+// and a range of its rows cut into runs covers the range once, each run
+// holding consecutive places (a plain loop over the rows as the reference);
+// a sequence that does not cut into 2 x cp chunks is refused.
+TEST(ContextChunks, ASequenceShareTakesItsTokensAndRunsCoverItsRows) {
+  for (int cp : {1, 2, 3}) {
+    const int T = 2 * cp * 4, local = T / cp, B = 2;
+    std::vector<int32_t> whole(B * T);
+    for (int i = 0; i < B * T; i++) whole[i] = 1000 + i;
+    for (int r = 0; r < cp; r++) {
+      const SequenceShare share(cp, r, T);
+      std::vector<int32_t> mine(B * local, -1);
+      share.take(mine.data(), whole.data(), B);
+      for (int b = 0; b < B; b++)
+        for (int t = 0; t < local; t++) EXPECT_EQ(mine[b * local + t], whole[b * T + cp_position(cp, r, T, t)]);
+      for (int first : {0, 3}) {
+        const int rows = B * local - first - 1;
+        int next = 0;
+        for (const SequenceShare::Run& run : share.runs(first, rows)) {
+          EXPECT_EQ(run.row, next) << "cp " << cp << " rank " << r;
+          for (int i = 0; i < run.rows && cp > 1; i++)
+            EXPECT_EQ(run.pos + i, cp_position(cp, r, T, (first + run.row + i) % local)) << "cp " << cp << " rank " << r;
+          next += run.rows;
+        }
+        EXPECT_EQ(next, rows) << "cp " << cp << " rank " << r;
+      }
+    }
+  }
+  EXPECT_THROW(SequenceShare(2, 0, 6), std::invalid_argument);
 }

@@ -25,6 +25,13 @@ using namespace trainer;
 
 namespace {
 
+// One rank's shard of B sequences per micro-batch over tp ranks, fp32.
+ShardShape shard(int B, int tp = 1, RecomputeConfig recompute = {}) {
+  RankLayout l = single_rank_layout(B);
+  l.tp = tp;
+  return shard_shape_of(l, recompute);
+}
+
 ModelConfig small_model(Arch arch) {
   ModelConfig c;
   c.arch = arch;
@@ -71,7 +78,7 @@ TEST(ChunkTrace, ProductFlopsMatchTheClosedFormCount) {
     for (int tp : {1, 2}) {
       const ModelConfig c = small_model(arch);
       const int B = 2;
-      const ChunkTrace t = trace_chunk(c, ChunkSpec{}, ShardShape{B, tp, false, DType::F32, {}});
+      const ChunkTrace t = trace_chunk(c, ChunkSpec{}, shard(B, tp));
       const double fwd = 2.0 * matmul_params(c) * B * c.seq_len / tp;
       EXPECT_NEAR(matmul_flops(t, OpPhase::Forward), fwd, 1e-9 * fwd) << arch_name(arch) << " tp " << tp;
       EXPECT_NEAR(matmul_flops(t, OpPhase::Backward), 2 * fwd, 1e-9 * fwd) << arch_name(arch) << " tp " << tp;
@@ -85,8 +92,8 @@ TEST(ChunkTrace, ProductFlopsMatchTheClosedFormCount) {
 TEST(ChunkTrace, FullRecomputeAddsTheForwardToTheBackward) {
   const ModelConfig c = small_model(Arch::GPT2);
   const ChunkSpec layers{0, 3, false, false};
-  const double plain = matmul_flops(trace_chunk(c, layers, {2, 1, false, DType::F32, {}}), OpPhase::Backward);
-  const ChunkTrace t = trace_chunk(c, layers, {2, 1, false, DType::F32, {RecomputeMode::Full, -1}});
+  const double plain = matmul_flops(trace_chunk(c, layers, shard(2)), OpPhase::Backward);
+  const ChunkTrace t = trace_chunk(c, layers, shard(2, 1, {RecomputeMode::Full, -1}));
   const double fwd = matmul_flops(t, OpPhase::Forward);
   EXPECT_GT(matmul_flops(t, OpPhase::Backward), plain);
   EXPECT_LT(matmul_flops(t, OpPhase::Backward), plain + fwd);
@@ -105,8 +112,8 @@ TEST(ChunkTrace, ContextParallelMovesWhatTheDesignSays) {
       const int B = 2, L = c.n_layers, hd = c.d_model / c.n_heads;
       const double rows = (double)B * c.seq_len / cp;
       const std::string what = std::string(arch_name(arch)) + " cp " + std::to_string(cp);
-      ShardShape s{B, 1, false, DType::F32, {}};
-      s.cp = cp;
+      ShardShape s = shard(B);
+      s.layout.cp = cp;
       const ChunkTrace ring = trace_chunk(c, ChunkSpec{}, s);
       const double fwd = 2.0 * matmul_params(c) * B * c.seq_len / cp;
       EXPECT_NEAR(matmul_flops(ring, OpPhase::Forward), fwd, 1e-9 * fwd) << what;
@@ -125,7 +132,7 @@ TEST(ChunkTrace, ContextParallelMovesWhatTheDesignSays) {
         if (cc.phase == OpPhase::Forward) EXPECT_GT(cc.waited, cc.started) << what;
       }
       if (c.n_heads % cp || c.n_kv_heads % cp) continue;
-      s.cp_comm = CpComm::A2a;
+      s.layout.cp_comm = CpComm::A2a;
       const ChunkTrace a2a = trace_chunk(c, ChunkSpec{}, s);
       const double qkv = rows * (c.n_heads + 2 * c.n_kv_heads) * hd * 4, out = rows * c.n_heads * hd * 4;
       std::map<std::pair<OpPhase, double>, int> all;
@@ -212,7 +219,7 @@ TEST(StepModel, PricesAnyLengthFromAProfileOfAShortOne) {
   MachineProfile p;
   p.compute_units = 2;
   p.busy_slowdown = {1.0, 1.1, 1.6, 2.2};
-  for (const OpCall& op : trace_chunk(recipe(128).model, ChunkSpec{}, {1, 1, false, DType::F32, {}}).ops)
+  for (const OpCall& op : trace_chunk(recipe(128).model, ChunkSpec{}, shard(1)).ops)
     p.ops[op.key] = {(op.flops > 0 ? op.flops : op.bytes) * 1e-6, op.flops > 0 ? op.flops : op.bytes};
   alarm(120);
   double last = 0;
@@ -307,7 +314,7 @@ TEST(ActionCost, RecoversAPlantedCostAndNeverGoesBelowZero) {
   p.compute_units = 2;
   p.busy_slowdown = {1.0, 1.1, 1.6, 2.2};
   for (int mb : {1, 2})  // every op of the model priced by its work, 1 GFLOP or GB per ms
-    for (const OpCall& op : trace_chunk(anchor.model, ChunkSpec{}, {mb, 1, false, DType::F32, {}}).ops)
+    for (const OpCall& op : trace_chunk(anchor.model, ChunkSpec{}, shard(mb)).ops)
       p.ops[op.key] = {(op.flops > 0 ? op.flops : op.bytes) * 1e-9, op.flops > 0 ? op.flops : op.bytes};
   MachineProfile planted = p;
   planted.action_ms = 0.3;
@@ -337,7 +344,7 @@ TEST(StepModels, TakeTheMedianProfilesWholePrediction) {
                                                      "parallel.tp=1", "training.micro_batch=2"}, 0, false);
   MachineProfile base;
   base.compute_units = 2;
-  for (const OpCall& op : trace_chunk(r.model, ChunkSpec{}, {2, 1, false, DType::F32, {}}).ops)
+  for (const OpCall& op : trace_chunk(r.model, ChunkSpec{}, shard(2)).ops)
     base.ops[op.key] = {(op.flops > 0 ? op.flops : op.bytes) * 1e-9, op.flops > 0 ? op.flops : op.bytes};
   const double plain = StepModel(base, 2).predict(r).step_ms;
   ASSERT_GT(plain, 0);

@@ -30,18 +30,20 @@ std::unique_ptr<CountingDataComm> counted(DataComm* c) {
 
 ParallelGroups groups_of(ProcessGrid& g) {
   using G = ProcessGrid;
-  return {{&g.data(G::DpCp), &g.control(G::DpCp)},
-          {&g.data(G::Tp), &g.control(G::Tp)},
-          {&g.data(G::Pp), &g.control(G::Pp)},
-          {&g.data(G::Cp), &g.control(G::Cp)},
-          &g.data(G::Embed)};
+  ParallelGroups p;
+  for (const GridDim& d : kGridDims) {
+    const G::Group group = G::group_of(grid_dim(d.name) == grid_dim("dp") ? kWeightReplicaDims : grid_dim(d.name));
+    p[d.name] = {&g.data(group), &g.control(group)};
+  }
+  p.embed = &g.data(G::Embed);
+  return p;
 }
 
 RankStep::RankStep(Backend& be, ParallelGroups groups, const Recipe& r, Blend train, Blend val)
-    : be_(be), replicas_(*groups.dp.data), tp_(counted(groups.tp.data)), pp_(counted(groups.pp.data)),
-      cp_(counted(groups.cp.data)), replicas_control_(groups.dp.control),
-      pp_control_(pp_ ? groups.pp.control : nullptr),
-      tp_control_(tp_ ? groups.tp.control : nullptr), cp_control_(cp_ ? groups.cp.control : nullptr),
+    : be_(be), replicas_(*groups["dp"].data), tp_(counted(groups["tp"].data)), pp_(counted(groups["pp"].data)),
+      cp_(counted(groups["cp"].data)), replicas_control_(groups["dp"].control),
+      pp_control_(pp_ ? groups["pp"].control : nullptr),
+      tp_control_(tp_ ? groups["tp"].control : nullptr), cp_control_(cp_ ? groups["cp"].control : nullptr),
       embed_(groups.embed),
       r_(r), train_(std::move(train)), val_(std::move(val)) {
   pipe_ = r.pipeline();
@@ -169,8 +171,8 @@ long RankStep::rollback(const std::string& step_dir) {
 
 double StepStats::comm_ms() const {
   double t = 0;
-  for (const CommCounters* c : {&comm_dp, &comm_tp, &comm_pp, &comm_cp})
-    for (int k = 0; k < CommCounters::kKinds; k++) t += c->ms[k];
+  for (const CommCounters& c : comm)
+    for (int k = 0; k < CommCounters::kKinds; k++) t += c.ms[k];
   return t;
 }
 
@@ -291,10 +293,10 @@ StepStats RankStep::step() {
   s.step_ms = ms_since(t0);
   s.host_syncs = be_.host_syncs() - syncs0;
   s.memory = be_.memory();
-  s.comm_dp = replicas_.counters();
-  if (tp_) s.comm_tp = tp_->counters();
-  if (pp_) s.comm_pp = pp_->counters();
-  if (cp_) s.comm_cp = cp_->counters();
+  s.comm[grid_dim_index("dp")] = replicas_.counters();
+  if (tp_) s.comm[grid_dim_index("tp")] = tp_->counters();
+  if (pp_) s.comm[grid_dim_index("pp")] = pp_->counters();
+  if (cp_) s.comm[grid_dim_index("cp")] = cp_->counters();
   record_stage_times(s);
   record_cp_times(s);
   return s;
@@ -319,7 +321,7 @@ void RankStep::record_cp_times(StepStats& s) {
   if (!cp_control_) return;
   CpTimes t;
   for (auto& m : chunks_) t += *m->cp_times();
-  s.cp_exposed_ms = t.exposed_ms;
+  s.cut_sequences = true, s.cp_exposed_ms = t.exposed_ms;
   // One control call: every cp rank's attention compute, the slowest against the mean.
   const float mine = (float)t.compute_ms;
   std::vector<float> all(cp_->size());

@@ -47,12 +47,17 @@ struct StepStats {
   // after the backward (exposed), and from its first start to its last
   // completion (span; with overlap, mostly hidden behind the backward).
   double dp_exposed_ms = 0, dp_span_ms = 0;
-  // Context parallelism (cp > 1, ring or all-to-all): this rank's time
-  // waiting on its transfers (what the attention did not hide), and the
-  // attention-work imbalance across its cp group: the slowest rank's time in
-  // the attention over the group's mean, minus 1.
+  // Context parallelism (cut_sequences: the step ran it, a ring or an
+  // all-to-all): this rank's time waiting on its transfers (what the
+  // attention did not hide), and the attention-work imbalance across its
+  // group: the slowest rank's time in the attention over the group's mean,
+  // minus 1.
+  bool cut_sequences = false;
   double cp_exposed_ms = 0, cp_imbalance = 0;
-  CommCounters comm_dp, comm_tp, comm_pp, comm_cp;  // this rank's communication in the step (dp: over dp x cp)
+  // This rank's communication in the step, per dimension's group (kGridDims
+  // order; dp's is the weight replicas').
+  CommCounters comm[kGridDimCount];
+  const CommCounters& comm_of(const char* dim) const { return comm[grid_dim_index(dim)]; }
   // Pipeline, this rank's stage: time computing, time waiting on pipeline
   // receives (the bubble), and the most micro-batches holding activations.
   // span: wall time of the stage's whole schedule (its last action's end).
@@ -75,13 +80,15 @@ struct GroupComms {
   DataComm* data = nullptr;
   ControlComm* control = nullptr;
 };
-// The groups a rank trains in. Null tp/pp/cp/embed: that kind of parallelism
-// is off. dp: the ranks holding the same weights, dp x cp of them (weight
-// gradients are summed and ZeRO-1 shards over it; its rank / cp is the
-// data-parallel rank, its rank % cp the context-parallel one).
+// The groups a rank trains in, one per grid dimension (kGridDims order;
+// null, or of one rank: that kind of parallelism is off). dp's is the ranks
+// holding the same weights (kWeightReplicaDims: weight gradients are summed
+// and ZeRO-1 shards over it; ranked as the grid, the other replica
+// dimensions fastest).
 struct ParallelGroups {
-  GroupComms dp, tp, pp, cp;  // cp: context parallelism's group (its ring or all-to-all)
+  GroupComms dims[kGridDimCount];
   DataComm* embed = nullptr;  // first + last stage, for tied embeddings
+  GroupComms& operator[](const char* dim) { return dims[grid_dim_index(dim)]; }
 };
 ParallelGroups groups_of(ProcessGrid& grid);
 
@@ -174,13 +181,13 @@ class RankStep {
   void record_cp_times(StepStats& s);
   StepSums read_sums();                 // after compute_gradients: one backend read
   // This rank's place among the data-parallel ranks (those reading different
-  // sequences: a cp group reads the same ones) and their count.
+  // sequences: ranks that cut sequences read the same ones) and their count.
   LoaderConfig data_parallel_reads() const;
   double mean_loss(double loss_sum);    // over the global batch, on every rank
 
   Backend& be_;
   // Data communicators, counted per step. replicas_: the weight replicas
-  // (ParallelGroups::dp), cp fastest in its order as in the grid's.
+  // (ParallelGroups' dp), ranked as in the grid.
   CountingDataComm replicas_;
   std::unique_ptr<CountingDataComm> tp_, pp_, cp_;
   ControlComm* replicas_control_;

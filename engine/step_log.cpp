@@ -23,18 +23,18 @@ namespace {
 
 // Per pipeline stage and per group and kind of collective (rank 0's view;
 // every rank of a group moves the same bytes); peak memory per category.
-void add_breakdown(JsonRecord& rec, const StepStats& st, bool cp) {
+void add_breakdown(JsonRecord& rec, const StepStats& st, const GridShape& grid) {
   rec.add(mf::kPpComputeMs, st.stage_compute_ms, "stage").add(mf::kPpWaitMs, st.stage_wait_ms, "stage")
       .add(mf::kPpSpanMs, st.stage_span_ms, "stage").add(mf::kPpPeakInFlight, st.stage_peak_in_flight, "stage");
-  // The cp group's counters appear only where there is a cp group.
-  std::vector<std::pair<const char*, const CommCounters*>> groups = {
-      {"dp", &st.comm_dp}, {"tp", &st.comm_tp}, {"pp", &st.comm_pp}};
-  if (cp) groups.push_back({"cp", &st.comm_cp});
-  for (const auto& [group, cc] : groups)
+  // The groups a layout names (GridDim::named_at_1), the slowest first.
+  each_grid_dim_slowest_first([&](const GridDim& d, GridDims bit) {
+    if (!(named_dims(grid) & bit)) return;
+    const CommCounters& cc = st.comm_of(d.name);
     for (int k = 0; k < CommCounters::Other; k++) {
-      const std::string key = mf::comm_of(group, CommCounters::name(k));
-      rec.add(key + "bytes", cc->bytes[k]).add(key + "ms", cc->ms[k]);
+      const std::string key = mf::comm_of(d.name, CommCounters::name(k));
+      rec.add(key + "bytes", cc.bytes[k]).add(key + "ms", cc.ms[k]);
     }
+  });
   for (int k = 0; k < kMemKinds; k++)
     rec.add(mf::mem_peak_of(mem_name((Mem)k)), mib(st.memory.peak[k]));
 }
@@ -105,9 +105,8 @@ void StepLoop::log_step(const StepStats& st, const StepExtras& x) {
         .add(mf::kStragglerRatio, x.slow.worst_ratio).add(mf::kComputeMsMedian, x.slow.median_ms);
   if (world_.size() > 1 && r_.parallel.grid.weight_replicas() > 1)
     rec.add(mf::kCommDpExposedMs, st.dp_exposed_ms).add(mf::kCommDpSpanMs, st.dp_span_ms);
-  const bool cp = r_.parallel.grid.cp > 1;
-  if (cp) rec.add(mf::kCommCpExposedMs, st.cp_exposed_ms).add(mf::kCpImbalance, st.cp_imbalance);
-  add_breakdown(rec, st, cp);
+  if (st.cut_sequences) rec.add(mf::kCommCpExposedMs, st.cp_exposed_ms).add(mf::kCpImbalance, st.cp_imbalance);
+  add_breakdown(rec, st, r_.parallel.grid);
   if (!job_.metrics->write(rec))
     for (const std::string& e : job_.metrics->errors()) run_file_unwritable(e);
   std::printf(

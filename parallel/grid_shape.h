@@ -61,14 +61,19 @@ inline constexpr GridDim kGridDims[] = {
 inline constexpr int kGridDimCount = sizeof kGridDims / sizeof kGridDims[0];
 // A set of dimensions, bit i for kGridDims[i].
 using GridDims = unsigned;
-constexpr GridDims grid_dim(const char* name) {
+// A dimension's place in kGridDims by name (-1: none), and its bit.
+constexpr int grid_dim_index(const char* name) {
   for (int i = 0; i < kGridDimCount; i++) {
     const char* a = kGridDims[i].name;
     const char* b = name;
     while (*a && *a == *b) a++, b++;
-    if (*a == *b) return 1u << i;
+    if (*a == *b) return i;
   }
-  return 0;
+  return -1;
+}
+constexpr GridDims grid_dim(const char* name) {
+  const int i = grid_dim_index(name);
+  return i < 0 ? 0 : 1u << i;
 }
 inline constexpr GridDims kAllGridDims = (1u << kGridDimCount) - 1;
 // The derived groups: one model copy (every dimension but dp), and the

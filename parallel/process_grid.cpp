@@ -1,5 +1,7 @@
 #include "parallel/process_grid.h"
 
+#include <stdexcept>
+
 namespace trainer {
 
 namespace {
@@ -32,6 +34,12 @@ int index_in(const GridShape& g, const GridCoords& c, GridDims dims) {
 }
 
 }  // namespace
+
+ProcessGrid::Group ProcessGrid::group_of(GridDims dims) {
+  for (int g = 0; g < kGroups; g++)
+    if (kGroupSpecs[g].dims == dims) return (Group)g;
+  throw std::invalid_argument("no process group spans dimensions " + grid_names(dims));
+}
 
 ProcessGrid::ProcessGrid(MPI_Comm world, const GridShape& shape, FlightRecorder* recorder,
                          const DataCommMaker& make_data)

@@ -1,6 +1,6 @@
 #pragma once
 // The process grid: every group's communicators over a grid shape
-// (parallel/grid_shape.h), the plain ones and the derived dp x cp, each
+// (parallel/grid_shape.h), the plain ones and the derived weight replicas, each
 // group kind its own sub-communicator.
 #include <mpi.h>
 
@@ -17,10 +17,11 @@ namespace trainer {
 // communicator (backend buffers) over the same ranks.
 class ProcessGrid {
  public:
-  // DpCp: the ranks that hold the same weights (dp x cp): where weight
-  // gradients are summed and ZeRO-1 shards; Dp alone is the ranks reading
-  // different sequences. Both are the same group with cp = 1. Each group's
-  // dimensions are in kGroupSpecs (process_grid.cpp).
+  // DpCp: the ranks that hold the same weights (kWeightReplicaDims): where
+  // weight gradients are summed and ZeRO-1 shards; Dp alone is the ranks
+  // reading different sequences. Both are the same group where the other
+  // replica dimensions are 1. Each group's dimensions are in kGroupSpecs
+  // (process_grid.cpp).
   enum Group { World, Dp, Pp, Tp, Cp, DpCp, Embed, kGroups };
   // Makes a group's data communicator (collective over the group); the
   // default is MPI on host memory (the CPU backend's).
@@ -34,6 +35,11 @@ class ProcessGrid {
   ProcessGrid(const ProcessGrid&) = delete;
   ProcessGrid& operator=(const ProcessGrid&) = delete;
 
+  // The group whose peers differ in exactly `dims` (kGroupSpecs order: a
+  // dimension's own before the embedding's); throws std::invalid_argument
+  // where none does.
+  static Group group_of(GridDims dims);
+
   const GridShape& shape() const { return shape_; }
   const GridCoords& coords() const { return coords_; }
   ControlComm& control(Group g) { return *control_[g]; }
@@ -46,7 +52,7 @@ class ProcessGrid {
  private:
   GridShape shape_;
   GridCoords coords_;
-  MPI_Comm comms_[kGroups];  // MPI_COMM_NULL: the group is another's (DpCp without cp)
+  MPI_Comm comms_[kGroups];  // MPI_COMM_NULL: the group is another's (GroupSpec::same_as)
   std::unique_ptr<MpiControlComm> mpi_control_[kGroups];
   std::unique_ptr<DataComm> own_data_[kGroups];
   std::unique_ptr<RecordingControlComm> rec_control_[kGroups];

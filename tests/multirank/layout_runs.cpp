@@ -150,9 +150,9 @@ Result run(const Layout& l, MPI_Comm world) {
   for (int s = 0; s < g.r.training.steps; s++) {
     const StepStats st = loop->step();
     res.losses.push_back(st.loss);
-    res.comm_tp = st.comm_tp;
-    res.comm_dp = st.comm_dp;
-    res.comm_cp = st.comm_cp;
+    res.comm_tp = st.comm_of("tp");
+    res.comm_dp = st.comm_of("dp");
+    res.comm_cp = st.comm_of("cp");
   }
   res.memory = g.be.memory();
   return res;

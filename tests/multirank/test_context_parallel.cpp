@@ -171,7 +171,7 @@ TEST(ContextParallelOverlap, SameBitsWithOrWithoutAndTheTimesAreReported) {
       EXPECT_GT(st.cp_exposed_ms, 0) << "overlap " << overlap;
       EXPECT_GE(st.cp_imbalance, 0) << "overlap " << overlap;
       EXPECT_TRUE(std::isfinite(st.cp_imbalance));
-      EXPECT_GT(st.comm_cp.bytes[CommCounters::P2P], 0);
+      EXPECT_GT(st.comm_of("cp").bytes[CommCounters::P2P], 0);
     }
   }
   EXPECT_EQ(losses[0], losses[1]);

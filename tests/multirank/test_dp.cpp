@@ -61,7 +61,7 @@ TrainResult train(Arch arch, MPI_Comm comm) {
   MpiControlComm dp_control(comm);
   TokenDataset ds({g_data}, r.model.seq_len, r.model.vocab_size);
   ParallelGroups groups;
-  groups.dp = {&dp, &dp_control};
+  groups["dp"] = {&dp, &dp_control};
   RankStep loop(be, groups, r, Blend::single(ds));
   TrainResult out;
   for (int s = 0; s < r.training.steps; s++) out.losses.push_back(loop.step().loss);

@@ -23,7 +23,7 @@ ProcessGrid::DataCommMaker data_comms_for(Backend& be, int ranks_on_node, bool s
                 "MPI via pinned host memory (correct, not fast)\n", ranks_on_node, cuda::device_count());
   if (!shared) Watchdog::set_abort_hook(&NcclDataComm::abort_all);
   return [gpu, shared](ProcessGrid::Group g, MPI_Comm comm, ControlComm& control) -> std::unique_ptr<DataComm> {
-    switch (gpu_data_comm(control.size(), g == ProcessGrid::Pp, shared)) {
+    switch (gpu_data_comm(control.size(), g == ProcessGrid::of("pp"), shared)) {
       case GpuDataComm::Solo: return std::make_unique<SoloDataComm>(*gpu);
       case GpuDataComm::StagedMpi: return std::make_unique<StagedDataComm>(std::make_unique<MpiDataComm>(comm), *gpu);
       case GpuDataComm::Nccl: break;

@@ -32,7 +32,7 @@ ParallelGroups groups_of(ProcessGrid& g) {
   using G = ProcessGrid;
   ParallelGroups p;
   for (const GridDim& d : kGridDims) {
-    const G::Group group = G::group_of(grid_dim(d.name) == grid_dim("dp") ? kWeightReplicaDims : grid_dim(d.name));
+    const G::Group group = grid_dim(d.name) == grid_dim("dp") ? G::Replicas : G::of(d.name);
     p[d.name] = {&g.data(group), &g.control(group)};
   }
   p.embed = &g.data(G::Embed);

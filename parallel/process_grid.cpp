@@ -1,6 +1,7 @@
 #include "parallel/process_grid.h"
 
-#include <stdexcept>
+#include <string>
+#include <vector>
 
 namespace trainer {
 
@@ -10,19 +11,19 @@ namespace {
 // every other coordinate). A group that adds only dimensions of size 1 to
 // the one it stands for (`same_as`) is that group: no second communicator.
 struct GroupSpec {
-  const char* name;
+  std::string name;  // the flight recorder's
   GridDims dims;
   int same_as = -1;
 };
-constexpr GroupSpec kGroupSpecs[ProcessGrid::kGroups] = {
-    {"world", kAllGridDims},
-    {"dp", grid_dim("dp")},
-    {"pp", grid_dim("pp")},
-    {"tp", grid_dim("tp")},
-    {"cp", grid_dim("cp")},
-    {"dp_cp", kWeightReplicaDims, ProcessGrid::Dp},
-    {"embed", grid_dim("pp")},  // and only the end stages: see below
-};
+using G = ProcessGrid;
+const std::vector<GroupSpec> kGroupSpecs = [] {
+  std::vector<GroupSpec> s(G::kGroups);
+  s[G::World] = {"world", kAllGridDims};
+  for (const GridDim& d : kGridDims) s[G::of(d.name)] = {d.name, grid_dim(d.name)};
+  s[G::Replicas] = {grid_names(kWeightReplicaDims, "_"), kWeightReplicaDims, G::of("dp")};
+  s[G::Embed] = {"embed", grid_dim("pp")};  // and only the end stages: see below
+  return s;
+}();
 
 // A rank's coordinates in `dims` as one mixed-radix number (the fastest
 // dimension first, as world ranks are numbered).
@@ -35,12 +36,6 @@ int index_in(const GridShape& g, const GridCoords& c, GridDims dims) {
 
 }  // namespace
 
-ProcessGrid::Group ProcessGrid::group_of(GridDims dims) {
-  for (int g = 0; g < kGroups; g++)
-    if (kGroupSpecs[g].dims == dims) return (Group)g;
-  throw std::invalid_argument("no process group spans dimensions " + grid_names(dims));
-}
-
 ProcessGrid::ProcessGrid(MPI_Comm world, const GridShape& shape, FlightRecorder* recorder,
                          const DataCommMaker& make_data)
     : shape_(shape) {
@@ -51,7 +46,7 @@ ProcessGrid::ProcessGrid(MPI_Comm world, const GridShape& shape, FlightRecorder*
   // Peers of a group share every coordinate but the group's own: the others
   // are the colour, the group's own the order within it.
   comms_[World] = world;
-  for (int g = Dp; g < kGroups; g++) {
+  for (int g = World + 1; g < kGroups; g++) {
     const GroupSpec& spec = kGroupSpecs[g];
     comms_[g] = MPI_COMM_NULL;
     if (spec.same_as >= 0 && shape.size_of(spec.dims & ~kGroupSpecs[spec.same_as].dims) == 1) continue;
@@ -86,7 +81,7 @@ ProcessGrid::ProcessGrid(MPI_Comm world, const GridShape& shape, FlightRecorder*
 
 ProcessGrid::~ProcessGrid() {
   for (int g = 0; g < kGroups; g++) own_data_[g].reset();  // their duplicates first
-  for (int g = Dp; g < kGroups; g++)
+  for (int g = World + 1; g < kGroups; g++)
     if (comms_[g] != MPI_COMM_NULL) MPI_Comm_free(&comms_[g]);
 }
 

@@ -17,12 +17,17 @@ namespace trainer {
 // communicator (backend buffers) over the same ranks.
 class ProcessGrid {
  public:
-  // DpCp: the ranks that hold the same weights (kWeightReplicaDims): where
-  // weight gradients are summed and ZeRO-1 shards; Dp alone is the ranks
-  // reading different sequences. Both are the same group where the other
-  // replica dimensions are 1. Each group's dimensions are in kGroupSpecs
-  // (process_grid.cpp).
-  enum Group { World, Dp, Pp, Tp, Cp, DpCp, Embed, kGroups };
+  // The groups: the world; one per grid dimension (of("tp"): its peers
+  // differ in that coordinate only), in kGridDims order; Replicas, the ranks
+  // that hold the same weights (kWeightReplicaDims: where weight gradients
+  // are summed and ZeRO-1 shards; of("dp") alone is the ranks reading
+  // different sequences, and the same group where the other replica
+  // dimensions are 1); Embed (below). Each group's dimensions are in
+  // kGroupSpecs (process_grid.cpp).
+  using Group = int;
+  static constexpr Group World = 0;
+  static constexpr Group of(const char* dim) { return 1 + grid_dim_index(dim); }
+  static constexpr Group Replicas = 1 + kGridDimCount, Embed = Replicas + 1, kGroups = Embed + 1;
   // Makes a group's data communicator (collective over the group); the
   // default is MPI on host memory (the CPU backend's).
   using DataCommMaker = std::function<std::unique_ptr<DataComm>(Group, MPI_Comm, ControlComm&)>;
@@ -34,11 +39,6 @@ class ProcessGrid {
   ~ProcessGrid();
   ProcessGrid(const ProcessGrid&) = delete;
   ProcessGrid& operator=(const ProcessGrid&) = delete;
-
-  // The group whose peers differ in exactly `dims` (kGroupSpecs order: a
-  // dimension's own before the embedding's); throws std::invalid_argument
-  // where none does.
-  static Group group_of(GridDims dims);
 
   const GridShape& shape() const { return shape_; }
   const GridCoords& coords() const { return coords_; }

@@ -86,7 +86,7 @@ std::map<std::string, std::vector<float>> model_grads(Backend& be, RankStep& loo
                                                       const std::map<std::string, std::vector<float>>& shapes,
                                                       MPI_Comm comm) {
   std::map<std::string, std::vector<float>> mine;
-  for (auto& m : loop.chunks()) global_grads(be, *m, grid.control(ProcessGrid::Tp), mine);
+  for (auto& m : loop.chunks()) global_grads(be, *m, grid.control(ProcessGrid::of("tp")), mine);
   const bool contributes = grid.coords().dp == 0 && grid.coords().cp == 0 && grid.coords().tp == 0;
   std::map<std::string, std::vector<float>> out;
   for (const auto& [name, ref] : shapes) {
@@ -103,7 +103,7 @@ std::map<std::string, std::vector<float>> model_grads(Backend& be, RankStep& loo
 // gradient: every element is taken from its owner (the tail, which every
 // rank holds, from rank 0) and the blocks summed into whole gradients.
 void gather_zero_blocks(Backend& be, RankStep& loop, ProcessGrid& grid) {
-  ControlComm& replicas = grid.control(ProcessGrid::DpCp);
+  ControlComm& replicas = grid.control(ProcessGrid::Replicas);
   const size_t size = replicas.size(), me = replicas.rank();
   for (auto& m : loop.chunks()) {
     const size_t n = m->num_params(), block = n / size;
@@ -139,7 +139,7 @@ Result run(const Layout& l, MPI_Comm world) {
     res.grad_norm = std::sqrt(grads_only->grad_sumsq());
     if (g.r.parallel.zero_sharded()) gather_zero_blocks(g.be, *grads_only, g.grid);
     if (g_shapes.empty()) {  // the one-process reference defines the names
-      for (auto& m : grads_only->chunks()) global_grads(g.be, *m, g.grid.control(ProcessGrid::Tp), g_shapes);
+      for (auto& m : grads_only->chunks()) global_grads(g.be, *m, g.grid.control(ProcessGrid::of("tp")), g_shapes);
     }
     res.grads = model_grads(g.be, *grads_only, g.grid, g_shapes, g.comm());
     res.params_per_rank = grads_only->model().num_params();

@@ -43,20 +43,24 @@ struct GridCoords {
 // One dimension of the grid: its name (the recipe's parallel.NAME, the
 // group's name in flight recordings), its size and a rank's coordinate.
 // `named_at_1`: a layout's one-line texts name it even at size 1 (the three
-// every user knows); the others only where they split the job.
+// every user knows); the others only where they split the job. `doubled`:
+// what twice the ranks on it does for a rank's memory, for the advice when
+// a recipe does not fit (null: nothing).
 struct GridDim {
   const char* name;
   int GridShape::*size;
   int GridCoords::*coord;
   bool named_at_1;
+  const char* doubled;
 };
 // The dimensions, the fastest-varying first: world rank = the mixed-radix
 // number of a rank's coordinates in this order.
 inline constexpr GridDim kGridDims[] = {
-    {"tp", &GridShape::tp, &GridCoords::tp, true},
-    {"cp", &GridShape::cp, &GridCoords::cp, false},
-    {"pp", &GridShape::pp, &GridCoords::pp, true},
-    {"dp", &GridShape::dp, &GridCoords::dp, true},
+    {"tp", &GridShape::tp, &GridCoords::tp, true, "twice the ranks per model copy"},
+    {"cp", &GridShape::cp, &GridCoords::cp, false,
+     "each sequence cut over twice the ranks: activations per rank about halved"},
+    {"pp", &GridShape::pp, &GridCoords::pp, true, "twice the ranks per model copy"},
+    {"dp", &GridShape::dp, &GridCoords::dp, true, nullptr},
 };
 inline constexpr int kGridDimCount = sizeof kGridDims / sizeof kGridDims[0];
 // A set of dimensions, bit i for kGridDims[i].

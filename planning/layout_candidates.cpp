@@ -46,23 +46,40 @@ LayoutCandidate candidate(const Recipe& base, const Edits& edits, int ranks) {
   return c;
 }
 
-// How the ranks divide (the grid), and the cp group's attention.
+// How the ranks divide (the grid), and the way each dimension that splits
+// the job runs where it has several (RecipeKey::way_of): its key, its choice.
 struct Split {
   GridShape grid;
-  CpComm cp_comm;  // when cp > 1
+  std::vector<std::pair<const RecipeKey*, std::string>> ways;
 };
 
-std::vector<Split> splits(int ranks) {
-  std::vector<Split> out;
-  for (int tp : divisors(ranks, 8))
-    for (int cp : divisors(ranks / tp, ranks))
-      for (CpComm cp_comm : cp > 1 ? std::vector<CpComm>{CpComm::Ring, CpComm::A2a} : std::vector<CpComm>{CpComm::Ring})
-        for (int pp : divisors(ranks / (tp * cp), ranks)) {
-          GridShape g;
-          g.tp = tp, g.cp = cp, g.pp = pp, g.dp = ranks / (int)g.model_ranks();
-          out.push_back({g, cp_comm});
-        }
-  return out;
+// Every split of the model dimensions (kGridDims order, the fastest first;
+// tensor parallelism at most 8 ranks, a node's), each with every way of
+// each dimension over 1, dp what is left.
+void splits(int ranks, int dim, Split s, std::vector<Split>& out) {
+  if (dim == kGridDimCount) {
+    s.grid.dp = ranks / (int)s.grid.model_ranks();
+    return out.push_back(s);
+  }
+  const GridDim& d = kGridDims[dim];
+  if (!(kModelDims & grid_dim(d.name))) return splits(ranks, dim + 1, s, out);
+  const int rest = ranks / (int)s.grid.model_ranks();
+  for (int n : divisors(rest, grid_dim(d.name) == grid_dim("tp") ? 8 : ranks)) {
+    Split t = s;
+    t.grid.*d.size = n;
+    std::vector<Split> ways = {t};
+    if (n > 1)
+      for (const RecipeKey* k : ways_of(d.name)) {
+        std::vector<Split> each;
+        for (const Split& w : ways)
+          for (const std::string& c : k->choices) {
+            each.push_back(w);
+            each.back().ways.push_back({k, c});
+          }
+        ways = std::move(each);
+      }
+    for (const Split& w : ways) splits(ranks, dim + 1, w, out);
+  }
 }
 
 // Every split, schedule, micro-batch, recompute mode and ZeRO stage in the
@@ -70,7 +87,9 @@ std::vector<Split> splits(int ranks) {
 std::vector<LayoutCandidate> layouts_of(const Recipe& base, const Edits& precision, int ranks) {
   const int batch = base.training.global_batch;
   std::vector<LayoutCandidate> out;
-  for (const auto& [g, cp_comm] : splits(ranks))
+  std::vector<Split> all;
+  splits(ranks, 0, Split{}, all);
+  for (const auto& [g, ways] : all)
     for (bool sp : g.tp > 1 ? std::vector<bool>{false, true} : std::vector<bool>{false})
       for (int v : g.pp > 1 ? std::vector<int>{1, 2} : std::vector<int>{1})
         for (int mb : {1, 2, 4, 8, 16}) {
@@ -78,25 +97,32 @@ std::vector<LayoutCandidate> layouts_of(const Recipe& base, const Edits& precisi
           for (const char* rec : {"none", "selective", "full"})
             for (int zero : g.weight_replicas() > 1 ? std::vector<int>{0, 1} : std::vector<int>{0}) {
               Edits edits = precision;
-              // (dp, tp, cp, pp: the order of the candidates' `sets` and labels)
-              Edits layout = {{"parallel.dp", (long)g.dp},
-                              {"parallel.tp", (long)g.tp},
-                              {"parallel.cp", (long)g.cp},
-                              {"parallel.pp", (long)g.pp},
-                              {"parallel.sequence_parallel", sp},
-                              {"parallel.schedule", std::string(v > 1 ? "interleaved" : "1f1b")},
-                              {"parallel.virtual_stages", (long)v},
-                              {"training.micro_batch", (long)mb},
-                              {"recompute.mode", std::string(rec)},
-                              {"parallel.zero_stage", (long)zero}};
-              if (g.cp > 1) layout.push_back({"parallel.cp_comm", std::string(cp_comm_name(cp_comm))});
+              // dp, then the model dimensions the fastest first: the order
+              // of the candidates' `sets` and labels; the ways last.
+              Edits layout = {{"parallel.dp", (long)g.dp}};
+              std::string label = "dp " + std::to_string(g.dp);
+              for (const GridDim& d : kGridDims) {
+                if (!(kModelDims & grid_dim(d.name))) continue;
+                layout.push_back({"parallel." + std::string(d.name), (long)(g.*d.size)});
+                if (!(named_dims(g) & grid_dim(d.name))) continue;
+                label += " " + std::string(d.name) + " " + std::to_string(g.*d.size);
+                if (sp && grid_dim(d.name) == grid_dim("tp")) label += " sp";
+                for (const auto& [k, way] : ways)
+                  if (k->way_of == d.name) label += " " + way;
+                if (g.pp > 1 && grid_dim(d.name) == grid_dim("pp")) label += v > 1 ? " interleaved" : " 1f1b";
+              }
+              const Edits rest = {{"parallel.sequence_parallel", sp},
+                                  {"parallel.schedule", std::string(v > 1 ? "interleaved" : "1f1b")},
+                                  {"parallel.virtual_stages", (long)v},
+                                  {"training.micro_batch", (long)mb},
+                                  {"recompute.mode", std::string(rec)},
+                                  {"parallel.zero_stage", (long)zero}};
+              layout.insert(layout.end(), rest.begin(), rest.end());
+              for (const auto& [k, way] : ways) layout.push_back({k->full(), way});
               edits.insert(edits.end(), layout.begin(), layout.end());
               LayoutCandidate c = candidate(base, edits, ranks);
               c.sets.erase(c.sets.begin(), c.sets.begin() + (long)precision.size());  // the layout's own lines
-              c.label = "dp " + std::to_string(g.dp) + " tp " + std::to_string(g.tp) + (sp ? " sp" : "") +
-                        (g.cp > 1 ? " cp " + std::to_string(g.cp) + " " + cp_comm_name(cp_comm) : "") + " pp " +
-                        std::to_string(g.pp) + (g.pp > 1 ? (v > 1 ? " interleaved" : " 1f1b") : "") + " mb " +
-                        std::to_string(mb) + " " + rec + " zero " + std::to_string(zero);
+              c.label = label + " mb " + std::to_string(mb) + " " + rec + " zero " + std::to_string(zero);
               out.push_back(std::move(c));
             }
         }

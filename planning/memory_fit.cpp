@@ -6,6 +6,8 @@
 
 #include "engine/layout.h"
 #include "model/flops.h"
+#include "recipe/recipe_keys.h"
+#include "recipe/recipe_rules.h"
 #include "runtime/backend.h"
 #include "runtime/host_memory.h"
 #include "runtime/units.h"
@@ -39,6 +41,14 @@ MemoryFit worst(const Recipe& r, int stage, bool writer) {
   return w;
 }
 
+// Whether the recipe rules take a recipe (warnings aside), its job's ranks
+// whatever they are.
+bool ok(const Recipe& r) {
+  for (const RecipeProblem& p : check_recipe(r, 0))
+    if (!p.warning) return false;
+  return true;
+}
+
 // Changes that would bring the need under `avail`, each with its need.
 std::string suggestions(const Recipe& r, int stage, bool writer, double avail) {
   std::string out;
@@ -62,29 +72,26 @@ std::string suggestions(const Recipe& r, int stage, bool writer, double avail) {
     if (a.accum_steps() <= Recipe::kMaxAccumSteps)
       consider(a, "training.micro_batch = 1 (global_batch stays; more accumulation)");
   }
-  if (validate_tp(r.model, r.parallel.grid.tp * 2).empty()) {
+  // Twice the ranks on a dimension that splits the model, where the recipe
+  // rules take it (the rest of the job as it is), in its current way or,
+  // failing that, another (RecipeKey::way_of).
+  for (const GridDim& d : kGridDims) {
+    if (!d.doubled) continue;
     Recipe a = r;
-    a.parallel.grid.tp *= 2;
-    consider(a, "parallel.tp = " + std::to_string(a.parallel.grid.tp) + " (twice the ranks per model copy)");
-  }
-  // Context parallelism halves the activations again per doubling (the
-  // sequence cut over twice the ranks).
-  const GridShape& g = r.parallel.grid;
-  if (r.model.seq_len % (4 * g.cp) == 0 &&
-      (!r.parallel.sequence_parallel || (r.model.seq_len / (2 * g.cp)) % g.tp == 0)) {
-    Recipe a = r;
-    a.parallel.grid.cp *= 2;
-    // The all-to-all needs whole heads on each of cp x tp ranks; the ring any.
-    const int n = a.parallel.grid.cp * g.tp;
-    const bool ring = a.parallel.cp_comm == CpComm::A2a && (r.model.n_heads % n != 0 || r.model.kv_heads() % n != 0);
-    if (ring) a.parallel.cp_comm = CpComm::Ring;
-    consider(a, "parallel.cp = " + std::to_string(a.parallel.grid.cp) + (ring ? " with cp_comm = \"ring\"" : "") +
-                    " (each sequence cut over twice the ranks: activations per rank about halved)");
-  }
-  if (r.model.n_layers % (r.parallel.grid.pp * 2 * r.parallel.virtual_stages) == 0) {
-    Recipe a = r;
-    a.parallel.grid.pp *= 2;
-    consider(a, "parallel.pp = " + std::to_string(a.parallel.grid.pp) + " (twice the ranks per model copy)");
+    a.parallel.grid.*d.size *= 2;
+    a.launch.ranks = 0;  // the job's ranks follow the layout
+    std::string how;
+    bool valid = ok(a);
+    for (const RecipeKey* k : ways_of(d.name))
+      for (const std::string& way : k->choices) {
+        if (valid) break;
+        Recipe b = a;
+        k->set(b, KeyValue(way));
+        if ((valid = ok(b))) a = b, how = " with " + k->name + " = \"" + way + "\"";
+      }
+    if (valid)
+      consider(a, "parallel." + std::string(d.name) + " = " + std::to_string(a.parallel.grid.*d.size) + how + " (" +
+                      d.doubled + ")");
   }
   return out;
 }

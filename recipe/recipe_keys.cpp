@@ -83,6 +83,7 @@ struct K {
   K& wide() { return k.int_max = 9007199254740992L, *this; }  // long fields (2^53: exact in a double too)
   K& choose(std::vector<std::string> c) { return k.choices = std::move(c), *this; }
   K& shown_if(std::function<bool(const Recipe&)> f) { return k.shown = std::move(f), *this; }
+  K& way_of(const char* dim) { return k.way_of = dim, *this; }
   operator RecipeKey() const { return k; }
 };
 
@@ -136,7 +137,7 @@ std::vector<RecipeKey> make_keys() {
         "ranks while attending (any head count); \"a2a\" (DeepSpeed's Ulysses) turns sequence shards into head shards "
         "with an all-to-all, attends to whole sequences, and turns back (n_heads and n_kv_heads must divide by cp * tp)",
         ENUM(parallel.cp_comm, CpComm, "ring", "a2a"))
-          .def(std::string("ring")).choose({"ring", "a2a"}),
+          .def(std::string("ring")).choose({"ring", "a2a"}).way_of("cp"),
       K("parallel", "cp_overlap", Bool, "ring attention attends to the block in hand while the next one travels "
         "(false: waits for each transfer first; the same result)", AT(parallel.cp_overlap))
           .def(true),
@@ -372,6 +373,13 @@ const RecipeKey* find_recipe_key(const std::string& full_key) {
   for (const RecipeKey& k : recipe_keys())
     if (k.full() == full_key) return &k;
   return nullptr;
+}
+
+std::vector<const RecipeKey*> ways_of(const char* dim) {
+  std::vector<const RecipeKey*> out;
+  for (const RecipeKey& k : recipe_keys())
+    if (k.way_of == dim) out.push_back(&k);
+  return out;
 }
 
 std::string edit_key(Recipe& r, const std::string& full_key, const KeyValue& value) {

@@ -46,6 +46,10 @@ struct RecipeKey {
     return !auto_word.empty() && std::holds_alternative<long>(v) && std::get<long>(v) == auto_value;
   }
   std::vector<std::string> choices;
+  // A grid dimension's name where this Choice is the way that dimension's
+  // group runs (its choices, each a way): plan --search tries each where
+  // the dimension splits the job, the memory advice falls back on another.
+  std::string way_of;
   // Printed only when this holds (keys one architecture ignores).
   std::function<bool(const Recipe&)> shown;
 
@@ -60,6 +64,8 @@ const std::vector<RecipeKey>& recipe_keys();
 const std::vector<std::string>& recipe_sections();
 // The key named "section.key"; nullptr if there is none.
 const RecipeKey* find_recipe_key(const std::string& full_key);
+// The keys that are ways a dimension's group runs (RecipeKey::way_of), in table order.
+std::vector<const RecipeKey*> ways_of(const char* dim);
 
 // Every key at its default, as a recipe with no keys would load; for code
 // and tests that build a Recipe without a file.

@@ -68,13 +68,18 @@ bool layout(const Recipe& r, int world_size, Rules& rules) {
   }
   const long model_ranks = r.parallel.model_ranks();
   // The key a layout problem is blamed on: the one the user set (a --set
-  // override before a line of the file), tp before cp before pp.
+  // override before a line of the file), the model dimensions the fastest
+  // first; the slowest where none is.
   auto layout_key = [&]() -> std::string {
-    for (const char* k : {"tp", "cp", "pp"})
-      if (o.is_overridden("parallel", k)) return k;
-    for (const char* k : {"tp", "cp"})
-      if (o.is_given("parallel", k)) return k;
-    return "pp";
+    std::string last;
+    for (const GridDim& d : kGridDims)
+      if (kModelDims & grid_dim(d.name) && o.is_overridden("parallel", d.name)) return d.name;
+    for (const GridDim& d : kGridDims)
+      if (kModelDims & grid_dim(d.name)) {
+        if (o.is_given("parallel", d.name)) return d.name;
+        last = d.name;
+      }
+    return last;
   };
   if (!dp_given && world_size > 0 && world_size % model_ranks != 0)
     return rules.fail("parallel", layout_key(),

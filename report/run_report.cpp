@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <fstream>
 
+#include "parallel/grid_shape.h"
 #include "report/svg_chart.h"
 #include "runtime/units.h"
 #include "runtime/metrics.h"
@@ -44,10 +45,10 @@ std::array<double, kNumParts> step_parts(const json& r) {
   auto val = [&](const char* k) { const double v = number(r, k); return std::isfinite(v) ? v : 0.0; };
   const bool exposed = r.contains(mf::kCommDpExposedMs);
   double comm = (exposed ? val(mf::kCommDpExposedMs) : 0) + val(mf::kCommCpExposedMs);
-  for (const char* group : {"dp", "tp", "pp"}) {
-    if (exposed && std::string(group) == "dp") continue;
+  for (const GridDim& d : kGridDims) {
+    if (exposed && grid_dim(d.name) == grid_dim("dp")) continue;
     for (const char* kind : {"allreduce", "allgather", "reduce_scatter"})
-      comm += val((mf::comm_of(group, kind) + "ms").c_str());
+      comm += val((mf::comm_of(d.name, kind) + "ms").c_str());
   }
   double bubble = 0;
   if (const auto w = r.find(mf::kPpWaitMs); w != r.end() && w->is_array() && !w->empty() && (*w)[0].is_number())
@@ -338,6 +339,18 @@ std::string events_table(const std::vector<TimelineItem>& items, double t0) {
   return s + "</table>\n";
 }
 
+// "dp 2 x pp 2 x tp 2": a launch record's sizes as a layout is written (the
+// dimensions it names at 1, the others where they split the job).
+std::string launch_grid(const json& l) {
+  std::string s;
+  each_grid_dim_slowest_first([&](const GridDim& d, GridDims) {
+    const std::string n = field_text(l, d.name);
+    if (n.empty() || (!d.named_at_1 && n == "1")) return;
+    s += (s.empty() ? "" : " x ") + std::string(d.name) + " " + n;
+  });
+  return s;
+}
+
 std::string launches_table(const RunFiles& f) {
   std::string s = "<table class=\"numbers\" id=\"launches\"><tr><th>started (UTC)</th><th>from step</th>"
                   "<th>trainer</th><th>backend, device</th><th>ranks</th><th>host</th><th>libraries</th></tr>\n";
@@ -345,7 +358,7 @@ std::string launches_table(const RunFiles& f) {
     const std::string device = field_text(l, "device");
     s += cells({field_text(l, "time"), field_text(l, "first_step"), field_text(l, "trainer") + " (git " + field_text(l, "git") + ")",
                 field_text(l, "backend") + (device.empty() ? "" : ", " + device),
-                field_text(l, "ranks") + " = dp " + field_text(l, "dp") + " x pp " + field_text(l, "pp") + " x tp " + field_text(l, "tp"),
+                field_text(l, "ranks") + " = " + launch_grid(l),
                 field_text(l, "host"), field_text(l, "libraries")});
   }
   return s + "</table>\n";

@@ -12,7 +12,7 @@
 #include "ckpt/checkpoint.h"
 #include "ckpt/hdf5_tensors.h"
 #include "ckpt/safetensors.h"
-#include "model/layer/mlp.h"
+#include "model/layer/layer_decl.h"
 #include "runtime/errors.h"
 #include "runtime/float_text.h"
 
@@ -46,11 +46,8 @@ std::map<std::string, GlobalTensor> assemble_checkpoint(const std::string& dir) 
 }
 
 std::map<std::string, std::string> llama_layer_names(const ModelConfig& m) {
-  std::map<std::string, std::string> names = {
-      {"attn_norm.weight", "input_layernorm.weight"}, {"attn.wq", "self_attn.q_proj.weight"},
-      {"attn.wk", "self_attn.k_proj.weight"},         {"attn.wv", "self_attn.v_proj.weight"},
-      {"attn.wo", "self_attn.o_proj.weight"},         {"mlp_norm.weight", "post_attention_layernorm.weight"}};
-  for (const MlpParam& p : mlp_for(m).params()) names[std::string("mlp.") + p.name] = p.hf;
+  std::map<std::string, std::string> names;
+  for (const HfParam& p : layer_hf_params(m)) names[p.ours] = p.theirs;
   return names;
 }
 
@@ -80,36 +77,36 @@ struct HfWriter {
   }
 };
 
-void gpt2_layer(HfWriter& w, const Mlp& mlp, int l) {
+// A layer as its blocks declare it (layer_hf_params): row blocks of one of
+// theirs joined in order (c_attn: [wq; wk; wv], then transposed), the
+// others copied or transposed.
+void gpt2_layer(HfWriter& w, const std::vector<HfParam>& params, int l) {
   const std::string p = "layers." + std::to_string(l) + ".", h = "transformer.h." + std::to_string(l) + ".";
-  w.copy(h + "ln_1.weight", p + "attn_norm.weight");
-  w.copy(h + "ln_1.bias", p + "attn_norm.bias");
-  // c_attn: [d, 3d] = [wq; wk; wv]^T, bias [bq bk bv]
-  GlobalTensor qkv;
-  qkv.shape = {0, w.get(p + "attn.wq").shape[1]};
-  std::vector<float> b;
-  for (const char* x : {"q", "k", "v"}) {
-    const GlobalTensor& g = w.get(p + "attn.w" + std::string(x));
-    qkv.data.insert(qkv.data.end(), g.data.begin(), g.data.end());
-    qkv.shape[0] += g.shape[0];
-    const GlobalTensor& gb = w.get(p + "attn.b" + std::string(x));
-    b.insert(b.end(), gb.data.begin(), gb.data.end());
+  for (size_t i = 0; i < params.size(); i++) {
+    const HfParam& q = params[i];
+    if (q.block > 0) continue;  // joined with block 0
+    if (q.block < 0) {
+      if (q.transposed) w.transposed(h + q.theirs, w.get(p + q.ours));
+      else w.copy(h + q.theirs, p + q.ours);
+      continue;
+    }
+    GlobalTensor joined = w.get(p + q.ours);
+    for (size_t j = i + 1; j < params.size(); j++)
+      if (params[j].theirs == q.theirs) {
+        const GlobalTensor& g = w.get(p + params[j].ours);
+        joined.data.insert(joined.data.end(), g.data.begin(), g.data.end());
+        joined.shape[0] += g.shape[0];
+      }
+    if (q.transposed) w.transposed(h + q.theirs, joined);
+    else w.put(h + q.theirs, joined.data, joined.shape);
   }
-  w.transposed(h + "attn.c_attn.weight", qkv);
-  w.put(h + "attn.c_attn.bias", b, {(int)b.size()});
-  w.transposed(h + "attn.c_proj.weight", w.get(p + "attn.wo"));
-  w.copy(h + "attn.c_proj.bias", p + "attn.bo");
-  w.copy(h + "ln_2.weight", p + "mlp_norm.weight");
-  w.copy(h + "ln_2.bias", p + "mlp_norm.bias");
-  for (const MlpParam& m : mlp.params())
-    if (m.hf_transposed) w.transposed(h + m.hf, w.get(p + "mlp." + m.name));
-    else w.copy(h + m.hf, p + "mlp." + m.name);
 }
 
 void gpt2(HfWriter& w, const ModelConfig& m) {
   w.copy("transformer.wte.weight", "embed.tok");
   w.copy("transformer.wpe.weight", "embed.pos");
-  for (int l = 0; l < m.n_layers; l++) gpt2_layer(w, mlp_for(m), l);
+  const std::vector<HfParam> params = layer_hf_params(m);
+  for (int l = 0; l < m.n_layers; l++) gpt2_layer(w, params, l);
   w.copy("transformer.ln_f.weight", "final_norm.weight");
   w.copy("transformer.ln_f.bias", "final_norm.bias");
 }

@@ -50,7 +50,8 @@ std::vector<std::string> export_hf_dir(
     size_t max_shard_bytes, const TextEnds& ends,
     const std::function<std::vector<std::string>(const std::string& dir)>& extra = {});
 
-// Our name -> Hugging Face's within a Llama layer ("attn.wq" ->
+// Our name -> Hugging Face's within a Llama layer, as the blocks declare
+// them (model/layer/layer_decl.h layer_hf_params; "attn.wq" ->
 // "self_attn.q_proj.weight"; the MLP's as its kind declares them), for
 // export and import alike.
 std::map<std::string, std::string> llama_layer_names(const ModelConfig& m);

@@ -8,7 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "ckpt/safetensors.h"
-#include "model/layer/mlp.h"
+#include "model/layer/layer_decl.h"
 #include "runtime/errors.h"
 #include "runtime/regular_file.h"
 
@@ -252,27 +252,38 @@ void gpt2(Mapper& mp, const ModelConfig& m) {
     mp.out["embed.pos"] = rows(take(*pos), 0, std::min(pos->shape[0], m.seq_len));  // a longer table is cut
     mp.done("transformer.wpe.weight");
   }
-  const int d = m.d_model;
+  // A layer as its blocks declare it (layer_hf_params); one of theirs that
+  // holds several of ours as row blocks is split by our shapes (the
+  // registry's) where its size is theirs summed.
+  const std::vector<HfParam> params = layer_hf_params(m);
+  const ModelParams shapes = build_params(m, 1, 0, ChunkSpec{0, std::min(1, m.n_layers), false, false});
+  auto rows_of = [&](const HfParam& q) { return shapes.reg.find("layers.0." + q.ours)->global_shape; };
   for (int l = 0; l < m.n_layers; l++) {
     const std::string p = "layers." + std::to_string(l) + ".", h = "transformer.h." + std::to_string(l) + ".";
-    mp.copy(p + "attn_norm.weight", h + "ln_1.weight");
-    mp.copy(p + "attn_norm.bias", h + "ln_1.bias");
-    if (const LoadedTensor* w = mp.get(h + "attn.c_attn.weight"); w && w->shape.size() == 2 && w->shape[1] == 3 * d) {
-      const GlobalTensor qkv = transposed(*w);  // [3d, d]: q rows, k rows, v rows
-      for (int k = 0; k < 3; k++) mp.out[p + "attn.w" + "qkv"[k]] = rows(qkv, k * d, d);
-      mp.done(h + "attn.c_attn.weight");
+    for (size_t i = 0; i < params.size(); i++) {
+      const HfParam& q = params[i];
+      if (q.block > 0) continue;  // split with block 0
+      if (q.block < 0) {
+        if (q.transposed) mp.conv1d(p + q.ours, h + q.theirs);
+        else mp.copy(p + q.ours, h + q.theirs);
+        continue;
+      }
+      std::vector<const HfParam*> blocks;
+      int total = 0;
+      for (size_t j = i; j < params.size(); j++)
+        if (params[j].theirs == q.theirs) blocks.push_back(&params[j]), total += rows_of(params[j])[0];
+      const size_t rank = rows_of(q).size();
+      const LoadedTensor* t = mp.get(h + q.theirs);
+      if (!t || t->shape.size() != rank || t->shape[q.transposed && rank == 2 ? 1 : 0] != total) continue;
+      const GlobalTensor all = q.transposed && rank == 2 ? transposed(*t) : take(*t);  // our blocks' rows, in order
+      int first = 0;
+      for (const HfParam* b : blocks) {
+        const int n = rows_of(*b)[0];
+        mp.out[p + b->ours] = rows(all, first, n);
+        first += n;
+      }
+      mp.done(h + q.theirs);
     }
-    if (const LoadedTensor* b = mp.get(h + "attn.c_attn.bias"); b && b->shape.size() == 1 && b->shape[0] == 3 * d) {
-      for (int k = 0; k < 3; k++) mp.out[p + "attn.b" + "qkv"[k]] = rows(take(*b), k * d, d);
-      mp.done(h + "attn.c_attn.bias");
-    }
-    mp.conv1d(p + "attn.wo", h + "attn.c_proj.weight");
-    mp.copy(p + "attn.bo", h + "attn.c_proj.bias");
-    mp.copy(p + "mlp_norm.weight", h + "ln_2.weight");
-    mp.copy(p + "mlp_norm.bias", h + "ln_2.bias");
-    for (const MlpParam& q : mlp_for(m).params())
-      if (q.hf_transposed) mp.conv1d(p + "mlp." + q.name, h + q.hf);
-      else mp.copy(p + "mlp." + q.name, h + q.hf);
     mp.hf.erase(h + "attn.bias");  // the causal-mask buffers older transformers save
     mp.hf.erase(h + "attn.masked_bias");
   }

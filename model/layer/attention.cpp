@@ -32,6 +32,18 @@ void Attention::add_params(ParamRegistry& r, const std::string& p, const ModelCo
   if (c.has_bias()) lp.bo = r.add(p + "attn.bo", {d}, false, Sharding::Replicated, true).offset;
 }
 
+std::vector<HfParam> Attention::hf_params(const ModelConfig& c) {
+  if (c.arch == Arch::Llama)
+    return {{"attn.wq", "self_attn.q_proj.weight"},
+            {"attn.wk", "self_attn.k_proj.weight"},
+            {"attn.wv", "self_attn.v_proj.weight"},
+            {"attn.wo", "self_attn.o_proj.weight"}};
+  return {{"attn.wq", "attn.c_attn.weight", true, 0}, {"attn.wk", "attn.c_attn.weight", true, 1},
+          {"attn.wv", "attn.c_attn.weight", true, 2}, {"attn.bq", "attn.c_attn.bias", false, 0},
+          {"attn.bk", "attn.c_attn.bias", false, 1},  {"attn.bv", "attn.c_attn.bias", false, 2},
+          {"attn.wo", "attn.c_proj.weight", true},    {"attn.bo", "attn.c_proj.bias"}};
+}
+
 double Attention::matmul_params(const ModelConfig& c) {
   const double d = c.d_model;
   return d * c.qkv_dim() + d * d;

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "model/config.h"
+#include "model/layer/hf_param.h"
 #include "model/layer/layer_ops.h"
 #include "model/layer/layer_shape.h"
 #include "model/layer/saved_acts.h"
@@ -34,6 +35,9 @@ class Attention {
   static std::vector<size_t> scratch(const LayerShape& s);
   // Its tensors under `prefix` ("layers.3."), into lp's attention offsets.
   static void add_params(ParamRegistry& r, const std::string& prefix, const ModelConfig& c, LayerParams& lp);
+  // Those tensors under the model type's Hugging Face names (GPT-2's c_attn
+  // holds q, k and v as row blocks, Conv1D-transposed).
+  static std::vector<HfParam> hf_params(const ModelConfig& c);
   // Weights its products read per token; forward product FLOPs of one
   // micro-batch (all rerun by full recomputation): q|k|v, the scores and
   // values against every key of the sequence, the output projection.

@@ -5,6 +5,8 @@
 // declarations; the memory plan sums them.
 #include <vector>
 
+#include "model/config.h"
+#include "model/layer/hf_param.h"
 #include "model/layer/layer_shape.h"
 #include "model/layer/saved_acts.h"
 
@@ -23,5 +25,11 @@ SavedActs layer_saved(const LayerShape& s);
 // chunk passes back), a norm's input gradient.
 enum LayerScratch { kGResid, kGNorm };
 std::vector<size_t> layer_scratch(const LayerShape& s);
+
+// A layer's tensors under the model type's Hugging Face names, as its blocks
+// declare them, in the order GPT-2's export writes them: the first norm,
+// attention, the second norm, the MLP. The layer names its two norms (GPT-2's
+// ln_1 and ln_2, Llama's input_layernorm and post_attention_layernorm).
+std::vector<HfParam> layer_hf_params(const ModelConfig& c);
 
 }  // namespace trainer

@@ -11,6 +11,7 @@ class LayerNorm final : public Norm {
     n.b = r.add(p + "bias", {c.d_model}, false, Sharding::Replicated, true).offset;
     return n;
   }
+  std::vector<std::string> tensor_names() const override { return {"weight", "bias"}; }
   void forward(const LayerOps& o, const NormParams& p, Ref out, float* mean, float* rstd, CRef x,
                float eps) const override {
     o.be->layernorm_fwd(out, mean, rstd, x, o.W(p.w), o.W(p.b), (int)o.shape.R, (int)o.shape.d, eps);
@@ -28,6 +29,7 @@ class RmsNorm final : public Norm {
     n.w = r.add(p + "weight", {c.d_model}, false, Sharding::Replicated, true).offset;
     return n;
   }
+  std::vector<std::string> tensor_names() const override { return {"weight"}; }
   void forward(const LayerOps& o, const NormParams& p, Ref out, float*, float* rstd, CRef x,
                float eps) const override {
     o.be->rmsnorm_fwd(out, rstd, x, o.W(p.w), (int)o.shape.R, (int)o.shape.d, eps);

@@ -6,6 +6,7 @@
 // deviation, fp32) are the layer's saved activations (layer_decl.h; RMSNorm
 // leaves the mean's rows unused).
 #include <string>
+#include <vector>
 
 #include "model/config.h"
 #include "model/layer/layer_ops.h"
@@ -19,6 +20,8 @@ class Norm {
   // Its tensors under `prefix` ("layers.3.attn_norm."): replicated over tp,
   // their gradients partial under sequence parallelism.
   virtual NormParams add_params(ParamRegistry& r, const std::string& prefix, const ModelConfig& c) const = 0;
+  // Their names after the prefix, in that order ("weight", "bias").
+  virtual std::vector<std::string> tensor_names() const = 0;
   // out = norm(x) over this rank's rows; mean and rstd: what backward reads.
   virtual void forward(const LayerOps& o, const NormParams& p, Ref out, float* mean, float* rstd, CRef x,
                        float eps) const = 0;

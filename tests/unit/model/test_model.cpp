@@ -4,11 +4,15 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <map>
+#include <set>
+#include <string>
 #include <vector>
 
 #include "model/adamw.h"
 #include "model/flops.h"
 #include "model/init.h"
+#include "model/layer/layer_decl.h"
 #include "model/lr_schedule.h"
 #include "model/param_registry.h"
 #include "runtime/errors.h"
@@ -89,6 +93,37 @@ TEST(Registry, OffsetsAreContiguousAndFusedTensorsAdjacent) {
   EXPECT_EQ(r.at("layers.3.attn.wv").offset, r.at("layers.3.attn.wk").offset + 768 * 768);
   EXPECT_EQ(mp.layers[3].wqkv, r.at("layers.3.attn.wq").offset);
   EXPECT_EQ(mp.lm_head, mp.wte) << "tied";
+}
+
+// Every tensor of a layer in the registry has exactly one Hugging Face name
+// as its blocks declare them (the registry as the reference); row blocks of
+// one of theirs are numbered 0.. in order, and GPT-2's and Llama's names are
+// the model types' (transformers' GPT2 and Llama modules).
+TEST(Registry, EveryLayerTensorHasOneHuggingFaceName) {
+  for (Arch arch : {Arch::GPT2, Arch::Llama}) {
+    ModelConfig c = gpt2_small();
+    c.arch = arch, c.n_layers = 1;
+    std::multiset<std::string> ours;
+    std::map<std::string, int> blocks;
+    for (const HfParam& p : layer_hf_params(c)) {
+      ours.insert("layers.0." + p.ours);
+      if (p.block >= 0) EXPECT_EQ(p.block, blocks[p.theirs]++) << p.ours;
+    }
+    std::multiset<std::string> registry;
+    const ModelParams mp = build_params(c, 1, 0, ChunkSpec{0, 1, false, false});
+    for (const ParamInfo& p : mp.reg.all()) registry.insert(p.name);
+    EXPECT_EQ(ours, registry) << arch_name(arch);
+  }
+  std::map<std::string, std::string> theirs;
+  ModelConfig c = gpt2_small();
+  for (const HfParam& p : layer_hf_params(c)) theirs[p.ours] = p.theirs;
+  EXPECT_EQ(theirs["attn.wk"], "attn.c_attn.weight");
+  EXPECT_EQ(theirs["mlp_norm.bias"], "ln_2.bias");
+  c.arch = Arch::Llama;
+  theirs.clear();
+  for (const HfParam& p : layer_hf_params(c)) theirs[p.ours] = p.theirs;
+  EXPECT_EQ(theirs["attn.wk"], "self_attn.k_proj.weight");
+  EXPECT_EQ(theirs["attn_norm.weight"], "input_layernorm.weight");
 }
 
 TEST(Init, Gpt2Statistics) {

@@ -293,10 +293,10 @@ StepStats RankStep::step() {
   s.step_ms = ms_since(t0);
   s.host_syncs = be_.host_syncs() - syncs0;
   s.memory = be_.memory();
-  s.comm[grid_dim_index("dp")] = replicas_.counters();
-  if (tp_) s.comm[grid_dim_index("tp")] = tp_->counters();
-  if (pp_) s.comm[grid_dim_index("pp")] = pp_->counters();
-  if (cp_) s.comm[grid_dim_index("cp")] = cp_->counters();
+  s.comm[known_grid_dim("dp")] = replicas_.counters();
+  if (tp_) s.comm[known_grid_dim("tp")] = tp_->counters();
+  if (pp_) s.comm[known_grid_dim("pp")] = pp_->counters();
+  if (cp_) s.comm[known_grid_dim("cp")] = cp_->counters();
   record_stage_times(s);
   record_cp_times(s);
   return s;

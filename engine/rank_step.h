@@ -57,7 +57,7 @@ struct StepStats {
   // This rank's communication in the step, per dimension's group (kGridDims
   // order; dp's is the weight replicas').
   CommCounters comm[kGridDimCount];
-  const CommCounters& comm_of(const char* dim) const { return comm[grid_dim_index(dim)]; }
+  const CommCounters& comm_of(const char* dim) const { return comm[known_grid_dim(dim)]; }
   // Pipeline, this rank's stage: time computing, time waiting on pipeline
   // receives (the bubble), and the most micro-batches holding activations.
   // span: wall time of the stage's whole schedule (its last action's end).
@@ -88,7 +88,7 @@ struct GroupComms {
 struct ParallelGroups {
   GroupComms dims[kGridDimCount];
   DataComm* embed = nullptr;  // first + last stage, for tied embeddings
-  GroupComms& operator[](const char* dim) { return dims[grid_dim_index(dim)]; }
+  GroupComms& operator[](const char* dim) { return dims[known_grid_dim(dim)]; }
 };
 ParallelGroups groups_of(ProcessGrid& grid);
 

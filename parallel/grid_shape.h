@@ -9,6 +9,7 @@
 #include <climits>
 #include <compare>
 #include <initializer_list>
+#include <stdexcept>
 #include <string>
 
 namespace trainer {
@@ -75,6 +76,13 @@ constexpr int grid_dim_index(const char* name) {
   }
   return -1;
 }
+// The same where the name must be one: an unknown name throws
+// std::invalid_argument (a compile error where evaluated at compile time).
+constexpr int known_grid_dim(const char* name) {
+  const int i = grid_dim_index(name);
+  if (i < 0) throw std::invalid_argument(std::string("no grid dimension named ") + name);
+  return i;
+}
 constexpr GridDims grid_dim(const char* name) {
   const int i = grid_dim_index(name);
   return i < 0 ? 0 : 1u << i;
@@ -85,6 +93,9 @@ inline constexpr GridDims kAllGridDims = (1u << kGridDimCount) - 1;
 // ZeRO shards): dp and cp, whose ranks read different tokens of one model.
 inline constexpr GridDims kModelDims = kAllGridDims & ~grid_dim("dp");
 inline constexpr GridDims kWeightReplicaDims = grid_dim("dp") | grid_dim("cp");
+// The dimensions that split the weights (each rank holds 1/their product
+// of them): one model copy's but the weight replicas'.
+inline constexpr GridDims kWeightSplitDims = kModelDims & ~kWeightReplicaDims;
 // The dimensions whose ranks share each layer's work and talk inside it
 // (tp's collectives, cp's ring or all-to-all), not only between layers or
 // steps: calibrate measures their groups' waits.

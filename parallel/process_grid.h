@@ -26,7 +26,7 @@ class ProcessGrid {
   // kGroupSpecs (process_grid.cpp).
   using Group = int;
   static constexpr Group World = 0;
-  static constexpr Group of(const char* dim) { return 1 + grid_dim_index(dim); }
+  static constexpr Group of(const char* dim) { return 1 + known_grid_dim(dim); }
   static constexpr Group Replicas = 1 + kGridDimCount, Embed = Replicas + 1, kGroups = Embed + 1;
   // Makes a group's data communicator (collective over the group); the
   // default is MPI on host memory (the CPU backend's).
@@ -45,9 +45,9 @@ class ProcessGrid {
   ControlComm& control(Group g) { return *control_[g]; }
   DataComm& data(Group g) { return *data_[g]; }
   ControlComm& world() { return control(World); }
-  // Embed: the first and last pipeline stage of this rank's (dp, tp) column:
-  // where a tied embedding's two copies live. Size 1 without pipeline
-  // parallelism (and on middle stages, which hold no copy).
+  // Embed: the first and last pipeline stage of this rank's column (its
+  // other coordinates): where a tied embedding's two copies live. Size 1
+  // without pipeline parallelism (and on middle stages, which hold no copy).
 
  private:
   GridShape shape_;

@@ -34,12 +34,10 @@ LayoutSearch search_layouts(const Recipe& base, const std::vector<MachineProfile
       continue;
     }
     const StepPrediction p = model.predict(c.recipe);
-    // A layout that cuts sequences, priced without their transfers, would rank first for nothing.
-    const auto cp_figure = std::find_if(p.unpriced_comm.begin(), p.unpriced_comm.end(), [](const std::string& k) {
-      return k.rfind("ring/", 0) == 0 || k.rfind("alltoall/", 0) == 0;
-    });
-    if (cp_figure != p.unpriced_comm.end()) {
-      s.unpriced[&c] = "no " + *cp_figure + " figure (context parallelism's transfers): calibrate with this trainer";
+    // A layout priced without the transfers inside its layers would rank first for nothing.
+    if (!p.unpriced_transfers.empty()) {
+      s.unpriced[&c] = "no " + p.unpriced_transfers.front() +
+                       " figure (context parallelism's transfers): calibrate with this trainer";
       continue;
     }
     s.ranked.push_back({&c, p, fit.need});

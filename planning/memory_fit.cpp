@@ -73,8 +73,9 @@ std::string suggestions(const Recipe& r, int stage, bool writer, double avail) {
       consider(a, "training.micro_batch = 1 (global_batch stays; more accumulation)");
   }
   // Twice the ranks on a dimension that splits the model, where the recipe
-  // rules take it (the rest of the job as it is), in its current way or,
-  // failing that, another (RecipeKey::way_of).
+  // rules take it (the rest of the job as it is), in the ways the recipe
+  // gives or, failing that, another way of a dimension (RecipeKey::way_of):
+  // twice tp may need the ring where the all-to-all's heads no longer divide.
   for (const GridDim& d : kGridDims) {
     if (!d.doubled) continue;
     Recipe a = r;
@@ -82,13 +83,14 @@ std::string suggestions(const Recipe& r, int stage, bool writer, double avail) {
     a.launch.ranks = 0;  // the job's ranks follow the layout
     std::string how;
     bool valid = ok(a);
-    for (const RecipeKey* k : ways_of(d.name))
-      for (const std::string& way : k->choices) {
-        if (valid) break;
-        Recipe b = a;
-        k->set(b, KeyValue(way));
-        if ((valid = ok(b))) a = b, how = " with " + k->name + " = \"" + way + "\"";
-      }
+    for (const GridDim& other : kGridDims)
+      for (const RecipeKey* k : ways_of(other.name))
+        for (const std::string& way : k->choices) {
+          if (valid) break;
+          Recipe b = a;
+          k->set(b, KeyValue(way));
+          if ((valid = ok(b))) a = b, how = " with " + k->name + " = \"" + way + "\"";
+        }
     if (valid)
       consider(a, "parallel." + std::string(d.name) + " = " + std::to_string(a.parallel.grid.*d.size) + how + " (" +
                       d.doubled + ")");
@@ -139,14 +141,15 @@ MemoryFit check_device_fit(const Recipe& r, int stage, bool writer, int ranks_on
 // tensor by tensor, which for such a model takes more memory than it checks.
 // `where`: what the amount per rank is.
 std::optional<MemoryFit> far_too_large(const Recipe& r, double per_rank, const std::string& where) {
-  const double floor_bytes = 16.0 * matmul_params(r.model) / ((double)r.parallel.grid.tp * r.parallel.grid.pp);
+  const double split = (double)r.parallel.grid.size_of(kWeightSplitDims);
+  const double floor_bytes = 16.0 * matmul_params(r.model) / split;
   if (floor_bytes <= 4.0 * per_rank) return std::nullopt;
   MemoryFit f;
   f.need = floor_bytes, f.available = per_rank, f.fits = false;
   f.message = "needs at least " + format_gb(floor_bytes) +
               " per rank for the weights, gradients and AdamW state alone (" +
-              format_gb(16.0 * matmul_params(r.model)) + " over tp x pp = " +
-              std::to_string(r.parallel.grid.tp * r.parallel.grid.pp) + " ranks); " + format_gb(per_rank) +
+              format_gb(16.0 * matmul_params(r.model)) + " over " + grid_names(kWeightSplitDims, " x ") + " = " +
+              std::to_string((long)split) + " ranks); " + format_gb(per_rank) +
               " available per rank (" + where +
               "). Try a smaller model (model.n_layers, model.d_model, model.d_ff) or more tensor- and "
               "pipeline-parallel ranks";

@@ -103,7 +103,7 @@ void StepModel::price_cp(const Recipe& r, const ChunkTrace& t, const std::vector
   const double wait = p_.sync_wait(cp, compute / moves.size());
   std::vector<double> left = op_ms;  // what each op can still hide
   for (const Window& w : moves) {
-    double ms = comm(kind, cp, w.call->bytes, c.unpriced_comm);
+    double ms = comm(kind, cp, w.call->bytes, c.unpriced_transfers);
     for (size_t i = w.from; i < std::min(w.to, left.size()) && ms > 0; i++) {
       const double hidden = std::min(ms, left[i]);
       ms -= hidden, left[i] -= hidden;
@@ -129,6 +129,7 @@ StepModel::Stages StepModel::price_stages(const Recipe& r, StepPrediction& out) 
       st.params[s] += c.params, st.per_step[s] += c.per_step_comm_ms, st.cp[s] += c.cp_ms * pipe.micro_batches;
       out.unpriced_ops += c.unpriced_ops * pipe.micro_batches;
       for (const std::string& k : c.unpriced_comm) note_once(out.unpriced_comm, k);
+      for (const std::string& k : c.unpriced_transfers) note_once(out.unpriced_comm, k), note_once(out.unpriced_transfers, k);
       const ChunkCost& base = chunk_cost(r, ch.spec, RecomputeMode::None);
       st.no_recompute[s] += (base.fwd_ms + base.bwd_ms) * pipe.micro_batches;
       if (P > 1) st.msg_ms = comm("send", 2, c.boundary_bytes, out.unpriced_comm);

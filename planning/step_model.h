@@ -38,6 +38,9 @@ struct StepPrediction {
   double save_s = 0;                         // a blocking checkpoint save: its bytes at the profile's disk speed
   int unpriced_ops = 0;                      // calls of ops the profile has no figure for (counted as 0 ms)
   std::vector<std::string> unpriced_comm;    // collectives it has no figure for
+  // Of those, the transfers inside a layer that a layout cannot be priced
+  // without (a cut sequence's attention): plan --search ranks no such layout.
+  std::vector<std::string> unpriced_transfers;
   int profile = 0;                           // with several profiles (StepModels): whose prediction this is
   // Per pipeline stage (x step_factor): wall time inside its actions, and
   // waiting in its schedule for the others; what smoke measures per stage.
@@ -91,7 +94,7 @@ class StepModel {
     size_t params = 0;
     double boundary_bytes = 0;
     int unpriced_ops = 0;               // what the profile could not price
-    std::vector<std::string> unpriced_comm;
+    std::vector<std::string> unpriced_comm, unpriced_transfers;  // (StepPrediction's)
   };
   const ChunkCost& chunk_cost(const Recipe& r, const ChunkSpec& spec, RecomputeMode mode);
   void price_cp(const Recipe& r, const ChunkTrace& t, const std::vector<double>& op_ms, ChunkCost& c);

@@ -47,6 +47,16 @@ bool run_and_model(const Recipe& r, Rules& rules) {
 }
 
 // [parallel]: dp is what the launch leaves when not given.
+// "parallel.pp / parallel.cp / parallel.tp": the keys of one model copy's
+// dimensions, the slowest first.
+std::string lower_model_dims() {
+  std::string s;
+  each_grid_dim_slowest_first([&](const GridDim& d, GridDims bit) {
+    if (kModelDims & bit) s += (s.empty() ? "parallel." : " / parallel.") + std::string(d.name);
+  });
+  return s;
+}
+
 bool layout(const Recipe& r, int world_size, Rules& rules) {
   const RecipeOrigin& o = r.origin;
   const ModelConfig& m = r.model;
@@ -88,7 +98,7 @@ bool layout(const Recipe& r, int world_size, Rules& rules) {
                           " ranks (dp = ranks / (" + grid_names(kModelDims) + ")); it was launched with " +
                           std::to_string(world_size) +
                           ": use mpirun -np " + std::to_string(model_ranks) + " (or " +
-                          std::to_string(2 * model_ranks) + ", ...), or lower parallel.pp / parallel.cp / parallel.tp");
+                          std::to_string(2 * model_ranks) + ", ...), or lower " + lower_model_dims());
   if (world_size > 0 && g.ranks() != world_size)
     return rules.fail("parallel", dp_given ? "dp" : layout_key(),
                       grid_names() + " = " + grid_values(g) + " = " + std::to_string(g.ranks()) +

@@ -27,7 +27,7 @@ struct FlightEntry {
 };
 
 struct FlightGroup {
-  std::string name;          // "world", "dp", "pp", "tp", "embed"
+  std::string name;          // "world", a dimension's ("tp", ...), the weight replicas' ("dp_cp"), "embed"
   std::vector<int> members;  // world ranks, in group-rank order
   uint64_t started = 0, completed = 0;  // collectives
 };

@@ -417,7 +417,16 @@ TEST(StepModel, PricesContextParallelTransfersAgainstTheBytesTheyMove) {
       EXPECT_GE(o.cp_comm_ms, s.cp_comm_ms - ops_ms);
       EXPECT_GT(o.step_ms, StepModel(priced(1e-10), 2).predict(ring).step_ms + 0.5 * (o.cp_comm_ms - c * last_sums));
     }
+    EXPECT_TRUE(s.unpriced_transfers.empty() && o.unpriced_transfers.empty() && a.unpriced_transfers.empty());
   }
+  // Without the ring's figure the ring's layouts say which transfer is
+  // unpriced (plan --search ranks none of them); the all-to-all's are priced.
+  MachineProfile no_ring = priced(1e-4);
+  no_ring.collectives.erase(comm_key("ring", 2));
+  const StepPrediction o = StepModel(no_ring, 2).predict(ring), a = StepModel(no_ring, 2).predict(a2a);
+  EXPECT_EQ(o.unpriced_transfers, std::vector<std::string>{comm_key("ring", 2)});
+  EXPECT_EQ(o.unpriced_comm, o.unpriced_transfers);
+  EXPECT_TRUE(a.unpriced_transfers.empty() && a.unpriced_comm.empty());
 }
 
 // Profiles of different jobs are refused with the files and what differs.

@@ -71,10 +71,7 @@ CudaMemory plan_cuda_memory(const ModelConfig& c, const LayerShape& shape, const
   const bool bf16 = l.compute == DType::BF16;
   bool head = false, embed = false;
   for (const ChunkLayout& ch : l.chunks) head |= ch.spec.head, embed |= ch.spec.embed;
-  CudaMemory att;
-  Attention::plan_cuda(shape, l, att);
-  m.attention_workspace = att.attention_workspace, m.attention_block = att.attention_block;
-  m.attention_rows = att.attention_rows;
+  Attention::plan_cuda(shape, l, m);  // its workspace, rows, pair block and what the allocator keeps of them
   if (bf16 && head) m.logits_grad_bf16 = x.M * x.V * 2;
   if (c.rope_positions()) m.rope_table = x.T * x.hd * 4;
   m.gemm_workspace = cuda_memory::kGemmWorkspaceBytes;
@@ -90,7 +87,7 @@ CudaMemory plan_cuda_memory(const ModelConfig& c, const LayerShape& shape, const
   // its full size by the first backward (the forward's is small), so it
   // leaves nothing behind; the others count once more, as do the
   // attention's blocks (Attention::plan_cuda).
-  m.allocator_reserve = m.attention_rows + m.logits_grad_bf16 + m.rope_table + att.allocator_reserve;
+  m.allocator_reserve += m.attention_rows + m.logits_grad_bf16 + m.rope_table;
   return m;
 }
 }  // namespace

@@ -12,8 +12,10 @@ const char* kGroupNames[3] = {"param", "adam_m", "adam_v"};
 }
 
 CheckpointStaging::CheckpointStaging(Backend& be, Chunks& chunks, std::vector<std::unique_ptr<AdamW>>& opts,
-                                     int stage, int tp_rank, bool writer, bool saves_planned, DataComm* zero_dp)
-    : be_(be), chunks_(chunks), opts_(opts), stage_(stage), tp_rank_(tp_rank), writer_(writer), zero_dp_(zero_dp) {
+                                     int stage, int tp_rank, bool writer, bool saves_planned, DataComm* zero_dp,
+                                     UnitWeights* weights)
+    : be_(be), chunks_(chunks), opts_(opts), stage_(stage), tp_rank_(tp_rank), writer_(writer), zero_dp_(zero_dp),
+      weights_(weights) {
   if (saves_planned && writer_) {
     std::vector<Piece> all[3];
     ensure_snapshot(shard_elems(saved_groups(all)));
@@ -34,19 +36,26 @@ void CheckpointStaging::ensure_snapshot(size_t n) {
   std::memset(snapshot_.host(), 0, n * sizeof(float));
 }
 
+// The ranges this rank's AdamW keeps (m and v hold them back to back; the
+// weights are whole, at their own offsets, or under ZeRO-3 as m and v); a range every rank keeps alike
+// (ZeRO-1's tail) is saved by the last rank only, loaded by all. Adjacent
+// stretches of one buffer are merged, so a tensor is cut only where the
+// owner changes.
 std::vector<CheckpointStaging::Span> CheckpointStaging::spans(int which, bool loading, size_t c) {
-  const size_t n = chunks_[c]->num_params(), D = (size_t)zero_dp_->size(), r = (size_t)zero_dp_->rank();
-  Buffer* state = which == 1 ? &opts_[c]->m() : &opts_[c]->v();
-  if (loading) {  // m and v: every range this rank keeps (weights are loaded whole)
-    std::vector<Span> out;
-    for (const OwnedRange& o : opts_[c]->owned()) out.push_back({o.lo, o.hi, state, o.local});
-    return out;
+  const bool last = zero_dp_->rank() + 1 == zero_dp_->size();
+  const bool whole = which == 0 && !weights_;
+  Buffer* buf = which == 0 ? (weights_ ? &weights_->master(c) : &chunks_[c]->params())
+                : which == 1 ? &opts_[c]->m() : &opts_[c]->v();
+  std::vector<Span> out;
+  for (const OwnedRange& o : opts_[c]->owned()) {
+    if (o.shared && !loading && !last) continue;
+    const size_t at = whole ? o.lo : o.local;
+    if (!out.empty() && out.back().hi == o.lo && out.back().buf_at + (o.lo - out.back().lo) == at)
+      out.back().hi = o.hi;
+    else
+      out.push_back({o.lo, o.hi, buf, at});
   }
-  // A save: the block, and on the last rank the tail after it (every rank
-  // keeps the tail, one writes it); m and v hold the two back to back.
-  const size_t block = n / D, lo = r * block, hi = r + 1 == D ? n : lo + block;
-  if (which == 0) return {{lo, hi, &chunks_[c]->params(), lo}};
-  return {{lo, hi, state, 0}};
+  return out;
 }
 
 std::vector<CheckpointStaging::Piece> CheckpointStaging::pieces(int which, bool loading) {
@@ -54,7 +63,7 @@ std::vector<CheckpointStaging::Piece> CheckpointStaging::pieces(int which, bool 
   for (size_t c = 0; c < chunks_.size(); c++) {
     Transformer& m = *chunks_[c];
     Buffer* base = which == 0 ? &m.params() : which == 1 ? &opts_[c]->m() : &opts_[c]->v();
-    const bool cut = sharded() && (which > 0 || !loading);  // loads take whole weights
+    const bool cut = sharded() && (which > 0 || !loading || weights_);  // loads take whole weights, but ZeRO-3's
     const std::vector<Span> ss = cut ? spans(which, loading, c) : std::vector<Span>{};
     for (const ParamInfo& p : m.registry().all()) {
       if (p.tied_copy && !loading) continue;  // the first stage saves the original
@@ -196,7 +205,7 @@ void CheckpointStaging::load_params(const std::map<std::string, GlobalTensor>& t
   for (const Piece& p : ps) {
     std::vector<float> host(p.t.numel);
     copy_slice(t.at(p.t.name), p.t, host.data());
-    be_.from_host(p.dev, host.data(), p.t.numel);
+    be_.from_host(p.dev, host.data() + p.t.flat_lo, p.t.held());  // (ZeRO-3: the owned part)
   }
   be_.synchronize();
 }

@@ -2,8 +2,8 @@
 // What a checkpoint holds of one rank and how it gets there: this rank's
 // pieces of the fp32 master weights and of AdamW's m and v (ckpt/checkpoint.h
 // names and slices them), written by the first data-parallel rank of each
-// (pipeline stage, tensor-parallel rank) position, or under ZeRO-1 by every
-// rank (its part); and the way back when resuming.
+// (pipeline stage, tensor-parallel rank) position, or under ZeRO (stage 1
+// or 2) by every rank (its part); and the way back when resuming.
 //
 // One path for both kinds of save: the pieces are copied from the backend
 // into a host staging buffer (pinned memory on a GPU), then written from
@@ -21,6 +21,7 @@
 #include "ckpt/checkpoint.h"
 #include "ckpt/hf_export.h"
 #include "engine/grad_reduce.h"
+#include "engine/unit_weights.h"
 #include "model/adamw.h"
 #include "runtime/backend.h"
 
@@ -29,18 +30,22 @@ namespace trainer {
 class CheckpointStaging {
  public:
   // writer: this rank writes a file (its position's first data-parallel
-  // rank; under ZeRO-1 every rank, for its part); saves_planned: allocate
+  // rank; under ZeRO every rank, for its part); saves_planned: allocate
   // the host snapshot now (touching 1.5 GB of new pages costs seconds in a
   // VM: a blocking 124M save measured 10.6 s instead of 8.1 s when it happened
   // during the first save); else at the first save (a preemption's).
-  // zero_dp: under ZeRO-1, the data-parallel group AdamW's state is sharded
+  // zero_dp: under ZeRO, the data-parallel group AdamW's state is sharded
   // over (null: every rank holds all of it). Every rank of the group then
-  // writes a file of its own: the flat part of the fp32 weights, m and v it
-  // updates (its block; the last rank also the tail every rank keeps), so
-  // nothing is gathered for a save. A load reads whole weights and this
+  // writes a file of its own: the flat parts of the fp32 weights, m and v it
+  // updates (AdamW::owned: ZeRO-1's block, the last rank also the tail
+  // every rank keeps; ZeRO-2's slice of each unit), so nothing is gathered
+  // for a save. A load reads whole weights and this
   // rank's ranges of m and v, from a checkpoint of any dp size and zero stage.
+  // weights: under ZeRO-3, where the master weights are (only the owned
+  // ranges, loaded as m and v are), else null (whole, in each chunk).
   CheckpointStaging(Backend& be, Chunks& chunks, std::vector<std::unique_ptr<AdamW>>& opts, int stage,
-                    int tp_rank, bool writer, bool saves_planned, DataComm* zero_dp = nullptr);
+                    int tp_rank, bool writer, bool saves_planned, DataComm* zero_dp = nullptr,
+                    UnitWeights* weights = nullptr);
 
   // Blocking save, collective over world; returns the committed step directory.
   std::string save(const std::string& dir, const TrainingState& st, int keep, ControlComm& world,
@@ -78,7 +83,7 @@ class CheckpointStaging {
   // This rank's pieces of params (0), AdamW m (1) or v (2); tied copies of
   // the embedding only when loading.
   std::vector<Piece> pieces(int which, bool loading);
-  // ZeRO-1: the stretches of chunk c that pieces() cuts tensors to.
+  // ZeRO: the stretches of chunk c that pieces() cuts tensors to.
   std::vector<Span> spans(int which, bool loading, size_t c);
   bool sharded() const { return zero_dp_ != nullptr; }
   SaveGroups saved_groups(std::vector<Piece> (&all)[3]);
@@ -98,6 +103,7 @@ class CheckpointStaging {
   AsyncSaver async_;
   Buffer snapshot_;  // host staging, fp32: what a save writes from
   DataComm* zero_dp_;
+  UnitWeights* weights_;
 };
 
 }  // namespace trainer

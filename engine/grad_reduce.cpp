@@ -36,22 +36,31 @@ void reduce_scatter_grads(Backend& be, Chunks& chunks, DataComm& dp, Buffer* wir
   }
 }
 
-StepSums read_step_sums(Backend& be, Chunks& chunks, const ZeroShard* zero, ControlComm* tp, ControlComm* pp) {
+std::vector<Backend::SumSpan> step_spans(Chunks& chunks) {
+  std::vector<Backend::SumSpan> spans;
+  for (auto& m : chunks) {
+    const std::vector<Backend::SumSpan> more = m->step_sum_spans(0, m->num_params());
+    spans.insert(spans.end(), more.begin(), more.end());
+  }
+  return spans;
+}
+
+std::vector<Backend::SumSpan> zero1_step_spans(Chunks& chunks, int dp_rank, int dp_size) {
   std::vector<Backend::SumSpan> spans;
   const auto add = [&](const std::vector<Backend::SumSpan>& more) { spans.insert(spans.end(), more.begin(), more.end()); };
   for (auto& m : chunks) {
-    const size_t n = m->num_params();
-    if (zero) {
-      const size_t block = n / (size_t)zero->dp_size, body = block * (size_t)zero->dp_size;
-      add(m->step_sum_spans(block * (size_t)zero->dp_rank, block * (size_t)(zero->dp_rank + 1)));
-      if (zero->dp_rank == 0) add(m->grad_spans(body, n));
-    } else {
-      add(m->step_sum_spans(0, n));
-    }
+    const size_t n = m->num_params(), block = n / (size_t)dp_size, body = block * (size_t)dp_size;
+    add(m->step_sum_spans(block * (size_t)dp_rank, block * (size_t)(dp_rank + 1)));
+    if (dp_rank == 0) add(m->grad_spans(body, n));
   }
+  return spans;
+}
+
+StepSums read_step_sums(Backend& be, const std::vector<Backend::SumSpan>& spans, ControlComm* dp, ControlComm* tp,
+                        ControlComm* pp) {
   double sums[3] = {0, 0, 0};  // sharded grads, replicated grads, losses
   be.sumsq_groups(spans, sums, 3);
-  if (zero) zero->dp->allreduce_sum(sums, 2);
+  if (dp) dp->allreduce_sum(sums, 2);
   if (tp) tp->allreduce_sum(&sums[0], 1);
   StepSums out;
   out.grad_sumsq = sums[0] + sums[1];

@@ -26,18 +26,20 @@ void reduce_replica_grads(Chunks& chunks, DataComm* embed, bool tied_embeddings)
 // What the host needs of a finished backward, in one backend read (the step's
 // one wait for the device before the optimizer): the squared global gradient
 // norm, each chunk's tensors once over TP, summed over the pipeline (pp
-// null: one stage) and, under ZeRO-1, from the blocks (the tail counted by
-// dp rank 0) summed over dp (same value on every rank); and this rank's sum
-// of the step's per-token losses (the head chunk's, 0 elsewhere), reduced
-// over nothing.
+// null: one stage) and, where the gradients are sharded over the weight
+// replicas, over dp (null: not sharded; same value on every rank); and this
+// rank's sum of the step's per-token losses (the head chunk's, 0 elsewhere),
+// reduced over nothing. `spans` as Transformer::step_sum_spans groups them:
+// 0 sharded over TP, 1 replicated, 2 losses.
 struct StepSums {
   double grad_sumsq = 0, loss_sum = 0;
 };
-struct ZeroShard {  // this rank's share of the gradients under ZeRO-1
-  int dp_rank, dp_size;
-  ControlComm* dp;
-};
-StepSums read_step_sums(Backend& be, Chunks& chunks, const ZeroShard* zero, ControlComm* tp, ControlComm* pp);
+StepSums read_step_sums(Backend& be, const std::vector<Backend::SumSpan>& spans, ControlComm* dp, ControlComm* tp,
+                        ControlComm* pp);
+// The spans without sharding: every chunk's whole gradient and its losses.
+std::vector<Backend::SumSpan> step_spans(Chunks& chunks);
+// Under ZeRO-1: this rank's block of each chunk (the tail counted by dp rank 0).
+std::vector<Backend::SumSpan> zero1_step_spans(Chunks& chunks, int dp_rank, int dp_size);
 
 // ZeRO-1 (parallel.zero_stage = 1; model/adamw.h's zero_ranges split each
 // chunk's flat buffer into equal blocks, one per data-parallel rank, and a
@@ -48,7 +50,7 @@ StepSums read_step_sums(Backend& be, Chunks& chunks, const ZeroShard* zero, Cont
 //   GradBuckets does. `block_buf`: one block of the compute
 //   type, the collective's destination.
 void reduce_scatter_grads(Backend& be, Chunks& chunks, DataComm& dp, Buffer* wire_buf, Buffer& block_buf);
-// - the global norm from the blocks (read_step_sums with a ZeroShard);
+// - the global norm from the blocks (zero1_step_spans);
 // - after each rank updated its block (and the tail), the weights the
 //   products read (the bf16 copy in a bf16 run, else the fp32 weights) are
 //   all-gathered. A bf16 run's fp32 master weights stay current only in the

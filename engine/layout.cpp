@@ -11,6 +11,7 @@ RankLayout layout_sizes(const Recipe& r) {
   l.cp_comm = r.parallel.cp_comm;
   l.cp_overlap = r.parallel.cp_overlap;
   l.zero_stage = r.parallel.zero_stage;
+  l.reshard_after_forward = r.parallel.reshard_after_forward;
   l.compute = r.training.precision;
   l.micro_batches = r.accum_steps();
   l.threads = r.runtime.threads;

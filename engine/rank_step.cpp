@@ -54,7 +54,7 @@ RankStep::RankStep(Backend& be, ParallelGroups groups, const Recipe& r, Blend tr
   stage_ = pp_ ? pp_->rank() : 0;
   std::vector<float> host;
   size_t total = 0, largest = 0;
-  zero_ = r.parallel.zero_sharded();
+  zero_ = r.parallel.zero_sharded() ? r.parallel.zero_stage : 0;
   layout_ = rank_layout(r, stage_);
   for (const ChunkLayout& ch : layout_.chunks) {
     chunks_.push_back(
@@ -62,25 +62,44 @@ RankStep::RankStep(Backend& be, ParallelGroups groups, const Recipe& r, Blend tr
                                       ContextParallel{cp_.get()}));
     Transformer& m = *chunks_.back();
     m.keep_losses_on_device(true);  // read once per step, with the gradient norm
-    // Every replica and layout draws the same initial weights from the run seed.
-    host.assign(m.num_params(), 0.f);
-    init_params(m.layout(), r.model, r.run.seed, host.data());
-    be_.from_host(m.params().ref(), host.data(), host.size());
-    m.sync_compute_weights();
     opts_.push_back(std::make_unique<AdamW>(
         be, m.registry(), r.adamw,
-        zero_ ? zero_ranges(m.num_params(), replicas_.rank(), replicas_.size()) : std::vector<OwnedRange>{}));
+        zero_ == 1   ? zero_ranges(m.num_params(), replicas_.rank(), replicas_.size())
+        : zero_ >= 2 ? unit_ranges(m.units(), replicas_.rank(), replicas_.size())
+                     : std::vector<OwnedRange>{}));
     total += m.num_params();
     largest = std::max(largest, m.num_params());
   }
+  if (zero_ == 3) unit_weights_ = std::make_unique<UnitWeights>(be, chunks_, replicas_, layout_.reshard_after_forward);
+  for (size_t c = 0; c < chunks_.size(); c++) {
+    // Every replica and layout draws the same initial weights from the run
+    // seed (ZeRO-3: this rank keeps its slices).
+    Transformer& m = *chunks_[c];
+    host.assign(m.num_params(), 0.f);
+    init_params(m.layout(), r.model, r.run.seed, host.data());
+    if (unit_weights_) {
+      for (const OwnedRange& o : unit_weights_->owned(c))
+        be_.from_host(unit_weights_->master(c).ref(o.local), host.data() + o.lo, o.hi - o.lo);
+    } else {
+      be_.from_host(m.params().ref(), host.data(), host.size());
+      m.sync_compute_weights();
+    }
+  }
   // Data-parallel traffic in the layout's compute type (bf16 runs send bf16).
-  if (layout_.compute != DType::F32 && replicas_.size() > 1) grad_wire_ = be.alloc(total, layout_.compute, Mem::Comm);
-  if (zero_) zero_block_ = be.alloc(largest / replicas_.size(), layout_.compute, Mem::Comm);
+  // (ZeRO-2 narrows one unit at a time, engine/unit_shards.h.)
+  if (layout_.compute != DType::F32 && replicas_.size() > 1 && zero_ < 2)
+    grad_wire_ = be.alloc(total, layout_.compute, Mem::Comm);
+  if (zero_ == 1) zero_block_ = be.alloc(largest / replicas_.size(), layout_.compute, Mem::Comm);
   executor_ = std::make_unique<PipelineExecutor>(be, pipe_, stage_, pp_.get(), chunks_);
+  if (zero_ >= 2) {
+    unit_shards_ = std::make_unique<UnitShards>(be, chunks_, replicas_, embed_, r.model.tie_embeddings);
+    unit_shards_->lend();
+  }
+  if (unit_weights_) unit_weights_->lend();
   if (!zero_ && replicas_.size() > 1) make_buckets();
   staging_ = std::make_unique<CheckpointStaging>(be, chunks_, opts_, stage_, tp_ ? tp_->rank() : 0,
                                                  replicas_.rank() == 0 || zero_, r.checkpoint.saves(),
-                                                 zero_ ? &replicas_ : nullptr);
+                                                 zero_ ? &replicas_ : nullptr, unit_weights_.get());
   make_loader(0);
 }
 
@@ -198,9 +217,11 @@ void RankStep::compute_gradients(StepStats* stats) {
   // and dp x cp ranks yields the gradient of the mean loss over the global batch.
   const float grad_scale = 1.0f / ((float)tokens_per_micro * accum * replicas_.size());
   for (auto& m : chunks_) {
-    be_.zero(m->grads().ref(), m->num_params());
+    if (m->grads()) be_.zero(m->grads().ref(), m->num_params());
     m->reset_step_losses();
   }
+  if (unit_shards_) unit_shards_->begin_step();
+  if (unit_weights_) unit_weights_->invalidate(), unit_weights_->reset_exposed();  // changed since gathered
   if (extra_ms_ > 0) std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(extra_ms_));
   std::map<int, Batch> batches;
   ScheduleTimes times;
@@ -213,13 +234,21 @@ void RankStep::compute_gradients(StepStats* stats) {
   st.span_ms = ms_since(t_sched);
   st.compute_ms = times.compute_ms, st.pipe_wait_ms = times.pipe_wait_ms;
   st.peak_in_flight = times.peak_in_flight;
-  reduce_replica_grads(chunks_, embed_, r_.model.tie_embeddings);
-  if (poison_) {  // fault injection: a NaN enters before the data-parallel reduction
+  if (!unit_shards_) reduce_replica_grads(chunks_, embed_, r_.model.tie_embeddings);
+  // Fault injection: a NaN enters before the data-parallel reduction (ZeRO-2,
+  // whose gradients are reduced already: this rank's shard).
+  const auto poison = [&](Ref at) {
     const float nan = std::numeric_limits<float>::quiet_NaN();
-    be_.from_host(chunks_.front()->grads().ref(), &nan, 1);
+    be_.from_host(at, &nan, 1);
     poison_ = false;
-  }
-  if (zero_) {
+  };
+  if (poison_ && !unit_shards_) poison(chunks_.front()->grads().ref());
+  if (unit_shards_) {
+    unit_shards_->finish();
+    st.dp_exposed_ms = unit_shards_->exposed_ms(), st.dp_span_ms = unit_shards_->span_ms();
+    if (unit_weights_) st.dp_exposed_ms += unit_weights_->exposed_ms();  // ZeRO-3: waits on gathers too
+    if (poison_) poison(unit_shards_->shard(0).ref());
+  } else if (zero_ == 1) {
     const auto t_dp = Clock::now();
     reduce_scatter_grads(be_, chunks_, replicas_, &grad_wire_, zero_block_);
     st.dp_exposed_ms = st.dp_span_ms = ms_since(t_dp);
@@ -233,20 +262,30 @@ void RankStep::compute_gradients(StepStats* stats) {
 }
 
 StepSums RankStep::read_sums() {
-  const ZeroShard shard{replicas_.rank(), replicas_.size(), replicas_control_};
-  return read_step_sums(be_, chunks_, zero_ ? &shard : nullptr, tp_control_, pp_control_);
+  // (Under ZeRO-2 the chunks hold no gradients: step_spans gives their losses.)
+  std::vector<Backend::SumSpan> spans =
+      zero_ == 1 ? zero1_step_spans(chunks_, replicas_.rank(), replicas_.size()) : step_spans(chunks_);
+  if (unit_shards_) {
+    const std::vector<Backend::SumSpan> shards = unit_shards_->grad_spans();
+    spans.insert(spans.end(), shards.begin(), shards.end());
+  }
+  return read_step_sums(be_, spans, zero_ ? replicas_control_ : nullptr, tp_control_, pp_control_);
 }
 
 double RankStep::grad_sumsq() { return read_sums().grad_sumsq; }
 
+Buffer& RankStep::master_weights(size_t c) {
+  return unit_weights_ ? unit_weights_->master(c) : chunks_[c]->params();
+}
+
 void RankStep::poison_weights() {
   const float nan = std::numeric_limits<float>::quiet_NaN();
-  be_.from_host(chunks_.front()->params().ref(), &nan, 1);
+  be_.from_host(master_weights(0).ref(), &nan, 1);
 }
 
 bool RankStep::weights_finite() {
   double s = 0;  // a NaN or inf weight makes the sum of squares NaN or inf
-  for (auto& c : chunks_) s += be_.sumsq(c->params().ref(0).f32(), c->params().count());
+  for (size_t c = 0; c < chunks_.size(); c++) s += be_.sumsq(master_weights(c).ref(0).f32(), master_weights(c).count());
   return std::isfinite(s);
 }
 
@@ -284,9 +323,14 @@ StepStats RankStep::step() {
   const float clip = clip_coefficient(s.grad_norm, r_.training.grad_clip);
   if (!s.nonfinite && !s.spike) {
     for (size_t c = 0; c < chunks_.size(); c++) {
-      opts_[c]->step(chunks_[c]->params(), chunks_[c]->grads(), (float)s.lr, clip, chunks_[c]->compute_copy());
+      const Buffer& grads = unit_shards_ ? unit_shards_->shard(c) : chunks_[c]->grads();
+      Buffer& weights = unit_weights_ ? unit_weights_->master(c) : chunks_[c]->params();
+      using P = AdamW::Packed;
+      opts_[c]->step(weights, grads, (float)s.lr, clip, chunks_[c]->compute_copy(),
+                     unit_weights_ ? P::Both : unit_shards_ ? P::Grads : P::None);
     }
-    if (zero_) allgather_weights(be_, chunks_, replicas_, zero_block_);
+    if (zero_ == 1) allgather_weights(be_, chunks_, replicas_, zero_block_);
+    if (zero_ == 2) unit_shards_->allgather_weights();  // (ZeRO-3 gathers each unit when it is used)
   }
   s.step = ++step_;
   be_.synchronize();  // the step's work is done before its time is read
@@ -354,6 +398,7 @@ RankStep::Evaluation RankStep::evaluate() {
 }
 
 double RankStep::evaluate(const TokenDataset& data) {
+  if (unit_weights_) unit_weights_->invalidate();  // updated since they were last gathered
   LoaderConfig lc = data_parallel_reads();
   lc.micro_batch = layout_.micro_batch;
   lc.micro_batches = r_.training.eval_batches;

@@ -14,6 +14,8 @@
 #include "engine/checkpoint_staging.h"
 #include "engine/grad_buckets.h"
 #include "engine/pipeline_executor.h"
+#include "engine/unit_shards.h"
+#include "engine/unit_weights.h"
 #include "recipe/recipe.h"
 #include "ckpt/checkpoint.h"
 #include "data/dataset.h"
@@ -44,8 +46,9 @@ struct StepStats {
   uint64_t host_syncs = 0;
   double data_wait_ms = 0;  // slowest rank's wait on its loader this step
   // The data-parallel gradient reduction: how long the step waited for it
-  // after the backward (exposed), and from its first start to its last
-  // completion (span; with overlap, mostly hidden behind the backward).
+  // after the backward (exposed; ZeRO-3: and on the weights' gathers), and
+  // from its first start to its last completion (span; with overlap,
+  // mostly hidden behind the backward).
   double dp_exposed_ms = 0, dp_span_ms = 0;
   // Context parallelism (cut_sequences: the step ran it, a ring or an
   // all-to-all): this rank's time waiting on its transfers (what the
@@ -119,6 +122,9 @@ class RankStep {
   // This rank's model chunks (one without interleaving).
   std::vector<std::unique_ptr<Transformer>>& chunks() { return chunks_; }
   Transformer& model() { return *chunks_.front(); }
+  std::vector<std::unique_ptr<AdamW>>& optimizers() { return opts_; }  // one per chunk
+  UnitShards* unit_shards() { return unit_shards_.get(); }              // ZeRO-2/3's gradient shards, else null
+  UnitWeights* unit_weights() { return unit_weights_.get(); }           // ZeRO-3's weight shards, else null
   double grad_sumsq();  // whole model, every tensor once
   // Whether this rank's weights (every chunk's fp32 master parameters) are
   // all finite. One pass over them: asked only after a non-finite step.
@@ -174,6 +180,7 @@ class RankStep {
 
  private:
   void make_loader(uint64_t start_position);
+  Buffer& master_weights(size_t c);  // chunk c's fp32 weights: whole, or ZeRO-3's slices
   void make_buckets();
   TrainingState training_state() const;  // what a checkpoint records now
   const Batch& next_batch(std::map<int, Batch>& batches, int mb, double* wait_ms);
@@ -196,9 +203,12 @@ class RankStep {
   ControlComm* cp_control_;  // null without context parallelism
   DataComm* embed_;
   Buffer grad_wire_;          // gradients in the compute type for the data-parallel reduction (bf16 runs)
-  bool zero_ = false;         // ZeRO-1 with dp > 1: AdamW's state sharded (engine/grad_reduce.h)
-  Buffer zero_block_;         // one ZeRO-1 block of the compute type
-  std::unique_ptr<GradBuckets> buckets_;  // the data-parallel reduction (dp > 1, not ZeRO-1)
+  // parallel.zero_stage where there are weight replicas to shard over, else 0.
+  int zero_ = 0;
+  Buffer zero_block_;         // one ZeRO-1 block of the compute type (engine/grad_reduce.h)
+  std::unique_ptr<UnitShards> unit_shards_;  // ZeRO-2 and 3 (engine/unit_shards.h)
+  std::unique_ptr<UnitWeights> unit_weights_;  // ZeRO-3 (engine/unit_weights.h)
+  std::unique_ptr<GradBuckets> buckets_;  // the data-parallel reduction (dp > 1, not sharded)
   const Recipe& r_;
   Blend train_, val_;
   PipelineSpec pipe_;

@@ -10,8 +10,28 @@ std::vector<OwnedRange> zero_ranges(size_t n, int dp_rank, int dp_size) {
   const size_t block = n / (size_t)dp_size, body = block * (size_t)dp_size;
   std::vector<OwnedRange> out;
   if (block > 0) out.push_back({block * (size_t)dp_rank, block * (size_t)(dp_rank + 1), 0});
-  if (body < n) out.push_back({body, n, block});
+  if (body < n) out.push_back({body, n, block, true});
   return out;
+}
+
+size_t unit_slice(size_t unit_elems, int dp_size) {
+  return (unit_elems + (size_t)dp_size - 1) / (size_t)dp_size;
+}
+
+std::vector<OwnedRange> unit_ranges(const ParamUnits& units, int dp_rank, int dp_size) {
+  std::vector<OwnedRange> out;
+  size_t local = 0;
+  for (const ParamUnit& u : units.all) {
+    const size_t s = unit_slice(u.size(), dp_size);
+    const size_t lo = std::min(u.hi, u.lo + s * (size_t)dp_rank), hi = std::min(u.hi, lo + s);
+    if (lo < hi) out.push_back({lo, hi, local}), local += hi - lo;
+  }
+  return out;
+}
+
+UnitSlices::UnitSlices(ParamUnits u, int dp_rank, int dp_size)
+    : units(std::move(u)), owned(unit_ranges(units, dp_rank, dp_size)), owned_of(units.all.size(), -1) {
+  for (size_t i = 0; i < owned.size(); i++) owned_of[units.of(owned[i].lo)] = (int)i;
 }
 
 size_t owned_count(const std::vector<OwnedRange>& ranges) {
@@ -26,7 +46,8 @@ AdamW::AdamW(Backend& be, const ParamRegistry& reg, const AdamWConfig& cfg, std:
       m_(be.alloc(owned_count(owned_), DType::F32, Mem::Optimizer)),
       v_(be.alloc(owned_count(owned_), DType::F32, Mem::Optimizer)) {}
 
-void AdamW::step(Buffer& params_buf, const Buffer& grads_buf, float lr, float grad_scale, Buffer* compute_copy) {
+void AdamW::step(Buffer& params_buf, const Buffer& grads_buf, float lr, float grad_scale, Buffer* compute_copy,
+                 Packed packed) {
   float* params = params_buf.ref().f32();
   const float* grads = grads_buf.ref().f32();
   float* m = m_.ref().f32();
@@ -40,7 +61,7 @@ void AdamW::step(Buffer& params_buf, const Buffer& grads_buf, float lr, float gr
       const size_t lo = std::max(p.offset, r.lo), hi = std::min(p.offset + p.numel, r.hi);
       if (lo >= hi) continue;
       const size_t local = r.local + (lo - r.lo);
-      be_.adamw(params + lo, grads + lo, m + local, v + local, hi - lo, lr, cfg_.beta1, cfg_.beta2, cfg_.eps,
+      be_.adamw(params + (packed == Packed::Both ? local : lo), grads + (packed != Packed::None ? local : lo), m + local, v + local, hi - lo, lr, cfg_.beta1, cfg_.beta2, cfg_.eps,
                 p.decay ? cfg_.weight_decay : 0.f, bc1, bc2, grad_scale,
                 compute_copy ? compute_copy->ref(lo) : Ref());
     }

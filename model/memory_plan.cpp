@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "model/adamw.h"
+#include "model/param_units.h"
 #include "model/layer/attention.h"
 #include "model/layer/layer_decl.h"
 #include "model/layer/mlp.h"
@@ -101,18 +102,46 @@ MemoryPlan plan_memory(const ModelConfig& c, const RankLayout& l, const Recomput
   const LayerBytes k = layer_bytes(c, shape, e);
   double zero_block = 0;  // bytes of the largest chunk's ZeRO-1 block (one buffer serves all)
   const int replicas = (int)l.weight_replicas();
+  // ZeRO-2 (engine/unit_shards.h): the padded sizes of the largest layer
+  // unit, of the largest held (embedding, head) unit, and the largest slice.
+  double layer_padded = 0, held_padded = 0, largest_slice = 0;
+  double turn_padded = 0;  // ZeRO-3: the largest layer gathered in the windows that take turns
   for (const ChunkLayout& ch : l.chunks) {
-    const double n = (double)build_params(c, l.tp, 0, ch.spec).reg.total();
+    const ModelParams mp = build_params(c, l.tp, 0, ch.spec);
+    const double n = (double)mp.reg.total();
     // fp32 master weights (+ the compute copy), gradients, AdamW m and v.
-    p.bytes[(int)Mem::Params] += n * f + (narrow ? n * e : 0);
-    p.bytes[(int)Mem::Grads] += n * f;
+    // (ZeRO-3: below.)
+    if (!l.weights_sharded()) p.bytes[(int)Mem::Params] += n * f + (narrow ? n * e : 0);
     // ZeRO-1: rank 0 keeps the most (its block and the tail), and one block
-    // of the compute type passes through a buffer of its own.
-    const bool zero = l.zero_stage == 1 && replicas > 1;
-    const double owned = zero ? (double)owned_count(zero_ranges((size_t)n, 0, replicas)) : n;
+    // of the compute type passes through a buffer of its own. ZeRO-2: rank
+    // 0 keeps the most (the first slice of every unit), as gradients too,
+    // and the embedding's and head's units keep windows for the step.
+    const bool zero = l.zero_stage == 1 && replicas > 1, units = l.grads_sharded();
+    const ParamUnits pu = param_units(mp);
+    const double owned = zero    ? (double)owned_count(zero_ranges((size_t)n, 0, replicas))
+                         : units ? (double)owned_count(unit_ranges(pu, 0, replicas))
+                                 : n;
     p.bytes[(int)Mem::Optimizer] += 2 * owned * f;
-    // Data-parallel gradient traffic in the compute type goes through a copy.
-    if (narrow && replicas > 1) p.bytes[(int)Mem::Comm] += n * e;
+    p.bytes[(int)Mem::Grads] += units ? owned * f : n * f;
+    // ZeRO-3 (engine/unit_weights.h): rank 0's slices of the master weights,
+    // the kept units' gathered windows (the compute type).
+    if (l.weights_sharded()) p.bytes[(int)Mem::Params] += owned * f;
+    for (int u = 0; units && u < (int)pu.all.size(); u++) {
+      const double slice = (double)unit_slice(pu.all[u].size(), replicas), padded = slice * replicas;
+      largest_slice = std::max(largest_slice, slice);
+      const bool held = pu.held(u);
+      if (held) {
+        p.bytes[(int)Mem::Grads] += padded * f;
+        held_padded = std::max(held_padded, padded);
+      } else {
+        layer_padded = std::max(layer_padded, padded);
+      }
+      if (l.weights_sharded() && (held || !l.reshard_after_forward)) p.bytes[(int)Mem::Params] += padded * e;
+      else if (l.weights_sharded()) turn_padded = std::max(turn_padded, padded);
+    }
+    // Data-parallel gradient traffic in the compute type goes through a copy
+    // (ZeRO-2: of one unit at a time, below).
+    if (narrow && replicas > 1 && !units) p.bytes[(int)Mem::Comm] += n * e;
     if (zero) zero_block = std::max(zero_block, std::floor(n / replicas) * e);
     const int layers = ch.spec.last_layer - ch.spec.first_layer;
     double per_slot = 0, workspace = 0;
@@ -151,6 +180,18 @@ MemoryPlan plan_memory(const ModelConfig& c, const RankLayout& l, const Recomput
   const double block = std::min<double>(rows, Backend::kAttentionBlock);
   p.bytes[(int)Mem::Temporaries] += l.threads * 2 * block * rows * f;
   p.bytes[(int)Mem::Comm] += zero_block;
+  if (l.grads_sharded()) {
+    // Two layer windows taking turns (fp32, and their bf16 wire copies),
+    // each with a slice it lands in; a bf16 run's held wire and widened slice.
+    p.bytes[(int)Mem::Grads] += 2 * layer_padded * f;
+    p.bytes[(int)Mem::Comm] += 2 * largest_slice * e;
+    if (narrow) p.bytes[(int)Mem::Comm] += 2 * layer_padded * e + held_padded * e + largest_slice * f;
+  }
+  if (l.weights_sharded()) {
+    // Two windows taking turns, each with its slice's piece; the kept units' piece.
+    p.bytes[(int)Mem::Params] += 2 * turn_padded * e;
+    p.bytes[(int)Mem::Comm] += (turn_padded > 0 ? 3 : 1) * largest_slice * e;
+  }
   if (l.cuda) p.cuda = plan_cuda_memory(c, shape, x, l);
   return p;
 }

@@ -26,7 +26,10 @@ struct RankLayout : GridShape {
   int micro_batch = 1, micro_batches = 1, threads = 1;
   CpComm cp_comm = CpComm::Ring;  // its attention: a ring or an all-to-all (parallel/context_attention.h)
   bool cp_overlap = true;  // the ring's transfers overlap its attention (parallel/ring_attention.h)
-  int zero_stage = 0;  // 1: AdamW's state sharded over the weight replicas
+  int zero_stage = 0;  // 1: AdamW's state sharded over the weight replicas; 2: the gradients too; 3: the weights too
+  // ZeRO-3: a layer's gathered weights are dropped after its forward and
+  // gathered again for its backward (false: kept for the step).
+  bool reshard_after_forward = true;
   bool sequence_parallel = false, pipelined = false;
   DType compute = DType::F32;  // training.precision: activations, messages, the weights products read
   std::vector<ChunkLayout> chunks;
@@ -35,6 +38,10 @@ struct RankLayout : GridShape {
   // a workspace quadratic in T.
   bool cuda = false, deterministic_attention = true;
   auto operator<=>(const RankLayout&) const = default;
+  // ZeRO-2: no rank keeps a whole gradient buffer (model/param_units.h);
+  // ZeRO-3: nor whole weights.
+  bool grads_sharded() const { return zero_stage >= 2 && weight_replicas() > 1; }
+  bool weights_sharded() const { return zero_stage >= 3 && weight_replicas() > 1; }
 };
 
 // One process holding the whole model: no parallelism, one chunk, one

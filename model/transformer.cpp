@@ -53,15 +53,24 @@ Transformer::Transformer(Backend& be, const ModelConfig& cfg, const RankLayout& 
   attn_ = std::make_unique<Attention>(be_, cfg, ops_.shape, layout, context.comm, seq_.positions());
 
   const size_t n = mp_.reg.total();
-  params_ = be_.alloc(n, DType::F32, Mem::Params);
-  grads_ = be_.alloc(n, DType::F32, Mem::Grads);
-  if (compute_ != DType::F32) cparams_ = be_.alloc(n, compute_, Mem::Params);
-  ops_.weights = compute_ == DType::F32 ? params_.ref() : cparams_.ref();
-  ops_.grads = grads_.ref().f32();
-  // The gradient norm's spans, grouped sharded (0) / replicated (1); a tied
-  // copy is counted once, with its original.
-  for (const ParamInfo& p : mp_.reg.all())
-    if (!p.tied_copy) grad_spans_.push_back({G(p.offset), p.numel, p.sharding == Sharding::Replicated ? 1 : 0});
+  units_ = param_units(mp_);
+  if (layout.weights_sharded()) {
+    wopen_.assign(units_.all.size(), CRef());
+  } else {
+    params_ = be_.alloc(n, DType::F32, Mem::Params);
+    if (compute_ != DType::F32) cparams_ = be_.alloc(n, compute_, Mem::Params);
+    ops_.weights = compute_ == DType::F32 ? params_.ref() : cparams_.ref();
+  }
+  if (layout.grads_sharded()) {
+    open_.assign(units_.all.size(), nullptr);
+  } else {
+    grads_ = be_.alloc(n, DType::F32, Mem::Grads);
+    ops_.grads = grads_.ref().f32();
+    // The gradient norm's spans, grouped sharded (0) / replicated (1); a tied
+    // copy is counted once, with its original.
+    for (const ParamInfo& p : mp_.reg.all())
+      if (!p.tied_copy) grad_spans_.push_back({G(p.offset), p.numel, p.sharding == Sharding::Replicated ? 1 : 0});
+  }
   allocate_activations(chunk.slots);
   host_losses_.resize(M_);
   if (mp_.chunk.head) step_losses_ = be_.alloc(M_, DType::F32, Mem::Activations);
@@ -163,7 +172,26 @@ void Transformer::stage_tokens(Slot& sl, Buffer& dev, Buffer& host, const int32_
 Transformer::~Transformer() = default;
 
 void Transformer::sync_compute_weights() {
-  if (compute_ != DType::F32) be_.convert(cparams_.ref(), params_.ref(), params_.count());
+  if (cparams_) be_.convert(cparams_.ref(), params_.ref(), params_.count());
+}
+
+CRef Transformer::W(size_t offset) const {
+  if (params_) return ops_.W(offset);
+  const int u = units_.of(offset);
+  if (!wopen_[u]) throw std::logic_error("a weight read outside its unit's lent window");
+  return wopen_[u] + (offset - units_.all[u].lo);
+}
+
+void Transformer::weights_open(int unit, int pass) {
+  if (params_ || unit < 0) return;
+  wopen_[unit] = weight_windows_.open(unit, pass);
+  ops_.weights = wopen_[unit], ops_.weight_origin = units_.all[unit].lo;
+}
+
+void Transformer::weights_close(int unit, int pass) {
+  if (params_ || unit < 0) return;
+  wopen_[unit] = CRef();
+  weight_windows_.close(unit, pass);
 }
 
 const CpTimes* Transformer::cp_times() const { return attn_->cp_times(); }
@@ -256,11 +284,26 @@ double Transformer::forward(int slot, const int32_t* inputs, const int32_t* targ
   Slot& sl = slots_[slot];
   const int L = (int)mp_.layers.size();
   const Ref x0 = L > 0 ? sl.layers[0].own[kResidIn] : sl.out;
-  if (mp_.chunk.embed) embed_fwd(sl, inputs, x0);
-  else be_.copy(x0, act_in, (size_t)R_ * cfg_.d_model);
-  for (int l = 0; l < L; l++)
+  // (ZeRO-3: a head reading the tied embedding keeps its unit open.)
+  const bool tied_here = mp_.chunk.embed && mp_.chunk.head && cfg_.tie_embeddings;
+  if (mp_.chunk.embed) {
+    weights_open(units_.embed, 0);
+    embed_fwd(sl, inputs, x0);
+    if (!tied_here) weights_close(units_.embed, 0);
+  } else {
+    be_.copy(x0, act_in, (size_t)R_ * cfg_.d_model);
+  }
+  for (int l = 0; l < L; l++) {
+    weights_open(units_.layer(l), 0);
     layer_fwd(sl.layers[l], mp_.layers[l], (l + 1 < L) ? sl.layers[l + 1].own[kResidIn] : sl.out, Upto::Output);
-  return mp_.chunk.head ? head_fwd(sl, targets, grad_scale) : 0.0;
+    weights_close(units_.layer(l), 0);
+  }
+  if (!mp_.chunk.head) return 0.0;
+  weights_open(units_.head, 0);
+  const double loss = head_fwd(sl, targets, grad_scale);
+  weights_close(units_.head, 0);
+  if (tied_here) weights_close(units_.embed, 0);
+  return loss;
 }
 
 // LM head: the slot's logits hold dlogits after a training forward.
@@ -288,17 +331,48 @@ void Transformer::layer_bwd(LayerActs& a, const LayerParams& lp, int l) {
                  s[kRstd1].f32());
 }
 
+float* Transformer::G(size_t offset) {
+  if (grads_) return ops_.G(offset);
+  const int u = units_.of(offset);
+  if (!open_[u]) throw std::logic_error("a gradient written outside its unit's lent window");
+  return open_[u] + (offset - units_.all[u].lo);
+}
+
+void Transformer::grads_open(int unit) {
+  if (grads_ || unit < 0) return;
+  open_[unit] = windows_.open(unit);
+  ops_.grads = open_[unit], ops_.grad_origin = units_.all[unit].lo;
+}
+
+void Transformer::grads_close(int unit) {
+  if (grads_ || unit < 0) return;
+  open_[unit] = nullptr;
+  windows_.close(unit);
+}
+
 void Transformer::backward(int slot, CRef grad_out) {
   Slot& sl = slots_[slot];
   const int R = R_, d = cfg_.d_model;
+  grads_open(units_.embed);
   if (mp_.chunk.head) {
+    const bool tied_here = mp_.chunk.embed && cfg_.tie_embeddings;
+    if (tied_here) weights_open(units_.embed, 1);
+    weights_open(units_.head, 1);  // last: the ops read the head's norm
+    grads_open(units_.head);
     head_bwd(sl);
+    grads_close(units_.head);
+    weights_close(units_.head, 1);
+    if (tied_here) weights_close(units_.embed, 1);
     if (grad_hook_) grad_hook_(mp_.normf.w);
   } else {
     be_.copy(g_resid_, grad_out, (size_t)R * d);
   }
   for (int l = (int)mp_.layers.size() - 1; l >= 0; l--) {
+    weights_open(units_.layer(l), 1);
+    grads_open(units_.layer(l));
     layer_bwd(sl.layers[l], mp_.layers[l], l);
+    grads_close(units_.layer(l));
+    weights_close(units_.layer(l), 1);
     if (grad_hook_) grad_hook_(mp_.layers[l].norm1.w);
   }
   if (!mp_.chunk.embed) {
@@ -311,13 +385,22 @@ void Transformer::backward(int slot, CRef grad_out) {
   if (!cfg_.rope_positions())
     for (const SequenceShare::Run& run : position_runs_)
       be_.position_bwd(G(mp_.wpe), g_resid_ + (size_t)run.row * d, run.rows, run.pos, cfg_.seq_len, d);
+  grads_close(units_.embed);
   if (grad_hook_) grad_hook_(0);
 }
 
 void Transformer::reduce_sequence_parallel_grads() {
-  if (R_ == M_) return;
+  if (R_ == M_ || !grads_) return;
   for (const ParamInfo& p : mp_.reg.all())
     if (p.seq_partial_grad) tp_.comm->allreduce_sum(G(p.offset), p.numel);
+}
+
+void Transformer::reduce_sequence_parallel_grads(int unit, float* window) {
+  if (R_ == M_) return;
+  const ParamUnit& u = units_.all[unit];
+  for (const ParamInfo& p : mp_.reg.all())
+    if (p.seq_partial_grad && p.offset >= u.lo && p.offset < u.hi)
+      tp_.comm->allreduce_sum(window + (p.offset - u.lo), p.numel);
 }
 
 std::vector<Backend::SumSpan> Transformer::grad_spans(size_t lo, size_t hi) const {

@@ -36,6 +36,7 @@
 #include "model/layer/mlp.h"
 #include "model/layer/norm.h"
 #include "model/param_registry.h"
+#include "model/param_units.h"
 #include "model/rank_layout.h"
 #include "model/recompute.h"
 #include "parallel/communicator.h"
@@ -71,9 +72,37 @@ class Transformer {
   const ModelParams& layout() const { return mp_; }
   const ParamRegistry& registry() const { return mp_.reg; }
   size_t num_params() const { return mp_.reg.total(); }  // this rank's
-  // The fp32 master weights and gradients (registry offsets, this rank's pieces).
+  // The fp32 master weights and gradients (registry offsets, this rank's
+  // pieces). Under ZeRO-2 (RankLayout::grads_sharded) there is no gradient
+  // buffer: the backward writes each unit's gradients into a window lent
+  // to it (lend_grad_windows).
   Buffer& params() { return params_; }
   Buffer& grads() { return grads_; }
+  const ParamUnits& units() const { return units_; }
+  // ZeRO-2: open(u) lends unit u's gradient window (its size() elements,
+  // accumulated into, so zeroed by the lender when it should start from
+  // nothing) before the backward writes it; close(u) gives it back when the
+  // backward is done with it. A backward opens the embedding's unit first
+  // and closes it last (the head may write a tied embedding's gradient),
+  // the head's and each layer's while it passes them, one at a time.
+  struct GradWindows {
+    std::function<float*(int unit)> open;
+    std::function<void(int unit)> close;
+  };
+  void lend_grad_windows(GradWindows w) { windows_ = std::move(w); }
+  // ZeRO-3 (RankLayout::weights_sharded): no weights either; open(u, pass)
+  // lends unit u's whole weights (the compute type, gathered) for a forward
+  // (pass 0) or a backward (1), close(u, pass) says the pass is done with
+  // them. A forward opens the embedding's unit, each layer's and the
+  // head's in turn (the embedding's stays open through the head's where
+  // the head reads a tied embedding); a backward the head's (and then the
+  // tied embedding's) and the layers' in reverse. params() is empty: the
+  // lender keeps the master weights.
+  struct WeightWindows {
+    std::function<CRef(int unit, int pass)> open;
+    std::function<void(int unit, int pass)> close;
+  };
+  void lend_weight_windows(WeightWindows w) { weight_windows_ = std::move(w); }
   DType compute_type() const { return compute_; }
   // After the master weights change (initialisation, an optimizer step, a
   // checkpoint load): the bf16 copy the products read follows them. No-op
@@ -116,7 +145,10 @@ class Transformer {
   void reset_cp_times();
   // Under sequence parallelism, sums the partial gradients of replicated
   // tensors over the TP group; call once per step, after the last backward().
+  // Under ZeRO-2, those of unit u in its window, whenever the lender has
+  // that window's gradients complete.
   void reduce_sequence_parallel_grads();
+  void reduce_sequence_parallel_grads(int unit, float* window);
   // Called inside backward() with an offset X whenever every gradient at
   // registry offsets >= X is final for that backward: after the head, after
   // each layer (the registry lays out embedding, layers, final norm, head),
@@ -173,8 +205,14 @@ class Transformer {
   void head_bwd(Slot& sl);
   void layer_bwd(LayerActs& a, const LayerParams& lp, int l);
   void allocate_activations(int slots);
-  CRef W(size_t offset) const { return ops_.W(offset); }
-  float* G(size_t offset) { return ops_.G(offset); }
+  CRef W(size_t offset) const;  // wherever its unit's weights are now
+  float* G(size_t offset);      // wherever its unit's gradients are now
+  // ZeRO-3: borrows unit u's weights for a pass and points the layers' ops at them; gives them back.
+  void weights_open(int unit, int pass);
+  void weights_close(int unit, int pass);
+  // ZeRO-2: borrows unit u's window and points the layers' ops at it; gives it back.
+  void grads_open(int unit);
+  void grads_close(int unit);
 
   Backend& be_;
   ModelConfig cfg_;
@@ -189,7 +227,12 @@ class Transformer {
   std::vector<SequenceShare::Run> position_runs_;  // this rank's R_ rows by consecutive places
   std::unique_ptr<Attention> attn_;  // the layers' attention (over the ranks sharing each sequence, if any)
   int V_, vocab_offset_;  // this rank's vocabulary rows, the first one's id
-  Buffer params_, grads_;  // fp32
+  Buffer params_, grads_;  // fp32 (grads_ empty under ZeRO-2)
+  ParamUnits units_;
+  GradWindows windows_;
+  std::vector<float*> open_;  // ZeRO-2: each unit's lent window while it is open, else null
+  WeightWindows weight_windows_;
+  std::vector<CRef> wopen_;   // ZeRO-3: each unit's lent weights while open
   Buffer cparams_;         // the compute copy (bf16 runs only)
   Buffer acts_, acts32_;   // saved activations, all slots: compute type, fp32
   Buffer scratch_;         // backward temporaries

@@ -24,7 +24,7 @@ MemoryFit need_of(const Recipe& r, int stage, bool writer) {
   f.plan = plan_memory(r.model, rank_layout(r, stage), r.recompute);
   // A checkpoint writer copies its fp32 state (master weights + AdamW m, v:
   // 1.5 times the optimizer's m and v) to a host snapshot, then builds its
-  // file from it in memory: twice the state, blocking or async. Under ZeRO-1
+  // file from it in memory: twice the state, blocking or async. Under ZeRO
   // every rank writes the part it updates.
   const double state = f.plan.bytes[(int)Mem::Optimizer] * 1.5;
   if (r.checkpoint.saves() && (writer || r.parallel.zero_sharded())) f.checkpoint = state * 2;
@@ -65,6 +65,13 @@ std::string suggestions(const Recipe& r, int stage, bool writer, double avail) {
     Recipe a = r;
     a.runtime.deterministic_attention = false;
     consider(a, "runtime.deterministic_attention = false (no B x H x T^2 attention workspace; reruns differ in the last bits)");
+  }
+  // A higher ZeRO stage: less of the state on each weight replica.
+  for (int z = r.parallel.zero_stage + 1; r.parallel.grid.weight_replicas() > 1 && z <= ParallelSection::kMaxZeroStage;
+       z++) {
+    Recipe a = r;
+    a.parallel.zero_stage = z;
+    consider(a, "parallel.zero_stage = " + std::to_string(z));
   }
   if (r.training.micro_batch > 1) {
     Recipe a = r;

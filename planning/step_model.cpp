@@ -9,6 +9,7 @@
 #include "engine/checkpoint_interval.h"
 #include "engine/layout.h"
 #include "model/flops.h"
+#include "model/param_units.h"
 #include "planning/chunk_trace.h"
 #include "runtime/errors.h"
 #include "planning/pipeline_sim.h"
@@ -141,10 +142,45 @@ StepModel::Stages StepModel::price_stages(const Recipe& r, StepPrediction& out) 
 // A stage's data-parallel reduction after its schedule: all of it, and the
 // part overlapped buckets leave exposed (they hide up to the last backward).
 // Over the dp x cp ranks that hold the same weights.
-std::pair<double, double> StepModel::dp_reduction(const Recipe& r, double params, double last_bwd,
+std::pair<double, double> StepModel::dp_reduction(const Recipe& r, int stage, double params, double last_bwd,
                                                   std::vector<std::string>& unpriced) {
   const int dp = (int)r.parallel.grid.weight_replicas();
   const double bytes = params * dtype_size(r.training.precision);
+  if (r.parallel.zero_sharded() && r.parallel.zero_stage >= 2) {
+    // ZeRO-2 and 3 (engine/unit_shards.h): every micro-batch reduce-scatters
+    // each layer's gradients as its backward ends, hidden behind the
+    // backward but for the last layer's; the embedding's and head's once,
+    // after the schedule. ZeRO-2 then all-gathers the updated weights;
+    // ZeRO-3 (engine/unit_weights.h) gathers each layer for its forward and
+    // again for its backward (once a step when kept), each hidden behind the
+    // layer before but the first of a pass, and the embedding and head once.
+    const double e = dtype_size(r.training.precision);
+    double held = 0, layers = 0;
+    int L = 0;  // layer units
+    for (const ChunkLayout& ch : rank_layout(r, stage).chunks) {
+      const ModelParams mp = build_params(r.model, r.parallel.grid.tp, 0, ch.spec);
+      const ParamUnits u = param_units(mp);
+      for (int i = 0; i < (int)u.all.size(); i++) {
+        const bool once = u.held(i);
+        (once ? held : layers) += u.all[i].size() * e;
+        L += once ? 0 : 1;
+      }
+    }
+    const int accum = r.pipeline().micro_batches;
+    const double layer_share = 1 - 1.0 / std::max(L, 1);
+    const double per_mb = comm("reduce_scatter", dp, layers, unpriced);
+    double all = accum * per_mb + comm("reduce_scatter", dp, held, unpriced);
+    double hidden = std::min(accum * per_mb * layer_share, accum * last_bwd);
+    if (r.parallel.zero_stage == 2) {
+      all += comm("allgather", dp, bytes, unpriced);
+    } else {
+      const double gathers = (r.parallel.reshard_after_forward ? 2.0 * accum : 1.0) *
+                             comm("allgather", dp, layers, unpriced);
+      all += gathers + comm("allgather", dp, held, unpriced);
+      hidden += std::min(gathers * layer_share, 2 * accum * last_bwd);
+    }
+    return {all, all - hidden};
+  }
   const double all = r.parallel.zero_sharded()
                          ? comm("reduce_scatter", dp, bytes, unpriced) + comm("allgather", dp, bytes, unpriced)
                          : comm("allreduce", dp, bytes, unpriced);
@@ -181,7 +217,7 @@ StepPrediction StepModel::predict(const Recipe& r) {
   int crit = 0;
   double crit_end = -1;
   for (int s = 0; s < P; s++) {
-    const auto [all, exposed] = dp_reduction(r, st.params[s], t[s].last_bwd, out.unpriced_comm);
+    const auto [all, exposed] = dp_reduction(r, s, st.params[s], t[s].last_bwd, out.unpriced_comm);
     if (t[s].end + exposed + st.per_step[s] > crit_end) {
       crit = s, crit_end = t[s].end + exposed + st.per_step[s];
       out.dp_comm_ms = all, out.dp_exposed_ms = exposed;

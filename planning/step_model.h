@@ -104,7 +104,7 @@ class StepModel {
     double msg_ms = 0;  // a pipeline message, sent to received
   };
   Stages price_stages(const Recipe& r, StepPrediction& out);
-  std::pair<double, double> dp_reduction(const Recipe& r, double params, double last_bwd,
+  std::pair<double, double> dp_reduction(const Recipe& r, int stage, double params, double last_bwd,
                                          std::vector<std::string>& unpriced);
   double optimizer_ms(const Recipe& r, double params, StepPrediction& out);
   double comm(const std::string& op, int group, double bytes, std::vector<std::string>& unpriced);

@@ -78,18 +78,20 @@ struct TrainingSection {
 
 // [parallel]: how the ranks split the model and the batch.
 struct ParallelSection {
+  static constexpr int kMaxZeroStage = 3;  // parallel.zero_stage's largest
   GridShape grid;            // dp, tp, pp, cp
   bool sequence_parallel{};  // activations sharded along the sequence between TP regions (tp > 1)
   ScheduleKind schedule{};   // the pipeline schedule (pp > 1)
   int virtual_stages{};      // model chunks per pipeline stage
   double dp_bucket_mb{};     // MB of gradients per data-parallel all-reduce bucket
   bool dp_overlap{};         // each bucket's all-reduce starts during the backward
-  int zero_stage{};          // 1: AdamW's state sharded over data-parallel ranks (ZeRO-1)
+  int zero_stage{};          // 1: AdamW's state sharded over data-parallel ranks (ZeRO-1); 2: the gradients too; 3: the weights too
+  bool reshard_after_forward{};  // ZeRO-3: a layer's gathered weights dropped after its forward
   CpComm cp_comm{};          // context parallelism's attention: a ring, or an all-to-all to head shards
   bool cp_overlap{};         // ring attention: the next block travels while the one in hand is attended to
-  // ZeRO-1 in effect: asked for, and more than one rank holding the same
+  // ZeRO (any stage) in effect: asked for, and more than one rank holding the same
   // weights (dp x cp) to shard over.
-  bool zero_sharded() const { return zero_stage == 1 && grid.weight_replicas() > 1; }
+  bool zero_sharded() const { return zero_stage >= 1 && grid.weight_replicas() > 1; }
   // The ranks that hold one model copy and read the same sequences: tp * cp * pp.
   long model_ranks() const { return grid.model_ranks(); }
 };

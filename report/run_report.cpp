@@ -310,6 +310,34 @@ std::string breakdown_table(const ByStep& by) {
   return s + "</table>\n";
 }
 
+// Rank 0's communication per logged step, by group and kind of collective
+// (bytes as a ring moves them, time inside the calls), and the data-parallel
+// part the step waited for (ZeRO-3: its gathers' waits included); rows
+// that moved nothing left out.
+std::string communication_table(const ByStep& by) {
+  const double n = by.empty() ? NAN : (double)by.size();
+  auto mean = [&](const std::string& key) {
+    double sum = 0;
+    for (const auto& [step, r] : by)
+      if (const double v = number(*r, key.c_str()); std::isfinite(v)) sum += v;
+    return sum / n;
+  };
+  std::string s = "<table class=\"numbers\" id=\"communication\"><tr><th>group</th><th>collective</th>"
+                  "<th>mean MB per logged step</th><th>mean ms</th></tr>\n";
+  for (const GridDim& d : kGridDims)
+    for (const char* kind : {"allreduce", "allgather", "reduce_scatter", "p2p"}) {
+      const std::string key = mf::comm_of(d.name, kind);
+      const double mb = mean(key + "bytes") / 1e6, ms = mean(key + "ms");
+      if (!(mb > 0)) continue;
+      s += "<tr data-key=\"" + std::string(d.name) + "_" + kind + "\"><td>" + d.name + "</td><td>" + kind +
+           "</td><td>" + format_number(mb) + "</td><td>" + format_number(ms) + "</td></tr>\n";
+    }
+  if (const double ms = mean(mf::kCommDpExposedMs); ms > 0)
+    s += "<tr data-key=\"dp_exposed\"><td>dp</td><td>exposed (waited for)</td><td></td><td>" + format_number(ms) +
+         "</td></tr>\n";
+  return s + "</table>\n";
+}
+
 std::string memory_table(const std::array<double, kMemKinds>& peak, const ReportFacts& facts) {
   std::string s = "<table class=\"numbers\" id=\"memory\"><tr><th>category</th><th>measured peak MB</th>"
                   "<th>plan MB</th><th>measured / plan</th></tr>\n";
@@ -417,7 +445,11 @@ std::string render_report(const RunFiles& f, const ReportFacts& facts) {
        "pipeline-parallel collectives, and the data-parallel reduction's exposed part (what the step waited for "
        "after the backward; buckets overlap the rest); pipeline bubble: time its stage waited for another's "
        "activations or gradients; data wait: the slowest rank's wait on its loader; checkpoint: the save's time "
-       "in the step loop (a snapshot when saves are asynchronous); compute: the rest of the step.</p></div></div>\n";
+       "in the step loop (a snapshot when saves are asynchronous); compute: the rest of the step.</p>" +
+       communication_table(by) +
+       "<p class=\"note\">Rank 0's collectives by group (dp: over dp x cp). Under ZeRO-2 and 3 the data-parallel "
+       "reduce-scatters carry the gradients and, under ZeRO-3, the all-gathers the weights; exposed: what the step "
+       "waited for of them.</p></div></div>\n";
 
   const auto peak = measured_memory(by);
   GroupedBars mem{"memory", "Memory by category, rank 0 (MB)", "MB", {}, {"measured peak", "plan"},

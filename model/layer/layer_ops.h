@@ -29,14 +29,16 @@ struct LayerOps {
   TensorParallel tp;
   LayerShape shape{};
   CRef weights;             // the weights products read (the compute type)
+  size_t weight_origin = 0; // the registry offset `weights` points at (a gathered unit's first, under ZeRO-3)
   float* grads = nullptr;   // fp32 gradients
+  size_t grad_origin = 0;   // the registry offset `grads` points at (a lent unit's first, under ZeRO-2)
   // Collective buffers: a product's partial sum over tp [M, d]; this
   // rank's rows [R, d] under sequence parallelism; a gradient's rows
   // reduced [R, d], gathered [M, d].
   Ref part, rows_tmp, g_rows, g_full;
 
-  CRef W(size_t offset) const { return weights + offset; }
-  float* G(size_t offset) const { return grads + offset; }
+  CRef W(size_t offset) const { return weights + (offset - weight_origin); }
+  float* G(size_t offset) const { return grads + (offset - grad_origin); }
   bool sequence_parallel() const { return shape.R < shape.M; }
   // out[R rows] = resid + in[M, K] @ W^T summed over tp (+ bias): the
   // output of a row-parallel product. All-reduce without sequence

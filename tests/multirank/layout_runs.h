@@ -32,7 +32,11 @@ struct Layout {
   int cp = 1;
   CpComm cp_comm = CpComm::Ring;
   int zero_stage = 0;
+  bool reshard = true;  // ZeRO-3's parallel.reshard_after_forward
   int steps = 5;
+  int accum = 0;  // micro-batches per step and replica (micro_batch 1); 0: micro_batch 2 of a global batch of 8
+  int n_layers = 4;
+
   int ranks() const { return tp * dp * pp * cp; }
 };
 
@@ -42,8 +46,9 @@ Recipe recipe(const Layout& l);
 struct Result {
   std::vector<double> losses;
   std::map<std::string, std::vector<float>> grads;  // global shapes
+  std::map<std::string, std::vector<float>> weights;  // the fp32 master weights after training, global shapes
   double grad_norm = 0;
-  CommCounters comm_tp, comm_dp, comm_cp;
+  CommCounters comm_tp, comm_dp, comm_cp;  // the last step's
   size_t params_per_rank = 0;
   MemoryStats memory;  // this rank's, after training
   int stage = 0;
@@ -86,6 +91,12 @@ Result run(const Layout& l, MPI_Comm world);
 // fp32: losses within loss_rtol relative, the gradient norm and every
 // gradient within 1e-5 relative (of the tensor's largest entry).
 void expect_equivalent(const Result& got, const Result& ref, const std::string& what, double loss_rtol = 1e-5);
+// Training runs of 20 steps (ZeRO stages against ZeRO-0): the losses and
+// every weight after them (Result::weights) the same to the bit (bits), or
+// else (sums taken in another order) losses within 1e-6 relative, the
+// model's weights within 1e-6 (relative norm of the difference) and its
+// most affected tensor within 1e-5.
+void expect_same_training(const Result& got, const Result& ref, const std::string& what, bool bits);
 // The same losses, gradient norm and gradients to the bit.
 void expect_same_bits(const Result& got, const Result& ref, const std::string& what);
 // bf16 layouts against the one-process bf16 run: statistical bounds.

@@ -1,0 +1,117 @@
+#include "engine/unit_weights.h"
+
+#include <algorithm>
+#include <stdexcept>
+
+#include "runtime/elapsed.h"
+
+namespace trainer {
+
+UnitWeights::UnitWeights(Backend& be, Chunks& chunks, DataComm& dp, bool reshard_after_forward)
+    : be_(be), chunks_(chunks), dp_(dp), type_(chunks.front()->compute_type()) {
+  const size_t D = (size_t)dp.size();
+  size_t layer_padded = 0, largest_slice = 0;
+  for (auto& m : chunks) {
+    Chunk ch(m->units(), dp.rank(), dp.size());
+    ch.master = be.alloc(owned_count(ch.owned), DType::F32, Mem::Params);
+    ch.kept.resize(ch.units.all.size());
+    for (int u = 0; u < (int)ch.units.all.size(); u++) {
+      const size_t s = unit_slice(ch.units.all[u].size(), dp.size());
+      largest_slice = std::max(largest_slice, s);
+      if (ch.units.held(u) || !reshard_after_forward)
+        ch.kept[u].weights = be.alloc(s * D, type_, Mem::Params);
+      else
+        layer_padded = std::max(layer_padded, s * D);
+    }
+    per_.push_back(std::move(ch));
+  }
+  kept_piece_ = be.alloc(largest_slice, type_, Mem::Comm);
+  for (Window& w : turns_)
+    if (layer_padded) {
+      w.weights = be.alloc(layer_padded, type_, Mem::Params);
+      w.piece = be.alloc(largest_slice, type_, Mem::Comm);
+    }
+}
+
+void UnitWeights::lend() {
+  for (size_t c = 0; c < chunks_.size(); c++)
+    chunks_[c]->lend_weight_windows(
+        {[this, c](int u, int pass) { return open(c, u, pass); }, [this, c](int u, int pass) { close(c, u, pass); }});
+}
+
+void UnitWeights::invalidate() {
+  for (Window& w : turns_) {
+    finish(w);
+    if (w.in_use) throw std::logic_error("weights changed while a layer computes with them");
+    w.chunk = w.unit = -1;
+  }
+  for (Chunk& ch : per_)
+    for (Window& w : ch.kept) w.unit = -1;  // gathered again when next asked
+}
+
+void UnitWeights::start(size_t c, int u, Window& w) {
+  const Chunk& ch = per_[c];
+  const size_t s = unit_slice(ch.units.all[u].size(), dp_.size());
+  Buffer& piece = w.piece ? w.piece : kept_piece_;
+  if (ch.owned_of[u] >= 0) {  // this rank's slice, in the compute type (the padding past it is never read)
+    const OwnedRange& o = ch.owned[ch.owned_of[u]];
+    be_.convert(piece.ref(), ch.master.ref(o.local), o.hi - o.lo);
+  }
+  // The gather reads what the compute stream wrote.
+  be_.wait_event(Backend::kCommStream, be_.record_event(Backend::kComputeStream));
+  w.handle = dp_.start_allgather(piece.ref(), w.weights.ref(), s);
+  w.chunk = (int)c, w.unit = u, w.in_flight = true;
+}
+
+void UnitWeights::finish(Window& w) {
+  if (!w.in_flight) return;
+  const auto t0 = Clock::now();
+  dp_.wait(w.handle);
+  exposed_ms_ += ms_since(t0);
+  w.in_flight = false;
+}
+
+UnitWeights::Window* UnitWeights::holding(size_t c, int u) {
+  for (Window& w : turns_)
+    if (w.chunk == (int)c && w.unit == u) return &w;
+  return nullptr;
+}
+
+UnitWeights::Window* UnitWeights::free_window() {
+  for (Window& w : turns_)
+    if (!w.in_use && !w.in_flight && w.unit < 0) return &w;
+  return nullptr;
+}
+
+CRef UnitWeights::open(size_t c, int u, int pass) {
+  Chunk& ch = per_[c];
+  if (kept(c, u)) {
+    Window& w = ch.kept[u];
+    if (w.unit != u) start(c, u, w);
+    finish(w);
+    return w.weights.ref();
+  }
+  Window* w = holding(c, u);
+  if (!w) {
+    w = free_window();
+    if (!w) throw std::logic_error("no free window to gather a layer's weights into");
+    start(c, u, *w);
+  }
+  finish(*w);
+  w->in_use = true;
+  // The pass's next layer travels while this one computes.
+  const int next = pass == 0 ? u + 1 : u - 1;
+  if (next >= ch.units.first_layer && next < (int)ch.units.all.size() && !kept(c, next) && !holding(c, next))
+    if (Window* other = free_window()) start(c, next, *other);
+  return w->weights.ref();
+}
+
+void UnitWeights::close(size_t c, int u, int /*pass*/) {
+  if (kept(c, u)) return;  // kept until the weights change
+  Window* w = holding(c, u);
+  if (!w || !w->in_use) throw std::logic_error("weights given back that were not lent");
+  w->in_use = false;
+  w->chunk = w->unit = -1;  // dropped: gathered again when next asked
+}
+
+}  // namespace trainer

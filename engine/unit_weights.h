@@ -1,0 +1,74 @@
+#pragma once
+// ZeRO-3 (parallel.zero_stage = 3): each weight replica keeps only its
+// slices of the fp32 master weights (model/adamw.h unit_ranges, the slices
+// its AdamW updates and its gradient shard holds, engine/unit_shards.h),
+// and no whole weights.
+//
+// A unit's whole weights exist only while the model computes with it: the
+// Transformer borrows them per pass (Transformer::WeightWindows), and each
+// opening all-gathers every rank's slice, converted to the compute type,
+// into a window. Layers take turns in two windows: opening layer l starts
+// the gather of the next layer of the pass (l + 1 forward, l - 1 backward)
+// into the other, so it travels while l computes (a prefetch depth of 1),
+// and closing l drops it (reshard after forward). The embedding's and the
+// head's units, and with parallel.reshard_after_forward = false every
+// unit, have windows of their own, gathered at their first opening after
+// the weights changed and kept until they change again (invalidate()).
+// Per layer and micro-batch that is two all-gathers (forward, backward),
+// or, kept, one per step.
+#include <vector>
+
+#include "engine/grad_reduce.h"
+#include "model/adamw.h"
+
+namespace trainer {
+
+class UnitWeights {
+ public:
+  // dp: the weight replicas. The master weights start at zero: the caller
+  // writes this rank's slices of the initial ones (master, owned).
+  UnitWeights(Backend& be, Chunks& chunks, DataComm& dp, bool reshard_after_forward);
+  // Lends the windows to every chunk (the chunks must outlive this).
+  void lend();
+  // Chunk c's fp32 master weights: its AdamW's owned ranges, at their `local`.
+  Buffer& master(size_t c) { return per_[c].master; }
+  const std::vector<OwnedRange>& owned(size_t c) const { return per_[c].owned; }
+  // The master weights changed (an update, a load): every gathered window is stale.
+  void invalidate();
+  // Time the model waited for gathers (what the prefetch did not hide)
+  // since the last reset.
+  double exposed_ms() const { return exposed_ms_; }
+  void reset_exposed() { exposed_ms_ = 0; }
+
+ private:
+  struct Window {
+    Buffer weights;            // compute type, padded to dp slices
+    Buffer piece;              // this rank's slice, the compute type: the gather's input
+    int chunk = -1, unit = -1;  // what it holds or is gathering; -1: nothing
+    bool in_flight = false, in_use = false;
+    DataComm::Handle handle{};
+  };
+  struct Chunk : UnitSlices {
+    using UnitSlices::UnitSlices;
+    Buffer master;
+    std::vector<Window> kept;   // per unit: its own window (held units), else empty
+  };
+  CRef open(size_t c, int u, int pass);
+  void close(size_t c, int u, int pass);
+  bool kept(size_t c, int u) const { return (bool)per_[c].kept[u].weights; }
+  void start(size_t c, int u, Window& w);  // the gather into w, not waited
+  void finish(Window& w);                  // waits for w's gather
+  Window* holding(size_t c, int u);        // the turn-taking window with unit u, if any
+  Window* free_window();
+
+  Backend& be_;
+  Chunks& chunks_;
+  DataComm& dp_;
+  DType type_;
+  std::vector<Chunk> per_;
+  Window turns_[2];
+  Buffer kept_piece_;  // the kept windows' gather input (each gathered and waited at once)
+  double exposed_ms_ = 0;
+};
+
+}  // namespace trainer

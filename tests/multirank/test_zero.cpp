@@ -1,0 +1,185 @@
+// ZeRO under mpirun -np 4 (parallel.zero_stage; engine/grad_reduce.h,
+// engine/unit_shards.h): every stage trains as ZeRO-0 does in the same
+// layout, for GPT-2 (tied embeddings) and Llama (grouped-query attention),
+// at dp 1, 2 and 4 with 1 and 4 micro-batches per step: the losses of 20
+// steps and every weight after them (gathered from their owners) equal,
+// to the bit where the sums are taken in the same order, else within 1e-6
+// relative; the communication each stage does per step, counted by the
+// recording communicator, is its formula's; and ZeRO-2 keeps 1/dp of the
+// gradients.
+#include <gtest/gtest.h>
+#include <mpi.h>
+
+#include <cmath>
+#include <cstring>
+
+#include "app/recipe.h"
+#include "engine/layout.h"
+#include "model/memory_plan.h"
+#include "tests/multirank/layout_runs.h"
+#include "tests/multirank/mpi_test_main.h"
+
+using namespace trainer;
+using namespace trainer::testing;
+
+namespace {
+
+int world_rank() {
+  int r = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &r);
+  return r;
+}
+
+class ZeroEquivalence : public ::testing::TestWithParam<Arch> {};
+
+// Which sums keep ZeRO-0's order: with two weight replicas (dp x cp) a sum is one addition
+// (commutative, so any algorithm gives the same bits); ZeRO-1 sums the same
+// step gradients as ZeRO-0, only cut differently; ZeRO-2 sums each
+// micro-batch over the replicas and then the micro-batches (ZeRO-0: the
+// other way round), so with several micro-batches it rounds differently.
+bool same_order(int replicas, int zero, int accum) { return replicas <= 2 && (zero < 2 || accum == 1); }
+
+TEST_P(ZeroEquivalence, EveryStageTrainsAsZeroZero) {
+  g_shapes.clear();
+  run({GetParam(), 1, 1, false}, MPI_COMM_SELF);  // the one-process model defines the tensor names
+  for (int accum : {1, 4})
+    for (int dp : {1, 2, 4}) {
+      Layout l{GetParam(), 1, dp, false};
+      l.steps = 20, l.accum = accum;
+      const MPI_Comm comm = dp == 1 ? MPI_COMM_SELF : MPI_COMM_WORLD;
+      const Result ref = run(l, comm);
+      for (int zero : {1, 2, 3}) {
+        if (dp == 1 && zero < 3) continue;  // one replica: every stage is ZeRO-3 with nothing to cut
+        l.zero_stage = zero;
+        expect_same_training(run(l, comm), ref, layout_name(l), same_order(dp, zero, accum));
+      }
+    }
+}
+
+// ZeRO-2 and ZeRO-3 in the layouts four ranks make with two replicas:
+// pipeline (1F1B, interleaved; ZeRO-3 also keeping the gathered weights for
+// the step), tensor with sequence parallelism, context parallelism; bf16
+// (gathering bf16 copies of the fp32 master slices); and full recomputation
+// still bit-identical to none under them.
+TEST_P(ZeroEquivalence, ZeroTwoAndThreeInEveryLayout) {
+  g_shapes.clear();
+  run({GetParam(), 1, 1, false}, MPI_COMM_SELF);
+  const Arch a = GetParam();
+  Layout cp{a, 1, 2, false};
+  cp.cp = 2;
+  std::vector<Layout> layouts = {{a, 1, 2, false, 2, 1}, {a, 1, 2, false, 2, 2}, {a, 2, 2, true}, cp};
+  for (Layout l : layouts)
+    for (int accum : {1, 4}) {
+      if (l.virtual_stages > 1 && accum % l.pp) continue;  // the interleaved schedule needs whole rounds
+      l.steps = 6, l.accum = accum, l.zero_stage = 0;
+      const Result ref = run(l, MPI_COMM_WORLD);
+      for (int zero : {2, 3})
+        for (bool reshard : {true, false}) {
+          if (!reshard && (zero < 3 || l.pp == 1)) continue;
+          l.zero_stage = zero, l.reshard = reshard;
+          expect_same_training(run(l, MPI_COMM_WORLD), ref, layout_name(l), same_order(l.dp * l.cp, zero, accum));
+        }
+      l.reshard = true;
+    }
+  // bf16: the same bf16 gradients on the wire and bf16 weights gathered
+  // (one micro-batch: summed as ZeRO-0 sums them).
+  Layout bf16{a, 1, 2, false};
+  bf16.precision = DType::BF16, bf16.steps = 6, bf16.accum = 1;
+  const Result ref = run(bf16, MPI_COMM_WORLD);
+  for (int zero : {2, 3}) {
+    bf16.zero_stage = zero;
+    expect_same_training(run(bf16, MPI_COMM_WORLD), ref, layout_name(bf16), true);
+  }
+  // Recomputation (selective and full) reruns the same products on the
+  // same gathered weights.
+  for (int zero : {2, 3}) {
+    Layout rc{a, 1, 2, false, 2, 1};
+    rc.steps = 5, rc.accum = 4, rc.zero_stage = zero;
+    const Result none = run(rc, MPI_COMM_WORLD);
+    for (RecomputeMode mode : {RecomputeMode::Selective, RecomputeMode::Full}) {
+      rc.recompute = {mode, -1};
+      expect_same_bits(run(rc, MPI_COMM_WORLD), none, layout_name(rc));
+    }
+  }
+}
+
+// What ZeRO-2 and ZeRO-3 move over the weight replicas in a step, counted
+// by the recording communicator, each collective (dp - 1) padded slices of
+// a unit: per micro-batch a reduce-scatter of each layer's gradients (the
+// embedding's and the head's once a step); ZeRO-2 all-gathers every unit's
+// updated weights once; ZeRO-3 each layer's for its forward and again for
+// its backward, every micro-batch, and the embedding's and head's once (all
+// once a step where the gathered weights are kept).
+TEST(ZeroStages, CommunicationIsTheFormula) {
+  g_shapes.clear();
+  run({Arch::Llama, 1, 1, false}, MPI_COMM_SELF);
+  for (int zero : {2, 3})
+    for (bool reshard : {true, false}) {
+      if (zero == 2 && !reshard) continue;
+      Layout l{Arch::Llama, 1, 4, false};
+      l.steps = 2, l.accum = 4, l.zero_stage = zero, l.reshard = reshard;
+      const Result got = run(l, MPI_COMM_WORLD);
+      const ParamUnits units = param_units(build_params(recipe(l).model));
+      const int D = 4;
+      double rs = 0, ag = 0;
+      long rs_calls = 0, ag_calls = 0;
+      for (int u = 0; u < (int)units.all.size(); u++) {
+        const double slice_bytes = (double)((units.all[u].size() + D - 1) / D) * sizeof(float);
+        const bool once = u == units.embed || u == units.head;
+        const int reduced = once ? 1 : l.accum, gathered = zero == 3 && reshard && !once ? 2 * l.accum : 1;
+        rs += reduced * (D - 1) * slice_bytes, rs_calls += reduced;
+        ag += gathered * (D - 1) * slice_bytes, ag_calls += gathered;
+      }
+      const std::string what = layout_name(l);
+      EXPECT_EQ(got.comm_dp.calls[CommCounters::ReduceScatter], rs_calls) << what;
+      EXPECT_EQ(got.comm_dp.calls[CommCounters::AllGather], ag_calls) << what;
+      EXPECT_EQ(got.comm_dp.calls[CommCounters::AllReduce], 0) << what;
+      EXPECT_DOUBLE_EQ(got.comm_dp.bytes[CommCounters::ReduceScatter], rs) << what;
+      EXPECT_DOUBLE_EQ(got.comm_dp.bytes[CommCounters::AllGather], ag) << what;
+      if (world_rank() == 0)
+        std::printf("  %-32s %ld reduce-scatters (%.1f KB), %ld all-gathers (%.1f KB) a step\n", what.c_str(),
+                    rs_calls, rs / 1024, ag_calls, ag / 1024);
+    }
+}
+
+// Each stage's memory per rank, measured on rank 0 (which keeps the most)
+// of a 24-layer Llama at dp 4: weights, gradients, optimizer state and
+// communication buffers within 10% of `trainer plan`'s; and under ZeRO-3 the
+// weights, gradients and optimizer state together at most 0.35 of ZeRO-0's.
+TEST(ZeroStages, MemoryIsThePlanAndZeroThreeKeepsAQuarter) {
+  g_shapes.clear();
+  Layout one{Arch::Llama, 1, 1, false};
+  one.n_layers = 24;
+  run(one, MPI_COMM_SELF);
+  double state[4] = {};
+  for (int zero : {0, 1, 2, 3}) {
+    Layout l{Arch::Llama, 1, 4, false};
+    l.n_layers = 24, l.steps = 2, l.accum = 1, l.zero_stage = zero;
+    const Result got = run(l, MPI_COMM_WORLD);
+    if (world_rank() != 0) continue;
+    const Recipe r = recipe(l);
+    const MemoryPlan plan = plan_memory(r.model, rank_layout(r, 0), l.recompute);
+    for (Mem m : {Mem::Params, Mem::Grads, Mem::Optimizer, Mem::Comm}) {
+      const double want = plan.bytes[(int)m], have = (double)got.memory.peak[(int)m];
+      EXPECT_NEAR(have, want, 0.10 * want) << "zero " << zero << " " << mem_name(m);
+      std::printf("  zero %d dp 4 rank 0 %-10s measured %8.1f KB, planned %8.1f KB (%+.1f%%)\n", zero, mem_name(m),
+                  have / 1024, want / 1024, want > 0 ? 100 * (have - want) / want : 0.0);
+      if (m != Mem::Comm) state[zero] += have;
+    }
+  }
+  if (world_rank() == 0) {
+    EXPECT_LE(state[3], 0.35 * state[0]);
+    std::printf("  weights + gradients + optimizer state per rank: %.0f, %.0f, %.0f, %.0f KB at zero 0-3 "
+                "(zero 3: %.2f of zero 0's)\n",
+                state[0] / 1024, state[1] / 1024, state[2] / 1024, state[3] / 1024, state[3] / state[0]);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Archs, ZeroEquivalence, ::testing::Values(Arch::GPT2, Arch::Llama),
+                         [](const auto& info) { return std::string(arch_name(info.param)); });
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  return trainer::testing::run_mpi_tests(argc, argv, 4, 30000, 256, 0, &g_data);
+}

@@ -412,16 +412,25 @@ Diagnosis diagnose_dumps(const std::string& run_dir, double newer_than) {
     if (!dumps.count(r)) say += format("%4d     -  no flight recorder (the process ended before its watchdog fired)\n", r);
   const std::set<int> behind = ranks_behind(dumps, waits_for);
   for (const std::string& m : mismatches) say += "mismatch: " + m + "\n";
+  std::set<int> cut;
+  std::string why;
+  const std::string net = network_verdict(dumps, say, cut, why);
+  // A rank cut off the network seems behind when the others finished a call
+  // its data reached but it never heard back from: the cut explains it
+  // (ranks behind without a dump are named below, by the probers' records).
+  const bool cut_explains =
+      !net.empty() && mismatches.empty() && std::includes(cut.begin(), cut.end(), behind.begin(), behind.end()) &&
+      std::all_of(behind.begin(), behind.end(), [&](int b) { return dumps.count(b) > 0; });
+  if (cut_explains) {
+    out.named = true;
+    out.verdict = net;
+    blame_hosts(dumps, cut, why, out);
+    if (!behind.empty())
+      say += format("rank %s %s behind, cut off\n", rank_list(behind).c_str(), behind.size() == 1 ? "is" : "are");
+    say += "verdict: " + net + "\n";
+    return out;
+  }
   if (behind.empty()) {
-    std::set<int> cut;
-    std::string why;
-    if (const std::string net = network_verdict(dumps, say, cut, why); !net.empty() && mismatches.empty()) {
-      out.named = true;
-      out.verdict = net;
-      blame_hosts(dumps, cut, why, out);
-      say += "verdict: " + net + "\n";
-      return out;
-    }
     out.verdict = std::string("no single rank is behind: ") +
                   (waits_for.empty() ? "no rank is waiting on another (every member entered its call; look at "
                                        "the network or the communication library)"

@@ -226,6 +226,27 @@ TEST(Diagnose, NamesTheHostOfTheRanksThatLostTheirLink) {
   EXPECT_EQ(out3.find("host at fault"), std::string::npos) << out3;
 }
 
+// A rank whose link went down mid-call seems behind (the others finished a
+// call its data reached, it never heard back): the cut is the verdict, and
+// its host is named. (A CI run under Slurm blamed "rank 1 is behind" and
+// restarted on the cut host until its restarts ran out.)
+TEST(Diagnose, ARankBehindBecauseItsLinkWentDownNamesTheLink) {
+  const char* down = "\"eth1 (10.0.0.2)\"";
+  const std::string done = call(7, "allreduce_max", 8, "160"), waiting = call(8, "allreduce_max", 8, "null");
+  const std::string dir = write_dumps(
+      "diag_behind_cut", {{0, 8, done + "," + waiting, "training of step 4", 0, probe("", "1", "2", "0, 1"), "a"},
+                          {1, 8, done + "," + waiting, "training of step 4", 0, probe("", "0", "2", "0, 1"), "a"},
+                          {2, 7, call(7, "allreduce_max", 8, "null"), "training of step 4", 0,
+                           probe(down, "", "0, 1", "2"), "b"}});
+  const auto [code, out] = diagnose(dir);
+  EXPECT_EQ(code, 0) << out;
+  EXPECT_NE(out.find("rank 2 is behind, cut off"), std::string::npos) << out;
+  EXPECT_NE(out.find("verdict: the network: rank 2 lost its link (eth1 (10.0.0.2) down)"), std::string::npos) << out;
+  EXPECT_NE(out.find("host at fault: b: link eth1 (10.0.0.2) down"), std::string::npos) << out;
+  EXPECT_EQ(out.find("host at fault: a"), std::string::npos) << out;
+  std::filesystem::remove_all(dir);
+}
+
 // A host cut off for good cannot write its ranks' dumps either: the ranks
 // that wait for them name it from the probe's records (its host name), when
 // every probe that tried could not reach it. A rank without a dump whose host

@@ -163,16 +163,20 @@ int cmd_plan(int argc, char** argv) {
                 "embedding's and head's whole gradients, kept for the step, and two layer windows taking turns) "
                 "and writes its part of a checkpoint to a file of its own\n",
                 grid_names(kWeightReplicaDims, " x ").c_str(), (int)r.parallel.grid.weight_replicas());
-  if (r.parallel.zero_sharded() && r.parallel.zero_stage == 3)
+  if (r.parallel.zero_sharded() && r.parallel.zero_stage == 3) {
+    const std::string turns =
+        r.parallel.reshard_after_forward
+            ? std::to_string(1 + r.parallel.zero_prefetch) + " layers' gathered weights taking turns (" +
+                  std::to_string(r.parallel.zero_prefetch) + " gathered ahead: parallel.zero_prefetch) and two "
+                  "layers' gradients"
+            : "every layer's gathered weights, kept for the step (parallel.reshard_after_forward = false), and two "
+              "layers' gradients taking turns";
     std::printf("ZeRO-3: each of the %s ranks holding the same weights keeps 1/%d of the fp32 weights, the gradients "
                 "and AdamW's state (shown: rank 0's slice of every unit - the embedding, each layer, the head -, the "
                 "embedding's and head's gathered weights and whole gradients, kept for the step, and %s) and writes "
                 "its part of a checkpoint to a file of its own\n",
-                grid_names(kWeightReplicaDims, " x ").c_str(), (int)r.parallel.grid.weight_replicas(),
-                r.parallel.reshard_after_forward
-                    ? "two layers' gathered weights and gradients taking turns"
-                    : "every layer's gathered weights, kept for the step (parallel.reshard_after_forward = false), "
-                      "and two layers' gradients taking turns");
+                grid_names(kWeightReplicaDims, " x ").c_str(), (int)r.parallel.grid.weight_replicas(), turns.c_str());
+  }
   std::printf("memory per rank in MB (the recipe's mode is marked *); extra forward FLOPs per step and rank\n");
   const bool cuda = r.runtime.backend == "cuda";  // its own buffers: a column of their own
   std::printf("%-6s %-11s %9s %9s %9s %11s %9s %11s%s %9s %16s\n", "stage", "recompute", "params", "grads",

@@ -12,6 +12,7 @@ RankLayout layout_sizes(const Recipe& r) {
   l.cp_overlap = r.parallel.cp_overlap;
   l.zero_stage = r.parallel.zero_stage;
   l.reshard_after_forward = r.parallel.reshard_after_forward;
+  l.zero_prefetch = r.parallel.zero_prefetch;
   l.compute = r.training.precision;
   l.micro_batches = r.accum_steps();
   l.threads = r.runtime.threads;

@@ -70,7 +70,8 @@ RankStep::RankStep(Backend& be, ParallelGroups groups, const Recipe& r, Blend tr
     total += m.num_params();
     largest = std::max(largest, m.num_params());
   }
-  if (zero_ == 3) unit_weights_ = std::make_unique<UnitWeights>(be, chunks_, replicas_, layout_.reshard_after_forward);
+  if (zero_ == 3) unit_weights_ = std::make_unique<UnitWeights>(be, chunks_, replicas_, layout_.reshard_after_forward,
+                                                                layout_.zero_prefetch);
   for (size_t c = 0; c < chunks_.size(); c++) {
     // Every replica and layout draws the same initial weights from the run
     // seed (ZeRO-3: this rank keeps its slices).

@@ -7,7 +7,7 @@
 
 namespace trainer {
 
-UnitWeights::UnitWeights(Backend& be, Chunks& chunks, DataComm& dp, bool reshard_after_forward)
+UnitWeights::UnitWeights(Backend& be, Chunks& chunks, DataComm& dp, bool reshard_after_forward, int prefetch)
     : be_(be), chunks_(chunks), dp_(dp), type_(chunks.front()->compute_type()) {
   const size_t D = (size_t)dp.size();
   size_t layer_padded = 0, largest_slice = 0;
@@ -26,11 +26,11 @@ UnitWeights::UnitWeights(Backend& be, Chunks& chunks, DataComm& dp, bool reshard
     per_.push_back(std::move(ch));
   }
   kept_piece_ = be.alloc(largest_slice, type_, Mem::Comm);
-  for (Window& w : turns_)
-    if (layer_padded) {
-      w.weights = be.alloc(layer_padded, type_, Mem::Params);
-      w.piece = be.alloc(largest_slice, type_, Mem::Comm);
-    }
+  if (layer_padded) turns_.resize(1 + (size_t)prefetch);
+  for (Window& w : turns_) {
+    w.weights = be.alloc(layer_padded, type_, Mem::Params);
+    w.piece = be.alloc(largest_slice, type_, Mem::Comm);
+  }
 }
 
 void UnitWeights::lend() {
@@ -99,10 +99,15 @@ CRef UnitWeights::open(size_t c, int u, int pass) {
   }
   finish(*w);
   w->in_use = true;
-  // The pass's next layer travels while this one computes.
-  const int next = pass == 0 ? u + 1 : u - 1;
-  if (next >= ch.units.first_layer && next < (int)ch.units.all.size() && !kept(c, next) && !holding(c, next))
-    if (Window* other = free_window()) start(c, next, *other);
+  // The pass's next layers travel while this one computes.
+  for (size_t k = 1; k < turns_.size(); k++) {
+    const int next = pass == 0 ? u + (int)k : u - (int)k;
+    if (next < ch.units.first_layer || next >= (int)ch.units.all.size() || kept(c, next)) break;
+    if (holding(c, next)) continue;
+    Window* other = free_window();
+    if (!other) break;
+    start(c, next, *other);
+  }
   return w->weights.ref();
 }
 

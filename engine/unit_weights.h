@@ -7,10 +7,11 @@
 // A unit's whole weights exist only while the model computes with it: the
 // Transformer borrows them per pass (Transformer::WeightWindows), and each
 // opening all-gathers every rank's slice, converted to the compute type,
-// into a window. Layers take turns in two windows: opening layer l starts
-// the gather of the next layer of the pass (l + 1 forward, l - 1 backward)
-// into the other, so it travels while l computes (a prefetch depth of 1),
-// and closing l drops it (reshard after forward). The embedding's and the
+// into a window. Layers take turns in 1 + prefetch windows
+// (parallel.zero_prefetch): opening layer l starts the gathers of the pass's
+// next `prefetch` layers (l + 1, ... forward; l - 1, ... backward) into the
+// others, so they travel while l computes, and closing l drops it (reshard
+// after forward). The embedding's and the
 // head's units, and with parallel.reshard_after_forward = false every
 // unit, have windows of their own, gathered at their first opening after
 // the weights changed and kept until they change again (invalidate()).
@@ -27,7 +28,7 @@ class UnitWeights {
  public:
   // dp: the weight replicas. The master weights start at zero: the caller
   // writes this rank's slices of the initial ones (master, owned).
-  UnitWeights(Backend& be, Chunks& chunks, DataComm& dp, bool reshard_after_forward);
+  UnitWeights(Backend& be, Chunks& chunks, DataComm& dp, bool reshard_after_forward, int prefetch);
   // Lends the windows to every chunk (the chunks must outlive this).
   void lend();
   // Chunk c's fp32 master weights: its AdamW's owned ranges, at their `local`.
@@ -66,7 +67,7 @@ class UnitWeights {
   DataComm& dp_;
   DType type_;
   std::vector<Chunk> per_;
-  Window turns_[2];
+  std::vector<Window> turns_;  // 1 + prefetch, when layers take turns
   Buffer kept_piece_;  // the kept windows' gather input (each gathered and waited at once)
   double exposed_ms_ = 0;
 };

@@ -30,6 +30,7 @@ struct RankLayout : GridShape {
   // ZeRO-3: a layer's gathered weights are dropped after its forward and
   // gathered again for its backward (false: kept for the step).
   bool reshard_after_forward = true;
+  int zero_prefetch = 1;  // ZeRO-3: the pass's next layers gathered while one computes
   bool sequence_parallel = false, pipelined = false;
   DType compute = DType::F32;  // training.precision: activations, messages, the weights products read
   std::vector<ChunkLayout> chunks;

@@ -79,6 +79,7 @@ struct TrainingSection {
 // [parallel]: how the ranks split the model and the batch.
 struct ParallelSection {
   static constexpr int kMaxZeroStage = 3;  // parallel.zero_stage's largest
+  static constexpr int kMaxZeroPrefetch = 8;  // parallel.zero_prefetch's largest
   GridShape grid;            // dp, tp, pp, cp
   bool sequence_parallel{};  // activations sharded along the sequence between TP regions (tp > 1)
   ScheduleKind schedule{};   // the pipeline schedule (pp > 1)
@@ -87,6 +88,7 @@ struct ParallelSection {
   bool dp_overlap{};         // each bucket's all-reduce starts during the backward
   int zero_stage{};          // 1: AdamW's state sharded over data-parallel ranks (ZeRO-1); 2: the gradients too; 3: the weights too
   bool reshard_after_forward{};  // ZeRO-3: a layer's gathered weights dropped after its forward
+  int zero_prefetch{};           // ZeRO-3: layers whose gathers travel while one computes
   CpComm cp_comm{};          // context parallelism's attention: a ring, or an all-to-all to head shards
   bool cp_overlap{};         // ring attention: the next block travels while the one in hand is attended to
   // ZeRO (any stage) in effect: asked for, and more than one rank holding the same

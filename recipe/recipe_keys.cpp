@@ -164,13 +164,17 @@ std::vector<RecipeKey> make_keys() {
         "1/(dp * cp) of it (gradients reduce-scattered, updated weights all-gathered) and writes that part to a checkpoint file of "
         "its own; 2: ZeRO-2, also only 1/(dp * cp) of the gradients (each layer's reduce-scattered as soon as the backward "
         "has it, every micro-batch); 3: ZeRO-3 (FSDP), also only 1/(dp * cp) of the weights, each layer's all-gathered "
-        "when it computes (the next one's already travelling) and dropped after", AT(parallel.zero_stage))
+        "when it computes (the next ones already travelling: parallel.zero_prefetch) and dropped after", AT(parallel.zero_stage))
           .def(0L).at_least(0).at_most(ParallelSection::kMaxZeroStage),
       K("parallel", "reshard_after_forward", Bool, "ZeRO-3: drop a layer's gathered weights after its forward and "
         "gather them again for its backward (false: keep every gathered unit until the step's update: one gather "
         "per step, the stage's whole weights held)", AT(parallel.reshard_after_forward))
           .def([](const Recipe& r, int) { return KeyValue(r.parallel.grid.pp == 1); },
                "true with pp = 1, else false (micro-batches in flight would gather each layer again)"),
+      K("parallel", "zero_prefetch", Int, "ZeRO-3: how many of the pass's next layers are being gathered while a layer "
+        "computes (0: each layer's gather waited for when it starts; each more holds one more layer's weights)",
+        AT(parallel.zero_prefetch))
+          .def(1L).at_least(0).at_most(ParallelSection::kMaxZeroPrefetch),
       // [training]
       K("training", "steps", Int, "optimizer steps of the whole run", AT(training.steps)).def(100L).at_least(1).wide(),
       K("training", "micro_batch", Int, "sequences per micro-batch and rank", AT(training.micro_batch)).def(1L).at_least(1),

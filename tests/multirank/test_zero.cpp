@@ -5,16 +5,18 @@
 // steps and every weight after them (gathered from their owners) equal,
 // to the bit where the sums are taken in the same order, else within 1e-6
 // relative; the communication each stage does per step, counted by the
-// recording communicator, is its formula's; and ZeRO-2 keeps 1/dp of the
-// gradients.
+// recording communicator, is its formula's; each stage's memory is the
+// plan's; and ZeRO-3's prefetch depth changes only the layer windows held.
 #include <gtest/gtest.h>
 #include <mpi.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 
 #include "app/recipe.h"
 #include "engine/layout.h"
+#include "model/adamw.h"
 #include "model/memory_plan.h"
 #include "tests/multirank/layout_runs.h"
 #include "tests/multirank/mpi_test_main.h"
@@ -140,6 +142,35 @@ TEST(ZeroStages, CommunicationIsTheFormula) {
         std::printf("  %-32s %ld reduce-scatters (%.1f KB), %ld all-gathers (%.1f KB) a step\n", what.c_str(),
                     rs_calls, rs / 1024, ag_calls, ag / 1024);
     }
+}
+
+// ZeRO-3's prefetch depth (parallel.zero_prefetch) only moves when a
+// layer's gather starts: the same bits and the same collectives, in one
+// process and with the pipeline's interleaved schedule (chunks taking turns
+// in the windows); each more layer gathered ahead holds one more layer
+// window, as `trainer plan` says.
+TEST(ZeroStages, PrefetchDepthChangesOnlyTheWindowsHeld) {
+  g_shapes.clear();
+  run({Arch::Llama, 1, 1, false}, MPI_COMM_SELF);
+  for (Layout l : {Layout{Arch::Llama, 1, 4, false}, Layout{Arch::Llama, 1, 2, false, 2, 2}}) {
+    l.steps = 3, l.accum = 4, l.zero_stage = 3, l.prefetch = 1;
+    const Result ref = run(l, MPI_COMM_WORLD);
+    for (int prefetch : {0, 2, 3}) {
+      l.prefetch = prefetch;
+      const Result got = run(l, MPI_COMM_WORLD);
+      const std::string what = layout_name(l);
+      expect_same_bits(got, ref, what);
+      for (int op = 0; op < CommCounters::kKinds; op++) EXPECT_EQ(got.comm_dp.calls[op], ref.comm_dp.calls[op]) << what;
+      const Recipe r = recipe(l);
+      const MemoryPlan plan = plan_memory(r.model, rank_layout(r, got.stage), l.recompute);
+      const double have = (double)got.memory.peak[(int)Mem::Params], want = plan.bytes[(int)Mem::Params];
+      EXPECT_NEAR(have, want, 0.02 * want) << what;
+      const double window = (double)unit_slice(param_units(build_params(r.model)).largest_layer(), l.dp) * l.dp * 4;
+      // (each buffer rounded up to 64-byte blocks, plus one)
+      EXPECT_NEAR(have - (double)ref.memory.peak[(int)Mem::Params], (prefetch - 1) * window,
+                  128.0 * std::abs(prefetch - 1)) << what;
+    }
+  }
 }
 
 // Each stage's memory per rank, measured on rank 0 (which keeps the most)

@@ -171,11 +171,18 @@ int cmd_plan(int argc, char** argv) {
                   "layers' gradients"
             : "every layer's gathered weights, kept for the step (parallel.reshard_after_forward = false), and two "
               "layers' gradients taking turns";
+    const std::string persist =
+        r.parallel.zero_persist_below > 0
+            ? "; the gathered weights and whole gradients of each layer's norm weights and biases, kept for the step "
+              "where each holds fewer than " + std::to_string(r.parallel.zero_persist_below) +
+                  " elements (parallel.zero_persist_below)"
+            : "";
     std::printf("ZeRO-3: each of the %s ranks holding the same weights keeps 1/%d of the fp32 weights, the gradients "
                 "and AdamW's state (shown: rank 0's slice of every unit - the embedding, each layer, the head -, the "
                 "embedding's and head's gathered weights and whole gradients, kept for the step, and %s) and writes "
                 "its part of a checkpoint to a file of its own\n",
-                grid_names(kWeightReplicaDims, " x ").c_str(), (int)r.parallel.grid.weight_replicas(), turns.c_str());
+                grid_names(kWeightReplicaDims, " x ").c_str(), (int)r.parallel.grid.weight_replicas(),
+                (turns + persist).c_str());
   }
   std::printf("memory per rank in MB (the recipe's mode is marked *); extra forward FLOPs per step and rank\n");
   const bool cuda = r.runtime.backend == "cuda";  // its own buffers: a column of their own

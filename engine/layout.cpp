@@ -13,6 +13,7 @@ RankLayout layout_sizes(const Recipe& r) {
   l.zero_stage = r.parallel.zero_stage;
   l.reshard_after_forward = r.parallel.reshard_after_forward;
   l.zero_prefetch = r.parallel.zero_prefetch;
+  l.zero_persist_below = r.parallel.zero_persist_below;
   l.compute = r.training.precision;
   l.micro_batches = r.accum_steps();
   l.threads = r.runtime.threads;

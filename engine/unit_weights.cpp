@@ -99,10 +99,15 @@ CRef UnitWeights::open(size_t c, int u, int pass) {
   }
   finish(*w);
   w->in_use = true;
-  // The pass's next layers travel while this one computes.
-  for (size_t k = 1; k < turns_.size(); k++) {
-    const int next = pass == 0 ? u + (int)k : u - (int)k;
-    if (next < ch.units.first_layer || next >= (int)ch.units.all.size() || kept(c, next)) break;
+  // The pass's next layers travel while this one computes (kept units,
+  // gathered once a step, passed over).
+  const int step = pass == 0 ? 1 : -1;
+  int ahead = 0;
+  for (int next = u + step; ahead + 1 < (int)turns_.size() && next >= ch.units.first_layer &&
+                            next < (int)ch.units.all.size();
+       next += step) {
+    if (kept(c, next)) continue;
+    ahead++;
     if (holding(c, next)) continue;
     Window* other = free_window();
     if (!other) break;

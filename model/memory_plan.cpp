@@ -117,7 +117,7 @@ MemoryPlan plan_memory(const ModelConfig& c, const RankLayout& l, const Recomput
     // 0 keeps the most (the first slice of every unit), as gradients too,
     // and the embedding's and head's units keep windows for the step.
     const bool zero = l.zero_stage == 1 && replicas > 1, units = l.grads_sharded();
-    const ParamUnits pu = param_units(mp);
+    const ParamUnits pu = param_units(mp, l.persist_below());
     const double owned = zero    ? (double)owned_count(zero_ranges((size_t)n, 0, replicas))
                          : units ? (double)owned_count(unit_ranges(pu, 0, replicas))
                                  : n;

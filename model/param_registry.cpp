@@ -1,5 +1,6 @@
 #include "model/param_registry.h"
 
+#include <algorithm>
 #include <stdexcept>
 
 #include "model/layer/attention.h"
@@ -27,6 +28,20 @@ const ParamInfo& ParamRegistry::add(const std::string& name, std::vector<int> gl
   total_ += p.numel;
   params_.push_back(std::move(p));
   return params_.back();
+}
+
+std::vector<std::pair<size_t, size_t>> ParamRegistry::vectors_first(size_t from) {
+  std::vector<std::pair<size_t, size_t>> moved;
+  if (from >= params_.size()) return moved;
+  size_t at = params_[from].offset;
+  std::stable_partition(params_.begin() + (long)from, params_.end(),
+                        [](const ParamInfo& p) { return p.global_shape.size() == 1; });
+  for (size_t i = from; i < params_.size(); i++) {
+    moved.push_back({params_[i].offset, at});
+    params_[i].offset = at;
+    at += params_[i].numel;
+  }
+  return moved;
 }
 
 const ParamInfo* ParamRegistry::find(const std::string& name) const {
@@ -74,10 +89,25 @@ ModelParams build_params(const ModelConfig& c, int tp_size, int tp_rank, ChunkSp
   for (int l = chunk.first_layer; l < chunk.last_layer; l++) {
     const std::string p = "layers." + std::to_string(l) + ".";
     LayerParams lp{};
+    const size_t first = r.all().size();
     lp.norm1 = norm.add_params(r, p + "attn_norm.", c);
     Attention::add_params(r, p, c, lp);
     lp.norm2 = norm.add_params(r, p + "mlp_norm.", c);
     lp.mlp = mlp_for(c).add_params(r, p + "mlp.", c);
+    // A layer is [its vectors][its matrices]: under ZeRO-3 the vectors can
+    // stay gathered for the step as a unit of their own (model/param_units.h).
+    // The layer's first tensor, norm1's weight, stays first: an absent
+    // offset (0: no bias) keeps meaning none.
+    const auto moved = r.vectors_first(first);
+    const auto to = [&moved](size_t& offset) {
+      for (const auto& [before, after] : moved)
+        if (before == offset) {
+          offset = after;
+          return;
+        }
+    };
+    for (size_t* o : {&lp.norm1.w, &lp.norm1.b, &lp.wqkv, &lp.bqkv, &lp.wo, &lp.bo, &lp.norm2.w, &lp.norm2.b}) to(*o);
+    for (size_t& o : lp.mlp) to(o);
     mp.layers.push_back(lp);
   }
   if (!chunk.head) return mp;

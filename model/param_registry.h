@@ -6,6 +6,7 @@
 // name and global shape.
 #include <cstddef>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "model/config.h"
@@ -44,6 +45,10 @@ class ParamRegistry {
                        Sharding sharding = Sharding::Replicated, bool seq_partial = false,
                        bool tied_copy = false);
   const ParamInfo& at(const std::string& name) const;
+  // Moves the vectors (norm weights, biases) among the tensors added from
+  // index `from` on ahead of the matrices, each kind in its order (fused
+  // neighbours stay neighbours); returns each tensor's (old, new) offset.
+  std::vector<std::pair<size_t, size_t>> vectors_first(size_t from);
   const ParamInfo* find(const std::string& name) const;
   const std::vector<ParamInfo>& all() const { return params_; }
   size_t total() const { return total_; }

@@ -31,6 +31,7 @@ struct RankLayout : GridShape {
   // gathered again for its backward (false: kept for the step).
   bool reshard_after_forward = true;
   int zero_prefetch = 1;  // ZeRO-3: the pass's next layers gathered while one computes
+  long zero_persist_below = 0;  // ZeRO-3: a layer's vectors smaller than this stay gathered (0: none)
   bool sequence_parallel = false, pipelined = false;
   DType compute = DType::F32;  // training.precision: activations, messages, the weights products read
   std::vector<ChunkLayout> chunks;
@@ -43,6 +44,8 @@ struct RankLayout : GridShape {
   // ZeRO-3: nor whole weights.
   bool grads_sharded() const { return zero_stage >= 2 && weight_replicas() > 1; }
   bool weights_sharded() const { return zero_stage >= 3 && weight_replicas() > 1; }
+  // model/param_units.h's threshold: ZeRO-3's, where weights are sharded.
+  size_t persist_below() const { return weights_sharded() ? (size_t)zero_persist_below : 0; }
 };
 
 // One process holding the whole model: no parallelism, one chunk, one

@@ -53,7 +53,7 @@ Transformer::Transformer(Backend& be, const ModelConfig& cfg, const RankLayout& 
   attn_ = std::make_unique<Attention>(be_, cfg, ops_.shape, layout, context.comm, seq_.positions());
 
   const size_t n = mp_.reg.total();
-  units_ = param_units(mp_);
+  units_ = param_units(mp_, layout.persist_below());
   if (layout.weights_sharded()) {
     wopen_.assign(units_.all.size(), CRef());
   } else {
@@ -185,12 +185,16 @@ CRef Transformer::W(size_t offset) const {
 void Transformer::weights_open(int unit, int pass) {
   if (params_ || unit < 0) return;
   wopen_[unit] = weight_windows_.open(unit, pass);
-  ops_.weights = wopen_[unit], ops_.weight_origin = units_.all[unit].lo;
+  const ParamUnit& u = units_.all[unit];
+  if (u.persists) ops_.lead_weights = wopen_[unit], ops_.lead_lo = u.lo, ops_.lead_hi = u.hi;
+  else ops_.weights = wopen_[unit], ops_.weight_origin = u.lo;
 }
 
 void Transformer::weights_close(int unit, int pass) {
   if (params_ || unit < 0) return;
   wopen_[unit] = CRef();
+  if (units_.all[unit].persists) ops_.lead_weights = CRef();
+  if (!ops_.lead_weights && !ops_.lead_grads) ops_.lead_hi = 0;
   weight_windows_.close(unit, pass);
 }
 
@@ -294,9 +298,11 @@ double Transformer::forward(int slot, const int32_t* inputs, const int32_t* targ
     be_.copy(x0, act_in, (size_t)R_ * cfg_.d_model);
   }
   for (int l = 0; l < L; l++) {
+    weights_open(units_.persisting(l), 0);
     weights_open(units_.layer(l), 0);
     layer_fwd(sl.layers[l], mp_.layers[l], (l + 1 < L) ? sl.layers[l + 1].own[kResidIn] : sl.out, Upto::Output);
     weights_close(units_.layer(l), 0);
+    weights_close(units_.persisting(l), 0);
   }
   if (!mp_.chunk.head) return 0.0;
   weights_open(units_.head, 0);
@@ -341,12 +347,16 @@ float* Transformer::G(size_t offset) {
 void Transformer::grads_open(int unit) {
   if (grads_ || unit < 0) return;
   open_[unit] = windows_.open(unit);
-  ops_.grads = open_[unit], ops_.grad_origin = units_.all[unit].lo;
+  const ParamUnit& u = units_.all[unit];
+  if (u.persists) ops_.lead_grads = open_[unit], ops_.lead_lo = u.lo, ops_.lead_hi = u.hi;
+  else ops_.grads = open_[unit], ops_.grad_origin = u.lo;
 }
 
 void Transformer::grads_close(int unit) {
   if (grads_ || unit < 0) return;
   open_[unit] = nullptr;
+  if (units_.all[unit].persists) ops_.lead_grads = nullptr;
+  if (!ops_.lead_weights && !ops_.lead_grads) ops_.lead_hi = 0;
   windows_.close(unit);
 }
 
@@ -368,11 +378,15 @@ void Transformer::backward(int slot, CRef grad_out) {
     be_.copy(g_resid_, grad_out, (size_t)R * d);
   }
   for (int l = (int)mp_.layers.size() - 1; l >= 0; l--) {
+    weights_open(units_.persisting(l), 1);
     weights_open(units_.layer(l), 1);
+    grads_open(units_.persisting(l));
     grads_open(units_.layer(l));
     layer_bwd(sl.layers[l], mp_.layers[l], l);
     grads_close(units_.layer(l));
+    grads_close(units_.persisting(l));
     weights_close(units_.layer(l), 1);
+    weights_close(units_.persisting(l), 1);
     if (grad_hook_) grad_hook_(mp_.layers[l].norm1.w);
   }
   if (!mp_.chunk.embed) {

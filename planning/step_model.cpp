@@ -157,9 +157,10 @@ std::pair<double, double> StepModel::dp_reduction(const Recipe& r, int stage, do
     const double e = dtype_size(r.training.precision);
     double held = 0, layers = 0;
     int L = 0;  // layer units
-    for (const ChunkLayout& ch : rank_layout(r, stage).chunks) {
+    const RankLayout rl = rank_layout(r, stage);
+    for (const ChunkLayout& ch : rl.chunks) {
       const ModelParams mp = build_params(r.model, r.parallel.grid.tp, 0, ch.spec);
-      const ParamUnits u = param_units(mp);
+      const ParamUnits u = param_units(mp, rl.persist_below());
       for (int i = 0; i < (int)u.all.size(); i++) {
         const bool once = u.held(i);
         (once ? held : layers) += u.all[i].size() * e;

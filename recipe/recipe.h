@@ -89,6 +89,7 @@ struct ParallelSection {
   int zero_stage{};          // 1: AdamW's state sharded over data-parallel ranks (ZeRO-1); 2: the gradients too; 3: the weights too
   bool reshard_after_forward{};  // ZeRO-3: a layer's gathered weights dropped after its forward
   int zero_prefetch{};           // ZeRO-3: layers whose gathers travel while one computes
+  long zero_persist_below{};     // ZeRO-3: a layer's vectors (each smaller than this) stay gathered for the step
   CpComm cp_comm{};          // context parallelism's attention: a ring, or an all-to-all to head shards
   bool cp_overlap{};         // ring attention: the next block travels while the one in hand is attended to
   // ZeRO (any stage) in effect: asked for, and more than one rank holding the same

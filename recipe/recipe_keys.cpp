@@ -175,6 +175,12 @@ std::vector<RecipeKey> make_keys() {
         "computes (0: each layer's gather waited for when it starts; each more holds one more layer's weights)",
         AT(parallel.zero_prefetch))
           .def(1L).at_least(0).at_most(ParallelSection::kMaxZeroPrefetch),
+      K("parallel", "zero_persist_below", Int, "ZeRO-3: a layer whose norm weights and biases each hold fewer "
+        "elements than this keeps them gathered for the whole step (gathered once after the update, their "
+        "gradients reduce-scattered once a step) instead of with the layer's matrices (0: never; the matrices' "
+        "gather carries them in the same collective anyway, so this saves their bytes, not a collective)",
+        AT(parallel.zero_persist_below))
+          .def(0L).at_least(0).wide(),
       // [training]
       K("training", "steps", Int, "optimizer steps of the whole run", AT(training.steps)).def(100L).at_least(1).wide(),
       K("training", "micro_batch", Int, "sequences per micro-batch and rank", AT(training.micro_batch)).def(1L).at_least(1),

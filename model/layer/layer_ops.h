@@ -32,13 +32,24 @@ struct LayerOps {
   size_t weight_origin = 0; // the registry offset `weights` points at (a gathered unit's first, under ZeRO-3)
   float* grads = nullptr;   // fp32 gradients
   size_t grad_origin = 0;   // the registry offset `grads` points at (a lent unit's first, under ZeRO-2)
+  // A layer's persisting vectors (model/param_units.h), a unit of their own
+  // before its matrices': registry offsets [lead_lo, lead_hi), in windows of
+  // their own (lead_hi = 0: none).
+  CRef lead_weights;
+  float* lead_grads = nullptr;
+  size_t lead_lo = 0, lead_hi = 0;
   // Collective buffers: a product's partial sum over tp [M, d]; this
   // rank's rows [R, d] under sequence parallelism; a gradient's rows
   // reduced [R, d], gathered [M, d].
   Ref part, rows_tmp, g_rows, g_full;
 
-  CRef W(size_t offset) const { return weights + (offset - weight_origin); }
-  float* G(size_t offset) const { return grads + (offset - grad_origin); }
+  bool in_lead(size_t offset) const { return offset < lead_hi && offset >= lead_lo; }
+  CRef W(size_t offset) const {
+    return in_lead(offset) ? lead_weights + (offset - lead_lo) : weights + (offset - weight_origin);
+  }
+  float* G(size_t offset) const {
+    return in_lead(offset) ? lead_grads + (offset - lead_lo) : grads + (offset - grad_origin);
+  }
   bool sequence_parallel() const { return shape.R < shape.M; }
   // out[R rows] = resid + in[M, K] @ W^T summed over tp (+ bias): the
   // output of a row-parallel product. All-reduce without sequence

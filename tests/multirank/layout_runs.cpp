@@ -21,6 +21,7 @@ std::string layout_name(const Layout& l) {
          (l.cp > 1 ? "_cp" + std::to_string(l.cp) + (l.cp_comm == CpComm::A2a ? "_a2a" : "") : "") + (l.zero_stage ? "_zero" + std::to_string(l.zero_stage) : "") +
          (l.zero_stage == 3 && !l.reshard ? "_kept" : "") +
          (l.zero_stage == 3 && l.prefetch != 1 ? "_prefetch" + std::to_string(l.prefetch) : "") +
+         (l.zero_stage == 3 && l.persist ? "_persist" + std::to_string(l.persist) : "") +
          (l.accum ? "_accum" + std::to_string(l.accum) : "") +
          (l.recompute.mode != RecomputeMode::None ? std::string("_") + recompute_name(l.recompute.mode) : "") +
          (l.precision == DType::BF16 ? "_bf16" : "");
@@ -48,6 +49,7 @@ Recipe recipe(const Layout& l) {
   r.parallel.zero_stage = l.zero_stage;
   r.parallel.reshard_after_forward = l.reshard;
   r.parallel.zero_prefetch = l.prefetch;
+  r.parallel.zero_persist_below = l.persist;
   if (l.accum) {
     r.training.micro_batch = 1;
     r.training.global_batch = l.accum * l.dp;

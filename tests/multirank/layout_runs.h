@@ -34,6 +34,7 @@ struct Layout {
   int zero_stage = 0;
   bool reshard = true;  // ZeRO-3's parallel.reshard_after_forward
   int prefetch = 1;     // ZeRO-3's parallel.zero_prefetch
+  long persist = 0;     // ZeRO-3's parallel.zero_persist_below
   int steps = 5;
   int accum = 0;  // micro-batches per step and replica (micro_batch 1); 0: micro_batch 2 of a global batch of 8
   int n_layers = 4;

@@ -173,6 +173,57 @@ TEST(ZeroStages, PrefetchDepthChangesOnlyTheWindowsHeld) {
   }
 }
 
+// ZeRO-3 with parallel.zero_persist_below above every norm weight and bias:
+// each layer's vectors are gathered once a step and their gradients
+// reduce-scattered once a step (summed over the micro-batches first, as
+// ZeRO-0 sums), its matrices as before; the training is ZeRO-0's within
+// 1e-6, also in a pipeline keeping the gathered layers, and the memory the
+// plan's.
+TEST(ZeroStages, PersistingVectorsAreGatheredOnceAStep) {
+  for (Arch a : {Arch::GPT2, Arch::Llama}) {
+    g_shapes.clear();
+    run({a, 1, 1, false}, MPI_COMM_SELF);
+    Layout l{a, 1, 4, false};
+    l.steps = 5, l.accum = 4;
+    const Result ref = run(l, MPI_COMM_WORLD);
+    l.zero_stage = 3, l.persist = 1000;  // every vector here holds at most 64 elements
+    const Result got = run(l, MPI_COMM_WORLD);
+    const std::string what = layout_name(l);
+    expect_same_training(got, ref, what, false);
+    // The collectives, from the registry's tensors by name and shape: a
+    // layer's vectors and its matrices are one unit each; the embedding's
+    // and head's units as without persisting (CommunicationIsTheFormula).
+    const Recipe r = recipe(l);
+    const ModelParams mp = build_params(r.model);
+    const ParamUnits plain = param_units(mp);
+    const int D = 4;
+    const auto slice_bytes = [&](size_t n) { return (double)((n + D - 1) / D) * sizeof(float) * (D - 1); };
+    double rs = slice_bytes(plain.all[plain.embed].size()) + slice_bytes(plain.all[plain.head].size()), ag = rs;
+    long rs_calls = 2, ag_calls = 2;
+    for (int i = 0; i < l.n_layers; i++) {
+      size_t vectors = 0, matrices = 0;
+      for (const ParamInfo& p : mp.reg.all())
+        if (p.name.rfind("layers." + std::to_string(i) + ".", 0) == 0)
+          (p.global_shape.size() == 1 ? vectors : matrices) += p.numel;
+      rs += slice_bytes(vectors) + l.accum * slice_bytes(matrices), rs_calls += 1 + l.accum;
+      ag += slice_bytes(vectors) + 2 * l.accum * slice_bytes(matrices), ag_calls += 1 + 2 * l.accum;
+    }
+    EXPECT_EQ(got.comm_dp.calls[CommCounters::ReduceScatter], rs_calls) << what;
+    EXPECT_EQ(got.comm_dp.calls[CommCounters::AllGather], ag_calls) << what;
+    EXPECT_DOUBLE_EQ(got.comm_dp.bytes[CommCounters::ReduceScatter], rs) << what;
+    EXPECT_DOUBLE_EQ(got.comm_dp.bytes[CommCounters::AllGather], ag) << what;
+    const MemoryPlan plan = plan_memory(r.model, rank_layout(r, 0), l.recompute);
+    for (Mem m : {Mem::Params, Mem::Grads, Mem::Optimizer})
+      EXPECT_NEAR((double)got.memory.peak[(int)m], plan.bytes[(int)m], 0.02 * plan.bytes[(int)m]) << what << " " << mem_name(m);
+    // A pipeline keeping its gathered layers, the vectors persisting too.
+    Layout pipe{a, 1, 2, false, 2, 1};
+    pipe.steps = 5, pipe.accum = 4;
+    const Result pipe_ref = run(pipe, MPI_COMM_WORLD);
+    pipe.zero_stage = 3, pipe.persist = 1000, pipe.reshard = false;
+    expect_same_training(run(pipe, MPI_COMM_WORLD), pipe_ref, layout_name(pipe), false);
+  }
+}
+
 // Each stage's memory per rank, measured on rank 0 (which keeps the most)
 // of a 24-layer Llama at dp 4: weights, gradients, optimizer state and
 // communication buffers within 10% of `trainer plan`'s; and under ZeRO-3 the

@@ -3,6 +3,7 @@
 // decay groups, the LR schedule, FLOPs and the ZeRO-1 split.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <map>
 #include <set>
@@ -15,6 +16,8 @@
 #include "model/layer/layer_decl.h"
 #include "model/lr_schedule.h"
 #include "model/param_registry.h"
+#include "model/param_units.h"
+#include "model/layer/mlp.h"
 #include "runtime/errors.h"
 
 using namespace trainer;
@@ -93,6 +96,74 @@ TEST(Registry, OffsetsAreContiguousAndFusedTensorsAdjacent) {
   EXPECT_EQ(r.at("layers.3.attn.wv").offset, r.at("layers.3.attn.wk").offset + 768 * 768);
   EXPECT_EQ(mp.layers[3].wqkv, r.at("layers.3.attn.wq").offset);
   EXPECT_EQ(mp.lm_head, mp.wte) << "tied";
+}
+
+// A layer's tensors: its vectors (norm weights, biases) first, then its
+// matrices, each kind in the order the blocks add them (fused neighbours
+// stay neighbours), and the layer's offsets name the tensors they say.
+TEST(Registry, ALayersVectorsComeBeforeItsMatrices) {
+  ModelConfig llama = gpt2_small();
+  llama.arch = Arch::Llama, llama.n_kv_heads = 4, llama.tie_embeddings = false;
+  for (const ModelConfig& c : {gpt2_small(), llama}) {
+    const ModelParams mp = build_params(c, 1, 0, {2, 5, false, false});  // a middle chunk: no embedding
+    const auto& r = mp.reg;
+    for (int l = 2; l < 5; l++) {
+      const std::string p = "layers." + std::to_string(l) + ".";
+      std::vector<size_t> dims;
+      for (const ParamInfo& t : r.all())
+        if (t.name.rfind(p, 0) == 0) dims.push_back(t.global_shape.size());
+      EXPECT_TRUE(std::is_sorted(dims.begin(), dims.end())) << arch_name(c.arch) << " " << p;
+      const LayerParams& lp = mp.layers[l - 2];
+      // The layer's offsets and the tensors they name; fused neighbours.
+      std::vector<std::pair<size_t, const char*>> named = {
+          {lp.norm1.w, "attn_norm.weight"}, {lp.norm2.w, "mlp_norm.weight"}, {lp.wqkv, "attn.wq"}, {lp.wo, "attn.wo"}};
+      std::vector<std::pair<const char*, const char*>> fused = {{"attn.wq", "attn.wk"}, {"attn.wk", "attn.wv"}};
+      if (c.has_bias()) {
+        named.insert(named.end(), {{lp.norm1.b, "attn_norm.bias"}, {lp.norm2.b, "mlp_norm.bias"},
+                                   {lp.bqkv, "attn.bq"}, {lp.bo, "attn.bo"}});
+        fused.insert(fused.end(), {{"attn.bq", "attn.bk"}, {"attn.bk", "attn.bv"}});
+      }
+      for (const auto& [offset, name] : named) EXPECT_EQ(offset, r.at(p + name).offset) << p << name;
+      for (const auto& [a, b] : fused) EXPECT_EQ(r.at(p + b).offset, r.at(p + a).offset + r.at(p + a).numel) << p << b;
+      EXPECT_EQ(lp.norm1.w, l == 2 ? 0u : mp.layers[l - 3].norm1.w + r.total() / 3) << "each layer starts at its first norm";
+      size_t k = 0;
+      for (const MlpParam& m : mlp_for(c).params()) EXPECT_EQ(lp.mlp[k++], r.at(p + "mlp." + m.name).offset) << m.name;
+    }
+  }
+}
+
+// ZeRO-3's units with zero_persist_below: a layer whose vectors are each
+// below it is two units, its vectors' (held: kept for the step) and its
+// matrices'; at or above it, or 0, one.
+TEST(ParamUnits, PersistingVectorsAreAUnitOfTheirOwn) {
+  const ModelConfig c = gpt2_small();
+  const ModelParams mp = build_params(c);
+  const size_t d = 768;
+  for (size_t below : {(size_t)0, 4 * d, 4 * d + 1}) {  // GPT-2's largest vector: the MLP's 4d bias
+    const ParamUnits u = param_units(mp, below);
+    const bool split = below > 4 * d;
+    ASSERT_EQ(u.all.size(), 2 + (split ? 2 : 1) * 12u) << below;
+    size_t covered = 0;
+    for (const ParamUnit& x : u.all) {
+      EXPECT_EQ(x.lo, covered);
+      covered = x.hi;
+    }
+    EXPECT_EQ(covered, mp.reg.total());
+    for (int l = 0; l < 12; l++) {
+      const std::string p = "layers." + std::to_string(l) + ".";
+      const int m = u.layer(l), v = u.persisting(l);
+      EXPECT_FALSE(u.held(m));
+      EXPECT_EQ(u.of(mp.reg.at(p + "attn.wq").offset), m);
+      EXPECT_EQ(u.of(mp.reg.at(p + "mlp.b_proj").offset), split ? v : m);
+      if (!split) {
+        EXPECT_EQ(v, -1);
+        continue;
+      }
+      EXPECT_TRUE(u.held(v));
+      EXPECT_EQ(u.all[v].size(), 4 * d + 9 * d) << "2 norms x (w, b), q/k/v/o biases, MLP biases 4d + d";
+    }
+    EXPECT_EQ(u.largest_layer(), 12 * d * d + (split ? 0 : 13 * d)) << "attention 4 d^2, MLP 8 d^2";
+  }
 }
 
 // Every tensor of a layer in the registry has exactly one Hugging Face name

@@ -2,8 +2,8 @@
 // What a checkpoint holds of one rank and how it gets there: this rank's
 // pieces of the fp32 master weights and of AdamW's m and v (ckpt/checkpoint.h
 // names and slices them), written by the first data-parallel rank of each
-// (pipeline stage, tensor-parallel rank) position, or under ZeRO (stage 1
-// or 2) by every rank (its part); and the way back when resuming.
+// (pipeline stage, tensor-parallel rank) position, or under ZeRO (any
+// stage) by every rank (its part); and the way back when resuming.
 //
 // One path for both kinds of save: the pieces are copied from the backend
 // into a host staging buffer (pinned memory on a GPU), then written from

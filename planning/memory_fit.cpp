@@ -72,6 +72,17 @@ std::string suggestions(const Recipe& r, int stage, bool writer, double avail) {
     Recipe a = r;
     a.parallel.zero_stage = z;
     consider(a, "parallel.zero_stage = " + std::to_string(z));
+    // With pp > 1 ZeRO-3 keeps each gathered layer for the step by default;
+    // dropping it after the forward holds one layer at a time.
+    if (z == 3 && !a.parallel.reshard_after_forward) {
+      a.parallel.reshard_after_forward = true;
+      consider(a, "parallel.zero_stage = 3 with parallel.reshard_after_forward = true");
+    }
+  }
+  if (r.parallel.zero_stage == 3 && r.parallel.grid.weight_replicas() > 1 && !r.parallel.reshard_after_forward) {
+    Recipe a = r;
+    a.parallel.reshard_after_forward = true;
+    consider(a, "parallel.reshard_after_forward = true");
   }
   if (r.training.micro_batch > 1) {
     Recipe a = r;

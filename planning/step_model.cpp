@@ -178,7 +178,9 @@ std::pair<double, double> StepModel::dp_reduction(const Recipe& r, int stage, do
       const double gathers = (r.parallel.reshard_after_forward ? 2.0 * accum : 1.0) *
                              comm("allgather", dp, layers, unpriced);
       all += gathers + comm("allgather", dp, held, unpriced);
-      hidden += std::min(gathers * layer_share, 2 * accum * last_bwd);
+      // Kept layers (reshard_after_forward = false) are gathered where first
+      // used and waited for there (engine/unit_weights.h): not hidden.
+      if (r.parallel.reshard_after_forward) hidden += std::min(gathers * layer_share, 2 * accum * last_bwd);
     }
     return {all, all - hidden};
   }

@@ -155,10 +155,10 @@ std::vector<RecipeKey> make_keys() {
                "1; 2 for interleaved")
           .at_least(1).at_most(GridShape::kMaxRanks),
       K("parallel", "dp_bucket_mb", Float, "MB of gradients per data-parallel all-reduce bucket (buckets start during "
-        "the last backward)", AT(parallel.dp_bucket_mb))
+        "the last backward; ZeRO-2 and 3 reduce each layer on its own instead)", AT(parallel.dp_bucket_mb))
           .def(25.0).above(0),
       K("parallel", "dp_overlap", Bool, "start each bucket's all-reduce as soon as its gradients are final, while the "
-        "backward goes on (false: all after the backward; the same result)", AT(parallel.dp_overlap))
+        "backward goes on (false: all after the backward; the same result; ZeRO-2 and 3: always)", AT(parallel.dp_overlap))
           .def(true),
       K("parallel", "zero_stage", Int, "0: every data-parallel rank keeps all of AdamW's state; 1: ZeRO-1, each keeps "
         "1/(dp * cp) of it (gradients reduce-scattered, updated weights all-gathered) and writes that part to a checkpoint file of "
@@ -172,13 +172,15 @@ std::vector<RecipeKey> make_keys() {
           .def([](const Recipe& r, int) { return KeyValue(r.parallel.grid.pp == 1); },
                "true with pp = 1, else false (micro-batches in flight would gather each layer again)"),
       K("parallel", "zero_prefetch", Int, "ZeRO-3: how many of the pass's next layers are being gathered while a layer "
-        "computes (0: each layer's gather waited for when it starts; each more holds one more layer's weights)",
+        "computes (0: each layer's gather waited for when it starts; each more holds one more layer's weights; "
+        "not with reshard_after_forward = false, where each layer is gathered at its first use)",
         AT(parallel.zero_prefetch))
           .def(1L).at_least(0).at_most(ParallelSection::kMaxZeroPrefetch),
       K("parallel", "zero_persist_below", Int, "ZeRO-3: a layer whose norm weights and biases each hold fewer "
         "elements than this keeps them gathered for the whole step (gathered once after the update, their "
-        "gradients reduce-scattered once a step) instead of with the layer's matrices (0: never; the matrices' "
-        "gather carries them in the same collective anyway, so this saves their bytes, not a collective)",
+        "gradients reduce-scattered once a step: two collectives a layer and step) instead of with the layer's "
+        "matrices in every pass (0: never; those gathers carry them anyway, so this saves their bytes per pass, "
+        "not a collective)",
         AT(parallel.zero_persist_below))
           .def(0L).at_least(0).wide(),
       // [training]

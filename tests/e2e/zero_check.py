@@ -23,7 +23,8 @@ layers, 20 steps, every step logged):
   the same losses, bit for bit, as buckets started after it;
 - a checkpoint written under dp 4 with ZeRO-1 resumes under dp 2 without it
   and back under dp 4 with it: losses within 1e-7 of the uninterrupted run;
-  dp 4 with ZeRO-3 stopped and resumed: bit for bit; dp 4 with ZeRO-3 ->
+  dp 4 with ZeRO-3 stopped and resumed: bit for bit, and its checkpoint
+  resumed as one process: within 1e-6; dp 4 with ZeRO-3 ->
   dp 2 with ZeRO-1 -> one process -> dp 4 with ZeRO-3: within 1e-6; one
   written under dp 2 x tp 2 with ZeRO-1 or 3 (zero_persist_below: a
   layer's norms and biases gathered once a step) resumes under pp 2 x tp 2
@@ -234,6 +235,12 @@ def main():
         again = {r["step"]: r["loss"] for r in train("again_3", 4, chain + ["parallel.zero_stage=3"])}
         check([again.get(k + 1) for k in range(20)] == straight,
               "dp 4 zero 3 stopped at step 10 and resumed: the losses of the straight run, bit for bit")
+        step10 = os.path.join(tmp, "again_3", "checkpoints", "step_00000010")
+        one = {r["step"]: r["loss"] for r in train("one_from_3", 1, chain + [
+            "parallel.zero_stage=0", "training.exit_after=5", f'checkpoint.resume="{step10}"'])}
+        worst = max(abs(one[k] - straight[k - 1]) / straight[k - 1] for k in range(11, 16)) if sorted(one) == list(range(11, 16)) else 1
+        check(worst <= 1e-6, f"its dp 4 zero 3 checkpoint of step 10 resumed as one process: steps 11-15 within 1e-6 of "
+                             f"the straight run (worst relative difference {worst:.2e})")
         resume_chain("chain_3", chain, [(4, 3, 5), (2, 1, 5), (1, 0, 5), (4, 3, None)], straight, 1e-6)
 
         # A Llama that does not fit a per-rank budget under ZeRO-1 at dp 4:

@@ -98,6 +98,7 @@ RankStep::RankStep(Backend& be, ParallelGroups groups, const Recipe& r, Blend tr
   }
   if (unit_weights_) unit_weights_->lend();
   if (!zero_ && replicas_.size() > 1) make_buckets();
+  make_sum_spans();
   staging_ = std::make_unique<CheckpointStaging>(be, chunks_, opts_, stage_, tp_ ? tp_->rank() : 0,
                                                  replicas_.rank() == 0 || zero_, r.checkpoint.saves(),
                                                  zero_ ? &replicas_ : nullptr, unit_weights_.get());
@@ -262,15 +263,18 @@ void RankStep::compute_gradients(StepStats* stats) {
   cursor_ += r_.training.global_batch;
 }
 
-StepSums RankStep::read_sums() {
+// What read_sums() adds up, once: the buffers never move.
+void RankStep::make_sum_spans() {
   // (Under ZeRO-2 the chunks hold no gradients: step_spans gives their losses.)
-  std::vector<Backend::SumSpan> spans =
-      zero_ == 1 ? zero1_step_spans(chunks_, replicas_.rank(), replicas_.size()) : step_spans(chunks_);
+  sum_spans_ = zero_ == 1 ? zero1_step_spans(chunks_, replicas_.rank(), replicas_.size()) : step_spans(chunks_);
   if (unit_shards_) {
     const std::vector<Backend::SumSpan> shards = unit_shards_->grad_spans();
-    spans.insert(spans.end(), shards.begin(), shards.end());
+    sum_spans_.insert(sum_spans_.end(), shards.begin(), shards.end());
   }
-  return read_step_sums(be_, spans, zero_ ? replicas_control_ : nullptr, tp_control_, pp_control_);
+}
+
+StepSums RankStep::read_sums() {
+  return read_step_sums(be_, sum_spans_, zero_ ? replicas_control_ : nullptr, tp_control_, pp_control_);
 }
 
 double RankStep::grad_sumsq() { return read_sums().grad_sumsq; }
@@ -325,9 +329,8 @@ StepStats RankStep::step() {
   if (!s.nonfinite && !s.spike) {
     for (size_t c = 0; c < chunks_.size(); c++) {
       const Buffer& grads = unit_shards_ ? unit_shards_->shard(c) : chunks_[c]->grads();
-      Buffer& weights = unit_weights_ ? unit_weights_->master(c) : chunks_[c]->params();
       using P = AdamW::Packed;
-      opts_[c]->step(weights, grads, (float)s.lr, clip, chunks_[c]->compute_copy(),
+      opts_[c]->step(master_weights(c), grads, (float)s.lr, clip, chunks_[c]->compute_copy(),
                      unit_weights_ ? P::Both : unit_shards_ ? P::Grads : P::None);
     }
     if (zero_ == 1) allgather_weights(be_, chunks_, replicas_, zero_block_);

@@ -186,6 +186,7 @@ class RankStep {
   const Batch& next_batch(std::map<int, Batch>& batches, int mb, double* wait_ms);
   void record_stage_times(StepStats& s);
   void record_cp_times(StepStats& s);
+  void make_sum_spans();
   StepSums read_sums();                 // after compute_gradients: one backend read
   // This rank's place among the data-parallel ranks (those reading different
   // sequences: ranks that cut sequences read the same ones) and their count.
@@ -209,6 +210,7 @@ class RankStep {
   std::unique_ptr<UnitShards> unit_shards_;  // ZeRO-2 and 3 (engine/unit_shards.h)
   std::unique_ptr<UnitWeights> unit_weights_;  // ZeRO-3 (engine/unit_weights.h)
   std::unique_ptr<GradBuckets> buckets_;  // the data-parallel reduction (dp > 1, not sharded)
+  std::vector<Backend::SumSpan> sum_spans_;  // the losses and gradients read_sums() adds up
   const Recipe& r_;
   Blend train_, val_;
   PipelineSpec pipe_;

@@ -163,14 +163,13 @@ void UnitShards::allgather_weights() {
     for (int u = 0; u < (int)ch.units.all.size(); u++) {
       const ParamUnit& unit = ch.units.all[u];
       const size_t s = slice(c, u);
-      // This rank's slice goes in from a buffer of its own (MPI may not
-      // gather from inside its destination); the padded whole lands in a
-      // gradient window, free between steps and at least as large.
-      Buffer& piece = windows_[0].landing;
+      // The padded whole lands in a gradient window, free between steps and
+      // at least as large; this rank's slice goes to its place there first
+      // and is gathered in place.
       const Ref whole(ch.whole[u] ? ch.whole[u].ref().p : windows_[0].grads.ref().p, w.dtype());
       const size_t lo = std::min(unit.hi, unit.lo + r * s), k = std::min(unit.hi, lo + s) - lo;
-      if (k) be_.copy(piece.ref(), w.ref(lo), k);
-      dp_.wait(dp_.start_allgather(piece.ref(), whole, s));
+      if (k) be_.copy(whole + r * s, w.ref(lo), k);
+      dp_.wait(dp_.start_allgather(whole + r * s, whole, s));
       be_.copy(w.ref(unit.lo), whole, unit.size());
     }
   }

@@ -8,16 +8,15 @@
 namespace trainer {
 
 UnitWeights::UnitWeights(Backend& be, Chunks& chunks, DataComm& dp, bool reshard_after_forward, int prefetch)
-    : be_(be), chunks_(chunks), dp_(dp), type_(chunks.front()->compute_type()) {
+    : be_(be), chunks_(chunks), dp_(dp), type_(chunks.front()->compute_type()), prefetch_(prefetch) {
   const size_t D = (size_t)dp.size();
-  size_t layer_padded = 0, largest_slice = 0;
+  size_t layer_padded = 0;
   for (auto& m : chunks) {
     Chunk ch(m->units(), dp.rank(), dp.size());
     ch.master = be.alloc(owned_count(ch.owned), DType::F32, Mem::Params);
     ch.kept.resize(ch.units.all.size());
     for (int u = 0; u < (int)ch.units.all.size(); u++) {
       const size_t s = unit_slice(ch.units.all[u].size(), dp.size());
-      largest_slice = std::max(largest_slice, s);
       if (ch.units.held(u) || !reshard_after_forward)
         ch.kept[u].weights = be.alloc(s * D, type_, Mem::Params);
       else
@@ -25,12 +24,8 @@ UnitWeights::UnitWeights(Backend& be, Chunks& chunks, DataComm& dp, bool reshard
     }
     per_.push_back(std::move(ch));
   }
-  kept_piece_ = be.alloc(largest_slice, type_, Mem::Comm);
   if (layer_padded) turns_.resize(1 + (size_t)prefetch);
-  for (Window& w : turns_) {
-    w.weights = be.alloc(layer_padded, type_, Mem::Params);
-    w.piece = be.alloc(largest_slice, type_, Mem::Comm);
-  }
+  for (Window& w : turns_) w.weights = be.alloc(layer_padded, type_, Mem::Params);
 }
 
 void UnitWeights::lend() {
@@ -46,20 +41,22 @@ void UnitWeights::invalidate() {
     w.chunk = w.unit = -1;
   }
   for (Chunk& ch : per_)
-    for (Window& w : ch.kept) w.unit = -1;  // gathered again when next asked
+    for (Window& w : ch.kept) finish(w), w.unit = -1;  // gathered again when next asked
 }
 
 void UnitWeights::start(size_t c, int u, Window& w) {
   const Chunk& ch = per_[c];
   const size_t s = unit_slice(ch.units.all[u].size(), dp_.size());
-  Buffer& piece = w.piece ? w.piece : kept_piece_;
-  if (ch.owned_of[u] >= 0) {  // this rank's slice, in the compute type (the padding past it is never read)
+  // This rank's slice goes to its own place in the window, in the compute
+  // type, and is gathered in place (the padding past it is never read).
+  const Ref mine = w.weights.ref((size_t)dp_.rank() * s);
+  if (ch.owned_of[u] >= 0) {
     const OwnedRange& o = ch.owned[ch.owned_of[u]];
-    be_.convert(piece.ref(), ch.master.ref(o.local), o.hi - o.lo);
+    be_.convert(mine, ch.master.ref(o.local), o.hi - o.lo);
   }
   // The gather reads what the compute stream wrote.
   be_.wait_event(Backend::kCommStream, be_.record_event(Backend::kComputeStream));
-  w.handle = dp_.start_allgather(piece.ref(), w.weights.ref(), s);
+  w.handle = dp_.start_allgather(mine, w.weights.ref(), s);
   w.chunk = (int)c, w.unit = u, w.in_flight = true;
 }
 
@@ -84,36 +81,33 @@ UnitWeights::Window* UnitWeights::free_window() {
 }
 
 CRef UnitWeights::open(size_t c, int u, int pass) {
-  Chunk& ch = per_[c];
-  if (kept(c, u)) {
-    Window& w = ch.kept[u];
-    if (w.unit != u) start(c, u, w);
-    finish(w);
-    return w.weights.ref();
-  }
-  Window* w = holding(c, u);
-  if (!w) {
-    w = free_window();
-    if (!w) throw std::logic_error("no free window to gather a layer's weights into");
-    start(c, u, *w);
-  }
+  Window* w = kept(c, u) ? &per_[c].kept[u] : holding(c, u);
+  if (!w) w = free_window();
+  if (!w) throw std::logic_error("no free window to gather a layer's weights into");
+  if (w->unit != u) start(c, u, *w);
   finish(*w);
-  w->in_use = true;
-  // The pass's next layers travel while this one computes (kept units,
-  // gathered once a step, passed over).
+  if (!kept(c, u)) w->in_use = true;
+  prefetch(c, u, pass);
+  return w->weights.ref();
+}
+
+// The pass's next units (layers, and the head after the last forward
+// layer) start gathering while u computes: the next `prefetch_` of them,
+// into their kept windows or free turn-taking ones. Persisting vectors on
+// the way are gathered if stale and not counted: they are small.
+void UnitWeights::prefetch(size_t c, int u, int pass) {
+  const ParamUnits& units = per_[c].units;
   const int step = pass == 0 ? 1 : -1;
   int ahead = 0;
-  for (int next = u + step; ahead + 1 < (int)turns_.size() && next >= ch.units.first_layer &&
-                            next < (int)ch.units.all.size();
+  for (int next = u + step; ahead < prefetch_ && next >= units.first_layer && next < (int)units.all.size();
        next += step) {
-    if (kept(c, next)) continue;
-    ahead++;
-    if (holding(c, next)) continue;
-    Window* other = free_window();
-    if (!other) break;
-    start(c, next, *other);
+    ahead += units.all[next].persists ? 0 : 1;
+    Window* w = kept(c, next) ? &per_[c].kept[next] : holding(c, next);
+    if (w && w->unit == next) continue;  // gathered or on its way
+    if (!w) w = free_window();
+    if (!w) break;
+    start(c, next, *w);
   }
-  return w->weights.ref();
 }
 
 void UnitWeights::close(size_t c, int u, int /*pass*/) {

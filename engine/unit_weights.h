@@ -6,17 +6,17 @@
 //
 // A unit's whole weights exist only while the model computes with it: the
 // Transformer borrows them per pass (Transformer::WeightWindows), and each
-// opening all-gathers every rank's slice, converted to the compute type,
-// into a window. Layers take turns in 1 + prefetch windows
-// (parallel.zero_prefetch): opening layer l starts the gathers of the pass's
-// next `prefetch` layers (l + 1, ... forward; l - 1, ... backward) into the
-// others, so they travel while l computes, and closing l drops it (reshard
-// after forward). The embedding's and the
-// head's units, and with parallel.reshard_after_forward = false every
-// unit, have windows of their own, gathered at their first opening after
-// the weights changed and kept until they change again (invalidate()).
-// Per layer and micro-batch that is two all-gathers (forward, backward),
-// or, kept, one per step.
+// opening all-gathers every rank's slice, converted to the compute type into
+// its place in a window, in place (no input buffer). Layers take turns in
+// 1 + prefetch windows (parallel.zero_prefetch), and closing a layer drops
+// it (reshard after forward). The embedding's and the head's units, and
+// with parallel.reshard_after_forward = false every unit, have windows of
+// their own, gathered once after the weights changed and kept until they
+// change again (invalidate()). Opening a unit starts the gathers of the
+// pass's next `prefetch` units (u + 1, ... forward; u - 1, ... backward),
+// into free turn-taking windows or their own, so they travel while u
+// computes. Per layer and micro-batch that is two all-gathers (forward,
+// backward), or, kept, one per step.
 #include <vector>
 
 #include "engine/grad_reduce.h"
@@ -43,8 +43,7 @@ class UnitWeights {
 
  private:
   struct Window {
-    Buffer weights;            // compute type, padded to dp slices
-    Buffer piece;              // this rank's slice, the compute type: the gather's input
+    Buffer weights;            // compute type, padded to dp slices (gathered in place)
     int chunk = -1, unit = -1;  // what it holds or is gathering; -1: nothing
     bool in_flight = false, in_use = false;
     DataComm::Handle handle{};
@@ -58,6 +57,7 @@ class UnitWeights {
   void close(size_t c, int u, int pass);
   bool kept(size_t c, int u) const { return (bool)per_[c].kept[u].weights; }
   void start(size_t c, int u, Window& w);  // the gather into w, not waited
+  void prefetch(size_t c, int u, int pass);  // starts the gathers of the units after u
   void finish(Window& w);                  // waits for w's gather
   Window* holding(size_t c, int u);        // the turn-taking window with unit u, if any
   Window* free_window();
@@ -67,8 +67,8 @@ class UnitWeights {
   DataComm& dp_;
   DType type_;
   std::vector<Chunk> per_;
+  int prefetch_;
   std::vector<Window> turns_;  // 1 + prefetch, when layers take turns
-  Buffer kept_piece_;  // the kept windows' gather input (each gathered and waited at once)
   double exposed_ms_ = 0;
 };
 

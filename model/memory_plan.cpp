@@ -188,10 +188,9 @@ MemoryPlan plan_memory(const ModelConfig& c, const RankLayout& l, const Recomput
     if (narrow) p.bytes[(int)Mem::Comm] += 2 * layer_padded * e + held_padded * e + largest_slice * f;
   }
   if (l.weights_sharded()) {
-    // 1 + prefetch windows taking turns, each with its slice's piece; the kept units' piece.
+    // 1 + prefetch windows taking turns (each gathered in place).
     const double turns = turn_padded > 0 ? 1 + l.zero_prefetch : 0;
     p.bytes[(int)Mem::Params] += turns * turn_padded * e;
-    p.bytes[(int)Mem::Comm] += (turns + 1) * largest_slice * e;
   }
   if (l.cuda) p.cuda = plan_cuda_memory(c, shape, x, l);
   return p;

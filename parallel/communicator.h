@@ -35,7 +35,8 @@ namespace trainer {
   DECLARE(void, barrier, ())
 //   start_allreduce       in place: x[n] becomes the element-wise op over the group
 //   start_reduce_scatter  out[n] = this rank's block of the element-wise sum of every in[size * n]
-//   start_allgather       out[size * n] = every rank's in[n], in rank order
+//   start_allgather       out[size * n] = every rank's in[n], in rank order; in
+//                         may be this rank's block of out (in place)
 //   start_alltoall        out[j * n .. (j + 1) * n) = rank j's in[rank * n ..), for every
 //                         rank j (in and out [size * n]; context parallelism's a2a)
 //   isend, irecv          point-to-point (pipeline stages, the context-parallel ring)

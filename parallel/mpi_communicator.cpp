@@ -138,9 +138,12 @@ DataComm::Handle MpiDataComm::start_reduce_scatter(CRef in, Ref out, size_t n) {
 
 DataComm::Handle MpiDataComm::start_allgather(CRef in, Ref out, size_t n) {
   MPI_Request r = MPI_REQUEST_NULL;
+  // In place: this rank's block already sits in out (MPI forbids passing it
+  // as the input too).
+  const bool in_place = in.p == static_cast<const char*>(out.p) + (size_t)rank_ * n * dtype_size(in.dt);
   if (!single_rank_copy(in, out, n, "allgather"))
-    MPI_Iallgather(in.p, count_of(n, "allgather"), mpi_type(in.dt), out.p, count_of(n, "allgather"),
-                   mpi_type(in.dt), comm_, &r);
+    MPI_Iallgather(in_place ? MPI_IN_PLACE : in.p, count_of(n, "allgather"), mpi_type(in.dt), out.p,
+                   count_of(n, "allgather"), mpi_type(in.dt), comm_, &r);
   return keep(r);
 }
 

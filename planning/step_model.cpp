@@ -178,9 +178,10 @@ std::pair<double, double> StepModel::dp_reduction(const Recipe& r, int stage, do
       const double gathers = (r.parallel.reshard_after_forward ? 2.0 * accum : 1.0) *
                              comm("allgather", dp, layers, unpriced);
       all += gathers + comm("allgather", dp, held, unpriced);
-      // Kept layers (reshard_after_forward = false) are gathered where first
-      // used and waited for there (engine/unit_weights.h): not hidden.
-      if (r.parallel.reshard_after_forward) hidden += std::min(gathers * layer_share, 2 * accum * last_bwd);
+      // Prefetched behind the layer before (engine/unit_weights.h): in every
+      // pass, or, kept (reshard_after_forward = false), in the first forward.
+      const double passes = r.parallel.reshard_after_forward ? 2.0 * accum : 1.0;
+      if (r.parallel.zero_prefetch > 0) hidden += std::min(gathers * layer_share, passes * last_bwd);
     }
     return {all, all - hidden};
   }

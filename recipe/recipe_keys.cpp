@@ -172,8 +172,8 @@ std::vector<RecipeKey> make_keys() {
           .def([](const Recipe& r, int) { return KeyValue(r.parallel.grid.pp == 1); },
                "true with pp = 1, else false (micro-batches in flight would gather each layer again)"),
       K("parallel", "zero_prefetch", Int, "ZeRO-3: how many of the pass's next layers are being gathered while a layer "
-        "computes (0: each layer's gather waited for when it starts; each more holds one more layer's weights; "
-        "not with reshard_after_forward = false, where each layer is gathered at its first use)",
+        "computes (0: each layer's gather waited for when it starts; with reshard_after_forward = true each more "
+        "holds one more layer's weights; false: the first forward prefetches into the kept windows)",
         AT(parallel.zero_prefetch))
           .def(1L).at_least(0).at_most(ParallelSection::kMaxZeroPrefetch),
       K("parallel", "zero_persist_below", Int, "ZeRO-3: a layer whose norm weights and biases each hold fewer "

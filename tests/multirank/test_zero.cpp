@@ -146,13 +146,16 @@ TEST(ZeroStages, CommunicationIsTheFormula) {
 
 // ZeRO-3's prefetch depth (parallel.zero_prefetch) only moves when a
 // layer's gather starts: the same bits and the same collectives, in one
-// process and with the pipeline's interleaved schedule (chunks taking turns
-// in the windows); each more layer gathered ahead holds one more layer
-// window, as `trainer plan` says.
+// process, with the pipeline's interleaved schedule (chunks taking turns
+// in the windows) and in a pipeline keeping its gathered layers
+// (prefetched into their own windows); each more layer gathered ahead holds
+// one more turn-taking window, as `trainer plan` says, and no more kept.
 TEST(ZeroStages, PrefetchDepthChangesOnlyTheWindowsHeld) {
   g_shapes.clear();
   run({Arch::Llama, 1, 1, false}, MPI_COMM_SELF);
-  for (Layout l : {Layout{Arch::Llama, 1, 4, false}, Layout{Arch::Llama, 1, 2, false, 2, 2}}) {
+  Layout kept{Arch::Llama, 1, 2, false, 2, 1};
+  kept.reshard = false;
+  for (Layout l : {Layout{Arch::Llama, 1, 4, false}, Layout{Arch::Llama, 1, 2, false, 2, 2}, kept}) {
     l.steps = 3, l.accum = 4, l.zero_stage = 3, l.prefetch = 1;
     const Result ref = run(l, MPI_COMM_WORLD);
     for (int prefetch : {0, 2, 3}) {
@@ -165,7 +168,8 @@ TEST(ZeroStages, PrefetchDepthChangesOnlyTheWindowsHeld) {
       const MemoryPlan plan = plan_memory(r.model, rank_layout(r, got.stage), l.recompute);
       const double have = (double)got.memory.peak[(int)Mem::Params], want = plan.bytes[(int)Mem::Params];
       EXPECT_NEAR(have, want, 0.02 * want) << what;
-      const double window = (double)unit_slice(param_units(build_params(r.model)).largest_layer(), l.dp) * l.dp * 4;
+      const double window =
+          l.reshard ? (double)unit_slice(param_units(build_params(r.model)).largest_layer(), l.dp) * l.dp * 4 : 0;
       // (each buffer rounded up to 64-byte blocks, plus one)
       EXPECT_NEAR(have - (double)ref.memory.peak[(int)Mem::Params], (prefetch - 1) * window,
                   128.0 * std::abs(prefetch - 1)) << what;

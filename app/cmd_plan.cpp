@@ -157,20 +157,21 @@ int cmd_plan(int argc, char** argv) {
                 "checkpoint to a file of its own\n",
                 grid_names(kWeightReplicaDims, " x ").c_str(), (int)r.parallel.grid.weight_replicas(),
                 grid_names(kWeightReplicaDims, " x ").c_str());
+  // A tied embedding's units are held for the step (model/param_units.h).
+  const char* tied = r.model.tie_embeddings ? "the tied embedding's whole gradients, kept for the step, " : "";
   if (r.parallel.zero_sharded() && r.parallel.zero_stage == 2)
     std::printf("ZeRO-2: each of the %s ranks holding the same weights keeps 1/%d of AdamW's state and of the "
-                "gradients (shown: rank 0's slice of every unit - the embedding, each layer, the head -, the "
-                "embedding's and head's whole gradients, kept for the step, and two layer windows taking turns) "
-                "and writes its part of a checkpoint to a file of its own\n",
-                grid_names(kWeightReplicaDims, " x ").c_str(), (int)r.parallel.grid.weight_replicas());
+                "gradients (shown: rank 0's slice of every unit - the embedding, each layer, the head -, %stwo "
+                "unit windows taking turns) and writes its part of a checkpoint to a file of its own\n",
+                grid_names(kWeightReplicaDims, " x ").c_str(), (int)r.parallel.grid.weight_replicas(), tied);
   if (r.parallel.zero_sharded() && r.parallel.zero_stage == 3) {
     const std::string turns =
         r.parallel.reshard_after_forward
-            ? std::to_string(1 + r.parallel.zero_prefetch) + " layers' gathered weights taking turns (" +
+            ? std::to_string(1 + r.parallel.zero_prefetch) + " units' gathered weights taking turns (" +
                   std::to_string(r.parallel.zero_prefetch) + " gathered ahead: parallel.zero_prefetch) and two "
-                  "layers' gradients"
-            : "every layer's gathered weights, kept for the step (parallel.reshard_after_forward = false), and two "
-              "layers' gradients taking turns";
+                  "units' gradients"
+            : "every unit's gathered weights, kept for the step (parallel.reshard_after_forward = false), and two "
+              "units' gradients taking turns";
     const std::string persist =
         r.parallel.zero_persist_below > 0
             ? "; the gathered weights and whole gradients of each layer's norm weights and biases, kept for the step "
@@ -178,10 +179,11 @@ int cmd_plan(int argc, char** argv) {
                   " elements (parallel.zero_persist_below)"
             : "";
     std::printf("ZeRO-3: each of the %s ranks holding the same weights keeps 1/%d of the fp32 weights, the gradients "
-                "and AdamW's state (shown: rank 0's slice of every unit - the embedding, each layer, the head -, the "
-                "embedding's and head's gathered weights and whole gradients, kept for the step, and %s) and writes "
-                "its part of a checkpoint to a file of its own\n",
+                "and AdamW's state (shown: rank 0's slice of every unit - the embedding, each layer, the head -, "
+                "%s%s) and writes its part of a checkpoint to a file of its own\n",
                 grid_names(kWeightReplicaDims, " x ").c_str(), (int)r.parallel.grid.weight_replicas(),
+                r.model.tie_embeddings ? "the tied embedding's gathered weights and whole gradients, kept for the step, "
+                                       : "",
                 (turns + persist).c_str());
   }
   std::printf("memory per rank in MB (the recipe's mode is marked *); extra forward FLOPs per step and rank\n");

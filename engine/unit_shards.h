@@ -4,15 +4,15 @@
 // per replica), and no whole gradient buffer.
 //
 // The backward borrows one window per unit (Transformer::GradWindows). A
-// layer's window is reduce-scattered into the owners' slices as soon as the
-// backward gives it back, every micro-batch, while the backward goes on
-// (two windows take turns: one being written, one in flight), and each
-// owner adds what arrives into its shard, which thus sums the step's
-// micro-batches. The embedding's and the head's units keep their windows
-// for the whole step (a tied embedding's gradient gets the head's part
-// first and the embedding's last, and its two copies on the first and last
-// pipeline stage are summed over the embedding group first): they are
-// reduce-scattered in finish(). Under sequence parallelism a window's
+// unit's window (a layer's, an untied head's or embedding's) is
+// reduce-scattered into the owners' slices as soon as the backward gives it
+// back, every micro-batch, while the backward goes on (two windows take
+// turns: one being written, one in flight), and each owner adds what
+// arrives into its shard, which thus sums the step's micro-batches. A tied
+// embedding's units keep their windows for the whole step (its gradient
+// gets the head's part first and the embedding's last, and its two copies
+// on the first and last pipeline stage are summed over the embedding group
+// first): they are reduce-scattered in finish(). Under sequence parallelism a window's
 // partial gradients are summed over TP before it leaves. A bf16 run sends
 // bf16 through a wire buffer and adds in fp32, as GradBuckets does.
 //

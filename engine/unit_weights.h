@@ -7,16 +7,18 @@
 // A unit's whole weights exist only while the model computes with it: the
 // Transformer borrows them per pass (Transformer::WeightWindows), and each
 // opening all-gathers every rank's slice, converted to the compute type into
-// its place in a window, in place (no input buffer). Layers take turns in
-// 1 + prefetch windows (parallel.zero_prefetch), and closing a layer drops
-// it (reshard after forward). The embedding's and the head's units, and
+// its place in a window, in place (no input buffer). Units (layers, an
+// untied embedding and head) take turns in 1 + prefetch windows
+// (parallel.zero_prefetch), and closing one drops it (reshard after
+// forward). A tied embedding's units, a layer's persisting vectors, and
 // with parallel.reshard_after_forward = false every unit, have windows of
 // their own, gathered once after the weights changed and kept until they
 // change again (invalidate()). Opening a unit starts the gathers of the
 // pass's next `prefetch` units (u + 1, ... forward; u - 1, ... backward),
 // into free turn-taking windows or their own, so they travel while u
 // computes. Per layer and micro-batch that is two all-gathers (forward,
-// backward), or, kept, one per step.
+// backward; an untied embedding's: one, its backward reads no weights), or,
+// kept, one per step.
 #include <vector>
 
 #include "engine/grad_reduce.h"

@@ -102,10 +102,11 @@ MemoryPlan plan_memory(const ModelConfig& c, const RankLayout& l, const Recomput
   const LayerBytes k = layer_bytes(c, shape, e);
   double zero_block = 0;  // bytes of the largest chunk's ZeRO-1 block (one buffer serves all)
   const int replicas = (int)l.weight_replicas();
-  // ZeRO-2 (engine/unit_shards.h): the padded sizes of the largest layer
-  // unit, of the largest held (embedding, head) unit, and the largest slice.
+  // ZeRO-2 (engine/unit_shards.h): the padded sizes of the largest unit
+  // taking turns (a layer, an untied embedding or head), of the largest held
+  // unit (a tied embedding's), and the largest slice.
   double layer_padded = 0, held_padded = 0, largest_slice = 0;
-  double turn_padded = 0;  // ZeRO-3: the largest layer gathered in the windows that take turns
+  double turn_padded = 0;  // ZeRO-3: the largest unit gathered in the windows that take turns
   for (const ChunkLayout& ch : l.chunks) {
     const ModelParams mp = build_params(c, l.tp, 0, ch.spec);
     const double n = (double)mp.reg.total();
@@ -115,7 +116,7 @@ MemoryPlan plan_memory(const ModelConfig& c, const RankLayout& l, const Recomput
     // ZeRO-1: rank 0 keeps the most (its block and the tail), and one block
     // of the compute type passes through a buffer of its own. ZeRO-2: rank
     // 0 keeps the most (the first slice of every unit), as gradients too,
-    // and the embedding's and head's units keep windows for the step.
+    // and the held units (model/param_units.h) keep windows for the step.
     const bool zero = l.zero_stage == 1 && replicas > 1, units = l.grads_sharded();
     const ParamUnits pu = param_units(mp, l.persist_below());
     const double owned = zero    ? (double)owned_count(zero_ranges((size_t)n, 0, replicas))
@@ -181,7 +182,7 @@ MemoryPlan plan_memory(const ModelConfig& c, const RankLayout& l, const Recomput
   p.bytes[(int)Mem::Temporaries] += l.threads * 2 * block * rows * f;
   p.bytes[(int)Mem::Comm] += zero_block;
   if (l.grads_sharded()) {
-    // Two layer windows taking turns (fp32, and their bf16 wire copies),
+    // Two unit windows taking turns (fp32, and their bf16 wire copies),
     // each with a slice it lands in; a bf16 run's held wire and widened slice.
     p.bytes[(int)Mem::Grads] += 2 * layer_padded * f;
     p.bytes[(int)Mem::Comm] += 2 * largest_slice * e;

@@ -78,6 +78,7 @@ ModelParams build_params(const ModelConfig& c, int tp_size, int tp_rank, ChunkSp
   mp.reg = ParamRegistry(tp_size, tp_rank);
   if (chunk.last_layer < 0) chunk.last_layer = c.n_layers;
   mp.chunk = chunk;
+  mp.tied = c.tie_embeddings;
   ParamRegistry& r = mp.reg;
   const int d = c.d_model;
   const Sharding rep = Sharding::Replicated, col = Sharding::Dim0;

@@ -87,6 +87,7 @@ struct ChunkSpec {
 struct ModelParams {
   ParamRegistry reg;
   ChunkSpec chunk;  // last_layer resolved
+  bool tied = false;  // the LM head is the embedding (model.tie_embeddings)
   size_t wte = 0, wpe = 0, lm_head = 0;
   NormParams normf;
   std::vector<LayerParams> layers;  // the chunk's layers, in order

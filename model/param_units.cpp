@@ -7,6 +7,7 @@ namespace trainer {
 
 ParamUnits param_units(const ModelParams& mp, size_t persist_below) {
   ParamUnits u;
+  u.tied = mp.tied;
   const size_t total = mp.reg.total();
   const size_t layers_end = mp.chunk.head ? mp.normf.w : total;
   const size_t layers_lo = mp.layers.empty() ? layers_end : mp.layers.front().norm1.w;

@@ -363,16 +363,17 @@ void Transformer::grads_close(int unit) {
 void Transformer::backward(int slot, CRef grad_out) {
   Slot& sl = slots_[slot];
   const int R = R_, d = cfg_.d_model;
-  grads_open(units_.embed);
   if (mp_.chunk.head) {
+    // (A head reading the tied embedding writes its gradient too: that
+    // unit is held for the step, model/param_units.h.)
     const bool tied_here = mp_.chunk.embed && cfg_.tie_embeddings;
-    if (tied_here) weights_open(units_.embed, 1);
+    if (tied_here) weights_open(units_.embed, 1), grads_open(units_.embed);
     weights_open(units_.head, 1);  // last: the ops read the head's norm
     grads_open(units_.head);
     head_bwd(sl);
     grads_close(units_.head);
     weights_close(units_.head, 1);
-    if (tied_here) weights_close(units_.embed, 1);
+    if (tied_here) grads_close(units_.embed), weights_close(units_.embed, 1);
     if (grad_hook_) grad_hook_(mp_.normf.w);
   } else {
     be_.copy(g_resid_, grad_out, (size_t)R * d);
@@ -394,6 +395,7 @@ void Transformer::backward(int slot, CRef grad_out) {
     return;  // g_resid_ is the input gradient to pass back
   }
   // The embedding's forward reduction has the identity (all rows) as backward.
+  grads_open(units_.embed);
   const int32_t* tokens = sl.inputs.ref().i32();
   be_.embedding_bwd(G(mp_.wte), ops_.grad_rows_to_full(g_resid_), tokens, M_, vocab_offset_, V_, d);
   if (!cfg_.rope_positions())

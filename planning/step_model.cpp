@@ -148,15 +148,16 @@ std::pair<double, double> StepModel::dp_reduction(const Recipe& r, int stage, do
   const double bytes = params * dtype_size(r.training.precision);
   if (r.parallel.zero_sharded() && r.parallel.zero_stage >= 2) {
     // ZeRO-2 and 3 (engine/unit_shards.h): every micro-batch reduce-scatters
-    // each layer's gradients as its backward ends, hidden behind the
-    // backward but for the last layer's; the embedding's and head's once,
-    // after the schedule. ZeRO-2 then all-gathers the updated weights;
-    // ZeRO-3 (engine/unit_weights.h) gathers each layer for its forward and
-    // again for its backward (once a step when kept), each hidden behind the
-    // layer before but the first of a pass, and the embedding and head once.
+    // each unit's gradients as its backward ends, hidden behind the
+    // backward but for the last unit's; the held units' (a tied
+    // embedding's) once, after the schedule. ZeRO-2 then all-gathers the
+    // updated weights; ZeRO-3 (engine/unit_weights.h) gathers each unit for
+    // its forward and again for its backward (an untied embedding: the
+    // forward only; once a step when kept), each hidden behind the unit
+    // before but the first of a pass, and the held units once.
     const double e = dtype_size(r.training.precision);
-    double held = 0, layers = 0;
-    int L = 0;  // layer units
+    double held = 0, layers = 0, embed = 0;
+    int L = 0;  // units taking turns
     const RankLayout rl = rank_layout(r, stage);
     for (const ChunkLayout& ch : rl.chunks) {
       const ModelParams mp = build_params(r.model, r.parallel.grid.tp, 0, ch.spec);
@@ -165,6 +166,7 @@ std::pair<double, double> StepModel::dp_reduction(const Recipe& r, int stage, do
         const bool once = u.held(i);
         (once ? held : layers) += u.all[i].size() * e;
         L += once ? 0 : 1;
+        if (!once && i == u.embed) embed += u.all[i].size() * e;
       }
     }
     const int accum = r.pipeline().micro_batches;
@@ -175,8 +177,10 @@ std::pair<double, double> StepModel::dp_reduction(const Recipe& r, int stage, do
     if (r.parallel.zero_stage == 2) {
       all += comm("allgather", dp, bytes, unpriced);
     } else {
-      const double gathers = (r.parallel.reshard_after_forward ? 2.0 * accum : 1.0) *
-                             comm("allgather", dp, layers, unpriced);
+      const double gathers =
+          r.parallel.reshard_after_forward
+              ? accum * (2 * comm("allgather", dp, layers - embed, unpriced) + comm("allgather", dp, embed, unpriced))
+              : comm("allgather", dp, layers, unpriced);
       all += gathers + comm("allgather", dp, held, unpriced);
       // Prefetched behind the layer before (engine/unit_weights.h): in every
       // pass, or, kept (reshard_after_forward = false), in the first forward.

@@ -10,6 +10,7 @@
 #include <gtest/gtest.h>
 #include <mpi.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -105,43 +106,57 @@ TEST_P(ZeroEquivalence, ZeroTwoAndThreeInEveryLayout) {
   }
 }
 
+// How often full sharding moves a unit a step: a tied embedding's units
+// (summed over both ends of the pass and the pipeline first) are reduced
+// and gathered once; the others are reduced every micro-batch and, under
+// ZeRO-3 dropping gathered weights after the forward, gathered for every
+// pass that reads them: an untied embedding for its forward only (its
+// backward reads token ids), the head and each layer for both; ZeRO-2 and
+// kept weights: gathered once.
+struct UnitTraffic {
+  int reduced, gathered;
+};
+UnitTraffic unit_traffic(const ParamUnits& units, int u, const Layout& l) {
+  const bool tied_unit = units.tied && (u == units.embed || u == units.head);
+  if (tied_unit) return {1, 1};
+  const int passes = u == units.embed ? 1 : 2;
+  return {l.accum, l.zero_stage == 3 && l.reshard ? passes * l.accum : 1};
+}
+
 // What ZeRO-2 and ZeRO-3 move over the weight replicas in a step, counted
 // by the recording communicator, each collective (dp - 1) padded slices of
-// a unit: per micro-batch a reduce-scatter of each layer's gradients (the
-// embedding's and the head's once a step); ZeRO-2 all-gathers every unit's
-// updated weights once; ZeRO-3 each layer's for its forward and again for
-// its backward, every micro-batch, and the embedding's and head's once (all
-// once a step where the gathered weights are kept).
+// a unit, as often as unit_traffic says; Llama (untied) and GPT-2 (tied).
 TEST(ZeroStages, CommunicationIsTheFormula) {
-  g_shapes.clear();
-  run({Arch::Llama, 1, 1, false}, MPI_COMM_SELF);
-  for (int zero : {2, 3})
-    for (bool reshard : {true, false}) {
-      if (zero == 2 && !reshard) continue;
-      Layout l{Arch::Llama, 1, 4, false};
-      l.steps = 2, l.accum = 4, l.zero_stage = zero, l.reshard = reshard;
-      const Result got = run(l, MPI_COMM_WORLD);
-      const ParamUnits units = param_units(build_params(recipe(l).model));
-      const int D = 4;
-      double rs = 0, ag = 0;
-      long rs_calls = 0, ag_calls = 0;
-      for (int u = 0; u < (int)units.all.size(); u++) {
-        const double slice_bytes = (double)((units.all[u].size() + D - 1) / D) * sizeof(float);
-        const bool once = u == units.embed || u == units.head;
-        const int reduced = once ? 1 : l.accum, gathered = zero == 3 && reshard && !once ? 2 * l.accum : 1;
-        rs += reduced * (D - 1) * slice_bytes, rs_calls += reduced;
-        ag += gathered * (D - 1) * slice_bytes, ag_calls += gathered;
+  for (Arch a : {Arch::Llama, Arch::GPT2}) {
+    g_shapes.clear();
+    run({a, 1, 1, false}, MPI_COMM_SELF);
+    for (int zero : {2, 3})
+      for (bool reshard : {true, false}) {
+        if (zero == 2 && !reshard) continue;
+        Layout l{a, 1, 4, false};
+        l.steps = 2, l.accum = 4, l.zero_stage = zero, l.reshard = reshard;
+        const Result got = run(l, MPI_COMM_WORLD);
+        const ParamUnits units = param_units(build_params(recipe(l).model));
+        const int D = 4;
+        double rs = 0, ag = 0;
+        long rs_calls = 0, ag_calls = 0;
+        for (int u = 0; u < (int)units.all.size(); u++) {
+          const double slice_bytes = (double)((units.all[u].size() + D - 1) / D) * sizeof(float);
+          const auto [reduced, gathered] = unit_traffic(units, u, l);
+          rs += reduced * (D - 1) * slice_bytes, rs_calls += reduced;
+          ag += gathered * (D - 1) * slice_bytes, ag_calls += gathered;
+        }
+        const std::string what = layout_name(l);
+        EXPECT_EQ(got.comm_dp.calls[CommCounters::ReduceScatter], rs_calls) << what;
+        EXPECT_EQ(got.comm_dp.calls[CommCounters::AllGather], ag_calls) << what;
+        EXPECT_EQ(got.comm_dp.calls[CommCounters::AllReduce], 0) << what;
+        EXPECT_DOUBLE_EQ(got.comm_dp.bytes[CommCounters::ReduceScatter], rs) << what;
+        EXPECT_DOUBLE_EQ(got.comm_dp.bytes[CommCounters::AllGather], ag) << what;
+        if (world_rank() == 0)
+          std::printf("  %-32s %ld reduce-scatters (%.1f KB), %ld all-gathers (%.1f KB) a step\n", what.c_str(),
+                      rs_calls, rs / 1024, ag_calls, ag / 1024);
       }
-      const std::string what = layout_name(l);
-      EXPECT_EQ(got.comm_dp.calls[CommCounters::ReduceScatter], rs_calls) << what;
-      EXPECT_EQ(got.comm_dp.calls[CommCounters::AllGather], ag_calls) << what;
-      EXPECT_EQ(got.comm_dp.calls[CommCounters::AllReduce], 0) << what;
-      EXPECT_DOUBLE_EQ(got.comm_dp.bytes[CommCounters::ReduceScatter], rs) << what;
-      EXPECT_DOUBLE_EQ(got.comm_dp.bytes[CommCounters::AllGather], ag) << what;
-      if (world_rank() == 0)
-        std::printf("  %-32s %ld reduce-scatters (%.1f KB), %ld all-gathers (%.1f KB) a step\n", what.c_str(),
-                    rs_calls, rs / 1024, ag_calls, ag / 1024);
-    }
+  }
 }
 
 // ZeRO-3's prefetch depth (parallel.zero_prefetch) only moves when a
@@ -168,8 +183,13 @@ TEST(ZeroStages, PrefetchDepthChangesOnlyTheWindowsHeld) {
       const MemoryPlan plan = plan_memory(r.model, rank_layout(r, got.stage), l.recompute);
       const double have = (double)got.memory.peak[(int)Mem::Params], want = plan.bytes[(int)Mem::Params];
       EXPECT_NEAR(have, want, 0.02 * want) << what;
-      const double window =
-          l.reshard ? (double)unit_slice(param_units(build_params(r.model)).largest_layer(), l.dp) * l.dp * 4 : 0;
+      // A turn-taking window: the largest unit of this rank's chunks that is not held.
+      double window = 0;
+      for (const ChunkLayout& ch : rank_layout(r, got.stage).chunks) {
+        const ParamUnits pu = param_units(build_params(r.model, 1, 0, ch.spec));
+        for (int u = 0; u < (int)pu.all.size() && l.reshard; u++)
+          if (!pu.held(u)) window = std::max(window, (double)unit_slice(pu.all[u].size(), l.dp) * l.dp * 4);
+      }
       // (each buffer rounded up to 64-byte blocks, plus one)
       EXPECT_NEAR(have - (double)ref.memory.peak[(int)Mem::Params], (prefetch - 1) * window,
                   128.0 * std::abs(prefetch - 1)) << what;
@@ -202,8 +222,13 @@ TEST(ZeroStages, PersistingVectorsAreGatheredOnceAStep) {
     const ParamUnits plain = param_units(mp);
     const int D = 4;
     const auto slice_bytes = [&](size_t n) { return (double)((n + D - 1) / D) * sizeof(float) * (D - 1); };
-    double rs = slice_bytes(plain.all[plain.embed].size()) + slice_bytes(plain.all[plain.head].size()), ag = rs;
-    long rs_calls = 2, ag_calls = 2;
+    double rs = 0, ag = 0;
+    long rs_calls = 0, ag_calls = 0;
+    for (int u : {plain.embed, plain.head}) {
+      const auto [reduced, gathered] = unit_traffic(plain, u, l);
+      rs += reduced * slice_bytes(plain.all[u].size()), rs_calls += reduced;
+      ag += gathered * slice_bytes(plain.all[u].size()), ag_calls += gathered;
+    }
     for (int i = 0; i < l.n_layers; i++) {
       size_t vectors = 0, matrices = 0;
       for (const ParamInfo& p : mp.reg.all())

@@ -333,8 +333,11 @@ StepStats RankStep::step() {
       opts_[c]->step(master_weights(c), grads, (float)s.lr, clip, chunks_[c]->compute_copy(),
                      unit_weights_ ? P::Both : unit_shards_ ? P::Grads : P::None);
     }
+    // (ZeRO-3 gathers each unit when it is used.) Nothing hides these.
+    const auto t_gather = Clock::now();
     if (zero_ == 1) allgather_weights(be_, chunks_, replicas_, zero_block_);
-    if (zero_ == 2) unit_shards_->allgather_weights();  // (ZeRO-3 gathers each unit when it is used)
+    if (zero_ == 2) unit_shards_->allgather_weights();
+    if (zero_ == 1 || zero_ == 2) s.dp_exposed_ms += ms_since(t_gather);
   }
   s.step = ++step_;
   be_.synchronize();  // the step's work is done before its time is read

@@ -46,8 +46,10 @@ struct StepStats {
   uint64_t host_syncs = 0;
   double data_wait_ms = 0;  // slowest rank's wait on its loader this step
   // The data-parallel gradient reduction: how long the step waited for it
-  // after the backward (exposed; ZeRO-3: and on the weights' gathers), and
-  // from its first start to its last completion (span; with overlap,
+  // (exposed: after the backward; ZeRO-2 and 3: and inside it, for a
+  // gradient window still in flight; ZeRO-1 and 2: and on the updated
+  // weights' all-gather; ZeRO-3: on the gathers the prefetch did not hide),
+  // and from its first start to its last completion (span; with overlap,
   // mostly hidden behind the backward).
   double dp_exposed_ms = 0, dp_span_ms = 0;
   // Context parallelism (cut_sequences: the step ran it, a ring or an

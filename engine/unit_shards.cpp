@@ -57,7 +57,9 @@ float* UnitShards::open(size_t c, int u) {
   if (per_[c].whole[u]) return per_[c].whole[u].ref().f32();  // accumulates over the step
   Window& w = windows_[next_];
   next_ ^= 1;
-  wait(w);  // its previous unit has landed
+  const auto t0 = Clock::now();
+  wait(w);  // its previous unit has landed (the backward waits: exposed)
+  exposed_ms_ += ms_since(t0);
   if (w.chunk >= 0) throw std::logic_error("a gradient window lent twice");
   w.chunk = (int)c, w.unit = u;
   be_.zero(w.grads.ref(), slice(c, u) * dp_.size());
@@ -136,7 +138,7 @@ void UnitShards::finish() {
       dp_.wait(start(c, u, h.ref().f32(), held_wire_, landing));
       land(c, u, landing);
     }
-  exposed_ms_ = ms_between(t0, Clock::now());
+  exposed_ms_ += ms_since(t0);
 }
 
 std::vector<Backend::SumSpan> UnitShards::grad_spans() {

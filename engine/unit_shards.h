@@ -36,8 +36,7 @@ class UnitShards {
   void lend();
   // Before a step's schedule: the shards and the held windows start at zero.
   void begin_step();
-  // After the schedule: the rest reduced and landed. The time spent here is
-  // the step's exposed data-parallel communication.
+  // After the schedule: the rest reduced and landed.
   void finish();
   // Chunk c's reduced gradient slices (AdamW's owned ranges, at their `local`).
   Buffer& shard(size_t c) { return per_[c].shard; }
@@ -47,6 +46,8 @@ class UnitShards {
   std::vector<Backend::SumSpan> grad_spans();
   // After each rank updated its slices: whole weights everywhere again.
   void allgather_weights();
+  // The step's exposed data-parallel communication: the backward's waits
+  // for a window still in flight, and finish().
   double exposed_ms() const { return exposed_ms_; }
   double span_ms() const { return last_done_ms_; }
 

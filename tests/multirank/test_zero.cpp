@@ -11,9 +11,11 @@
 #include <mpi.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <thread>
 
 #include "app/recipe.h"
 #include "engine/layout.h"
@@ -250,6 +252,60 @@ TEST(ZeroStages, PersistingVectorsAreGatheredOnceAStep) {
     const Result pipe_ref = run(pipe, MPI_COMM_WORLD);
     pipe.zero_stage = 3, pipe.persist = 1000, pipe.reshard = false;
     expect_same_training(run(pipe, MPI_COMM_WORLD), pipe_ref, layout_name(pipe), false);
+  }
+}
+
+// The weight replicas' communicator with every wait taking `ms` longer,
+// and test() never saying done: each wait is one the step must sit through.
+class SlowWaits final : public DataComm {
+ public:
+  SlowWaits(DataComm& inner, double ms) : c_(inner), ms_(ms) {}
+  int rank() const override { return c_.rank(); }
+  int size() const override { return c_.size(); }
+  Handle start_allreduce(Ref x, size_t n, ReduceOp op) override { return c_.start_allreduce(x, n, op); }
+  Handle start_reduce_scatter(CRef in, Ref out, size_t n) override { return c_.start_reduce_scatter(in, out, n); }
+  Handle start_allgather(CRef in, Ref out, size_t n) override { return c_.start_allgather(in, out, n); }
+  Handle start_alltoall(CRef in, Ref out, size_t n) override { return c_.start_alltoall(in, out, n); }
+  Handle isend(CRef data, size_t n, int peer, int tag) override { return c_.isend(data, n, peer, tag); }
+  Handle irecv(Ref data, size_t n, int peer, int tag) override { return c_.irecv(data, n, peer, tag); }
+  void wait(Handle h) override {
+    std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(ms_));
+    c_.wait(h);
+  }
+  bool test(Handle h) override {
+    c_.test(h);  // (moves MPI on)
+    return false;
+  }
+
+ private:
+  DataComm& c_;
+  double ms_;
+};
+
+// comm_dp_exposed_ms counts every wait on the weight replicas that the step
+// sits through: ZeRO-1's reduce-scatter and its updated weights' all-gather;
+// ZeRO-2's and 3's backward waiting for a gradient window still in flight,
+// the reductions after the schedule, ZeRO-2's all-gather after the update
+// and ZeRO-3's waits on gathers. With every wait 5 ms longer and none
+// completing early, the exposed time is at least 5 ms per collective.
+TEST(ZeroStages, ExposedTimeCountsEveryWaitTheStepSitsThrough) {
+  const double ms = 5;
+  for (int zero : {1, 2, 3}) {
+    Layout l{Arch::Llama, 1, 4, false};
+    l.accum = 2, l.zero_stage = zero;
+    LayoutGroup g(recipe(l), MPI_COMM_WORLD);
+    ParallelGroups groups = groups_of(g.grid);
+    SlowWaits slow(*groups["dp"].data, ms);
+    groups["dp"].data = &slow;
+    RankStep step(g.be, groups, g.r, Blend::single(g.ds));
+    const StepStats st = step.step();
+    long calls = 0;
+    for (int k = 0; k < CommCounters::kKinds; k++) calls += st.comm_of("dp").calls[k];
+    EXPECT_GT(calls, 0);
+    EXPECT_GE(st.dp_exposed_ms, 0.95 * ms * calls) << "zero " << zero;
+    if (world_rank() == 0)
+      std::printf("  zero %d: %ld collectives on the replicas, each waited %.0f ms longer: exposed %.1f ms\n", zero,
+                  calls, ms, st.dp_exposed_ms);
   }
 }
 

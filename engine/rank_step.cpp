@@ -53,7 +53,6 @@ RankStep::RankStep(Backend& be, ParallelGroups groups, const Recipe& r, Blend tr
   if (const std::string why = check_pipeline(pipe_); !why.empty()) throw std::invalid_argument(why);
   stage_ = pp_ ? pp_->rank() : 0;
   std::vector<float> host;
-  size_t total = 0, largest = 0;
   zero_ = r.parallel.zero_sharded() ? r.parallel.zero_stage : 0;
   layout_ = rank_layout(r, stage_);
   for (const ChunkLayout& ch : layout_.chunks) {
@@ -63,12 +62,7 @@ RankStep::RankStep(Backend& be, ParallelGroups groups, const Recipe& r, Blend tr
     Transformer& m = *chunks_.back();
     m.keep_losses_on_device(true);  // read once per step, with the gradient norm
     opts_.push_back(std::make_unique<AdamW>(
-        be, m.registry(), r.adamw,
-        zero_ == 1   ? zero_ranges(m.num_params(), replicas_.rank(), replicas_.size())
-        : zero_ >= 2 ? unit_ranges(m.units(), replicas_.rank(), replicas_.size())
-                     : std::vector<OwnedRange>{}));
-    total += m.num_params();
-    largest = std::max(largest, m.num_params());
+        be, m.registry(), r.adamw, ReplicaReduction::owned_ranges(zero_, m, replicas_.rank(), replicas_.size())));
   }
   if (zero_ == 3) unit_weights_ = std::make_unique<UnitWeights>(be, chunks_, replicas_, layout_.reshard_after_forward,
                                                                 layout_.zero_prefetch);
@@ -86,19 +80,10 @@ RankStep::RankStep(Backend& be, ParallelGroups groups, const Recipe& r, Blend tr
       m.sync_compute_weights();
     }
   }
-  // Data-parallel traffic in the layout's compute type (bf16 runs send bf16).
-  // (ZeRO-2 narrows one unit at a time, engine/unit_shards.h.)
-  if (layout_.compute != DType::F32 && replicas_.size() > 1 && zero_ < 2)
-    grad_wire_ = be.alloc(total, layout_.compute, Mem::Comm);
-  if (zero_ == 1) zero_block_ = be.alloc(largest / replicas_.size(), layout_.compute, Mem::Comm);
   executor_ = std::make_unique<PipelineExecutor>(be, pipe_, stage_, pp_.get(), chunks_);
-  if (zero_ >= 2) {
-    unit_shards_ = std::make_unique<UnitShards>(be, chunks_, replicas_, embed_, r.model.tie_embeddings);
-    unit_shards_->lend();
-  }
+  reduction_ = std::make_unique<ReplicaReduction>(be, chunks_, replicas_, embed_, r, zero_, *executor_);
   if (unit_weights_) unit_weights_->lend();
-  if (!zero_ && replicas_.size() > 1) make_buckets();
-  make_sum_spans();
+  sum_spans_ = reduction_->sum_spans();  // once: the buffers never move
   staging_ = std::make_unique<CheckpointStaging>(be, chunks_, opts_, stage_, tp_ ? tp_->rank() : 0,
                                                  replicas_.rank() == 0 || zero_, r.checkpoint.saves(),
                                                  zero_ ? &replicas_ : nullptr, unit_weights_.get());
@@ -106,20 +91,6 @@ RankStep::RankStep(Backend& be, ParallelGroups groups, const Recipe& r, Blend tr
 }
 
 RankStep::~RankStep() = default;
-
-// Gradients that change after the backward wait for finish(): a tied
-// embedding's copies (summed over the embedding group first) and, under
-// sequence parallelism, the partial gradients summed over TP.
-void RankStep::make_buckets() {
-  const bool sp = r_.parallel.sequence_parallel && tp_, tied = r_.model.tie_embeddings && embed_ && embed_->size() > 1;
-  buckets_ = std::make_unique<GradBuckets>(
-      be_, chunks_, replicas_, &grad_wire_, (size_t)(r_.parallel.dp_bucket_mb * kMiB),
-      [sp, tied](const ParamInfo& p) { return (sp && p.seq_partial_grad) || (tied && p.name == "embed.tok"); });
-  if (r_.parallel.dp_overlap)
-    executor_->set_final_backward_hook([this](int c, size_t from) {
-      if (overlap_now_) buckets_->grads_final(c, from);
-    });
-}
 
 LoaderConfig RankStep::data_parallel_reads() const {
   LoaderConfig lc;
@@ -222,59 +193,37 @@ void RankStep::compute_gradients(StepStats* stats) {
     if (m->grads()) be_.zero(m->grads().ref(), m->num_params());
     m->reset_step_losses();
   }
-  if (unit_shards_) unit_shards_->begin_step();
   if (unit_weights_) unit_weights_->invalidate(), unit_weights_->reset_exposed();  // changed since gathered
   if (extra_ms_ > 0) std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(extra_ms_));
   std::map<int, Batch> batches;
   ScheduleTimes times;
   // A NaN fault enters after the backward: nothing may be in flight then.
-  overlap_now_ = !poison_;
-  if (buckets_) buckets_->begin_step();
+  reduction_->begin_step(!poison_);
   const auto t_sched = Clock::now();
   executor_->run_step(
       [&](int mb) -> const Batch& { return next_batch(batches, mb, &st.data_wait_ms); }, grad_scale, &times);
   st.span_ms = ms_since(t_sched);
   st.compute_ms = times.compute_ms, st.pipe_wait_ms = times.pipe_wait_ms;
   st.peak_in_flight = times.peak_in_flight;
-  if (!unit_shards_) reduce_replica_grads(chunks_, embed_, r_.model.tie_embeddings);
-  // Fault injection: a NaN enters before the data-parallel reduction (ZeRO-2,
-  // whose gradients are reduced already: this rank's shard).
-  const auto poison = [&](Ref at) {
-    const float nan = std::numeric_limits<float>::quiet_NaN();
-    be_.from_host(at, &nan, 1);
-    poison_ = false;
-  };
-  if (poison_ && !unit_shards_) poison(chunks_.front()->grads().ref());
-  if (unit_shards_) {
-    unit_shards_->finish();
-    st.dp_exposed_ms = unit_shards_->exposed_ms(), st.dp_span_ms = unit_shards_->span_ms();
-    if (unit_weights_) st.dp_exposed_ms += unit_weights_->exposed_ms();  // ZeRO-3: waits on gathers too
-    if (poison_) poison(unit_shards_->shard(0).ref());
-  } else if (zero_ == 1) {
-    const auto t_dp = Clock::now();
-    reduce_scatter_grads(be_, chunks_, replicas_, &grad_wire_, zero_block_);
-    st.dp_exposed_ms = st.dp_span_ms = ms_since(t_dp);
-  } else if (buckets_) {
-    buckets_->finish();
-    st.dp_exposed_ms = buckets_->exposed_ms(), st.dp_span_ms = buckets_->span_ms();
-  }
+  // Fault injection: a NaN enters this rank's gradients.
+  std::function<void(Ref)> poison;
+  if (poison_)
+    poison = [this](Ref at) {
+      const float nan = std::numeric_limits<float>::quiet_NaN();
+      be_.from_host(at, &nan, 1);
+      poison_ = false;
+    };
+  reduction_->finish(poison);
+  st.dp_exposed_ms = reduction_->exposed_ms(), st.dp_span_ms = reduction_->span_ms();
+  if (unit_weights_) st.dp_exposed_ms += unit_weights_->exposed_ms();  // ZeRO-3: waits on gathers too
   replicas_control_->allreduce_max(&st.data_wait_ms, 1);
   if (pp_control_) pp_control_->allreduce_max(&st.data_wait_ms, 1);
   cursor_ += r_.training.global_batch;
 }
 
-// What read_sums() adds up, once: the buffers never move.
-void RankStep::make_sum_spans() {
-  // (Under ZeRO-2 the chunks hold no gradients: step_spans gives their losses.)
-  sum_spans_ = zero_ == 1 ? zero1_step_spans(chunks_, replicas_.rank(), replicas_.size()) : step_spans(chunks_);
-  if (unit_shards_) {
-    const std::vector<Backend::SumSpan> shards = unit_shards_->grad_spans();
-    sum_spans_.insert(sum_spans_.end(), shards.begin(), shards.end());
-  }
-}
-
 StepSums RankStep::read_sums() {
-  return read_step_sums(be_, sum_spans_, zero_ ? replicas_control_ : nullptr, tp_control_, pp_control_);
+  return read_step_sums(be_, sum_spans_, reduction_->sums_sharded() ? replicas_control_ : nullptr, tp_control_,
+                        pp_control_);
 }
 
 double RankStep::grad_sumsq() { return read_sums().grad_sumsq; }
@@ -327,17 +276,10 @@ StepStats RankStep::step() {
   corrupt_ = false;
   const float clip = clip_coefficient(s.grad_norm, r_.training.grad_clip);
   if (!s.nonfinite && !s.spike) {
-    for (size_t c = 0; c < chunks_.size(); c++) {
-      const Buffer& grads = unit_shards_ ? unit_shards_->shard(c) : chunks_[c]->grads();
-      using P = AdamW::Packed;
-      opts_[c]->step(master_weights(c), grads, (float)s.lr, clip, chunks_[c]->compute_copy(),
-                     unit_weights_ ? P::Both : unit_shards_ ? P::Grads : P::None);
-    }
-    // (ZeRO-3 gathers each unit when it is used.) Nothing hides these.
-    const auto t_gather = Clock::now();
-    if (zero_ == 1) allgather_weights(be_, chunks_, replicas_, zero_block_);
-    if (zero_ == 2) unit_shards_->allgather_weights();
-    if (zero_ == 1 || zero_ == 2) s.dp_exposed_ms += ms_since(t_gather);
+    for (size_t c = 0; c < chunks_.size(); c++)
+      opts_[c]->step(master_weights(c), reduction_->grads(c), (float)s.lr, clip, chunks_[c]->compute_copy(),
+                     reduction_->packed(unit_weights_ != nullptr));
+    s.dp_exposed_ms += reduction_->gather_weights();  // (ZeRO-3 gathers each unit when it is used)
   }
   s.step = ++step_;
   be_.synchronize();  // the step's work is done before its time is read

@@ -12,9 +12,8 @@
 #include <vector>
 
 #include "engine/checkpoint_staging.h"
-#include "engine/grad_buckets.h"
 #include "engine/pipeline_executor.h"
-#include "engine/unit_shards.h"
+#include "engine/replica_reduction.h"
 #include "engine/unit_weights.h"
 #include "recipe/recipe.h"
 #include "ckpt/checkpoint.h"
@@ -125,7 +124,7 @@ class RankStep {
   std::vector<std::unique_ptr<Transformer>>& chunks() { return chunks_; }
   Transformer& model() { return *chunks_.front(); }
   std::vector<std::unique_ptr<AdamW>>& optimizers() { return opts_; }  // one per chunk
-  UnitShards* unit_shards() { return unit_shards_.get(); }              // ZeRO-2/3's gradient shards, else null
+  UnitShards* unit_shards() { return reduction_->unit_shards(); }       // ZeRO-2/3's gradient shards, else null
   UnitWeights* unit_weights() { return unit_weights_.get(); }           // ZeRO-3's weight shards, else null
   double grad_sumsq();  // whole model, every tensor once
   // Whether this rank's weights (every chunk's fp32 master parameters) are
@@ -183,12 +182,10 @@ class RankStep {
  private:
   void make_loader(uint64_t start_position);
   Buffer& master_weights(size_t c);  // chunk c's fp32 weights: whole, or ZeRO-3's slices
-  void make_buckets();
   TrainingState training_state() const;  // what a checkpoint records now
   const Batch& next_batch(std::map<int, Batch>& batches, int mb, double* wait_ms);
   void record_stage_times(StepStats& s);
   void record_cp_times(StepStats& s);
-  void make_sum_spans();
   StepSums read_sums();                 // after compute_gradients: one backend read
   // This rank's place among the data-parallel ranks (those reading different
   // sequences: ranks that cut sequences read the same ones) and their count.
@@ -205,13 +202,10 @@ class RankStep {
   ControlComm* tp_control_;
   ControlComm* cp_control_;  // null without context parallelism
   DataComm* embed_;
-  Buffer grad_wire_;          // gradients in the compute type for the data-parallel reduction (bf16 runs)
   // parallel.zero_stage where there are weight replicas to shard over, else 0.
   int zero_ = 0;
-  Buffer zero_block_;         // one ZeRO-1 block of the compute type (engine/grad_reduce.h)
-  std::unique_ptr<UnitShards> unit_shards_;  // ZeRO-2 and 3 (engine/unit_shards.h)
+  std::unique_ptr<ReplicaReduction> reduction_;  // the gradients over the weight replicas (engine/replica_reduction.h)
   std::unique_ptr<UnitWeights> unit_weights_;  // ZeRO-3 (engine/unit_weights.h)
-  std::unique_ptr<GradBuckets> buckets_;  // the data-parallel reduction (dp > 1, not sharded)
   std::vector<Backend::SumSpan> sum_spans_;  // the losses and gradients read_sums() adds up
   const Recipe& r_;
   Blend train_, val_;
@@ -226,7 +220,6 @@ class RankStep {
   uint64_t cursor_ = 0;
   long step_ = 0;
   bool poison_ = false, corrupt_ = false;
-  bool overlap_now_ = false;  // this step's buckets may start during the backward
   double extra_ms_ = 0;
   double loss_limit_ = std::numeric_limits<double>::infinity();
 };

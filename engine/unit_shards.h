@@ -57,8 +57,8 @@ class UnitShards {
     Buffer shard;               // fp32, owned ranges back to back
     std::vector<Buffer> whole;  // per unit: its window for the whole step (the held units), else empty
   };
-  struct Window {  // a layer unit's gradients, then on their way to the owners
-    Buffer grads;     // fp32, the largest layer unit padded to dp slices
+  struct Window {  // a unit's gradients, then on their way to the owners
+    Buffer grads;     // fp32, the largest unit taking turns, padded to dp slices
     Buffer wire;      // bf16 runs: grads narrowed for the wire
     Buffer landing;   // one slice of the compute type: this rank's sum
     int chunk = -1, unit = -1;  // lent or in flight; -1: free
@@ -83,7 +83,7 @@ class UnitShards {
   DType wire_type_;
   std::vector<Chunk> per_;
   Window windows_[2];
-  int next_ = 0;           // the window the next layer unit gets
+  int next_ = 0;           // the window the next unit taking turns gets
   Buffer held_wire_;       // bf16 runs: a held window narrowed for the wire
   Buffer widened_;         // bf16 runs, fp32: a landing before it is added
   std::chrono::steady_clock::time_point first_start_;

@@ -38,7 +38,7 @@ void UnitWeights::invalidate() {
   for (Window& w : turns_) {
     finish(w);
     if (w.in_use) throw std::logic_error("weights changed while a layer computes with them");
-    w.chunk = w.unit = -1;
+    w.chunk = w.unit = -1, w.cached = false;
   }
   for (Chunk& ch : per_)
     for (Window& w : ch.kept) finish(w), w.unit = -1;  // gathered again when next asked
@@ -74,20 +74,38 @@ UnitWeights::Window* UnitWeights::holding(size_t c, int u) {
   return nullptr;
 }
 
+// An empty window, else one a closed unit is still cached in (given up).
 UnitWeights::Window* UnitWeights::free_window() {
   for (Window& w : turns_)
     if (!w.in_use && !w.in_flight && w.unit < 0) return &w;
+  for (Window& w : turns_)
+    if (w.cached && !w.in_use && !w.in_flight) {
+      w.cached = false, w.chunk = w.unit = -1;
+      return &w;
+    }
   return nullptr;
+}
+
+// Tests what is in flight: MPI moves non-blocking collectives on only
+// inside its calls, so a prefetch travels while the layers compute only if
+// something calls in between.
+void UnitWeights::poll() {
+  for (Window& w : turns_)
+    if (w.in_flight && dp_.test(w.handle)) finish(w);
+  for (Chunk& ch : per_)
+    for (Window& w : ch.kept)
+      if (w.in_flight && dp_.test(w.handle)) finish(w);
 }
 
 CRef UnitWeights::open(size_t c, int u, int pass) {
   Window* w = kept(c, u) ? &per_[c].kept[u] : holding(c, u);
   if (!w) w = free_window();
-  if (!w) throw std::logic_error("no free window to gather a layer's weights into");
+  if (!w) throw std::logic_error("no free window to gather a unit's weights into");
   if (w->unit != u) start(c, u, *w);
   finish(*w);
-  if (!kept(c, u)) w->in_use = true;
+  if (!kept(c, u)) w->in_use = true, w->cached = false;
   prefetch(c, u, pass);
+  poll();
   return w->weights.ref();
 }
 
@@ -110,12 +128,15 @@ void UnitWeights::prefetch(size_t c, int u, int pass) {
   }
 }
 
-void UnitWeights::close(size_t c, int u, int /*pass*/) {
+void UnitWeights::close(size_t c, int u, int pass) {
   if (kept(c, u)) return;  // kept until the weights change
   Window* w = holding(c, u);
   if (!w || !w->in_use) throw std::logic_error("weights given back that were not lent");
   w->in_use = false;
-  w->chunk = w->unit = -1;  // dropped: gathered again when next asked
+  poll();
+  // The head's backward comes next: it stays until its window is needed.
+  if (pass == 0 && u == per_[c].units.head) w->cached = true;
+  else w->chunk = w->unit = -1;  // dropped: gathered again when next asked
 }
 
 }  // namespace trainer

@@ -17,8 +17,10 @@
 // pass's next `prefetch` units (u + 1, ... forward; u - 1, ... backward),
 // into free turn-taking windows or their own, so they travel while u
 // computes. Per layer and micro-batch that is two all-gathers (forward,
-// backward; an untied embedding's: one, its backward reads no weights), or,
-// kept, one per step.
+// backward), or, kept, one per step; an untied embedding's and head's one
+// (the embedding's backward reads no weights; the head's backward follows
+// its forward, and its window keeps it until a unit needs that window, as
+// torchtitan keeps the final norm and output gathered).
 #include <vector>
 
 #include "engine/grad_reduce.h"
@@ -48,6 +50,7 @@ class UnitWeights {
     Buffer weights;            // compute type, padded to dp slices (gathered in place)
     int chunk = -1, unit = -1;  // what it holds or is gathering; -1: nothing
     bool in_flight = false, in_use = false;
+    bool cached = false;  // closed but still holding its unit (the head between its forward and backward)
     DataComm::Handle handle{};
   };
   struct Chunk : UnitSlices {
@@ -60,6 +63,7 @@ class UnitWeights {
   bool kept(size_t c, int u) const { return (bool)per_[c].kept[u].weights; }
   void start(size_t c, int u, Window& w);  // the gather into w, not waited
   void prefetch(size_t c, int u, int pass);  // starts the gathers of the units after u
+  void poll();  // moves the gathers in flight on
   void finish(Window& w);                  // waits for w's gather
   Window* holding(size_t c, int u);        // the turn-taking window with unit u, if any
   Window* free_window();
@@ -70,7 +74,7 @@ class UnitWeights {
   DType type_;
   std::vector<Chunk> per_;
   int prefetch_;
-  std::vector<Window> turns_;  // 1 + prefetch, when layers take turns
+  std::vector<Window> turns_;  // 1 + prefetch, when units take turns
   double exposed_ms_ = 0;
 };
 

@@ -42,10 +42,4 @@ int ParamUnits::of(size_t offset) const {
   return (int)(it - all.begin());
 }
 
-size_t ParamUnits::largest_layer() const {
-  size_t n = 0;
-  for (int l : layers) n = std::max(n, all[l].size());
-  return n;
-}
-
 }  // namespace trainer

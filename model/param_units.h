@@ -38,7 +38,6 @@ struct ParamUnits {
   // ZeRO-3 their gathered weights) for the step. An untied embedding and
   // head take turns with the layers, as layers do.
   bool held(int u) const { return (tied && (u == embed || u == head)) || all[u].persists; }
-  size_t largest_layer() const;  // elements of the largest layer unit
 };
 
 // persist_below: RankLayout::persist_below() (0: no unit persists).

@@ -82,9 +82,9 @@ class Transformer {
   // ZeRO-2: open(u) lends unit u's gradient window (its size() elements,
   // accumulated into, so zeroed by the lender when it should start from
   // nothing) before the backward writes it; close(u) gives it back when the
-  // backward is done with it. A backward opens the embedding's unit first
-  // and closes it last (the head may write a tied embedding's gradient),
-  // the head's and each layer's while it passes them, one at a time.
+  // backward is done with it. A backward opens the head's unit (and a tied
+  // embedding's, which the head writes into, around it), each layer's while
+  // it passes them, and the embedding's last.
   struct GradWindows {
     std::function<float*(int unit)> open;
     std::function<void(int unit)> close;
@@ -95,9 +95,10 @@ class Transformer {
   // (pass 0) or a backward (1), close(u, pass) says the pass is done with
   // them. A forward opens the embedding's unit, each layer's and the
   // head's in turn (the embedding's stays open through the head's where
-  // the head reads a tied embedding); a backward the head's (and then the
-  // tied embedding's) and the layers' in reverse. params() is empty: the
-  // lender keeps the master weights.
+  // the head reads a tied embedding); a backward the tied embedding's and
+  // the head's, then the layers' in reverse (an untied embedding's
+  // backward reads no weights). params() is empty: the lender keeps the
+  // master weights.
   struct WeightWindows {
     std::function<CRef(int unit, int pass)> open;
     std::function<void(int unit, int pass)> close;

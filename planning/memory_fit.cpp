@@ -73,7 +73,7 @@ std::string suggestions(const Recipe& r, int stage, bool writer, double avail) {
     a.parallel.zero_stage = z;
     consider(a, "parallel.zero_stage = " + std::to_string(z));
     // With pp > 1 ZeRO-3 keeps each gathered layer for the step by default;
-    // dropping it after the forward holds one layer at a time.
+    // dropping it after the forward holds 1 + zero_prefetch units at a time.
     if (z == 3 && !a.parallel.reshard_after_forward) {
       a.parallel.reshard_after_forward = true;
       consider(a, "parallel.zero_stage = 3 with parallel.reshard_after_forward = true");

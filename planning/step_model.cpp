@@ -152,11 +152,11 @@ std::pair<double, double> StepModel::dp_reduction(const Recipe& r, int stage, do
     // backward but for the last unit's; the held units' (a tied
     // embedding's) once, after the schedule. ZeRO-2 then all-gathers the
     // updated weights; ZeRO-3 (engine/unit_weights.h) gathers each unit for
-    // its forward and again for its backward (an untied embedding: the
-    // forward only; once a step when kept), each hidden behind the unit
-    // before but the first of a pass, and the held units once.
+    // its forward and again for its backward (an untied embedding and head:
+    // once; once a step when kept), each hidden behind the unit before but
+    // the first of a pass, and the held units once.
     const double e = dtype_size(r.training.precision);
-    double held = 0, layers = 0, embed = 0;
+    double held = 0, layers = 0, ends = 0;  // ends: an untied embedding and head
     int L = 0;  // units taking turns
     const RankLayout rl = rank_layout(r, stage);
     for (const ChunkLayout& ch : rl.chunks) {
@@ -166,7 +166,7 @@ std::pair<double, double> StepModel::dp_reduction(const Recipe& r, int stage, do
         const bool once = u.held(i);
         (once ? held : layers) += u.all[i].size() * e;
         L += once ? 0 : 1;
-        if (!once && i == u.embed) embed += u.all[i].size() * e;
+        if (!once && (i == u.embed || i == u.head)) ends += u.all[i].size() * e;
       }
     }
     const int accum = r.pipeline().micro_batches;
@@ -179,7 +179,7 @@ std::pair<double, double> StepModel::dp_reduction(const Recipe& r, int stage, do
     } else {
       const double gathers =
           r.parallel.reshard_after_forward
-              ? accum * (2 * comm("allgather", dp, layers - embed, unpriced) + comm("allgather", dp, embed, unpriced))
+              ? accum * (2 * comm("allgather", dp, layers - ends, unpriced) + comm("allgather", dp, ends, unpriced))
               : comm("allgather", dp, layers, unpriced);
       all += gathers + comm("allgather", dp, held, unpriced);
       // Prefetched behind the layer before (engine/unit_weights.h): in every

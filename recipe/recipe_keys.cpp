@@ -163,8 +163,8 @@ std::vector<RecipeKey> make_keys() {
       K("parallel", "zero_stage", Int, "0: every data-parallel rank keeps all of AdamW's state; 1: ZeRO-1, each keeps "
         "1/(dp * cp) of it (gradients reduce-scattered, updated weights all-gathered) and writes that part to a checkpoint file of "
         "its own; 2: ZeRO-2, also only 1/(dp * cp) of the gradients (each layer's reduce-scattered as soon as the backward "
-        "has it, every micro-batch); 3: ZeRO-3 (FSDP), also only 1/(dp * cp) of the weights, each layer's all-gathered "
-        "when it computes (the next ones already travelling: parallel.zero_prefetch) and dropped after", AT(parallel.zero_stage))
+        "has it, every micro-batch); 3: ZeRO-3 (FSDP), also only 1/(dp * cp) of the weights, each layer's (and an "
+        "untied embedding's and head's) all-gathered when it computes (the next ones already travelling: parallel.zero_prefetch) and dropped after", AT(parallel.zero_stage))
           .def(0L).at_least(0).at_most(ParallelSection::kMaxZeroStage),
       K("parallel", "reshard_after_forward", Bool, "ZeRO-3: drop a layer's gathered weights after its forward and "
         "gather them again for its backward (false: keep every gathered unit until the step's update: one gather "
@@ -173,7 +173,8 @@ std::vector<RecipeKey> make_keys() {
                "true with pp = 1, else false (micro-batches in flight would gather each layer again)"),
       K("parallel", "zero_prefetch", Int, "ZeRO-3: how many of the pass's next layers are being gathered while a layer "
         "computes (0: each layer's gather waited for when it starts; with reshard_after_forward = true each more "
-        "holds one more layer's weights; false: the first forward prefetches into the kept windows)",
+        "holds one more window of the largest unit taking turns, a layer or an untied embedding or head; false: "
+        "the first forward prefetches into the kept windows)",
         AT(parallel.zero_prefetch))
           .def(1L).at_least(0).at_most(ParallelSection::kMaxZeroPrefetch),
       K("parallel", "zero_persist_below", Int, "ZeRO-3: a layer whose norm weights and biases each hold fewer "

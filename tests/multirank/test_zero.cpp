@@ -6,7 +6,7 @@
 // to the bit where the sums are taken in the same order, else within 1e-6
 // relative; the communication each stage does per step, counted by the
 // recording communicator, is its formula's; each stage's memory is the
-// plan's; and ZeRO-3's prefetch depth changes only the layer windows held.
+// plan's; and ZeRO-3's prefetch depth changes only the windows that take turns.
 #include <gtest/gtest.h>
 #include <mpi.h>
 
@@ -112,16 +112,17 @@ TEST_P(ZeroEquivalence, ZeroTwoAndThreeInEveryLayout) {
 // (summed over both ends of the pass and the pipeline first) are reduced
 // and gathered once; the others are reduced every micro-batch and, under
 // ZeRO-3 dropping gathered weights after the forward, gathered for every
-// pass that reads them: an untied embedding for its forward only (its
-// backward reads token ids), the head and each layer for both; ZeRO-2 and
-// kept weights: gathered once.
+// pass that reads them: each layer for both, an untied embedding for its
+// forward only (its backward reads token ids), an untied head once (it
+// stays in its window from its forward to its backward, which follows at
+// once here); ZeRO-2 and kept weights: gathered once.
 struct UnitTraffic {
   int reduced, gathered;
 };
 UnitTraffic unit_traffic(const ParamUnits& units, int u, const Layout& l) {
   const bool tied_unit = units.tied && (u == units.embed || u == units.head);
   if (tied_unit) return {1, 1};
-  const int passes = u == units.embed ? 1 : 2;
+  const int passes = u == units.embed || u == units.head ? 1 : 2;
   return {l.accum, l.zero_stage == 3 && l.reshard ? passes * l.accum : 1};
 }
 

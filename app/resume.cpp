@@ -59,7 +59,9 @@ bool refused_key(const RecipeChange& c) {
     };
     return c.was != "\"\"" && c.was != "(absent)" && family(c.was) != family(c.now);
   }
-  return c.key.rfind("model.", 0) == 0 || c.key == "run.seed" || c.key == "data.train";
+  // The experts' shape is the model's; the losses' coefficients may change.
+  const bool moe_shape = c.key.rfind("moe.", 0) == 0 && c.key != "moe.aux_coeff" && c.key != "moe.z_coeff";
+  return c.key.rfind("model.", 0) == 0 || moe_shape || c.key == "run.seed" || c.key == "data.train";
 }
 
 bool allowed(const std::string& key, const std::vector<std::string>& allow) {

@@ -122,6 +122,8 @@ void llama(HfWriter& w, const ModelConfig& m) {
 
 
 void write_tensors(const std::map<std::string, GlobalTensor>& t, const ModelConfig& m, const Emit& emit) {
+  if (m.moe.enabled())
+    throw CheckpointError("a Mixture-of-Experts model ([moe]) does not export to Hugging Face yet (issue 71)");
   HfWriter w{t, emit};
   if (m.arch == Arch::Llama) llama(w, m);
   else gpt2(w, m);

@@ -306,6 +306,9 @@ void llama(Mapper& mp, const ModelConfig& m) {
 
 std::map<std::string, GlobalTensor> import_hf_dir(const std::string& dir, const ModelConfig& m,
                                                   const TextEnds& data_ends) {
+  if (m.moe.enabled())
+    throw CheckpointError("checkpoint.init_from: a Mixture-of-Experts model ([moe]) does not import from Hugging "
+                          "Face yet (issue 71)");
   if (const std::string why = not_regular_file(dir + "/config.json"); !why.empty())
     throw CheckpointError(dir + "/config.json: " + why);
   std::ifstream f(dir + "/config.json");

@@ -10,6 +10,19 @@ namespace trainer {
 
 enum class Arch { GPT2, Llama };
 
+// Mixture-of-Experts MLPs (recipe section [moe]; model/layer/moe_mlp.h):
+// experts = 0 keeps every MLP dense.
+struct MoeConfig {
+  enum class Score { Softmax, Sigmoid };
+  int experts = 0;
+  int top_k = 2;           // experts each token goes to
+  int expert_ffn = 0;      // each expert's hidden width (the recipe's default: d_ff)
+  Score score = Score::Softmax;
+  bool norm_topk = true;   // the chosen experts' weights divided by their sum
+  double aux_coeff = 0.01, z_coeff = 0.001;  // balancing loss, router z-loss (model/layer/moe_routing.h)
+  bool enabled() const { return experts > 0; }
+};
+
 struct ModelConfig {
   Arch arch = Arch::GPT2;
   int vocab_size = 256;
@@ -23,6 +36,7 @@ struct ModelConfig {
   float norm_eps = 1e-5f;
   float rope_theta = 10000.f;                // llama only
   RopeScaling rope_scaling;                  // llama only; type None: plain RoPE
+  MoeConfig moe;
 
   RopeFreqs rope() const { return {rope_theta, rope_scaling}; }
 

@@ -10,6 +10,11 @@ double matmul_params(const ModelConfig& c) {
   return c.n_layers * (mlp + attn) + (double)c.vocab_size * c.d_model;
 }
 
+double stored_matmul_params(const ModelConfig& c) {
+  const double mlp = mlp_for(c).stored_params(c), attn = Attention::matmul_params(c);
+  return c.n_layers * (mlp + attn) + (double)c.vocab_size * c.d_model;
+}
+
 double train_flops_per_token(const ModelConfig& c) {
   return 6.0 * matmul_params(c) + 12.0 * c.n_layers * (double)c.seq_len * c.d_model;
 }

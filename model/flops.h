@@ -10,6 +10,9 @@
 namespace trainer {
 
 double matmul_params(const ModelConfig& c);
+// The weights the matrices store (a Mixture-of-Experts model's every expert;
+// matmul_params counts the ones a token uses).
+double stored_matmul_params(const ModelConfig& c);
 double train_flops_per_token(const ModelConfig& c);
 // Each of pp pipeline stages' share of a step's products, relative to the
 // mean stage (1.0 each without pipelining): equal layers per stage, and the

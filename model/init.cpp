@@ -26,7 +26,7 @@ void init_params(const ModelParams& mp, const ModelConfig& cfg, uint64_t seed, f
       continue;
     }
     const bool out_proj = ends_with(p.name, "attn.wo") || ends_with(p.name, "mlp.w_proj") ||
-                          ends_with(p.name, "mlp.w_down");
+                          ends_with(p.name, "w_down");  // (an expert's too)
     // Draw the whole global tensor, keep this rank's slice: every layout
     // starts from the same weights.
     const size_t rows = p.global_shape[0], cols = p.global_shape[1];

@@ -162,6 +162,7 @@ MemoryPlan plan_memory(const ModelConfig& c, const RankLayout& l, const Recomput
     if (ch.spec.head) p.bytes[(int)Mem::Activations] += x.M * f;  // the step's summed per-token losses
     // Backward scratch; tensor-parallel collective buffers.
     p.bytes[(int)Mem::Temporaries] += scratch_elems(c, shape) * e;
+    for (size_t n : mlp_for(c).scratch32(shape)) p.bytes[(int)Mem::Temporaries] += n * f;
     if (l.tp > 1) p.bytes[(int)Mem::Comm] += x.M * x.d * e;
     // The context-parallel attention's buffers.
     const Attention::Buffers context = Attention::context_buffers(shape, l, e);

@@ -111,11 +111,19 @@ ModelParams build_params(const ModelConfig& c, int tp_size, int tp_rank, ChunkSp
     for (size_t& o : lp.mlp) to(o);
     mp.layers.push_back(lp);
   }
-  if (!chunk.head) return mp;
-  mp.normf = norm.add_params(r, "final_norm.", c);
-  if (!c.tie_embeddings) mp.lm_head = r.add("lm_head.weight", {c.vocab_size, d}, true, col).offset;
-  else if (chunk.embed) mp.lm_head = mp.wte;
-  else mp.lm_head = r.add("embed.tok", {c.vocab_size, d}, true, col, false, true).offset;
+  if (chunk.head) {
+    mp.normf = norm.add_params(r, "final_norm.", c);
+    if (!c.tie_embeddings) mp.lm_head = r.add("lm_head.weight", {c.vocab_size, d}, true, col).offset;
+    else if (chunk.embed) mp.lm_head = mp.wte;
+    else mp.lm_head = r.add("embed.tok", {c.vocab_size, d}, true, col, false, true).offset;
+  }
+  // The experts last, each layer's after the others: one stretch that can
+  // be reduced apart (the ranks holding an expert are not all the replicas).
+  for (int l = chunk.first_layer; l < chunk.last_layer; l++) {
+    std::vector<size_t>& to = mp.layers[l - chunk.first_layer].mlp;
+    const std::vector<size_t> experts = mlp_for(c).add_expert_params(r, "layers." + std::to_string(l) + ".mlp.", c);
+    to.insert(to.end(), experts.begin(), experts.end());
+  }
   return mp;
 }
 

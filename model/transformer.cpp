@@ -50,6 +50,8 @@ Transformer::Transformer(Backend& be, const ModelConfig& cfg, const RankLayout& 
   V_ = cfg.vocab_size / t;
   vocab_offset_ = tp_.rank() * V_;
   position_runs_ = seq_.runs(row_offset_, R_);
+  const MoeConfig& moe = cfg.moe;
+  router_ = {moe.experts, moe.top_k, moe.score == MoeConfig::Score::Sigmoid, moe.norm_topk, moe.aux_coeff, moe.z_coeff};
   attn_ = std::make_unique<Attention>(be_, cfg, ops_.shape, layout, context.comm, seq_.positions());
 
   const size_t n = mp_.reg.total();
@@ -112,7 +114,7 @@ void Transformer::allocate_activations(int slots) {
     carve_saved(c, f, attn, a.attn, work_.attn, keeps);
     carve_saved(c, f, mlp, a.mlp, work_.mlp, keeps);
   };
-  auto carve = [&](Carver& c, Carver& f, Carver& tmp, Carver& com) {
+  auto carve = [&](Carver& c, Carver& f, Carver& tmp, Carver& tmp32, Carver& com) {
     // The workspace holds what the recomputing layers drop.
     work_ = {};
     work_.own.resize(own.size()), work_.attn.resize(attn.size()), work_.mlp.resize(mlp.size());
@@ -139,6 +141,8 @@ void Transformer::allocate_activations(int slots) {
     for (size_t n : Attention::scratch(shape)) attn_scratch_.push_back(tmp.take(n));
     mlp_scratch_.clear();
     for (size_t n : mlp_.scratch(shape)) mlp_scratch_.push_back(tmp.take(n));
+    mlp_scratch32_.clear();
+    for (size_t n : mlp_.scratch32(shape)) mlp_scratch32_.push_back(tmp32.take_f32(n));
     ops_.part = com.take(t > 1 ? M * d : 0);
     ops_.rows_tmp = com.take(sp ? R * d : 0);
     ops_.g_rows = com.take(sp ? R * d : 0);
@@ -146,14 +150,16 @@ void Transformer::allocate_activations(int slots) {
   };
   const DType ct = compute_;
   Carver count_a(Ref(nullptr, ct)), count_f(Ref(nullptr, DType::F32)), count_t(Ref(nullptr, ct)),
-      count_c(Ref(nullptr, ct));
-  carve(count_a, count_f, count_t, count_c);
+      count_t32(Ref(nullptr, DType::F32)), count_c(Ref(nullptr, ct));
+  carve(count_a, count_f, count_t, count_t32, count_c);
   acts_ = be_.alloc(count_a.used(), ct, Mem::Activations);
   acts32_ = be_.alloc(count_f.used(), DType::F32, Mem::Activations);
   scratch_ = be_.alloc(count_t.used(), ct, Mem::Temporaries);
+  scratch32_ = be_.alloc(count_t32.used(), DType::F32, Mem::Temporaries);  // (none without experts)
   comm_ = be_.alloc(count_c.used(), ct, Mem::Comm);
-  Carver bind_a(acts_.ref()), bind_f(acts32_.ref()), bind_t(scratch_.ref()), bind_c(comm_.ref());
-  carve(bind_a, bind_f, bind_t, bind_c);
+  Carver bind_a(acts_.ref()), bind_f(acts32_.ref()), bind_t(scratch_.ref()), bind_t32(scratch32_.ref()),
+      bind_c(comm_.ref());
+  carve(bind_a, bind_f, bind_t, bind_t32, bind_c);
   for (Slot& sl : slots_) {
     sl.inputs = be_.alloc(M, DType::I32, Mem::Activations);
     sl.targets = be_.alloc(M, DType::I32, Mem::Activations);
@@ -213,9 +219,13 @@ void Transformer::norm_to_full(Ref full, float* mean, float* rstd, CRef x, const
 // reruns it with the same ops on the same inputs, so the rebuilt activations
 // are bit-identical; under tensor/sequence parallelism that includes its
 // collectives.
+MlpTensors Transformer::mlp_tensors(LayerActs& a, const LayerParams& lp) {
+  return {lp.mlp, a.mlp, mlp_scratch_, &mlp_scratch32_, &router_, &a.route, loss_scale_, &moe_sums_};
+}
+
 void Transformer::layer_fwd(LayerActs& a, const LayerParams& lp, Ref out, Upto upto) {
   const std::vector<Ref>& s = a.own;
-  const MlpTensors mlp{lp.mlp, a.mlp, mlp_scratch_};
+  const MlpTensors mlp = mlp_tensors(a, lp);
   if (upto == Upto::DroppedOnly) return mlp_.forward(ops_, mlp, s[kNorm2], out, s[kResidMid], upto);
   // attention block
   norm_to_full(s[kNorm1], s[kMean1].f32(), s[kRstd1].f32(), s[kResidIn], lp.norm1);
@@ -275,6 +285,7 @@ double Transformer::head_fwd(Slot& sl, const int32_t* targets, float grad_scale)
 
 void Transformer::reset_step_losses() {
   if (step_losses_) be_.zero(step_losses_.ref(), M_);
+  moe_sums_ = {};
 }
 
 std::vector<Backend::SumSpan> Transformer::step_sum_spans(size_t lo, size_t hi) const {
@@ -286,6 +297,7 @@ std::vector<Backend::SumSpan> Transformer::step_sum_spans(size_t lo, size_t hi) 
 double Transformer::forward(int slot, const int32_t* inputs, const int32_t* targets, CRef act_in,
                             float grad_scale) {
   Slot& sl = slots_[slot];
+  sl.grad_scale = grad_scale;
   const int L = (int)mp_.layers.size();
   const Ref x0 = L > 0 ? sl.layers[0].own[kResidIn] : sl.out;
   // (ZeRO-3: a head reading the tied embedding keeps its unit open.)
@@ -328,7 +340,7 @@ void Transformer::layer_bwd(LayerActs& a, const LayerParams& lp, int l) {
   if (rc_.applies(l))
     layer_fwd(a, lp, Ref(), rc_.mode == RecomputeMode::Full ? Upto::BackwardInputs : Upto::DroppedOnly);
   // MLP block
-  mlp_.backward(ops_, {lp.mlp, a.mlp, mlp_scratch_}, g_resid_, s[kNorm2], g_norm_);
+  mlp_.backward(ops_, mlp_tensors(a, lp), g_resid_, s[kNorm2], g_norm_);
   norm_.backward(ops_, lp.norm2, g_resid_, ops_.reduce_input_grad(g_norm_), s[kResidMid], s[kMean2].f32(),
                  s[kRstd2].f32());
   // Attention block: g_resid is now the gradient of resid_mid.
@@ -363,6 +375,7 @@ void Transformer::grads_close(int unit) {
 void Transformer::backward(int slot, CRef grad_out) {
   Slot& sl = slots_[slot];
   const int R = R_, d = cfg_.d_model;
+  loss_scale_ = sl.grad_scale;
   if (mp_.chunk.head) {
     // (A head reading the tied embedding writes its gradient too: that
     // unit is held for the step, model/param_units.h.)

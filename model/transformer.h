@@ -173,6 +173,10 @@ class Transformer {
   // without a gradient (evaluation) still return their mean loss.
   void keep_losses_on_device(bool on) { losses_on_device_ = on; }
   void reset_step_losses();
+  // A Mixture-of-Experts model's balancing and z-losses (model/layer/
+  // moe_routing.h) summed over this chunk's rows and layers since
+  // reset_step_losses(), before the division by the batch's tokens.
+  const RouterLossSums& moe_loss_sums() const { return moe_sums_; }
   // What a step reads in one sumsq_groups call (groups 0, 1: grad_spans over
   // [lo, hi); group 2 on the head chunk: the step's summed per-token losses,
   // a plain sum).
@@ -184,6 +188,7 @@ class Transformer {
   // fp32 where declared.
   struct LayerActs {
     std::vector<Ref> own, attn, mlp;
+    MoeRoute route;  // a Mixture-of-Experts MLP's routing of the micro-batch (host)
   };
   // One micro-batch's saved activations.
   struct Slot {
@@ -197,6 +202,7 @@ class Transformer {
     // which must be complete before the staging is refilled.
     Buffer inputs_host, targets_host;
     Backend::Event staged;
+    float grad_scale = 0;  // its forward's (0: no backward follows)
   };
   void stage_tokens(Slot& sl, Buffer& dev, Buffer& host, const int32_t* tokens);
   void layer_fwd(LayerActs& a, const LayerParams& lp, Ref out, Upto upto);
@@ -205,6 +211,7 @@ class Transformer {
   double head_fwd(Slot& sl, const int32_t* targets, float grad_scale);
   void head_bwd(Slot& sl);
   void layer_bwd(LayerActs& a, const LayerParams& lp, int l);
+  MlpTensors mlp_tensors(LayerActs& a, const LayerParams& lp);
   void allocate_activations(int slots);
   CRef W(size_t offset) const;  // wherever its unit's weights are now
   float* G(size_t offset);      // wherever its unit's gradients are now
@@ -237,6 +244,7 @@ class Transformer {
   Buffer cparams_;         // the compute copy (bf16 runs only)
   Buffer acts_, acts32_;   // saved activations, all slots: compute type, fp32
   Buffer scratch_;         // backward temporaries
+  Buffer scratch32_;       // fp32 backward temporaries (a Mixture-of-Experts MLP's)
   Buffer comm_;            // collective buffers (tensor parallelism)
   LayerOps ops_;           // what the layers' blocks run with
   std::vector<Slot> slots_;
@@ -247,6 +255,10 @@ class Transformer {
   // backward scratch (model/layer/layer_decl.h LayerScratch; the blocks' own)
   Ref g_resid_, g_norm_;
   std::vector<Ref> attn_scratch_, mlp_scratch_;
+  std::vector<float*> mlp_scratch32_;
+  RouterSpec router_;          // a Mixture-of-Experts MLP's router (model/layer/moe_routing.h)
+  float loss_scale_ = 0;       // the backward's slot's grad_scale
+  RouterLossSums moe_sums_;    // the router's losses summed over the step's backward
   std::vector<float> host_losses_;
   bool losses_on_device_ = false;
   Buffer step_losses_;  // head chunk: per-token losses summed over the step's micro-batches

@@ -160,13 +160,13 @@ MemoryFit check_device_fit(const Recipe& r, int stage, bool writer, int ranks_on
 // `where`: what the amount per rank is.
 std::optional<MemoryFit> far_too_large(const Recipe& r, double per_rank, const std::string& where) {
   const double split = (double)r.parallel.grid.size_of(kWeightSplitDims);
-  const double floor_bytes = 16.0 * matmul_params(r.model) / split;
+  const double floor_bytes = 16.0 * stored_matmul_params(r.model) / split;
   if (floor_bytes <= 4.0 * per_rank) return std::nullopt;
   MemoryFit f;
   f.need = floor_bytes, f.available = per_rank, f.fits = false;
   f.message = "needs at least " + format_gb(floor_bytes) +
               " per rank for the weights, gradients and AdamW state alone (" +
-              format_gb(16.0 * matmul_params(r.model)) + " over " + grid_names(kWeightSplitDims, " x ") + " = " +
+              format_gb(16.0 * stored_matmul_params(r.model)) + " over " + grid_names(kWeightSplitDims, " x ") + " = " +
               std::to_string((long)split) + " ranks); " + format_gb(per_rank) +
               " available per rank (" + where +
               "). Try a smaller model (model.n_layers, model.d_model, model.d_ff) or more tensor- and "

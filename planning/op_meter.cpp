@@ -220,6 +220,21 @@ void MeteredBackend::ce_finish(float* losses, float* logits, const int32_t* targ
   op("ce_finish", dims({rows, V}) + (grad_scale != 0 ? " grad" : ""), 0, (grad_scale != 0 ? 8.0 : 0.0) * rows * V,
      [&] { inner_->ce_finish(losses, logits, targets, max, sum, target, rows, V, vocab_offset, grad_scale); });
 }
+void MeteredBackend::gather_rows(Ref dst, CRef src, int src_rows, const int32_t* index, const float* w, int n,
+                                 int cols) {
+  op("gather_rows", typed(dims({n, cols}), dst.dt), w ? (double)n * cols : 0, 2.0 * n * cols * esize(dst.dt),
+     [&] { inner_->gather_rows(dst, src, src_rows, index, w, n, cols); });
+}
+void MeteredBackend::combine_rows(Ref out, CRef src, int src_rows, const int32_t* index, const float* w, int rows,
+                                  int k, int cols) {
+  op("combine_rows", typed(dims({rows, k, cols}), out.dt), 2.0 * rows * k * cols,
+     ((double)rows * (k + 2) * cols) * esize(out.dt), [&] { inner_->combine_rows(out, src, src_rows, index, w, rows, k, cols); });
+}
+void MeteredBackend::row_dots(float* dots, CRef a, CRef b, int b_rows, const int32_t* index, int rows, int k,
+                              int cols) {
+  op("row_dots", typed(dims({rows, k, cols}), a.dt), 2.0 * rows * k * cols, (double)rows * (k + 1) * cols * esize(a.dt),
+     [&] { inner_->row_dots(dots, a, b, b_rows, index, rows, k, cols); });
+}
 void MeteredBackend::sumsq_groups(const std::vector<SumSpan>& spans, double* sums, int groups) {
   size_t n = 0;
   for (const SumSpan& s : spans) n += s.n;

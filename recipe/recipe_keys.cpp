@@ -96,6 +96,7 @@ using SourceList = std::vector<DataSource>;
 std::vector<RecipeKey> make_keys() {
   using BS = TrainingSection::BadStep;
   const auto llama = [](const Recipe& r) { return r.model.arch == Arch::Llama; };
+  const auto moe = [](const Recipe& r) { return r.model.moe.enabled(); };
   return {
       // [run]
       K("run", "name", String, "name of the run, in logs", AT(run.name)).def(std::string("run")),
@@ -125,6 +126,26 @@ std::vector<RecipeKey> make_keys() {
         "{ rope_type = \"llama3\", factor = 8.0, low_freq_factor = 1.0, high_freq_factor = 4.0, "
         "original_max_position_embeddings = 8192 } (Llama 3.1-3.3), or {} for none", AT(model.rope_scaling))
           .def(RopeScaling{}).shown_if(llama),
+      // [moe]
+      K("moe", "experts", Int, "Mixture-of-Experts: routed experts in every layer's MLP (llama; 0: dense MLPs; "
+        "one process for now)", AT(model.moe.experts))
+          .def(0L).at_least(0).at_most(4096),
+      K("moe", "top_k", Int, "experts each token goes to", AT(model.moe.top_k)).def(2L).at_least(1)
+          .shown_if(moe),
+      K("moe", "expert_ffn", Int, "each expert's hidden width (SwiGLU)", AT(model.moe.expert_ffn))
+          .def([](const Recipe& r, int) { return KeyValue((long)r.model.d_ff); }, "d_ff").at_least(1).shown_if(moe),
+      K("moe", "score", Choice, "the router's scores of its fp32 logits: \"softmax\" over the experts, or "
+        "\"sigmoid\" of each", ENUM(model.moe.score, MoeConfig::Score, "softmax", "sigmoid"))
+          .def(std::string("softmax")).choose({"softmax", "sigmoid"}).shown_if(moe),
+      K("moe", "norm_topk", Bool, "the chosen experts' weights are their scores over the sum of them (false: the "
+        "scores)", AT(model.moe.norm_topk)).def(true).shown_if(moe),
+      K("moe", "aux_coeff", Float, "load-balancing loss, coeff x E x sum over experts of (share of the sequence's "
+        "choices) x (mean score), averaged over sequences (DeepSeek-V3's sequence-wise Switch loss; 0: off)",
+        AT(model.moe.aux_coeff))
+          .def(0.01).at_least(0).shown_if(moe),
+      K("moe", "z_coeff", Float, "router z-loss, coeff x the mean over tokens of logsumexp(logits)^2 (0: off)",
+        AT(model.moe.z_coeff))
+          .def(0.001).at_least(0).shown_if(moe),
       // [parallel]
       K("parallel", "tp", Int, "tensor-parallel ranks; n_heads, n_kv_heads, d_ff and vocab_size must divide by it", AT(parallel.grid.tp))
           .def(1L).at_least(1).at_most(GridShape::kMaxRanks),
@@ -415,7 +436,7 @@ std::string edit_key(Recipe& r, const std::string& full_key, const KeyValue& val
 }
 
 const std::vector<std::string>& recipe_sections() {
-  static const std::vector<std::string> s = {"run", "model", "data", "training", "optimizer", "parallel", "recompute",
+  static const std::vector<std::string> s = {"run", "model", "moe", "data", "training", "optimizer", "parallel", "recompute",
                                              "checkpoint", "metrics", "runtime", "supervisor", "launch", "health",
                                              "fault"};
   return s;

@@ -29,6 +29,7 @@ class Rules {
 };
 
 // Each returns false at its first error (recorded in `rules`).
+bool moe(const Recipe& r, Rules& rules);
 bool run_and_model(const Recipe& r, Rules& rules) {
   const ModelConfig& m = r.model;
   if (r.run.dir.empty()) return rules.fail("run", "dir", "must not be empty");
@@ -43,6 +44,22 @@ bool run_and_model(const Recipe& r, Rules& rules) {
   if (m.arch == Arch::GPT2 && r.origin.is_given("model", "n_kv_heads") && m.n_kv_heads != m.n_heads)
     return rules.fail("model", "n_kv_heads", "grouped-query attention needs arch = \"llama\" (gpt2 uses n_heads)");
   for (const auto& [key, msg] : validate(m)) return rules.fail("model", key, msg);
+  return moe(r, rules);
+}
+
+// [moe]: SwiGLU experts on one CPU process for now (expert parallelism,
+// parallel layouts and CUDA kernels come with issue 69's next parts).
+bool moe(const Recipe& r, Rules& rules) {
+  const MoeConfig& e = r.model.moe;
+  if (!e.enabled()) return true;
+  if (r.model.arch != Arch::Llama)
+    return rules.fail("moe", "experts", "Mixture-of-Experts MLPs are SwiGLU experts: set model.arch = \"llama\"");
+  if (e.top_k > e.experts)
+    return rules.fail("moe", "top_k", "top_k = " + std::to_string(e.top_k) + " is more than the " +
+                                          std::to_string(e.experts) + " experts");
+  if (r.runtime.backend == "cuda")
+    return rules.fail("moe", "experts", "Mixture-of-Experts runs on the CPU backend only for now: set "
+                                        "runtime.backend = \"cpu\" or moe.experts = 0");
   return true;
 }
 
@@ -138,6 +155,9 @@ bool layout(const Recipe& r, int world_size, Rules& rules) {
     return rules.fail("parallel", o.is_overridden("parallel", "virtual_stages") ? "virtual_stages" : "pp",
                       "n_layers = " + std::to_string(m.n_layers) + " must be divisible by pp * virtual_stages = " +
                           std::to_string(r.parallel.grid.pp) + " * " + std::to_string(r.parallel.virtual_stages));
+  if (m.moe.enabled() && g.ranks() > 1)
+    return rules.fail("moe", "experts", "Mixture-of-Experts trains on one process for now (" + grid_names() + " = " +
+                                            grid_values(g) + "): run one rank, or set moe.experts = 0");
   return true;
 }
 

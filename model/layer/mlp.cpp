@@ -8,6 +8,9 @@ std::vector<int> MlpParam::global_shape(const ModelConfig& c) const {
     case Ff: return {c.d_ff};
     case DByFf: return {c.d_model, c.d_ff};
     case D: return {c.d_model};
+    case EByD: return {c.moe.experts, c.d_model};
+    case FeByD: return {c.moe.expert_ffn, c.d_model};
+    case DByFe: return {c.d_model, c.moe.expert_ffn};
   }
   return {};
 }
@@ -20,10 +23,27 @@ std::vector<size_t> Mlp::add_params(ParamRegistry& r, const std::string& prefix,
   return offsets;
 }
 
+const std::vector<MlpParam>& Mlp::expert_params() const {
+  static const std::vector<MlpParam> none;
+  return none;
+}
+
+std::vector<size_t> Mlp::add_expert_params(ParamRegistry& r, const std::string& prefix, const ModelConfig& c) const {
+  std::vector<size_t> offsets;
+  for (int e = 0; e < c.moe.experts && !expert_params().empty(); e++)
+    for (const MlpParam& p : expert_params())
+      offsets.push_back(r.add(prefix + "experts." + std::to_string(e) + "." + p.name, p.global_shape(c), p.matrix(),
+                              p.sharding, p.sharding == Sharding::Replicated).offset);
+  return offsets;
+}
+
 double Mlp::matmul_params(const ModelConfig& c) const {
   double n = 0;
   for (const MlpParam& p : params())
-    if (p.matrix()) n += (double)c.d_ff * c.d_model;
+    if (p.matrix()) {
+      const std::vector<int> g = p.global_shape(c);
+      n += (double)g[0] * g[1];
+    }
   return n;
 }
 
@@ -33,6 +53,9 @@ std::vector<size_t> Mlp::scratch(const LayerShape& s) const {
   return n;
 }
 
-const Mlp& mlp_for(const ModelConfig& c) { return c.arch == Arch::Llama ? swiglu_mlp() : gelu_mlp(); }
+const Mlp& mlp_for(const ModelConfig& c) {
+  if (c.moe.enabled()) return moe_mlp();
+  return c.arch == Arch::Llama ? swiglu_mlp() : gelu_mlp();
+}
 
 }  // namespace trainer

@@ -5,12 +5,13 @@
 // backward. The registry, the model's buffers, the memory plan and the FLOP
 // counts read these declarations; the layer (model/transformer.cpp) calls
 // forward and backward and knows no kind. A kind lives in its own file
-// (gelu_mlp.cpp, swiglu_mlp.cpp) plus its ops; mlp_for picks it.
+// (gelu_mlp.cpp, swiglu_mlp.cpp, moe_mlp.cpp) plus its ops; mlp_for picks it.
 #include <string>
 #include <vector>
 
 #include "model/config.h"
 #include "model/layer/layer_ops.h"
+#include "model/layer/moe_routing.h"
 #include "model/layer/layer_shape.h"
 #include "model/layer/saved_acts.h"
 #include "model/param_registry.h"
@@ -23,22 +24,33 @@ namespace trainer {
 // replicated tensors (a bias after the row-parallel product) see 1/tp of
 // the tokens under sequence parallelism, so their gradients are partial.
 struct MlpParam {
-  enum Shape { FfByD, Ff, DByFf, D };  // [d_ff, d], [d_ff], [d, d_ff], [d]
+  // [d_ff, d], [d_ff], [d, d_ff], [d]; a Mixture-of-Experts router's
+  // [experts, d] and an expert's [expert_ffn, d], [d, expert_ffn].
+  enum Shape { FfByD, Ff, DByFf, D, EByD, FeByD, DByFe };
   const char* name;
   const char* hf;
   Shape shape;
   Sharding sharding;
   bool hf_transposed;  // GPT-2's Conv1D keeps [in, out]
   std::vector<int> global_shape(const ModelConfig& c) const;
-  bool matrix() const { return shape == FfByD || shape == DByFf; }
+  bool matrix() const { return shape != Ff && shape != D; }
 };
 
 // One layer's MLP on this rank: its parameters' offsets, saved activations
-// and scratch, each in the order its kind declared them.
+// and scratch, each in the order its kind declared them (a Mixture-of-
+// Experts kind's: its expert tensors after its own, expert by expert). A
+// Mixture-of-Experts kind also has its fp32 scratch, the host's record of
+// the micro-batch's routing, the loss scale of the router's own losses (the
+// cross entropy's per-token 1/N; 0: no backward) and where their sums go.
 struct MlpTensors {
   const std::vector<size_t>& params;
   const std::vector<Ref>& saved;
   const std::vector<Ref>& scratch;
+  const std::vector<float*>* scratch32 = nullptr;
+  const RouterSpec* router = nullptr;
+  MoeRoute* route = nullptr;
+  float loss_scale = 0;
+  RouterLossSums* sums = nullptr;
 };
 
 class Mlp {
@@ -49,13 +61,23 @@ class Mlp {
   // Adds them to the registry under `prefix` ("layers.3.mlp."); returns
   // their offsets.
   std::vector<size_t> add_params(ParamRegistry& r, const std::string& prefix, const ModelConfig& c) const;
+  // Tensors each expert has (Mixture-of-Experts kinds; none for a dense
+  // one), named "experts.E." + name; build_params lays them out after the
+  // chunk's other tensors, so that they can be reduced apart.
+  virtual const std::vector<MlpParam>& expert_params() const;
+  std::vector<size_t> add_expert_params(ParamRegistry& r, const std::string& prefix, const ModelConfig& c) const;
   // Weights one layer's products read per token, its matrices' elements
-  // (model/flops.h counts 6 FLOPs for each in training).
-  double matmul_params(const ModelConfig& c) const;
+  // (model/flops.h counts 6 FLOPs for each in training); with experts, the
+  // active ones.
+  virtual double matmul_params(const ModelConfig& c) const;
+  // The weights one layer stores in its matrices (with experts: all of them).
+  virtual double stored_params(const ModelConfig& c) const { return matmul_params(c); }
   virtual SavedActs saved(const LayerShape& s) const = 0;
   // Backward temporaries, in elements of the compute type: by default the
   // gradient of each saved activation.
   virtual std::vector<size_t> scratch(const LayerShape& s) const;
+  // Backward temporaries in fp32.
+  virtual std::vector<size_t> scratch32(const LayerShape&) const { return {}; }
   // Forward product FLOPs of one micro-batch that full recomputation reruns
   // (all but the output product, which the backward does not need).
   virtual double rerun_flops(const LayerShape& s) const = 0;
@@ -69,9 +91,11 @@ class Mlp {
 };
 
 // GPT-2's: a GELU (tanh form) between two products with biases. Llama's:
-// SwiGLU, silu(gate) * up, without biases.
+// SwiGLU, silu(gate) * up, without biases. Mixture-of-Experts: routed
+// SwiGLU experts (model/layer/moe_mlp.cpp).
 const Mlp& gelu_mlp();
 const Mlp& swiglu_mlp();
+const Mlp& moe_mlp();
 // The model's MLP.
 const Mlp& mlp_for(const ModelConfig& c);
 

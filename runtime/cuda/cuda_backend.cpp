@@ -75,6 +75,17 @@ void CudaBackend::copy(Ref dst, CRef src, size_t n) {
   if (dst.dt != src.dt) throw std::logic_error("Backend::copy between element types (use convert)");
   if (n) CUDA_CHECK(cudaMemcpyAsync(dst.p, src.p, n * dtype_size(dst.dt), cudaMemcpyDefault, compute_));
 }
+// The Mixture-of-Experts rows (issue 69) have no CUDA kernels yet: the
+// recipe rules refuse [moe] with runtime.backend = "cuda" before any runs.
+void CudaBackend::gather_rows(Ref, CRef, int, const int32_t*, const float*, int, int) {
+  throw std::logic_error("CUDA backend: Mixture-of-Experts rows (gather_rows) are not on the CUDA backend yet");
+}
+void CudaBackend::combine_rows(Ref, CRef, int, const int32_t*, const float*, int, int, int) {
+  throw std::logic_error("CUDA backend: Mixture-of-Experts rows (combine_rows) are not on the CUDA backend yet");
+}
+void CudaBackend::row_dots(float*, CRef, CRef, int, const int32_t*, int, int, int) {
+  throw std::logic_error("CUDA backend: Mixture-of-Experts rows (row_dots) are not on the CUDA backend yet");
+}
 void CudaBackend::copy_rows(Ref dst, size_t dst_pitch, CRef src, size_t src_pitch, size_t rows, size_t cols) {
   if (dst.dt != src.dt) throw std::logic_error("Backend::copy_rows between element types");
   const size_t e = dtype_size(dst.dt);

@@ -58,6 +58,17 @@ void EmuBackend::copy(Ref dst, CRef src, size_t n) {
 void EmuBackend::copy_rows(Ref dst, size_t dst_pitch, CRef src, size_t src_pitch, size_t rows, size_t cols) {
   cpu_.copy_rows(dst, dst_pitch, src, src_pitch, rows, cols);  // a cudaMemcpy2DAsync on a GPU: no kernel of ours
 }
+// (The Mixture-of-Experts rows have no CUDA kernels yet: the CPU's.)
+void EmuBackend::gather_rows(Ref dst, CRef src, int src_rows, const int32_t* index, const float* w, int n, int cols) {
+  cpu_.gather_rows(dst, src, src_rows, index, w, n, cols);
+}
+void EmuBackend::combine_rows(Ref out, CRef src, int src_rows, const int32_t* index, const float* w, int rows, int k,
+                              int cols) {
+  cpu_.combine_rows(out, src, src_rows, index, w, rows, k, cols);
+}
+void EmuBackend::row_dots(float* dots, CRef a, CRef b, int b_rows, const int32_t* index, int rows, int k, int cols) {
+  cpu_.row_dots(dots, a, b, b_rows, index, rows, k, cols);
+}
 void EmuBackend::to_host(void* host, CRef src, size_t n) { std::memcpy(host, src.p, n * dtype_size(src.dt)); }
 void EmuBackend::from_host(Ref dst, const void* host, size_t n) { std::memcpy(dst.p, host, n * dtype_size(dst.dt)); }
 

@@ -24,7 +24,8 @@ std::string layout_name(const Layout& l) {
          (l.zero_stage == 3 && l.persist ? "_persist" + std::to_string(l.persist) : "") +
          (l.accum ? "_accum" + std::to_string(l.accum) : "") +
          (l.recompute.mode != RecomputeMode::None ? std::string("_") + recompute_name(l.recompute.mode) : "") +
-         (l.precision == DType::BF16 ? "_bf16" : "");
+         (l.precision == DType::BF16 ? "_bf16" : "") +
+         (l.moe.enabled() ? "_moe" + std::to_string(l.moe.experts) + "k" + std::to_string(l.moe.top_k) : "");
 }
 
 Recipe recipe(const Layout& l) {
@@ -61,6 +62,7 @@ Recipe recipe(const Layout& l) {
   r.training.precision = l.precision;
   r.data.prefetch = 1;
   r.run.seed = 5;
+  r.model.moe = l.moe;
   return r;
 }
 

@@ -38,6 +38,7 @@ struct Layout {
   int steps = 5;
   int accum = 0;  // micro-batches per step and replica (micro_batch 1); 0: micro_batch 2 of a global batch of 8
   int n_layers = 4;
+  MoeConfig moe{};  // experts > 0: Mixture-of-Experts MLPs
 
   int ranks() const { return tp * dp * pp * cp; }
 };

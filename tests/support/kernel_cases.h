@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "runtime/cpu/cpu_backend.h"
+#include "tests/support/reference_math.h"
 
 namespace trainer::kernel_cases {
 
@@ -70,13 +71,7 @@ inline const std::vector<size_t> kAdamw = {200000, 1, 257};
 
 // --- comparing two backends ---
 
-inline std::vector<float> randn(size_t n, unsigned seed, float scale = 1.f) {
-  std::mt19937 g(seed);
-  std::normal_distribution<float> d(0.f, scale);
-  std::vector<float> v(n);
-  for (auto& x : v) x = d(g);
-  return v;
-}
+using test_support::randn;
 
 inline double tol(DType dt, double fp32) { return dt == DType::BF16 ? 1.6e-2 : fp32; }
 

@@ -83,16 +83,20 @@ TEST(CudaMemoryPlan, CountsTheBackendsOwnBuffersOnlyOnCuda) {
 // per-thread buffers, which the backend allocates at the first attention,
 // are left out of the plan (threads 0).
 TEST(MemoryPlan, IsWhatTheModelAllocates) {
-  for (Arch arch : {Arch::GPT2, Arch::Llama}) {
+  for (int kind = 0; kind < 3; kind++) {  // GPT-2, Llama, Llama with Mixture-of-Experts MLPs (one rank)
+    const Arch arch = kind == 0 ? Arch::GPT2 : Arch::Llama;
+    const bool moe = kind == 2;
     ModelConfig c;
     c.arch = arch;
     c.vocab_size = 128, c.d_model = 64, c.n_layers = 2, c.n_heads = 4, c.n_kv_heads = 2, c.d_ff = 128;
     c.seq_len = 32;
+    if (moe) c.moe.experts = 4, c.moe.top_k = 2, c.moe.expert_ffn = 96;
     for (int tp : {1, 2})
       for (DType dt : {DType::F32, DType::BF16})
         for (ChunkLayout chunk : {ChunkLayout{ChunkSpec{0, 2, true, true}, 1}, ChunkLayout{ChunkSpec{0, 2, true, false}, 2}})
           for (RecomputeConfig rc : {RecomputeConfig{RecomputeMode::None, -1}, RecomputeConfig{RecomputeMode::Selective, -1},
                                      RecomputeConfig{RecomputeMode::Full, -1}, RecomputeConfig{RecomputeMode::Full, 1}}) {
+            if (moe && tp > 1) continue;
             RankLayout l = single_rank_layout(2, dt);
             l.chunks = {chunk};
             l.tp = tp, l.sequence_parallel = true, l.threads = 0;
@@ -102,13 +106,14 @@ TEST(MemoryPlan, IsWhatTheModelAllocates) {
             CpuBackend be(1);
             const Transformer model(be, c, l, chunk, tp > 1 ? TensorParallel{&group, &control} : TensorParallel{}, rc);
             const MemoryPlan plan = plan_memory(c, l, rc);
-            const std::string what = std::string(arch_name(arch)) + " tp " + std::to_string(tp) + " " + dtype_name(dt) +
+            const std::string what = std::string(arch_name(arch)) + (moe ? " moe" : "") + " tp " + std::to_string(tp) + " " + dtype_name(dt) +
                                      (chunk.spec.head ? " whole" : " no head, 2 slots") + " " + recompute_name(rc.mode) +
                                      (rc.layers > 0 ? " of 1 layer" : "");
             // activations: the saved ones, the fp32 ones, the step's losses
             // (head), each slot's tokens; scratch: one; collectives: one
-            // under tp (nothing to allocate without it)
-            const int allocations[] = {2 + (chunk.spec.head ? 1 : 0) + 2 * chunk.slots, 1, tp > 1 ? 1 : 0};
+            // under tp (nothing to allocate without it); scratch: one, and
+            // one of fp32 for the experts' router
+            const int allocations[] = {2 + (chunk.spec.head ? 1 : 0) + 2 * chunk.slots, moe ? 2 : 1, tp > 1 ? 1 : 0};
             const Mem kinds[] = {Mem::Activations, Mem::Temporaries, Mem::Comm};
             for (int k = 0; k < 3; k++) {
               const double got = (double)be.memory().current[(int)kinds[k]], want = plan.bytes[(int)kinds[k]];

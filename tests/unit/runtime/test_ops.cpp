@@ -14,34 +14,19 @@
 #include "runtime/cpu/cpu_kernels.h"
 #include "runtime/errors.h"
 #include "parallel/context_chunks.h"
+#include "tests/support/reference_math.h"
 
 using namespace trainer;
 using Vec = std::vector<double>;
 
 namespace {
 
-std::vector<float> randn(size_t n, unsigned seed, float scale = 1.f) {
-  std::mt19937 g(seed);
-  std::normal_distribution<float> d(0.f, scale);
-  std::vector<float> v(n);
-  for (auto& x : v) x = d(g);
-  return v;
-}
+using test_support::randn;
 Vec to_d(const std::vector<float>& v) { return Vec(v.begin(), v.end()); }
 
 // Central differences of a scalar function of x.
-Vec numeric_grad(const std::function<double(const Vec&)>& f, Vec x, double h = 1e-5) {
-  Vec g(x.size());
-  for (size_t i = 0; i < x.size(); i++) {
-    const double x0 = x[i];
-    x[i] = x0 + h;
-    const double fp = f(x);
-    x[i] = x0 - h;
-    const double fm = f(x);
-    x[i] = x0;
-    g[i] = (fp - fm) / (2 * h);
-  }
-  return g;
+Vec numeric_grad(const std::function<double(const Vec&)>& f, const Vec& x, double h = 1e-5) {
+  return test_support::central_differences(f, x, h);
 }
 
 double dot(const Vec& a, const Vec& b) {
@@ -191,6 +176,36 @@ TEST_F(Fixture, CopyRowsMovesABlockBetweenPitches) {
     for (size_t c = 0; c < cols; c++) want[1 + r * dst_pitch + c] = src[2 + r * src_pitch + c];
   be.copy_rows(dst.data() + 1, dst_pitch, const_cast<float*>(src.data()) + 2, src_pitch, rows, cols);
   EXPECT_EQ(dst, want);
+}
+
+// The Mixture-of-Experts rows by index against loops: gather (weighted,
+// -1 a zero row), combine (accumulating, -1 skipped) and the row dots.
+TEST_F(Fixture, RowsByIndexGatherCombineAndDot) {
+  const int S = 5, rows = 4, k = 3, cols = 6, n = rows * k;
+  const std::vector<float> src = randn((size_t)S * cols, 1), a = randn((size_t)rows * cols, 2), w = randn(n, 3);
+  const std::vector<int32_t> index = {4, 0, -1, 2, 2, 1, -1, -1, 3, 0, 4, 1};
+  std::vector<float> gathered((size_t)n * cols, -7.f), out = randn((size_t)rows * cols, 4), dots(n, -7.f);
+  Vec want_g((size_t)n * cols), want_out = to_d(out), want_dots(n);
+  for (int i = 0; i < n; i++)
+    for (int c = 0; c < cols; c++) want_g[(size_t)i * cols + c] = index[i] < 0 ? 0.0 : (double)w[i] * src[(size_t)index[i] * cols + c];
+  for (int t = 0; t < rows; t++)
+    for (int j = 0; j < k; j++) {
+      const int p = t * k + j;
+      if (index[p] < 0) continue;
+      for (int c = 0; c < cols; c++) {
+        want_out[(size_t)t * cols + c] += (double)w[p] * src[(size_t)index[p] * cols + c];
+        want_dots[p] += (double)a[(size_t)t * cols + c] * src[(size_t)index[p] * cols + c];
+      }
+    }
+  be.gather_rows(gathered.data(), src.data(), S, index.data(), w.data(), n, cols);
+  expect_close(gathered, want_g, 1e-7, 0, "gather_rows");
+  be.combine_rows(out.data(), src.data(), S, index.data(), w.data(), rows, k, cols);
+  expect_close(out, want_out, 1e-6, 1e-7, "combine_rows");
+  be.row_dots(dots.data(), a.data(), src.data(), S, index.data(), rows, k, cols);
+  expect_close(dots, want_dots, 1e-6, 1e-7, "row_dots");
+  // Without weights: plain copies and sums.
+  be.gather_rows(gathered.data(), src.data(), S, index.data(), nullptr, n, cols);
+  for (int c = 0; c < cols; c++) EXPECT_EQ(gathered[c], src[4 * cols + c]);
 }
 
 TEST_F(Fixture, BiasAddAndGrad) {
@@ -607,6 +622,22 @@ TEST_F(Fixture, Bf16ArgumentsComputeInFp32AndRoundOnce) {
     double s = 1;
     for (int k = 0; k < K; k++) s += (double)a[(i / N) * K + k] * b[k * N + i % N];
     ASSERT_NEAR(acc[i], s, 1e-4 * std::max(1.0, std::fabs(s)));
+  }
+  // Rows combined: out + sum of weighted rows in fp32, rounded once.
+  {
+    const int rows = 5, k = 3, cols = 16, S = 4;
+    const std::vector<bf16> src = to_bf16_vec(randn((size_t)S * cols, 45));
+    std::vector<bf16> out = to_bf16_vec(randn((size_t)rows * cols, 46));
+    const std::vector<float> w = randn((size_t)rows * k, 47), before = widen(out), s = widen(src);
+    std::vector<int32_t> index((size_t)rows * k);
+    for (size_t p = 0; p < index.size(); p++) index[p] = (int32_t)((p * 7) % S);
+    be.combine_rows(out.data(), src.data(), S, index.data(), w.data(), rows, k, cols);
+    for (int t = 0; t < rows; t++)
+      for (int c = 0; c < cols; c++) {
+        double want = before[(size_t)t * cols + c];
+        for (int j = 0; j < k; j++) want += (double)w[t * k + j] * s[(size_t)index[t * k + j] * cols + c];
+        ASSERT_NEAR(from_bf16(out[(size_t)t * cols + c]), want, std::fabs(want) * std::ldexp(1.0, -8) + 1e-5);
+      }
   }
   // Elementwise: GELU of bf16 is round(gelu(widened x)).
   const std::vector<bf16> x = to_bf16_vec(randn(1000, 44));

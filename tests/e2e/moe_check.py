@@ -1,0 +1,69 @@
+"""Mixture-of-Experts ([moe]) through the real binary, one process, on the
+demo's byte-level text:
+
+- a Llama with 4 routed experts a layer (2 a token) learns: its loss falls
+  as the dense Llama's does over the same steps;
+- stopped at a checkpoint and resumed, it continues bit-identical to the run
+  that never stopped (the experts are saved and loaded by name);
+- `trainer plan` counts it; what it cannot do yet is refused with a message
+  naming the key: more than one rank, GPT-2, a Hugging Face export.
+
+The block against finite differences, routing, permutation and recompute
+are in tests/unit/model/test_moe_*.cpp and tests/multirank/test_moe.cpp.
+
+usage: moe_check.py TRAINER
+"""
+import os
+import sys
+import tempfile
+
+sys.dont_write_bytecode = True  # nothing left under tests/ (__pycache__)
+from harness import DEMO_RECIPE, check, failures, losses, run, small_demo
+
+STEPS = 24
+ONE = ["--set", "parallel.tp=1", "--set", "parallel.pp=1", "--set", "parallel.sequence_parallel=false"]
+LLAMA = ["--set", "model.arch=llama", "--set", "model.n_kv_heads=2", "--set", "model.tie_embeddings=false"]
+MOE = ["--set", "moe.experts=4", "--set", "moe.top_k=2", "--set", "moe.expert_ffn=384"]
+
+
+def main():
+    trainer = sys.argv[1]
+    with tempfile.TemporaryDirectory() as tmp:
+        data, short = small_demo(trainer, tmp, STEPS)
+        base = [trainer, "train", DEMO_RECIPE, *ONE, *LLAMA, *short, "--set", "checkpoint.every=12"]
+        dirs = {}
+        for name, extra in (("dense", []), ("moe", MOE)):
+            dirs[name] = os.path.join(tmp, name)
+            run(base + extra + ["--set", f"run.dir={dirs[name]}"])
+        dense, moe = losses(dirs["dense"]), losses(dirs["moe"])
+        check(moe[STEPS] < moe[1] - 1.0 and moe[STEPS] < dense[1] - 1.0,
+              f"4 experts, 2 a token: loss {moe[1]:.3f} -> {moe[STEPS]:.3f} over {STEPS} steps "
+              f"(dense Llama of the same width: {dense[1]:.3f} -> {dense[STEPS]:.3f})")
+
+        resumed = os.path.join(tmp, "moe_resumed")
+        run(base + MOE + ["--set", f"run.dir={resumed}", "--set", "training.exit_after=12"])
+        _, out = run(base + MOE + ["--set", f"run.dir={resumed}"])
+        got = losses(resumed)
+        check("at step 12" in out and all(got[s] == moe[s] for s in range(13, STEPS + 1)),
+              f"stopped at step 12 and resumed: steps 13-{STEPS} bit-identical to the run that never stopped")
+
+        _, out = run([trainer, "plan", DEMO_RECIPE, *ONE, *LLAMA, *MOE, "--ranks", "1"])
+        check("params" in out and "activations" in out, "`trainer plan` plans a Mixture-of-Experts recipe")
+
+        refusals = (
+            ("two ranks", ["mpirun", "-np", "2", trainer, "train", DEMO_RECIPE, "--set", "parallel.tp=2",
+                           "--set", "parallel.pp=1", *LLAMA, *MOE, *short, "--set", f"run.dir={tmp}/r2"],
+             "moe.experts"),
+            ("gpt2", [trainer, "train", DEMO_RECIPE, *ONE, *MOE, *short, "--set", f"run.dir={tmp}/g"], "llama"),
+            ("hf export", [trainer, "ckpt", "export", os.path.join(dirs["moe"], "checkpoints", "step_00000012"),
+                           "--format", "hf", "--output", os.path.join(tmp, "hf")], "Mixture-of-Experts"),
+        )
+        for what, cmd, words in refusals:
+            code, out = run(cmd, ok_codes=(1, 2, 3, 4, 5, 6, 7, 8))
+            check(words in out and "Mixture-of-Experts" in out,
+                  f"{what}: refused (exit {code}) saying {words!r}: {out.strip().splitlines()[-1][:160]}")
+    sys.exit(1 if failures else 0)
+
+
+if __name__ == "__main__":
+    main()

@@ -120,7 +120,6 @@ void llama(HfWriter& w, const ModelConfig& m) {
   w.copy("model.norm.weight", "final_norm.weight");
 }
 
-
 void write_tensors(const std::map<std::string, GlobalTensor>& t, const ModelConfig& m, const Emit& emit) {
   if (m.moe.enabled())
     throw CheckpointError("a Mixture-of-Experts model ([moe]) does not export to Hugging Face yet (issue 71)");

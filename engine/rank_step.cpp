@@ -266,6 +266,7 @@ StepStats RankStep::step() {
   compute_gradients(&s);
   const StepSums sums = read_sums();  // the step's one read before the update
   s.loss = mean_loss(sums.loss_sum);
+  if (r_.model.moe.enabled()) record_moe_losses(s);
   s.grad_norm = std::sqrt(sums.grad_sumsq);
   s.lr = lr_at(r_.lr, step_, r_.training.steps);
   // Every rank sees the same loss and norm (both are reduced over all
@@ -296,6 +297,17 @@ StepStats RankStep::step() {
   record_stage_times(s);
   record_cp_times(s);
   return s;
+}
+
+// The router's losses, summed by each chunk's backward on the host, over
+// every rank's rows (the replicas') and layers (the stages').
+void RankStep::record_moe_losses(StepStats& s) {
+  double sums[2] = {0, 0};
+  for (auto& m : chunks_) sums[0] += m->moe_loss_sums().aux, sums[1] += m->moe_loss_sums().z;
+  replicas_control_->allreduce_sum(sums, 2);
+  if (pp_control_) pp_control_->allreduce_sum(sums, 2);
+  const double tokens = (double)chunks_.front()->tokens() * pipe_.micro_batches * replicas_.size();
+  s.moe = true, s.moe_aux_loss = sums[0] / tokens, s.moe_z_loss = sums[1] / tokens;
 }
 
 // Every stage's compute, wait, span and peak in flight, in stage order.

@@ -58,6 +58,11 @@ struct StepStats {
   // minus 1.
   bool cut_sequences = false;
   double cp_exposed_ms = 0, cp_imbalance = 0;
+  // Mixture-of-Experts (moe: the model has routed experts): the router's
+  // balancing and z-losses, summed over the layers, each a mean over the
+  // global batch's tokens (model/layer/moe_routing.h); not in `loss`.
+  bool moe = false;
+  double moe_aux_loss = 0, moe_z_loss = 0;
   // This rank's communication in the step, per dimension's group (kGridDims
   // order; dp's is the weight replicas').
   CommCounters comm[kGridDimCount];
@@ -186,6 +191,7 @@ class RankStep {
   const Batch& next_batch(std::map<int, Batch>& batches, int mb, double* wait_ms);
   void record_stage_times(StepStats& s);
   void record_cp_times(StepStats& s);
+  void record_moe_losses(StepStats& s);
   StepSums read_sums();                 // after compute_gradients: one backend read
   // This rank's place among the data-parallel ranks (those reading different
   // sequences: ranks that cut sequences read the same ones) and their count.

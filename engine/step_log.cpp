@@ -106,6 +106,7 @@ void StepLoop::log_step(const StepStats& st, const StepExtras& x) {
   if (world_.size() > 1 && r_.parallel.grid.weight_replicas() > 1)
     rec.add(mf::kCommDpExposedMs, st.dp_exposed_ms).add(mf::kCommDpSpanMs, st.dp_span_ms);
   if (st.cut_sequences) rec.add(mf::kCommCpExposedMs, st.cp_exposed_ms).add(mf::kCpImbalance, st.cp_imbalance);
+  if (st.moe) rec.add(mf::kMoeAuxLoss, st.moe_aux_loss).add(mf::kMoeZLoss, st.moe_z_loss);
   add_breakdown(rec, st, r_.parallel.grid);
   if (!job_.metrics->write(rec))
     for (const std::string& e : job_.metrics->errors()) run_file_unwritable(e);
@@ -113,6 +114,7 @@ void StepLoop::log_step(const StepStats& st, const StepExtras& x) {
       "step %5ld/%ld | loss %.4f | lr %.2e | grad norm %.3f | %s tok/s | mfu %.1f%% | %.0f ms | data wait %.2f ms",
       st.step, r_.training.steps, st.loss, st.lr, st.grad_norm, format_count(tps).c_str(), 100 * mfu, st.step_ms,
       st.data_wait_ms);
+  if (st.moe) std::printf(" | moe aux %.4f z %.4f", st.moe_aux_loss, st.moe_z_loss);
   if (x.val >= 0) std::printf(" | val loss %.4f", x.val);
   for (size_t i = 0; i < x.val_sources.size(); i++)
     std::printf("%s%s %.4f%s", i ? ", " : " (", x.val_sources[i].first.c_str(), x.val_sources[i].second,

@@ -215,14 +215,17 @@ void Transformer::norm_to_full(Ref full, float* mean, float* rstd, CRef x, const
   tp_.comm->allgather(ops_.rows_tmp, full, (size_t)R_ * cfg_.d_model);
 }
 
-// One transformer layer forward: attention, then the MLP block. Recomputation
-// reruns it with the same ops on the same inputs, so the rebuilt activations
-// are bit-identical; under tensor/sequence parallelism that includes its
-// collectives.
+// A layer's MLP tensors: its parameters, activations and the block's scratch
+// (a Mixture-of-Experts MLP's also its routing, the backward's loss scale and
+// where its router's losses are summed).
 MlpTensors Transformer::mlp_tensors(LayerActs& a, const LayerParams& lp) {
   return {lp.mlp, a.mlp, mlp_scratch_, &mlp_scratch32_, &router_, &a.route, loss_scale_, &moe_sums_};
 }
 
+// One transformer layer forward: attention, then the MLP block. Recomputation
+// reruns it with the same ops on the same inputs, so the rebuilt activations
+// are bit-identical; under tensor/sequence parallelism that includes its
+// collectives.
 void Transformer::layer_fwd(LayerActs& a, const LayerParams& lp, Ref out, Upto upto) {
   const std::vector<Ref>& s = a.own;
   const MlpTensors mlp = mlp_tensors(a, lp);

@@ -23,6 +23,10 @@ inline constexpr const char *kCommDpExposedMs = "comm_dp_exposed_ms", *kCommDpSp
 // Context parallelism: the ring's transfer time not hidden behind its
 // attention, and the attention-work imbalance across its group.
 inline constexpr const char *kCommCpExposedMs = "comm_cp_exposed_ms", *kCpImbalance = "cp_imbalance";
+// Mixture-of-Experts: the router's balancing loss and z-loss (summed over
+// the MoE layers, each a mean over the batch's tokens), which the gradient
+// follows beside the cross entropy `loss` is.
+inline constexpr const char *kMoeAuxLoss = "moe_aux_loss", *kMoeZLoss = "moe_z_loss";
 // Lists, one value per pipeline stage.
 inline constexpr const char *kPpComputeMs = "pp_compute_ms", *kPpWaitMs = "pp_wait_ms", *kPpSpanMs = "pp_span_ms",
                             *kPpPeakInFlight = "pp_peak_in_flight";

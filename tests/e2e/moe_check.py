@@ -2,7 +2,8 @@
 demo's byte-level text:
 
 - a Llama with 4 routed experts a layer (2 a token) learns: its loss falls
-  as the dense Llama's does over the same steps;
+  as the dense Llama's does over the same steps, and every step's record
+  has the router's balancing and z-losses;
 - stopped at a checkpoint and resumed, it continues bit-identical to the run
   that never stopped (the experts are saved and loaded by name);
 - `trainer plan` counts it; what it cannot do yet is refused with a message
@@ -39,6 +40,16 @@ def main():
         check(moe[STEPS] < moe[1] - 1.0 and moe[STEPS] < dense[1] - 1.0,
               f"4 experts, 2 a token: loss {moe[1]:.3f} -> {moe[STEPS]:.3f} over {STEPS} steps "
               f"(dense Llama of the same width: {dense[1]:.3f} -> {dense[STEPS]:.3f})")
+
+        # The router's losses, per step: balancing near aux_coeff a layer
+        # (0.01 x 4 layers when the load is even), z-loss above 0.
+        import json
+        recs = [json.loads(line) for line in open(os.path.join(dirs["moe"], "metrics.jsonl"))]
+        aux = [r["moe_aux_loss"] for r in recs if "moe_aux_loss" in r]
+        z = [r["moe_z_loss"] for r in recs if "moe_z_loss" in r]
+        check(len(aux) == len(z) == STEPS and all(0.02 < a < 0.2 for a in aux) and all(x > 0 for x in z),
+              f"metrics: moe_aux_loss {aux[0]:.4f} -> {aux[-1]:.4f}, moe_z_loss {z[0]:.4f} -> {z[-1]:.4f} "
+              f"over {len(aux)} records")
 
         resumed = os.path.join(tmp, "moe_resumed")
         run(base + MOE + ["--set", f"run.dir={resumed}", "--set", "training.exit_after=12"])

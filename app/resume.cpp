@@ -50,7 +50,7 @@ std::string move_aside(const std::string& dir, const std::vector<std::string>& s
 // data.tokenizer: refused only against a checkpoint that records one (older
 // ones record none, "(absent)" or "": accepted with the note), and only for
 // another tokenizer: "gpt2" and "gpt2:/other/place/gpt2.tiktoken" are one.
-bool refused_key(const RecipeChange& c) {
+bool refused_key(const RecipeChange& c, const Recipe& now) {
   if (c.key == "data.tokenizer") {
     // The TOML text of the spec ("\"gpt2:/x/gpt2.tiktoken\""): its family, before any ':'.
     auto family = [](std::string text) {
@@ -60,7 +60,10 @@ bool refused_key(const RecipeChange& c) {
     return c.was != "\"\"" && c.was != "(absent)" && family(c.was) != family(c.now);
   }
   // The experts' shape is the model's; the losses' coefficients may change.
-  const bool moe_shape = c.key.rfind("moe.", 0) == 0 && c.key != "moe.aux_coeff" && c.key != "moe.z_coeff";
+  // A checkpoint older than [moe] (its keys absent) is of a dense model:
+  // resumed as one, nothing changed.
+  const bool moe_shape = c.key.rfind("moe.", 0) == 0 && c.key != "moe.aux_coeff" && c.key != "moe.z_coeff" &&
+                         !(c.was == "(absent)" && !now.model.moe.enabled());
   return c.key.rfind("model.", 0) == 0 || moe_shape || c.key == "run.seed" || c.key == "data.train";
 }
 
@@ -82,7 +85,7 @@ void compare_recipes(const std::string& from, const Recipe& r, ResumeDecision& d
   std::string refused, accepted;
   for (const RecipeChange& c : recipe_changes(text, r)) {
     const std::string line = c.key + " " + c.was + " -> " + c.now;
-    if (refused_key(c) && !allowed(c.key, r.checkpoint.allow_changes)) refused += "\n  " + line;
+    if (refused_key(c, r) && !allowed(c.key, r.checkpoint.allow_changes)) refused += "\n  " + line;
     else accepted += (accepted.empty() ? "" : "; ") + line;
   }
   if (!refused.empty())

@@ -58,6 +58,29 @@ def main():
         check("at step 12" in out and all(got[s] == moe[s] for s in range(13, STEPS + 1)),
               f"stopped at step 12 and resumed: steps 13-{STEPS} bit-identical to the run that never stopped")
 
+        # A checkpoint older than [moe] (its recipe without the section) is of
+        # a dense model: resumed as one; made Mixture-of-Experts, refused.
+        import re
+        import shutil
+        old = os.path.join(tmp, "old_dense")
+        shutil.copytree(os.path.join(dirs["dense"], "checkpoints", "step_00000012"), old)
+        text = open(os.path.join(old, "recipe.toml")).read()
+        recipe = re.sub(r"\[moe\]\n(?:[^\[\n][^\n]*\n|\n)*", "", text).encode()
+        open(os.path.join(old, "recipe.toml"), "wb").write(recipe)
+        # ... and its manifest's record of it, and the manifest's own CRC-32.
+        import zlib
+        lines = [l for l in open(os.path.join(old, "manifest")).read().splitlines() if not l.startswith("crc ")]
+        lines = [f"meta recipe.toml {len(recipe)} {zlib.crc32(recipe):08x}" if l.startswith("meta recipe.toml")
+                 else l for l in lines]
+        body = "".join(l + "\n" for l in lines[:-1])  # up to "end"
+        open(os.path.join(old, "manifest"), "w").write(body + f"crc {zlib.crc32(body.encode()):08x}\nend\n")
+        _, out = run(base + ["--set", f"run.dir={tmp}/old_resumed", "--resume", old])
+        check("at step 12" in out and "[moe]" not in open(os.path.join(old, "recipe.toml")).read(),
+              "a dense checkpoint from before [moe] resumes as a dense run")
+        code, out = run(base + MOE + ["--set", f"run.dir={tmp}/old_moe", "--resume", old], ok_codes=(2,))
+        check("moe.experts (absent) -> 4" in out, "... and is refused as a Mixture-of-Experts run (exit 2, "
+                                                   "naming moe.experts)")
+
         _, out = run([trainer, "plan", DEMO_RECIPE, *ONE, *LLAMA, *MOE, "--ranks", "1"])
         check("params" in out and "activations" in out, "`trainer plan` plans a Mixture-of-Experts recipe")
 

@@ -58,7 +58,7 @@ RankStep::RankStep(Backend& be, ParallelGroups groups, const Recipe& r, Blend tr
   for (const ChunkLayout& ch : layout_.chunks) {
     chunks_.push_back(
         std::make_unique<Transformer>(be, r.model, layout_, ch, TensorParallel{tp_.get(), tp_control_}, r.recompute,
-                                      ContextParallel{cp_.get()}));
+                                      ContextParallel{cp_.get(), cp_control_}));
     Transformer& m = *chunks_.back();
     m.keep_losses_on_device(true);  // read once per step, with the gradient norm
     opts_.push_back(std::make_unique<AdamW>(
@@ -299,15 +299,27 @@ StepStats RankStep::step() {
   return s;
 }
 
-// The router's losses, summed by each chunk's backward on the host, over
-// every rank's rows (the replicas') and layers (the stages').
+// The routers' losses and the experts' selections, summed by each chunk's
+// backward on the host, over every rank's rows (the replicas', tp's) and
+// layers (the stages').
 void RankStep::record_moe_losses(StepStats& s) {
-  double sums[2] = {0, 0};
-  for (auto& m : chunks_) sums[0] += m->moe_loss_sums().aux, sums[1] += m->moe_loss_sums().z;
-  replicas_control_->allreduce_sum(sums, 2);
-  if (pp_control_) pp_control_->allreduce_sum(sums, 2);
+  const int E = r_.model.moe.experts;
+  std::vector<double> sums(2 + (size_t)r_.model.n_layers * E, 0.0);  // aux, z, then the selections
+  for (auto& m : chunks_)
+    for (size_t l = 0; l < m->moe_step_sums().size(); l++) {
+      const RouterStepSums& rs = m->moe_step_sums()[l];
+      sums[0] += rs.losses.aux, sums[1] += rs.losses.z;
+      for (size_t e = 0; e < rs.selections.size(); e++)
+        sums[2 + (m->chunk().first_layer + l) * E + e] += rs.selections[e];
+    }
+  // (Each rank's rows are its own: tp's under sequence parallelism, which
+  // [moe] needs with tp > 1.)
+  replicas_control_->allreduce_sum(sums.data(), sums.size());
+  if (tp_control_) tp_control_->allreduce_sum(sums.data(), sums.size());
+  if (pp_control_) pp_control_->allreduce_sum(sums.data(), sums.size());
   const double tokens = (double)chunks_.front()->tokens() * pipe_.micro_batches * replicas_.size();
   s.moe = true, s.moe_aux_loss = sums[0] / tokens, s.moe_z_loss = sums[1] / tokens;
+  s.moe_selections.assign(sums.begin() + 2, sums.end());
 }
 
 // Every stage's compute, wait, span and peak in flight, in stage order.

@@ -63,6 +63,9 @@ struct StepStats {
   // global batch's tokens (model/layer/moe_routing.h); not in `loss`.
   bool moe = false;
   double moe_aux_loss = 0, moe_z_loss = 0;
+  // Each expert's selections (token-expert pairs routed to it) over the
+  // global batch, [n_layers x experts], layer by layer.
+  std::vector<double> moe_selections;
   // This rank's communication in the step, per dimension's group (kGridDims
   // order; dp's is the weight replicas').
   CommCounters comm[kGridDimCount];

@@ -28,13 +28,16 @@ ReplicaReduction::ReplicaReduction(Backend& be, Chunks& chunks, DataComm& dp, Da
   }
   if (zero == 0 && dp.size() > 1) {
     // Gradients that change after the backward wait for finish(): a tied
-    // embedding's copies (summed over the embedding group first) and, under
-    // sequence parallelism, the partial gradients summed over TP.
+    // embedding's copies (summed over the embedding group first), under
+    // sequence parallelism the partial gradients summed over TP, and the
+    // experts' (laid out after the layers whose backward declares what
+    // follows them final).
     const bool sp = r.parallel.sequence_parallel && r.parallel.grid.tp > 1;
     const bool tied = tied_ && embed && embed->size() > 1;
     buckets_ = std::make_unique<GradBuckets>(
-        be, chunks, dp, &wire_, (size_t)(r.parallel.dp_bucket_mb * kMiB),
-        [sp, tied](const ParamInfo& p) { return (sp && p.seq_partial_grad) || (tied && p.name == "embed.tok"); });
+        be, chunks, dp, &wire_, (size_t)(r.parallel.dp_bucket_mb * kMiB), [sp, tied](const ParamInfo& p) {
+          return (sp && p.seq_partial_grad) || (tied && p.name == "embed.tok") || p.expert;
+        });
     if (r.parallel.dp_overlap)
       executor.set_final_backward_hook([this](int c, size_t from) {
         if (overlap_now_) buckets_->grads_final(c, from);

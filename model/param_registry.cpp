@@ -25,6 +25,7 @@ const ParamInfo& ParamRegistry::add(const std::string& name, std::vector<int> gl
   for (int d : p.shape) p.numel *= (size_t)d;
   p.offset = total_;
   p.decay = decay;
+  p.expert = experts_;
   total_ += p.numel;
   params_.push_back(std::move(p));
   return params_.back();
@@ -119,6 +120,7 @@ ModelParams build_params(const ModelConfig& c, int tp_size, int tp_rank, ChunkSp
   }
   // The experts last, each layer's after the others: one stretch that can
   // be reduced apart (the ranks holding an expert are not all the replicas).
+  r.begin_experts();
   for (int l = chunk.first_layer; l < chunk.last_layer; l++) {
     std::vector<size_t>& to = mp.layers[l - chunk.first_layer].mlp;
     const std::vector<size_t> experts = mlp_for(c).add_expert_params(r, "layers." + std::to_string(l) + ".mlp.", c);

@@ -36,6 +36,9 @@ struct ParamInfo {
   size_t offset = 0;  // in floats
   size_t numel = 0;   // of this rank's piece
   bool decay = false;  // AdamW weight decay: matrices and embeddings only
+  // A Mixture-of-Experts expert's (model/layer/mlp.h): after every other
+  // tensor of the chunk, its gradient final only once the backward is done.
+  bool expert = false;
 };
 
 class ParamRegistry {
@@ -50,6 +53,8 @@ class ParamRegistry {
   // neighbours stay neighbours); returns each tensor's (old, new) offset.
   std::vector<std::pair<size_t, size_t>> vectors_first(size_t from);
   const ParamInfo* find(const std::string& name) const;
+  // The tensors added from here on are experts (ParamInfo::expert).
+  void begin_experts() { experts_ = true; }
   const std::vector<ParamInfo>& all() const { return params_; }
   size_t total() const { return total_; }
   int tp_size() const { return tp_; }
@@ -58,6 +63,7 @@ class ParamRegistry {
  private:
   std::vector<ParamInfo> params_;
   size_t total_ = 0;
+  bool experts_ = false;
   int tp_, rank_;
 };
 

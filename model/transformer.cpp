@@ -44,7 +44,7 @@ Transformer::Transformer(Backend& be, const ModelConfig& cfg, const RankLayout& 
   if (compute_ != DType::F32 && compute_ != DType::BF16) throw std::invalid_argument("compute type must be fp32 or bf16");
   const bool sp = layout.sequence_parallel && t > 1;
   if (sp && M_ % t != 0) throw std::invalid_argument("token rows do not split over tp");
-  ops_.be = &be_, ops_.tp = tp_, ops_.shape = layer_shape(cfg, layout);
+  ops_.be = &be_, ops_.tp = tp_, ops_.cp_control = context.control, ops_.shape = layer_shape(cfg, layout);
   R_ = (int)ops_.shape.R;
   row_offset_ = sp ? tp_.rank() * R_ : 0;
   V_ = cfg.vocab_size / t;
@@ -74,6 +74,7 @@ Transformer::Transformer(Backend& be, const ModelConfig& cfg, const RankLayout& 
       if (!p.tied_copy) grad_spans_.push_back({G(p.offset), p.numel, p.sharding == Sharding::Replicated ? 1 : 0});
   }
   allocate_activations(chunk.slots);
+  moe_sums_.assign(mp_.layers.size(), {});
   host_losses_.resize(M_);
   if (mp_.chunk.head) step_losses_ = be_.alloc(M_, DType::F32, Mem::Activations);
 }
@@ -219,7 +220,8 @@ void Transformer::norm_to_full(Ref full, float* mean, float* rstd, CRef x, const
 // (a Mixture-of-Experts MLP's also its routing, the backward's loss scale and
 // where its router's losses are summed).
 MlpTensors Transformer::mlp_tensors(LayerActs& a, const LayerParams& lp) {
-  return {lp.mlp, a.mlp, mlp_scratch_, &mlp_scratch32_, &router_, &a.route, loss_scale_, &moe_sums_};
+  return {lp.mlp, a.mlp, mlp_scratch_, &mlp_scratch32_, &router_, &a.route, loss_scale_,
+          &moe_sums_[&lp - mp_.layers.data()]};
 }
 
 // One transformer layer forward: attention, then the MLP block. Recomputation
@@ -288,7 +290,7 @@ double Transformer::head_fwd(Slot& sl, const int32_t* targets, float grad_scale)
 
 void Transformer::reset_step_losses() {
   if (step_losses_) be_.zero(step_losses_.ref(), M_);
-  moe_sums_ = {};
+  moe_sums_.assign(mp_.layers.size(), {});
 }
 
 std::vector<Backend::SumSpan> Transformer::step_sum_spans(size_t lo, size_t hi) const {

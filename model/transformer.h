@@ -49,6 +49,7 @@ namespace trainer {
 // sequences).
 struct ContextParallel {
   DataComm* comm = nullptr;
+  ControlComm* control = nullptr;  // host sums over the group (a Mixture-of-Experts router's counts)
 };
 
 class Transformer {
@@ -174,9 +175,10 @@ class Transformer {
   void keep_losses_on_device(bool on) { losses_on_device_ = on; }
   void reset_step_losses();
   // A Mixture-of-Experts model's balancing and z-losses (model/layer/
-  // moe_routing.h) summed over this chunk's rows and layers since
-  // reset_step_losses(), before the division by the batch's tokens.
-  const RouterLossSums& moe_loss_sums() const { return moe_sums_; }
+  // moe_routing.h) summed over this chunk's rows since reset_step_losses()
+  // (before the division by the batch's tokens), and its experts'
+  // selections; per layer of the chunk.
+  const std::vector<RouterStepSums>& moe_step_sums() const { return moe_sums_; }
   // What a step reads in one sumsq_groups call (groups 0, 1: grad_spans over
   // [lo, hi); group 2 on the head chunk: the step's summed per-token losses,
   // a plain sum).
@@ -258,7 +260,7 @@ class Transformer {
   std::vector<float*> mlp_scratch32_;
   RouterSpec router_;          // a Mixture-of-Experts MLP's router (model/layer/moe_routing.h)
   float loss_scale_ = 0;       // the backward's slot's grad_scale
-  RouterLossSums moe_sums_;    // the router's losses summed over the step's backward
+  std::vector<RouterStepSums> moe_sums_;  // per layer: its router's over the step's backward
   std::vector<float> host_losses_;
   bool losses_on_device_ = false;
   Buffer step_losses_;  // head chunk: per-token losses summed over the step's micro-batches

@@ -48,9 +48,10 @@ ChunkTrace trace_chunk(const ModelConfig& c, const ChunkSpec& chunk, const Shard
   NullControlComm tp_control(l.tp);
   const TensorParallel tpar{l.tp > 1 ? &tp : nullptr, l.tp > 1 ? &tp_control : nullptr};
   NullDataComm cp(l.cp, &comm_phase, &be);
+  NullControlComm cp_control(l.cp);
   ChunkTrace out;
   {
-    Transformer m(be, c, l, ChunkLayout{chunk, 1}, tpar, s.recompute, ContextParallel{l.cp > 1 ? &cp : nullptr});
+    Transformer m(be, c, l, ChunkLayout{chunk, 1}, tpar, s.recompute, ContextParallel{l.cp > 1 ? &cp : nullptr, l.cp > 1 ? &cp_control : nullptr});
     out.params = m.num_params();
     out.boundary_elems = m.boundary_elems();
     Buffer act_in = be.alloc(m.boundary_elems(), l.compute, Mem::Temporaries);

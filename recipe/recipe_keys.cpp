@@ -128,7 +128,7 @@ std::vector<RecipeKey> make_keys() {
           .def(RopeScaling{}).shown_if(llama),
       // [moe]
       K("moe", "experts", Int, "Mixture-of-Experts: routed experts in every layer's MLP (llama; 0: dense MLPs; "
-        "one process for now)", AT(model.moe.experts))
+        "tp needs sequence_parallel; no expert parallelism yet)", AT(model.moe.experts))
           .def(0L).at_least(0).at_most(4096),
       K("moe", "top_k", Int, "experts each token goes to", AT(model.moe.top_k)).def(2L).at_least(1)
           .shown_if(moe),

@@ -155,9 +155,14 @@ bool layout(const Recipe& r, int world_size, Rules& rules) {
     return rules.fail("parallel", o.is_overridden("parallel", "virtual_stages") ? "virtual_stages" : "pp",
                       "n_layers = " + std::to_string(m.n_layers) + " must be divisible by pp * virtual_stages = " +
                           std::to_string(r.parallel.grid.pp) + " * " + std::to_string(r.parallel.virtual_stages));
-  if (m.moe.enabled() && g.ranks() > 1)
-    return rules.fail("moe", "experts", "Mixture-of-Experts trains on one process for now (" + grid_names() + " = " +
-                                            grid_values(g) + "): run one rank, or set moe.experts = 0");
+  // Each tp rank routes its own rows: without sequence parallelism every tp
+  // rank would compute every token's experts.
+  if (m.moe.enabled() && g.tp > 1 && !r.parallel.sequence_parallel)
+    return rules.fail("parallel", "sequence_parallel", "Mixture-of-Experts with tp = " + std::to_string(g.tp) +
+                                                           " needs sequence_parallel = true (as Megatron-Core's)");
+  if (m.moe.enabled() && r.parallel.zero_sharded() && r.parallel.zero_stage >= 2)
+    return rules.fail("parallel", "zero_stage", "ZeRO-" + std::to_string(r.parallel.zero_stage) +
+                                                    " with Mixture-of-Experts is not built yet: use zero_stage <= 1");
   return true;
 }
 

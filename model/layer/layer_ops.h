@@ -27,6 +27,9 @@ enum class Upto { Output, BackwardInputs, DroppedOnly };
 struct LayerOps {
   Backend* be = nullptr;
   TensorParallel tp;
+  // Host sums over the ranks holding shares of the same sequences
+  // (context parallelism); null without it.
+  ControlComm* cp_control = nullptr;
   LayerShape shape{};
   CRef weights;             // the weights products read (the compute type)
   size_t weight_origin = 0; // the registry offset `weights` points at (a gathered unit's first, under ZeRO-3)

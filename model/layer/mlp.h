@@ -41,7 +41,8 @@ struct MlpParam {
 // Experts kind's: its expert tensors after its own, expert by expert). A
 // Mixture-of-Experts kind also has its fp32 scratch, the host's record of
 // the micro-batch's routing, the loss scale of the router's own losses (the
-// cross entropy's per-token 1/N; 0: no backward) and where their sums go.
+// cross entropy's per-token 1/N; 0: no backward) and where the backward
+// sums them and the experts' selections.
 struct MlpTensors {
   const std::vector<size_t>& params;
   const std::vector<Ref>& saved;
@@ -50,7 +51,7 @@ struct MlpTensors {
   const RouterSpec* router = nullptr;
   MoeRoute* route = nullptr;
   float loss_scale = 0;
-  RouterLossSums* sums = nullptr;
+  RouterStepSums* sums = nullptr;
 };
 
 class Mlp {

@@ -59,34 +59,39 @@ class MoeMlp final : public Mlp {
     const size_t P = s.pairs;
     return {P * s.d, P * 2 * s.Fe, P * s.Fe, P * s.d};
   }
-  std::vector<size_t> scratch32(const LayerShape& s) const override { return {s.pairs, s.M * s.E}; }
+  std::vector<size_t> scratch32(const LayerShape& s) const override { return {s.pairs, s.R * s.E}; }
   // Full recomputation reruns every expert product (the outputs too: the
   // backward weighs them); the routing is kept.
   double rerun_flops(const LayerShape& s) const override { return 2.0 * s.pairs * s.d * 3 * s.Fe; }
 
+  // Under sequence parallelism each tp rank routes its own rows of `in`
+  // (all M rows): the router and the experts see this rank's tokens only,
+  // their gradients are partial sums over tp (model/transformer.cpp sums
+  // them), and g_in is zero outside this rank's rows.
   void forward(const LayerOps& o, const MlpTensors& t, CRef in, Ref out, CRef resid, Upto upto) const override {
     const LayerShape& s = o.shape;
-    const int M = (int)s.M, d = (int)s.d, E = (int)s.E, k = (int)s.k;
+    const int R = (int)s.R, d = (int)s.d, E = (int)s.E, k = (int)s.k;
+    const CRef x = in + first_row(o) * s.d;
     MoeRoute& rt = *t.route;
     int32_t* row_of_slot = static_cast<int32_t*>(t.saved[kIndex].p);
     int32_t* slot_of_pair = row_of_slot + s.pairs;
     float* w_pair = t.saved[kWeights].f32();
     if (upto == Upto::Output) {  // a new micro-batch: route it
       float* logits = (*t.scratch32)[kLogits];
-      o.be->matmul(false, true, M, E, d, 1.f, in, o.W(t.params[kRouter]), 0.f, logits);
-      rt.logits.resize((size_t)M * E);
+      o.be->matmul(false, true, R, E, d, 1.f, x, o.W(t.params[kRouter]), 0.f, logits);
+      rt.logits.resize((size_t)R * E);
       o.be->to_host(rt.logits.data(), logits, rt.logits.size());
-      rt.routing = route(*t.router, rt.logits.data(), nullptr, M);
+      rt.routing = route(*t.router, rt.logits.data(), nullptr, R);
       rt.plan = dispatch(rt.routing, E);
-      std::vector<float> w_slot(rt.plan.kept);
-      for (int i = 0; i < rt.plan.kept; i++) w_slot[i] = rt.routing.weight[rt.plan.pair_of_slot[i]];
+      rt.w_slot.resize(rt.plan.kept);
+      for (int i = 0; i < rt.plan.kept; i++) rt.w_slot[i] = rt.routing.weight[rt.plan.pair_of_slot[i]];
       o.be->from_host(Ref(row_of_slot, DType::I32), rt.plan.row_of_slot.data(), rt.plan.kept);
-      o.be->from_host(Ref(slot_of_pair, DType::I32), rt.plan.slot_of_pair.data(), (size_t)M * k);
-      o.be->from_host(w_pair, rt.routing.weight.data(), (size_t)M * k);
-      o.be->from_host(w_pair + s.pairs, w_slot.data(), w_slot.size());
+      o.be->from_host(Ref(slot_of_pair, DType::I32), rt.plan.slot_of_pair.data(), (size_t)R * k);
+      o.be->from_host(w_pair, rt.routing.weight.data(), (size_t)R * k);
+      o.be->from_host(w_pair + s.pairs, rt.w_slot.data(), rt.w_slot.size());
     }
     const Dispatch& plan = rt.plan;
-    if (upto != Upto::DroppedOnly) o.be->gather_rows(t.saved[kX], in, M, row_of_slot, nullptr, plan.kept, d);
+    if (upto != Upto::DroppedOnly) o.be->gather_rows(t.saved[kX], x, R, row_of_slot, nullptr, plan.kept, d);
     for (int e = 0; e < E; e++) {
       const int rows = plan.count[e];
       if (!rows) continue;
@@ -98,31 +103,40 @@ class MoeMlp final : public Mlp {
       if (upto != Upto::DroppedOnly) o.be->matmul(false, true, rows, d, (int)s.Fe, 1.f, r.h, o.W(w[kDown]), 0.f, r.y);
     }
     if (upto != Upto::Output) return;
-    o.be->copy(out, resid, (size_t)M * d);
-    o.be->combine_rows(out, t.saved[kY], plan.kept, slot_of_pair, w_pair, M, k, d);
+    o.be->copy(out, resid, (size_t)R * d);
+    o.be->combine_rows(out, t.saved[kY], plan.kept, slot_of_pair, w_pair, R, k, d);
   }
 
   void backward(const LayerOps& o, const MlpTensors& t, CRef g_out, CRef in, Ref g_in) const override {
     const LayerShape& s = o.shape;
-    const int M = (int)s.M, d = (int)s.d, E = (int)s.E, k = (int)s.k, Fe = (int)s.Fe;
-    const MoeRoute& rt = *t.route;
+    const int R = (int)s.R, d = (int)s.d, E = (int)s.E, k = (int)s.k, Fe = (int)s.Fe;
+    const size_t row0 = first_row(o);
+    const CRef x = in + row0 * s.d;
+    MoeRoute& rt = *t.route;
     const Dispatch& plan = rt.plan;
     const int32_t* row_of_slot = static_cast<const int32_t*>(t.saved[kIndex].p);
     const int32_t* slot_of_pair = row_of_slot + s.pairs;
     const float* w_slot = t.saved[kWeights].f32() + s.pairs;
     float *dweight = (*t.scratch32)[kDWeight], *dlogits = (*t.scratch32)[kLogits];
     // The router: the gradient of each pair's weight, back on the host with
-    // the balancing and z-losses' (one wait).
-    o.be->row_dots(dweight, g_out, t.saved[kY], plan.kept, slot_of_pair, M, k, d);
-    std::vector<float> dw((size_t)M * k), dl((size_t)M * E);
-    o.be->to_host(dw.data(), dweight, dw.size());
-    const std::vector<float> counts = sequence_counts(rt.routing, E, 0, (int)s.T, (int)s.B);
-    const RouterLossSums sums =
-        router_backward(*t.router, rt.logits.data(), rt.routing, dw.data(), counts, 0, (int)s.T, t.loss_scale, dl.data());
-    if (t.sums) t.sums->aux += sums.aux, t.sums->z += sums.z;
-    o.be->from_host(dlogits, dl.data(), dl.size());
+    // the balancing and z-losses' (one wait). The balancing loss counts
+    // whole sequences: their selections summed over the ranks sharing them.
+    o.be->row_dots(dweight, g_out, t.saved[kY], plan.kept, slot_of_pair, R, k, d);
+    rt.dweight.resize((size_t)R * k), rt.dlogits.resize((size_t)R * E);
+    o.be->to_host(rt.dweight.data(), dweight, rt.dweight.size());
+    std::vector<float> counts = sequence_counts(rt.routing, E, (int)row0, (int)s.T, (int)s.B);
+    if (o.sequence_parallel()) o.tp.control->allreduce_sum(counts.data(), counts.size());
+    if (o.cp_control) o.cp_control->allreduce_sum(counts.data(), counts.size());
+    const RouterLossSums sums = router_backward(*t.router, rt.logits.data(), rt.routing, rt.dweight.data(), counts,
+                                                (int)row0, (int)s.T, (int)s.keys, t.loss_scale, rt.dlogits.data());
+    if (t.sums) {
+      t.sums->losses.aux += sums.aux, t.sums->losses.z += sums.z;
+      t.sums->selections.resize(E);
+      for (int32_t e : rt.routing.expert) t.sums->selections[e] += 1;
+    }
+    o.be->from_host(dlogits, rt.dlogits.data(), rt.dlogits.size());
     // The experts, on their rows' gradients weighted as the forward weighed them.
-    o.be->gather_rows(t.scratch[kGY], g_out, M, row_of_slot, w_slot, plan.kept, d);
+    o.be->gather_rows(t.scratch[kGY], g_out, R, row_of_slot, w_slot, plan.kept, d);
     for (int e = 0; e < E; e++) {
       const int rows = plan.count[e];
       if (!rows) continue;
@@ -138,14 +152,17 @@ class MoeMlp final : public Mlp {
       o.be->matmul(true, false, 2 * Fe, d, rows, 1.f, ggu, r.x, 1.f, o.G(w[kGateUp]));
     }
     // The input's gradient: each row's experts' in order, then the router's.
-    o.be->zero(g_in, (size_t)M * d);
-    o.be->combine_rows(g_in, t.scratch[kGX], plan.kept, slot_of_pair, nullptr, M, k, d);
-    const CRef dlo = o.be->product_operand(dlogits, (size_t)M * E, g_in.dt);
-    o.be->matmul(false, false, M, d, E, 1.f, dlo, o.W(t.params[kRouter]), 1.f, g_in);
-    o.be->matmul(true, false, E, d, M, 1.f, dlo, in, 1.f, o.G(t.params[kRouter]));
+    o.be->zero(g_in, s.M * s.d);
+    const Ref g_x = g_in + row0 * s.d;
+    o.be->combine_rows(g_x, t.scratch[kGX], plan.kept, slot_of_pair, nullptr, R, k, d);
+    const CRef dlo = o.be->product_operand(dlogits, (size_t)R * E, g_in.dt);
+    o.be->matmul(false, false, R, d, E, 1.f, dlo, o.W(t.params[kRouter]), 1.f, g_x);
+    o.be->matmul(true, false, E, d, R, 1.f, dlo, x, 1.f, o.G(t.params[kRouter]));
   }
 
  private:
+  // This rank's first row of `in`.
+  static size_t first_row(const LayerOps& o) { return o.sequence_parallel() ? (size_t)o.tp.rank() * o.shape.R : 0; }
   // An expert's block of rows in the saved activations, from its first slot.
   struct Rows {
     Ref x, gu, h, y;

@@ -104,13 +104,13 @@ std::vector<float> sequence_counts(const Routing& r, int experts, int row0, int 
 }
 
 RouterLossSums router_backward(const RouterSpec& spec, const float* logits, const Routing& r, const float* dweight,
-                               const std::vector<float>& counts, int row0, int seq_rows, float loss_scale,
-                               float* dlogits) {
+                               const std::vector<float>& counts, int row0, int seq_rows, int seq_tokens,
+                               float loss_scale, float* dlogits) {
   const int E = spec.experts, k = r.k;
   const int sequences = (int)(counts.size() / E);
   RouterLossSums sums;
   RowScores sc;
-  std::vector<double> ds(E), u(E);
+  std::vector<double> ds(E), u(E), dl(E);
   for (int t = 0; t < r.rows; t++) {
     score_row(spec, logits + (size_t)t * E, sc);
     const int32_t* ex = &r.expert[(size_t)t * k];
@@ -126,7 +126,6 @@ RouterLossSums router_backward(const RouterSpec& spec, const float* logits, cons
       for (int j = 0; j < k; j++) ds[ex[j]] += dw[j];
     }
     // Through the scores to the logits.
-    std::vector<double> dl(E);
     if (spec.sigmoid) {
       for (int m = 0; m < E; m++) dl[m] = ds[m] * sc.s[m] * (1 - sc.s[m]);
     } else {
@@ -137,7 +136,7 @@ RouterLossSums router_backward(const RouterSpec& spec, const float* logits, cons
     // Balancing: a_t = sum_i u_i p_ti, u_i = aux_coeff f_bi (a constant).
     if (spec.aux_coeff != 0) {
       const int b = sequence_of(row0, t, seq_rows, sequences);
-      for (int i = 0; i < E; i++) u[i] = spec.aux_coeff * E / ((double)k * seq_rows) * counts[(size_t)b * E + i];
+      for (int i = 0; i < E; i++) u[i] = spec.aux_coeff * E / ((double)k * seq_tokens) * counts[(size_t)b * E + i];
       double total = 0, ubar = 0;
       for (int i = 0; i < E; i++) total += sc.s[i];
       const double norm = spec.sigmoid ? total : 1.0;  // p = s / sum s for sigmoid scores

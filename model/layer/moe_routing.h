@@ -66,14 +66,23 @@ std::vector<float> sequence_counts(const Routing& r, int experts, int row0, int 
 struct RouterLossSums {
   double aux = 0, z = 0;
 };
+// One layer's router over a training step (its backward passes): its
+// losses' sums and each expert's selections (pairs routed to it), for the
+// step's metrics.
+struct RouterStepSums {
+  RouterLossSums losses;
+  std::vector<double> selections;  // [experts]
+};
 // dlogits [rows * E] (overwritten): the gradient of the loss with respect to
 // the logits, from dweight [rows * k] (its gradient with respect to each
 // pair's weight, dropped pairs 0) and the balancing and z terms, each row's
 // scaled by loss_scale (the cross entropy's per-token 1/N). counts:
-// sequence_counts summed over the whole sequences; the rows as there.
+// sequence_counts summed over the whole sequences; the rows as there;
+// seq_tokens: a whole sequence's tokens (under context parallelism seq_rows
+// is its share).
 RouterLossSums router_backward(const RouterSpec& s, const float* logits, const Routing& r, const float* dweight,
-                               const std::vector<float>& counts, int row0, int seq_rows, float loss_scale,
-                               float* dlogits);
+                               const std::vector<float>& counts, int row0, int seq_rows, int seq_tokens,
+                               float loss_scale, float* dlogits);
 
 // One layer's routing of one micro-batch, as the host keeps it from the
 // forward for the backward (full recomputation reuses it: a decision is
@@ -82,6 +91,9 @@ struct MoeRoute {
   std::vector<float> logits;  // [rows * experts]
   Routing routing;
   Dispatch plan;
+  // The host's room for the pairs' weights in slot order and the
+  // backward's gradients of the weights and logits (kept to be reused).
+  std::vector<float> w_slot, dweight, dlogits;
 };
 
 }  // namespace trainer

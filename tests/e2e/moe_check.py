@@ -7,7 +7,8 @@ demo's byte-level text:
 - stopped at a checkpoint and resumed, it continues bit-identical to the run
   that never stopped (the experts are saved and loaded by name);
 - `trainer plan` counts it; what it cannot do yet is refused with a message
-  naming the key: more than one rank, GPT-2, a Hugging Face export.
+  naming the key: tp without sequence parallelism, GPT-2, a Hugging Face
+  export.
 
 The block against finite differences, routing, permutation and recompute
 are in tests/unit/model/test_moe_*.cpp and tests/multirank/test_moe.cpp.
@@ -85,9 +86,11 @@ def main():
         check("params" in out and "activations" in out, "`trainer plan` plans a Mixture-of-Experts recipe")
 
         refusals = (
-            ("two ranks", ["mpirun", "-np", "2", trainer, "train", DEMO_RECIPE, "--set", "parallel.tp=2",
-                           "--set", "parallel.pp=1", *LLAMA, *MOE, *short, "--set", f"run.dir={tmp}/r2"],
-             "moe.experts"),
+            ("tp without sequence parallelism", ["mpirun", "-np", "2", trainer, "train", DEMO_RECIPE, "--set",
+                                                 "parallel.tp=2", "--set", "parallel.pp=1", "--set",
+                                                 "parallel.sequence_parallel=false", *LLAMA, *MOE, *short, "--set",
+                                                 f"run.dir={tmp}/r2"],
+             "sequence_parallel"),
             ("gpt2", [trainer, "train", DEMO_RECIPE, *ONE, *MOE, *short, "--set", f"run.dir={tmp}/g"], "llama"),
             ("hf export", [trainer, "ckpt", "export", os.path.join(dirs["moe"], "checkpoints", "step_00000012"),
                            "--format", "hf", "--output", os.path.join(tmp, "hf")], "Mixture-of-Experts"),

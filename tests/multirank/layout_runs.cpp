@@ -42,8 +42,8 @@ Recipe recipe(const Layout& l) {
   r.training.steps = l.steps;
   r.training.global_batch = 8;
   r.training.micro_batch = 2;
-  r.lr.lr = 3e-3f;
-  r.lr.min_lr = 3e-4f;
+  r.lr.lr = l.lr;
+  r.lr.min_lr = l.lr / 10;
   r.lr.warmup_steps = 2;
   r.parallel.grid = {l.dp, l.pp, l.tp, l.cp};
   r.parallel.cp_comm = l.cp_comm;
@@ -56,6 +56,7 @@ Recipe recipe(const Layout& l) {
     r.training.global_batch = l.accum * l.dp;
   }
   r.parallel.sequence_parallel = l.sp;
+  if (l.bucket_mb > 0) r.parallel.dp_bucket_mb = l.bucket_mb;
   r.parallel.virtual_stages = l.virtual_stages;
   r.parallel.schedule = l.virtual_stages > 1 ? ScheduleKind::Interleaved : ScheduleKind::OneFOneB;
   r.recompute = l.recompute;
@@ -187,6 +188,8 @@ Result run(const Layout& l, MPI_Comm world) {
   for (int s = 0; s < g.r.training.steps; s++) {
     const StepStats st = loop->step();
     res.losses.push_back(st.loss);
+    res.moe_aux.push_back(st.moe_aux_loss), res.moe_z.push_back(st.moe_z_loss);
+    res.moe_selections.push_back(st.moe_selections);
     res.comm_tp = st.comm_of("tp");
     res.comm_dp = st.comm_of("dp");
     res.comm_cp = st.comm_of("cp");
@@ -225,17 +228,8 @@ void expect_equivalent(const Result& got, const Result& ref, const std::string& 
                 got.losses.size(), got.losses.back(), ref.losses.back(), worst);
 }
 
-namespace {
-
-// The largest relative difference of the losses over all steps; of the
-// weights after them, relative Frobenius norms of the differences: of the
-// whole model, and of the tensor where it is largest.
-struct Gap {
-  double loss = 0, model = 0, tensor = 0;
-  std::string worst;  // that tensor
-};
-Gap gap(const Result& got, const Result& ref, const std::string& what, bool exact) {
-  Gap g;
+TrainingGap training_gap(const Result& got, const Result& ref, const std::string& what, bool exact) {
+  TrainingGap g;
   EXPECT_EQ(got.losses.size(), ref.losses.size()) << what;
   for (size_t i = 0; i < std::min(got.losses.size(), ref.losses.size()); i++)
     g.loss = std::max(g.loss, std::fabs(got.losses[i] - ref.losses[i]) / std::fabs(ref.losses[i]));
@@ -264,10 +258,8 @@ Gap gap(const Result& got, const Result& ref, const std::string& what, bool exac
   return g;
 }
 
-}  // namespace
-
 void expect_same_training(const Result& got, const Result& ref, const std::string& what, bool bits) {
-  const Gap g = gap(got, ref, what, bits);
+  const TrainingGap g = training_gap(got, ref, what, bits);
   if (bits) {
     EXPECT_EQ(g.loss, 0.0) << what << ": losses not bit-identical";
     EXPECT_EQ(g.tensor, 0.0) << what << ": weights not bit-identical";

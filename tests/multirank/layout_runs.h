@@ -39,6 +39,8 @@ struct Layout {
   int accum = 0;  // micro-batches per step and replica (micro_batch 1); 0: micro_batch 2 of a global batch of 8
   int n_layers = 4;
   MoeConfig moe{};  // experts > 0: Mixture-of-Experts MLPs
+  float lr = 3e-3f;  // the peak (min_lr a tenth of it)
+  double bucket_mb = 0;  // parallel.dp_bucket_mb (0: the default)
 
   int ranks() const { return tp * dp * pp * cp; }
 };
@@ -48,6 +50,10 @@ Recipe recipe(const Layout& l);
 
 struct Result {
   std::vector<double> losses;
+  // A Mixture-of-Experts model's per step: the routers' losses, the
+  // experts' selections (StepStats::moe_selections).
+  std::vector<double> moe_aux, moe_z;
+  std::vector<std::vector<double>> moe_selections;
   std::map<std::string, std::vector<float>> grads;  // global shapes
   std::map<std::string, std::vector<float>> weights;  // the fp32 master weights after training, global shapes
   double grad_norm = 0;
@@ -94,6 +100,15 @@ Result run(const Layout& l, MPI_Comm world);
 // fp32: losses within loss_rtol relative, the gradient norm and every
 // gradient within 1e-5 relative (of the tensor's largest entry).
 void expect_equivalent(const Result& got, const Result& ref, const std::string& what, double loss_rtol = 1e-5);
+// The largest relative difference of the losses over all steps; of the
+// weights after them, relative Frobenius norms of the differences: of the
+// whole model, and of the tensor where it is largest (exact: GPT-2's key
+// bias too, whose gradient is rounding noise).
+struct TrainingGap {
+  double loss = 0, model = 0, tensor = 0;
+  std::string worst;  // that tensor
+};
+TrainingGap training_gap(const Result& got, const Result& ref, const std::string& what, bool exact);
 // Training runs of 20 steps (ZeRO stages against ZeRO-0): the losses and
 // every weight after them (Result::weights) the same to the bit (bits), or
 // else (sums taken in another order) losses within 1e-6 relative, the

@@ -34,7 +34,7 @@ struct Block {
     c.arch = Arch::Llama, c.d_model = 8, c.moe.experts = 5, c.moe.top_k = 2, c.moe.expert_ffn = 6;
     c.moe.score = sigmoid ? MoeConfig::Score::Sigmoid : MoeConfig::Score::Softmax, c.moe.norm_topk = norm;
     c.moe.aux_coeff = 0.05, c.moe.z_coeff = 0.01;
-    s.B = 2, s.T = 4, s.M = s.R = s.B * s.T, s.d = 8, s.E = 5, s.k = 2, s.Fe = 6, s.pairs = s.M * s.k;
+    s.B = 2, s.T = s.keys = 4, s.M = s.R = s.B * s.T, s.d = 8, s.E = 5, s.k = 2, s.Fe = 6, s.pairs = s.M * s.k;
     router = {5, 2, sigmoid, norm, 0.05, 0.01};
     ParamRegistry reg;
     params = moe_mlp().add_params(reg, "layers.0.mlp.", c);
@@ -112,7 +112,7 @@ struct BlockRun {
   std::vector<Ref> saved, scratch;
   std::vector<float*> scratch32;
   MoeRoute route;
-  RouterLossSums sums;
+  RouterStepSums sums;
   explicit BlockRun(const Block& b) {
     for (const SavedAct& a : moe_mlp().saved(b.s)) saved_buf.push_back(be.alloc(a.elems, DType::F32, Mem::Activations));
     for (size_t n : moe_mlp().scratch(b.s)) scratch_buf.push_back(be.alloc(n, DType::F32, Mem::Temporaries));
@@ -181,7 +181,11 @@ TEST(MoeMlp, MatchesADoubleLoopAndItsDerivatives) {
       // The router's losses the backward summed: J's part beyond <out, G>.
       double inner = 0;
       for (size_t i = 0; i < out.size(); i++) inner += want_out[i] * G[i];
-      EXPECT_NEAR(loss_scale * (run.sums.aux + run.sums.z), J - inner, 1e-6 * std::fabs(J - inner) + 1e-9) << what;
+      EXPECT_NEAR(loss_scale * (run.sums.losses.aux + run.sums.losses.z), J - inner, 1e-6 * std::fabs(J - inner) + 1e-9)
+          << what;
+      std::vector<double> chosen(b.s.E, 0.0);
+      for (int e : ref.chosen) chosen[e] += 1;
+      EXPECT_EQ(run.sums.selections, chosen) << what;
 
       // Central differences of the reference over every input and parameter.
       using test_support::central_differences;

@@ -181,8 +181,8 @@ TEST(MoeRouting, LogitGradientIsTheLossesDerivative) {
       const std::vector<float> counts = sequence_counts(r, s.experts, 0, seq_rows, sequences);
       const float loss_scale = 0.7f;
       std::vector<float> dl(l.size());
-      const RouterLossSums sums = router_backward(s, l.data(), r, dweight.data(), counts, 0, seq_rows, loss_scale,
-                                                  dl.data());
+      const RouterLossSums sums = router_backward(s, l.data(), r, dweight.data(), counts, 0, seq_rows, seq_rows,
+                                                  loss_scale, dl.data());
       std::vector<double> x(l.begin(), l.end());
       const std::vector<int> chosen(r.expert.begin(), r.expert.end());
       const auto J = [&](const std::vector<double>& y) {
@@ -211,7 +211,7 @@ TEST(MoeRouting, EqualLogitsGiveTheCoefficients) {
   const std::vector<float> counts = sequence_counts(r, s.experts, 0, rows, 1);
   std::vector<float> dl(l.size());
   const std::vector<float> none(r.expert.size(), 0.f);
-  const RouterLossSums sums = router_backward(s, l.data(), r, none.data(), counts, 0, rows, 1.f, dl.data());
+  const RouterLossSums sums = router_backward(s, l.data(), r, none.data(), counts, 0, rows, rows, 1.f, dl.data());
   EXPECT_NEAR(sums.aux / rows, 0.01, 1e-12);
   EXPECT_NEAR(sums.z / rows, 0.001 * std::log(8.0) * std::log(8.0), 1e-12);
 }
@@ -228,7 +228,7 @@ TEST(MoeRouting, SplittingTheRowsChangesNothing) {
   const std::vector<float> counts = sequence_counts(whole, s.experts, 0, seq_rows, sequences);
   std::vector<float> dl_whole(l.size());
   const RouterLossSums all =
-      router_backward(s, l.data(), whole, dweight.data(), counts, 0, seq_rows, 0.5f, dl_whole.data());
+      router_backward(s, l.data(), whole, dweight.data(), counts, 0, seq_rows, seq_rows, 0.5f, dl_whole.data());
   for (int parts : {2, 4}) {
     const int n = rows / parts;
     std::vector<Routing> cut;
@@ -244,10 +244,43 @@ TEST(MoeRouting, SplittingTheRowsChangesNothing) {
     for (int p = 0; p < parts; p++) {
       const RouterLossSums got =
           router_backward(s, l.data() + (size_t)p * n * s.experts, cut[p], dweight.data() + (size_t)p * n * s.top_k,
-                          summed, p * n, seq_rows, 0.5f, dl.data() + (size_t)p * n * s.experts);
+                          summed, p * n, seq_rows, seq_rows, 0.5f, dl.data() + (size_t)p * n * s.experts);
       sums.aux += got.aux, sums.z += got.z;
     }
     EXPECT_EQ(dl, dl_whole) << parts << " parts";
+    EXPECT_NEAR(sums.aux, all.aux, 1e-12);
+    EXPECT_NEAR(sums.z, all.z, 1e-12);
+  }
+  // Context parallelism's cut: each part holds a share of every sequence
+  // (seq_rows / parts of its rows), sequence after sequence.
+  for (int parts : {2, 4}) {
+    const int h = seq_rows / parts;
+    const auto row_of = [&](int p, int i) { return (i / h) * seq_rows + p * h + i % h; };  // part p's row i
+    std::vector<std::vector<float>> logits(parts), dweights(parts);
+    std::vector<Routing> cut;
+    std::vector<float> summed((size_t)sequences * s.experts, 0.f);
+    for (int p = 0; p < parts; p++) {
+      for (int i = 0; i < sequences * h; i++) {
+        const int t = row_of(p, i);
+        logits[p].insert(logits[p].end(), l.begin() + (size_t)t * s.experts, l.begin() + (size_t)(t + 1) * s.experts);
+        dweights[p].insert(dweights[p].end(), dweight.begin() + (size_t)t * s.top_k,
+                           dweight.begin() + (size_t)(t + 1) * s.top_k);
+      }
+      cut.push_back(route(s, logits[p].data(), nullptr, sequences * h));
+      const std::vector<float> c = sequence_counts(cut.back(), s.experts, 0, h, sequences);
+      for (size_t i = 0; i < c.size(); i++) summed[i] += c[i];
+    }
+    EXPECT_EQ(summed, counts);
+    RouterLossSums sums;
+    for (int p = 0; p < parts; p++) {
+      std::vector<float> dl(logits[p].size());
+      const RouterLossSums got =
+          router_backward(s, logits[p].data(), cut[p], dweights[p].data(), summed, 0, h, seq_rows, 0.5f, dl.data());
+      sums.aux += got.aux, sums.z += got.z;
+      for (int i = 0; i < sequences * h; i++)
+        for (int e = 0; e < s.experts; e++)
+          EXPECT_EQ(dl[(size_t)i * s.experts + e], dl_whole[(size_t)row_of(p, i) * s.experts + e]) << parts << " shares";
+    }
     EXPECT_NEAR(sums.aux, all.aux, 1e-12);
     EXPECT_NEAR(sums.z, all.z, 1e-12);
   }

@@ -303,14 +303,17 @@ StepStats RankStep::step() {
 // backward on the host, over every rank's rows (the replicas', tp's) and
 // layers (the stages').
 void RankStep::record_moe_losses(StepStats& s) {
-  const int E = r_.model.moe.experts;
-  std::vector<double> sums(2 + (size_t)r_.model.n_layers * E, 0.0);  // aux, z, then the selections
+  const int E = r_.model.moe.experts, L = r_.model.n_layers;
+  // aux, z, the selections [L x E], the dropped pairs [L]
+  std::vector<double> sums(2 + (size_t)L * (E + 1), 0.0);
+  double* selections = &sums[2];
+  double* dropped = selections + (size_t)L * E;
   for (auto& m : chunks_)
-    for (size_t l = 0; l < m->moe_step_sums().size(); l++) {
-      const RouterStepSums& rs = m->moe_step_sums()[l];
-      sums[0] += rs.losses.aux, sums[1] += rs.losses.z;
-      for (size_t e = 0; e < rs.selections.size(); e++)
-        sums[2 + (m->chunk().first_layer + l) * E + e] += rs.selections[e];
+    for (size_t i = 0; i < m->moe_step_sums().size(); i++) {
+      const RouterStepSums& rs = m->moe_step_sums()[i];
+      const size_t l = m->chunk().first_layer + i;
+      sums[0] += rs.losses.aux, sums[1] += rs.losses.z, dropped[l] += rs.dropped;
+      for (size_t e = 0; e < rs.selections.size(); e++) selections[l * E + e] += rs.selections[e];
     }
   // (Each rank's rows are its own: tp's under sequence parallelism, which
   // [moe] needs with tp > 1.)
@@ -319,7 +322,9 @@ void RankStep::record_moe_losses(StepStats& s) {
   if (pp_control_) pp_control_->allreduce_sum(sums.data(), sums.size());
   const double tokens = (double)chunks_.front()->tokens() * pipe_.micro_batches * replicas_.size();
   s.moe = true, s.moe_aux_loss = sums[0] / tokens, s.moe_z_loss = sums[1] / tokens;
-  s.moe_selections.assign(sums.begin() + 2, sums.end());
+  s.moe_selections.assign(selections, selections + (size_t)L * E);
+  s.moe_dropped.assign(dropped, dropped + L);
+  for (double& d : s.moe_dropped) d /= tokens * r_.model.moe.top_k;
 }
 
 // Every stage's compute, wait, span and peak in flight, in stage order.

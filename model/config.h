@@ -20,7 +20,14 @@ struct MoeConfig {
   Score score = Score::Softmax;
   bool norm_topk = true;   // the chosen experts' weights divided by their sum
   double aux_coeff = 0.01, z_coeff = 0.001;  // balancing loss, router z-loss (model/layer/moe_routing.h)
+  int shared_expert_ffn = 0;  // hidden width of an expert every token goes to (0: none)
+  int dense_layers = 0;       // the first layers keep a dense MLP
+  // An expert takes at most ceil(capacity_factor x k x rows / experts) of a
+  // rank's micro-batch rows; the rest are dropped (0: none are).
+  double capacity_factor = 0;
   bool enabled() const { return experts > 0; }
+  // Whether layer l's MLP has experts.
+  bool in_layer(int l) const { return enabled() && l >= dense_layers; }
 };
 
 struct ModelConfig {

@@ -15,8 +15,9 @@ double matmul_params(const ModelConfig& c);
 double stored_matmul_params(const ModelConfig& c);
 double train_flops_per_token(const ModelConfig& c);
 // Each of pp pipeline stages' share of a step's products, relative to the
-// mean stage (1.0 each without pipelining): equal layers per stage, and the
-// LM head on the last, which is slower by design.
+// mean stage (1.0 each without pipelining): equal layers per stage (each at
+// its own cost: a Mixture-of-Experts model's dense first layers differ),
+// and the LM head on the last, which is slower by design.
 std::vector<double> stage_work(const ModelConfig& c, int pp);
 
 }  // namespace trainer

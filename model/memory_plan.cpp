@@ -37,28 +37,38 @@ Dims dims(const LayerShape& s, int vocab_rows) {
   return x;
 }
 
-// One layer's saved activations in bytes, as its blocks declare them
-// (model/layer/layer_decl.h, attention.h, mlp.h): what a layer in recompute
-// mode m keeps (kept) and what it rebuilds into the workspace the
-// recomputing layers share (rebuilt).
+// Saved activations in bytes, as the blocks declare them (model/layer/
+// layer_decl.h, attention.h, mlp.h): what a layer in recompute mode m keeps
+// (kept) and what it rebuilds into the workspace its recomputing layers
+// share (rebuilt): of its norms and attention, or of its MLP kind.
 struct LayerBytes {
   double kept[3] = {}, rebuilt[3] = {};  // by RecomputeMode
 };
-LayerBytes layer_bytes(const ModelConfig& c, const LayerShape& s, double e) {
-  SavedActs saved = layer_saved(s);
-  for (const SavedAct& a : Attention::saved(s)) saved.push_back(a);
-  for (const SavedAct& a : mlp_for(c).saved(s)) saved.push_back(a);
+LayerBytes saved_bytes(const SavedActs& saved, double e) {
   LayerBytes b;
   for (RecomputeMode m : {RecomputeMode::None, RecomputeMode::Selective, RecomputeMode::Full})
     for (const SavedAct& a : saved) (kept_in(a.kept, m) ? b.kept : b.rebuilt)[(int)m] += a.elems * (a.fp32 ? 4 : e);
   return b;
 }
-// Backward scratch in elements of the compute type.
-double scratch_elems(const ModelConfig& c, const LayerShape& s) {
+LayerBytes norms_and_attention_bytes(const LayerShape& s, double e) {
+  SavedActs saved = layer_saved(s);
+  for (const SavedAct& a : Attention::saved(s)) saved.push_back(a);
+  return saved_bytes(saved, e);
+}
+// The MLP kinds of layers [first, last), each once.
+std::vector<const Mlp*> mlp_kinds(const ModelConfig& c, int first, int last) {
+  std::vector<const Mlp*> kinds;
+  for (int l = first; l < last; l++)
+    if (std::find(kinds.begin(), kinds.end(), &mlp_for(c, l)) == kinds.end()) kinds.push_back(&mlp_for(c, l));
+  return kinds;
+}
+// Backward scratch in elements of the compute type, of a chunk of layers [first, last).
+double scratch_elems(const ModelConfig& c, const LayerShape& s, int first, int last) {
   double n = 0;
   for (size_t x : layer_scratch(s)) n += x;
   for (size_t x : Attention::scratch(s)) n += x;
-  for (size_t x : mlp_for(c).scratch(s)) n += x;
+  for (const Mlp* kind : mlp_kinds(c, first, last))
+    for (size_t x : kind->scratch(s)) n += x;
   return n;
 }
 }  // namespace
@@ -99,7 +109,7 @@ MemoryPlan plan_memory(const ModelConfig& c, const RankLayout& l, const Recomput
   const Dims x = dims(shape, c.vocab_size / l.tp);
   const double f = 4, e = (double)dtype_size(l.compute);  // bytes: fp32, compute type
   const bool narrow = l.compute != DType::F32;
-  const LayerBytes k = layer_bytes(c, shape, e);
+  const LayerBytes k = norms_and_attention_bytes(shape, e);
   double zero_block = 0;  // bytes of the largest chunk's ZeRO-1 block (one buffer serves all)
   const int replicas = (int)l.weight_replicas();
   // ZeRO-2 (engine/unit_shards.h): the padded sizes of the largest unit
@@ -146,11 +156,17 @@ MemoryPlan plan_memory(const ModelConfig& c, const RankLayout& l, const Recomput
     if (zero) zero_block = std::max(zero_block, std::floor(n / replicas) * e);
     const int layers = ch.spec.last_layer - ch.spec.first_layer;
     double per_slot = 0, workspace = 0;
+    std::vector<const Mlp*> rebuilt_kinds;  // the MLP kinds of recomputing layers: a workspace each
     for (int i = 0; i < layers; i++) {
       const RecomputeMode m = rc.applies(i) ? rc.mode : RecomputeMode::None;
-      per_slot += k.kept[(int)m];
-      if (m != RecomputeMode::None) workspace = k.rebuilt[(int)m];
+      const Mlp& kind = mlp_for(c, ch.spec.first_layer + i);
+      const LayerBytes mlp = saved_bytes(kind.saved(shape), e);
+      per_slot += k.kept[(int)m] + mlp.kept[(int)m];
+      if (m == RecomputeMode::None) continue;
+      workspace = k.rebuilt[(int)m];
+      if (std::find(rebuilt_kinds.begin(), rebuilt_kinds.end(), &kind) == rebuilt_kinds.end()) rebuilt_kinds.push_back(&kind);
     }
+    for (const Mlp* kind : rebuilt_kinds) workspace += saved_bytes(kind->saved(shape), e).rebuilt[(int)rc.mode];
     per_slot += x.R * x.d * e;  // the chunk's output
     // Head: final norm output; its statistics, fp32 logits, losses, the
     // cross entropy's row maxima (this shard's and, under tp, the global
@@ -161,8 +177,9 @@ MemoryPlan plan_memory(const ModelConfig& c, const RankLayout& l, const Recomput
     p.bytes[(int)Mem::Activations] += ch.slots * (per_slot + tokens) + workspace;
     if (ch.spec.head) p.bytes[(int)Mem::Activations] += x.M * f;  // the step's summed per-token losses
     // Backward scratch; tensor-parallel collective buffers.
-    p.bytes[(int)Mem::Temporaries] += scratch_elems(c, shape) * e;
-    for (size_t n : mlp_for(c).scratch32(shape)) p.bytes[(int)Mem::Temporaries] += n * f;
+    p.bytes[(int)Mem::Temporaries] += scratch_elems(c, shape, ch.spec.first_layer, ch.spec.last_layer) * e;
+    for (const Mlp* kind : mlp_kinds(c, ch.spec.first_layer, ch.spec.last_layer))
+      for (size_t n : kind->scratch32(shape)) p.bytes[(int)Mem::Temporaries] += n * f;
     if (l.tp > 1) p.bytes[(int)Mem::Comm] += x.M * x.d * e;
     // The context-parallel attention's buffers.
     const Attention::Buffers context = Attention::context_buffers(shape, l, e);
@@ -202,12 +219,12 @@ double recompute_extra_flops(const ModelConfig& c, const RankLayout& l, const Re
   // Full reruns all but the MLP's output product; selective only an
   // elementwise activation (no products).
   const LayerShape shape = layer_shape(c, l);
-  const double per_layer = Attention::rerun_flops(shape) + mlp_for(c).rerun_flops(shape);
   double extra = 0;
   for (const ChunkLayout& ch : l.chunks) {
     const int layers = ch.spec.last_layer - ch.spec.first_layer;
     for (int i = 0; i < layers; i++)
-      if (rc.applies(i) && rc.mode == RecomputeMode::Full) extra += per_layer;
+      if (rc.applies(i) && rc.mode == RecomputeMode::Full)
+        extra += Attention::rerun_flops(shape) + mlp_for(c, ch.spec.first_layer + i).rerun_flops(shape);
   }
   return extra * l.micro_batches;
 }

@@ -67,6 +67,7 @@ std::vector<std::pair<std::string, std::string>> validate_tp(const ModelConfig& 
   divides("n_heads", c.n_heads, "n_heads");
   if (c.arch == Arch::Llama) divides("n_kv_heads", c.n_kv_heads, "n_kv_heads");
   divides("d_ff", c.d_ff, "d_ff");
+  if (c.moe.enabled()) divides("moe.shared_expert_ffn", c.moe.shared_expert_ffn, "moe.shared_expert_ffn");
   if (c.vocab_size % tp != 0)
     err.push_back({"vocab_size", "vocab_size = " + std::to_string(c.vocab_size) +
                                      " must be divisible by parallel.tp = " + std::to_string(tp) +
@@ -95,7 +96,7 @@ ModelParams build_params(const ModelConfig& c, int tp_size, int tp_rank, ChunkSp
     lp.norm1 = norm.add_params(r, p + "attn_norm.", c);
     Attention::add_params(r, p, c, lp);
     lp.norm2 = norm.add_params(r, p + "mlp_norm.", c);
-    lp.mlp = mlp_for(c).add_params(r, p + "mlp.", c);
+    lp.mlp = mlp_for(c, l).add_params(r, p + "mlp.", c);
     // A layer is [its vectors][its matrices]: under ZeRO-3 the vectors can
     // stay gathered for the step as a unit of their own (model/param_units.h).
     // The layer's first tensor, norm1's weight, stays first: an absent
@@ -123,7 +124,7 @@ ModelParams build_params(const ModelConfig& c, int tp_size, int tp_rank, ChunkSp
   r.begin_experts();
   for (int l = chunk.first_layer; l < chunk.last_layer; l++) {
     std::vector<size_t>& to = mp.layers[l - chunk.first_layer].mlp;
-    const std::vector<size_t> experts = mlp_for(c).add_expert_params(r, "layers." + std::to_string(l) + ".mlp.", c);
+    const std::vector<size_t> experts = mlp_for(c, l).add_expert_params(r, "layers." + std::to_string(l) + ".mlp.", c);
     to.insert(to.end(), experts.begin(), experts.end());
   }
   return mp;

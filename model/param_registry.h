@@ -106,7 +106,8 @@ struct ModelParams {
 ModelParams build_params(const ModelConfig& c, int tp_size = 1, int tp_rank = 0,
                          ChunkSpec chunk = {});
 
-// Problems that stop a model from splitting over tp ranks, as (key, message).
+// Problems that stop a model from splitting over tp ranks, as (key, message):
+// a [model] key, or "moe.KEY".
 std::vector<std::pair<std::string, std::string>> validate_tp(const ModelConfig& c, int tp);
 
 }  // namespace trainer

@@ -34,7 +34,7 @@ class Carver {
 Transformer::Transformer(Backend& be, const ModelConfig& cfg, const RankLayout& layout, const ChunkLayout& chunk,
                          TensorParallel tp, RecomputeConfig recompute, ContextParallel context)
     : be_(be), cfg_(cfg), tp_(tp), mp_(build_params(cfg, tp.size(), tp.rank(), chunk.spec)), norm_(norm_for(cfg)),
-      mlp_(mlp_for(cfg)), compute_(layout.compute), B_(layout.micro_batch),
+      compute_(layout.compute), B_(layout.micro_batch),
       T_(layout.sequence_share(cfg.seq_len)), M_(layout.micro_batch * T_),
       seq_(context.comm ? context.comm->size() : 1, context.comm ? context.comm->rank() : 0, cfg.seq_len),
       rc_(recompute) {
@@ -51,7 +51,15 @@ Transformer::Transformer(Backend& be, const ModelConfig& cfg, const RankLayout& 
   vocab_offset_ = tp_.rank() * V_;
   position_runs_ = seq_.runs(row_offset_, R_);
   const MoeConfig& moe = cfg.moe;
-  router_ = {moe.experts, moe.top_k, moe.score == MoeConfig::Score::Sigmoid, moe.norm_topk, moe.aux_coeff, moe.z_coeff};
+  router_ = {moe.experts,   moe.top_k,   moe.score == MoeConfig::Score::Sigmoid, moe.norm_topk,
+             moe.aux_coeff, moe.z_coeff, moe.capacity_factor};
+  for (int l = mp_.chunk.first_layer; l < mp_.chunk.last_layer; l++) {
+    const Mlp* kind = &mlp_for(cfg, l);
+    int k = 0;
+    while (k < (int)mlp_kinds_.size() && mlp_kinds_[k].mlp != kind) k++;
+    if (k == (int)mlp_kinds_.size()) mlp_kinds_.push_back({kind, kind->saved(ops_.shape), {}, {}, {}});
+    kind_of_.push_back(k);
+  }
   attn_ = std::make_unique<Attention>(be_, cfg, ops_.shape, layout, context.comm, seq_.positions());
 
   const size_t n = mp_.reg.total();
@@ -90,7 +98,7 @@ void Transformer::allocate_activations(int slots) {
   const size_t M = M_, R = R_, d = cfg_.d_model, L = mp_.layers.size();
   const bool head = mp_.chunk.head;
   const LayerShape& shape = ops_.shape;
-  const SavedActs own = layer_saved(shape), attn = Attention::saved(shape), mlp = mlp_.saved(shape);
+  const SavedActs own = layer_saved(shape), attn = Attention::saved(shape);
   // Selective recomputation reruns only the MLP (Upto::DroppedOnly): nothing
   // else may leave what it drops to be rebuilt.
   for (const SavedActs* d : {&own, &attn})
@@ -110,21 +118,30 @@ void Transformer::allocate_activations(int slots) {
       if (keeps(decl[i].kept)) out[i] = (decl[i].fp32 ? f : c).take(decl[i].elems);
       else out[i] = shared[i];
   };
-  auto carve_layer = [&](Carver& c, Carver& f, LayerActs& a, auto keeps) {
+  auto carve_layer = [&](Carver& c, Carver& f, LayerActs& a, MlpKind& kind, auto keeps) {
     carve_saved(c, f, own, a.own, work_.own, keeps);
     carve_saved(c, f, attn, a.attn, work_.attn, keeps);
-    carve_saved(c, f, mlp, a.mlp, work_.mlp, keeps);
+    carve_saved(c, f, kind.saved, a.mlp, kind.work, keeps);
   };
   auto carve = [&](Carver& c, Carver& f, Carver& tmp, Carver& tmp32, Carver& com) {
-    // The workspace holds what the recomputing layers drop.
+    // The workspace holds what the recomputing layers drop: their norms'
+    // and attention's, and each MLP kind's of the kind's recomputing layers.
+    const auto drops = [&](Kept k) { return !kept_in(k, rc_.mode); };
     work_ = {};
-    work_.own.resize(own.size()), work_.attn.resize(attn.size()), work_.mlp.resize(mlp.size());
-    if (any_recompute) carve_layer(c, f, work_, [&](Kept k) { return !kept_in(k, rc_.mode); });
+    work_.own.resize(own.size()), work_.attn.resize(attn.size());
+    if (any_recompute) carve_saved(c, f, own, work_.own, work_.own, drops), carve_saved(c, f, attn, work_.attn, work_.attn, drops);
+    for (size_t k = 0; k < mlp_kinds_.size(); k++) {
+      MlpKind& kind = mlp_kinds_[k];
+      kind.work.assign(kind.saved.size(), Ref());
+      bool recomputed = false;
+      for (size_t l = 0; l < L; l++) recomputed |= kind_of_[l] == (int)k && rc_.applies((int)l);
+      if (recomputed) carve_saved(c, f, kind.saved, kind.work, kind.work, drops);
+    }
     for (Slot& sl : slots_) {
       sl.layers.assign(L, {});
       for (size_t l = 0; l < L; l++) {
         const RecomputeMode mode = rc_.applies((int)l) ? rc_.mode : RecomputeMode::None;
-        carve_layer(c, f, sl.layers[l], [&](Kept k) { return kept_in(k, mode); });
+        carve_layer(c, f, sl.layers[l], mlp_kinds_[kind_of_[l]], [&](Kept k) { return kept_in(k, mode); });
       }
       sl.out = c.take(R * d);
       sl.normf = c.take(head ? M * d : 0);
@@ -140,10 +157,11 @@ void Transformer::allocate_activations(int slots) {
     g_resid_ = g[kGResid], g_norm_ = g[kGNorm];
     attn_scratch_.clear();
     for (size_t n : Attention::scratch(shape)) attn_scratch_.push_back(tmp.take(n));
-    mlp_scratch_.clear();
-    for (size_t n : mlp_.scratch(shape)) mlp_scratch_.push_back(tmp.take(n));
-    mlp_scratch32_.clear();
-    for (size_t n : mlp_.scratch32(shape)) mlp_scratch32_.push_back(tmp32.take_f32(n));
+    for (MlpKind& kind : mlp_kinds_) {
+      kind.scratch.clear(), kind.scratch32.clear();
+      for (size_t n : kind.mlp->scratch(shape)) kind.scratch.push_back(tmp.take(n));
+      for (size_t n : kind.mlp->scratch32(shape)) kind.scratch32.push_back(tmp32.take_f32(n));
+    }
     ops_.part = com.take(t > 1 ? M * d : 0);
     ops_.rows_tmp = com.take(sp ? R * d : 0);
     ops_.g_rows = com.take(sp ? R * d : 0);
@@ -220,8 +238,9 @@ void Transformer::norm_to_full(Ref full, float* mean, float* rstd, CRef x, const
 // (a Mixture-of-Experts MLP's also its routing, the backward's loss scale and
 // where its router's losses are summed).
 MlpTensors Transformer::mlp_tensors(LayerActs& a, const LayerParams& lp) {
-  return {lp.mlp, a.mlp, mlp_scratch_, &mlp_scratch32_, &router_, &a.route, loss_scale_,
-          &moe_sums_[&lp - mp_.layers.data()]};
+  const size_t l = &lp - mp_.layers.data();
+  const MlpKind& kind = mlp_kinds_[kind_of_[l]];
+  return {lp.mlp, a.mlp, kind.scratch, &kind.scratch32, &router_, &a.route, loss_scale_, &moe_sums_[l]};
 }
 
 // One transformer layer forward: attention, then the MLP block. Recomputation
@@ -231,13 +250,13 @@ MlpTensors Transformer::mlp_tensors(LayerActs& a, const LayerParams& lp) {
 void Transformer::layer_fwd(LayerActs& a, const LayerParams& lp, Ref out, Upto upto) {
   const std::vector<Ref>& s = a.own;
   const MlpTensors mlp = mlp_tensors(a, lp);
-  if (upto == Upto::DroppedOnly) return mlp_.forward(ops_, mlp, s[kNorm2], out, s[kResidMid], upto);
+  if (upto == Upto::DroppedOnly) return mlp_of(lp).forward(ops_, mlp, s[kNorm2], out, s[kResidMid], upto);
   // attention block
   norm_to_full(s[kNorm1], s[kMean1].f32(), s[kRstd1].f32(), s[kResidIn], lp.norm1);
   attn_->forward(ops_, lp, a.attn, s[kNorm1], s[kResidMid], s[kResidIn]);
   // MLP block
   norm_to_full(s[kNorm2], s[kMean2].f32(), s[kRstd2].f32(), s[kResidMid], lp.norm2);
-  mlp_.forward(ops_, mlp, s[kNorm2], out, s[kResidMid], upto);
+  mlp_of(lp).forward(ops_, mlp, s[kNorm2], out, s[kResidMid], upto);
 }
 
 // Vocab-parallel embedding: each rank fills the rows of its tokens, the TP
@@ -345,7 +364,7 @@ void Transformer::layer_bwd(LayerActs& a, const LayerParams& lp, int l) {
   if (rc_.applies(l))
     layer_fwd(a, lp, Ref(), rc_.mode == RecomputeMode::Full ? Upto::BackwardInputs : Upto::DroppedOnly);
   // MLP block
-  mlp_.backward(ops_, mlp_tensors(a, lp), g_resid_, s[kNorm2], g_norm_);
+  mlp_of(lp).backward(ops_, mlp_tensors(a, lp), g_resid_, s[kNorm2], g_norm_);
   norm_.backward(ops_, lp.norm2, g_resid_, ops_.reduce_input_grad(g_norm_), s[kResidMid], s[kMean2].f32(),
                  s[kRstd2].f32());
   // Attention block: g_resid is now the gradient of resid_mid.

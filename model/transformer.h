@@ -213,6 +213,7 @@ class Transformer {
   double head_fwd(Slot& sl, const int32_t* targets, float grad_scale);
   void head_bwd(Slot& sl);
   void layer_bwd(LayerActs& a, const LayerParams& lp, int l);
+  const Mlp& mlp_of(const LayerParams& lp) const { return *mlp_kinds_[kind_of_[&lp - mp_.layers.data()]].mlp; }
   MlpTensors mlp_tensors(LayerActs& a, const LayerParams& lp);
   void allocate_activations(int slots);
   CRef W(size_t offset) const;  // wherever its unit's weights are now
@@ -229,7 +230,17 @@ class Transformer {
   TensorParallel tp_;
   ModelParams mp_;
   const Norm& norm_;
-  const Mlp& mlp_;
+  // The MLP kinds of the chunk's layers (a Mixture-of-Experts model's first
+  // layers may be dense): each one's declared activations, the workspace
+  // its recomputing layers rebuild into, its backward scratch.
+  struct MlpKind {
+    const Mlp* mlp;
+    SavedActs saved;
+    std::vector<Ref> work, scratch;
+    std::vector<float*> scratch32;
+  };
+  std::vector<MlpKind> mlp_kinds_;
+  std::vector<int> kind_of_;  // each layer's
   DType compute_;
   int B_, T_, M_, R_;    // sequences, tokens of each here (its share), token rows, rows this rank keeps (M_/tp with SP)
   int row_offset_;       // first token row of this rank's share
@@ -253,11 +264,10 @@ class Transformer {
   RecomputeConfig rc_;
   std::vector<Backend::SumSpan> grad_spans_;
   std::function<void(size_t)> grad_hook_;  // grad_sumsq's tensors, built once
-  LayerActs work_{};  // one layer's rebuilt activations, shared by recomputing layers
+  LayerActs work_{};  // one layer's rebuilt norms and attention, shared by recomputing layers
   // backward scratch (model/layer/layer_decl.h LayerScratch; the blocks' own)
   Ref g_resid_, g_norm_;
-  std::vector<Ref> attn_scratch_, mlp_scratch_;
-  std::vector<float*> mlp_scratch32_;
+  std::vector<Ref> attn_scratch_;
   RouterSpec router_;          // a Mixture-of-Experts MLP's router (model/layer/moe_routing.h)
   float loss_scale_ = 0;       // the backward's slot's grad_scale
   std::vector<RouterStepSums> moe_sums_;  // per layer: its router's over the step's backward

@@ -146,6 +146,14 @@ std::vector<RecipeKey> make_keys() {
       K("moe", "z_coeff", Float, "router z-loss, coeff x the mean over tokens of logsumexp(logits)^2 (0: off)",
         AT(model.moe.z_coeff))
           .def(0.001).at_least(0).shown_if(moe),
+      K("moe", "shared_expert_ffn", Int, "hidden width of a shared SwiGLU expert every token goes to, beside its "
+        "routed ones (0: none)", AT(model.moe.shared_expert_ffn))
+          .def(0L).at_least(0).shown_if(moe),
+      K("moe", "dense_layers", Int, "the first layers keep a dense MLP (d_ff)", AT(model.moe.dense_layers))
+          .def(0L).at_least(0).shown_if(moe),
+      K("moe", "capacity_factor", Float, "an expert takes at most ceil(factor x top_k x rows / experts) of each "
+        "rank's micro-batch; the rest are dropped, keeping their residual (0: dropless)", AT(model.moe.capacity_factor))
+          .def(0.0).at_least(0).shown_if(moe),
       // [parallel]
       K("parallel", "tp", Int, "tensor-parallel ranks; n_heads, n_kv_heads, d_ff and vocab_size must divide by it", AT(parallel.grid.tp))
           .def(1L).at_least(1).at_most(GridShape::kMaxRanks),

@@ -47,8 +47,8 @@ bool run_and_model(const Recipe& r, Rules& rules) {
   return moe(r, rules);
 }
 
-// [moe]: SwiGLU experts on one CPU process for now (expert parallelism,
-// parallel layouts and CUDA kernels come with issue 69's next parts).
+// [moe]: SwiGLU experts on the CPU (expert parallelism and CUDA kernels are
+// not built yet).
 bool moe(const Recipe& r, Rules& rules) {
   const MoeConfig& e = r.model.moe;
   if (!e.enabled()) return true;
@@ -57,6 +57,10 @@ bool moe(const Recipe& r, Rules& rules) {
   if (e.top_k > e.experts)
     return rules.fail("moe", "top_k", "top_k = " + std::to_string(e.top_k) + " is more than the " +
                                           std::to_string(e.experts) + " experts");
+  if (e.dense_layers >= r.model.n_layers)
+    return rules.fail("moe", "dense_layers", "dense_layers = " + std::to_string(e.dense_layers) +
+                                                 " leaves none of the " + std::to_string(r.model.n_layers) +
+                                                 " layers with experts: use fewer, or moe.experts = 0");
   if (r.runtime.backend == "cuda")
     return rules.fail("moe", "experts", "Mixture-of-Experts runs on the CPU backend only for now: set "
                                         "runtime.backend = \"cpu\" or moe.experts = 0");
@@ -120,7 +124,10 @@ bool layout(const Recipe& r, int world_size, Rules& rules) {
     return rules.fail("parallel", dp_given ? "dp" : layout_key(),
                       grid_names() + " = " + grid_values(g) + " = " + std::to_string(g.ranks()) +
                           " does not match the " + std::to_string(world_size) + " ranks this job was launched with");
-  for (const auto& [key, msg] : validate_tp(m, g.tp)) return rules.fail("model", key, msg);
+  for (const auto& [key, msg] : validate_tp(m, g.tp)) {  // ("n_heads": [model]'s; "moe.x": [moe]'s)
+    const size_t dot = key.find('.');
+    return dot == std::string::npos ? rules.fail("model", key, msg) : rules.fail(key.substr(0, dot), key.substr(dot + 1), msg);
+  }
   // Context parallelism cuts each sequence into 2 x cp equal chunks
   // (parallel/context_chunks.h).
   if (g.cp > 1 && m.seq_len % (2 * g.cp) != 0)

@@ -32,7 +32,8 @@ std::vector<HfParam> layer_hf_params(const ModelConfig& c) {
   norm("attn_norm", gpt2 ? "ln_1" : "input_layernorm");
   for (const HfParam& p : Attention::hf_params(c)) out.push_back(p);
   norm("mlp_norm", gpt2 ? "ln_2" : "post_attention_layernorm");
-  for (const MlpParam& p : mlp_for(c).params()) out.push_back({std::string("mlp.") + p.name, p.hf, p.hf_transposed});
+  // (A dense layer's: Mixture-of-Experts models do not leave for Hugging Face yet.)
+  for (const MlpParam& p : mlp_for(c, 0).params()) out.push_back({std::string("mlp.") + p.name, p.hf, p.hf_transposed});
   return out;
 }
 

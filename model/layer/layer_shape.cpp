@@ -11,7 +11,10 @@ LayerShape layer_shape(const ModelConfig& c, const RankLayout& l) {
   s.H = c.n_heads / t, s.KV = c.kv_heads() / t, s.F = c.d_ff / t;
   s.Q = (s.H + 2 * s.KV) * s.hd;
   s.att = s.H * s.hd;
-  if (c.moe.enabled()) s.E = c.moe.experts, s.k = c.moe.top_k, s.Fe = c.moe.expert_ffn, s.pairs = s.R * s.k;
+  if (c.moe.enabled()) {
+    s.E = c.moe.experts, s.k = c.moe.top_k, s.Fe = c.moe.expert_ffn, s.pairs = s.R * s.k;
+    s.Fs = c.moe.shared_expert_ffn / t;
+  }
   return s;
 }
 

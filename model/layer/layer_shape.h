@@ -23,10 +23,11 @@ struct LayerShape {
   size_t F;      // this rank's MLP hidden units (d_ff / tp)
   size_t Q;      // the packed q|k|v width of this rank: (H + 2 KV) * hd
   size_t att;    // attention's output width: H * hd
-  // Mixture-of-Experts MLPs (model/layer/moe_mlp.h; 0 when dense): experts,
-  // the experts a token goes to, an expert's hidden width, and the most
-  // (token, expert) pairs one micro-batch routes: R * k.
-  size_t E = 0, k = 0, Fe = 0, pairs = 0;
+  // Mixture-of-Experts MLPs (model/layer/moe_mlp.cpp; 0 when dense):
+  // experts, the experts a token goes to, an expert's hidden width, the
+  // most (token, expert) pairs one micro-batch routes (R * k), and this
+  // rank's hidden units of the shared expert (/ tp).
+  size_t E = 0, k = 0, Fe = 0, pairs = 0, Fs = 0;
 };
 
 LayerShape layer_shape(const ModelConfig& c, const RankLayout& l);

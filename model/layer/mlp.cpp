@@ -11,6 +11,8 @@ std::vector<int> MlpParam::global_shape(const ModelConfig& c) const {
     case EByD: return {c.moe.experts, c.d_model};
     case FeByD: return {c.moe.expert_ffn, c.d_model};
     case DByFe: return {c.d_model, c.moe.expert_ffn};
+    case FsByD: return {c.moe.shared_expert_ffn, c.d_model};
+    case DByFs: return {c.d_model, c.moe.shared_expert_ffn};
   }
   return {};
 }
@@ -53,8 +55,8 @@ std::vector<size_t> Mlp::scratch(const LayerShape& s) const {
   return n;
 }
 
-const Mlp& mlp_for(const ModelConfig& c) {
-  if (c.moe.enabled()) return moe_mlp();
+const Mlp& mlp_for(const ModelConfig& c, int l) {
+  if (c.moe.in_layer(l)) return moe_mlp(c.moe.shared_expert_ffn > 0);
   return c.arch == Arch::Llama ? swiglu_mlp() : gelu_mlp();
 }
 

@@ -25,8 +25,9 @@ namespace trainer {
 // the tokens under sequence parallelism, so their gradients are partial.
 struct MlpParam {
   // [d_ff, d], [d_ff], [d, d_ff], [d]; a Mixture-of-Experts router's
-  // [experts, d] and an expert's [expert_ffn, d], [d, expert_ffn].
-  enum Shape { FfByD, Ff, DByFf, D, EByD, FeByD, DByFe };
+  // [experts, d], a routed expert's [expert_ffn, d], [d, expert_ffn], the
+  // shared expert's [shared_expert_ffn, d], [d, shared_expert_ffn].
+  enum Shape { FfByD, Ff, DByFf, D, EByD, FeByD, DByFe, FsByD, DByFs };
   const char* name;
   const char* hf;
   Shape shape;
@@ -93,11 +94,24 @@ class Mlp {
 
 // GPT-2's: a GELU (tanh form) between two products with biases. Llama's:
 // SwiGLU, silu(gate) * up, without biases. Mixture-of-Experts: routed
-// SwiGLU experts (model/layer/moe_mlp.cpp).
+// SwiGLU experts (model/layer/moe_mlp.cpp), with a shared one or without.
 const Mlp& gelu_mlp();
 const Mlp& swiglu_mlp();
-const Mlp& moe_mlp();
-// The model's MLP.
-const Mlp& mlp_for(const ModelConfig& c);
+const Mlp& moe_mlp(bool shared_expert);
+// Layer l's MLP.
+const Mlp& mlp_for(const ModelConfig& c, int l);
+
+// Llama's SwiGLU MLP over all M rows, F hidden units on this rank: the dense
+// kind's and a Mixture-of-Experts layer's shared expert's. Its fused
+// [w_gate | w_up] and w_down (registry offsets), its saved gate|up and
+// activation, their gradients' scratch.
+struct SwiGluRefs {
+  size_t w_gate_up, w_down;
+  Ref gate_up, h, g_gate_up, g_h;
+};
+// out = resid + MLP(in) (Upto as Mlp::forward's).
+void swiglu_forward(const LayerOps& o, int F, const SwiGluRefs& t, CRef in, Ref out, CRef resid, Upto upto);
+// g_in (written, all M rows, a partial sum over tp) from g_out (this rank's rows).
+void swiglu_backward(const LayerOps& o, int F, const SwiGluRefs& t, CRef g_out, CRef in, Ref g_in);
 
 }  // namespace trainer

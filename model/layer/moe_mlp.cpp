@@ -1,17 +1,20 @@
 // The Mixture-of-Experts MLP (issue 69): a router (fp32 logits x W_r^T,
 // [experts, d]) sends each token row to its top_k experts
 // (model/layer/moe_routing.h), each a SwiGLU MLP of its own, and the row's
-// output is the residual plus the experts' outputs weighted by the router.
-// Dropless: every expert computes all the rows it was given, in one block
-// of rows per expert (the rows in expert order: gather_rows; back in token
-// order, weighted: combine_rows).
+// output is the residual plus the experts' outputs weighted by the router,
+// plus a shared SwiGLU expert's that every row goes to (if the layer has
+// one: tp splits it as the dense MLP). Each expert computes the rows it was
+// given in one block (the rows in expert order: gather_rows; back in token
+// order, weighted: combine_rows); with a capacity, the rows past it are
+// dropped and add nothing.
 //
 // The routing is decided once per micro-batch, on the host (its logits come
 // back: one wait per layer and micro-batch), and kept with the micro-batch
 // (MoeRoute; its indices and weights also in the saved activations):
 // recomputation rebuilds the experts' products from it, never chooses again.
-// Each expert's tensors follow the router's in t.params: w_gate, w_up (next
-// to each other: one [2 Fe, d] product makes both), w_down.
+// t.params: the router's, the shared expert's (w_gate, w_up, w_down), then
+// each routed expert's: w_gate, w_up (next to each other: one [2 Fe, d]
+// product makes both), w_down.
 #include <algorithm>
 
 #include "model/layer/mlp.h"
@@ -19,21 +22,27 @@
 namespace trainer {
 
 namespace {
-enum Param { kRouter, kExperts };  // then kPerExpert tensors per expert
+enum Param { kRouter, kSharedGateUp, kSharedUp, kSharedDown };  // (the shared expert's only if the layer has one)
 enum ExpertParam { kGateUp, kUp, kDown, kPerExpert };
 // Rows in expert order (slots, at most `pairs`): the gathered inputs,
 // gate|up, the SwiGLU activation, the expert's output; the slots' source
-// rows with the pairs' slots (int32); the pairs' weights with the slots'.
-enum Saved { kX, kGU, kH, kY, kIndex, kWeights };
-enum Scratch { kGY, kGGU, kGH, kGX };
+// rows with the pairs' slots (int32); the pairs' weights with the slots';
+// the shared expert's gate|up and activation (all M rows).
+enum Saved { kX, kGU, kH, kY, kIndex, kWeights, kSharedGU, kSharedH };
+enum Scratch { kGY, kGGU, kGH, kGX, kSharedGGU, kSharedGH };
 enum Scratch32 { kDWeight, kLogits };  // kLogits: the router's logits, then their gradient
 
 class MoeMlp final : public Mlp {
  public:
-  const std::vector<MlpParam>& params() const override {
-    static const std::vector<MlpParam> p = {{"router.weight", "mlp.gate.weight", MlpParam::EByD, Sharding::Replicated, false}};
-    return p;
+  explicit MoeMlp(bool shared) : shared_(shared) {
+    params_ = {{"router.weight", "mlp.gate.weight", MlpParam::EByD, Sharding::Replicated, false}};
+    if (shared_) {  // in Param's order, split over tp as the dense MLP is
+      params_.push_back({"shared.w_gate", "mlp.shared_expert.gate_proj.weight", MlpParam::FsByD, Sharding::Dim0, false});
+      params_.push_back({"shared.w_up", "mlp.shared_expert.up_proj.weight", MlpParam::FsByD, Sharding::Dim0, false});
+      params_.push_back({"shared.w_down", "mlp.shared_expert.down_proj.weight", MlpParam::DByFs, Sharding::Dim1, false});
+    }
   }
+  const std::vector<MlpParam>& params() const override { return params_; }
   const std::vector<MlpParam>& expert_params() const override {
     static const std::vector<MlpParam> p = {  // in ExpertParam's order
         {"w_gate", "gate_proj.weight", MlpParam::FeByD, Sharding::Replicated, false},
@@ -42,27 +51,37 @@ class MoeMlp final : public Mlp {
     };
     return p;
   }
-  // Per token: the router's product and top_k experts' three.
+  // Per token: the router's product, top_k experts' three, the shared
+  // expert's three.
   double matmul_params(const ModelConfig& c) const override {
-    return (double)c.moe.experts * c.d_model + 3.0 * c.moe.top_k * c.moe.expert_ffn * c.d_model;
+    const MoeConfig& m = c.moe;
+    return (double)m.experts * c.d_model + 3.0 * ((double)m.top_k * m.expert_ffn + m.shared_expert_ffn) * c.d_model;
   }
   double stored_params(const ModelConfig& c) const override {
-    return (double)c.moe.experts * c.d_model * (1 + 3.0 * c.moe.expert_ffn);
+    const MoeConfig& m = c.moe;
+    return (double)m.experts * c.d_model * (1 + 3.0 * m.expert_ffn) + 3.0 * m.shared_expert_ffn * c.d_model;
   }
   SavedActs saved(const LayerShape& s) const override {
     const size_t P = s.pairs;
-    return {{P * s.d, false, Kept::UnlessFull},       {P * 2 * s.Fe, false, Kept::UnlessFull},
-            {P * s.Fe, false, Kept::WithoutRecompute}, {P * s.d, false, Kept::UnlessFull},
-            {2 * P, true, Kept::Always},               {2 * P, true, Kept::Always}};
+    SavedActs a = {{P * s.d, false, Kept::UnlessFull},       {P * 2 * s.Fe, false, Kept::UnlessFull},
+                   {P * s.Fe, false, Kept::WithoutRecompute}, {P * s.d, false, Kept::UnlessFull},
+                   {2 * P, true, Kept::Always},               {2 * P, true, Kept::Always}};
+    if (shared_) a.push_back({s.M * 2 * s.Fs, false, Kept::UnlessFull}), a.push_back({s.M * s.Fs, false, Kept::WithoutRecompute});
+    return a;
   }
   std::vector<size_t> scratch(const LayerShape& s) const override {
     const size_t P = s.pairs;
-    return {P * s.d, P * 2 * s.Fe, P * s.Fe, P * s.d};
+    std::vector<size_t> n = {P * s.d, P * 2 * s.Fe, P * s.Fe, P * s.d};
+    if (shared_) n.push_back(s.M * 2 * s.Fs), n.push_back(s.M * s.Fs);
+    return n;
   }
   std::vector<size_t> scratch32(const LayerShape& s) const override { return {s.pairs, s.R * s.E}; }
-  // Full recomputation reruns every expert product (the outputs too: the
-  // backward weighs them); the routing is kept.
-  double rerun_flops(const LayerShape& s) const override { return 2.0 * s.pairs * s.d * 3 * s.Fe; }
+  // Full recomputation reruns every routed expert's products (the outputs
+  // too: the backward weighs them) and the shared expert's first; the
+  // routing is kept.
+  double rerun_flops(const LayerShape& s) const override {
+    return 2.0 * s.pairs * s.d * 3 * s.Fe + 2.0 * s.M * s.d * 2 * s.Fs;
+  }
 
   // Under sequence parallelism each tp rank routes its own rows of `in`
   // (all M rows): the router and the experts see this rank's tokens only,
@@ -71,7 +90,7 @@ class MoeMlp final : public Mlp {
   void forward(const LayerOps& o, const MlpTensors& t, CRef in, Ref out, CRef resid, Upto upto) const override {
     const LayerShape& s = o.shape;
     const int R = (int)s.R, d = (int)s.d, E = (int)s.E, k = (int)s.k;
-    const CRef x = in + first_row(o) * s.d;
+    const CRef x = in + first_row(o) * s.d;  // this rank's rows
     MoeRoute& rt = *t.route;
     int32_t* row_of_slot = static_cast<int32_t*>(t.saved[kIndex].p);
     int32_t* slot_of_pair = row_of_slot + s.pairs;
@@ -82,7 +101,7 @@ class MoeMlp final : public Mlp {
       rt.logits.resize((size_t)R * E);
       o.be->to_host(rt.logits.data(), logits, rt.logits.size());
       rt.routing = route(*t.router, rt.logits.data(), nullptr, R);
-      rt.plan = dispatch(rt.routing, E);
+      rt.plan = dispatch(rt.routing, E, t.router->capacity(R));
       rt.w_slot.resize(rt.plan.kept);
       for (int i = 0; i < rt.plan.kept; i++) rt.w_slot[i] = rt.routing.weight[rt.plan.pair_of_slot[i]];
       o.be->from_host(Ref(row_of_slot, DType::I32), rt.plan.row_of_slot.data(), rt.plan.kept);
@@ -96,14 +115,15 @@ class MoeMlp final : public Mlp {
       const int rows = plan.count[e];
       if (!rows) continue;
       const Rows r = rows_of(t, s, plan.offset[e]);
-      const size_t* w = &t.params[kExperts + kPerExpert * e];
+      const size_t* w = &t.params[experts_at() + kPerExpert * e];
       if (upto != Upto::DroppedOnly)
         o.be->matmul(false, true, rows, 2 * (int)s.Fe, d, 1.f, r.x, o.W(w[kGateUp]), 0.f, r.gu);
       o.be->swiglu_fwd(r.h, r.gu, rows, (int)s.Fe);
       if (upto != Upto::DroppedOnly) o.be->matmul(false, true, rows, d, (int)s.Fe, 1.f, r.h, o.W(w[kDown]), 0.f, r.y);
     }
+    if (shared_) swiglu_forward(o, (int)s.Fs, shared(t), in, out, resid, upto);
     if (upto != Upto::Output) return;
-    o.be->copy(out, resid, (size_t)R * d);
+    if (!shared_) o.be->copy(out, resid, (size_t)R * d);
     o.be->combine_rows(out, t.saved[kY], plan.kept, slot_of_pair, w_pair, R, k, d);
   }
 
@@ -133,6 +153,7 @@ class MoeMlp final : public Mlp {
       t.sums->losses.aux += sums.aux, t.sums->losses.z += sums.z;
       t.sums->selections.resize(E);
       for (int32_t e : rt.routing.expert) t.sums->selections[e] += 1;
+      t.sums->dropped += plan.dropped;
     }
     o.be->from_host(dlogits, rt.dlogits.data(), rt.dlogits.size());
     // The experts, on their rows' gradients weighted as the forward weighed them.
@@ -144,15 +165,17 @@ class MoeMlp final : public Mlp {
       const size_t off = (size_t)plan.offset[e];
       const Ref gy = t.scratch[kGY] + off * d, ggu = t.scratch[kGGU] + off * 2 * Fe, gh = t.scratch[kGH] + off * Fe,
                 gx = t.scratch[kGX] + off * d;
-      const size_t* w = &t.params[kExperts + kPerExpert * e];
+      const size_t* w = &t.params[experts_at() + kPerExpert * e];
       o.be->matmul(false, false, rows, Fe, d, 1.f, gy, o.W(w[kDown]), 0.f, gh);
       o.be->matmul(true, false, d, Fe, rows, 1.f, gy, r.h, 1.f, o.G(w[kDown]));
       o.be->swiglu_bwd(ggu, r.gu, gh, rows, Fe);
       o.be->matmul(false, false, rows, d, 2 * Fe, 1.f, ggu, o.W(w[kGateUp]), 0.f, gx);
       o.be->matmul(true, false, 2 * Fe, d, rows, 1.f, ggu, r.x, 1.f, o.G(w[kGateUp]));
     }
-    // The input's gradient: each row's experts' in order, then the router's.
-    o.be->zero(g_in, s.M * s.d);
+    // The input's gradient: the shared expert's (all rows), each row's
+    // routed experts' in order, then the router's.
+    if (shared_) swiglu_backward(o, (int)s.Fs, shared(t), g_out, in, g_in);
+    else o.be->zero(g_in, s.M * s.d);
     const Ref g_x = g_in + row0 * s.d;
     o.be->combine_rows(g_x, t.scratch[kGX], plan.kept, slot_of_pair, nullptr, R, k, d);
     const CRef dlo = o.be->product_operand(dlogits, (size_t)R * E, g_in.dt);
@@ -161,6 +184,15 @@ class MoeMlp final : public Mlp {
   }
 
  private:
+  bool shared_;
+  std::vector<MlpParam> params_;
+  // The shared expert's tensors.
+  static SwiGluRefs shared(const MlpTensors& t) {
+    return {t.params[kSharedGateUp], t.params[kSharedDown], t.saved[kSharedGU], t.saved[kSharedH],
+            t.scratch[kSharedGGU],   t.scratch[kSharedGH]};
+  }
+  // The first routed expert's tensors in t.params.
+  size_t experts_at() const { return params_.size(); }
   // This rank's first row of `in`.
   static size_t first_row(const LayerOps& o) { return o.sequence_parallel() ? (size_t)o.tp.rank() * o.shape.R : 0; }
   // An expert's block of rows in the saved activations, from its first slot.
@@ -174,9 +206,9 @@ class MoeMlp final : public Mlp {
 };
 }  // namespace
 
-const Mlp& moe_mlp() {
-  static const MoeMlp mlp;
-  return mlp;
+const Mlp& moe_mlp(bool shared_expert) {
+  static const MoeMlp routed(false), with_shared(true);
+  return shared_expert ? with_shared : routed;
 }
 
 }  // namespace trainer

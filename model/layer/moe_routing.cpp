@@ -35,6 +35,12 @@ int sequence_of(int row0, int t, int seq_rows, int sequences) {
 
 }  // namespace
 
+int RouterSpec::capacity(int rows) const {
+  if (capacity_factor <= 0) return 0;
+  // (1e-9: a product that is a whole number in exact arithmetic stays one)
+  return std::max(1, (int)std::ceil(capacity_factor * top_k * rows / experts - 1e-9));
+}
+
 Routing route(const RouterSpec& spec, const float* logits, const float* bias, int rows) {
   const int E = spec.experts, k = spec.top_k;
   if (k < 1 || k > E) throw std::invalid_argument("top_k " + std::to_string(k) + " of " + std::to_string(E) + " experts");

@@ -31,6 +31,10 @@ struct RouterSpec {
   bool sigmoid = false;    // score = "sigmoid" (else softmax)
   bool norm_topk = false;  // the chosen weights divided by their sum
   double aux_coeff = 0, z_coeff = 0;
+  double capacity_factor = 0;  // (0: dropless)
+  // The most pairs an expert takes of `rows` rows: ceil(capacity_factor x
+  // top_k x rows / experts); 0: no limit.
+  int capacity(int rows) const;
 };
 
 // Each row's chosen experts and their weights, [rows * top_k] (pair p = t *
@@ -72,6 +76,7 @@ struct RouterLossSums {
 struct RouterStepSums {
   RouterLossSums losses;
   std::vector<double> selections;  // [experts]
+  double dropped = 0;              // pairs past an expert's capacity
 };
 // dlogits [rows * E] (overwritten): the gradient of the loss with respect to
 // the logits, from dweight [rows * k] (its gradient with respect to each

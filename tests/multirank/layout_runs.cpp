@@ -190,6 +190,9 @@ Result run(const Layout& l, MPI_Comm world) {
     res.losses.push_back(st.loss);
     res.moe_aux.push_back(st.moe_aux_loss), res.moe_z.push_back(st.moe_z_loss);
     res.moe_selections.push_back(st.moe_selections);
+    double dropped = 0;
+    for (double d : st.moe_dropped) dropped += d;
+    res.moe_dropped.push_back(dropped);
     res.comm_tp = st.comm_of("tp");
     res.comm_dp = st.comm_of("dp");
     res.comm_cp = st.comm_of("cp");

@@ -52,7 +52,7 @@ struct Result {
   std::vector<double> losses;
   // A Mixture-of-Experts model's per step: the routers' losses, the
   // experts' selections (StepStats::moe_selections).
-  std::vector<double> moe_aux, moe_z;
+  std::vector<double> moe_aux, moe_z, moe_dropped;  // (dropped: the layers' shares summed)
   std::vector<std::vector<double>> moe_selections;
   std::map<std::string, std::vector<float>> grads;  // global shapes
   std::map<std::string, std::vector<float>> weights;  // the fp32 master weights after training, global shapes

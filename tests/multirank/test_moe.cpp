@@ -75,11 +75,14 @@ void expect_same_moe_training(const Result& got, const Result& ref, const std::s
 // Tensor (with sequence parallelism: each rank routes its own rows),
 // pipeline (1F1B, interleaved), context (ring, all-to-all) and data
 // parallelism, ZeRO-1 and gradient accumulation, each beside dp 2 (dp 4
-// alone), for softmax and sigmoid scores.
+// alone), for softmax and sigmoid scores, and with a dense first layer and
+// a shared expert (tp splits it as the dense MLP).
 TEST(Moe, EveryLayoutMatchesOneProcess) {
-  for (bool sigmoid : {false, true}) {
+  for (int variant : {0, 1, 2}) {  // softmax; sigmoid; softmax with a dense first layer and a shared expert
+    const bool sigmoid = variant == 1;
     Layout one{Arch::Llama, 1, 1, false};
     one.moe = experts(4, 2, sigmoid), one.steps = 20, one.lr = 1e-3f;
+    if (variant == 2) one.moe.dense_layers = 1, one.moe.shared_expert_ffn = 32;
     g_shapes.clear();
     const Result ref = run(one, MPI_COMM_WORLD);
     std::vector<Layout> layouts;
@@ -89,7 +92,7 @@ TEST(Moe, EveryLayoutMatchesOneProcess) {
     };
     add({Arch::Llama, 2, 2, true});
     add({Arch::Llama, 1, 2, false, 2});
-    if (!sigmoid) {
+    if (variant == 0) {
       Layout buckets{Arch::Llama, 1, 4, false};
       buckets.bucket_mb = 0.004;  // buckets of a few tensors, started as the backward leaves them
       add(buckets);
@@ -103,14 +106,14 @@ TEST(Moe, EveryLayoutMatchesOneProcess) {
       Layout accum{Arch::Llama, 1, 2, false};
       accum.accum = 4;
       add(accum);
-    } else {
+    } else if (variant == 1) {
       Layout cp{Arch::Llama, 2, 1, true};
       cp.cp = 2, cp.cp_comm = CpComm::A2a;
       add(cp);
     }
     for (const Layout& l : layouts) {
       const Result got = run(l, MPI_COMM_WORLD);
-      const std::string what = layout_name(l) + (sigmoid ? "_sigmoid" : "");
+      const std::string what = layout_name(l) + (sigmoid ? "_sigmoid" : "") + (variant == 2 ? "_dense1_shared" : "");
       expect_same_moe_training(got, ref, what);
     }
   }
@@ -158,6 +161,22 @@ TEST(Moe, Bf16IsCloseToOneProcessAndRecomputesExactly) {
     l.recompute = {RecomputeMode::Full, -1};
     expect_same_bits(run(l, MPI_COMM_WORLD), got, layout_name(l));
   }
+}
+
+// A capacity that drops nothing (factor E / k) trains as dropless, bit for
+// bit; one that drops trains too, and reports what it dropped.
+TEST(Moe, CapacityThatDropsNothingIsDropless) {
+  Layout l{Arch::Llama, 1, 1, false};
+  l.moe = experts(4, 2);
+  g_shapes.clear();
+  const Result dropless = run(l, MPI_COMM_SELF);
+  l.moe.capacity_factor = 2;
+  expect_same_bits(run(l, MPI_COMM_SELF), dropless, "capacity_factor 2");
+  l.moe.capacity_factor = 0.5;
+  const Result dropping = run(l, MPI_COMM_SELF);
+  EXPECT_NE(dropping.losses, dropless.losses);
+  for (double d : dropping.moe_dropped) EXPECT_GT(d, 0);
+  for (double d : dropless.moe_dropped) EXPECT_EQ(d, 0);
 }
 
 // Selective and full recomputation keep the routing: tp 2 (sequence

@@ -83,14 +83,15 @@ TEST(CudaMemoryPlan, CountsTheBackendsOwnBuffersOnlyOnCuda) {
 // per-thread buffers, which the backend allocates at the first attention,
 // are left out of the plan (threads 0).
 TEST(MemoryPlan, IsWhatTheModelAllocates) {
-  for (int kind = 0; kind < 3; kind++) {  // GPT-2, Llama, Llama with Mixture-of-Experts MLPs
+  // GPT-2, Llama, Llama with Mixture-of-Experts MLPs (its first layer dense, a shared expert)
+  for (int kind = 0; kind < 3; kind++) {
     const Arch arch = kind == 0 ? Arch::GPT2 : Arch::Llama;
     const bool moe = kind == 2;
     ModelConfig c;
     c.arch = arch;
     c.vocab_size = 128, c.d_model = 64, c.n_layers = 2, c.n_heads = 4, c.n_kv_heads = 2, c.d_ff = 128;
     c.seq_len = 32;
-    if (moe) c.moe.experts = 4, c.moe.top_k = 2, c.moe.expert_ffn = 96;
+    if (moe) c.moe.experts = 4, c.moe.top_k = 2, c.moe.expert_ffn = 96, c.moe.shared_expert_ffn = 64, c.moe.dense_layers = 1;
     for (int tp : {1, 2})
       for (DType dt : {DType::F32, DType::BF16})
         for (ChunkLayout chunk : {ChunkLayout{ChunkSpec{0, 2, true, true}, 1}, ChunkLayout{ChunkSpec{0, 2, true, false}, 2}})

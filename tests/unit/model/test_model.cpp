@@ -127,7 +127,7 @@ TEST(Registry, ALayersVectorsComeBeforeItsMatrices) {
       for (const auto& [a, b] : fused) EXPECT_EQ(r.at(p + b).offset, r.at(p + a).offset + r.at(p + a).numel) << p << b;
       EXPECT_EQ(lp.norm1.w, l == 2 ? 0u : mp.layers[l - 3].norm1.w + r.total() / 3) << "each layer starts at its first norm";
       size_t k = 0;
-      for (const MlpParam& m : mlp_for(c).params()) EXPECT_EQ(lp.mlp[k++], r.at(p + "mlp." + m.name).offset) << m.name;
+      for (const MlpParam& m : mlp_for(c, l).params()) EXPECT_EQ(lp.mlp[k++], r.at(p + "mlp." + m.name).offset) << m.name;
     }
   }
 }

@@ -2,6 +2,7 @@
 
 #include <cerrno>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <ctime>
 #include <filesystem>
@@ -59,12 +60,15 @@ bool refused_key(const RecipeChange& c, const Recipe& now) {
     };
     return c.was != "\"\"" && c.was != "(absent)" && family(c.was) != family(c.now);
   }
-  // The experts' shape is the model's; the losses' coefficients and the
-  // capacity may change. A checkpoint older than [moe] (its keys absent) is
-  // of a dense model: resumed as one, nothing changed; one older than a key
-  // of [moe] is at that key's default (0: off).
-  const bool training_only = c.key == "moe.aux_coeff" || c.key == "moe.z_coeff" || c.key == "moe.capacity_factor";
-  const bool absent_default = c.was == "(absent)" && (!now.model.moe.enabled() || c.now == "0");
+  // The experts' shape is the model's; the losses' coefficients, the
+  // capacity and bias_rate's value (not whether the routers have a bias)
+  // may change. A checkpoint older than [moe] (its keys absent) is of a
+  // dense model: resumed as one, nothing changed; one older than a key of
+  // [moe] is at that key's default (0: off).
+  const auto nonzero = [](const std::string& v) { return v != "(absent)" && std::strtod(v.c_str(), nullptr) != 0; };
+  const bool training_only = c.key == "moe.aux_coeff" || c.key == "moe.z_coeff" || c.key == "moe.capacity_factor" ||
+                             (c.key == "moe.bias_rate" && nonzero(c.was) && nonzero(c.now));
+  const bool absent_default = c.was == "(absent)" && (!now.model.moe.enabled() || !nonzero(c.now));
   const bool moe_shape = c.key.rfind("moe.", 0) == 0 && !training_only && !absent_default;
   return c.key.rfind("model.", 0) == 0 || moe_shape || c.key == "run.seed" || c.key == "data.train";
 }

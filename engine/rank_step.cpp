@@ -281,6 +281,11 @@ StepStats RankStep::step() {
       opts_[c]->step(master_weights(c), reduction_->grads(c), (float)s.lr, clip, chunks_[c]->compute_copy(),
                      reduction_->packed(unit_weights_ != nullptr));
     s.dp_exposed_ms += reduction_->gather_weights();  // (ZeRO-3 gathers each unit when it is used)
+    // Every rank holding a router moves its bias alike (from the step's
+    // global loads), in the master weights, which AdamW leaves as they are
+    // there (no gradient, no decay): the same on every rank under ZeRO-1 too.
+    if (r_.model.moe.bias_rate > 0)
+      for (auto& m : chunks_) m->nudge_router_bias(s.moe_selections, r_.model.moe.bias_rate);
   }
   s.step = ++step_;
   be_.synchronize();  // the step's work is done before its time is read

@@ -25,6 +25,10 @@ struct MoeConfig {
   // An expert takes at most ceil(capacity_factor x k x rows / experts) of a
   // rank's micro-batch rows; the rest are dropped (0: none are).
   double capacity_factor = 0;
+  // Auxiliary-loss-free balancing (DeepSeek-V3): each router's selection
+  // bias moves by bias_rate toward its experts' mean load after each step
+  // (0: no bias).
+  double bias_rate = 0;
   bool enabled() const { return experts > 0; }
   // Whether layer l's MLP has experts.
   bool in_layer(int l) const { return enabled() && l >= dense_layers; }

@@ -240,7 +240,8 @@ void Transformer::norm_to_full(Ref full, float* mean, float* rstd, CRef x, const
 MlpTensors Transformer::mlp_tensors(LayerActs& a, const LayerParams& lp) {
   const size_t l = &lp - mp_.layers.data();
   const MlpKind& kind = mlp_kinds_[kind_of_[l]];
-  return {lp.mlp, a.mlp, kind.scratch, &kind.scratch32, &router_, &a.route, loss_scale_, &moe_sums_[l]};
+  return {lp.mlp,   a.mlp,       kind.scratch,  &kind.scratch32, &router_,
+          &a.route, params_ ? params_.ref().f32() : nullptr, loss_scale_, &moe_sums_[l]};
 }
 
 // One transformer layer forward: attention, then the MLP block. Recomputation
@@ -305,6 +306,20 @@ double Transformer::head_fwd(Slot& sl, const int32_t* targets, float grad_scale)
   double total = 0.0;
   for (float x : host_losses_) total += x;
   return total / M;
+}
+
+void Transformer::nudge_router_bias(const std::vector<double>& selections, double rate) {
+  const int E = cfg_.moe.experts;
+  std::vector<float> bias(E);
+  for (int l = mp_.chunk.first_layer; l < mp_.chunk.last_layer; l++) {
+    const ParamInfo* p = mp_.reg.find("layers." + std::to_string(l) + ".mlp.router.bias");
+    if (!p) continue;
+    const std::vector<float> nudge = bias_nudge(&selections[(size_t)l * E], E, rate);
+    const Ref at = params_.ref() + p->offset;
+    be_.to_host(bias.data(), at, E);
+    for (int e = 0; e < E; e++) bias[e] += nudge[e];
+    be_.from_host(at, bias.data(), E);
+  }
 }
 
 void Transformer::reset_step_losses() {

@@ -179,6 +179,11 @@ class Transformer {
   // (before the division by the batch's tokens), and its experts'
   // selections; per layer of the chunk.
   const std::vector<RouterStepSums>& moe_step_sums() const { return moe_sums_; }
+  // Auxiliary-loss-free balancing after a step: each of the chunk's routers'
+  // selection bias (in the fp32 master weights) moves by `rate` toward its
+  // experts' mean load. selections: every layer's experts' over the step
+  // (StepStats::moe_selections, [n_layers x experts]).
+  void nudge_router_bias(const std::vector<double>& selections, double rate);
   // What a step reads in one sumsq_groups call (groups 0, 1: grad_spans over
   // [lo, hi); group 2 on the head chunk: the step's summed per-token losses,
   // a plain sum).

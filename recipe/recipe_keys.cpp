@@ -154,6 +154,10 @@ std::vector<RecipeKey> make_keys() {
       K("moe", "capacity_factor", Float, "an expert takes at most ceil(factor x top_k x rows / experts) of each "
         "rank's micro-batch; the rest are dropped, keeping their residual (0: dropless)", AT(model.moe.capacity_factor))
           .def(0.0).at_least(0).shown_if(moe),
+      K("moe", "bias_rate", Float, "auxiliary-loss-free balancing (DeepSeek-V3): a per-expert bias added to the "
+        "scores for choosing (never weighing) moves by this much after each step, up for experts below the "
+        "mean load, down above (0: no bias)", AT(model.moe.bias_rate))
+          .def(0.0).at_least(0).shown_if(moe),
       // [parallel]
       K("parallel", "tp", Int, "tensor-parallel ranks; n_heads, n_kv_heads, d_ff and vocab_size must divide by it", AT(parallel.grid.tp))
           .def(1L).at_least(1).at_most(GridShape::kMaxRanks),

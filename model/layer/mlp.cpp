@@ -9,6 +9,7 @@ std::vector<int> MlpParam::global_shape(const ModelConfig& c) const {
     case DByFf: return {c.d_model, c.d_ff};
     case D: return {c.d_model};
     case EByD: return {c.moe.experts, c.d_model};
+    case E: return {c.moe.experts};
     case FeByD: return {c.moe.expert_ffn, c.d_model};
     case DByFe: return {c.d_model, c.moe.expert_ffn};
     case FsByD: return {c.moe.shared_expert_ffn, c.d_model};
@@ -56,7 +57,7 @@ std::vector<size_t> Mlp::scratch(const LayerShape& s) const {
 }
 
 const Mlp& mlp_for(const ModelConfig& c, int l) {
-  if (c.moe.in_layer(l)) return moe_mlp(c.moe.shared_expert_ffn > 0);
+  if (c.moe.in_layer(l)) return moe_mlp(c.moe.shared_expert_ffn > 0, c.moe.bias_rate > 0);
   return c.arch == Arch::Llama ? swiglu_mlp() : gelu_mlp();
 }
 

@@ -25,16 +25,17 @@ namespace trainer {
 // the tokens under sequence parallelism, so their gradients are partial.
 struct MlpParam {
   // [d_ff, d], [d_ff], [d, d_ff], [d]; a Mixture-of-Experts router's
-  // [experts, d], a routed expert's [expert_ffn, d], [d, expert_ffn], the
-  // shared expert's [shared_expert_ffn, d], [d, shared_expert_ffn].
-  enum Shape { FfByD, Ff, DByFf, D, EByD, FeByD, DByFe, FsByD, DByFs };
+  // [experts, d] and selection bias [experts], a routed expert's
+  // [expert_ffn, d], [d, expert_ffn], the shared expert's
+  // [shared_expert_ffn, d], [d, shared_expert_ffn].
+  enum Shape { FfByD, Ff, DByFf, D, EByD, E, FeByD, DByFe, FsByD, DByFs };
   const char* name;
   const char* hf;
   Shape shape;
   Sharding sharding;
   bool hf_transposed;  // GPT-2's Conv1D keeps [in, out]
   std::vector<int> global_shape(const ModelConfig& c) const;
-  bool matrix() const { return shape != Ff && shape != D; }
+  bool matrix() const { return shape != Ff && shape != D && shape != E; }
 };
 
 // One layer's MLP on this rank: its parameters' offsets, saved activations
@@ -51,6 +52,7 @@ struct MlpTensors {
   const std::vector<float*>* scratch32 = nullptr;
   const RouterSpec* router = nullptr;
   MoeRoute* route = nullptr;
+  const float* master = nullptr;  // the fp32 master weights (registry offsets): a router's selection bias
   float loss_scale = 0;
   RouterStepSums* sums = nullptr;
 };
@@ -94,10 +96,11 @@ class Mlp {
 
 // GPT-2's: a GELU (tanh form) between two products with biases. Llama's:
 // SwiGLU, silu(gate) * up, without biases. Mixture-of-Experts: routed
-// SwiGLU experts (model/layer/moe_mlp.cpp), with a shared one or without.
+// SwiGLU experts (model/layer/moe_mlp.cpp), with a shared one or without,
+// with a selection bias (auxiliary-loss-free balancing) or without.
 const Mlp& gelu_mlp();
 const Mlp& swiglu_mlp();
-const Mlp& moe_mlp(bool shared_expert);
+const Mlp& moe_mlp(bool shared_expert, bool bias);
 // Layer l's MLP.
 const Mlp& mlp_for(const ModelConfig& c, int l);
 

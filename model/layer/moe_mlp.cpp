@@ -22,7 +22,10 @@
 namespace trainer {
 
 namespace {
-enum Param { kRouter, kSharedGateUp, kSharedUp, kSharedDown };  // (the shared expert's only if the layer has one)
+// t.params: the router's weight, [its selection bias], [the shared expert's
+// w_gate, w_up, w_down] (MoeMlp::bias_at_, shared_at_: where, if there).
+enum Param { kRouter };
+enum SharedParam { kSharedGateUp, kSharedUp, kSharedDown };
 enum ExpertParam { kGateUp, kUp, kDown, kPerExpert };
 // Rows in expert order (slots, at most `pairs`): the gathered inputs,
 // gate|up, the SwiGLU activation, the expert's output; the slots' source
@@ -34,9 +37,14 @@ enum Scratch32 { kDWeight, kLogits };  // kLogits: the router's logits, then the
 
 class MoeMlp final : public Mlp {
  public:
-  explicit MoeMlp(bool shared) : shared_(shared) {
+  MoeMlp(bool shared, bool bias) : shared_(shared) {
     params_ = {{"router.weight", "mlp.gate.weight", MlpParam::EByD, Sharding::Replicated, false}};
-    if (shared_) {  // in Param's order, split over tp as the dense MLP is
+    if (bias) {  // chooses, never weighs: no gradient; moved by RankStep after each step
+      bias_at_ = (int)params_.size();
+      params_.push_back({"router.bias", "mlp.gate.e_score_correction_bias", MlpParam::E, Sharding::Replicated, false});
+    }
+    if (shared_) {  // in SharedParam's order, split over tp as the dense MLP is
+      shared_at_ = (int)params_.size();
       params_.push_back({"shared.w_gate", "mlp.shared_expert.gate_proj.weight", MlpParam::FsByD, Sharding::Dim0, false});
       params_.push_back({"shared.w_up", "mlp.shared_expert.up_proj.weight", MlpParam::FsByD, Sharding::Dim0, false});
       params_.push_back({"shared.w_down", "mlp.shared_expert.down_proj.weight", MlpParam::DByFs, Sharding::Dim1, false});
@@ -100,7 +108,13 @@ class MoeMlp final : public Mlp {
       o.be->matmul(false, true, R, E, d, 1.f, x, o.W(t.params[kRouter]), 0.f, logits);
       rt.logits.resize((size_t)R * E);
       o.be->to_host(rt.logits.data(), logits, rt.logits.size());
-      rt.routing = route(*t.router, rt.logits.data(), nullptr, R);
+      const float* bias = nullptr;
+      if (bias_at_ >= 0) {  // (the fp32 master's: the same on every rank)
+        rt.bias.resize(E);
+        o.be->to_host(rt.bias.data(), t.master + t.params[bias_at_], E);
+        bias = rt.bias.data();
+      }
+      rt.routing = route(*t.router, rt.logits.data(), bias, R);
       rt.plan = dispatch(rt.routing, E, t.router->capacity(R));
       rt.w_slot.resize(rt.plan.kept);
       for (int i = 0; i < rt.plan.kept; i++) rt.w_slot[i] = rt.routing.weight[rt.plan.pair_of_slot[i]];
@@ -185,11 +199,12 @@ class MoeMlp final : public Mlp {
 
  private:
   bool shared_;
+  int bias_at_ = -1, shared_at_ = -1;
   std::vector<MlpParam> params_;
   // The shared expert's tensors.
-  static SwiGluRefs shared(const MlpTensors& t) {
-    return {t.params[kSharedGateUp], t.params[kSharedDown], t.saved[kSharedGU], t.saved[kSharedH],
-            t.scratch[kSharedGGU],   t.scratch[kSharedGH]};
+  SwiGluRefs shared(const MlpTensors& t) const {
+    const size_t* p = &t.params[shared_at_];
+    return {p[kSharedGateUp], p[kSharedDown], t.saved[kSharedGU], t.saved[kSharedH], t.scratch[kSharedGGU], t.scratch[kSharedGH]};
   }
   // The first routed expert's tensors in t.params.
   size_t experts_at() const { return params_.size(); }
@@ -206,9 +221,9 @@ class MoeMlp final : public Mlp {
 };
 }  // namespace
 
-const Mlp& moe_mlp(bool shared_expert) {
-  static const MoeMlp routed(false), with_shared(true);
-  return shared_expert ? with_shared : routed;
+const Mlp& moe_mlp(bool shared_expert, bool bias) {
+  static const MoeMlp kinds[2][2] = {{{false, false}, {false, true}}, {{true, false}, {true, true}}};
+  return kinds[shared_expert][bias];
 }
 
 }  // namespace trainer

@@ -35,6 +35,14 @@ int sequence_of(int row0, int t, int seq_rows, int sequences) {
 
 }  // namespace
 
+std::vector<float> bias_nudge(const double* load, int experts, double rate) {
+  double mean = 0;
+  for (int e = 0; e < experts; e++) mean += load[e] / experts;
+  std::vector<float> nudge(experts);
+  for (int e = 0; e < experts; e++) nudge[e] = (float)(load[e] < mean ? rate : load[e] > mean ? -rate : 0.0);
+  return nudge;
+}
+
 int RouterSpec::capacity(int rows) const {
   if (capacity_factor <= 0) return 0;
   // (1e-9: a product that is a whole number in exact arithmetic stays one)

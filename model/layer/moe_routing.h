@@ -89,6 +89,11 @@ RouterLossSums router_backward(const RouterSpec& s, const float* logits, const R
                                const std::vector<float>& counts, int row0, int seq_rows, int seq_tokens,
                                float loss_scale, float* dlogits);
 
+// Auxiliary-loss-free balancing's step (DeepSeek-V3): each expert's
+// selection bias moves by `rate` toward the mean load of the experts: up
+// for an expert below it, down above it, not at all at it. load: [experts].
+std::vector<float> bias_nudge(const double* load, int experts, double rate);
+
 // One layer's routing of one micro-batch, as the host keeps it from the
 // forward for the backward (full recomputation reuses it: a decision is
 // never taken twice): the router's logits, the choice, the plan.
@@ -96,9 +101,10 @@ struct MoeRoute {
   std::vector<float> logits;  // [rows * experts]
   Routing routing;
   Dispatch plan;
-  // The host's room for the pairs' weights in slot order and the
-  // backward's gradients of the weights and logits (kept to be reused).
-  std::vector<float> w_slot, dweight, dlogits;
+  // The host's room for the selection bias, the pairs' weights in slot
+  // order and the backward's gradients of the weights and logits (kept to
+  // be reused).
+  std::vector<float> bias, w_slot, dweight, dlogits;
 };
 
 }  // namespace trainer

@@ -26,7 +26,8 @@ from harness import DEMO_RECIPE, check, failures, losses, run, small_demo
 STEPS = 24
 ONE = ["--set", "parallel.tp=1", "--set", "parallel.pp=1", "--set", "parallel.sequence_parallel=false"]
 LLAMA = ["--set", "model.arch=llama", "--set", "model.n_kv_heads=2", "--set", "model.tie_embeddings=false"]
-MOE = ["--set", "moe.experts=4", "--set", "moe.top_k=2", "--set", "moe.expert_ffn=384"]
+MOE = ["--set", "moe.experts=4", "--set", "moe.top_k=2", "--set", "moe.expert_ffn=384",
+       "--set", "moe.bias_rate=0.001"]  # (the selection bias is saved and resumed too)
 
 
 def main():

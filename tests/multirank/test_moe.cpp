@@ -76,13 +76,15 @@ void expect_same_moe_training(const Result& got, const Result& ref, const std::s
 // pipeline (1F1B, interleaved), context (ring, all-to-all) and data
 // parallelism, ZeRO-1 and gradient accumulation, each beside dp 2 (dp 4
 // alone), for softmax and sigmoid scores, and with a dense first layer and
-// a shared expert (tp splits it as the dense MLP).
+// a shared expert (tp splits it as the dense MLP) and a selection bias.
 TEST(Moe, EveryLayoutMatchesOneProcess) {
-  for (int variant : {0, 1, 2}) {  // softmax; sigmoid; softmax with a dense first layer and a shared expert
+  // softmax; sigmoid; softmax with a dense first layer, a shared expert and
+  // a selection bias
+  for (int variant : {0, 1, 2}) {
     const bool sigmoid = variant == 1;
     Layout one{Arch::Llama, 1, 1, false};
     one.moe = experts(4, 2, sigmoid), one.steps = 20, one.lr = 1e-3f;
-    if (variant == 2) one.moe.dense_layers = 1, one.moe.shared_expert_ffn = 32;
+    if (variant == 2) one.moe.dense_layers = 1, one.moe.shared_expert_ffn = 32, one.moe.bias_rate = 1e-3;
     g_shapes.clear();
     const Result ref = run(one, MPI_COMM_WORLD);
     std::vector<Layout> layouts;
@@ -106,14 +108,18 @@ TEST(Moe, EveryLayoutMatchesOneProcess) {
       Layout accum{Arch::Llama, 1, 2, false};
       accum.accum = 4;
       add(accum);
-    } else if (variant == 1) {
+    } else if (variant == 2) {
+      Layout zero{Arch::Llama, 1, 4, false};
+      zero.zero_stage = 1;
+      add(zero);
+    } else {
       Layout cp{Arch::Llama, 2, 1, true};
       cp.cp = 2, cp.cp_comm = CpComm::A2a;
       add(cp);
     }
     for (const Layout& l : layouts) {
       const Result got = run(l, MPI_COMM_WORLD);
-      const std::string what = layout_name(l) + (sigmoid ? "_sigmoid" : "") + (variant == 2 ? "_dense1_shared" : "");
+      const std::string what = layout_name(l) + (sigmoid ? "_sigmoid" : "") + (variant == 2 ? "_dense1_shared_bias" : "");
       expect_same_moe_training(got, ref, what);
     }
   }
@@ -160,6 +166,26 @@ TEST(Moe, Bf16IsCloseToOneProcessAndRecomputesExactly) {
     expect_close_bf16_moe(got, ref, layout_name(l), l.tp == 1);
     l.recompute = {RecomputeMode::Full, -1};
     expect_same_bits(run(l, MPI_COMM_WORLD), got, layout_name(l));
+  }
+}
+
+// Auxiliary-loss-free balancing: after each step every router's bias has
+// moved by the rate toward its experts' mean load over the step's global
+// batch (a plain loop over the reported selections here), and by nothing
+// else (AdamW leaves it: no gradient, no decay).
+TEST(Moe, SelectionBiasMovesTowardTheMeanLoad) {
+  Layout l{Arch::Llama, 1, 1, false};
+  l.moe = experts(4, 2), l.moe.bias_rate = 0.01, l.steps = 3;
+  g_shapes.clear();
+  const Result got = run(l, MPI_COMM_SELF);
+  for (int layer = 0; layer < l.n_layers; layer++) {
+    std::vector<float> want(4, 0.f);
+    for (const std::vector<double>& sel : got.moe_selections) {
+      const double* load = &sel[(size_t)layer * 4];
+      const double mean = (load[0] + load[1] + load[2] + load[3]) / 4;
+      for (int e = 0; e < 4; e++) want[e] += load[e] < mean ? 0.01f : load[e] > mean ? -0.01f : 0.f;
+    }
+    EXPECT_EQ(got.weights.at("layers." + std::to_string(layer) + ".mlp.router.bias"), want) << "layer " << layer;
   }
 }
 

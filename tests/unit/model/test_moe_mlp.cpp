@@ -33,7 +33,7 @@ struct Block {
   size_t n = 0;
   int first_expert;  // in params: after the router's (and the shared expert's)
   const Mlp& mlp;
-  Block(bool sigmoid, bool norm, int shared = 0, double capacity = 0) : mlp(moe_mlp(shared > 0)) {
+  Block(bool sigmoid, bool norm, int shared = 0, double capacity = 0) : mlp(moe_mlp(shared > 0, false)) {
     c.arch = Arch::Llama, c.d_model = 8, c.moe.experts = 5, c.moe.top_k = 2, c.moe.expert_ffn = 6;
     c.moe.score = sigmoid ? MoeConfig::Score::Sigmoid : MoeConfig::Score::Softmax, c.moe.norm_topk = norm;
     c.moe.aux_coeff = 0.05, c.moe.z_coeff = 0.01, c.moe.shared_expert_ffn = shared;
@@ -151,7 +151,7 @@ struct BlockRun {
     return o;
   }
   MlpTensors tensors(const Block& b, float loss_scale) {
-    return {b.params, saved, scratch, &scratch32, &b.router, &route, loss_scale, &sums};
+    return {b.params, saved, scratch, &scratch32, &b.router, &route, nullptr, loss_scale, &sums};
   }
 };
 

@@ -317,4 +317,12 @@ TEST(MoeRouting, PermuteThenUnpermuteIsExact) {
   }
 }
 
+// Auxiliary-loss-free balancing: below the mean load up by the rate, above
+// it down, at it unchanged.
+TEST(MoeRouting, BiasMovesTowardTheMeanLoad) {
+  const double load[5] = {10, 20, 30, 20, 20};  // mean 20
+  const std::vector<float> want = {0.25f, 0.f, -0.25f, 0.f, 0.f};
+  EXPECT_EQ(bias_nudge(load, 5, 0.25), want);
+}
+
 }  // namespace

@@ -42,6 +42,14 @@ DataComm::Handle CountingDataComm::start_alltoall(CRef in, Ref out, size_t n) {
   return timed(CommCounters::P2P, (double)n * dtype_size(in.dt) * (size() - 1),
                [&] { return c_.start_alltoall(in, out, n); });
 }
+DataComm::Handle CountingDataComm::start_alltoallv(CRef in, const size_t* send_rows, Ref out, const size_t* recv_rows,
+                                                   size_t row) {
+  size_t to_others = 0;
+  for (int j = 0; j < size(); j++)
+    if (j != rank()) to_others += send_rows[j];
+  return timed(CommCounters::P2P, (double)to_others * row * dtype_size(in.dt),
+               [&] { return c_.start_alltoallv(in, send_rows, out, recv_rows, row); });
+}
 DataComm::Handle CountingDataComm::isend(CRef data, size_t n, int peer, int tag) {
   return timed(CommCounters::P2P, (double)n * dtype_size(data.dt), [&] { return c_.isend(data, n, peer, tag); });
 }

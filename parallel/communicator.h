@@ -39,6 +39,10 @@ namespace trainer {
 //                         may be this rank's block of out (in place)
 //   start_alltoall        out[j * n .. (j + 1) * n) = rank j's in[rank * n ..), for every
 //                         rank j (in and out [size * n]; context parallelism's a2a)
+//   start_alltoallv       rows of `row` elements: in holds send_rows[j] rows for each
+//                         rank j, out receives recv_rows[j] from each, blocks in rank
+//                         order (the counts [size], copied; a Mixture-of-Experts
+//                         layer's tokens to their experts and back)
 //   isend, irecv          point-to-point (pipeline stages, the context-parallel ring)
 //   wait                  completes a started operation
 #define TRAINER_DATA_COMM_OPERATIONS(DECLARE)                    \
@@ -46,6 +50,7 @@ namespace trainer {
   DECLARE(Handle, start_reduce_scatter, (CRef in, Ref out, size_t n)) \
   DECLARE(Handle, start_allgather, (CRef in, Ref out, size_t n)) \
   DECLARE(Handle, start_alltoall, (CRef in, Ref out, size_t n)) \
+  DECLARE(Handle, start_alltoallv, (CRef in, const size_t* send_rows, Ref out, const size_t* recv_rows, size_t row)) \
   DECLARE(Handle, isend, (CRef data, size_t n, int peer, int tag)) \
   DECLARE(Handle, irecv, (Ref data, size_t n, int peer, int tag)) \
   DECLARE(void, wait, (Handle h))

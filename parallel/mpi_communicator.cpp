@@ -155,6 +155,29 @@ DataComm::Handle MpiDataComm::start_alltoall(CRef in, Ref out, size_t n) {
   return keep(r);
 }
 
+// Rows travel as one MPI type of `row` elements, so that counts and
+// displacements count rows (int, as MPI's are).
+DataComm::Handle MpiDataComm::start_alltoallv(CRef in, const size_t* send_rows, Ref out, const size_t* recv_rows,
+                                              size_t row) {
+  if (in.dt != out.dt) throw std::logic_error("alltoallv between element types");
+  std::vector<int> args(4 * (size_t)size_);  // send counts, send displacements, receive counts, receive displacements
+  size_t send_at = 0, recv_at = 0;
+  for (int j = 0; j < size_; j++) {
+    args[j] = count_of(send_rows[j], "alltoallv"), args[size_ + j] = count_of(send_at, "alltoallv");
+    args[2 * size_ + j] = count_of(recv_rows[j], "alltoallv"), args[3 * size_ + j] = count_of(recv_at, "alltoallv");
+    send_at += send_rows[j], recv_at += recv_rows[j];
+  }
+  MPI_Datatype rows;
+  MPI_Type_contiguous(count_of(row, "alltoallv"), mpi_type(in.dt), &rows);
+  MPI_Type_commit(&rows);
+  MPI_Request r;
+  MPI_Ialltoallv(in.p, &args[0], &args[size_], rows, out.p, &args[2 * size_], &args[3 * size_], rows, comm_, &r);
+  MPI_Type_free(&rows);  // (freed once the operation no longer needs it)
+  const Handle h = keep(r);
+  alltoallv_args_[h] = std::move(args);
+  return h;
+}
+
 DataComm::Handle MpiDataComm::isend(CRef data, size_t n, int peer, int tag) {
   MPI_Request r;
   MPI_Isend(data.p, count_of(n, "isend"), mpi_type(data.dt), peer, tag, comm_, &r);
@@ -175,6 +198,7 @@ bool MpiDataComm::test(Handle id) {
 
 void MpiDataComm::wait(Handle id) {
   MPI_Wait(&requests_[id], MPI_STATUS_IGNORE);
+  alltoallv_args_.erase(id);
   free_.push_back(id);
 }
 

@@ -5,6 +5,7 @@
 // a GPU library does.
 #include <mpi.h>
 
+#include <map>
 #include <vector>
 
 #include "parallel/communicator.h"
@@ -38,6 +39,8 @@ class MpiDataComm final : public DataComm {
   Handle keep(MPI_Request r);
   bool single_rank_copy(CRef in, Ref out, size_t n, const char* what);
   std::vector<MPI_Request> requests_;  // indexed by Handle; reused when completed
+  // An all-to-all-v's counts and displacements (in rows), kept until its wait.
+  std::map<Handle, std::vector<int>> alltoallv_args_;
   std::vector<Handle> free_;
   MPI_Comm comm_ = MPI_COMM_NULL;
   int rank_ = 0, size_ = 1;

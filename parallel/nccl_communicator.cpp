@@ -94,6 +94,27 @@ DataComm::Handle NcclDataComm::start_alltoall(CRef in, Ref out, size_t n) {
   });
 }
 
+// The same, blocks of their own sizes; ranks with nothing to exchange skipped.
+DataComm::Handle NcclDataComm::start_alltoallv(CRef in, const size_t* send_rows, Ref out, const size_t* recv_rows,
+                                               size_t row) {
+  const size_t row_bytes = row * dtype_size(in.dt);
+  const std::vector<size_t> send(send_rows, send_rows + size()), recv(recv_rows, recv_rows + size());
+  return enqueue([&](cudaStream_t s) {
+    size_t send_at = 0, recv_at = 0;
+    NCCL_CHECK(ncclGroupStart());
+    for (int j = 0; j < size(); j++) {
+      if (send[j])
+        NCCL_CHECK(ncclSend(static_cast<const char*>(in.p) + send_at * row_bytes, send[j] * row, nccl_type(in.dt), j,
+                            comm_, s));
+      if (recv[j])
+        NCCL_CHECK(ncclRecv(static_cast<char*>(out.p) + recv_at * row_bytes, recv[j] * row, nccl_type(in.dt), j,
+                            comm_, s));
+      send_at += send[j], recv_at += recv[j];
+    }
+    NCCL_CHECK(ncclGroupEnd());
+  });
+}
+
 DataComm::Handle NcclDataComm::post(const P2p& op) {
   P2p p = op;
   p.handle = next_p2p_++;

@@ -70,6 +70,14 @@ DataComm::Handle RecordingDataComm::start_alltoall(CRef in, Ref out, size_t n) {
   return enqueue("alltoall", n * size() * dtype_size(in.dt), [&] { return c_.start_alltoall(in, out, n); });
 }
 
+DataComm::Handle RecordingDataComm::start_alltoallv(CRef in, const size_t* send_rows, Ref out, const size_t* recv_rows,
+                                                    size_t row) {
+  size_t sent = 0;
+  for (int j = 0; j < size(); j++) sent += send_rows[j];
+  return enqueue("alltoallv", sent * row * dtype_size(in.dt),
+                 [&] { return c_.start_alltoallv(in, send_rows, out, recv_rows, row); });
+}
+
 DataComm::Handle RecordingDataComm::isend(CRef data, size_t n, int peer, int tag) {
   return posted(c_.isend(data, n, peer, tag), "isend", "wait_send", n * dtype_size(data.dt), peer);
 }

@@ -66,6 +66,18 @@ DataComm::Handle StagedDataComm::start_alltoall(CRef in, Ref out, size_t n) {
   return keep(std::move(p));
 }
 
+DataComm::Handle StagedDataComm::start_alltoallv(CRef in, const size_t* send_rows, Ref out, const size_t* recv_rows,
+                                                 size_t row) {
+  size_t sent = 0, received = 0;
+  for (int j = 0; j < size(); j++) sent += send_rows[j], received += recv_rows[j];
+  Pending p;
+  p.in = stage(in, sent * row);
+  p.out = staging(out.dt, received * row);
+  p.inner = inner_->start_alltoallv(p.in.ref(), send_rows, p.out.ref(), recv_rows, row);
+  p.dst = out, p.n = received * row;
+  return keep(std::move(p));
+}
+
 DataComm::Handle StagedDataComm::isend(CRef data, size_t n, int peer, int tag) {
   Pending p;
   p.in = stage(data, n);

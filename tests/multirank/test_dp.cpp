@@ -125,6 +125,46 @@ TEST(SoloDataComm, CollectivesOfOneRankMatchMpiOverSelf) {
   EXPECT_THROW(solo.isend(a.ref(), n, 1, 0), std::logic_error);
 }
 
+// The variable all-to-all (a Mixture-of-Experts layer's tokens to their
+// experts): every row reaches its rank in order, each block where the counts
+// put it, with counts of 0 (rank 1 sends none to rank 0; rank 0 none to
+// itself); plain MPI, the staged path and, over one rank, Solo alike.
+TEST(AllToAllV, RowsReachTheirRanksInOrder) {
+  CpuBackend be(1);
+  MpiDataComm plain(MPI_COMM_WORLD);
+  StagedDataComm staged(std::make_unique<MpiDataComm>(MPI_COMM_WORLD), be);
+  const int rank = plain.rank(), size = plain.size();
+  ASSERT_EQ(size, 2);
+  const size_t row = 5;
+  const size_t counts[2][2] = {{0, 3}, {0, 4}};  // [from][to]
+  // Row i of the block rank `from` sends to rank `to`, column c.
+  const auto value = [](int from, int to, size_t i, size_t c) { return (float)(100 * from + 10 * to + i) + c / 8.f; };
+  const size_t send[2] = {counts[rank][0], counts[rank][1]}, recv[2] = {counts[0][rank], counts[1][rank]};
+  std::vector<float> h;
+  for (int to = 0; to < size; to++)
+    for (size_t i = 0; i < send[to]; i++)
+      for (size_t c = 0; c < row; c++) h.push_back(value(rank, to, i, c));
+  std::vector<float> want;
+  for (int from = 0; from < size; from++)
+    for (size_t i = 0; i < recv[from]; i++)
+      for (size_t c = 0; c < row; c++) want.push_back(value(from, rank, i, c));
+  Buffer in = be.alloc(std::max<size_t>(h.size(), 1), DType::F32, Mem::Comm);
+  be.from_host(in.ref(), h.data(), h.size());
+  for (DataComm* comm : {(DataComm*)&plain, (DataComm*)&staged}) {
+    Buffer out = be.alloc(std::max<size_t>(want.size(), 1), DType::F32, Mem::Comm);
+    comm->wait(comm->start_alltoallv(in.ref(), send, out.ref(), recv, row));
+    const std::vector<float> got(out.ref().f32(), out.ref().f32() + want.size());
+    EXPECT_EQ(got, want) << (comm == &plain ? "mpi" : "staged");
+  }
+  MpiDataComm self(MPI_COMM_SELF);
+  SoloDataComm solo(be);
+  const size_t mine[1] = {send[1]};
+  Buffer o1 = be.alloc(send[1] * row, DType::F32, Mem::Comm), o2 = be.alloc(send[1] * row, DType::F32, Mem::Comm);
+  self.wait(self.start_alltoallv(in.ref() + send[0] * row, mine, o1.ref(), mine, row));
+  solo.wait(solo.start_alltoallv(in.ref() + send[0] * row, mine, o2.ref(), mine, row));
+  EXPECT_EQ(0, std::memcmp(o1.ref().p, o2.ref().p, o1.bytes())) << "one rank";
+}
+
 // On GPUs: no NCCL communicator for a group of one; the pipeline group and
 // ranks sharing a GPU take the staged MPI path.
 TEST(SoloDataComm, GpuGroupsGetTheCommunicatorTheyNeed) {

@@ -267,6 +267,9 @@ class SlowWaits final : public DataComm {
   Handle start_reduce_scatter(CRef in, Ref out, size_t n) override { return c_.start_reduce_scatter(in, out, n); }
   Handle start_allgather(CRef in, Ref out, size_t n) override { return c_.start_allgather(in, out, n); }
   Handle start_alltoall(CRef in, Ref out, size_t n) override { return c_.start_alltoall(in, out, n); }
+  Handle start_alltoallv(CRef in, const size_t* s, Ref out, const size_t* r, size_t row) override {
+    return c_.start_alltoallv(in, s, out, r, row);
+  }
   Handle isend(CRef data, size_t n, int peer, int tag) override { return c_.isend(data, n, peer, tag); }
   Handle irecv(Ref data, size_t n, int peer, int tag) override { return c_.irecv(data, n, peer, tag); }
   void wait(Handle h) override {

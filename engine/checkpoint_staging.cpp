@@ -13,9 +13,9 @@ const char* kGroupNames[3] = {"param", "adam_m", "adam_v"};
 
 CheckpointStaging::CheckpointStaging(Backend& be, Chunks& chunks, std::vector<std::unique_ptr<AdamW>>& opts,
                                      int stage, int tp_rank, bool writer, bool saves_planned, DataComm* zero_dp,
-                                     UnitWeights* weights)
-    : be_(be), chunks_(chunks), opts_(opts), stage_(stage), tp_rank_(tp_rank), writer_(writer), zero_dp_(zero_dp),
-      weights_(weights) {
+                                     UnitWeights* weights, int expert_part)
+    : be_(be), chunks_(chunks), opts_(opts), stage_(stage), tp_rank_(tp_rank), writer_(writer),
+      expert_part_(expert_part), zero_dp_(zero_dp), weights_(weights) {
   if (saves_planned && writer_) {
     std::vector<Piece> all[3];
     ensure_snapshot(shard_elems(saved_groups(all)));
@@ -67,6 +67,7 @@ std::vector<CheckpointStaging::Piece> CheckpointStaging::pieces(int which, bool 
     const std::vector<Span> ss = cut ? spans(which, loading, c) : std::vector<Span>{};
     for (const ParamInfo& p : m.registry().all()) {
       if (p.tied_copy && !loading) continue;  // the first stage saves the original
+      if (expert_part_ > 0 && !p.expert && !loading) continue;  // part 0's writer saves them
       Piece x;
       x.t.name = p.name;
       x.t.global_shape = p.global_shape;
@@ -129,7 +130,8 @@ SaveGroups CheckpointStaging::stage(bool side_stream) {
 
 std::string CheckpointStaging::shard_file() const {
   const std::string dp = sharded() ? "_dp" + std::to_string(zero_dp_->rank()) : "";
-  return "pp" + std::to_string(stage_) + "_tp" + std::to_string(tp_rank_) + dp + ".h5";
+  const std::string ep = expert_part_ > 0 ? "_ep" + std::to_string(expert_part_) : "";
+  return "pp" + std::to_string(stage_) + "_tp" + std::to_string(tp_rank_) + dp + ep + ".h5";
 }
 
 std::string CheckpointStaging::save(const std::string& dir, const TrainingState& st, int keep,

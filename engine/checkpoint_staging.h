@@ -43,9 +43,13 @@ class CheckpointStaging {
   // rank's ranges of m and v, from a checkpoint of any dp size and zero stage.
   // weights: under ZeRO-3, where the master weights are (only the owned
   // ranges, loaded as m and v are), else null (whole, in each chunk).
+  // expert_part: under expert parallelism, the part of each layer's experts
+  // this rank holds; a writer of part p > 0 writes its experts only (the
+  // part-0 writer the rest), in a file of its own. Experts keep their
+  // global names: a load finds them at any ep.
   CheckpointStaging(Backend& be, Chunks& chunks, std::vector<std::unique_ptr<AdamW>>& opts, int stage,
                     int tp_rank, bool writer, bool saves_planned, DataComm* zero_dp = nullptr,
-                    UnitWeights* weights = nullptr);
+                    UnitWeights* weights = nullptr, int expert_part = 0);
 
   // Blocking save, collective over world; returns the committed step directory.
   std::string save(const std::string& dir, const TrainingState& st, int keep, ControlComm& world,
@@ -100,6 +104,7 @@ class CheckpointStaging {
   std::vector<std::unique_ptr<AdamW>>& opts_;
   int stage_, tp_rank_;
   bool writer_;
+  int expert_part_;
   AsyncSaver async_;
   Buffer snapshot_;  // host staging, fp32: what a save writes from
   DataComm* zero_dp_;

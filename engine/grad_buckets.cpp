@@ -12,7 +12,8 @@ constexpr size_t kMaxElems = size_t(1) << 28;
 }  // namespace
 
 GradBuckets::GradBuckets(Backend& be, Chunks& chunks, DataComm& dp, Buffer* wire, size_t bucket_bytes,
-                         const std::function<bool(const ParamInfo&)>& held_back)
+                         const std::function<bool(const ParamInfo&)>& held_back,
+                         const std::function<bool(const ParamInfo&)>& elsewhere)
     : be_(be), chunks_(chunks), dp_(dp), wire_(wire && *wire ? wire : nullptr) {
   const size_t bucket_elems = std::max<size_t>(1, bucket_bytes / sizeof(float));
   size_t wire_off = 0;
@@ -37,6 +38,7 @@ GradBuckets::GradBuckets(Backend& be, Chunks& chunks, DataComm& dp, Buffer* wire
     };
     const auto& all = chunks[c]->registry().all();
     for (auto it = all.rbegin(); it != all.rend(); ++it) {
+      if (elsewhere && elsewhere(*it)) continue;
       if (held_back(*it)) {
         add(held, *it);
         continue;

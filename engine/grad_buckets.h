@@ -26,9 +26,11 @@ namespace trainer {
 class GradBuckets {
  public:
   // held_back(p): whether a tensor's gradient changes after the backward.
+  // elsewhere(p): whether another reduction sums it (not in any bucket).
   // wire: bf16 runs' wire buffer (all chunks' gradients back to back), else null.
   GradBuckets(Backend& be, Chunks& chunks, DataComm& dp, Buffer* wire, size_t bucket_bytes,
-              const std::function<bool(const ParamInfo&)>& held_back);
+              const std::function<bool(const ParamInfo&)>& held_back,
+              const std::function<bool(const ParamInfo&)>& elsewhere = {});
 
   // Before a step's schedule: nothing started.
   void begin_step();

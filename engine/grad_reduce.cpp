@@ -57,13 +57,14 @@ std::vector<Backend::SumSpan> zero1_step_spans(Chunks& chunks, int dp_rank, int 
 }
 
 StepSums read_step_sums(Backend& be, const std::vector<Backend::SumSpan>& spans, ControlComm* dp, ControlComm* tp,
-                        ControlComm* pp) {
-  double sums[3] = {0, 0, 0};  // sharded grads, replicated grads, losses
-  be.sumsq_groups(spans, sums, 3);
+                        ControlComm* pp, ControlComm* ep) {
+  double sums[4] = {0, 0, 0, 0};  // sharded grads, replicated grads, losses, experts' grads (ep > 1)
+  be.sumsq_groups(spans, sums, 4);
   if (dp) dp->allreduce_sum(sums, 2);
   if (tp) tp->allreduce_sum(&sums[0], 1);
+  if (ep) ep->allreduce_sum(&sums[3], 1);
   StepSums out;
-  out.grad_sumsq = sums[0] + sums[1];
+  out.grad_sumsq = sums[0] + sums[1] + sums[3];
   if (pp) pp->allreduce_sum(&out.grad_sumsq, 1);
   out.loss_sum = sums[2];
   return out;

@@ -30,12 +30,13 @@ void reduce_replica_grads(Chunks& chunks, DataComm* embed, bool tied_embeddings)
 // replicas, over dp (null: not sharded; same value on every rank); and this
 // rank's sum of the step's per-token losses (the head chunk's, 0 elsewhere),
 // reduced over nothing. `spans` as Transformer::step_sum_spans groups them:
-// 0 sharded over TP, 1 replicated, 2 losses.
+// 0 sharded over TP, 1 replicated, 2 losses, 3 experts split over the ep
+// ranks (summed over ep: null, none).
 struct StepSums {
   double grad_sumsq = 0, loss_sum = 0;
 };
 StepSums read_step_sums(Backend& be, const std::vector<Backend::SumSpan>& spans, ControlComm* dp, ControlComm* tp,
-                        ControlComm* pp);
+                        ControlComm* pp, ControlComm* ep = nullptr);
 // The spans without sharding: every chunk's whole gradient and its losses.
 std::vector<Backend::SumSpan> step_spans(Chunks& chunks);
 // Under ZeRO-1: this rank's block of each chunk (the tail counted by dp rank 0).

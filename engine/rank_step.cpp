@@ -36,6 +36,8 @@ ParallelGroups groups_of(ProcessGrid& g) {
     p[d.name] = {&g.data(group), &g.control(group)};
   }
   p.embed = &g.data(G::Embed);
+  if (g.has(G::Experts)) p.ep = {&g.data(G::Experts), &g.control(G::Experts)};
+  p.edp = {&g.data(G::ExpertReplicas), &g.control(G::ExpertReplicas)};
   return p;
 }
 
@@ -44,12 +46,15 @@ RankStep::RankStep(Backend& be, ParallelGroups groups, const Recipe& r, Blend tr
       cp_(counted(groups["cp"].data)), replicas_control_(groups["dp"].control),
       pp_control_(pp_ ? groups["pp"].control : nullptr),
       tp_control_(tp_ ? groups["tp"].control : nullptr), cp_control_(cp_ ? groups["cp"].control : nullptr),
-      embed_(groups.embed),
+      ep_(counted(groups.ep.data)), ep_control_(ep_ ? groups.ep.control : nullptr),
+      edp_(groups.edp.data ? groups.edp.data : groups["dp"].data), embed_(groups.embed),
       r_(r), train_(std::move(train)), val_(std::move(val)) {
   pipe_ = r.pipeline();
   if ((pp_ ? pp_->size() : 1) != pipe_.stages) throw std::invalid_argument("pp group size differs from the recipe");
   if ((cp_ ? cp_->size() : 1) != r.parallel.grid.cp || replicas_.size() != r.parallel.grid.weight_replicas())
     throw std::invalid_argument("cp or weight-replica group size differs from the recipe");
+  if ((ep_ ? ep_->size() : 1) != r.parallel.grid.ep || edp_->size() != r.parallel.grid.expert_replicas())
+    throw std::invalid_argument("ep or expert-replica group size differs from the recipe");
   if (const std::string why = check_pipeline(pipe_); !why.empty()) throw std::invalid_argument(why);
   stage_ = pp_ ? pp_->rank() : 0;
   std::vector<float> host;
@@ -58,7 +63,7 @@ RankStep::RankStep(Backend& be, ParallelGroups groups, const Recipe& r, Blend tr
   for (const ChunkLayout& ch : layout_.chunks) {
     chunks_.push_back(
         std::make_unique<Transformer>(be, r.model, layout_, ch, TensorParallel{tp_.get(), tp_control_}, r.recompute,
-                                      ContextParallel{cp_.get(), cp_control_}));
+                                      ContextParallel{cp_.get(), cp_control_}, ExpertParallel{ep_.get(), ep_control_}));
     Transformer& m = *chunks_.back();
     m.keep_losses_on_device(true);  // read once per step, with the gradient norm
     opts_.push_back(std::make_unique<AdamW>(
@@ -81,12 +86,15 @@ RankStep::RankStep(Backend& be, ParallelGroups groups, const Recipe& r, Blend tr
     }
   }
   executor_ = std::make_unique<PipelineExecutor>(be, pipe_, stage_, pp_.get(), chunks_);
-  reduction_ = std::make_unique<ReplicaReduction>(be, chunks_, replicas_, embed_, r, zero_, *executor_);
+  reduction_ = std::make_unique<ReplicaReduction>(be, chunks_, replicas_, embed_, *edp_, r, zero_, *executor_);
   if (unit_weights_) unit_weights_->lend();
   sum_spans_ = reduction_->sum_spans();  // once: the buffers never move
-  staging_ = std::make_unique<CheckpointStaging>(be, chunks_, opts_, stage_, tp_ ? tp_->rank() : 0,
-                                                 replicas_.rank() == 0 || zero_, r.checkpoint.saves(),
-                                                 zero_ ? &replicas_ : nullptr, unit_weights_.get());
+  // Writers: each position's first replica, and under expert parallelism
+  // the first of those holding each other part of the experts (ZeRO: all).
+  const bool writer = replicas_.rank() == 0 || zero_ || (ep_ && edp_->rank() == 0);
+  staging_ = std::make_unique<CheckpointStaging>(be, chunks_, opts_, stage_, tp_ ? tp_->rank() : 0, writer,
+                                                 r.checkpoint.saves(), zero_ ? &replicas_ : nullptr,
+                                                 unit_weights_.get(), ep_ ? ep_->rank() : 0);
   make_loader(0);
 }
 
@@ -223,7 +231,7 @@ void RankStep::compute_gradients(StepStats* stats) {
 
 StepSums RankStep::read_sums() {
   return read_step_sums(be_, sum_spans_, reduction_->sums_sharded() ? replicas_control_ : nullptr, tp_control_,
-                        pp_control_);
+                        pp_control_, ep_control_);
 }
 
 double RankStep::grad_sumsq() { return read_sums().grad_sumsq; }

@@ -101,6 +101,10 @@ struct GroupComms {
 struct ParallelGroups {
   GroupComms dims[kGridDimCount];
   DataComm* embed = nullptr;  // first + last stage, for tied embeddings
+  // Expert parallelism (GridShape::ep): the replicas holding a layer's
+  // experts between them (null where ep = 1), and those holding the same
+  // experts (the replicas where ep = 1).
+  GroupComms ep, edp;
   GroupComms& operator[](const char* dim) { return dims[known_grid_dim(dim)]; }
 };
 ParallelGroups groups_of(ProcessGrid& grid);
@@ -211,6 +215,12 @@ class RankStep {
   ControlComm* pp_control_;  // null without pipeline parallelism
   ControlComm* tp_control_;
   ControlComm* cp_control_;  // null without context parallelism
+  // Expert parallelism (null without): the ranks holding the experts
+  // between them, and those holding the same ones (where their gradients are
+  // summed).
+  std::unique_ptr<CountingDataComm> ep_;
+  ControlComm* ep_control_;
+  DataComm* edp_;
   DataComm* embed_;
   // parallel.zero_stage where there are weight replicas to shard over, else 0.
   int zero_ = 0;

@@ -13,9 +13,11 @@ std::vector<OwnedRange> ReplicaReduction::owned_ranges(int zero, const Transform
   return {};
 }
 
-ReplicaReduction::ReplicaReduction(Backend& be, Chunks& chunks, DataComm& dp, DataComm* embed, const Recipe& r,
-                                   int zero, PipelineExecutor& executor)
-    : be_(be), chunks_(chunks), dp_(dp), embed_(embed), tied_(r.model.tie_embeddings), zero_(zero) {
+ReplicaReduction::ReplicaReduction(Backend& be, Chunks& chunks, DataComm& dp, DataComm* embed, DataComm& edp,
+                                   const Recipe& r, int zero, PipelineExecutor& executor)
+    : be_(be), chunks_(chunks), dp_(dp), embed_(embed), edp_(edp), experts_apart_(r.parallel.grid.ep > 1),
+      tied_(r.model.tie_embeddings), zero_(zero) {
+  if (experts_apart_ && zero > 0) throw std::invalid_argument("ZeRO with expert parallelism");
   size_t total = 0, largest = 0;
   for (auto& m : chunks) total += m->num_params(), largest = std::max(largest, m->num_params());
   const DType compute = chunks.front()->compute_type();
@@ -32,12 +34,14 @@ ReplicaReduction::ReplicaReduction(Backend& be, Chunks& chunks, DataComm& dp, Da
     // sequence parallelism the partial gradients summed over TP, and the
     // experts' (laid out after the layers whose backward declares what
     // follows them final).
-    const bool sp = r.parallel.sequence_parallel && r.parallel.grid.tp > 1;
+    const bool sp = r.parallel.sequence_parallel && r.parallel.grid.tp > 1, apart = experts_apart_;
     const bool tied = tied_ && embed && embed->size() > 1;
     buckets_ = std::make_unique<GradBuckets>(
-        be, chunks, dp, &wire_, (size_t)(r.parallel.dp_bucket_mb * kMiB), [sp, tied](const ParamInfo& p) {
-          return (sp && p.seq_partial_grad) || (tied && p.name == "embed.tok") || p.expert;
-        });
+        be, chunks, dp, &wire_, (size_t)(r.parallel.dp_bucket_mb * kMiB),
+        [sp, tied, apart](const ParamInfo& p) {
+          return (sp && p.seq_partial_grad) || (tied && p.name == "embed.tok") || (p.expert && !apart);
+        },
+        [apart](const ParamInfo& p) { return apart && p.expert; });
     if (r.parallel.dp_overlap)
       executor.set_final_backward_hook([this](int c, size_t from) {
         if (overlap_now_) buckets_->grads_final(c, from);
@@ -70,6 +74,17 @@ void ReplicaReduction::finish(const std::function<void(Ref)>& poison) {
   } else if (buckets_) {
     buckets_->finish();
     exposed_ms_ = buckets_->exposed_ms(), span_ms_ = buckets_->span_ms();
+  }
+  if (experts_apart_ && edp_.size() > 1) {  // (fp32 on the wire: one call per chunk)
+    const auto t0 = Clock::now();
+    for (auto& m : chunks_) {
+      size_t lo = m->num_params();
+      for (const ParamInfo& p : m->registry().all())
+        if (p.expert) lo = std::min(lo, p.offset);
+      if (lo < m->num_params()) edp_.allreduce_sum(m->grads().ref(lo), m->num_params() - lo);
+    }
+    const double ms = ms_since(t0);
+    exposed_ms_ += ms, span_ms_ += ms;
   }
 }
 

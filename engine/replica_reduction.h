@@ -11,7 +11,9 @@
 //         updated weights, ZeRO-3 keeps only weight shards and gathers them
 //         where they are used (engine/unit_weights.h, RankStep's)
 // Within a model replica first: sequence-parallel partial gradients summed
-// over TP, a tied embedding's two copies over the embedding group.
+// over TP, a tied embedding's two copies over the embedding group. Under
+// expert parallelism (ZeRO-0), the experts' gradients are summed over the
+// replicas holding the same experts (edp) after the backward instead.
 #include <functional>
 #include <memory>
 #include <vector>
@@ -30,8 +32,9 @@ class ReplicaReduction {
   // zero: parallel.zero_stage where there are replicas to shard over, else
   // 0. The chunks' optimizers hold owned_ranges(); the executor calls the
   // buckets back from the backward (ZeRO-0, parallel.dp_overlap).
-  ReplicaReduction(Backend& be, Chunks& chunks, DataComm& dp, DataComm* embed, const Recipe& r, int zero,
-                   PipelineExecutor& executor);
+  // edp: the replicas holding the same experts (dp where ep = 1).
+  ReplicaReduction(Backend& be, Chunks& chunks, DataComm& dp, DataComm* embed, DataComm& edp, const Recipe& r,
+                   int zero, PipelineExecutor& executor);
   ~ReplicaReduction();
   // What chunk m's AdamW updates on replica `rank` of `size` (all: empty).
   static std::vector<OwnedRange> owned_ranges(int zero, const Transformer& m, int rank, int size);
@@ -64,6 +67,8 @@ class ReplicaReduction {
   Chunks& chunks_;
   DataComm& dp_;
   DataComm* embed_;
+  DataComm& edp_;
+  bool experts_apart_;  // expert parallelism: the experts reduced over edp_ in finish()
   bool tied_;
   int zero_;
   bool overlap_now_ = false;

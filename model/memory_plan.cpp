@@ -118,7 +118,7 @@ MemoryPlan plan_memory(const ModelConfig& c, const RankLayout& l, const Recomput
   double layer_padded = 0, held_padded = 0, largest_slice = 0;
   double turn_padded = 0;  // ZeRO-3: the largest unit gathered in the windows that take turns
   for (const ChunkLayout& ch : l.chunks) {
-    const ModelParams mp = build_params(c, l.tp, 0, ch.spec);
+    const ModelParams mp = build_params(c, l.tp, 0, ch.spec, l.ep, 0);
     const double n = (double)mp.reg.total();
     // fp32 master weights (+ the compute copy), gradients, AdamW m and v.
     // (ZeRO-3: below.)

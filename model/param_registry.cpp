@@ -75,7 +75,7 @@ std::vector<std::pair<std::string, std::string>> validate_tp(const ModelConfig& 
   return err;
 }
 
-ModelParams build_params(const ModelConfig& c, int tp_size, int tp_rank, ChunkSpec chunk) {
+ModelParams build_params(const ModelConfig& c, int tp_size, int tp_rank, ChunkSpec chunk, int ep, int ep_rank) {
   ModelParams mp;
   mp.reg = ParamRegistry(tp_size, tp_rank);
   if (chunk.last_layer < 0) chunk.last_layer = c.n_layers;
@@ -124,7 +124,9 @@ ModelParams build_params(const ModelConfig& c, int tp_size, int tp_rank, ChunkSp
   r.begin_experts();
   for (int l = chunk.first_layer; l < chunk.last_layer; l++) {
     std::vector<size_t>& to = mp.layers[l - chunk.first_layer].mlp;
-    const std::vector<size_t> experts = mlp_for(c, l).add_expert_params(r, "layers." + std::to_string(l) + ".mlp.", c);
+    const int part = c.moe.experts / ep;
+    const std::vector<size_t> experts =
+        mlp_for(c, l).add_expert_params(r, "layers." + std::to_string(l) + ".mlp.", c, ep_rank * part, part);
     to.insert(to.end(), experts.begin(), experts.end());
   }
   return mp;

@@ -103,8 +103,10 @@ struct ModelParams {
 // q/k/v, MLP-in and the embedding/LM head split on dim 0 (heads, hidden
 // units, vocabulary), attention and MLP output projections on dim 1.
 // Names follow "layers.3.attn.wq". The shape must divide (validate_tp).
-ModelParams build_params(const ModelConfig& c, int tp_size = 1, int tp_rank = 0,
-                         ChunkSpec chunk = {});
+// Under expert parallelism a Mixture-of-Experts layer's experts are split
+// over ep ranks: this rank's, ep_rank's part, keep their global names.
+ModelParams build_params(const ModelConfig& c, int tp_size = 1, int tp_rank = 0, ChunkSpec chunk = {}, int ep = 1,
+                         int ep_rank = 0);
 
 // Problems that stop a model from splitting over tp ranks, as (key, message):
 // a [model] key, or "moe.KEY".

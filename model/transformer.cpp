@@ -32,8 +32,10 @@ class Carver {
 }  // namespace
 
 Transformer::Transformer(Backend& be, const ModelConfig& cfg, const RankLayout& layout, const ChunkLayout& chunk,
-                         TensorParallel tp, RecomputeConfig recompute, ContextParallel context)
-    : be_(be), cfg_(cfg), tp_(tp), mp_(build_params(cfg, tp.size(), tp.rank(), chunk.spec)), norm_(norm_for(cfg)),
+                         TensorParallel tp, RecomputeConfig recompute, ContextParallel context,
+                         ExpertParallel experts)
+    : be_(be), cfg_(cfg), tp_(tp),
+      mp_(build_params(cfg, tp.size(), tp.rank(), chunk.spec, experts.size(), experts.rank())), norm_(norm_for(cfg)),
       compute_(layout.compute), B_(layout.micro_batch),
       T_(layout.sequence_share(cfg.seq_len)), M_(layout.micro_batch * T_),
       seq_(context.comm ? context.comm->size() : 1, context.comm ? context.comm->rank() : 0, cfg.seq_len),
@@ -41,10 +43,12 @@ Transformer::Transformer(Backend& be, const ModelConfig& cfg, const RankLayout& 
   const int t = tp_.size();
   if (!validate_tp(cfg, t).empty()) throw std::invalid_argument("model does not split over tp");
   if (t != layout.tp) throw std::invalid_argument("the layout's tp differs from the tp group's size");
+  if (experts.size() != layout.ep) throw std::invalid_argument("the layout's ep differs from the ep group's size");
   if (compute_ != DType::F32 && compute_ != DType::BF16) throw std::invalid_argument("compute type must be fp32 or bf16");
   const bool sp = layout.sequence_parallel && t > 1;
   if (sp && M_ % t != 0) throw std::invalid_argument("token rows do not split over tp");
   ops_.be = &be_, ops_.tp = tp_, ops_.cp_control = context.control, ops_.shape = layer_shape(cfg, layout);
+  ops_.ep = experts.comm, ops_.ep_control = experts.control;
   R_ = (int)ops_.shape.R;
   row_offset_ = sp ? tp_.rank() * R_ : 0;
   V_ = cfg.vocab_size / t;
@@ -76,10 +80,13 @@ Transformer::Transformer(Backend& be, const ModelConfig& cfg, const RankLayout& 
   } else {
     grads_ = be_.alloc(n, DType::F32, Mem::Grads);
     ops_.grads = grads_.ref().f32();
-    // The gradient norm's spans, grouped sharded (0) / replicated (1); a tied
-    // copy is counted once, with its original.
-    for (const ParamInfo& p : mp_.reg.all())
-      if (!p.tied_copy) grad_spans_.push_back({G(p.offset), p.numel, p.sharding == Sharding::Replicated ? 1 : 0});
+    // The gradient norm's spans, grouped sharded over tp (0) / replicated
+    // (1) / split over the ep ranks (3: experts under expert parallelism);
+    // a tied copy is counted once, with its original.
+    for (const ParamInfo& p : mp_.reg.all()) {
+      const int group = p.expert && experts.size() > 1 ? 3 : p.sharding == Sharding::Replicated ? 1 : 0;
+      if (!p.tied_copy) grad_spans_.push_back({G(p.offset), p.numel, group});
+    }
   }
   allocate_activations(chunk.slots);
   moe_sums_.assign(mp_.layers.size(), {});
@@ -482,10 +489,11 @@ std::vector<Backend::SumSpan> Transformer::grad_spans(size_t lo, size_t hi) cons
 }
 
 double Transformer::grad_sumsq() {
-  double sums[2] = {0, 0};  // sharded, replicated: one backend call, one read
-  be_.sumsq_groups(grad_spans_, sums, 2);
+  double sums[4] = {0, 0, 0, 0};  // sharded, replicated, (losses), experts: one backend call, one read
+  be_.sumsq_groups(grad_spans_, sums, 4);
   if (tp_.size() > 1) tp_.control->allreduce_sum(&sums[0], 1);
-  return sums[0] + sums[1];
+  if (ops_.ep) ops_.ep_control->allreduce_sum(&sums[3], 1);
+  return sums[0] + sums[1] + sums[3];
 }
 
 }  // namespace trainer

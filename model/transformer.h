@@ -51,6 +51,14 @@ struct ContextParallel {
   DataComm* comm = nullptr;
   ControlComm* control = nullptr;  // host sums over the group (a Mixture-of-Experts router's counts)
 };
+// Expert parallelism (GridShape::ep): the ranks holding a Mixture-of-
+// Experts layer's experts between them (null: this rank holds them all).
+struct ExpertParallel {
+  DataComm* comm = nullptr;
+  ControlComm* control = nullptr;
+  int size() const { return comm ? comm->size() : 1; }
+  int rank() const { return comm ? comm->rank() : 0; }
+};
 
 class Transformer {
  public:
@@ -64,7 +72,8 @@ class Transformer {
   // sequence parallelism over tp as the layout says. Parameters, gradients,
   // statistics, logits and losses stay fp32.
   Transformer(Backend& be, const ModelConfig& cfg, const RankLayout& layout, const ChunkLayout& chunk,
-              TensorParallel tp = {}, RecomputeConfig recompute = {}, ContextParallel context = {});
+              TensorParallel tp = {}, RecomputeConfig recompute = {}, ContextParallel context = {},
+              ExpertParallel experts = {});
   ~Transformer();
   Transformer(const Transformer&) = delete;
   Transformer& operator=(const Transformer&) = delete;

@@ -21,6 +21,13 @@ struct GridShape {
   static constexpr long kMaxRanks = 1048576;
   int dp = 1, pp = 1, tp = 1;
   int cp = 1;  // context parallelism: each sequence cut over cp ranks (parallel/context_chunks.h)
+  // Expert parallelism: a Mixture-of-Experts layer's experts split over ep
+  // of the weight replicas (folded into dp x cp, as Megatron-Core's
+  // parallel folding: not a dimension of the world). Replica rho holds the
+  // experts of part rho % ep (expert_rank); those holding the same part
+  // (rho / ep: expert_replica) sum their gradients.
+  int ep = 1;
+  long expert_replicas() const { return weight_replicas() / ep; }
   // In 64 bits, saturated at LONG_MAX: what the rules check, never wrapped.
   long ranks() const;
   long model_ranks() const;      // one model copy: tp x cp x pp (kModelDims)

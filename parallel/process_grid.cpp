@@ -22,6 +22,8 @@ const std::vector<GroupSpec> kGroupSpecs = [] {
   for (const GridDim& d : kGridDims) s[G::of(d.name)] = {d.name, grid_dim(d.name)};
   s[G::Replicas] = {grid_names(kWeightReplicaDims, "_"), kWeightReplicaDims, G::of("dp")};
   s[G::Embed] = {"embed", grid_dim("pp")};  // and only the end stages: see below
+  s[G::Experts] = {"ep", kWeightReplicaDims};  // parts of the replicas: see below
+  s[G::ExpertReplicas] = {"edp", kWeightReplicaDims};
   return s;
 }();
 
@@ -46,19 +48,26 @@ ProcessGrid::ProcessGrid(MPI_Comm world, const GridShape& shape, FlightRecorder*
   // Peers of a group share every coordinate but the group's own: the others
   // are the colour, the group's own the order within it.
   comms_[World] = world;
+  const int replica = index_in(shape, c, kWeightReplicaDims), ep = shape.ep;
   for (int g = World + 1; g < kGroups; g++) {
     const GroupSpec& spec = kGroupSpecs[g];
     comms_[g] = MPI_COMM_NULL;
     if (spec.same_as >= 0 && shape.size_of(spec.dims & ~kGroupSpecs[spec.same_as].dims) == 1) continue;
-    int colour = index_in(shape, c, kAllGridDims & ~spec.dims);
+    if ((g == Experts || g == ExpertReplicas) && ep == 1) continue;
+    int colour = index_in(shape, c, kAllGridDims & ~spec.dims), key = index_in(shape, c, spec.dims);
     // Embed: the first and last pipeline stage of a column hold the tied
     // embedding's two copies; a middle stage is a group of its own.
     if (g == Embed && c.pp != 0 && c.pp != shape.pp - 1) colour = (int)(shape.ranks() / shape.pp) + rank;
-    MPI_Comm_split(world, colour, index_in(shape, c, spec.dims), &comms_[g]);
+    // The replicas cut into ep parts: Experts holds replica rho's part
+    // rho / ep (ordered by rho % ep), ExpertReplicas those with one rho % ep.
+    if (g == Experts) colour = colour * (int)shape.expert_replicas() + replica / ep, key = replica % ep;
+    if (g == ExpertReplicas) colour = colour * ep + replica % ep, key = replica / ep;
+    MPI_Comm_split(world, colour, key, &comms_[g]);
   }
   for (int g = 0; g < kGroups; g++) {
     if (comms_[g] == MPI_COMM_NULL) {
-      control_[g] = control_[kGroupSpecs[g].same_as], data_[g] = data_[kGroupSpecs[g].same_as];
+      const int as = g == ExpertReplicas ? Replicas : kGroupSpecs[g].same_as;
+      control_[g] = as >= 0 ? control_[as] : nullptr, data_[g] = as >= 0 ? data_[as] : nullptr;
       continue;
     }
     mpi_control_[g] = std::make_unique<MpiControlComm>(comms_[g]);

@@ -22,12 +22,16 @@ class ProcessGrid {
   // that hold the same weights (kWeightReplicaDims: where weight gradients
   // are summed and ZeRO-1 shards; of("dp") alone is the ranks reading
   // different sequences, and the same group where the other replica
-  // dimensions are 1); Embed (below). Each group's dimensions are in
-  // kGroupSpecs (process_grid.cpp).
+  // dimensions are 1); Embed (below); Experts and ExpertReplicas (expert
+  // parallelism, GridShape::ep: the replicas holding one layer's experts
+  // between them, and those holding the same experts; Experts exists only
+  // where ep > 1, ExpertReplicas is Replicas where ep = 1). Each group's
+  // dimensions are in kGroupSpecs (process_grid.cpp).
   using Group = int;
   static constexpr Group World = 0;
   static constexpr Group of(const char* dim) { return 1 + known_grid_dim(dim); }
-  static constexpr Group Replicas = 1 + kGridDimCount, Embed = Replicas + 1, kGroups = Embed + 1;
+  static constexpr Group Replicas = 1 + kGridDimCount, Embed = Replicas + 1, Experts = Embed + 1,
+                         ExpertReplicas = Experts + 1, kGroups = ExpertReplicas + 1;
   // Makes a group's data communicator (collective over the group); the
   // default is MPI on host memory (the CPU backend's).
   using DataCommMaker = std::function<std::unique_ptr<DataComm>(Group, MPI_Comm, ControlComm&)>;
@@ -44,6 +48,7 @@ class ProcessGrid {
   const GridCoords& coords() const { return coords_; }
   ControlComm& control(Group g) { return *control_[g]; }
   DataComm& data(Group g) { return *data_[g]; }
+  bool has(Group g) const { return data_[g] != nullptr; }
   ControlComm& world() { return control(World); }
   // Embed: the first and last pipeline stage of this rank's column (its
   // other coordinates): where a tied embedding's two copies live. Size 1

@@ -160,7 +160,7 @@ std::pair<double, double> StepModel::dp_reduction(const Recipe& r, int stage, do
     int L = 0;  // units taking turns
     const RankLayout rl = rank_layout(r, stage);
     for (const ChunkLayout& ch : rl.chunks) {
-      const ModelParams mp = build_params(r.model, r.parallel.grid.tp, 0, ch.spec);
+      const ModelParams mp = build_params(r.model, r.parallel.grid.tp, 0, ch.spec, r.parallel.grid.ep, 0);
       const ParamUnits u = param_units(mp, rl.persist_below());
       for (int i = 0; i < (int)u.all.size(); i++) {
         const bool once = u.held(i);

@@ -128,7 +128,7 @@ std::vector<RecipeKey> make_keys() {
           .def(RopeScaling{}).shown_if(llama),
       // [moe]
       K("moe", "experts", Int, "Mixture-of-Experts: routed experts in every layer's MLP (llama; 0: dense MLPs; "
-        "tp needs sequence_parallel; no expert parallelism yet)", AT(model.moe.experts))
+        "tp needs sequence_parallel; parallel.ep splits them)", AT(model.moe.experts))
           .def(0L).at_least(0).at_most(4096),
       K("moe", "top_k", Int, "experts each token goes to", AT(model.moe.top_k)).def(2L).at_least(1)
           .shown_if(moe),
@@ -165,6 +165,10 @@ std::vector<RecipeKey> make_keys() {
       K("parallel", "cp", Int, "context-parallel ranks: each sequence is cut along its length over them "
         "(activations per rank about 1/cp; attention as parallel.cp_comm says); seq_len must divide by 2 * cp",
         AT(parallel.grid.cp))
+          .def(1L).at_least(1).at_most(GridShape::kMaxRanks),
+      K("parallel", "ep", Int, "expert-parallel ranks: each Mixture-of-Experts layer's experts split over ep of "
+        "the dp * cp weight replicas (which must divide by it, as must moe.experts); tokens travel to their "
+        "experts and back by all-to-all", AT(parallel.grid.ep))
           .def(1L).at_least(1).at_most(GridShape::kMaxRanks),
       K("parallel", "cp_comm", Choice, "context parallelism's attention: \"ring\" passes the k|v blocks round the cp "
         "ranks while attending (any head count); \"a2a\" (DeepSpeed's Ulysses) turns sequence shards into head shards "

@@ -167,6 +167,20 @@ bool layout(const Recipe& r, int world_size, Rules& rules) {
   if (m.moe.enabled() && g.tp > 1 && !r.parallel.sequence_parallel)
     return rules.fail("parallel", "sequence_parallel", "Mixture-of-Experts with tp = " + std::to_string(g.tp) +
                                                            " needs sequence_parallel = true (as Megatron-Core's)");
+  // Expert parallelism folds into the weight replicas (GridShape::ep).
+  if (g.ep > 1) {
+    const std::string ep = "ep = " + std::to_string(g.ep);
+    if (!m.moe.enabled())
+      return rules.fail("parallel", "ep", ep + " splits Mixture-of-Experts layers' experts: set [moe] experts, or ep = 1");
+    if (g.weight_replicas() % g.ep != 0)
+      return rules.fail("parallel", "ep", ep + " is taken from the weight replicas, dp * cp = " +
+                                              std::to_string(g.weight_replicas()) + ", which must divide by it");
+    if (m.moe.experts % g.ep != 0)
+      return rules.fail("parallel", "ep", ep + " must divide moe.experts = " + std::to_string(m.moe.experts));
+    if (r.parallel.zero_sharded())
+      return rules.fail("parallel", "zero_stage", "ZeRO with expert parallelism (" + ep +
+                                                      ") is not built yet: use zero_stage = 0, or ep = 1");
+  }
   if (m.moe.enabled() && r.parallel.zero_sharded() && r.parallel.zero_stage >= 2)
     return rules.fail("parallel", "zero_stage", "ZeRO-" + std::to_string(r.parallel.zero_stage) +
                                                     " with Mixture-of-Experts is not built yet: use zero_stage <= 1");

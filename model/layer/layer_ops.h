@@ -30,6 +30,10 @@ struct LayerOps {
   // Host sums over the ranks holding shares of the same sequences
   // (context parallelism); null without it.
   ControlComm* cp_control = nullptr;
+  // Expert parallelism: the ranks holding a Mixture-of-Experts layer's
+  // experts between them, rows to the experts and back, counts (null: none).
+  DataComm* ep = nullptr;
+  ControlComm* ep_control = nullptr;
   LayerShape shape{};
   CRef weights;             // the weights products read (the compute type)
   size_t weight_origin = 0; // the registry offset `weights` points at (a gathered unit's first, under ZeRO-3)

@@ -1,5 +1,9 @@
 #include "model/layer/layer_shape.h"
 
+#include <algorithm>
+
+#include "model/layer/moe_routing.h"
+
 namespace trainer {
 
 LayerShape layer_shape(const ModelConfig& c, const RankLayout& l) {
@@ -14,6 +18,12 @@ LayerShape layer_shape(const ModelConfig& c, const RankLayout& l) {
   if (c.moe.enabled()) {
     s.E = c.moe.experts, s.k = c.moe.top_k, s.Fe = c.moe.expert_ffn, s.pairs = s.R * s.k;
     s.Fs = c.moe.shared_expert_ffn / t;
+    s.El = s.E / l.ep;
+    if (l.ep > 1) {
+      s.X = (size_t)l.ep * s.R * std::min(s.k, s.El);
+      const int capacity = expert_capacity(c.moe.capacity_factor, (int)s.k, (int)s.R, (int)s.E);
+      if (capacity > 0) s.X = std::min(s.X, (size_t)l.ep * s.El * capacity);
+    }
   }
   return s;
 }

@@ -26,8 +26,11 @@ struct LayerShape {
   // Mixture-of-Experts MLPs (model/layer/moe_mlp.cpp; 0 when dense):
   // experts, the experts a token goes to, an expert's hidden width, the
   // most (token, expert) pairs one micro-batch routes (R * k), and this
-  // rank's hidden units of the shared expert (/ tp).
-  size_t E = 0, k = 0, Fe = 0, pairs = 0, Fs = 0;
+  // rank's hidden units of the shared expert (/ tp). Under expert
+  // parallelism (ep > 1): this rank's experts (E / ep; else E) and the most
+  // rows they receive from the ep ranks (ep x R x min(k, El), or fewer
+  // with a capacity; 0 without expert parallelism).
+  size_t E = 0, k = 0, Fe = 0, pairs = 0, Fs = 0, El = 0, X = 0;
 };
 
 LayerShape layer_shape(const ModelConfig& c, const RankLayout& l);

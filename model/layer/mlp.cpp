@@ -31,9 +31,10 @@ const std::vector<MlpParam>& Mlp::expert_params() const {
   return none;
 }
 
-std::vector<size_t> Mlp::add_expert_params(ParamRegistry& r, const std::string& prefix, const ModelConfig& c) const {
+std::vector<size_t> Mlp::add_expert_params(ParamRegistry& r, const std::string& prefix, const ModelConfig& c, int first,
+                                           int count) const {
   std::vector<size_t> offsets;
-  for (int e = 0; e < c.moe.experts && !expert_params().empty(); e++)
+  for (int e = first; e < first + count && !expert_params().empty(); e++)
     for (const MlpParam& p : expert_params())
       offsets.push_back(r.add(prefix + "experts." + std::to_string(e) + "." + p.name, p.global_shape(c), p.matrix(),
                               p.sharding, p.sharding == Sharding::Replicated).offset);

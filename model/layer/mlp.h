@@ -66,10 +66,12 @@ class Mlp {
   // their offsets.
   std::vector<size_t> add_params(ParamRegistry& r, const std::string& prefix, const ModelConfig& c) const;
   // Tensors each expert has (Mixture-of-Experts kinds; none for a dense
-  // one), named "experts.E." + name; build_params lays them out after the
-  // chunk's other tensors, so that they can be reduced apart.
+  // one), named "experts.E." + name by the global index E; build_params
+  // lays this rank's (count from `first`) out after the chunk's other
+  // tensors, so that they can be reduced apart.
   virtual const std::vector<MlpParam>& expert_params() const;
-  std::vector<size_t> add_expert_params(ParamRegistry& r, const std::string& prefix, const ModelConfig& c) const;
+  std::vector<size_t> add_expert_params(ParamRegistry& r, const std::string& prefix, const ModelConfig& c, int first,
+                                        int count) const;
   // Weights one layer's products read per token, its matrices' elements
   // (model/flops.h counts 6 FLOPs for each in training); with experts, the
   // active ones.

@@ -27,12 +27,20 @@ namespace {
 enum Param { kRouter };
 enum SharedParam { kSharedGateUp, kSharedUp, kSharedDown };
 enum ExpertParam { kGateUp, kUp, kDown, kPerExpert };
-// Rows in expert order (slots, at most `pairs`): the gathered inputs,
-// gate|up, the SwiGLU activation, the expert's output; the slots' source
-// rows with the pairs' slots (int32); the pairs' weights with the slots';
-// the shared expert's gate|up and activation (all M rows).
-enum Saved { kX, kGU, kH, kY, kIndex, kWeights, kSharedGU, kSharedH };
-enum Scratch { kGY, kGGU, kGH, kGX, kSharedGGU, kSharedGH };
+// Saved: the rows in slot order (at most `pairs`: this rank's kept pairs,
+// grouped by expert) as gathered and as their experts' outputs came back;
+// the experts' gate|up and SwiGLU activation (rows in expert order, at the
+// experts); the slots' source rows with the pairs' slots (int32); the pairs'
+// weights with the slots'; the shared expert's gate|up and activation (all
+// M rows; 0 without one). Under expert parallelism also the rows the
+// experts received, in expert order, and the exchange's two permutations
+// (int32); 0 without it.
+enum Saved { kX, kGU, kH, kY, kIndex, kWeights, kSharedGU, kSharedH, kXe, kExchangeIndex };
+// The gradients at the experts (expert order): of their outputs, gate|up,
+// activation, inputs; the shared expert's; under expert parallelism the
+// gradients in slot order (the weighted outputs', the inputs'), the rows
+// in arrival order, the experts' outputs in expert order.
+enum Scratch { kGY, kGGU, kGH, kGX, kSharedGGU, kSharedGH, kSlotGY, kSlotGX, kArrived, kExpertY };
 enum Scratch32 { kDWeight, kLogits };  // kLogits: the router's logits, then their gradient
 
 class MoeMlp final : public Mlp {
@@ -70,31 +78,31 @@ class MoeMlp final : public Mlp {
     return (double)m.experts * c.d_model * (1 + 3.0 * m.expert_ffn) + 3.0 * m.shared_expert_ffn * c.d_model;
   }
   SavedActs saved(const LayerShape& s) const override {
-    const size_t P = s.pairs;
-    SavedActs a = {{P * s.d, false, Kept::UnlessFull},       {P * 2 * s.Fe, false, Kept::UnlessFull},
-                   {P * s.Fe, false, Kept::WithoutRecompute}, {P * s.d, false, Kept::UnlessFull},
-                   {2 * P, true, Kept::Always},               {2 * P, true, Kept::Always}};
-    if (shared_) a.push_back({s.M * 2 * s.Fs, false, Kept::UnlessFull}), a.push_back({s.M * s.Fs, false, Kept::WithoutRecompute});
-    return a;
+    const size_t P = s.pairs, X = at_experts(s), Fs = shared_ ? s.Fs : 0;
+    return {{P * s.d, false, Kept::UnlessFull},       {X * 2 * s.Fe, false, Kept::UnlessFull},
+            {X * s.Fe, false, Kept::WithoutRecompute}, {P * s.d, false, Kept::UnlessFull},
+            {2 * P, true, Kept::Always},               {2 * P, true, Kept::Always},
+            {s.M * 2 * Fs, false, Kept::UnlessFull},   {s.M * Fs, false, Kept::WithoutRecompute},
+            {s.X * s.d, false, Kept::UnlessFull},      {2 * s.X, true, Kept::Always}};
   }
   std::vector<size_t> scratch(const LayerShape& s) const override {
-    const size_t P = s.pairs;
-    std::vector<size_t> n = {P * s.d, P * 2 * s.Fe, P * s.Fe, P * s.d};
-    if (shared_) n.push_back(s.M * 2 * s.Fs), n.push_back(s.M * s.Fs);
-    return n;
+    const size_t P = s.pairs, X = at_experts(s), Fs = shared_ ? s.Fs : 0, ex = s.X ? P * s.d : 0;
+    return {X * s.d, X * 2 * s.Fe, X * s.Fe, X * s.d, s.M * 2 * Fs, s.M * Fs, ex, ex, s.X * s.d, s.X * s.d};
   }
   std::vector<size_t> scratch32(const LayerShape& s) const override { return {s.pairs, s.R * s.E}; }
   // Full recomputation reruns every routed expert's products (the outputs
   // too: the backward weighs them) and the shared expert's first; the
   // routing is kept.
   double rerun_flops(const LayerShape& s) const override {
-    return 2.0 * s.pairs * s.d * 3 * s.Fe + 2.0 * s.M * s.d * 2 * s.Fs;
+    return 2.0 * s.pairs * s.d * 3 * s.Fe + 2.0 * s.M * s.d * 2 * (shared_ ? s.Fs : 0);
   }
 
   // Under sequence parallelism each tp rank routes its own rows of `in`
   // (all M rows): the router and the experts see this rank's tokens only,
   // their gradients are partial sums over tp (model/transformer.cpp sums
-  // them), and g_in is zero outside this rank's rows.
+  // them), and g_in is zero outside this rank's rows. Under expert
+  // parallelism the rows travel to the ranks of their experts and back
+  // (every ep rank joins every exchange, with or without rows).
   void forward(const LayerOps& o, const MlpTensors& t, CRef in, Ref out, CRef resid, Upto upto) const override {
     const LayerShape& s = o.shape;
     const int R = (int)s.R, d = (int)s.d, E = (int)s.E, k = (int)s.k;
@@ -122,18 +130,32 @@ class MoeMlp final : public Mlp {
       o.be->from_host(Ref(slot_of_pair, DType::I32), rt.plan.slot_of_pair.data(), (size_t)R * k);
       o.be->from_host(w_pair, rt.routing.weight.data(), (size_t)R * k);
       o.be->from_host(w_pair + s.pairs, rt.w_slot.data(), rt.w_slot.size());
+      if (o.ep) plan_exchange(o, t, rt);
     }
     const Dispatch& plan = rt.plan;
-    if (upto != Upto::DroppedOnly) o.be->gather_rows(t.saved[kX], x, R, row_of_slot, nullptr, plan.kept, d);
-    for (int e = 0; e < E; e++) {
-      const int rows = plan.count[e];
+    const Local loc = local(o, rt);
+    const Ref xe = o.ep ? t.saved[kXe] : t.saved[kX];
+    const Ref ye = o.ep ? t.scratch[kExpertY] : t.saved[kY];
+    if (upto != Upto::DroppedOnly) {
+      o.be->gather_rows(t.saved[kX], x, R, row_of_slot, nullptr, plan.kept, d);
+      if (o.ep) {  // to the experts' ranks, then in expert order
+        exchange(o, rt, t.saved[kX], t.scratch[kArrived], false);
+        o.be->gather_rows(xe, t.scratch[kArrived], loc.rows, exchange_index(t, s, 0), nullptr, loc.rows, d);
+      }
+    }
+    for (int e = 0; e < loc.experts; e++) {
+      const int rows = loc.count[e];
       if (!rows) continue;
-      const Rows r = rows_of(t, s, plan.offset[e]);
+      const size_t f = (size_t)loc.offset[e];
+      const Ref xr = xe + f * d, gu = t.saved[kGU] + f * 2 * s.Fe, h = t.saved[kH] + f * s.Fe, y = ye + f * d;
       const size_t* w = &t.params[experts_at() + kPerExpert * e];
-      if (upto != Upto::DroppedOnly)
-        o.be->matmul(false, true, rows, 2 * (int)s.Fe, d, 1.f, r.x, o.W(w[kGateUp]), 0.f, r.gu);
-      o.be->swiglu_fwd(r.h, r.gu, rows, (int)s.Fe);
-      if (upto != Upto::DroppedOnly) o.be->matmul(false, true, rows, d, (int)s.Fe, 1.f, r.h, o.W(w[kDown]), 0.f, r.y);
+      if (upto != Upto::DroppedOnly) o.be->matmul(false, true, rows, 2 * (int)s.Fe, d, 1.f, xr, o.W(w[kGateUp]), 0.f, gu);
+      o.be->swiglu_fwd(h, gu, rows, (int)s.Fe);
+      if (upto != Upto::DroppedOnly) o.be->matmul(false, true, rows, d, (int)s.Fe, 1.f, h, o.W(w[kDown]), 0.f, y);
+    }
+    if (o.ep && upto != Upto::DroppedOnly) {  // in arrival order, back to the tokens' ranks
+      o.be->gather_rows(t.scratch[kArrived], ye, loc.rows, exchange_index(t, s, 1), nullptr, loc.rows, d);
+      exchange(o, rt, t.scratch[kArrived], t.saved[kY], true);
     }
     if (shared_) swiglu_forward(o, (int)s.Fs, shared(t), in, out, resid, upto);
     if (upto != Upto::Output) return;
@@ -148,6 +170,7 @@ class MoeMlp final : public Mlp {
     const CRef x = in + row0 * s.d;
     MoeRoute& rt = *t.route;
     const Dispatch& plan = rt.plan;
+    const Local loc = local(o, rt);
     const int32_t* row_of_slot = static_cast<const int32_t*>(t.saved[kIndex].p);
     const int32_t* slot_of_pair = row_of_slot + s.pairs;
     const float* w_slot = t.saved[kWeights].f32() + s.pairs;
@@ -170,28 +193,39 @@ class MoeMlp final : public Mlp {
       t.sums->dropped += plan.dropped;
     }
     o.be->from_host(dlogits, rt.dlogits.data(), rt.dlogits.size());
-    // The experts, on their rows' gradients weighted as the forward weighed them.
-    o.be->gather_rows(t.scratch[kGY], g_out, R, row_of_slot, w_slot, plan.kept, d);
-    for (int e = 0; e < E; e++) {
-      const int rows = plan.count[e];
+    // The experts, on their rows' gradients weighted as the forward weighed
+    // them (under expert parallelism sent to the experts' ranks first).
+    const Ref slot_gy = o.ep ? t.scratch[kSlotGY] : t.scratch[kGY];
+    o.be->gather_rows(slot_gy, g_out, R, row_of_slot, w_slot, plan.kept, d);
+    const Ref xe = o.ep ? t.saved[kXe] : t.saved[kX];
+    if (o.ep) {
+      exchange(o, rt, slot_gy, t.scratch[kArrived], false);
+      o.be->gather_rows(t.scratch[kGY], t.scratch[kArrived], loc.rows, exchange_index(t, s, 0), nullptr, loc.rows, d);
+    }
+    for (int e = 0; e < loc.experts; e++) {
+      const int rows = loc.count[e];
       if (!rows) continue;
-      const Rows r = rows_of(t, s, plan.offset[e]);
-      const size_t off = (size_t)plan.offset[e];
-      const Ref gy = t.scratch[kGY] + off * d, ggu = t.scratch[kGGU] + off * 2 * Fe, gh = t.scratch[kGH] + off * Fe,
-                gx = t.scratch[kGX] + off * d;
+      const size_t f = (size_t)loc.offset[e];
+      const Ref gy = t.scratch[kGY] + f * d, ggu = t.scratch[kGGU] + f * 2 * Fe, gh = t.scratch[kGH] + f * Fe,
+                gx = t.scratch[kGX] + f * d, gu = t.saved[kGU] + f * 2 * Fe, h = t.saved[kH] + f * Fe, xr = xe + f * d;
       const size_t* w = &t.params[experts_at() + kPerExpert * e];
       o.be->matmul(false, false, rows, Fe, d, 1.f, gy, o.W(w[kDown]), 0.f, gh);
-      o.be->matmul(true, false, d, Fe, rows, 1.f, gy, r.h, 1.f, o.G(w[kDown]));
-      o.be->swiglu_bwd(ggu, r.gu, gh, rows, Fe);
+      o.be->matmul(true, false, d, Fe, rows, 1.f, gy, h, 1.f, o.G(w[kDown]));
+      o.be->swiglu_bwd(ggu, gu, gh, rows, Fe);
       o.be->matmul(false, false, rows, d, 2 * Fe, 1.f, ggu, o.W(w[kGateUp]), 0.f, gx);
-      o.be->matmul(true, false, 2 * Fe, d, rows, 1.f, ggu, r.x, 1.f, o.G(w[kGateUp]));
+      o.be->matmul(true, false, 2 * Fe, d, rows, 1.f, ggu, xr, 1.f, o.G(w[kGateUp]));
+    }
+    const Ref slot_gx = o.ep ? t.scratch[kSlotGX] : t.scratch[kGX];
+    if (o.ep) {  // back in arrival order, to the tokens' ranks
+      o.be->gather_rows(t.scratch[kArrived], t.scratch[kGX], loc.rows, exchange_index(t, s, 1), nullptr, loc.rows, d);
+      exchange(o, rt, t.scratch[kArrived], slot_gx, true);
     }
     // The input's gradient: the shared expert's (all rows), each row's
     // routed experts' in order, then the router's.
     if (shared_) swiglu_backward(o, (int)s.Fs, shared(t), g_out, in, g_in);
     else o.be->zero(g_in, s.M * s.d);
     const Ref g_x = g_in + row0 * s.d;
-    o.be->combine_rows(g_x, t.scratch[kGX], plan.kept, slot_of_pair, nullptr, R, k, d);
+    o.be->combine_rows(g_x, slot_gx, plan.kept, slot_of_pair, nullptr, R, k, d);
     const CRef dlo = o.be->product_operand(dlogits, (size_t)R * E, g_in.dt);
     o.be->matmul(false, false, R, d, E, 1.f, dlo, o.W(t.params[kRouter]), 1.f, g_x);
     o.be->matmul(true, false, E, d, R, 1.f, dlo, x, 1.f, o.G(t.params[kRouter]));
@@ -201,6 +235,43 @@ class MoeMlp final : public Mlp {
   bool shared_;
   int bias_at_ = -1, shared_at_ = -1;
   std::vector<MlpParam> params_;
+  // The most rows at this rank's experts: this rank's pairs, or under
+  // expert parallelism what the ep ranks may send.
+  static size_t at_experts(const LayerShape& s) { return s.X ? s.X : s.pairs; }
+  // This rank's experts' rows: per local expert its count and first row in
+  // expert order (the plan's, or the exchange's under expert parallelism).
+  struct Local {
+    int experts, rows;
+    const int *count, *offset;
+  };
+  static Local local(const LayerOps& o, const MoeRoute& rt) {
+    if (!o.ep) return {(int)o.shape.E, rt.plan.kept, rt.plan.count.data(), rt.plan.offset.data()};
+    const ExpertExchange& x = rt.exchange;
+    return {(int)o.shape.El, x.received, x.count.data(), x.offset.data()};
+  }
+  // Every ep rank's kept pairs per expert (a host all-gather), the exchange
+  // planned from them, its permutations to the device.
+  static void plan_exchange(const LayerOps& o, const MlpTensors& t, MoeRoute& rt) {
+    const int E = (int)o.shape.E, ep = o.ep->size();
+    const std::vector<float> mine(rt.plan.count.begin(), rt.plan.count.end());
+    std::vector<float> all((size_t)ep * E);
+    o.ep_control->allgather(mine.data(), all.data(), E);
+    rt.exchange = expert_exchange(all, ep, o.ep->rank(), E);
+    const ExpertExchange& x = rt.exchange;
+    o.be->from_host(Ref(exchange_index(t, o.shape, 0), DType::I32), x.to_expert.data(), x.received);
+    o.be->from_host(Ref(exchange_index(t, o.shape, 1), DType::I32), x.to_source.data(), x.received);
+  }
+  // The exchange's permutations on the device: 0 to expert order, 1 back.
+  static int32_t* exchange_index(const MlpTensors& t, const LayerShape& s, int which) {
+    return static_cast<int32_t*>(t.saved[kExchangeIndex].p) + which * s.X;
+  }
+  // Rows of d to the experts' ranks (back: from them, the counts swapped).
+  static void exchange(const LayerOps& o, const MoeRoute& rt, CRef from, Ref to, bool back) {
+    const ExpertExchange& x = rt.exchange;
+    const size_t* send = back ? x.recv_rows.data() : x.send_rows.data();
+    const size_t* recv = back ? x.send_rows.data() : x.recv_rows.data();
+    o.ep->wait(o.ep->start_alltoallv(from, send, to, recv, o.shape.d));
+  }
   // The shared expert's tensors.
   SwiGluRefs shared(const MlpTensors& t) const {
     const size_t* p = &t.params[shared_at_];
@@ -210,14 +281,6 @@ class MoeMlp final : public Mlp {
   size_t experts_at() const { return params_.size(); }
   // This rank's first row of `in`.
   static size_t first_row(const LayerOps& o) { return o.sequence_parallel() ? (size_t)o.tp.rank() * o.shape.R : 0; }
-  // An expert's block of rows in the saved activations, from its first slot.
-  struct Rows {
-    Ref x, gu, h, y;
-  };
-  static Rows rows_of(const MlpTensors& t, const LayerShape& s, int first) {
-    const size_t f = (size_t)first;
-    return {t.saved[kX] + f * s.d, t.saved[kGU] + f * 2 * s.Fe, t.saved[kH] + f * s.Fe, t.saved[kY] + f * s.d};
-  }
 };
 }  // namespace
 

@@ -43,10 +43,34 @@ std::vector<float> bias_nudge(const double* load, int experts, double rate) {
   return nudge;
 }
 
-int RouterSpec::capacity(int rows) const {
-  if (capacity_factor <= 0) return 0;
+int expert_capacity(double factor, int top_k, int rows, int experts) {
+  if (factor <= 0) return 0;
   // (1e-9: a product that is a whole number in exact arithmetic stays one)
-  return std::max(1, (int)std::ceil(capacity_factor * top_k * rows / experts - 1e-9));
+  return std::max(1, (int)std::ceil(factor * top_k * rows / experts - 1e-9));
+}
+
+ExpertExchange expert_exchange(const std::vector<float>& counts, int ep, int me, int experts) {
+  const int El = experts / ep;
+  const auto n = [&](int src, int e) { return (int)counts[(size_t)src * experts + e]; };  // (exact: whole numbers)
+  ExpertExchange x;
+  x.send_rows.assign(ep, 0), x.recv_rows.assign(ep, 0);
+  x.count.assign(El, 0), x.offset.assign(El, 0);
+  for (int j = 0; j < ep; j++)
+    for (int e = 0; e < El; e++) x.send_rows[j] += n(me, j * El + e), x.recv_rows[j] += n(j, me * El + e);
+  for (int src = 0; src < ep; src++)
+    for (int e = 0; e < El; e++) x.count[e] += n(src, me * El + e);
+  for (int e = 1; e < El; e++) x.offset[e] = x.offset[e - 1] + x.count[e - 1];
+  x.received = x.offset[El - 1] + x.count[El - 1];
+  x.to_expert.resize(x.received), x.to_source.resize(x.received);
+  std::vector<int> next(x.offset);
+  int arrived = 0;  // arrival order: by source, then its expert order
+  for (int src = 0; src < ep; src++)
+    for (int e = 0; e < El; e++)
+      for (int i = 0; i < n(src, me * El + e); i++, arrived++) {
+        const int q = next[e]++;
+        x.to_expert[q] = arrived, x.to_source[arrived] = q;
+      }
+  return x;
 }
 
 Routing route(const RouterSpec& spec, const float* logits, const float* bias, int rows) {

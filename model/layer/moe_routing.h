@@ -21,10 +21,15 @@
 // aux_coeff sum_i f_{b(t)i} p_ti and z_t = z_coeff logsumexp(l_t)^2, so
 // they take the cross entropy's per-token scale 1/N; f is a constant of the
 // gradient (counts).
+#include <cstddef>
 #include <cstdint>
 #include <vector>
 
 namespace trainer {
+
+// The most pairs an expert takes of a rank's `rows` rows: ceil(factor x
+// top_k x rows / experts); 0 (factor 0): no limit.
+int expert_capacity(double factor, int top_k, int rows, int experts);
 
 struct RouterSpec {
   int experts = 0, top_k = 1;
@@ -32,9 +37,7 @@ struct RouterSpec {
   bool norm_topk = false;  // the chosen weights divided by their sum
   double aux_coeff = 0, z_coeff = 0;
   double capacity_factor = 0;  // (0: dropless)
-  // The most pairs an expert takes of `rows` rows: ceil(capacity_factor x
-  // top_k x rows / experts); 0: no limit.
-  int capacity(int rows) const;
+  int capacity(int rows) const { return expert_capacity(capacity_factor, top_k, rows, experts); }
 };
 
 // Each row's chosen experts and their weights, [rows * top_k] (pair p = t *
@@ -89,6 +92,23 @@ RouterLossSums router_backward(const RouterSpec& s, const float* logits, const R
                                const std::vector<float>& counts, int row0, int seq_rows, int seq_tokens,
                                float loss_scale, float* dlogits);
 
+// Expert parallelism: the experts split over ep ranks, rank j holding
+// [j * E / ep, (j + 1) * E / ep). Each rank sends its kept pairs' rows in
+// its plan's order (Dispatch: expert order, so blocks by destination) and
+// receives, from each rank in turn, that rank's rows for its own experts in
+// expert order. The received rows are put in expert order (every source's
+// rows of the first local expert, then the next's) for the experts'
+// products, and back in arrival order for the return. counts: every rank's
+// kept pairs per expert, [ep][E].
+struct ExpertExchange {
+  std::vector<size_t> send_rows, recv_rows;  // per ep rank
+  std::vector<int> count, offset;            // per local expert: its rows, its first in expert order
+  std::vector<int32_t> to_expert;            // [received]: the arrival place of each row in expert order
+  std::vector<int32_t> to_source;            // [received]: the expert-order place of each arrived row
+  int received = 0;
+};
+ExpertExchange expert_exchange(const std::vector<float>& counts, int ep, int me, int experts);
+
 // Auxiliary-loss-free balancing's step (DeepSeek-V3): each expert's
 // selection bias moves by `rate` toward the mean load of the experts: up
 // for an expert below it, down above it, not at all at it. load: [experts].
@@ -101,6 +121,7 @@ struct MoeRoute {
   std::vector<float> logits;  // [rows * experts]
   Routing routing;
   Dispatch plan;
+  ExpertExchange exchange;  // under expert parallelism
   // The host's room for the selection bias, the pairs' weights in slot
   // order and the backward's gradients of the weights and logits (kept to
   // be reused).

@@ -25,7 +25,8 @@ std::string layout_name(const Layout& l) {
          (l.accum ? "_accum" + std::to_string(l.accum) : "") +
          (l.recompute.mode != RecomputeMode::None ? std::string("_") + recompute_name(l.recompute.mode) : "") +
          (l.precision == DType::BF16 ? "_bf16" : "") +
-         (l.moe.enabled() ? "_moe" + std::to_string(l.moe.experts) + "k" + std::to_string(l.moe.top_k) : "");
+         (l.moe.enabled() ? "_moe" + std::to_string(l.moe.experts) + "k" + std::to_string(l.moe.top_k) : "") +
+         (l.ep > 1 ? "_ep" + std::to_string(l.ep) : "");
 }
 
 Recipe recipe(const Layout& l) {
@@ -45,7 +46,7 @@ Recipe recipe(const Layout& l) {
   r.lr.lr = l.lr;
   r.lr.min_lr = l.lr / 10;
   r.lr.warmup_steps = 2;
-  r.parallel.grid = {l.dp, l.pp, l.tp, l.cp};
+  r.parallel.grid = {l.dp, l.pp, l.tp, l.cp, l.ep};
   r.parallel.cp_comm = l.cp_comm;
   r.parallel.zero_stage = l.zero_stage;
   r.parallel.reshard_after_forward = l.reshard;
@@ -111,8 +112,9 @@ std::vector<float> gather_owned(Backend& be, CRef buf, size_t n, const std::vect
 
 // Every chunk's tensors (per chunk: its flat host vector) in global shape on
 // every rank of `comm`: the pieces of each pipeline stage (from its first dp,
-// cp and tp rank) are summed into zero-filled buffers, which copies them
-// exactly.
+// cp and tp rank; under expert parallelism the experts of each other part
+// from the first rank holding them) are summed into zero-filled buffers,
+// which copies them exactly.
 std::map<std::string, std::vector<float>> model_tensors(RankStep& loop, ProcessGrid& grid,
                                                         const std::vector<std::vector<float>>& flat,
                                                         const std::map<std::string, std::vector<float>>& shapes,
@@ -121,12 +123,15 @@ std::map<std::string, std::vector<float>> model_tensors(RankStep& loop, ProcessG
   for (size_t c = 0; c < loop.chunks().size(); c++)
     to_global(flat[c], *loop.chunks()[c], grid.control(ProcessGrid::of("tp")), mine);
   const bool contributes = grid.coords().dp == 0 && grid.coords().cp == 0 && grid.coords().tp == 0;
+  const bool experts = grid.has(ProcessGrid::Experts) && grid.control(ProcessGrid::Experts).rank() > 0 &&
+                       grid.control(ProcessGrid::ExpertReplicas).rank() == 0 && grid.coords().tp == 0;
   std::map<std::string, std::vector<float>> out;
   for (const auto& [name, ref] : shapes) {
     std::vector<float>& g = out[name];
     g.assign(ref.size(), 0.f);
     const auto it = mine.find(name);
-    if (contributes && it != mine.end()) g = it->second;
+    const bool expert = name.find(".experts.") != std::string::npos;
+    if ((contributes || (experts && expert)) && it != mine.end()) g = it->second;
     MPI_Allreduce(MPI_IN_PLACE, g.data(), (int)g.size(), MPI_FLOAT, MPI_SUM, comm);
   }
   return out;
@@ -172,6 +177,8 @@ Result run(const Layout& l, MPI_Comm world) {
   const int zero = g.r.parallel.zero_sharded() ? g.r.parallel.zero_stage : 0;
   {
     const std::unique_ptr<RankStep> grads_only = g.rank_step();
+    if (l.init)
+      for (auto& m : grads_only->chunks()) l.init(g.be, *m), m->sync_compute_weights();
     grads_only->compute_gradients();
     res.grad_norm = std::sqrt(grads_only->grad_sumsq());
     const std::vector<std::vector<float>> grads = flat(Flat::Grads, g.be, *grads_only, g.grid, zero);
@@ -184,6 +191,8 @@ Result run(const Layout& l, MPI_Comm world) {
   }
   g.be.reset_memory_peaks();
   const std::unique_ptr<RankStep> loop = g.rank_step();
+  if (l.init)
+    for (auto& m : loop->chunks()) l.init(g.be, *m), m->sync_compute_weights();
   res.stage = g.grid.coords().pp;
   for (int s = 0; s < g.r.training.steps; s++) {
     const StepStats st = loop->step();

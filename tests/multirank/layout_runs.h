@@ -7,6 +7,7 @@
 // every gradient gathered to its global shape come back.
 #include <mpi.h>
 
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -39,6 +40,9 @@ struct Layout {
   int accum = 0;  // micro-batches per step and replica (micro_batch 1); 0: micro_batch 2 of a global batch of 8
   int n_layers = 4;
   MoeConfig moe{};  // experts > 0: Mixture-of-Experts MLPs
+  int ep = 1;       // parallel.ep (of the dp x cp replicas)
+  // Changes each chunk's initial weights (the fp32 master; null: none).
+  std::function<void(Backend&, Transformer&)> init;
   float lr = 3e-3f;  // the peak (min_lr a tenth of it)
   double bucket_mb = 0;  // parallel.dp_bucket_mb (0: the default)
 

@@ -125,6 +125,69 @@ TEST(Moe, EveryLayoutMatchesOneProcess) {
   }
 }
 
+// Expert parallelism: the experts split over ep of the replicas, tokens to
+// their experts' ranks and back by all-to-all, the experts' gradients
+// summed over the replicas holding the same ones: ep 2 and ep 4 (with dp 2,
+// 4), ep 2 beside dp 4 (two replicas of each part), tp 2 (sp), pp 2 and
+// cp 2, against one process as above; softmax and sigmoid scores, and with
+// a dense first layer, a shared expert and a selection bias.
+TEST(Moe, ExpertParallelMatchesOneProcess) {
+  for (int variant : {0, 1, 2}) {
+    Layout one{Arch::Llama, 1, 1, false};
+    one.moe = experts(4, 2, variant == 1), one.steps = 20, one.lr = 1e-3f;
+    if (variant == 2) one.moe.dense_layers = 1, one.moe.shared_expert_ffn = 32, one.moe.bias_rate = 1e-3;
+    g_shapes.clear();
+    const Result ref = run(one, MPI_COMM_WORLD);
+    std::vector<Layout> layouts;
+    const auto add = [&](Layout l, int ep) {
+      l.moe = one.moe, l.steps = one.steps, l.lr = one.lr, l.ep = ep;
+      layouts.push_back(l);
+    };
+    add({Arch::Llama, 1, 2, false}, 2);
+    add({Arch::Llama, 1, 4, false}, 4);
+    if (variant == 0) {
+      add({Arch::Llama, 1, 4, false}, 2);
+      add({Arch::Llama, 2, 2, true}, 2);
+      add({Arch::Llama, 1, 2, false, 2}, 2);
+      Layout cp{Arch::Llama, 1, 1, false};
+      cp.cp = 2;
+      add(cp, 2);
+    }
+    for (const Layout& l : layouts) {
+      const std::string what = layout_name(l) + (variant == 1 ? "_sigmoid" : variant == 2 ? "_dense1_shared_bias" : "");
+      const Result got = run(l, MPI_COMM_WORLD);
+      expect_same_moe_training(got, ref, what);
+      if (l.tp == 1 && l.pp == 1) EXPECT_LT(got.params_per_rank, ref.params_per_rank) << what << ": experts not split";
+    }
+  }
+}
+
+// No hang, whatever the routing: every token's experts forced (a router
+// bias of 100 on them, moved by 1e-9 a step) to expert 0 alone (top 1), or
+// to experts 0 and 1 (top 2, of 4): the ep ranks holding the others receive
+// no rows, yet join every exchange; the steps finish and equal one process.
+TEST(Moe, ExpertsWithoutTokensNeitherHangNorDiffer) {
+  for (int k : {1, 2}) {
+    Layout one{Arch::Llama, 1, 1, false};
+    one.moe = experts(4, k), one.moe.bias_rate = 1e-9, one.steps = 6, one.lr = 1e-3f;
+    one.init = [k](Backend& be, Transformer& m) {
+      const std::vector<float> bias = {100.f, k == 2 ? 100.f : 0.f, 0.f, 0.f};
+      for (int l = m.chunk().first_layer; l < m.chunk().last_layer; l++)
+        be.from_host(m.params().ref(m.registry().at("layers." + std::to_string(l) + ".mlp.router.bias").offset),
+                     bias.data(), bias.size());
+    };
+    g_shapes.clear();
+    const Result ref = run(one, MPI_COMM_WORLD);
+    for (const std::vector<double>& sel : ref.moe_selections)
+      for (size_t i = 0; i < sel.size(); i++) ASSERT_EQ(sel[i] > 0, i % 4 < (size_t)k) << "expert " << i % 4;
+    for (int ep : {2, 4}) {
+      Layout l{Arch::Llama, 1, ep, false};
+      l.moe = one.moe, l.steps = one.steps, l.lr = one.lr, l.init = one.init, l.ep = ep;
+      expect_same_moe_training(run(l, MPI_COMM_WORLD), ref, layout_name(l) + "_forced_top" + std::to_string(k));
+    }
+  }
+}
+
 // bf16 against one process. Where the rounding happens at other points
 // (tp's sums), the router's inputs move by bf16's precision, enough to send
 // a token whose best experts nearly tie to the other one: that changes

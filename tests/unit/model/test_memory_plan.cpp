@@ -93,20 +93,26 @@ TEST(MemoryPlan, IsWhatTheModelAllocates) {
     c.seq_len = 32;
     if (moe) c.moe.experts = 4, c.moe.top_k = 2, c.moe.expert_ffn = 96, c.moe.shared_expert_ffn = 64, c.moe.dense_layers = 1;
     for (int tp : {1, 2})
+      for (int ep : {1, 2})  // (expert parallelism: its exchange's buffers)
       for (DType dt : {DType::F32, DType::BF16})
         for (ChunkLayout chunk : {ChunkLayout{ChunkSpec{0, 2, true, true}, 1}, ChunkLayout{ChunkSpec{0, 2, true, false}, 2}})
           for (RecomputeConfig rc : {RecomputeConfig{RecomputeMode::None, -1}, RecomputeConfig{RecomputeMode::Selective, -1},
                                      RecomputeConfig{RecomputeMode::Full, -1}, RecomputeConfig{RecomputeMode::Full, 1}}) {
+            // (with replicas a bf16 run's data-parallel wire copy is planned:
+            // the replica reduction's, which is not built here)
+            if (ep > 1 && (!moe || dt != DType::F32)) continue;
             RankLayout l = single_rank_layout(2, dt);
             l.chunks = {chunk};
-            l.tp = tp, l.sequence_parallel = true, l.threads = 0;
+            l.tp = tp, l.sequence_parallel = true, l.threads = 0, l.dp = ep, l.ep = ep;
             const OpPhase phase = OpPhase::Forward;
-            NullDataComm group(tp, &phase);
-            NullControlComm control(tp);
+            NullDataComm group(tp, &phase), experts(ep, &phase);
+            NullControlComm control(tp), experts_control(ep);
             CpuBackend be(1);
-            const Transformer model(be, c, l, chunk, tp > 1 ? TensorParallel{&group, &control} : TensorParallel{}, rc);
+            const Transformer model(be, c, l, chunk, tp > 1 ? TensorParallel{&group, &control} : TensorParallel{}, rc,
+                                    ContextParallel{}, ep > 1 ? ExpertParallel{&experts, &experts_control} : ExpertParallel{});
             const MemoryPlan plan = plan_memory(c, l, rc);
-            const std::string what = std::string(arch_name(arch)) + (moe ? " moe" : "") + " tp " + std::to_string(tp) + " " + dtype_name(dt) +
+            const std::string what = std::string(arch_name(arch)) + (moe ? " moe" : "") + " tp " + std::to_string(tp) +
+                                     (ep > 1 ? " ep 2" : "") + " " + dtype_name(dt) +
                                      (chunk.spec.head ? " whole" : " no head, 2 slots") + " " + recompute_name(rc.mode) +
                                      (rc.layers > 0 ? " of 1 layer" : "");
             // activations: the saved ones, the fp32 ones, the step's losses

@@ -43,7 +43,7 @@ struct Block {
     ParamRegistry reg;
     params = mlp.add_params(reg, "layers.0.mlp.", c);
     first_expert = (int)params.size();
-    const std::vector<size_t> experts = mlp.add_expert_params(reg, "layers.0.mlp.", c);
+    const std::vector<size_t> experts = mlp.add_expert_params(reg, "layers.0.mlp.", c, 0, 5);
     params.insert(params.end(), experts.begin(), experts.end());
     n = reg.total();
   }

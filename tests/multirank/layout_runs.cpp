@@ -171,6 +171,11 @@ LayoutGroup::LayoutGroup(const Recipe& recipe, MPI_Comm world)
     : comm_{split(world, recipe.parallel.grid.ranks(), &index_)}, r(recipe), grid(comm_.c, r.parallel.grid),
       ds({g_data}, r.model.seq_len, r.model.vocab_size) {}
 
+std::map<std::string, std::vector<float>> model_weights(LayoutGroup& g, RankStep& loop) {
+  const int zero = g.r.parallel.zero_sharded() ? g.r.parallel.zero_stage : 0;
+  return model_tensors(loop, g.grid, flat(Flat::Weights, g.be, loop, g.grid, zero), g_shapes, g.comm());
+}
+
 Result run(const Layout& l, MPI_Comm world) {
   Result res;
   LayoutGroup g(recipe(l), world);
@@ -207,7 +212,7 @@ Result run(const Layout& l, MPI_Comm world) {
     res.comm_cp = st.comm_of("cp");
   }
   res.memory = g.be.memory();
-  res.weights = model_tensors(*loop, g.grid, flat(Flat::Weights, g.be, *loop, g.grid, zero), g_shapes, g.comm());
+  res.weights = model_weights(g, *loop);
   return res;
 }
 

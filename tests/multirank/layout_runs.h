@@ -100,6 +100,9 @@ class LayoutGroup {
 
 // Runs a layout on groups of l.ranks() ranks of `world` (each group a copy).
 Result run(const Layout& l, MPI_Comm world);
+// A group's fp32 master weights now, every tensor in its global shape (the
+// names g_shapes holds), on every rank of the group.
+std::map<std::string, std::vector<float>> model_weights(LayoutGroup& g, RankStep& loop);
 
 // fp32: losses within loss_rtol relative, the gradient norm and every
 // gradient within 1e-5 relative (of the tensor's largest entry).

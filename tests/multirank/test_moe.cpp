@@ -10,6 +10,7 @@
 #include <mpi.h>
 
 #include <cmath>
+#include <filesystem>
 #include <algorithm>
 #include <cstdio>
 
@@ -185,6 +186,76 @@ TEST(Moe, ExpertsWithoutTokensNeitherHangNorDiffer) {
       l.moe = one.moe, l.steps = one.steps, l.lr = one.lr, l.init = one.init, l.ep = ep;
       expect_same_moe_training(run(l, MPI_COMM_WORLD), ref, layout_name(l) + "_forced_top" + std::to_string(k));
     }
+  }
+}
+
+// A step directory every rank of `world` knows: world rank 0's.
+std::string shared_path(std::string path, MPI_Comm world) {
+  int n = (int)path.size();
+  MPI_Bcast(&n, 1, MPI_INT, 0, world);
+  path.resize(n);
+  MPI_Bcast(path.data(), n, MPI_CHAR, 0, world);
+  return path;
+}
+
+// Layout l on groups of its size cut from world: loads `from` if given and
+// checks every weight equals `want` bit for bit, trains `steps` steps, and
+// saves into dir/group<k> if dir is given (world rank 0's step directory
+// into *saved, and the weights saved into *weights).
+std::vector<double> train(const Layout& l, MPI_Comm world, int steps, const std::string& from,
+                          const std::map<std::string, std::vector<float>>* want = nullptr, const std::string& dir = "",
+                          std::string* saved = nullptr, std::map<std::string, std::vector<float>>* weights = nullptr) {
+  std::vector<double> losses;
+  std::string step_dir;
+  {
+    LayoutGroup g(recipe(l), world);
+    const std::unique_ptr<RankStep> loop = g.rank_step();
+    if (!from.empty()) loop->load_checkpoint(from);
+    if (want) {
+      const auto got = model_weights(g, *loop);
+      for (const auto& [name, w] : *want) EXPECT_EQ(got.at(name), w) << layout_name(l) << " loaded " << name;
+    }
+    for (int s = 0; s < steps; s++) losses.push_back(loop->step().loss);
+    if (!dir.empty()) {
+      if (weights) *weights = model_weights(g, *loop);
+      MpiControlComm control(g.comm());
+      step_dir = loop->save_checkpoint(dir + "/group" + std::to_string(g.index()), 1, control);
+    }
+  }
+  if (saved) *saved = shared_path(step_dir, world);
+  return losses;
+}
+
+// Resume: an ep 4 checkpoint (10 steps) loads as ep 2, ep 1 with dp 4, tp 2
+// x pp 2 and one process, every tensor (the experts, the routers' selection
+// bias, the rest) equal to what was saved bit for bit, and the 10 steps
+// after it within 1e-6 of the run that never stopped.
+TEST(Moe, Ep4CheckpointResumesAtAnyEp) {
+  Layout one{Arch::Llama, 1, 1, false};
+  one.moe = experts(4, 2), one.moe.bias_rate = 1e-3, one.lr = 1e-3f, one.steps = 20;
+  g_shapes.clear();
+  run(one, MPI_COMM_SELF);  // (the names)
+  const std::vector<double> ref = train(one, MPI_COMM_SELF, 20, "");
+  const std::string dir = std::filesystem::path(g_data).parent_path().string() + "/ep4_resume";
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);  // a save makes its checkpoint directory, never the parents
+  Layout ep4{Arch::Llama, 1, 4, false};
+  ep4.moe = one.moe, ep4.lr = one.lr, ep4.steps = one.steps, ep4.ep = 4;
+  std::string step_dir;
+  std::map<std::string, std::vector<float>> saved;
+  const std::vector<double> first = train(ep4, MPI_COMM_WORLD, 10, "", nullptr, dir, &step_dir, &saved);
+  for (int s = 0; s < 10; s++) EXPECT_NEAR(first[s], ref[s], 1e-6 * ref[s]) << "ep 4, step " << s + 1;
+  std::vector<Layout> as;
+  for (Layout l : {Layout{Arch::Llama, 1, 4, false}, Layout{Arch::Llama, 1, 4, false},
+                   Layout{Arch::Llama, 2, 1, true, 2}, one}) {
+    l.moe = one.moe, l.lr = one.lr, l.steps = one.steps;
+    as.push_back(l);
+  }
+  as[0].ep = 2;
+  for (const Layout& l : as) {
+    const std::vector<double> rest = train(l, l.ranks() == 1 ? MPI_COMM_SELF : MPI_COMM_WORLD, 10, step_dir, &saved);
+    for (int s = 0; s < 10; s++)
+      EXPECT_NEAR(rest[s], ref[10 + s], 1e-6 * ref[10 + s]) << "ep 4 resumed as " << layout_name(l) << ", step " << 11 + s;
   }
 }
 

@@ -317,15 +317,15 @@ StepStats RankStep::step() {
 // layers (the stages').
 void RankStep::record_moe_losses(StepStats& s) {
   const int E = r_.model.moe.experts, L = r_.model.n_layers;
-  // aux, z, the selections [L x E], the dropped pairs [L]
-  std::vector<double> sums(2 + (size_t)L * (E + 1), 0.0);
-  double* selections = &sums[2];
-  double* dropped = selections + (size_t)L * E;
+  // per layer: the selections [L x E], the dropped pairs, aux, z [L each]
+  std::vector<double> sums((size_t)L * (E + 3), 0.0);
+  double* selections = sums.data();
+  double *dropped = selections + (size_t)L * E, *aux = dropped + L, *z = aux + L;
   for (auto& m : chunks_)
     for (size_t i = 0; i < m->moe_step_sums().size(); i++) {
       const RouterStepSums& rs = m->moe_step_sums()[i];
       const size_t l = m->chunk().first_layer + i;
-      sums[0] += rs.losses.aux, sums[1] += rs.losses.z, dropped[l] += rs.dropped;
+      dropped[l] += rs.dropped, aux[l] += rs.losses.aux, z[l] += rs.losses.z;
       for (size_t e = 0; e < rs.selections.size(); e++) selections[l * E + e] += rs.selections[e];
     }
   // (Each rank's rows are its own: tp's under sequence parallelism, which
@@ -334,10 +334,13 @@ void RankStep::record_moe_losses(StepStats& s) {
   if (tp_control_) tp_control_->allreduce_sum(sums.data(), sums.size());
   if (pp_control_) pp_control_->allreduce_sum(sums.data(), sums.size());
   const double tokens = (double)chunks_.front()->tokens() * pipe_.micro_batches * replicas_.size();
-  s.moe = true, s.moe_aux_loss = sums[0] / tokens, s.moe_z_loss = sums[1] / tokens;
+  s.moe = true, s.moe_aux_loss = s.moe_z_loss = 0;
   s.moe_selections.assign(selections, selections + (size_t)L * E);
-  s.moe_dropped.assign(dropped, dropped + L);
-  for (double& d : s.moe_dropped) d /= tokens * r_.model.moe.top_k;
+  s.moe_dropped.assign(dropped, dropped + L), s.moe_layer_aux.assign(aux, aux + L), s.moe_layer_z.assign(z, z + L);
+  for (int l = 0; l < L; l++) {
+    s.moe_dropped[l] /= tokens * r_.model.moe.top_k, s.moe_layer_aux[l] /= tokens, s.moe_layer_z[l] /= tokens;
+    s.moe_aux_loss += s.moe_layer_aux[l], s.moe_z_loss += s.moe_layer_z[l];
+  }
 }
 
 // Every stage's compute, wait, span and peak in flight, in stage order.

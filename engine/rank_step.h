@@ -65,8 +65,9 @@ struct StepStats {
   double moe_aux_loss = 0, moe_z_loss = 0;
   // Each expert's selections (token-expert pairs routed to it) over the
   // global batch, [n_layers x experts], layer by layer (a dense layer's 0),
-  // and each layer's share of its pairs dropped past an expert's capacity.
-  std::vector<double> moe_selections, moe_dropped;
+  // and per layer the share of its pairs dropped past an expert's capacity
+  // and its router's balancing and z-losses (their sums are the above).
+  std::vector<double> moe_selections, moe_dropped, moe_layer_aux, moe_layer_z;
   // This rank's communication in the step, per dimension's group (kGridDims
   // order; dp's is the weight replicas').
   CommCounters comm[kGridDimCount];

@@ -21,6 +21,23 @@ namespace mf = metrics_field;
 
 namespace {
 
+// Per layer the most tokens an expert got and the mean over its experts (a
+// dense layer's 0), and the worst layer's max over mean.
+struct MoeLoads {
+  std::vector<double> max, mean;
+  double worst = 0;
+};
+MoeLoads moe_loads(const StepStats& st, int experts) {
+  MoeLoads out;
+  for (size_t at = 0; at + experts <= st.moe_selections.size(); at += experts) {
+    double mx = 0, sum = 0;
+    for (int e = 0; e < experts; e++) mx = std::max(mx, st.moe_selections[at + e]), sum += st.moe_selections[at + e];
+    out.max.push_back(mx), out.mean.push_back(sum / experts);
+    if (sum > 0) out.worst = std::max(out.worst, mx / (sum / experts));
+  }
+  return out;
+}
+
 // Per pipeline stage and per group and kind of collective (rank 0's view;
 // every rank of a group moves the same bytes); peak memory per category.
 void add_breakdown(JsonRecord& rec, const StepStats& st, const GridShape& grid) {
@@ -106,7 +123,13 @@ void StepLoop::log_step(const StepStats& st, const StepExtras& x) {
   if (world_.size() > 1 && r_.parallel.grid.weight_replicas() > 1)
     rec.add(mf::kCommDpExposedMs, st.dp_exposed_ms).add(mf::kCommDpSpanMs, st.dp_span_ms);
   if (st.cut_sequences) rec.add(mf::kCommCpExposedMs, st.cp_exposed_ms).add(mf::kCpImbalance, st.cp_imbalance);
-  if (st.moe) rec.add(mf::kMoeAuxLoss, st.moe_aux_loss).add(mf::kMoeZLoss, st.moe_z_loss);
+  if (st.moe) {
+    const MoeLoads loads = moe_loads(st, r_.model.moe.experts);
+    rec.add(mf::kMoeAuxLoss, st.moe_aux_loss).add(mf::kMoeZLoss, st.moe_z_loss);
+    rec.add(mf::kMoeTokensMax, loads.max, "layer").add(mf::kMoeTokensMean, loads.mean, "layer");
+    rec.add(mf::kMoeDropped, st.moe_dropped, "layer").add(mf::kMoeLayerAuxLoss, st.moe_layer_aux, "layer");
+    rec.add(mf::kMoeLayerZLoss, st.moe_layer_z, "layer");
+  }
   add_breakdown(rec, st, r_.parallel.grid);
   if (!job_.metrics->write(rec))
     for (const std::string& e : job_.metrics->errors()) run_file_unwritable(e);
@@ -114,7 +137,8 @@ void StepLoop::log_step(const StepStats& st, const StepExtras& x) {
       "step %5ld/%ld | loss %.4f | lr %.2e | grad norm %.3f | %s tok/s | mfu %.1f%% | %.0f ms | data wait %.2f ms",
       st.step, r_.training.steps, st.loss, st.lr, st.grad_norm, format_count(tps).c_str(), 100 * mfu, st.step_ms,
       st.data_wait_ms);
-  if (st.moe) std::printf(" | moe aux %.4f z %.4f", st.moe_aux_loss, st.moe_z_loss);
+  if (st.moe) std::printf(" | moe aux %.4f z %.4f load %.2fx", st.moe_aux_loss, st.moe_z_loss,
+                          moe_loads(st, r_.model.moe.experts).worst);
   if (x.val >= 0) std::printf(" | val loss %.4f", x.val);
   for (size_t i = 0; i < x.val_sources.size(); i++)
     std::printf("%s%s %.4f%s", i ? ", " : " (", x.val_sources[i].first.c_str(), x.val_sources[i].second,

@@ -6,6 +6,8 @@
 #include <cmath>
 #include <cstdio>
 #include <fstream>
+#include <map>
+#include <optional>
 
 #include "parallel/grid_shape.h"
 #include "report/svg_chart.h"
@@ -163,6 +165,27 @@ LineChart metric_chart(const ByStep& by, const std::string& id, const std::strin
   for (const auto& [step, r] : by) s.x.push_back((double)step), s.y.push_back(number(*r, key) * scale);
   thin(s, kMaxPoints);
   return LineChart{id, title, "step", y_label, AxisFormat::Number, {s}, {}, true};
+}
+
+// Mixture-of-Experts: per MoE layer, the most tokens one expert got over
+// its experts' mean (1: balanced), against the step; none without experts.
+std::optional<LineChart> moe_load_chart(const ByStep& by) {
+  std::map<size_t, Series> layers;
+  for (const auto& [step, r] : by) {
+    if (!r->contains(mf::kMoeTokensMax) || !r->contains(mf::kMoeTokensMean)) continue;
+    const json &mx = (*r)[mf::kMoeTokensMax], &mean = (*r)[mf::kMoeTokensMean];
+    for (size_t l = 0; l < mx.size() && l < mean.size(); l++) {
+      if (!mx[l].is_number() || !mean[l].is_number() || mean[l].get<double>() <= 0) continue;  // (a dense layer)
+      Series& s = layers[l];
+      if (s.name.empty()) s = {"layer " + std::to_string(l), color(layers.size() - 1), {}, {}, false};
+      s.x.push_back((double)step), s.y.push_back(mx[l].get<double>() / mean[l].get<double>());
+    }
+  }
+  if (layers.empty()) return std::nullopt;
+  LineChart c{"moe_load", "Expert load: most tokens an expert got / the mean, per MoE layer", "step",
+              "max / mean", AxisFormat::Number, {}, {}, false};
+  for (auto& [l, s] : layers) thin(s, kMaxPoints), c.series.push_back(s);
+  return c;
 }
 
 StackedBars step_time_chart(const ByStep& by) {
@@ -440,6 +463,7 @@ std::string render_report(const RunFiles& f, const ReportFacts& facts) {
   h += render(metric_chart(by, "grad_norm", "Gradient norm (before clipping)", mf::kGradNorm, "norm", 1));
   h += render(metric_chart(by, "tokens_per_s", "Tokens per second", mf::kTokensPerS, "tokens/s", 1));
   h += render(metric_chart(by, "mfu", "Model FLOPs utilisation", mf::kMfu, "MFU %", 100));
+  if (const auto moe = moe_load_chart(by)) h += render(*moe);
   h += "</div>\n<h2>Step time</h2><div class=\"grid\">" + render(step_time_chart(by)) + "<div>" + breakdown_table(by) +
        "<p class=\"note\">Rank 0's view of each logged step. Communication: time inside tensor- and "
        "pipeline-parallel collectives, and the data-parallel reduction's exposed part (what the step waited for "

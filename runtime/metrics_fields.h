@@ -27,6 +27,13 @@ inline constexpr const char *kCommCpExposedMs = "comm_cp_exposed_ms", *kCpImbala
 // the MoE layers, each a mean over the batch's tokens), which the gradient
 // follows beside the cross entropy `loss` is.
 inline constexpr const char *kMoeAuxLoss = "moe_aux_loss", *kMoeZLoss = "moe_z_loss";
+// Lists, one value per layer (a dense layer's 0): the most tokens one of
+// its experts got over the global batch, the mean over its experts, the
+// share of its token-expert pairs dropped past a capacity, its router's
+// balancing and z-losses.
+inline constexpr const char *kMoeTokensMax = "moe_tokens_max", *kMoeTokensMean = "moe_tokens_mean",
+                            *kMoeDropped = "moe_dropped", *kMoeLayerAuxLoss = "moe_layer_aux_loss",
+                            *kMoeLayerZLoss = "moe_layer_z_loss";
 // Lists, one value per pipeline stage.
 inline constexpr const char *kPpComputeMs = "pp_compute_ms", *kPpWaitMs = "pp_wait_ms", *kPpSpanMs = "pp_span_ms",
                             *kPpPeakInFlight = "pp_peak_in_flight";

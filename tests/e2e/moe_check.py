@@ -54,6 +54,23 @@ def main():
         check(len(aux) == len(z) == STEPS and all(0.02 < a < 0.2 for a in aux) and all(x > 0 for x in z),
               f"metrics: moe_aux_loss {aux[0]:.4f} -> {aux[-1]:.4f}, moe_z_loss {z[0]:.4f} -> {z[-1]:.4f} "
               f"over {len(aux)} records")
+        # Per layer: the most and mean tokens an expert got (the mean: each
+        # token's top_k pairs over the experts), nothing dropped, the layers'
+        # losses adding up to the totals; the report charts the load.
+        layers = 4
+        per_layer = [r for r in recs if "moe_tokens_max" in r]
+        tokens = 16 * 128  # the demo's global batch
+        check(len(per_layer) == STEPS and all(
+            len(r["moe_tokens_max"]) == len(r["moe_tokens_mean"]) == len(r["moe_dropped"]) == layers and
+            all(abs(m - tokens * 2 / 4) < 1e-9 for m in r["moe_tokens_mean"]) and
+            all(mx >= tokens * 2 / 4 for mx in r["moe_tokens_max"]) and r["moe_dropped"] == [0] * layers and
+            abs(sum(r["moe_layer_aux_loss"]) - r["moe_aux_loss"]) < 1e-9 and
+            abs(sum(r["moe_layer_z_loss"]) - r["moe_z_loss"]) < 1e-9 for r in per_layer),
+              f"metrics per layer: tokens per expert max {per_layer[-1]['moe_tokens_max']}, mean "
+              f"{per_layer[-1]['moe_tokens_mean'][0]:.0f}; dropped 0; layers' losses add up")
+        run([trainer, "report", dirs["moe"]])
+        page = open(os.path.join(dirs["moe"], "report.html")).read()
+        check('id="moe_load"' in page and "layer 3" in page, "the report charts each MoE layer's expert load")
 
         resumed = os.path.join(tmp, "moe_resumed")
         run(base + MOE + ["--set", f"run.dir={resumed}", "--set", "training.exit_after=12"])

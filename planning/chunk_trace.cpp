@@ -49,9 +49,13 @@ ChunkTrace trace_chunk(const ModelConfig& c, const ChunkSpec& chunk, const Shard
   const TensorParallel tpar{l.tp > 1 ? &tp : nullptr, l.tp > 1 ? &tp_control : nullptr};
   NullDataComm cp(l.cp, &comm_phase, &be);
   NullControlComm cp_control(l.cp);
+  NullDataComm ep(l.ep, &comm_phase);
+  NullControlComm ep_control(l.ep);
   ChunkTrace out;
   {
-    Transformer m(be, c, l, ChunkLayout{chunk, 1}, tpar, s.recompute, ContextParallel{l.cp > 1 ? &cp : nullptr, l.cp > 1 ? &cp_control : nullptr});
+    Transformer m(be, c, l, ChunkLayout{chunk, 1}, tpar, s.recompute,
+                  ContextParallel{l.cp > 1 ? &cp : nullptr, l.cp > 1 ? &cp_control : nullptr},
+                  ExpertParallel{l.ep > 1 ? &ep : nullptr, l.ep > 1 ? &ep_control : nullptr});
     out.params = m.num_params();
     out.boundary_elems = m.boundary_elems();
     Buffer act_in = be.alloc(m.boundary_elems(), l.compute, Mem::Temporaries);

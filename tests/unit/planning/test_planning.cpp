@@ -86,6 +86,23 @@ TEST(ChunkTrace, ProductFlopsMatchTheClosedFormCount) {
     }
 }
 
+// A Mixture-of-Experts trace: its products count the active parameters
+// (the router's and top_k experts' per token), with the experts split over
+// ep = 2 as without (the trace's router spreads the tokens over the
+// experts; each rank's experts then get their share from every ep rank).
+TEST(ChunkTrace, MixtureOfExpertsCountsTheActiveParameters) {
+  ModelConfig c = small_model(Arch::Llama);
+  c.moe.experts = 8, c.moe.top_k = 2, c.moe.expert_ffn = 64;
+  const int B = 4;
+  const double fwd = 2.0 * matmul_params(c) * B * c.seq_len;
+  for (int ep : {1, 2}) {
+    ShardShape s = shard(B);
+    s.layout.ep = ep, s.layout.dp = ep;
+    const double got = matmul_flops(trace_chunk(c, ChunkSpec{}, s), OpPhase::Forward);
+    EXPECT_NEAR(got, fwd, 0.05 * fwd) << "ep " << ep;  // (the split over ep ranks is even only on average)
+  }
+}
+
 // Full recomputation redoes each layer's forward except its last product
 // inside the backward: more than the plain backward's FLOPs, less than
 // plain plus a whole forward.

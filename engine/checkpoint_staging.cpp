@@ -38,17 +38,16 @@ void CheckpointStaging::ensure_snapshot(size_t n) {
 
 // The ranges this rank's AdamW keeps (m and v hold them back to back; the
 // weights are whole, at their own offsets, or under ZeRO-3 as m and v); a range every rank keeps alike
-// (ZeRO-1's tail) is saved by the last rank only, loaded by all. Adjacent
+// (ZeRO-1's tail) is saved by one rank only (OwnedRange::saver), loaded by all. Adjacent
 // stretches of one buffer are merged, so a tensor is cut only where the
 // owner changes.
 std::vector<CheckpointStaging::Span> CheckpointStaging::spans(int which, bool loading, size_t c) {
-  const bool last = zero_dp_->rank() + 1 == zero_dp_->size();
   const bool whole = which == 0 && !weights_;
   Buffer* buf = which == 0 ? (weights_ ? &weights_->master(c) : &chunks_[c]->params())
                 : which == 1 ? &opts_[c]->m() : &opts_[c]->v();
   std::vector<Span> out;
   for (const OwnedRange& o : opts_[c]->owned()) {
-    if (o.shared && !loading && !last) continue;
+    if (o.shared && !loading && !o.saver) continue;
     const size_t at = whole ? o.lo : o.local;
     if (!out.empty() && out.back().hi == o.lo && out.back().buf_at + (o.lo - out.back().lo) == at)
       out.back().hi = o.hi;
@@ -67,7 +66,7 @@ std::vector<CheckpointStaging::Piece> CheckpointStaging::pieces(int which, bool 
     const std::vector<Span> ss = cut ? spans(which, loading, c) : std::vector<Span>{};
     for (const ParamInfo& p : m.registry().all()) {
       if (p.tied_copy && !loading) continue;  // the first stage saves the original
-      if (expert_part_ > 0 && !p.expert && !loading) continue;  // part 0's writer saves them
+      if (expert_part_ > 0 && !p.expert && !loading && !cut) continue;  // part 0's writer saves them
       Piece x;
       x.t.name = p.name;
       x.t.global_shape = p.global_shape;

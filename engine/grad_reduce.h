@@ -4,6 +4,7 @@
 #include <memory>
 #include <vector>
 
+#include "model/adamw.h"
 #include "model/transformer.h"
 #include "parallel/communicator.h"
 
@@ -39,23 +40,37 @@ StepSums read_step_sums(Backend& be, const std::vector<Backend::SumSpan>& spans,
                         ControlComm* pp, ControlComm* ep = nullptr);
 // The spans without sharding: every chunk's whole gradient and its losses.
 std::vector<Backend::SumSpan> step_spans(Chunks& chunks);
-// Under ZeRO-1: this rank's block of each chunk (the tail counted by dp rank 0).
-std::vector<Backend::SumSpan> zero1_step_spans(Chunks& chunks, int dp_rank, int dp_size);
 
-// ZeRO-1 (parallel.zero_stage = 1; model/adamw.h's zero_ranges split each
-// chunk's flat buffer into equal blocks, one per data-parallel rank, and a
-// tail of fewer than dp elements every rank keeps):
+// ZeRO-1's regions of a chunk's flat buffer, each split over its own group
+// (model/adamw.h's zero_ranges: equal blocks, one per rank, and a tail of
+// fewer elements than ranks every rank keeps): all of it over the weight
+// replicas (dp), or under expert parallelism the tensors before the
+// experts over them and the experts over the replicas holding the same
+// ones (edp; null where ep = 1).
+struct Zero1Region {
+  size_t lo, hi;
+  DataComm* comm;
+};
+using Zero1Regions = std::vector<std::vector<Zero1Region>>;  // per chunk
+std::vector<Zero1Region> zero1_regions(Transformer& m, DataComm& dp, DataComm* edp);
+// What this rank's AdamW updates of them: each region's block and tail.
+std::vector<OwnedRange> zero1_owned(const std::vector<Zero1Region>& regions);
+// Under ZeRO-1: this rank's blocks of each chunk (a tail counted by its saver).
+std::vector<Backend::SumSpan> zero1_step_spans(Chunks& chunks, const Zero1Regions& regions);
+
+// ZeRO-1 (parallel.zero_stage = 1), region by region:
 // - the gradients are reduce-scattered: each rank gets the sum of its block
 //   (in its place in grads()) and of the tail; the rest of grads() is left
 //   unreduced. A bf16 run sends them as bf16 through wire_buf, as
 //   GradBuckets does. `block_buf`: one block of the compute
 //   type, the collective's destination.
-void reduce_scatter_grads(Backend& be, Chunks& chunks, DataComm& dp, Buffer* wire_buf, Buffer& block_buf);
+void reduce_scatter_grads(Backend& be, Chunks& chunks, const Zero1Regions& regions, Buffer* wire_buf,
+                          Buffer& block_buf);
 // - the global norm from the blocks (zero1_step_spans);
 // - after each rank updated its block (and the tail), the weights the
 //   products read (the bf16 copy in a bf16 run, else the fp32 weights) are
 //   all-gathered. A bf16 run's fp32 master weights stay current only in the
 //   rank's own block and the tail (checkpoint staging gathers them).
-void allgather_weights(Backend& be, Chunks& chunks, DataComm& dp, Buffer& block_buf);
+void allgather_weights(Backend& be, Chunks& chunks, const Zero1Regions& regions, Buffer& block_buf);
 
 }  // namespace trainer

@@ -67,7 +67,7 @@ RankStep::RankStep(Backend& be, ParallelGroups groups, const Recipe& r, Blend tr
     Transformer& m = *chunks_.back();
     m.keep_losses_on_device(true);  // read once per step, with the gradient norm
     opts_.push_back(std::make_unique<AdamW>(
-        be, m.registry(), r.adamw, ReplicaReduction::owned_ranges(zero_, m, replicas_.rank(), replicas_.size())));
+        be, m.registry(), r.adamw, ReplicaReduction::owned_ranges(zero_, m, replicas_, ep_ ? edp_ : nullptr)));
   }
   if (zero_ == 3) unit_weights_ = std::make_unique<UnitWeights>(be, chunks_, replicas_, layout_.reshard_after_forward,
                                                                 layout_.zero_prefetch);

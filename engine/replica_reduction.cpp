@@ -7,9 +7,9 @@
 
 namespace trainer {
 
-std::vector<OwnedRange> ReplicaReduction::owned_ranges(int zero, const Transformer& m, int rank, int size) {
-  if (zero == 1) return zero_ranges(m.num_params(), rank, size);
-  if (zero >= 2) return unit_ranges(m.units(), rank, size);
+std::vector<OwnedRange> ReplicaReduction::owned_ranges(int zero, Transformer& m, DataComm& dp, DataComm* edp) {
+  if (zero == 1) return zero1_owned(zero1_regions(m, dp, edp));
+  if (zero >= 2) return unit_ranges(m.units(), dp.rank(), dp.size());
   return {};
 }
 
@@ -17,13 +17,19 @@ ReplicaReduction::ReplicaReduction(Backend& be, Chunks& chunks, DataComm& dp, Da
                                    const Recipe& r, int zero, PipelineExecutor& executor)
     : be_(be), chunks_(chunks), dp_(dp), embed_(embed), edp_(edp), experts_apart_(r.parallel.grid.ep > 1),
       tied_(r.model.tie_embeddings), zero_(zero) {
-  if (experts_apart_ && zero > 0) throw std::invalid_argument("ZeRO with expert parallelism");
-  size_t total = 0, largest = 0;
-  for (auto& m : chunks) total += m->num_params(), largest = std::max(largest, m->num_params());
+  if (experts_apart_ && zero > 1) throw std::invalid_argument("ZeRO-2/3 with expert parallelism");
+  size_t total = 0, largest_block = 0;
+  for (auto& m : chunks) {
+    total += m->num_params();
+    if (zero != 1) continue;
+    regions_.push_back(zero1_regions(*m, dp, experts_apart_ ? &edp : nullptr));
+    for (const Zero1Region& g : regions_.back())
+      largest_block = std::max(largest_block, (g.hi - g.lo) / (size_t)g.comm->size());
+  }
   const DType compute = chunks.front()->compute_type();
   // Traffic in the compute type (bf16 runs send bf16).
   if (compute != DType::F32 && dp.size() > 1 && zero < 2) wire_ = be.alloc(total, compute, Mem::Comm);
-  if (zero == 1) block_ = be.alloc(largest / dp.size(), compute, Mem::Comm);
+  if (zero == 1) block_ = be.alloc(largest_block, compute, Mem::Comm);
   if (zero >= 2) {
     unit_shards_ = std::make_unique<UnitShards>(be, chunks, dp, embed, tied_);
     unit_shards_->lend();
@@ -69,13 +75,13 @@ void ReplicaReduction::finish(const std::function<void(Ref)>& poison) {
   if (poison) poison(chunks_.front()->grads().ref());
   if (zero_ == 1) {
     const auto t0 = Clock::now();
-    reduce_scatter_grads(be_, chunks_, dp_, &wire_, block_);
+    reduce_scatter_grads(be_, chunks_, regions_, &wire_, block_);
     exposed_ms_ = span_ms_ = ms_since(t0);
   } else if (buckets_) {
     buckets_->finish();
     exposed_ms_ = buckets_->exposed_ms(), span_ms_ = buckets_->span_ms();
   }
-  if (experts_apart_ && edp_.size() > 1) {  // (fp32 on the wire: one call per chunk)
+  if (experts_apart_ && zero_ == 0 && edp_.size() > 1) {  // (fp32 on the wire: one call per chunk)
     const auto t0 = Clock::now();
     for (auto& m : chunks_) {
       size_t lo = m->num_params();
@@ -100,7 +106,7 @@ AdamW::Packed ReplicaReduction::packed(bool weights_sharded) const {
 std::vector<Backend::SumSpan> ReplicaReduction::sum_spans() {
   // (Under ZeRO-2/3 the chunks hold no gradients: step_spans gives their losses.)
   std::vector<Backend::SumSpan> spans =
-      zero_ == 1 ? zero1_step_spans(chunks_, dp_.rank(), dp_.size()) : step_spans(chunks_);
+      zero_ == 1 ? zero1_step_spans(chunks_, regions_) : step_spans(chunks_);
   if (unit_shards_) {
     const std::vector<Backend::SumSpan> shards = unit_shards_->grad_spans();
     spans.insert(spans.end(), shards.begin(), shards.end());
@@ -110,7 +116,7 @@ std::vector<Backend::SumSpan> ReplicaReduction::sum_spans() {
 
 double ReplicaReduction::gather_weights() {
   const auto t0 = Clock::now();
-  if (zero_ == 1) allgather_weights(be_, chunks_, dp_, block_);
+  if (zero_ == 1) allgather_weights(be_, chunks_, regions_, block_);
   if (zero_ == 2) unit_shards_->allgather_weights();
   return zero_ == 1 || zero_ == 2 ? ms_since(t0) : 0.0;
 }

@@ -36,8 +36,9 @@ class ReplicaReduction {
   ReplicaReduction(Backend& be, Chunks& chunks, DataComm& dp, DataComm* embed, DataComm& edp, const Recipe& r,
                    int zero, PipelineExecutor& executor);
   ~ReplicaReduction();
-  // What chunk m's AdamW updates on replica `rank` of `size` (all: empty).
-  static std::vector<OwnedRange> owned_ranges(int zero, const Transformer& m, int rank, int size);
+  // What chunk m's AdamW updates on this replica of dp (all: empty); edp:
+  // the replicas holding the same experts under expert parallelism, else null.
+  static std::vector<OwnedRange> owned_ranges(int zero, Transformer& m, DataComm& dp, DataComm* edp);
 
   // Before a step's schedule. overlap: buckets may start during the backward.
   void begin_step(bool overlap);
@@ -73,7 +74,8 @@ class ReplicaReduction {
   int zero_;
   bool overlap_now_ = false;
   Buffer wire_;   // the gradients in the compute type (bf16 runs; ZeRO-2/3 narrow a unit at a time)
-  Buffer block_;  // ZeRO-1: one block of the compute type
+  Buffer block_;  // ZeRO-1: one block of the compute type (the largest region's)
+  Zero1Regions regions_;  // ZeRO-1: each chunk's regions and their groups
   std::unique_ptr<GradBuckets> buckets_;     // ZeRO-0 with replicas
   std::unique_ptr<UnitShards> unit_shards_;  // ZeRO-2, 3
   double exposed_ms_ = 0, span_ms_ = 0;

@@ -5,12 +5,12 @@
 
 namespace trainer {
 
-std::vector<OwnedRange> zero_ranges(size_t n, int dp_rank, int dp_size) {
-  if (dp_size <= 1) return {{0, n, 0}};
+std::vector<OwnedRange> zero_ranges(size_t n, int dp_rank, int dp_size, size_t at, size_t local) {
+  if (dp_size <= 1) return {{at, at + n, local}};
   const size_t block = n / (size_t)dp_size, body = block * (size_t)dp_size;
   std::vector<OwnedRange> out;
-  if (block > 0) out.push_back({block * (size_t)dp_rank, block * (size_t)(dp_rank + 1), 0});
-  if (body < n) out.push_back({body, n, block, true});
+  if (block > 0) out.push_back({at + block * (size_t)dp_rank, at + block * (size_t)(dp_rank + 1), local});
+  if (body < n) out.push_back({at + body, at + n, local + block, true, dp_rank + 1 == dp_size});
   return out;
 }
 

@@ -15,14 +15,17 @@ namespace trainer {
 // shard). shared: every rank keeps and updates it alike (ZeRO-1's tail).
 struct OwnedRange {
   size_t lo, hi, local;
-  bool shared = false;
+  bool shared = false;  // every rank of the group keeps it alike
+  bool saver = true;    // of a shared range: the one rank of the group that saves it (and counts it in sums)
 };
 
 // ZeRO-1's split of n parameters over dp ranks: rank r owns the block
 // [r * n/dp, (r+1) * n/dp) and every rank the tail past dp * (n/dp) (fewer
-// than dp elements, updated alike everywhere), so the blocks reduce-scatter
-// and all-gather as equal pieces with no padding. dp = 1: all of it.
-std::vector<OwnedRange> zero_ranges(size_t n, int dp_rank, int dp_size);
+// than dp elements, updated alike everywhere; the last rank saves it), so
+// the blocks reduce-scatter and all-gather as equal pieces with no padding.
+// dp = 1: all of it. `at`: where the n parameters start (local offsets from
+// `local`).
+std::vector<OwnedRange> zero_ranges(size_t n, int dp_rank, int dp_size, size_t at = 0, size_t local = 0);
 // ZeRO-2's split: each unit (model/param_units.h) on its own, in slices of
 // unit_slice(n, dp) elements, rank r the r-th (the last ones shorter or
 // empty: a unit is padded to dp slices for its collectives, the padding

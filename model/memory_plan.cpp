@@ -129,7 +129,16 @@ MemoryPlan plan_memory(const ModelConfig& c, const RankLayout& l, const Recomput
     // and the held units (model/param_units.h) keep windows for the step.
     const bool zero = l.zero_stage == 1 && replicas > 1, units = l.grads_sharded();
     const ParamUnits pu = param_units(mp, l.persist_below());
-    const double owned = zero    ? (double)owned_count(zero_ranges((size_t)n, 0, replicas))
+    // ZeRO-1's regions (engine/grad_reduce.h): under expert parallelism the
+    // experts split over the replicas holding the same ones.
+    const size_t lo = l.ep > 1 ? mp.reg.experts_lo() : (size_t)n;
+    const int expert_replicas = replicas / l.ep;
+    std::vector<OwnedRange> zero1 = zero_ranges(lo, 0, replicas);
+    if (lo < (size_t)n) {
+      const std::vector<OwnedRange> more = zero_ranges((size_t)n - lo, 0, expert_replicas, lo);
+      zero1.insert(zero1.end(), more.begin(), more.end());
+    }
+    const double owned = zero    ? (double)owned_count(zero1)
                          : units ? (double)owned_count(unit_ranges(pu, 0, replicas))
                                  : n;
     p.bytes[(int)Mem::Optimizer] += 2 * owned * f;
@@ -153,7 +162,9 @@ MemoryPlan plan_memory(const ModelConfig& c, const RankLayout& l, const Recomput
     // Data-parallel gradient traffic in the compute type goes through a copy
     // (ZeRO-2: of one unit at a time, below).
     if (narrow && replicas > 1 && !units) p.bytes[(int)Mem::Comm] += n * e;
-    if (zero) zero_block = std::max(zero_block, std::floor(n / replicas) * e);
+    if (zero)
+      zero_block = std::max({zero_block, std::floor((double)lo / replicas) * e,
+                             std::floor(((double)n - lo) / expert_replicas) * e});
     const int layers = ch.spec.last_layer - ch.spec.first_layer;
     double per_slot = 0, workspace = 0;
     std::vector<const Mlp*> rebuilt_kinds;  // the MLP kinds of recomputing layers: a workspace each

@@ -53,8 +53,10 @@ class ParamRegistry {
   // neighbours stay neighbours); returns each tensor's (old, new) offset.
   std::vector<std::pair<size_t, size_t>> vectors_first(size_t from);
   const ParamInfo* find(const std::string& name) const;
-  // The tensors added from here on are experts (ParamInfo::expert).
-  void begin_experts() { experts_ = true; }
+  // The tensors added from here on are experts (ParamInfo::expert), from
+  // offset experts_lo() on (total(): none).
+  void begin_experts() { experts_ = true, experts_lo_ = total_; }
+  size_t experts_lo() const { return experts_ ? experts_lo_ : total_; }
   const std::vector<ParamInfo>& all() const { return params_; }
   size_t total() const { return total_; }
   int tp_size() const { return tp_; }
@@ -62,7 +64,7 @@ class ParamRegistry {
 
  private:
   std::vector<ParamInfo> params_;
-  size_t total_ = 0;
+  size_t total_ = 0, experts_lo_ = 0;
   bool experts_ = false;
   int tp_, rank_;
 };

@@ -177,9 +177,7 @@ bool layout(const Recipe& r, int world_size, Rules& rules) {
                                               std::to_string(g.weight_replicas()) + ", which must divide by it");
     if (m.moe.experts % g.ep != 0)
       return rules.fail("parallel", "ep", ep + " must divide moe.experts = " + std::to_string(m.moe.experts));
-    if (r.parallel.zero_sharded())
-      return rules.fail("parallel", "zero_stage", "ZeRO with expert parallelism (" + ep +
-                                                      ") is not built yet: use zero_stage = 0, or ep = 1");
+
   }
   if (m.moe.enabled() && r.parallel.zero_sharded() && r.parallel.zero_stage >= 2)
     return rules.fail("parallel", "zero_stage", "ZeRO-" + std::to_string(r.parallel.zero_stage) +

@@ -8,9 +8,9 @@ demo's byte-level text:
   that never stopped (the experts are saved and loaded by name);
 - `trainer plan` counts it; what it cannot do yet or cannot do at all is
   refused with a message naming the key: tp without sequence parallelism,
-  GPT-2, every layer dense, a shared expert tp cannot split, ZeRO-2, ZeRO-1
-  with expert parallelism, an ep the experts or the replicas do not divide
-  by, ep without experts, a Hugging Face export.
+  GPT-2, every layer dense, a shared expert tp cannot split, ZeRO-2, an ep
+  the experts or the replicas do not divide by, ep without experts, a
+  Hugging Face export.
 
 The block against finite differences, routing, permutation and recompute
 are in tests/unit/model/test_moe_*.cpp and tests/multirank/test_moe.cpp.
@@ -120,9 +120,6 @@ def main():
              "shared_expert_ffn"),
             ("ZeRO-2", ["mpirun", "-np", "2", trainer, "train", DEMO_RECIPE, *ONE, *LLAMA, *MOE, *short, "--set",
                         "parallel.zero_stage=2", "--set", f"run.dir={tmp}/z"], "zero_stage"),
-            ("ZeRO-1 with expert parallelism", ["mpirun", "-np", "2", trainer, "train", DEMO_RECIPE, *ONE, *LLAMA,
-                                                *MOE, *short, "--set", "parallel.ep=2", "--set",
-                                                "parallel.zero_stage=1", "--set", f"run.dir={tmp}/z1"], "zero_stage"),
             ("an ep the experts do not divide by", ["mpirun", "-np", "3", trainer, "train", DEMO_RECIPE, *ONE, *LLAMA,
                                                     *MOE, *short, "--set", "parallel.ep=3", "--set",
                                                     f"run.dir={tmp}/e3"], "moe.experts"),

@@ -99,14 +99,18 @@ void to_global(const std::vector<float>& flat, Transformer& m, ControlComm& tp,
 // Which of a flat tensor a weight replica holds current: under ZeRO its
 // AdamW's ranges (`at`: where each is kept, its place `lo` or its `local`
 // one), each element taken from its one owner (a range every rank keeps
-// from rank 0), summed into whole tensors over the replicas; else all of it.
+// from its saver), summed into whole tensors over the replicas (under
+// expert parallelism the experts, from experts_lo on, over the replicas
+// holding the same ones: edp); else all of it.
 std::vector<float> gather_owned(Backend& be, CRef buf, size_t n, const std::vector<OwnedRange>* owned, bool at_local,
-                                ControlComm& replicas) {
+                                ControlComm& replicas, ControlComm& edp, size_t experts_lo) {
   if (!owned) return host_copy(be, buf, n);
   std::vector<float> g(n, 0.f);
   for (const OwnedRange& o : *owned)
-    if (!o.shared || replicas.rank() == 0) be.to_host(&g[o.lo], buf + (at_local ? o.local : o.lo), o.hi - o.lo);
-  replicas.allreduce_sum(g.data(), n);
+    if (!o.shared || o.saver) be.to_host(&g[o.lo], buf + (at_local ? o.local : o.lo), o.hi - o.lo);
+  const size_t lo = &edp == &replicas ? n : experts_lo;
+  replicas.allreduce_sum(g.data(), lo);
+  if (lo < n) edp.allreduce_sum(g.data() + lo, n - lo);
   return g;
 }
 
@@ -151,7 +155,8 @@ std::vector<std::vector<float>> flat(Flat what, Backend& be, RankStep& loop, Pro
     const CRef at = what == Flat::Weights ? (in_shard ? CRef(loop.unit_weights()->master(c).ref()) : CRef(m.params().ref()))
                     : in_shard            ? CRef(loop.unit_shards()->shard(c).ref())
                                           : CRef(m.grads().ref());
-    out.push_back(gather_owned(be, at, m.num_params(), owned, in_shard, grid.control(ProcessGrid::Replicas)));
+    out.push_back(gather_owned(be, at, m.num_params(), owned, in_shard, grid.control(ProcessGrid::Replicas),
+                               grid.control(ProcessGrid::ExpertReplicas), m.registry().experts_lo()));
   }
   return out;
 }

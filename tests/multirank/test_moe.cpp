@@ -14,6 +14,8 @@
 #include <algorithm>
 #include <cstdio>
 
+#include "engine/layout.h"
+#include "model/memory_plan.h"
 #include "tests/multirank/layout_runs.h"
 #include "tests/multirank/mpi_test_main.h"
 
@@ -129,8 +131,8 @@ TEST(Moe, EveryLayoutMatchesOneProcess) {
 // Expert parallelism: the experts split over ep of the replicas, tokens to
 // their experts' ranks and back by all-to-all, the experts' gradients
 // summed over the replicas holding the same ones: ep 2 and ep 4 (with dp 2,
-// 4), ep 2 beside dp 4 (two replicas of each part), tp 2 (sp), pp 2 and
-// cp 2, against one process as above; softmax and sigmoid scores, and with
+// 4), ep 2 beside dp 4 (two replicas of each part), both with ZeRO-1 too,
+// tp 2 (sp), pp 2 and cp 2, against one process as above; softmax and sigmoid scores, and with
 // a dense first layer, a shared expert and a selection bias.
 TEST(Moe, ExpertParallelMatchesOneProcess) {
   for (int variant : {0, 1, 2}) {
@@ -148,6 +150,10 @@ TEST(Moe, ExpertParallelMatchesOneProcess) {
     add({Arch::Llama, 1, 4, false}, 4);
     if (variant == 0) {
       add({Arch::Llama, 1, 4, false}, 2);
+      Layout zero{Arch::Llama, 1, 4, false};
+      zero.zero_stage = 1;  // (the experts' blocks over the 2 replicas holding them)
+      add(zero, 2);
+      add(zero, 4);
       add({Arch::Llama, 2, 2, true}, 2);
       add({Arch::Llama, 1, 2, false, 2}, 2);
       Layout cp{Arch::Llama, 1, 1, false};
@@ -159,6 +165,13 @@ TEST(Moe, ExpertParallelMatchesOneProcess) {
       const Result got = run(l, MPI_COMM_WORLD);
       expect_same_moe_training(got, ref, what);
       if (l.tp == 1 && l.pp == 1) EXPECT_LT(got.params_per_rank, ref.params_per_rank) << what << ": experts not split";
+      // The memory plan counts this rank's experts and (ZeRO-1) its blocks.
+      const Recipe r = recipe(l);
+      const MemoryPlan plan = plan_memory(r.model, rank_layout(r, got.stage), l.recompute);
+      for (Mem m : {Mem::Params, Mem::Grads, Mem::Optimizer}) {
+        const double have = (double)got.memory.peak[(int)m], want = plan.bytes[(int)m];
+        EXPECT_NEAR(have, want, 0.02 * want) << what << " " << mem_name(m);
+      }
     }
   }
 }
@@ -226,10 +239,11 @@ std::vector<double> train(const Layout& l, MPI_Comm world, int steps, const std:
   return losses;
 }
 
-// Resume: an ep 4 checkpoint (10 steps) loads as ep 2, ep 1 with dp 4, tp 2
-// x pp 2 and one process, every tensor (the experts, the routers' selection
-// bias, the rest) equal to what was saved bit for bit, and the 10 steps
-// after it within 1e-6 of the run that never stopped.
+// Resume: an ep 4 checkpoint (10 steps; ZeRO-1: each rank saves its blocks)
+// loads as ep 2 (ZeRO-1 too), ep 1 with dp 4, tp 2 x pp 2 and one process,
+// every tensor (the experts, the routers' selection bias, the rest) equal
+// to what was saved bit for bit, and the 10 steps after it within 1e-6 of
+// the run that never stopped.
 TEST(Moe, Ep4CheckpointResumesAtAnyEp) {
   Layout one{Arch::Llama, 1, 1, false};
   one.moe = experts(4, 2), one.moe.bias_rate = 1e-3, one.lr = 1e-3f, one.steps = 20;
@@ -240,18 +254,18 @@ TEST(Moe, Ep4CheckpointResumesAtAnyEp) {
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);  // a save makes its checkpoint directory, never the parents
   Layout ep4{Arch::Llama, 1, 4, false};
-  ep4.moe = one.moe, ep4.lr = one.lr, ep4.steps = one.steps, ep4.ep = 4;
+  ep4.moe = one.moe, ep4.lr = one.lr, ep4.steps = one.steps, ep4.ep = 4, ep4.zero_stage = 1;
   std::string step_dir;
   std::map<std::string, std::vector<float>> saved;
   const std::vector<double> first = train(ep4, MPI_COMM_WORLD, 10, "", nullptr, dir, &step_dir, &saved);
   for (int s = 0; s < 10; s++) EXPECT_NEAR(first[s], ref[s], 1e-6 * ref[s]) << "ep 4, step " << s + 1;
   std::vector<Layout> as;
   for (Layout l : {Layout{Arch::Llama, 1, 4, false}, Layout{Arch::Llama, 1, 4, false},
-                   Layout{Arch::Llama, 2, 1, true, 2}, one}) {
+                   Layout{Arch::Llama, 1, 4, false}, Layout{Arch::Llama, 2, 1, true, 2}, one}) {
     l.moe = one.moe, l.lr = one.lr, l.steps = one.steps;
     as.push_back(l);
   }
-  as[0].ep = 2;
+  as[0].ep = 2, as[1].ep = 2, as[1].zero_stage = 1;
   for (const Layout& l : as) {
     const std::vector<double> rest = train(l, l.ranks() == 1 ? MPI_COMM_SELF : MPI_COMM_WORLD, 10, step_dir, &saved);
     for (int s = 0; s < 10; s++)

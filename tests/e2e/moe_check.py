@@ -68,6 +68,13 @@ def main():
             abs(sum(r["moe_layer_z_loss"]) - r["moe_z_loss"]) < 1e-9 for r in per_layer),
               f"metrics per layer: tokens per expert max {per_layer[-1]['moe_tokens_max']}, mean "
               f"{per_layer[-1]['moe_tokens_mean'][0]:.0f}; dropped 0; layers' losses add up")
+        # configs/moe_demo.toml (its figures: docs/PERFORMANCE.md) trains as
+        # written: 4 ranks, the experts over ep 2.
+        demo = os.path.join(os.path.dirname(DEMO_RECIPE), "moe_demo.toml")
+        _, out = run(["mpirun", "-np", "4", trainer, "train", demo, "--set", f'data.train=["{data}/train_*.bin"]',
+                      "--set", "data.val=[]", "--set", "training.steps=3", "--set", "training.eval_every=0",
+                      "--set", f"run.dir={tmp}/moe_demo"])
+        check("done: 3 steps" in out, "configs/moe_demo.toml trains (3 steps, 4 ranks, ep 2)")
         run([trainer, "report", dirs["moe"]])
         page = open(os.path.join(dirs["moe"], "report.html")).read()
         check('id="moe_load"' in page and "layer 3" in page, "the report charts each MoE layer's expert load")

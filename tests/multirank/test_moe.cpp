@@ -301,14 +301,16 @@ void expect_close_bf16_moe(const Result& got, const Result& ref, const std::stri
 }
 
 // bf16 (products of bf16 copies, the router's logits and softmax in fp32):
-// tp 2 (sequence parallel) x dp 2 and pp 2 x dp 2 against one process, and
-// recomputation still exact.
+// tp 2 (sequence parallel) x dp 2, pp 2 x dp 2 and ep 2 x dp 2 against one
+// process, and recomputation still exact.
 TEST(Moe, Bf16IsCloseToOneProcessAndRecomputesExactly) {
   Layout one{Arch::Llama, 1, 1, false};
   one.moe = experts(4, 2), one.precision = DType::BF16, one.lr = 1e-3f;
   g_shapes.clear();
   const Result ref = run(one, MPI_COMM_WORLD);
-  for (Layout l : {Layout{Arch::Llama, 2, 2, true}, Layout{Arch::Llama, 1, 2, false, 2}}) {
+  Layout ep{Arch::Llama, 1, 2, false};
+  ep.ep = 2;
+  for (Layout l : {Layout{Arch::Llama, 2, 2, true}, Layout{Arch::Llama, 1, 2, false, 2}, ep}) {
     l.moe = one.moe, l.precision = one.precision, l.lr = one.lr;
     const Result got = run(l, MPI_COMM_WORLD);
     expect_close_bf16_moe(got, ref, layout_name(l), l.tp == 1);
@@ -353,10 +355,12 @@ TEST(Moe, CapacityThatDropsNothingIsDropless) {
   for (double d : dropless.moe_dropped) EXPECT_EQ(d, 0);
 }
 
-// Selective and full recomputation keep the routing: tp 2 (sequence
-// parallel) x dp 2 and one process, bit for bit.
+// Selective and full recomputation keep the routing (and rerun the expert
+// exchanges): tp 2 (sequence parallel) x dp 2, pp 2, ep 2 x dp 2, bit for bit.
 TEST(Moe, RecomputationGivesTheSameBits) {
-  for (Layout l : {Layout{Arch::Llama, 2, 2, true}, Layout{Arch::Llama, 1, 1, false, 2}}) {
+  Layout ep{Arch::Llama, 1, 2, false};
+  ep.ep = 2;
+  for (Layout l : {Layout{Arch::Llama, 2, 2, true}, Layout{Arch::Llama, 1, 1, false, 2}, ep}) {
     l.moe = experts(4, 2, l.tp == 1);
     Layout one{Arch::Llama, 1, 1, false};
     one.moe = l.moe;

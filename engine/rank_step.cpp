@@ -326,6 +326,7 @@ void RankStep::record_moe_losses(StepStats& s) {
       const RouterStepSums& rs = m->moe_step_sums()[i];
       const size_t l = m->chunk().first_layer + i;
       dropped[l] += rs.dropped, aux[l] += rs.losses.aux, z[l] += rs.losses.z;
+      s.moe_expert_rows += rs.expert_rows;
       for (size_t e = 0; e < rs.selections.size(); e++) selections[l * E + e] += rs.selections[e];
     }
   // (Each rank's rows are its own: tp's under sequence parallelism, which
@@ -334,7 +335,7 @@ void RankStep::record_moe_losses(StepStats& s) {
   if (tp_control_) tp_control_->allreduce_sum(sums.data(), sums.size());
   if (pp_control_) pp_control_->allreduce_sum(sums.data(), sums.size());
   const double tokens = (double)chunks_.front()->tokens() * pipe_.micro_batches * replicas_.size();
-  s.moe = true, s.moe_aux_loss = s.moe_z_loss = 0;
+  s.moe = true, s.moe_aux_loss = s.moe_z_loss = 0;  // (moe_expert_rows: this rank's, above)
   s.moe_selections.assign(selections, selections + (size_t)L * E);
   s.moe_dropped.assign(dropped, dropped + L), s.moe_layer_aux.assign(aux, aux + L), s.moe_layer_z.assign(z, z + L);
   for (int l = 0; l < L; l++) {

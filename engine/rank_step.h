@@ -68,6 +68,9 @@ struct StepStats {
   // and per layer the share of its pairs dropped past an expert's capacity
   // and its router's balancing and z-losses (their sums are the above).
   std::vector<double> moe_selections, moe_dropped, moe_layer_aux, moe_layer_z;
+  // The rows this rank's experts computed (its own; under expert
+  // parallelism what the routing sent them), for the straggler judgment.
+  double moe_expert_rows = 0;
   // This rank's communication in the step, per dimension's group (kGridDims
   // order; dp's is the weight replicas').
   CommCounters comm[kGridDimCount];

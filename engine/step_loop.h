@@ -33,15 +33,24 @@ int run_step_loop(Job& job);
 struct StragglerReport {
   std::vector<double> ranks, ms, ratios;  // world ranks named, their compute ms/step and ratio to what their stage should take
   double worst_ratio = 0, median_ms = 0;  // median: over all ranks
+  // Ranks slower than that only because their experts received more rows
+  // than their stage's median rank's (Mixture-of-Experts routing): not
+  // named; their compute ms and that load ratio.
+  std::vector<double> loaded, loaded_ms, loads;
 };
 // The verdict on every rank's mean compute ms (index: world rank): each rank
 // against its stage's predicted share of the work (stage_work) at the fastest
-// stage's rate, a stage's rate being the median of its ranks.
+// stage's rate, a stage's rate being the median of its ranks. With experts:
+// a rank's time first divided by what its experts' rows add, 1 + share x
+// (its rows / its stage's median rows - 1) (share: expert_flops_share),
+// so that a rank the routing sent more tokens is told from a slow one.
 StragglerReport judge_stragglers(const std::vector<float>& ms, const GridShape& grid, double factor,
-                                 const std::vector<double>& stage_work);
-// Collective over the world group; my_compute_ms: this rank's mean.
+                                 const std::vector<double>& stage_work, const std::vector<float>& expert_rows = {},
+                                 double expert_share = 0);
+// Collective over the world group; my_compute_ms, my_expert_rows: this rank's means.
 StragglerReport find_stragglers(ControlComm& world, const GridShape& grid, double factor, double my_compute_ms,
-                                const std::vector<double>& stage_work);
+                                const std::vector<double>& stage_work, double my_expert_rows = 0,
+                                double expert_share = 0);
 
 class StepLoop {
  public:
@@ -117,7 +126,7 @@ class StepLoop {
   bool save_owed_ = false;  // a save fell on a step whose loss was not finite: the next good step makes it
   std::set<const Fault*> fired_once_;  // nan and bad_batch faults: once per launch
   std::deque<double> recent_losses_;   // applied steps, for the spike limit
-  double window_compute_ms_ = 0;
+  double window_compute_ms_ = 0, window_expert_rows_ = 0;  // (expert rows: a Mixture-of-Experts model's)
   int window_steps_ = 0;
   ThroughputWatch throughput_;
   StragglerReport last_named_;  // the newest straggler report that named a rank

@@ -20,9 +20,23 @@ namespace trainer {
 // rank among three or more peers does not move it and is named against them;
 // a stage slow as a whole, all its ranks alike, is named against the others'
 // rate, and the head's stage is not named for the head's predicted work.
-StragglerReport judge_stragglers(const std::vector<float>& all, const GridShape& grid, double factor,
-                                 const std::vector<double>& stage_work) {
-  const int n = (int)all.size();
+StragglerReport judge_stragglers(const std::vector<float>& raw, const GridShape& grid, double factor,
+                                 const std::vector<double>& stage_work, const std::vector<float>& expert_rows,
+                                 double expert_share) {
+  const int n = (int)raw.size();
+  // Each rank's experts' load against its stage's median rank's, and its
+  // time without what the extra (or missing) rows cost.
+  std::vector<double> load(n, 1.0);
+  std::vector<float> all(raw);
+  if (expert_share > 0 && (int)expert_rows.size() == n) {
+    std::vector<std::vector<float>> stage_rows(grid.pp);
+    for (int k = 0; k < n; k++) stage_rows[grid_coords(grid, k).pp].push_back(expert_rows[k]);
+    for (int k = 0; k < n; k++) {
+      const double median = median_of(stage_rows[grid_coords(grid, k).pp]);
+      if (median > 0) load[k] = expert_rows[k] / median;
+      all[k] = (float)(raw[k] / (1 + expert_share * (load[k] - 1)));
+    }
+  }
   std::vector<std::vector<float>> stage_times(grid.pp);
   for (int k = 0; k < n; k++) stage_times[grid_coords(grid, k).pp].push_back(all[k]);
   double rate = -1;  // the fastest stage's median ms per unit of predicted work
@@ -31,37 +45,43 @@ StragglerReport judge_stragglers(const std::vector<float>& all, const GridShape&
     if (rate < 0 || r < rate) rate = r;
   }
   StragglerReport rep;
-  rep.median_ms = median_of(all);
+  rep.median_ms = median_of(raw);
   for (int k = 0; k < n; k++) {
     const double expected = rate * stage_work[grid_coords(grid, k).pp];
-    const double ratio = expected > 0 ? all[k] / expected : 0;
+    const double ratio = expected > 0 ? all[k] / expected : 0, raw_ratio = expected > 0 ? raw[k] / expected : 0;
     rep.worst_ratio = std::max(rep.worst_ratio, ratio);
     if (ratio > factor) {
       rep.ranks.push_back(k);
-      rep.ms.push_back(all[k]);
+      rep.ms.push_back(raw[k]);
       rep.ratios.push_back(ratio);
+    } else if (raw_ratio > factor) {
+      rep.loaded.push_back(k), rep.loaded_ms.push_back(raw[k]), rep.loads.push_back(load[k]);
     }
   }
   return rep;
 }
 
 StragglerReport find_stragglers(ControlComm& world, const GridShape& grid, double factor, double my_compute_ms,
-                                const std::vector<double>& stage_work) {
-  std::vector<float> all(world.size());
-  const float mine = (float)my_compute_ms;
-  world.allgather(&mine, all.data(), 1);
-  return judge_stragglers(all, grid, factor, stage_work);
+                                const std::vector<double>& stage_work, double my_expert_rows, double expert_share) {
+  const int n = world.size();
+  std::vector<float> both(2 * (size_t)n), ms(n), rows(n);
+  const float mine[2] = {(float)my_compute_ms, (float)my_expert_rows};
+  world.allgather(mine, both.data(), 2);
+  for (int k = 0; k < n; k++) ms[k] = both[2 * k], rows[k] = both[2 * k + 1];
+  return judge_stragglers(ms, grid, factor, stage_work, rows, expert_share);
 }
 
 void StepLoop::track_stragglers(const StepStats& st, StepExtras& x) {
   if (r_.runtime.straggler_factor <= 0) return;
   window_compute_ms_ += st.step_ms - st.comm_ms();
+  window_expert_rows_ += st.moe_expert_rows;
   if (++window_steps_ < r_.runtime.straggler_every) return;
   x.slow = find_stragglers(world_, r_.parallel.grid, r_.runtime.straggler_factor, window_compute_ms_ / window_steps_,
-                           stage_work(r_.model, r_.parallel.grid.pp));
+                           stage_work(r_.model, r_.parallel.grid.pp), window_expert_rows_ / window_steps_,
+                           expert_flops_share(r_.model));
   x.straggler_report = true;
   straggler_windows_++;
-  window_compute_ms_ = 0, window_steps_ = 0;
+  window_compute_ms_ = 0, window_steps_ = 0, window_expert_rows_ = 0;
 }
 
 // Rank 0: a report that names ranks is also a `straggler` event, with each
@@ -105,6 +125,13 @@ void StepLoop::write_event(const JsonRecord& e) {
 }
 
 void StepLoop::print_stragglers(const StepStats& st, const StragglerReport& slow) const {
+  for (size_t i = 0; i < slow.loaded.size(); i++)
+    std::fprintf(stderr,
+                 "note: step %ld: rank %d (%s) computed %.1f ms per step over the last %d steps, more than "
+                 "runtime.straggler_factor = %g allows, but its experts computed %.2fx the rows of its stage's "
+                 "median rank (the routing sent it more tokens): not a straggler\n",
+                 st.step, (int)slow.loaded[i], grid_position(r_.parallel.grid, (int)slow.loaded[i]).c_str(),
+                 slow.loaded_ms[i], r_.runtime.straggler_every, r_.runtime.straggler_factor, slow.loads[i]);
   for (size_t i = 0; i < slow.ranks.size(); i++) {
     std::fprintf(stderr,
                  "warning: step %ld: straggler: rank %d (%s) computed %.1f ms per step over the "

@@ -30,6 +30,13 @@ double train_flops_per_token(const ModelConfig& c) {
   return 6.0 * matmul_params(c) + 12.0 * c.n_layers * (double)c.seq_len * c.d_model;
 }
 
+double expert_flops_share(const ModelConfig& c) {
+  double experts = 0;
+  for (int l = 0; l < c.n_layers; l++)
+    if (c.moe.in_layer(l)) experts += 6.0 * 3.0 * c.moe.top_k * c.moe.expert_ffn * c.d_model;
+  return experts / train_flops_per_token(c);
+}
+
 std::vector<double> stage_work(const ModelConfig& c, int pp) {
   std::vector<double> w(pp, 0.0);
   const int per_stage = c.n_layers / pp;

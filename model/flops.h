@@ -14,6 +14,9 @@ double matmul_params(const ModelConfig& c);
 // matmul_params counts the ones a token uses).
 double stored_matmul_params(const ModelConfig& c);
 double train_flops_per_token(const ModelConfig& c);
+// The share of train_flops_per_token the routed experts' products take (0:
+// dense): what a rank whose experts got more tokens spends more on.
+double expert_flops_share(const ModelConfig& c);
 // Each of pp pipeline stages' share of a step's products, relative to the
 // mean stage (1.0 each without pipelining): equal layers per stage (each at
 // its own cost: a Mixture-of-Experts model's dense first layers differ),

@@ -190,7 +190,7 @@ class MoeMlp final : public Mlp {
       t.sums->losses.aux += sums.aux, t.sums->losses.z += sums.z;
       t.sums->selections.resize(E);
       for (int32_t e : rt.routing.expert) t.sums->selections[e] += 1;
-      t.sums->dropped += plan.dropped;
+      t.sums->dropped += plan.dropped, t.sums->expert_rows += loc.rows;
     }
     o.be->from_host(dlogits, rt.dlogits.data(), rt.dlogits.size());
     // The experts, on their rows' gradients weighted as the forward weighed

@@ -80,6 +80,7 @@ struct RouterStepSums {
   RouterLossSums losses;
   std::vector<double> selections;  // [experts]
   double dropped = 0;              // pairs past an expert's capacity
+  double expert_rows = 0;          // rows this rank's experts computed (under ep: what they received)
 };
 // dlogits [rows * E] (overwritten): the gradient of the loss with respect to
 // the logits, from dweight [rows * k] (its gradient with respect to each

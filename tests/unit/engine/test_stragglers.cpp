@@ -52,5 +52,25 @@ TEST(Stragglers, TheHeadsStageIsNotNamedForItsHeadAndASlowStageIs) {
   EXPECT_NEAR(whole.ratios[0], 1.8, 0.01);
 }
 
+// Mixture-of-Experts: a rank 1.6x slower whose experts computed 3x the
+// median rank's rows, with experts taking 30% of the work (1 + 0.3 x 2 =
+// 1.6: all of it explained), is told apart and not named; as slow with the
+// median's rows, it is; as loaded but 2.4x slower, still named (at 1.5x).
+TEST(Stragglers, ARankTheRoutingSentMoreTokensIsNotSlow) {
+  const GridShape dp4{4, 1, 1};
+  const std::vector<double> work = {1.0};
+  const std::vector<float> rows = {100, 100, 300, 100};
+  std::vector<float> ms = {10, 10, 16, 10};
+  const StragglerReport loaded = judge_stragglers(ms, dp4, 1.3, work, rows, 0.3);
+  EXPECT_TRUE(loaded.ranks.empty());
+  ASSERT_EQ(loaded.loaded, std::vector<double>{2});
+  EXPECT_NEAR(loaded.loads[0], 3.0, 1e-9);
+  EXPECT_EQ(judge_stragglers(ms, dp4, 1.3, work, std::vector<float>(4, 100), 0.3).ranks, std::vector<double>{2});
+  ms[2] = 24;
+  const StragglerReport slow = judge_stragglers(ms, dp4, 1.3, work, rows, 0.3);
+  ASSERT_EQ(slow.ranks, std::vector<double>{2});
+  EXPECT_NEAR(slow.ratios[0], 1.5, 1e-6);
+}
+
 }  // namespace
 }  // namespace trainer

@@ -147,6 +147,20 @@ int cmd_plan(int argc, char** argv) {
               arch_name(r.model.arch), ranks, grid_sizes(r.parallel.grid, named_dims(r.parallel.grid)).c_str(),
               r.parallel.sequence_parallel ? " (sequence parallel)" : "", r.training.micro_batch, r.model.seq_len,
               r.accum_steps(), dtype_name(r.training.precision));
+  if (r.model.moe.enabled()) {
+    // What the plan below holds of the experts (model/layer/moe_mlp.cpp):
+    // this rank's, and its exchange's buffers at their worst case.
+    const MoeConfig& e = r.model.moe;
+    const int ep = r.parallel.grid.ep, layers = r.model.n_layers - e.dense_layers;
+    const LayerShape s = layer_shape(r.model, rank_layout(r, 0));
+    std::printf("experts: %d of %d layers route each token to %d of %d experts (%s weights stored, %s used per "
+                "token, the MFU's); %d on each rank (ep %d)%s\n",
+                layers, r.model.n_layers, e.top_k, e.experts, format_count(stored_matmul_params(r.model)).c_str(),
+                format_count(matmul_params(r.model)).c_str(), e.experts / ep, ep,
+                ep > 1 ? (", whose all-to-all buffers hold up to " + std::to_string(s.X) +
+                          " token rows (every ep rank's tokens to this rank's experts)").c_str()
+                       : "");
+  }
   if (r.training.precision != DType::F32)
     std::printf("%s: params = fp32 master weights + their %s copy; activations, messages and the data-parallel "
                 "gradient copy in %s; gradients and optimizer state fp32\n",

@@ -110,7 +110,8 @@ def main():
                                                    "naming moe.experts)")
 
         _, out = run([trainer, "plan", DEMO_RECIPE, *ONE, *LLAMA, *MOE, "--ranks", "1"])
-        check("params" in out and "activations" in out, "`trainer plan` plans a Mixture-of-Experts recipe")
+        check("params" in out and "activations" in out and "route each token to 2 of 4 experts" in out,
+              "`trainer plan` plans a Mixture-of-Experts recipe and says what it holds of the experts")
 
         refusals = (
             ("tp without sequence parallelism", ["mpirun", "-np", "2", trainer, "train", DEMO_RECIPE, "--set",

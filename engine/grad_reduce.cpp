@@ -87,7 +87,11 @@ StepSums read_step_sums(Backend& be, const std::vector<Backend::SumSpan>& spans,
                         ControlComm* pp, ControlComm* ep) {
   double sums[4] = {0, 0, 0, 0};  // sharded grads, replicated grads, losses, experts' grads (ep > 1)
   be.sumsq_groups(spans, sums, 4);
-  if (dp) dp->allreduce_sum(sums, 2), dp->allreduce_sum(&sums[3], 1);  // (sharded: each element on one replica)
+  if (dp) {  // (sharded: each element on one replica; the losses are not summed here)
+    double grads[3] = {sums[0], sums[1], sums[3]};
+    dp->allreduce_sum(grads, 3);
+    sums[0] = grads[0], sums[1] = grads[1], sums[3] = grads[2];
+  }
   if (tp) tp->allreduce_sum(&sums[0], 1);
   if (ep && !dp) ep->allreduce_sum(&sums[3], 1);
   StepSums out;

@@ -55,6 +55,7 @@ RankStep::RankStep(Backend& be, ParallelGroups groups, const Recipe& r, Blend tr
     throw std::invalid_argument("cp or weight-replica group size differs from the recipe");
   if ((ep_ ? ep_->size() : 1) != r.parallel.grid.ep || edp_->size() != r.parallel.grid.expert_replicas())
     throw std::invalid_argument("ep or expert-replica group size differs from the recipe");
+  if (ep_ && edp_->size() > 1) edp_counted_ = std::make_unique<CountingDataComm>(*edp_), edp_ = edp_counted_.get();
   if (const std::string why = check_pipeline(pipe_); !why.empty()) throw std::invalid_argument(why);
   stage_ = pp_ ? pp_->rank() : 0;
   std::vector<float> host;
@@ -173,6 +174,7 @@ double StepStats::comm_ms() const {
   double t = 0;
   for (const CommCounters& c : comm)
     for (int k = 0; k < CommCounters::kKinds; k++) t += c.ms[k];
+  for (int k = 0; k < CommCounters::kKinds; k++) t += comm_ep.ms[k];
   return t;
 }
 
@@ -268,6 +270,8 @@ StepStats RankStep::step() {
   if (tp_) tp_->counters().reset();
   if (pp_) pp_->counters().reset();
   if (cp_) cp_->counters().reset();
+  if (ep_) ep_->counters().reset();
+  if (edp_counted_) edp_counted_->counters().reset();
   for (auto& m : chunks_) m->reset_cp_times();
   StepStats s;
   const uint64_t syncs0 = be_.host_syncs();
@@ -307,6 +311,10 @@ StepStats RankStep::step() {
   if (tp_) s.comm[tp] = tp_->counters();
   if (pp_) s.comm[pp] = pp_->counters();
   if (cp_) s.comm[cp] = cp_->counters();
+  for (CountingDataComm* c : {ep_.get(), edp_counted_.get()})
+    for (int k = 0; c && k < CommCounters::kKinds; k++)
+      s.comm_ep.bytes[k] += c->counters().bytes[k], s.comm_ep.ms[k] += c->counters().ms[k],
+          s.comm_ep.calls[k] += c->counters().calls[k];
   record_stage_times(s);
   record_cp_times(s);
   return s;

@@ -75,6 +75,9 @@ struct StepStats {
   // order; dp's is the weight replicas').
   CommCounters comm[kGridDimCount];
   const CommCounters& comm_of(const char* dim) const { return comm[known_grid_dim(dim)]; }
+  // Expert parallelism's: the tokens' exchanges (ep) and the experts'
+  // gradient sums over the replicas holding the same ones (edp).
+  CommCounters comm_ep;
   // Pipeline, this rank's stage: time computing, time waiting on pipeline
   // receives (the bubble), and the most micro-batches holding activations.
   // span: wall time of the stage's whole schedule (its last action's end).
@@ -222,9 +225,9 @@ class RankStep {
   // Expert parallelism (null without): the ranks holding the experts
   // between them, and those holding the same ones (where their gradients are
   // summed).
-  std::unique_ptr<CountingDataComm> ep_;
+  std::unique_ptr<CountingDataComm> ep_, edp_counted_;
   ControlComm* ep_control_;
-  DataComm* edp_;
+  DataComm* edp_;  // edp_counted_ where it has peers under expert parallelism
   DataComm* embed_;
   // parallel.zero_stage where there are weight replicas to shard over, else 0.
   int zero_ = 0;

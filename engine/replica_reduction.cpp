@@ -23,8 +23,8 @@ ReplicaReduction::ReplicaReduction(Backend& be, Chunks& chunks, DataComm& dp, Da
     total += m->num_params();
     if (zero != 1) continue;
     regions_.push_back(zero1_regions(*m, dp, experts_apart_ ? &edp : nullptr));
-    for (const Zero1Region& g : regions_.back())
-      largest_block = std::max(largest_block, (g.hi - g.lo) / (size_t)g.comm->size());
+    for (const Zero1Region& g : regions_.back())  // (a group of one moves nothing)
+      if (g.comm->size() > 1) largest_block = std::max(largest_block, (g.hi - g.lo) / (size_t)g.comm->size());
   }
   const DType compute = chunks.front()->compute_type();
   // Traffic in the compute type (bf16 runs send bf16).

@@ -52,6 +52,10 @@ void add_breakdown(JsonRecord& rec, const StepStats& st, const GridShape& grid) 
       rec.add(key + "bytes", cc.bytes[k]).add(key + "ms", cc.ms[k]);
     }
   });
+  for (int k = 0; grid.ep > 1 && k < CommCounters::Other; k++) {  // (expert parallelism: "comm_ep_p2p_...")
+    const std::string key = mf::comm_of("ep", CommCounters::name(k));
+    rec.add(key + "bytes", st.comm_ep.bytes[k]).add(key + "ms", st.comm_ep.ms[k]);
+  }
   for (int k = 0; k < kMemKinds; k++)
     rec.add(mf::mem_peak_of(mem_name((Mem)k)), mib(st.memory.peak[k]));
 }

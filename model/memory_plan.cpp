@@ -164,7 +164,7 @@ MemoryPlan plan_memory(const ModelConfig& c, const RankLayout& l, const Recomput
     if (narrow && replicas > 1 && !units) p.bytes[(int)Mem::Comm] += n * e;
     if (zero)
       zero_block = std::max({zero_block, std::floor((double)lo / replicas) * e,
-                             std::floor(((double)n - lo) / expert_replicas) * e});
+                             expert_replicas > 1 ? std::floor(((double)n - lo) / expert_replicas) * e : 0.0});
     const int layers = ch.spec.last_layer - ch.spec.first_layer;
     double per_slot = 0, workspace = 0;
     std::vector<const Mlp*> rebuilt_kinds;  // the MLP kinds of recomputing layers: a workspace each

@@ -58,8 +58,9 @@ ProcessGrid::ProcessGrid(MPI_Comm world, const GridShape& shape, FlightRecorder*
     // Embed: the first and last pipeline stage of a column hold the tied
     // embedding's two copies; a middle stage is a group of its own.
     if (g == Embed && c.pp != 0 && c.pp != shape.pp - 1) colour = (int)(shape.ranks() / shape.pp) + rank;
-    // The replicas cut into ep parts: Experts holds replica rho's part
-    // rho / ep (ordered by rho % ep), ExpertReplicas those with one rho % ep.
+    // The replicas cut into ep parts (replica rho holds part rho % ep):
+    // Experts is the ep replicas rho / ep has alike, one of each part
+    // (ordered by part), ExpertReplicas the replicas holding one part.
     if (g == Experts) colour = colour * (int)shape.expert_replicas() + replica / ep, key = replica % ep;
     if (g == ExpertReplicas) colour = colour * ep + replica % ep, key = replica / ep;
     MPI_Comm_split(world, colour, key, &comms_[g]);

@@ -70,11 +70,12 @@ DataComm::Handle RecordingDataComm::start_alltoall(CRef in, Ref out, size_t n) {
   return enqueue("alltoall", n * size() * dtype_size(in.dt), [&] { return c_.start_alltoall(in, out, n); });
 }
 
+// Recorded as one row's bytes: what every rank of the group passes alike
+// (each sends its own count of rows), so that a diagnosis comparing the
+// ranks' calls sees the same collective.
 DataComm::Handle RecordingDataComm::start_alltoallv(CRef in, const size_t* send_rows, Ref out, const size_t* recv_rows,
                                                     size_t row) {
-  size_t sent = 0;
-  for (int j = 0; j < size(); j++) sent += send_rows[j];
-  return enqueue("alltoallv", sent * row * dtype_size(in.dt),
+  return enqueue("alltoallv", row * dtype_size(in.dt),
                  [&] { return c_.start_alltoallv(in, send_rows, out, recv_rows, row); });
 }
 

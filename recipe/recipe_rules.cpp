@@ -47,8 +47,7 @@ bool run_and_model(const Recipe& r, Rules& rules) {
   return moe(r, rules);
 }
 
-// [moe]: SwiGLU experts on the CPU (expert parallelism and CUDA kernels are
-// not built yet).
+// [moe]: SwiGLU experts on the CPU (the CUDA kernels are not built yet).
 bool moe(const Recipe& r, Rules& rules) {
   const MoeConfig& e = r.model.moe;
   if (!e.enabled()) return true;

@@ -28,9 +28,9 @@ inline constexpr const char *kCommCpExposedMs = "comm_cp_exposed_ms", *kCpImbala
 // follows beside the cross entropy `loss` is.
 inline constexpr const char *kMoeAuxLoss = "moe_aux_loss", *kMoeZLoss = "moe_z_loss";
 // Lists, one value per layer (a dense layer's 0): the most tokens one of
-// its experts got over the global batch, the mean over its experts, the
-// share of its token-expert pairs dropped past a capacity, its router's
-// balancing and z-losses.
+// its experts was chosen by over the global batch (dropped ones too), the
+// mean over its experts, the share of its token-expert pairs dropped past a
+// capacity, its router's balancing and z-losses.
 inline constexpr const char *kMoeTokensMax = "moe_tokens_max", *kMoeTokensMean = "moe_tokens_mean",
                             *kMoeDropped = "moe_dropped", *kMoeLayerAuxLoss = "moe_layer_aux_loss",
                             *kMoeLayerZLoss = "moe_layer_z_loss";

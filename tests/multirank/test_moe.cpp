@@ -37,8 +37,8 @@ MoeConfig experts(int n, int k, bool sigmoid = false) {
 // the runs' weights differ by rounding, and from then on they differ by
 // more than rounding, rightly. So: the first step's gradients (every
 // tensor within 1e-5, expect_equivalent); then, over the steps routed the
-// same (every expert's selections in every layer equal; the first step
-// must be), the losses and the routers' losses (summed over the layers,
+// same (every expert's selections in every layer equal; at least the first
+// half of the steps must be), the losses and the routers' losses (summed over the layers,
 // means over the global batch: no split of the batch over ranks or
 // micro-batches changes them) within 1e-6; and when all were, the weights
 // after them: the model within 1e-5 (relative norm of the difference), its
@@ -52,7 +52,9 @@ void expect_same_moe_training(const Result& got, const Result& ref, const std::s
   ASSERT_EQ(got.moe_selections.size(), ref.moe_selections.size()) << what;
   size_t same = 0;
   while (same < ref.moe_selections.size() && got.moe_selections[same] == ref.moe_selections[same]) same++;
-  ASSERT_GE(same, 1u) << what << ": the first step routed differently";
+  // (a near tie flips by chance, late: drift grows from one ulp; a wrong
+  // update would flip tokens early)
+  ASSERT_GE(2 * same, ref.moe_selections.size()) << what << ": routed differently from step " << same + 1;
   double worst = 0;
   for (size_t i = 0; i < same; i++) {
     ASSERT_GT(ref.moe_aux[i], 0) << what;
@@ -132,7 +134,7 @@ TEST(Moe, EveryLayoutMatchesOneProcess) {
 // their experts' ranks and back by all-to-all, the experts' gradients
 // summed over the replicas holding the same ones: ep 2 and ep 4 (with dp 2,
 // 4), ep 2 beside dp 4 (two replicas of each part), both with ZeRO-1 too,
-// tp 2 (sp), pp 2 and cp 2, against one process as above; softmax and sigmoid scores, and with
+// tp 2 (sp), pp 2 (1F1B, interleaved) and cp 2, against one process as above; softmax and sigmoid scores, and with
 // a dense first layer, a shared expert and a selection bias.
 TEST(Moe, ExpertParallelMatchesOneProcess) {
   for (int variant : {0, 1, 2}) {
@@ -156,6 +158,7 @@ TEST(Moe, ExpertParallelMatchesOneProcess) {
       add(zero, 4);
       add({Arch::Llama, 2, 2, true}, 2);
       add({Arch::Llama, 1, 2, false, 2}, 2);
+      add({Arch::Llama, 1, 2, false, 2, 2}, 2);
       Layout cp{Arch::Llama, 1, 1, false};
       cp.cp = 2;
       add(cp, 2);
@@ -241,6 +244,7 @@ std::vector<double> train(const Layout& l, MPI_Comm world, int steps, const std:
 
 // Resume: an ep 4 checkpoint (10 steps; ZeRO-1: each rank saves its blocks)
 // loads as ep 2 (ZeRO-1 too), ep 1 with dp 4, tp 2 x pp 2 and one process,
+// and an ep 2 one (ZeRO-0) as ep 4 and the same,
 // every tensor (the experts, the routers' selection bias, the rest) equal
 // to what was saved bit for bit, and the 10 steps after it within 1e-6 of
 // the run that never stopped.
@@ -253,23 +257,31 @@ TEST(Moe, Ep4CheckpointResumesAtAnyEp) {
   const std::string dir = std::filesystem::path(g_data).parent_path().string() + "/ep4_resume";
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);  // a save makes its checkpoint directory, never the parents
-  Layout ep4{Arch::Llama, 1, 4, false};
-  ep4.moe = one.moe, ep4.lr = one.lr, ep4.steps = one.steps, ep4.ep = 4, ep4.zero_stage = 1;
-  std::string step_dir;
-  std::map<std::string, std::vector<float>> saved;
-  const std::vector<double> first = train(ep4, MPI_COMM_WORLD, 10, "", nullptr, dir, &step_dir, &saved);
-  for (int s = 0; s < 10; s++) EXPECT_NEAR(first[s], ref[s], 1e-6 * ref[s]) << "ep 4, step " << s + 1;
-  std::vector<Layout> as;
-  for (Layout l : {Layout{Arch::Llama, 1, 4, false}, Layout{Arch::Llama, 1, 4, false},
-                   Layout{Arch::Llama, 1, 4, false}, Layout{Arch::Llama, 2, 1, true, 2}, one}) {
-    l.moe = one.moe, l.lr = one.lr, l.steps = one.steps;
-    as.push_back(l);
-  }
-  as[0].ep = 2, as[1].ep = 2, as[1].zero_stage = 1;
-  for (const Layout& l : as) {
-    const std::vector<double> rest = train(l, l.ranks() == 1 ? MPI_COMM_SELF : MPI_COMM_WORLD, 10, step_dir, &saved);
-    for (int s = 0; s < 10; s++)
-      EXPECT_NEAR(rest[s], ref[10 + s], 1e-6 * ref[10 + s]) << "ep 4 resumed as " << layout_name(l) << ", step " << 11 + s;
+  // Saved by ep 4 with ZeRO-1 (each rank its blocks), and by ep 2 without
+  // (each part's first replica its experts, in a file of its own).
+  Layout ep4{Arch::Llama, 1, 4, false}, ep2{Arch::Llama, 1, 4, false};
+  ep4.ep = 4, ep4.zero_stage = 1, ep2.ep = 2;
+  for (Layout saver : {ep4, ep2}) {
+    saver.moe = one.moe, saver.lr = one.lr, saver.steps = one.steps;
+    std::string step_dir;
+    std::map<std::string, std::vector<float>> saved;
+    const std::string at = dir + "/" + layout_name(saver);
+    std::filesystem::create_directories(at, ec);
+    const std::vector<double> first = train(saver, MPI_COMM_WORLD, 10, "", nullptr, at, &step_dir, &saved);
+    for (int s = 0; s < 10; s++) EXPECT_NEAR(first[s], ref[s], 1e-6 * ref[s]) << layout_name(saver) << ", step " << s + 1;
+    std::vector<Layout> as;
+    for (Layout l : {Layout{Arch::Llama, 1, 4, false}, Layout{Arch::Llama, 1, 4, false},
+                     Layout{Arch::Llama, 1, 4, false}, Layout{Arch::Llama, 2, 1, true, 2}, one}) {
+      l.moe = one.moe, l.lr = one.lr, l.steps = one.steps;
+      as.push_back(l);
+    }
+    as[0].ep = saver.ep == 4 ? 2 : 4, as[1].ep = 2, as[1].zero_stage = 1;
+    for (const Layout& l : as) {
+      const std::vector<double> rest = train(l, l.ranks() == 1 ? MPI_COMM_SELF : MPI_COMM_WORLD, 10, step_dir, &saved);
+      for (int s = 0; s < 10; s++)
+        EXPECT_NEAR(rest[s], ref[10 + s], 1e-6 * ref[10 + s])
+            << layout_name(saver) << " resumed as " << layout_name(l) << ", step " << 11 + s;
+    }
   }
 }
 

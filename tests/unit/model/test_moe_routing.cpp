@@ -317,6 +317,64 @@ TEST(MoeRouting, PermuteThenUnpermuteIsExact) {
   }
 }
 
+// Expert parallelism's exchange over 4 ranks of 2 experts each (8 in all;
+// rank 2's experts 4 and 5 chosen by no row, so it receives nothing), the
+// all-to-all done here by hand: every row a rank receives is one of its
+// experts' rows from the rank that sent it, in expert order for the
+// products (each source's rows of one expert in their order there), and the
+// permutation back restores the arrival order bit for bit (which the return
+// exchange, its counts swapped, takes home block by block).
+TEST(MoeRouting, ExpertExchangeSendsEachRowToItsExpertAndBack) {
+  const int ep = 4, E = 8, El = 2, rows = 12, k = 2, d = 3;
+  RouterSpec s{E, k};
+  std::vector<Dispatch> plans;
+  std::vector<std::vector<float>> sent(ep);  // each rank's rows in slot order: (rank, row, column) as values
+  std::vector<float> counts;
+  for (int r = 0; r < ep; r++) {
+    std::vector<float> l = randn((size_t)rows * E, 60 + r);
+    for (int t = 0; t < rows; t++) l[(size_t)t * E + 4] = l[(size_t)t * E + 5] = -50.f;
+    plans.push_back(dispatch(route(s, l.data(), nullptr, rows), E));
+    for (int slot = 0; slot < plans[r].kept; slot++)
+      for (int c = 0; c < d; c++) sent[r].push_back(1000.f * r + 10.f * plans[r].row_of_slot[slot] + c);
+    counts.insert(counts.end(), plans[r].count.begin(), plans[r].count.end());
+  }
+  std::vector<ExpertExchange> x;
+  for (int m = 0; m < ep; m++) x.push_back(expert_exchange(counts, ep, m, E));
+  EXPECT_EQ(x[2].received, 0);
+  for (int m = 0; m < ep; m++) {
+    // The all-to-all: from each source, its block for m (in rank order).
+    std::vector<float> arrived;
+    for (int src = 0; src < ep; src++) {
+      size_t at = 0;
+      for (int j = 0; j < m; j++) at += x[src].send_rows[j];
+      EXPECT_EQ(x[src].send_rows[m], x[m].recv_rows[src]);
+      arrived.insert(arrived.end(), sent[src].begin() + at * d, sent[src].begin() + (at + x[src].send_rows[m]) * d);
+    }
+    ASSERT_EQ(arrived.size(), (size_t)x[m].received * d);
+    // In expert order: expert e's rows from each source in turn, as that source ordered them.
+    std::vector<float> by_expert((size_t)x[m].received * d);
+    for (int q = 0; q < x[m].received; q++)
+      for (int c = 0; c < d; c++) by_expert[(size_t)q * d + c] = arrived[(size_t)x[m].to_expert[q] * d + c];
+    for (int e = 0; e < El; e++) {
+      std::vector<float> want;
+      for (int src = 0; src < ep; src++) {
+        const Dispatch& p = plans[src];
+        const int g = m * El + e;
+        want.insert(want.end(), sent[src].begin() + (size_t)p.offset[g] * d,
+                    sent[src].begin() + (size_t)(p.offset[g] + p.count[g]) * d);
+      }
+      const std::vector<float> got(by_expert.begin() + (size_t)x[m].offset[e] * d,
+                                   by_expert.begin() + (size_t)(x[m].offset[e] + x[m].count[e]) * d);
+      EXPECT_EQ(got, want) << "rank " << m << ", expert " << e;
+    }
+    // Back in arrival order: what came from each source, as it came.
+    std::vector<float> back((size_t)x[m].received * d);
+    for (int i = 0; i < x[m].received; i++)
+      for (int c = 0; c < d; c++) back[(size_t)i * d + c] = by_expert[(size_t)x[m].to_source[i] * d + c];
+    EXPECT_EQ(back, arrived) << "rank " << m;
+  }
+}
+
 // Auxiliary-loss-free balancing: below the mean load up by the rate, above
 // it down, at it unchanged.
 TEST(MoeRouting, BiasMovesTowardTheMeanLoad) {

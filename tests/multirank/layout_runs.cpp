@@ -181,6 +181,15 @@ std::map<std::string, std::vector<float>> model_weights(LayoutGroup& g, RankStep
   return model_tensors(loop, g.grid, flat(Flat::Weights, g.be, loop, g.grid, zero), g_shapes, g.comm());
 }
 
+// A step directory every rank of `world` knows: world rank 0's.
+std::string shared_path(std::string path, MPI_Comm world) {
+  int n = (int)path.size();
+  MPI_Bcast(&n, 1, MPI_INT, 0, world);
+  path.resize(n);
+  MPI_Bcast(path.data(), n, MPI_CHAR, 0, world);
+  return path;
+}
+
 Result run(const Layout& l, MPI_Comm world) {
   Result res;
   LayoutGroup g(recipe(l), world);

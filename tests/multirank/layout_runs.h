@@ -98,6 +98,9 @@ class LayoutGroup {
   TokenDataset ds;
 };
 
+// A step directory every rank of `world` knows: world rank 0's.
+std::string shared_path(std::string path, MPI_Comm world);
+
 // Runs a layout on groups of l.ranks() ranks of `world` (each group a copy).
 Result run(const Layout& l, MPI_Comm world);
 // A group's fp32 master weights now, every tensor in its global shape (the

@@ -203,15 +203,6 @@ TEST(ContextParallelMemory, PlanPredictsTheMeasuredPeaksWithin10Percent) {
     }
 }
 
-// A step directory every rank of `world` knows: world rank 0's.
-std::string shared_path(std::string path, MPI_Comm world) {
-  int n = (int)path.size();
-  MPI_Bcast(&n, 1, MPI_INT, 0, world);
-  path.resize(n);
-  MPI_Bcast(path.data(), n, MPI_CHAR, 0, world);
-  return path;
-}
-
 // Trains layout l (l.steps in its schedule) on groups of its size cut from
 // world, `steps` steps, after loading `from` if given; saves into
 // dir/group<k> when dir is given and returns world rank 0's step directory.

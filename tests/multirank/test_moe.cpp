@@ -205,15 +205,6 @@ TEST(Moe, ExpertsWithoutTokensNeitherHangNorDiffer) {
   }
 }
 
-// A step directory every rank of `world` knows: world rank 0's.
-std::string shared_path(std::string path, MPI_Comm world) {
-  int n = (int)path.size();
-  MPI_Bcast(&n, 1, MPI_INT, 0, world);
-  path.resize(n);
-  MPI_Bcast(path.data(), n, MPI_CHAR, 0, world);
-  return path;
-}
-
 // Layout l on groups of its size cut from world: loads `from` if given and
 // checks every weight equals `want` bit for bit, trains `steps` steps, and
 // saves into dir/group<k> if dir is given (world rank 0's step directory

@@ -42,11 +42,16 @@ MoeConfig experts(int n, int k, bool sigmoid = false) {
 // means over the global batch: no split of the batch over ranks or
 // micro-batches changes them) within 1e-6; and when all were, the weights
 // after them: the model within 1e-5 (relative norm of the difference), its
-// most affected tensor within 1e-3. (AdamW's first steps turn rounding in
-// a near-zero gradient into steps of the learning rate: measured here, the
-// worst tensor drifts to 9e-5 with sigmoid scores under tp, 6e-6 with
-// softmax; the model to 2e-6. A wrong gradient of one expert moves its
-// tensor by far more.)
+// most affected tensor within 1e-3. (AdamW's first step divides each
+// gradient by its own size plus eps = 1e-8, so an element whose gradient
+// is of that size is moved by an amount its rounding decides. Seen with
+// sigmoid scores: layers.3.attn.wo's element 485 has a first gradient of
+// 7.28e-9 (3e-7 of the tensor's largest, i.e. cancellation) in one process
+// and 7.19e-9 in the same process with 8 micro-batches; its step differs by
+// 1.5e-6, the tensor by 6.3e-6 relative, set at step 1 and not growing.
+// Other layouts' sums round differently: that tensor to 9e-5 under tp
+// (softmax layouts: every tensor within 2e-6); the model within 2e-6. A wrong gradient of one
+// expert moves its tensor by far more.)
 void expect_same_moe_training(const Result& got, const Result& ref, const std::string& what) {
   expect_equivalent(got, ref, what, 1e-3);  // (its losses: below, while the routing agrees)
   ASSERT_EQ(got.moe_selections.size(), ref.moe_selections.size()) << what;

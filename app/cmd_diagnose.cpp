@@ -1,11 +1,11 @@
-// `trainer diagnose RUN_DIR`: prints what app/diagnosis.h finds in the flight
+// `trainer diagnose RUN_DIR`: prints what supervise/diagnosis.h finds in the flight
 // recorders the watchdog wrote: the rank the others are waiting for, the call
 // on which they disagree, and what that rank was doing.
 #include <cstdio>
 #include <string>
 
 #include "app/commands.h"
-#include "app/diagnosis.h"
+#include "supervise/diagnosis.h"
 #include "runtime/errors.h"
 
 namespace trainer {

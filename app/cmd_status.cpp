@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "app/commands.h"
-#include "app/shell_words.h"
+#include "runtime/shell_words.h"
 #include "app/recipe.h"
 #include "report/run_files.h"
 #include "ckpt/checkpoint.h"

@@ -86,7 +86,7 @@ void StepLoop::track_stragglers(const StepStats& st, StepExtras& x) {
 
 // Rank 0: a report that names ranks is also a `straggler` event, with each
 // rank's host, for `trainer supervise` (supervisor.on_straggler = "replace"
-// counts the reports in a row that name one host; cluster/straggler_streak.h).
+// counts the reports in a row that name one host; supervise/straggler_streak.h).
 void StepLoop::report_stragglers(const StepStats& st, const StragglerReport& slow) {
   print_stragglers(st, slow);
   if (slow.ranks.empty()) return;

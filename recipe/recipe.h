@@ -143,7 +143,7 @@ struct LaunchSection {
   std::string launcher{};  // "mpirun" or "srun"
   int ranks{};                    // 0: parallel.dp * pp * tp * cp
   std::vector<std::string> args;    // extra launcher arguments, e.g. ["--oversubscribe"]
-  std::vector<std::string> hosts;   // the allocation under mpirun (cluster/allocation.h)
+  std::vector<std::string> hosts;   // the allocation under mpirun (supervise/allocation.h)
   std::string hostfile;             // or a file of them
   int nodes{};                      // hosts each launch runs on (0: all); the rest are spares
 };

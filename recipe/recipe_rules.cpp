@@ -184,7 +184,7 @@ bool layout(const Recipe& r, int world_size, Rules& rules) {
   return true;
 }
 
-// [launch]: where `supervise` runs the job (cluster/allocation.h).
+// [launch]: where `supervise` runs the job (supervise/allocation.h).
 bool launch(const Recipe& r, Rules& rules) {
   const LaunchSection& l = r.launch;
   if (!l.hosts.empty() && !l.hostfile.empty())

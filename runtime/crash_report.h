@@ -6,7 +6,7 @@
 // and its backtrace. Then the signal's default action runs as before (exit
 // 128+N, core dump if enabled), so launchers and the supervisor see the same
 // exit. `trainer supervise` and `trainer diagnose` read these files
-// (app/diagnosis.h). SIGKILL (the OOM killer) cannot be caught: no file.
+// (supervise/diagnosis.h). SIGKILL (the OOM killer) cannot be caught: no file.
 //
 // The state is process-wide by nature (a signal handler can reach nothing
 // else), like runtime/stop_signal.h.

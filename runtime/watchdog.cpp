@@ -95,7 +95,7 @@ void Watchdog::run() {
     // A stuck call: can its peers' hosts still be reached? (2 s at most)
     const std::string network = network_check_ && s.in_call ? network_check_(rec_.waiting_on()) : "";
     // "ends_job": a supervisor whose launcher lingers after this (waiting on
-    // a host that is gone) knows the job is over (app/diagnosis.h).
+    // a host that is gone) knows the job is over (supervise/diagnosis.h).
     const bool dumped = dump(why, "\"ends_job\": true" + (network.empty() ? "" : ", " + network));
     std::fprintf(stderr, "error (rank %d, step %ld): watchdog: %s; flight recorder %s%s; ending the job "
                          "(exit %d). Run `trainer diagnose RUN_DIR` to see which rank is behind.\n",

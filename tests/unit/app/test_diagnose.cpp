@@ -12,7 +12,7 @@
 #include <utility>
 #include <vector>
 
-#include "app/diagnosis.h"
+#include "supervise/diagnosis.h"
 #include "runtime/errors.h"
 #include "tests/support/temp_dir.h"
 
@@ -202,7 +202,7 @@ TEST(Diagnose, TwoHostsThatLostEachOtherNameNoOne) {
             std::string::npos) << out;
 }
 
-// What `trainer supervise` excludes (cluster/allocation.h): the host of the
+// What `trainer supervise` excludes (supervise/allocation.h): the host of the
 // ranks whose link went down, also for a rank whose dump does not say where
 // it ran (it is on the host of a dump that counts it among its host's ranks).
 TEST(Diagnose, NamesTheHostOfTheRanksThatLostTheirLink) {

@@ -266,7 +266,7 @@ TEST_F(RecipeErrors, AllToAllContextParallelNeedsHeadsDivisibleByCpTimesTp) {
                2, {"needs", "Try:", "parallel.cp = 4 with cp_comm = \"ring\" (each sequence cut over twice"});
 }
 
-// Where `supervise` runs the job (cluster/allocation.h): refused before
+// Where `supervise` runs the job (supervise/allocation.h): refused before
 // anything is launched.
 TEST_F(RecipeErrors, TheAllocationIsCheckedBeforeALaunch) {
   const auto supervise = [&](const std::string& extra) {

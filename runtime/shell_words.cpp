@@ -1,4 +1,4 @@
-#include "app/shell_words.h"
+#include "runtime/shell_words.h"
 
 namespace trainer {
 

@@ -1,4 +1,4 @@
-#include "cluster/allocation.h"
+#include "supervise/allocation.h"
 
 #include <algorithm>
 #include <cctype>

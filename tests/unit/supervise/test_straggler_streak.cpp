@@ -8,7 +8,7 @@
 #include <utility>
 #include <vector>
 
-#include "cluster/straggler_streak.h"
+#include "supervise/straggler_streak.h"
 
 using namespace trainer;
 

@@ -3,7 +3,7 @@
 // group waits for every member that has started fewer than n calls there; a
 // rank waiting for a point-to-point transfer waits for its peer. Following
 // "waits for" from the stuck ranks ends at the rank(s) that are behind.
-#include "app/diagnosis.h"
+#include "supervise/diagnosis.h"
 #include "runtime/regular_file.h"
 #include "runtime/replace_file.h"
 

@@ -1,4 +1,4 @@
-// The allocation `trainer supervise` launches on (cluster/allocation.h):
+// The allocation `trainer supervise` launches on (supervise/allocation.h):
 // Slurm host lists against `scontrol show hostnames` (the reference, where
 // Slurm is installed) and against Slurm's documented examples; hostfiles; a
 // launch's hosts all or none, spares taking excluded hosts' places.
@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "cluster/allocation.h"
+#include "supervise/allocation.h"
 #include "runtime/host_name.h"
 #include "tests/support/temp_dir.h"
 

@@ -1,18 +1,11 @@
-#include "app/supervise_hosts.h"
+#include "supervise/launch_command.h"
 
 #include <algorithm>
-#include <cerrno>
 #include <cstdlib>
-#include <cstring>
 #include <filesystem>
-#include <fstream>
-#include <sstream>
 #include <stdexcept>
 
-#include "report/run_files.h"
-#include "runtime/errors.h"
 #include "runtime/host_name.h"
-#include "runtime/regular_file.h"
 #include "runtime/self_exe.h"
 #include "runtime/units.h"
 
@@ -72,58 +65,6 @@ StartMarks read_marks(const std::string& dir, const std::vector<std::string>& ho
 
 Environment launch_environment(int launch, const std::string& marks) {
   return {{"TRAINER_ATTEMPT", std::to_string(launch)}, {"TRAINER_RESUME", "auto"}, {"TRAINER_START_MARKS", marks}};
-}
-
-std::optional<Allocation> job_allocation(const Recipe& r) {
-  std::vector<std::string> hosts = r.launch.hosts;
-  try {
-    if (!r.launch.hostfile.empty()) {
-      if (const std::string why = not_regular_file(r.launch.hostfile); !why.empty())
-        throw RecipeError("[launch] hostfile: " + why);
-      std::ifstream in(r.launch.hostfile);
-      if (!in) throw RecipeError("[launch] hostfile: cannot read " + r.launch.hostfile + ": " + std::strerror(errno));
-      std::stringstream text;
-      text << in.rdbuf();
-      hosts = parse_hostfile(text.str());
-      if (hosts.empty()) throw RecipeError("[launch] hostfile: " + r.launch.hostfile + " lists no host");
-    }
-    const char* slurm = std::getenv("SLURM_JOB_NODELIST");
-    if (hosts.empty() && r.launch.nodes > 0) {
-      if (!slurm || !*slurm)
-        throw RecipeError("[launch] nodes = " + std::to_string(r.launch.nodes) +
-                          " picks hosts from an allocation, and there is none: set launch.hosts or launch.hostfile, "
-                          "or run under Slurm (sbatch -N " + std::to_string(r.launch.nodes + 2) +
-                          " for 2 spares)");
-      hosts = expand_hostlist(slurm);
-    }
-    if (hosts.empty()) return std::nullopt;
-    Allocation a(hosts, r.launch.nodes);
-    const int ranks = r.launch.ranks > 0 ? r.launch.ranks : r.parallel.grid.ranks();
-    if (ranks % a.nodes() != 0)
-      throw RecipeError("[launch]: the job's " + std::to_string(ranks) + " ranks do not split evenly over the " +
-                        std::to_string(a.nodes()) + " hosts a launch runs on; set launch.nodes to a divisor of " +
-                        std::to_string(ranks));
-    return a;
-  } catch (const std::invalid_argument& e) {
-    throw RecipeError(std::string("[launch]: ") + e.what());
-  }
-}
-
-Diagnosis health_verdict(const std::string& run_dir, int launch) {
-  Diagnosis d;
-  for (const nlohmann::json& e : read_jsonl(run_dir + "/events.jsonl")) {
-    const auto n = e.find("launch");
-    if (n == e.end() || !n->is_number_integer() || n->get<long>() != launch) continue;
-    const std::string event = field_text(e, "event");
-    if (event == "health_check") d = {};
-    if (event == "unfit_node" && e.contains("hosts") && e.at("hosts").is_array()) {
-      d.hosts.clear();  // a damaged entry names no host
-      for (const nlohmann::json& h : e.at("hosts"))
-        if (h.is_string()) d.hosts.push_back(h.get<std::string>());
-      d.host_why = field_text(e, "why");
-    }
-  }
-  return d;
 }
 
 }  // namespace trainer

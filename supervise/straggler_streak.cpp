@@ -1,4 +1,4 @@
-#include "cluster/straggler_streak.h"
+#include "supervise/straggler_streak.h"
 
 #include <algorithm>
 

@@ -1,4 +1,4 @@
-#include "app/child_process.h"
+#include "supervise/child_process.h"
 
 #include <dirent.h>
 #include <fcntl.h>

@@ -1,23 +1,14 @@
 #pragma once
-// Where `trainer supervise` runs a launch: the allocation's hosts
-// (cluster/allocation.h) from the recipe or Slurm, the launcher command
-// that places ranks on them, what the hosts' start marks say, and the
-// hosts a health check found unfit.
-#include <optional>
+// How `trainer supervise` launches: the launcher command (mpirun or srun)
+// that places ranks on the allocation's hosts, the environment every launch
+// gets, and what the hosts' start marks say.
 #include <string>
 #include <vector>
 
-#include "app/child_process.h"
-#include "app/diagnosis.h"
-#include "app/recipe.h"
-#include "cluster/allocation.h"
+#include "recipe/recipe.h"
+#include "supervise/child_process.h"
 
 namespace trainer {
-
-// The hosts the job may run on: launch.hosts, launch.hostfile, or the Slurm
-// job's nodes when launch.nodes picks from them; none (the launcher places
-// the ranks, as without an allocation) when the recipe names none of these.
-std::optional<Allocation> job_allocation(const Recipe& r);
 
 // The launcher (mpirun or srun) of `ranks` ranks, on `hosts` when given (the
 // same number of ranks on each), with the recipe's launch.args; the program
@@ -44,12 +35,5 @@ struct StartMarks {
   std::vector<std::string> missing;  // ...and these hosts left none (empty when not named)
 };
 StartMarks read_marks(const std::string& dir, const std::vector<std::string>& hosts);
-
-// What the health check before this launch blamed: the `unfit_node` event
-// `trainer health` appended to events.jsonl after the supervisor's
-// `health_check` event of the launch (in file order: the launch number alone
-// repeats across runs of `supervise`, and times come from two hosts'
-// clocks), as a diagnosis names hosts.
-Diagnosis health_verdict(const std::string& run_dir, int launch);
 
 }  // namespace trainer

@@ -1,4 +1,4 @@
-// The supervisor's children (app/child_process.h): waited for with a limit,
+// The supervisor's children (supervise/child_process.h): waited for with a limit,
 // and ended early when the caller says the work is over though the launcher
 // lingers (a health check's verdict recorded while mpirun waits for a host
 // it lost).
@@ -6,7 +6,7 @@
 
 #include <chrono>
 
-#include "app/child_process.h"
+#include "supervise/child_process.h"
 
 namespace trainer {
 namespace {

@@ -4,7 +4,7 @@
 // SLURM_JOB_NODELIST) or the recipe lists (launch.hosts, launch.hostfile);
 // a launch runs on launch.nodes of them, the first ones not excluded, all at
 // once or not at all, and the rest wait as spares. A host the supervisor
-// blames for a failure (app/diagnosis.h) is excluded for the rest of the run,
+// blames for a failure (supervise/diagnosis.h) is excluded for the rest of the run,
 // and the first spare takes its place.
 #include <map>
 #include <string>

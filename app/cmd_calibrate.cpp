@@ -17,9 +17,9 @@
 
 #include "app/environment.h"
 #include "app/commands.h"
-#include "app/mpi_command.h"
+#include "parallel/mpi_command.h"
 #include "planning/calibration_plan.h"
-#include "app/output_guard.h"
+#include "ckpt/output_guard.h"
 #include "app/recipe.h"
 #include "app/recipe_args.h"
 #include "app/scratch_run.h"

@@ -10,7 +10,7 @@
 
 #include "app/environment.h"
 #include "app/commands.h"
-#include "app/output_guard.h"
+#include "ckpt/output_guard.h"
 #include "app/recipe.h"
 #include "app/recipe_args.h"
 #include "data/dataset.h"

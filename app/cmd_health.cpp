@@ -9,8 +9,8 @@
 
 #include "app/commands.h"
 #include "app/environment.h"
-#include "app/health_table.h"
-#include "app/mpi_command.h"
+#include "planning/health_check.h"
+#include "parallel/mpi_command.h"
 #include "app/recipe.h"
 #include "app/recipe_args.h"
 #include "engine/layout.h"

@@ -6,7 +6,7 @@
 #include <string>
 
 #include "app/commands.h"
-#include "app/output_guard.h"
+#include "ckpt/output_guard.h"
 #include "app/recipe.h"
 #include "engine/layout.h"
 #include "model/memory_plan.h"

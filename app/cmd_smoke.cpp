@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "app/commands.h"
-#include "app/mpi_command.h"
+#include "parallel/mpi_command.h"
 #include "app/recipe.h"
 #include "app/recipe_args.h"
 #include "app/scratch_run.h"

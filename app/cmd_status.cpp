@@ -19,6 +19,7 @@
 #include "report/run_files.h"
 #include "ckpt/checkpoint.h"
 #include "runtime/errors.h"
+#include "runtime/run_events.h"
 #include "runtime/flight_recorder.h"
 #include "runtime/metrics_fields.h"
 #include "runtime/replace_file.h"
@@ -57,10 +58,10 @@ int cmd_status(int argc, char** argv) {
   const std::string dir = argv[0];
   const RunFiles files = read_run_files(dir);
   const std::vector<json>& metrics = files.metrics;
-  const std::vector<json>& events = files.events;
+  const std::vector<json>& run_events = files.events;
   const double beat_time = files.heartbeat_mtime;
   const bool has_heartbeat = beat_time > 0;
-  if (metrics.empty() && events.empty() && !has_heartbeat) {
+  if (metrics.empty() && run_events.empty() && !has_heartbeat) {
     std::fprintf(stderr, "error: %s has no metrics.jsonl, events.jsonl or heartbeat: not a run directory "
                          "(the recipe's [run] dir), or the run has not started\n", dir.c_str());
     return kExitUsage;
@@ -105,37 +106,35 @@ int cmd_status(int argc, char** argv) {
   // The trainer's own throughput and straggler reports, the newest of each
   // (it writes them to events.jsonl too).
   std::vector<json> supervisor;
-  const json *drop = nullptr, *straggler = nullptr;
-  for (const json& e : events) {
-    const std::string ev = field_text(e, "event");
-    if (ev == "throughput_drop") drop = &e;
-    else if (ev == "straggler") straggler = &e;
+  std::optional<events::Head> drop, straggler;
+  for (const json& e : run_events) {
+    if (events::is<events::ThroughputDrop>(e)) drop = events::head(e);
+    else if (events::is<events::Straggler>(e)) straggler = events::head(e);
     else supervisor.push_back(e);
   }
-  if (drop) std::printf("  throughput: %s\n", field_text(*drop, "message").c_str());
-  if (straggler) std::printf("  straggler:  %s\n", field_text(*straggler, "message").c_str());
+  if (drop) std::printf("  throughput: %s\n", drop->message.c_str());
+  if (straggler) std::printf("  straggler:  %s\n", straggler->message.c_str());
   if (!supervisor.empty()) {
-    const std::vector<json>& events = supervisor;
     int launches = 0, restarts = 0, on_spares = 0;  // relaunches on spares are not restarts
-    const json* failure = nullptr;  // the last exit that was not a success
-    std::vector<const json*> explained;  // crash / diagnosis events of that launch
-    for (const json& e : events) {
-      const std::string ev = field_text(e, "event");
-      if (ev == "start") launches++;
-      if (ev == "restart") (num(e, "on_spares", 0) != 0 ? on_spares : restarts)++;
-      if (ev == "exit" && num(e, "code", 0) != 0) failure = &e, explained.clear();
-      const bool explains = ev == "crash" || ev == "diagnosis" || ev == "start_probe" || ev == "unknown_host" ||
-                            ev == "replace" || ev == "no_spare";
-      if (explains && failure && num(e, "launch", -1) == num(*failure, "launch", -2))
-        explained.push_back(&e);
+    std::optional<events::Head> failure;  // the last exit that was not a success
+    std::vector<events::Head> explained;  // crash / diagnosis events of that launch
+    for (const json& e : supervisor) {
+      const events::Head h = events::head(e);
+      if (events::is<events::Start>(e)) launches++;
+      if (const auto r = events::read<events::Restart>(e)) (r->on_spares != 0 ? on_spares : restarts)++;
+      if (const auto x = events::read<events::Exit>(e); x && x->code != 0) failure = h, explained.clear();
+      const bool explains = events::is<events::Crash>(e) || events::is<events::Diagnosis>(e) ||
+                            events::is<events::StartProbe>(e) || events::is<events::UnknownHost>(e) ||
+                            events::is<events::Replace>(e) || events::is<events::NoSpare>(e);
+      if (explains && failure && h.launch == failure->launch) explained.push_back(h);
     }
-    const json& last = events.back();
+    const events::Head last = events::head(supervisor.back());
     const std::string spares = on_spares ? ", " + std::to_string(on_spares) + " relaunch(es) on spares" : "";
     std::printf("  supervisor: %d launch(es), %d restart(s)%s; last event: %s at %s: %s\n", launches, restarts,
-                spares.c_str(), field_text(last, "event").c_str(), field_text(last, "time").c_str(), field_text(last, "message").c_str());
+                spares.c_str(), last.event.c_str(), last.time.c_str(), last.message.c_str());
     if (failure) {
-      std::printf("  last failure: %s\n", field_text(*failure, "message").c_str());
-      for (const json* e : explained) std::printf("    %s: %s\n", field_text(*e, "event").c_str(), field_text(*e, "message").c_str());
+      std::printf("  last failure: %s\n", failure->message.c_str());
+      for (const events::Head& e : explained) std::printf("    %s: %s\n", e.event.c_str(), e.message.c_str());
     }
   }
   const double made = mtime_seconds(dir + "/report.html");

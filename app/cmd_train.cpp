@@ -16,8 +16,8 @@
 
 #include "app/commands.h"
 #include "app/environment.h"
-#include "app/health_table.h"
-#include "app/mpi_command.h"
+#include "planning/health_check.h"
+#include "parallel/mpi_command.h"
 #include "planning/memory_fit.h"
 #include "app/recipe.h"
 #include "app/recipe_args.h"

@@ -7,7 +7,7 @@
 #include <ctime>
 #include <filesystem>
 
-#include "app/output_guard.h"
+#include "ckpt/output_guard.h"
 #include "ckpt/checkpoint.h"
 #include "runtime/errors.h"
 #include "runtime/utc_time.h"

@@ -18,7 +18,7 @@ namespace trainer {
 // The directories a run writes ([run] dir, [checkpoint] dir when it saves):
 // created, and shown writable now rather than at the first file written
 // there; none of them, nor [metrics] tensorboard_dir, a checkpoint's step
-// directory or inside one (app/output_guard.h). Throws RecipeError (exit 2)
+// directory or inside one (ckpt/output_guard.h). Throws RecipeError (exit 2)
 // naming the key.
 void ensure_run_dirs(const Recipe& r);
 

@@ -8,6 +8,7 @@
 #include <cstdio>
 
 #include "engine/step_loop.h"
+#include "runtime/run_events.h"
 #include "model/flops.h"
 #include "runtime/errors.h"
 #include "runtime/host_name.h"
@@ -101,16 +102,15 @@ void StepLoop::report_stragglers(const StepStats& st, const StragglerReport& slo
                   (int)slow.ranks[i], hosts.back().c_str(), slow.ms[i], slow.ratios[i]);
     text += b;
   }
-  JsonRecord e = event_record("straggler", job_.launch, text);
-  e.add("step", st.step)
-      .add("window_steps", (long)r_.runtime.straggler_every)
-      .add("window", straggler_windows_)  // of this launch, from 1
-      .add("ranks", slow.ranks)
-      .add("hosts", hosts)
-      .add("ratios", slow.ratios)
-      .add("compute_ms", slow.ms)
-      .add("median_ms", slow.median_ms);
-  write_event(e);
+  write_event(events::record(events::Straggler{.step = st.step,
+                                               .window_steps = r_.runtime.straggler_every,
+                                               .window = straggler_windows_,
+                                               .ranks = slow.ranks,
+                                               .hosts = hosts,
+                                               .ratios = slow.ratios,
+                                               .compute_ms = slow.ms,
+                                               .median_ms = slow.median_ms},
+                             job_.launch, text));
 }
 
 // Rank 0: one record into the run's events.jsonl (beside the supervisor's),
@@ -171,12 +171,14 @@ void StepLoop::watch_throughput(const StepStats& st, const StepExtras& x) {
                 drop->base.comm, drop->now.comm, drop->base.data_wait, drop->now.data_wait, who);
   std::fprintf(stderr, "warning: %s\n", text);
   std::fflush(stderr);
-  JsonRecord e = event_record("throughput_drop", job_.launch, text);
-  e.add("step", st.step)
-      .add("ratio", drop->ratio).add("grew", drop->grew).add("grew_ms", drop->grew_ms)
-      .add("step_ms", drop->now.step).add("baseline_step_ms", drop->base.step);
-  if (straggler) e.add("straggler_rank", (long)last_named_.ranks[0]);
-  write_event(e);
+  events::ThroughputDrop e{.step = st.step,
+                           .ratio = drop->ratio,
+                           .grew = drop->grew,
+                           .grew_ms = drop->grew_ms,
+                           .step_ms = drop->now.step,
+                           .baseline_step_ms = drop->base.step};
+  if (straggler) e.straggler_rank = (long)last_named_.ranks[0];
+  write_event(events::record(e, job_.launch, text));
 }
 
 }  // namespace trainer

@@ -107,7 +107,7 @@ double number(const nlohmann::json& r, const char* key) {
 }
 
 double record_time(const nlohmann::json& r) {
-  const auto it = r.find("time");  // every run file's records say when they were written
+  const auto it = r.find(metrics_field::kTime);  // every run file's records say when they were written
   return it != r.end() && it->is_string() ? parse_iso_time(it->get<std::string>()) : NAN;
 }
 

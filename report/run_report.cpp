@@ -15,6 +15,7 @@
 #include "runtime/metrics.h"
 #include "runtime/metrics_fields.h"
 #include "runtime/regular_file.h"
+#include "runtime/run_events.h"
 #include "runtime/utc_time.h"
 
 namespace trainer {
@@ -67,11 +68,18 @@ struct TimelineItem {
   long launch = -1, step = -1;
 };
 
+// An event's kind (runtime/run_events.h), or the time axis's own: a
+// "launch" of `trainer train` unsupervised, a "checkpoint" or a "skip" from
+// metrics.jsonl.
 const char* event_color(const std::string& kind) {
-  if (kind == "start" || kind == "launch" || kind == "allocation") return "#1f77b4";
-  if (kind == "done" || kind == "checkpoint") return "#2ca02c";
-  if (kind == "preempted" || kind == "signal" || kind == "straggler" || kind == "throughput_drop") return "#ff7f0e";
-  if (kind == "diagnosis" || kind == "replace") return "#9467bd";
+  using namespace events;
+  const auto any = [&](std::initializer_list<const char*> kinds) {
+    return std::any_of(kinds.begin(), kinds.end(), [&](const char* k) { return kind == k; });
+  };
+  if (any({Start::kKind, "launch", Allocation::kKind})) return "#1f77b4";
+  if (any({Done::kKind, "checkpoint"})) return "#2ca02c";
+  if (any({Preempted::kKind, Signal::kKind, Straggler::kKind, ThroughputDrop::kKind})) return "#ff7f0e";
+  if (any({Diagnosis::kKind, Replace::kKind})) return "#9467bd";
   return "#d62728";  // exit, crash, hang, restart, give_up, skip
 }
 
@@ -82,19 +90,22 @@ std::vector<TimelineItem> timeline_items(const RunFiles& f) {
   std::vector<TimelineItem> out;
   std::string cause;  // the last failure, which the next restart is for
   for (const json& e : f.events) {
-    TimelineItem it{record_time(e), field_text(e, "event"), "", "", field_text(e, "message"), (long)number(e, "launch")};
-    if (it.kind == "exit" && number(e, "code") == 0) continue;  // "done" follows
-    if (it.kind == "straggler") continue;  // the job's report, shown from metrics.jsonl below
-    if (it.kind == "exit" || it.kind == "crash" || it.kind == "hang" || it.kind == "diagnosis") cause = it.detail;
-    it.label = it.kind == "start" ? "launch " + std::to_string(it.launch) : it.kind;
-    if (it.kind == "restart" && !cause.empty()) it.detail += " (after: " + cause + ")";
+    const events::Head h = events::head(e);
+    TimelineItem it{record_time(e), h.event, "", "", h.message, h.launch};
+    if (const auto x = events::read<events::Exit>(e); x && x->code == 0) continue;  // "done" follows
+    if (events::is<events::Straggler>(e)) continue;  // the job's report, shown from metrics.jsonl below
+    if (events::is<events::Exit>(e) || events::is<events::Crash>(e) || events::is<events::Hang>(e) ||
+        events::is<events::Diagnosis>(e))
+      cause = it.detail;
+    it.label = events::is<events::Start>(e) ? "launch " + std::to_string(it.launch) : it.kind;
+    if (events::is<events::Restart>(e) && !cause.empty()) it.detail += " (after: " + cause + ")";
     it.color = event_color(it.kind);
     out.push_back(it);
   }
   // Without a supervisor (no start events; the trainer's own throughput
   // reports may be there), each launch from launches.jsonl.
   const bool supervised = std::any_of(f.events.begin(), f.events.end(),
-                                      [](const json& e) { return field_text(e, "event") == "start"; });
+                                      [](const json& e) { return events::is<events::Start>(e); });
   if (!supervised)
     for (size_t i = 0; i < f.launches.size(); i++) {
       const json& l = f.launches[i];
@@ -116,7 +127,7 @@ std::vector<TimelineItem> timeline_items(const RunFiles& f) {
                          (r.contains(mf::kLossSpike) ? "loss spike" : "NaN/Inf loss or gradient") + ", loss " +
                          format_number(number(r, mf::kLoss)), -1, step});
     if (r.contains(mf::kStragglers))
-      out.push_back({t, "straggler", "slow " + field_text(r, mf::kStragglers), event_color("straggler"),
+      out.push_back({t, events::Straggler::kKind, "slow " + field_text(r, mf::kStragglers), event_color(events::Straggler::kKind),
                      "straggler rank(s) " + field_text(r, mf::kStragglers) + " at step " + std::to_string(step) + ": " +
                          format_number(number(r, mf::kStragglerRatio)) + "x the median compute time", -1, step});
   }
@@ -261,12 +272,12 @@ std::string row(const std::string& a, const std::string& b, const std::string& i
 
 std::string run_state(const RunFiles& f, const ReportFacts& facts, long last_step) {
   for (auto e = f.events.rbegin(); e != f.events.rend(); ++e) {
-    const std::string k = field_text(*e, "event");
-    if (k == "done") return "finished";
-    if (k == "paused") return "paused: " + field_text(*e, "message");
-    if (k == "give_up") return "stopped: " + field_text(*e, "message");
-    if (k == "preempted") return "preempted at step " + std::to_string(last_step) + " (requeue to go on)";
-    if (k == "start") break;
+    const events::Head h = events::head(*e);
+    if (events::is<events::Done>(*e)) return "finished";
+    if (events::is<events::Paused>(*e)) return "paused: " + h.message;
+    if (events::is<events::GiveUp>(*e)) return "stopped: " + h.message;
+    if (events::is<events::Preempted>(*e)) return "preempted at step " + std::to_string(last_step) + " (requeue to go on)";
+    if (events::is<events::Start>(*e)) break;
   }
   if (facts.steps > 0 && last_step >= facts.steps) return "finished";
   const double age = facts.now - f.heartbeat_mtime;
@@ -293,7 +304,7 @@ std::string summary_table(const RunFiles& f, const ReportFacts& facts, const ByS
   auto count = [&](const char* kind) {
     return (long)std::count_if(items.begin(), items.end(), [&](const TimelineItem& i) { return i.kind == kind; });
   };
-  const long launches = std::max({count("start"), (long)f.launches.size(), f.metrics.empty() ? 0L : 1L});
+  const long launches = std::max({count(events::Start::kKind), (long)f.launches.size(), f.metrics.empty() ? 0L : 1L});
   std::string s = "<table class=\"facts\" id=\"summary\">\n";
   s += row("state", run_state(f, facts, last), "state");
   s += row("last step", std::to_string(last) + (facts.steps > 0 ? " of " + std::to_string(facts.steps) : ""), "last_step");
@@ -308,10 +319,10 @@ std::string summary_table(const RunFiles& f, const ReportFacts& facts, const ByS
   s += row("median MFU", format_number(100 * median(mfu)) + " %", "median_mfu");
   s += row("median step time", format_number(median(ms)) + " ms", "median_step_ms");
   s += row("launches", std::to_string(launches), "launches");
-  s += row("restarts", std::to_string(count("restart")), "restarts");
+  s += row("restarts", std::to_string(count(events::Restart::kKind)), "restarts");
   s += row("checkpoints saved", std::to_string(count("checkpoint")), "checkpoints");
   s += row("updates skipped (NaN or spike)", std::to_string(count("skip")), "skipped");
-  s += row("straggler reports", std::to_string(count("straggler")), "stragglers");
+  s += row("straggler reports", std::to_string(count(events::Straggler::kKind)), "stragglers");
   if (f.unreadable) s += row("lines skipped (being written, or damaged)", std::to_string(f.unreadable), "unreadable");
   return s + "</table>\n";
 }

@@ -1,6 +1,6 @@
 #pragma once
 // Error types and the process exit codes they map to. The supervisor
-// (app/cmd_supervise.cpp) decides from the exit code whether a retry can help, so every
+// (supervise/decide.h) decides from the exit code whether a retry can help, so every
 // failure path ends in one of these codes; README.md documents them.
 #include <stdexcept>
 #include <string>

@@ -12,12 +12,6 @@
 
 namespace trainer {
 
-JsonRecord event_record(const std::string& event, int launch, const std::string& message) {
-  JsonRecord r;
-  r.add("time", iso_time(wall_seconds())).add("event", event).add("launch", launch).add("message", message);
-  return r;
-}
-
 std::string json_escape(const std::string& s) {
   std::string o;
   for (char c : s) {

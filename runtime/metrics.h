@@ -43,12 +43,6 @@ class JsonRecord {
 
 std::string json_escape(const std::string& s);
 
-// The head of an events.jsonl record, whoever writes it (the supervisor, the
-// throughput watch, the job's health check): "time" (now, UTC), "event",
-// "launch" (the supervisor's launch number) and "message" (for people);
-// add the event's own fields after it.
-JsonRecord event_record(const std::string& event, int launch, const std::string& message);
-
 // The median of a non-empty sample (the mean of the middle two for an even
 // count): step times, straggler compute times, recent losses.
 template <class T>

@@ -6,8 +6,8 @@ namespace trainer {
 
 EventLog::EventLog(const std::string& path) : log_(path, false) {}
 
-void EventLog::write(const std::string& event, int launch, const std::string& text, JsonRecord extra) {
-  if (!log_.write(event_record(event, launch, text).add(extra)) && !reported_) {
+void EventLog::append(const JsonRecord& record, const std::string& text) {
+  if (!log_.write(record) && !reported_) {
     reported_ = true;  // once: the console still gets every event
     std::fprintf(stderr, "supervise: warning: cannot write %s; events go to the console only\n", log_.error().c_str());
   }

@@ -50,15 +50,12 @@ std::string resume_point(const std::string& checkpoint_dir, long* step) {
 Diagnosis health_verdict(const std::string& run_dir, int launch) {
   Diagnosis d;
   for (const nlohmann::json& e : read_jsonl(run_dir + "/events.jsonl")) {
-    const auto n = e.find("launch");
-    if (n == e.end() || !n->is_number_integer() || n->get<long>() != launch) continue;
-    const std::string event = field_text(e, "event");
-    if (event == "health_check") d = {};
-    if (event == "unfit_node" && e.contains("hosts") && e.at("hosts").is_array()) {
-      d.hosts.clear();  // a damaged entry names no host
-      for (const nlohmann::json& h : e.at("hosts"))
-        if (h.is_string()) d.hosts.push_back(h.get<std::string>());
-      d.host_why = field_text(e, "why");
+    if (events::head(e).launch != launch) continue;
+    if (events::is<events::HealthCheck>(e)) d = {};
+    if (events::is<events::UnfitNode>(e)) {
+      const std::optional<events::UnfitNode> u = events::read<events::UnfitNode>(e);
+      d.hosts = u ? u->hosts : std::vector<std::string>{};  // a damaged entry names no host
+      d.host_why = u ? u->why : "";
     }
   }
   return d;
@@ -82,10 +79,10 @@ Fleet::HealthCheck Fleet::check(int launch) {
   const std::vector<std::string> usable = alloc_.usable();
   const std::vector<std::string> cmd =
       launch_command(r_, "health", recipe_path_, overrides_, (int)usable.size(), usable, launch);
-  events_.write("health_check", launch,
+  events_.write(launch,
                 "before launch " + std::to_string(launch) + ": trainer health on the " + std::to_string(usable.size()) +
                     " usable host(s): " + shell_join(cmd),
-                JsonRecord().add("hosts", usable).add("command", shell_join(cmd)));
+                events::HealthCheck{.hosts = usable, .command = shell_join(cmd)});
   const double t0 = now_s();
   // Its limit: hang_timeout (900 s when off): a host that cannot start
   // holds up mpirun, and the launch after then finds it (start_timeout).
@@ -103,21 +100,21 @@ Fleet::HealthCheck Fleet::check(int launch) {
   char took[64];
   std::snprintf(took, sizeof took, " after %.1f s", now_s() - t0);
   if (end.over)
-    events_.write("lingering", launch, std::string("trainer health recorded its verdict and its launcher was still "
+    events_.write<events::Lingering>(launch, std::string("trainer health recorded its verdict and its launcher was still "
                                                    "running (waiting on a host it lost?)") + took + ": stopped it");
   const int code = end.over ? kExitUnfitNode : end.code;
-  if (code == kExitOk) events_.write("health_ok", launch, "every usable host is fit" + std::string(took));
+  if (code == kExitOk) events_.write<events::HealthOk>(launch, "every usable host is fit" + std::string(took));
   else if (code == kExitNoSpace)  // the checkpoint directory's disk, on every node: no host to blame
-    events_.write("disk_full", launch,
+    events_.write(launch,
                   std::string("trainer health: checkpoint.dir cannot take a checkpoint on any host (its output "
                               "says why)") + took + "; not launching into it, no host excluded",
-                  JsonRecord().add("code", code));
+                  events::DiskFull{.code = code});
   else if (code != kExitUnfitNode)
-    events_.write("health_failed", launch,
+    events_.write(launch,
                   "trainer health exited with code " + std::to_string(code) + " (" +
                       (end.timed_out ? std::string("no answer in time") : exit_code_meaning(code)) + ")" + took +
                       ": launching without its verdict",
-                  JsonRecord().add("code", code));
+                  events::HealthFailed{.code = code});
   return {code, false};
 }
 
@@ -177,10 +174,10 @@ std::vector<std::string> Fleet::probe_hosts(int launch, const std::vector<std::s
       results.push_back(hosts[i] + ": " + result);
     }
   }
-  events_.write("start_probe", launch,
+  events_.write(launch,
                 "launch " + std::to_string(launch) + ": no rank started on any host; `trainer version` on each "
                 "alone: " + join(results) + " (output: " + marks + "/probe_HOST.log)",
-                JsonRecord().add("failed", failed).add("results", results));
+                events::StartProbe{.failed = failed, .results = results});
   return failed;
 }
 
@@ -194,25 +191,26 @@ Fleet::Exclusion Fleet::exclude(int launch, const Diagnosis& d, const std::vecto
     else if (std::find(among.begin(), among.end(), h) != among.end() && alloc_.exclude(h, d.host_why)) x.out.push_back(h);
   }
   if (!unknown.empty())
-    events_.write("unknown_host", launch,
+    events_.write(launch,
                   "the failure is blamed on " + join(unknown) + " (" + d.host_why +
                       "), which is not one of the allocation's hosts (" + join(alloc_.hosts()) +
                       "): nothing excluded for it; name the hosts in launch.hosts or the hostfile as their "
                       "`hostname` does",
-                  JsonRecord().add("hosts", unknown).add("why", d.host_why));
+                  events::UnknownHost{.hosts = unknown, .why = d.host_why});
   if (x.out.empty()) return x;  // unattributed: retried on the same hosts
   const std::vector<std::string> next = alloc_.launch_hosts();
   for (const std::string& h : next)
     if (std::find(used.begin(), used.end(), h) == used.end()) x.spares_in.push_back(h);
   x.usable = (int)alloc_.usable().size();
-  x.rec.add("excluded", x.out).add("why", d.host_why).add("spares_in", x.spares_in).add("hosts", next)
-      .add("spares_left", next.empty() ? std::vector<std::string>{} : alloc_.spares());
+  x.rec.excluded = x.out, x.rec.why = d.host_why, x.rec.spares_in = x.spares_in, x.rec.hosts = next;
+  x.rec.spares_left = next.empty() ? std::vector<std::string>{} : alloc_.spares();
   x.said = "host" + std::string(x.out.size() > 1 ? "s " : " ") + join(x.out) + " excluded: " + d.host_why;
   if (!next.empty() && x.spares_in.empty()) {
     // Only spares were excluded (by a check before a launch, or a probe):
     // the launch's hosts stay as they were.
     x.hosts = Outcome::Hosts::SparesOnly;
-    events_.write("replace", launch, x.said + "; a spare, so the launch keeps its hosts (" + join(next) + ")", x.rec);
+    events_.write(launch, x.said + "; a spare, so the launch keeps its hosts (" + join(next) + ")",
+                  events::Replace{x.rec});
     return x;
   }
   if (next.empty()) {
@@ -228,25 +226,26 @@ Fleet::Exclusion Fleet::exclude(int launch, const Diagnosis& d, const std::vecto
   x.hosts = Outcome::Hosts::SparesIn;
   long step = 0;
   const std::string from = resume_point(r_.checkpoint.dir, &step);
-  x.rec.add("resume_step", step);
-  events_.write("replace", launch,
+  x.rec.resume_step = step;
+  events_.write(launch,
                 x.said + "; spare" + std::string(x.spares_in.size() > 1 ? "s " : " ") + join(x.spares_in) +
                     " in; resuming from " + from + " on " + join(next),
-                x.rec);
+                events::Replace{x.rec});
   return x;
 }
 
 void Fleet::say_no_spare(int launch, const Exclusion& x, Action::Why why) {
-  JsonRecord rec = x.rec;
+  events::NoSpare rec{x.rec};
   if (why == Action::Why::ShrinkRefused) {
-    events_.write("no_spare", launch,
+    rec.shrink_refused = x.shrink->why;
+    events_.write(launch,
                   x.said + "; no spare left, and the job cannot shrink to the " + std::to_string(x.usable) +
                       " usable host(s) (supervisor.elastic): " + x.shrink->why +
                       "; giving up; give the job more hosts and run the same command to resume",
-                  rec.add("shrink_refused", x.shrink->why));
+                  rec);
     return;
   }
-  events_.write("no_spare", launch,
+  events_.write(launch,
                 x.said + "; no spare left (" + std::to_string(x.usable) + " usable host(s), launch.nodes = " +
                     std::to_string(alloc_.nodes()) + (r_.supervisor.elastic ? "" : "; supervisor.elastic = false") +
                     "): giving up; give the job more hosts and run the same command to resume",
@@ -262,14 +261,14 @@ void Fleet::shrink(int launch, Exclusion x) {
   long step = 0;
   const std::string from = resume_point(r_.checkpoint.dir, &step);
   const Recipe& n = s.recipe;
-  x.rec.add("hosts", next).add("nodes", s.nodes).add("ranks", s.ranks).add("dp", n.parallel.grid.dp)
-      .add("accum_steps", n.accum_steps()).add("resume_step", step);
+  x.rec.hosts = next, x.rec.nodes = s.nodes, x.rec.ranks = s.ranks, x.rec.dp = n.parallel.grid.dp;
+  x.rec.accum_steps = n.accum_steps(), x.rec.resume_step = step;
   char b[256];
   std::snprintf(b, sizeof b,
                 "; no spare left: shrinking to %d node(s) (supervisor.elastic): %d ranks, dp %d -> %d, %d "
                 "micro-batches per replica per step (global batch %ld unchanged); resuming from ",
                 s.nodes, s.ranks, dp_was, n.parallel.grid.dp, n.accum_steps(), (long)n.training.global_batch);
-  events_.write("shrink", launch, x.said + b + from + " on " + join(next), x.rec);
+  events_.write(launch, x.said + b + from + " on " + join(next), events::ShrinkEvent{x.rec});
   shrunk_ = std::move(s);
 }
 
@@ -291,20 +290,20 @@ std::vector<std::string> Fleet::fit_again(int launch, double until) {
       if (a == h || std::find(usable.begin(), usable.end(), a) != usable.end()) hosts.push_back(a);
     const std::vector<std::string> cmd =
         launch_command(r_, "health", recipe_path_, overrides_, (int)hosts.size(), hosts, launch);
-    events_.write("health_check", launch,
+    events_.write(launch,
                   "waiting for hosts: trainer health on excluded host " + h + " beside the " +
                       std::to_string(usable.size()) + " usable host(s): " + shell_join(cmd),
-                  JsonRecord().add("host", h).add("hosts", hosts).add("command", shell_join(cmd)));
+                  events::HealthCheck{.host = h, .hosts = hosts, .command = shell_join(cmd)});
     const double cap = std::max(kCheckLimit, r_.supervisor.spare_check_every);
     const double limit = std::max(5.0, std::min(until - now_s(), cap));
     const ChildEnd end = wait_children({spawn(cmd, launch_environment(launch, ""))}, limit, cmd[0])[0];
     if (end.stopped) break;
     if (end.code != kExitOk && end.code != kExitUnfitNode) {
-      events_.write("health_failed", launch,
+      events_.write(launch,
                     "trainer health with " + h + " reached no verdict (" +
                         (end.timed_out ? std::string("no answer in time") : "exit " + std::to_string(end.code)) +
                         "): it is still out of reach",
-                    JsonRecord().add("host", h).add("code", end.code));
+                    events::HealthFailed{.host = h, .code = end.code});
       continue;
     }
     if (end.code == kExitUnfitNode) {
@@ -332,8 +331,9 @@ Fleet::Wait Fleet::wait_for_hosts(int launch, const Exclusion& x) {
                 left, alloc_.nodes(), sv.spare_wait, sv.spare_check_every,
                 sv.readmit ? " (readmitted when fit: supervisor.readmit)"
                            : "; supervisor.readmit = false: none of them returns, so only the end of the wait");
-  JsonRecord rec = x.rec;
-  events_.write("no_spare", launch, x.said + b, rec.add("wait_s", sv.spare_wait));
+  events::NoSpare rec{x.rec};
+  rec.wait_s = sv.spare_wait;
+  events_.write(launch, x.said + b, rec);
   std::set<std::string> said;
   for (;;) {
     for (const double next = std::min(until, now_s() + sv.spare_check_every); now_s() < next;) {
@@ -347,14 +347,14 @@ Fleet::Wait Fleet::wait_for_hosts(int launch, const Exclusion& x) {
     for (const std::string& h : fit) {
       if (sv.readmit) {
         alloc_.readmit(h);
-        events_.write("readmit", launch,
+        events_.write(launch,
                       "host " + h + " passes trainer health again: back in the allocation (supervisor.readmit), " +
                           std::to_string((int)(now_s() - t0)) + " s into the wait",
-                      JsonRecord().add("host", h).add("waited_s", now_s() - t0));
+                      events::Readmit{.host = h, .waited_s = now_s() - t0});
       } else if (said.insert(h).second) {
-        events_.write("fit_again", launch,
+        events_.write(launch,
                       "host " + h + " passes trainer health again; supervisor.readmit = false keeps it out",
-                      JsonRecord().add("host", h));
+                      events::FitAgain{.host = h});
       }
     }
     if (!alloc_.launch_hosts().empty()) return {false, true};
@@ -367,13 +367,13 @@ Fleet::Wait Fleet::wait_for_hosts(int launch, const Exclusion& x) {
   if (!sv.readmit)
     came = said.empty() ? came + " (supervisor.readmit = false)"
                         : std::to_string(said.size()) + " passed trainer health but stay(s) out (supervisor.readmit = false)";
-  events_.write("give_up", launch,
+  events_.write(launch,
                 "waited " + std::to_string((int)(now_s() - t0)) + " s (supervisor.spare_wait = " +
                     std::to_string((int)sv.spare_wait) + " s) for " + std::to_string(alloc_.nodes() - usable) +
                     " more host(s) to run launch.nodes = " + std::to_string(alloc_.nodes()) + " (" +
                     std::to_string(usable) + " usable; excluded: " + out + "): " + came +
                     "; giving up; give the job more hosts and run the same command to resume",
-                JsonRecord().add("code", kExitGaveUp).add("waited_s", now_s() - t0));
+                events::GiveUp{.code = kExitGaveUp, .waited_s = now_s() - t0});
   return {false, false};
 }
 

@@ -12,7 +12,7 @@
 
 #include "planning/shrink.h"
 #include "recipe/recipe.h"
-#include "runtime/metrics.h"
+#include "runtime/run_events.h"
 #include "supervise/allocation.h"
 #include "supervise/decide.h"
 #include "supervise/diagnosis.h"
@@ -66,7 +66,7 @@ class Fleet {
     int usable = 0;
     std::optional<Shrink> shrink;  // NoneLeft, supervisor.elastic: the largest smaller job that fits (or why none)
     std::string said;              // "host h excluded: why"
-    JsonRecord rec;
+    events::HostsExcludedFields rec;  // the event's fields
   };
   Exclusion exclude(int launch, const Diagnosis& d, const std::vector<std::string>& among,
                     const std::vector<std::string>& used);

@@ -86,8 +86,8 @@ LaunchEnd Launcher::run(int launch, const std::vector<std::string>& command, con
                         const Allocation* alloc, int ranks, const GridShape& grid, StragglerPolicy& stragglers) {
   const SupervisorSection& sv = r_.supervisor;
   const std::string heartbeat = r_.run.dir + "/heartbeat";
-  events_.write("start", launch, "launch " + std::to_string(launch) + ": " + shell_join(command),
-                JsonRecord().add("command", shell_join(command)));
+  events_.write(launch, "launch " + std::to_string(launch) + ": " + shell_join(command),
+                events::Start{.command = shell_join(command)});
   LaunchEnd o;
   o.t0 = now_s();
   o.hosts = hosts;
@@ -127,7 +127,7 @@ LaunchEnd Launcher::run(int launch, const std::vector<std::string>& command, con
                                  "(%s): stopping it", launch, now_s() - ended_at,
                     job_end == JobEnd::EndedHostLost ? "waiting on a host the watchdogs' probes found cut off"
                                                      : "waiting on a host it lost?");
-      events_.write("lingering", launch, b);
+      events_.write<events::Lingering>(launch, b);
       status = stop_job(pid, command[0]);
       o.lingered = true;
       break;
@@ -135,7 +135,7 @@ LaunchEnd Launcher::run(int launch, const std::vector<std::string>& command, con
     const auto polled = std::chrono::steady_clock::now();
     if (const double gap = std::chrono::duration<double>(polled - last_poll).count(); gap > 2.0) {
       resumed_at = now_s();
-      events_.write("resumed", launch, "the supervisor was stopped for " + std::to_string((int)gap) +
+      events_.write<events::Resumed>(launch, "the supervisor was stopped for " + std::to_string((int)gap) +
                                            " s (a suspended job?): the heartbeat's age counts from now");
     }
     last_poll = polled;
@@ -154,8 +154,8 @@ LaunchEnd Launcher::run(int launch, const std::vector<std::string>& command, con
         char b[160];
         std::snprintf(b, sizeof b, " after %.0f s (supervisor.start_timeout = %g s): stopping the launch", since,
                       sv.start_timeout);
-        events_.write("not_started", launch, "launch " + std::to_string(launch) + ": no rank started on " + who + b,
-                      JsonRecord().add("hosts", m.missing));
+        events_.write(launch, "launch " + std::to_string(launch) + ": no rank started on " + who + b,
+                      events::NotStarted{.hosts = m.missing});
         status = stop_job(pid, command[0]);
         o.unstarted = true;
         break;
@@ -174,9 +174,8 @@ LaunchEnd Launcher::run(int launch, const std::vector<std::string>& command, con
       o.forwarded = sig;
       forwarded_at = now_s();
       kill(pid, SIGUSR1);
-      events_.write("signal", launch, std::string("received ") + strsignal(sig) +
-                                          ": asking the job to checkpoint and stop",
-                    JsonRecord().add("signal", sig));
+      events_.write(launch, std::string("received ") + strsignal(sig) + ": asking the job to checkpoint and stop",
+                    events::Signal{.signal = sig});
     }
     stragglers.measure_swap(launch, o.t0);
     if (alloc && !o.forwarded && now_s() - stragglers_checked > 1) {
@@ -189,12 +188,12 @@ LaunchEnd Launcher::run(int launch, const std::vector<std::string>& command, con
     const double beat = std::max({o.t0, resumed_at, mtime_seconds(heartbeat)});
     if (sv.hang_timeout > 0 && now_s() - beat > sv.hang_timeout) {
       if (const std::string why = run_dir_unwritable(r_.run.dir); !why.empty()) {
-        events_.write("disk_full", launch,
+        events_.write(launch,
                       "launch " + std::to_string(launch) + ": no heartbeat because " + r_.run.dir +
                           " cannot be written (" + why + "): not a hang; asking the job to checkpoint and stop "
                           "(checkpoint.dir may have room) instead of restarting into it. Free space, then run the "
                           "same command to resume from the newest checkpoint",
-                      JsonRecord().add("reason", why));
+                      events::DiskFull{.reason = why});
         stop_gracefully(pid, &status, command[0]);
         o.no_space = true;
         break;
@@ -202,7 +201,7 @@ LaunchEnd Launcher::run(int launch, const std::vector<std::string>& command, con
       char b[160];
       std::snprintf(b, sizeof b, "launch %d: no heartbeat for %.0f s (supervisor.hang_timeout = %g s): killing the job",
                     launch, now_s() - beat, sv.hang_timeout);
-      events_.write("hang", launch, b, JsonRecord().add("since_heartbeat_s", now_s() - beat));
+      events_.write(launch, b, events::Hang{.since_heartbeat_s = now_s() - beat});
       kill_hung(pid, ranks, &status, command[0]);
       o.hung = true;
       break;

@@ -54,8 +54,8 @@ void StragglerPolicy::end_launch(int launch, const Allocation* alloc, const std:
   // The reports the job wrote as it ended: a host to keep is still said.
   if (streaks_ && alloc && !picked) read_reports(launch, *alloc, hosts, grid, false);
   if (pending_) {  // the relaunch after a swap ended before its first step: no cost to measure
-    events_.write("swap_done", launch, "the straggler " + pending_->host + " was swapped out, but launch " +
-                                           std::to_string(launch) + " ended before its first step: no cost measured");
+    events_.write<events::SwapDone>(launch, "the straggler " + pending_->host + " was swapped out, but launch " +
+                                                std::to_string(launch) + " ended before its first step: no cost measured");
     pending_.reset();
   }
 }
@@ -108,20 +108,17 @@ std::optional<StragglerPick> StragglerPolicy::read_reports(int launch, const All
                                                            const std::vector<std::string>& hosts,
                                                            const GridShape& grid, bool can_swap) {
   for (const nlohmann::json& e : read_jsonl_since(r_.run.dir + "/events.jsonl", &events_offset_)) {
-    if (field_text(e, "event") != "straggler" || number(e, "launch") != launch) continue;
+    const std::optional<events::Straggler> s = events::read<events::Straggler>(e);
+    // (none, or its lists of unequal lengths: not a report this supervisor understands)
+    if (!s || events::head(e).launch != launch || s->hosts.empty() || s->ratios.size() != s->hosts.size() ||
+        s->compute_ms.size() != s->hosts.size())
+      continue;
     StragglerWindow w;
-    try {
-      w.step = e.at("step").get<long>(), w.window_steps = e.at("window_steps").get<long>();
-      w.first = e.at("window").get<long>() == 1;
-      w.hosts = e.at("hosts").get<std::vector<std::string>>();
-      w.ratios = e.at("ratios").get<std::vector<double>>(), w.compute_ms = e.at("compute_ms").get<std::vector<double>>();
-      // (written as numbers; a report without them never follows a swap)
-      if (e.contains("ranks"))
-        for (double k : e.at("ranks").get<std::vector<double>>()) w.ranks.push_back((int)k);
-      if (w.ranks.size() != w.hosts.size()) w.ranks.clear();
-    } catch (const std::exception&) {
-      continue;  // not a report this supervisor understands
-    }
+    w.step = s->step, w.window_steps = s->window_steps, w.first = s->window == 1;
+    w.hosts = s->hosts, w.ratios = s->ratios, w.compute_ms = s->compute_ms;
+    // (a report without ranks never follows a swap)
+    for (double k : s->ranks) w.ranks.push_back((int)k);
+    if (w.ranks.size() != w.hosts.size()) w.ranks.clear();
     for (const StragglerRun& run : streaks_->add(w)) {
       std::string figures;
       for (size_t i = 0; i < run.steps.size(); i++) {
@@ -139,35 +136,36 @@ std::optional<StragglerPick> StragglerPolicy::read_reports(int launch, const All
       std::vector<double> run_ranks;  // (-1: a report gave none)
       for (int k : run.ranks)
         if (k >= 0) run_ranks.push_back(k);
-      JsonRecord rec;
-      rec.add("host", run.host).add("ranks", run_ranks)
-          .add("steps", std::vector<double>(run.steps.begin(), run.steps.end()))
-          .add("ratios", run.ratios).add("compute_ms", run.compute_ms);
+      events::StragglerRunFields rec{.host = run.host,
+                                     .ranks = run_ranks,
+                                     .steps = std::vector<double>(run.steps.begin(), run.steps.end()),
+                                     .ratios = run.ratios,
+                                     .compute_ms = run.compute_ms};
       if (run.follows) {  // reported even after the job ended; never swapped
         if (kept_.insert(run.host).second) {
           const std::string found = alloc.find(run.follows->host);
           const std::string was = found.empty() ? run.follows->host : found;
-          rec.add("swapped_host", was).add("swapped_launch", run.follows->launch)
-              .add("swapped_step", run.follows->step).add("standing", run.standing ? 1 : 0);
-          events_.write("straggler_follows_rank", launch,
-                        follows_text(launch, run, h.empty() ? run.host : h, was, figures, alloc, grid), rec);
+          rec.swapped_host = was, rec.swapped_launch = run.follows->launch, rec.swapped_step = run.follows->step;
+          rec.standing = run.standing ? 1 : 0;
+          events_.write(launch, follows_text(launch, run, h.empty() ? run.host : h, was, figures, alloc, grid),
+                        events::StragglerFollowsRank{rec});
         }
         continue;
       }
       if (in_launch && !alloc.spares().empty()) {
         if (!can_swap) continue;  // the job has ended: nothing to stop
-        events_.write("straggler_swap", launch,
+        events_.write(launch,
                       "launch " + std::to_string(launch) + ": host " + h + " " + named +
                           ": asking the job to checkpoint and stop, to swap it for a spare",
-                      rec);
+                      events::StragglerSwap{rec});
         return StragglerPick{h, "a straggler: " + named, run, wall_seconds()};
       }
       if (kept_.insert(run.host).second)
-        events_.write("straggler_kept", launch,
+        events_.write(launch,
                       "launch " + std::to_string(launch) + ": host " + run.host + " " + named + "; " +
                           (in_launch ? "no spare left to swap in: the job goes on there"
                                      : "not one of the launch's hosts in the allocation: nothing to swap"),
-                      rec);
+                      events::StragglerKept{rec});
     }
   }
   return std::nullopt;
@@ -195,9 +193,13 @@ void StragglerPolicy::swap_done(int launch, long first) {
                 "the straggler %s swapped for %s: the first step on the new hosts %.1f s after the decision; %ld "
                 "step(s) redone (the stopped job's last step %ld, resumed from step %ld)",
                 p.host.c_str(), join(p.spares_in).c_str(), seconds, redone, p.last_step, p.resume_step);
-  events_.write("swap_done", launch, b,
-                JsonRecord().add("host", p.host).add("spares_in", p.spares_in).add("seconds", seconds)
-                    .add("steps_redone", redone).add("last_step", p.last_step).add("resume_step", p.resume_step));
+  events_.write(launch, b,
+                events::SwapDone{.host = p.host,
+                                 .spares_in = p.spares_in,
+                                 .seconds = seconds,
+                                 .steps_redone = redone,
+                                 .last_step = p.last_step,
+                                 .resume_step = p.resume_step});
   pending_.reset();
 }
 

@@ -61,7 +61,7 @@ class Supervisor {
 int Supervisor::stopped(int launch, const std::string& where) {
   const Action a = decide(state_, Outcome(Outcome::Kind::Stop));
   const int sig = stop_signal();
-  events_.write("preempted", launch, std::string(sig ? strsignal(sig) : "a stop signal") + " received " + where +
+  events_.write<events::Preempted>(launch, std::string(sig ? strsignal(sig) : "a stop signal") + " received " + where +
                                          "; exiting with " + std::to_string(a.code) +
                                          " so the scheduler can requeue it");
   return a.code;
@@ -122,20 +122,22 @@ Diagnosis Supervisor::report(int launch, const LaunchEnd& o) {
   char b[256];
   std::snprintf(b, sizeof b, "launch %d exited with code %d (%s) after %.1f s", launch, o.code, what.c_str(),
                 now_s() - o.t0);
-  events_.write("exit", launch, b, JsonRecord().add("code", o.code).add("seconds", now_s() - o.t0)
-                                       .add("meaning", o.hung        ? std::string("hang")
-                                                       : o.unstarted ? std::string("not started")
-                                                                     : exit_code_meaning(o.code)));
+  events_.write(launch, b,
+                events::Exit{.code = o.code,
+                             .seconds = now_s() - o.t0,
+                             .meaning = o.hung        ? std::string("hang")
+                                        : o.unstarted ? std::string("not started")
+                                                      : exit_code_meaning(o.code)});
   if (o.code == kExitOk) return {};
   const Diagnosis d = diagnose_run(r_.run.dir, o.t0);
   for (const CrashReport& c : d.crashes)
-    events_.write("crash", launch, "launch " + std::to_string(launch) + ": " + c.summary + " (backtrace: " + c.path + ")",
-                  JsonRecord().add("rank", c.rank).add("summary", c.summary).add("file", c.path));
+    events_.write(launch, "launch " + std::to_string(launch) + ": " + c.summary + " (backtrace: " + c.path + ")",
+                  events::Crash{.rank = c.rank, .summary = c.summary, .file = c.path});
   if (d.dumps > 0)
-    events_.write("diagnosis", launch,
+    events_.write(launch,
                   "launch " + std::to_string(launch) + ": " + d.verdict + (d.culprit.empty() ? "" : " " + d.culprit) +
                       " (the whole report: trainer diagnose " + r_.run.dir + ")",
-                  JsonRecord().add("verdict", d.verdict).add("culprit", d.culprit).add("report", d.report));
+                  events::Diagnosis{.verdict = d.verdict, .culprit = d.culprit, .report = d.report});
   return d;
 }
 
@@ -145,38 +147,38 @@ int Supervisor::finish(int launch, const Action& a, const JobExit& job) {
   using Why = Action::Why;
   switch (a.why) {
     case Why::Done:
-      events_.write("done", launch, "training finished after " + std::to_string(launch + 1) + " launch(es)");
+      events_.write<events::Done>(launch, "training finished after " + std::to_string(launch + 1) + " launch(es)");
       break;
     case Why::Paused: {
       const long at = read_heartbeat_step(r_.run.dir);
-      events_.write("paused", launch,
+      events_.write(launch,
                     "the job stopped at step " + std::to_string(at) + " of " + std::to_string(r_.training.steps) +
                         " (training.exit_after = " + std::to_string(r_.training.exit_after) +
                         "); the same command continues from its checkpoint",
-                    JsonRecord().add("step", at));
+                    events::Paused{.step = at});
       break;
     }
     case Why::Preempted:
-      events_.write("preempted", launch, "the job stopped on a signal; exiting with " + std::to_string(kExitPreempted) +
+      events_.write<events::Preempted>(launch, "the job stopped on a signal; exiting with " + std::to_string(kExitPreempted) +
                                              " so the scheduler can requeue it");
       break;
     case Why::NotRetryable:
-      events_.write("give_up", launch, "not restarting: " + exit_code_meaning(job.code) + " (exit " +
+      events_.write(launch, "not restarting: " + exit_code_meaning(job.code) + " (exit " +
                                            std::to_string(job.code) +
                                            ") is not something a restart can fix; see the job's messages above",
-                    JsonRecord().add("code", job.code));
+                    events::GiveUp{.code = job.code});
       break;
     case Why::BudgetSpent:
-      events_.write("give_up", launch, "giving up: the job failed " + std::to_string(state_.restarts + 1) +
+      events_.write(launch, "giving up: the job failed " + std::to_string(state_.restarts + 1) +
                                            " time(s) and supervisor.max_restarts = " +
                                            std::to_string(r_.supervisor.max_restarts) +
                                            " restarts are used up; the last failure: " + exit_code_meaning(job.code),
-                    JsonRecord().add("code", job.code));
+                    events::GiveUp{.code = job.code});
       break;
     case Why::UnfitUnexcluded:
-      events_.write("give_up", launch, "trainer health found a node unfit and named no host that can be excluded; not "
+      events_.write(launch, "trainer health found a node unfit and named no host that can be excluded; not "
                                        "launching on it (take the node out of the allocation, or health.check = false)",
-                    JsonRecord().add("code", a.code));
+                    events::GiveUp{.code = a.code});
       break;
     default: break;  // said where it arose: no_spare, give_up after the wait, disk_full, preempted
   }
@@ -198,8 +200,8 @@ bool Supervisor::back_off(int launch, const Action& a) {
     std::snprintf(b, sizeof b, "restart %d of %d in %.1f s, from the newest valid checkpoint", state_.restarts,
                   sv.max_restarts, a.delay_s);
   // on_spares 1: a relaunch on spares (trainer status counts it apart)
-  events_.write("restart", launch + 1, b,
-                JsonRecord().add("restart", state_.restarts).add("delay_s", a.delay_s).add("on_spares", replaced ? 1 : 0));
+  events_.write(launch + 1, b,
+                events::Restart{.restart = state_.restarts, .delay_s = a.delay_s, .on_spares = replaced ? 1 : 0});
   for (const double until = now_s() + a.delay_s; now_s() < until;) {
     if (stop_signal()) return false;
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
@@ -210,10 +212,10 @@ bool Supervisor::back_off(int launch, const Action& a) {
 int Supervisor::run() {
   if (fleet_) {
     const Allocation& a = fleet_->allocation();
-    events_.write("allocation", 0,
+    events_.write(0,
                   std::to_string(a.hosts().size()) + " host(s): " + join(a.hosts()) + "; each launch runs on " +
                       std::to_string(a.nodes()) + ", spares: " + (a.spares().empty() ? "none" : join(a.spares())),
-                  JsonRecord().add("hosts", a.hosts()).add("nodes", a.nodes()).add("spares", a.spares()));
+                  events::Allocation{.hosts = a.hosts(), .spares = a.spares(), .nodes = a.nodes()});
   }
   // The supervisor's health check stands for the job's own.
   std::vector<std::string> overrides = job_.overrides;

@@ -1,4 +1,4 @@
-#include "app/health_table.h"
+#include "planning/health_check.h"
 
 #include <mpi.h>
 
@@ -15,6 +15,7 @@
 #include "planning/node_health.h"
 #include "runtime/errors.h"
 #include "runtime/metrics.h"
+#include "runtime/run_events.h"
 #include "runtime/peer_watch.h"
 #include "runtime/units.h"
 
@@ -30,7 +31,7 @@ void record_unfit(const std::string& run_dir, int launch, const std::vector<std:
   // A failure to write is a warning: the caller's error says what matters.
   try {
     MetricsLog events(run_dir + "/events.jsonl", false);
-    if (!events.write(event_record("unfit_node", launch, why).add("hosts", hosts).add("why", why)))
+    if (!events.write(events::record(events::UnfitNode{.hosts = hosts, .why = why}, launch, why)))
       std::fprintf(stderr, "warning: %s\n", events.error().c_str());
   } catch (const UserError& err) {
     std::fprintf(stderr, "warning: %s\n", err.what());

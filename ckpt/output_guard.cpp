@@ -1,4 +1,4 @@
-#include "app/output_guard.h"
+#include "ckpt/output_guard.h"
 
 #include <filesystem>
 

@@ -1,4 +1,4 @@
-#include "app/mpi_command.h"
+#include "parallel/mpi_command.h"
 
 #include <mpi.h>
 

@@ -1,7 +1,8 @@
 // A step whose loss or gradient norm is not finite, or whose loss spiked: its
 // update was not applied (RankStep::step); training.on_nan / on_spike say
-// what follows. Every rank holds the same loss, norm and limit, so all
-// decide alike without talking.
+// what follows (engine/bad_step_policy.h decides; this carries it out).
+// Every rank holds the same loss, norm and limit, so all decide alike
+// without talking.
 #include <cmath>
 #include <cstdio>
 
@@ -26,23 +27,26 @@ std::string StepLoop::describe_bad_step(const StepStats& st, double median) cons
 
 StepLoop::Next StepLoop::on_bad_step(const StepStats& st, double median) {
   using BadStep = TrainingSection::BadStep;
-  const BadStep policy = st.nonfinite ? r_.training.on_nan : r_.training.on_spike;
-  const char* key = st.nonfinite ? "training.on_nan" : "training.on_spike";
+  const BadStep policy = bad_steps_.policy(st.nonfinite);
+  const char* key = bad_steps_.key(st.nonfinite);
   const std::string what = describe_bad_step(st, median);
   if (policy == BadStep::Skip) {
-    // Skipping helps against a bad batch, not against weights an earlier
-    // update already made NaN or inf (an overflowing learning rate): then
-    // every later step is bad too, and the run would end with NaN weights.
     double bad_weights = rank_step_.weights_finite() ? 0 : 1;
     world_.allreduce_max(&bad_weights, 1);
-    if (bad_weights == 0 && st.nonfinite && ++skipped_in_a_row_ > kBadStepsInARow) {
+    const BadStepPolicy::Skip verdict = bad_steps_.on_skip(st.nonfinite, bad_weights == 0);
+    if (verdict == BadStepPolicy::Skip::Skip) {
+      if (lead_) std::fprintf(stderr, "warning: step %ld: %s; update skipped (%s = \"skip\")\n", st.step, what.c_str(), key);
+      return Next::Continue;  // the step and its batch count as done
+    }
+    if (verdict == BadStepPolicy::Skip::StopInARow) {
       // A checkpoint of the step before the skipped ones holds these very
       // weights: it is set aside, not left to be resumed from.
+      const int skipped = bad_steps_.skipped_in_a_row();
       finish_async();
       const std::string newest = broadcast_string(lead_ ? newest_valid_checkpoint(r_.checkpoint.dir) : "");
       const std::string aside =
-          !newest.empty() && checkpoint_step(newest) == st.step - skipped_in_a_row_
-              ? set_aside(newest, std::to_string(skipped_in_a_row_) + " batches in a row after it were not finite")
+          !newest.empty() && checkpoint_step(newest) == st.step - skipped
+              ? set_aside(newest, std::to_string(skipped) + " batches in a row after it were not finite")
               : "";
       if (lead_)
         std::fprintf(stderr,
@@ -51,12 +55,8 @@ StepLoop::Next StepLoop::on_bad_step(const StepStats& st, double median) {
                      "too high, can leave them so), and skipping batches cannot recover. %sStopping; resume from "
                      "the newest checkpoint in %s (none is written at a step whose loss is not finite) with a lower "
                      "optimizer.lr, or use %s = \"rollback\".\n",
-                     st.step, what.c_str(), skipped_in_a_row_, aside.c_str(), r_.checkpoint.dir.c_str(), key);
+                     st.step, what.c_str(), skipped, aside.c_str(), r_.checkpoint.dir.c_str(), key);
       return Next::Stop;
-    }
-    if (bad_weights == 0) {
-      if (lead_) std::fprintf(stderr, "warning: step %ld: %s; update skipped (%s = \"skip\")\n", st.step, what.c_str(), key);
-      return Next::Continue;  // the step and its batch count as done
     }
     if (lead_)
       std::fprintf(stderr,
@@ -68,14 +68,24 @@ StepLoop::Next StepLoop::on_bad_step(const StepStats& st, double median) {
   }
   finish_async();
   const CheckpointSection& ck = r_.checkpoint;
-  const std::string aside = policy == BadStep::Rollback ? set_aside_unusable(st) : "";
+  // A checkpoint whose weights give no finite loss (an overflowing update
+  // whose own step's loss was still finite, so it was saved) is set aside,
+  // so that neither the next rollback nor a resume lands on it. (A loss
+  // spike is not this: its weights are finite and give a loss.)
+  std::string aside;
+  if (policy == BadStep::Rollback)
+    if (const std::string bad = bad_steps_.unusable_target(st.nonfinite, st.step, checkpoint_step); !bad.empty())
+      aside = set_aside(bad, std::to_string(BadStepPolicy::kInARow) +
+                                 " rollbacks in a row to it met a bad step at once");
   const std::string to =
       policy == BadStep::Rollback ? broadcast_string(lead_ ? newest_valid_checkpoint(ck.dir) : "") : "";
-  if (to.empty() || ++rollbacks_in_a_row_ > kBadStepsInARow) {
-    const std::string why = policy == BadStep::Stop ? std::string("Stopping (") + key + " = \"stop\")."
-                            : to.empty()            ? aside + "No checkpoint to roll back to: stopping."
-                                                    : "Still bad after " + std::to_string(kBadStepsInARow) +
-                                                          " rollbacks: stopping.";
+  const BadStepPolicy::Rollback verdict = bad_steps_.on_rollback(st.nonfinite, to);
+  if (verdict != BadStepPolicy::Rollback::Rollback) {
+    const std::string why = verdict == BadStepPolicy::Rollback::StopAsked
+                                ? std::string("Stopping (") + key + " = \"stop\")."
+                            : verdict == BadStepPolicy::Rollback::StopNoCheckpoint
+                                ? aside + "No checkpoint to roll back to: stopping."
+                                : "Still bad after " + std::to_string(BadStepPolicy::kInARow) + " rollbacks: stopping.";
     if (lead_)
       std::fprintf(stderr,
                    "error: step %ld: %s; the update was not applied. %s The newest checkpoint in %s is what to "
@@ -86,30 +96,12 @@ StepLoop::Next StepLoop::on_bad_step(const StepStats& st, double median) {
   phase("rollback", st.step);
   const long skipped = rank_step_.rollback(to);
   last_saved_ = rank_step_.steps_done();
-  if (to != rolled_back_to_) bad_at_once_ = 0;
-  rolled_back_to_ = to;
   if (lead_)
     std::fprintf(stderr,
                  "warning: step %ld: %s; %srolled back to %s (step %ld) and skipped the %ld batch(es) since it "
                  "(%s = \"rollback\")\n",
                  st.step, what.c_str(), aside.c_str(), to.c_str(), rank_step_.steps_done(), skipped, key);
   return Next::Retry;
-}
-
-// A checkpoint whose weights give no finite loss (an overflowing update
-// whose own step's loss was still finite, so it was saved): every rollback
-// to it meets a bad step at once, each on a fresh batch. After
-// kBadStepsInARow such rollbacks it is set aside, so that neither the next
-// rollback nor a resume lands on it; the sentence that says so, or "". (A
-// loss spike is not this: its weights are finite and give a loss.) Every
-// rank decides alike.
-std::string StepLoop::set_aside_unusable(const StepStats& st) {
-  if (!st.nonfinite || rolled_back_to_.empty() || st.step != checkpoint_step(rolled_back_to_) + 1 ||
-      ++bad_at_once_ < kBadStepsInARow)
-    return "";
-  const std::string was = rolled_back_to_;
-  rolled_back_to_.clear(), bad_at_once_ = 0, rollbacks_in_a_row_ = 0;
-  return set_aside(was, std::to_string(kBadStepsInARow) + " rollbacks in a row to it met a bad step at once");
 }
 
 // Collective: rank 0 moves `step_dir` aside (ckpt/checkpoint.h

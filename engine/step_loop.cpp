@@ -20,7 +20,7 @@ int run_step_loop(Job& job) { return StepLoop(job).run(); }
 StepLoop::StepLoop(Job& job)
     : job_(job), r_(job.recipe), rank_step_(*job.rank_step), world_(job.grid->world()), lead_(world_.rank() == 0),
       rank_(world_.rank()), last_saved_(job.resumed_step), newest_(job.resumed_from),
-      throughput_(r_.runtime.throughput_drop, r_.runtime.throughput_window) {
+      bad_steps_(r_.training), throughput_(r_.runtime.throughput_drop, r_.runtime.throughput_window) {
   first_ = rank_step_.steps_done();
   end_ = r_.training.exit_after > 0 ? std::min(r_.training.steps, first_ + r_.training.exit_after)
                                     : r_.training.steps;
@@ -49,14 +49,14 @@ int StepLoop::run() {
     StepStats st;
     StepExtras x;
     try {
-      const double median = spike_median();
+      const double median = bad_steps_.spike_median();
       st = one_step(median);
       if (st.nonfinite || st.spike) {
         const Next n = on_bad_step(st, median);
         if (n == Next::Stop) return kExitBadStep;
         if (n == Next::Retry) continue;
       } else {
-        skipped_in_a_row_ = 0, bad_at_once_ = 0;
+        bad_steps_.applied(st.loss);
       }
       maybe_evaluate(st, x);
       track_stragglers(st, x);
@@ -139,13 +139,6 @@ void StepLoop::inject_faults(long next) {
   rank_step_.set_extra_compute_ms(f.slow_ms(next));
 }
 
-// The median loss of the recent applied steps, 0 until there are enough
-// (training.spike_window) or with spike detection off.
-double StepLoop::spike_median() const {
-  if (r_.training.spike_factor <= 0 || (int)recent_losses_.size() < r_.training.spike_window) return 0;
-  return median_of(std::vector<double>(recent_losses_.begin(), recent_losses_.end()));
-}
-
 StepStats StepLoop::one_step(double median) {
   rank_step_.set_loss_limit(median > 0 ? r_.training.spike_factor * median : std::numeric_limits<double>::infinity());
   StepStats st = rank_step_.step();
@@ -153,10 +146,6 @@ StepStats StepLoop::one_step(double median) {
     if (fired_once_.insert(x).second) rank_step_.poison_weights();
   job_.recorder->note_step(st.step);
   beat(st.step);
-  if (!st.nonfinite && !st.spike) {
-    recent_losses_.push_back(st.loss);
-    if ((int)recent_losses_.size() > r_.training.spike_window) recent_losses_.pop_front();
-  }
   return st;
 }
 

@@ -4,6 +4,7 @@
 // around a step split by what it does:
 //   engine/step_loop.cpp       the loop, preemption, injected faults, evaluation
 //   engine/failure_policy.cpp  a NaN/Inf or spiking step: skip, roll back or stop
+//                              (engine/bad_step_policy.h decides)
 //   engine/step_saves.cpp      checkpoint saves and commits (blocking or async)
 //   engine/stragglers.cpp      naming ranks that compute slower than their peers, and
 //                              throughput drops (engine/throughput_watch.h)
@@ -16,6 +17,7 @@
 #include <vector>
 
 #include "data/blend.h"
+#include "engine/bad_step_policy.h"
 #include "engine/checkpoint_interval.h"
 #include "engine/job.h"
 #include "engine/throughput_watch.h"
@@ -71,10 +73,8 @@ class StepLoop {
   int preemption_signal();
   int save_for_preemption(int sig);
   void inject_faults(long next);
-  double spike_median() const;
   StepStats one_step(double median);
   Next on_bad_step(const StepStats& st, double median);
-  std::string set_aside_unusable(const StepStats& st);
   std::string set_aside(const std::string& step_dir, const std::string& evidence);
   std::string describe_bad_step(const StepStats& st, double median) const;
   void maybe_evaluate(const StepStats& st, StepExtras& x);
@@ -113,19 +113,9 @@ class StepLoop {
   long first_ = 0, end_ = 0;
   long last_saved_;      // a checkpoint of this step exists
   std::string newest_;   // the newest committed checkpoint, for messages and the stop note
-  // A bad step's policy gives up after this many in a row: rollbacks that
-  // meet bad steps again, or skipped steps (on_nan = "skip": finite weights
-  // whose every forward overflows, which no skipping mends).
-  static constexpr int kBadStepsInARow = 3;
-  int rollbacks_in_a_row_ = 0, skipped_in_a_row_ = 0;
-  // The checkpoint the last rollback went to, and how many rollbacks to it in
-  // a row met a bad step at once (each on a fresh batch): past
-  // kBadStepsInARow its weights are what is bad, and it is set aside.
-  std::string rolled_back_to_;
-  int bad_at_once_ = 0;
+  BadStepPolicy bad_steps_;  // training.on_nan, on_spike: the spike limit and the runs of bad steps
   bool save_owed_ = false;  // a save fell on a step whose loss was not finite: the next good step makes it
   std::set<const Fault*> fired_once_;  // nan and bad_batch faults: once per launch
-  std::deque<double> recent_losses_;   // applied steps, for the spike limit
   double window_compute_ms_ = 0, window_expert_rows_ = 0;  // (expert rows: a Mixture-of-Experts model's)
   int window_steps_ = 0;
   ThroughputWatch throughput_;

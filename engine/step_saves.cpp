@@ -106,7 +106,7 @@ double StepLoop::save_or_commit(const StepStats& st) {
       committed(where);
       if (lead_) std::printf("checkpoint: step %ld saved to %s\n", st.step, where.c_str());
     }
-    if (save_now) last_saved_ = st.step, rollbacks_in_a_row_ = 0;
+    if (save_now) last_saved_ = st.step, bad_steps_.saved();
   } catch (const CheckpointError& e) {
     if (ck.required)
       throw CheckpointError("checkpoint of step " + std::to_string(st.step) +

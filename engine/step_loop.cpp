@@ -20,7 +20,8 @@ int run_step_loop(Job& job) { return StepLoop(job).run(); }
 StepLoop::StepLoop(Job& job)
     : job_(job), r_(job.recipe), rank_step_(*job.rank_step), world_(job.grid->world()), lead_(world_.rank() == 0),
       rank_(world_.rank()), last_saved_(job.resumed_step), newest_(job.resumed_from),
-      bad_steps_(r_.training), throughput_(r_.runtime.throughput_drop, r_.runtime.throughput_window) {
+      bad_steps_(r_.training), throughput_(r_.runtime.throughput_drop, r_.runtime.throughput_window),
+      stragglers_(r_.runtime) {
   first_ = rank_step_.steps_done();
   end_ = r_.training.exit_after > 0 ? std::min(r_.training.steps, first_ + r_.training.exit_after)
                                     : r_.training.steps;
@@ -69,7 +70,7 @@ int StepLoop::run() {
     if (!st.nonfinite) last_loss_ = st.loss;  // the summary's final loss: the last finite one
     if (x.val >= 0) last_val_ = x.val;
     if (lead_ && x.straggler_report) report_stragglers(st, x.slow);
-    if (lead_) watch_throughput(st, x);
+    if (lead_) watch_throughput(st);
     log_step(st, x);
   }
   print_summary();

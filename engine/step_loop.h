@@ -19,6 +19,7 @@
 #include "data/blend.h"
 #include "engine/bad_step_policy.h"
 #include "engine/checkpoint_interval.h"
+#include "engine/straggler_watch.h"
 #include "engine/job.h"
 #include "engine/throughput_watch.h"
 #include "runtime/metrics.h"
@@ -29,30 +30,6 @@ namespace trainer {
 // the policy does not survive, 75 after a preemption checkpoint). Errors
 // inside a step abort the job (abort_job).
 int run_step_loop(Job& job);
-
-// Ranks whose compute time per step exceeds what their pipeline stage should
-// take by runtime.straggler_factor (judge_stragglers says how that is found).
-struct StragglerReport {
-  std::vector<double> ranks, ms, ratios;  // world ranks named, their compute ms/step and ratio to what their stage should take
-  double worst_ratio = 0, median_ms = 0;  // median: over all ranks
-  // Ranks slower than that only because their experts received more rows
-  // than their stage's median rank's (Mixture-of-Experts routing): not
-  // named; their compute ms and that load ratio.
-  std::vector<double> loaded, loaded_ms, loads;
-};
-// The verdict on every rank's mean compute ms (index: world rank): each rank
-// against its stage's predicted share of the work (stage_work) at the fastest
-// stage's rate, a stage's rate being the median of its ranks. With experts:
-// a rank's time first divided by what its experts' rows add, 1 + share x
-// (its rows / its stage's median rows - 1) (share: expert_flops_share),
-// so that a rank the routing sent more tokens is told from a slow one.
-StragglerReport judge_stragglers(const std::vector<float>& ms, const GridShape& grid, double factor,
-                                 const std::vector<double>& stage_work, const std::vector<float>& expert_rows = {},
-                                 double expert_share = 0);
-// Collective over the world group; my_compute_ms, my_expert_rows: this rank's means.
-StragglerReport find_stragglers(ControlComm& world, const GridShape& grid, double factor, double my_compute_ms,
-                                const std::vector<double>& stage_work, double my_expert_rows = 0,
-                                double expert_share = 0);
 
 class StepLoop {
  public:
@@ -81,7 +58,7 @@ class StepLoop {
   void add_blend_counts(JsonRecord& rec);
   void print_blend() const;
   void track_stragglers(const StepStats& st, StepExtras& x);
-  void watch_throughput(const StepStats& st, const StepExtras& x);
+  void watch_throughput(const StepStats& st);
   double save_or_commit(const StepStats& st);
   bool auto_save_due(const StepStats& st);
   void note_auto_save(double blocking_ms);
@@ -116,12 +93,8 @@ class StepLoop {
   BadStepPolicy bad_steps_;  // training.on_nan, on_spike: the spike limit and the runs of bad steps
   bool save_owed_ = false;  // a save fell on a step whose loss was not finite: the next good step makes it
   std::set<const Fault*> fired_once_;  // nan and bad_batch faults: once per launch
-  double window_compute_ms_ = 0, window_expert_rows_ = 0;  // (expert rows: a Mixture-of-Experts model's)
-  int window_steps_ = 0;
   ThroughputWatch throughput_;
-  StragglerReport last_named_;  // the newest straggler report that named a rank
-  long straggler_windows_ = 0;           // straggler reports made by this launch
-  long last_named_step_ = -1;
+  StragglerWatch stragglers_;  // runtime.straggler_factor, straggler_every: the window and the newest report
   std::unique_ptr<AutoCheckpointInterval> auto_interval_;  // checkpoint.every = "auto" (rank 0 decides)
   std::unique_ptr<MetricsLog> events_;  // rank 0: the run's events.jsonl, opened at the first event
   double last_loss_ = 0, last_val_ = -1;

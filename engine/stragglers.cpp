@@ -1,8 +1,6 @@
-// Stragglers: every runtime.straggler_every steps all ranks share their mean
-// compute time per step (step time minus time in communication calls, which
-// is where fast ranks wait for slow ones); a rank slower than its peers by
-// more than runtime.straggler_factor is named. And the throughput watch's
-// reports (engine/throughput_watch.h). Rank 0 writes the reports that name
+// Stragglers (engine/straggler_watch.h judges them and keeps the window):
+// every runtime.straggler_every steps the ranks' reports, and the
+// throughput watch's (engine/throughput_watch.h). Rank 0 writes the reports that name
 // a rank, with its host, and the throughput drops to events.jsonl.
 #include <algorithm>
 #include <cstdio>
@@ -15,74 +13,13 @@
 
 namespace trainer {
 
-// Each rank is held to what its stage should take: the stage's predicted
-// share of the work (stage_work, from the plan's flop counts) at the rate of
-// the fastest stage. A stage's rate is the median of its ranks, so one slow
-// rank among three or more peers does not move it and is named against them;
-// a stage slow as a whole, all its ranks alike, is named against the others'
-// rate, and the head's stage is not named for the head's predicted work.
-StragglerReport judge_stragglers(const std::vector<float>& raw, const GridShape& grid, double factor,
-                                 const std::vector<double>& stage_work, const std::vector<float>& expert_rows,
-                                 double expert_share) {
-  const int n = (int)raw.size();
-  // Each rank's experts' load against its stage's median rank's, and its
-  // time without what the extra (or missing) rows cost.
-  std::vector<double> load(n, 1.0);
-  std::vector<float> all(raw);
-  if (expert_share > 0 && (int)expert_rows.size() == n) {
-    std::vector<std::vector<float>> stage_rows(grid.pp);
-    for (int k = 0; k < n; k++) stage_rows[grid_coords(grid, k).pp].push_back(expert_rows[k]);
-    for (int k = 0; k < n; k++) {
-      const double median = median_of(stage_rows[grid_coords(grid, k).pp]);
-      if (median > 0) load[k] = expert_rows[k] / median;
-      all[k] = (float)(raw[k] / (1 + expert_share * (load[k] - 1)));
-    }
-  }
-  std::vector<std::vector<float>> stage_times(grid.pp);
-  for (int k = 0; k < n; k++) stage_times[grid_coords(grid, k).pp].push_back(all[k]);
-  double rate = -1;  // the fastest stage's median ms per unit of predicted work
-  for (int p = 0; p < grid.pp; p++) {
-    const double r = median_of(stage_times[p]) / stage_work[p];
-    if (rate < 0 || r < rate) rate = r;
-  }
-  StragglerReport rep;
-  rep.median_ms = median_of(raw);
-  for (int k = 0; k < n; k++) {
-    const double expected = rate * stage_work[grid_coords(grid, k).pp];
-    const double ratio = expected > 0 ? all[k] / expected : 0, raw_ratio = expected > 0 ? raw[k] / expected : 0;
-    rep.worst_ratio = std::max(rep.worst_ratio, ratio);
-    if (ratio > factor) {
-      rep.ranks.push_back(k);
-      rep.ms.push_back(raw[k]);
-      rep.ratios.push_back(ratio);
-    } else if (raw_ratio > factor) {
-      rep.loaded.push_back(k), rep.loaded_ms.push_back(raw[k]), rep.loads.push_back(load[k]);
-    }
-  }
-  return rep;
-}
-
-StragglerReport find_stragglers(ControlComm& world, const GridShape& grid, double factor, double my_compute_ms,
-                                const std::vector<double>& stage_work, double my_expert_rows, double expert_share) {
-  const int n = world.size();
-  std::vector<float> both(2 * (size_t)n), ms(n), rows(n);
-  const float mine[2] = {(float)my_compute_ms, (float)my_expert_rows};
-  world.allgather(mine, both.data(), 2);
-  for (int k = 0; k < n; k++) ms[k] = both[2 * k], rows[k] = both[2 * k + 1];
-  return judge_stragglers(ms, grid, factor, stage_work, rows, expert_share);
-}
-
 void StepLoop::track_stragglers(const StepStats& st, StepExtras& x) {
-  if (r_.runtime.straggler_factor <= 0) return;
-  window_compute_ms_ += st.step_ms - st.comm_ms();
-  window_expert_rows_ += st.moe_expert_rows;
-  if (++window_steps_ < r_.runtime.straggler_every) return;
-  x.slow = find_stragglers(world_, r_.parallel.grid, r_.runtime.straggler_factor, window_compute_ms_ / window_steps_,
-                           stage_work(r_.model, r_.parallel.grid.pp), window_expert_rows_ / window_steps_,
-                           expert_flops_share(r_.model));
+  const std::optional<StragglerWatch::Window> w = stragglers_.add(st.step_ms - st.comm_ms(), st.moe_expert_rows);
+  if (!w) return;
+  x.slow = find_stragglers(world_, r_.parallel.grid, r_.runtime.straggler_factor, w->compute_ms,
+                           stage_work(r_.model, r_.parallel.grid.pp), w->expert_rows, expert_flops_share(r_.model));
   x.straggler_report = true;
-  straggler_windows_++;
-  window_compute_ms_ = 0, window_steps_ = 0, window_expert_rows_ = 0;
+  stragglers_.reported(x.slow, st.step);
 }
 
 // Rank 0: a report that names ranks is also a `straggler` event, with each
@@ -104,7 +41,7 @@ void StepLoop::report_stragglers(const StepStats& st, const StragglerReport& slo
   }
   write_event(events::record(events::Straggler{.step = st.step,
                                                .window_steps = r_.runtime.straggler_every,
-                                               .window = straggler_windows_,
+                                               .window = stragglers_.windows(),
                                                .ranks = slow.ranks,
                                                .hosts = hosts,
                                                .ratios = slow.ratios,
@@ -151,16 +88,15 @@ namespace trainer {
 // events.jsonl (beside the supervisor's events; `trainer status` and the
 // report show it), with each part of the step and the rank last named a
 // straggler, if any, within the last two reports.
-void StepLoop::watch_throughput(const StepStats& st, const StepExtras& x) {
-  if (x.straggler_report && !x.slow.ranks.empty()) last_named_ = x.slow, last_named_step_ = st.step;
+void StepLoop::watch_throughput(const StepStats& st) {
   const double comm = st.comm_ms(), compute = std::max(0.0, st.step_ms - comm - st.data_wait_ms);
   const auto drop = throughput_.add(st.step, {st.step_ms, compute, comm, st.data_wait_ms});
   if (!drop) return;
-  const bool straggler = last_named_step_ >= 0 && st.step - last_named_step_ <= 2L * r_.runtime.straggler_every;
+  const StragglerReport* straggler = stragglers_.recent(st.step);
   char who[128] = "";
   if (straggler)
-    std::snprintf(who, sizeof who, "; straggler: rank %d computes %.2fx what its stage should take", (int)last_named_.ranks[0],
-                  last_named_.ratios[0]);
+    std::snprintf(who, sizeof who, "; straggler: rank %d computes %.2fx what its stage should take",
+                  (int)straggler->ranks[0], straggler->ratios[0]);
   char text[768];
   std::snprintf(text, sizeof text,
                 "step %ld: throughput down to %.0f%% of this launch's early baseline over the last %d steps "
@@ -177,7 +113,7 @@ void StepLoop::watch_throughput(const StepStats& st, const StepExtras& x) {
                            .grew_ms = drop->grew_ms,
                            .step_ms = drop->now.step,
                            .baseline_step_ms = drop->base.step};
-  if (straggler) e.straggler_rank = (long)last_named_.ranks[0];
+  if (straggler) e.straggler_rank = (long)straggler->ranks[0];
   write_event(events::record(e, job_.launch, text));
 }
 

@@ -3,7 +3,7 @@
 
 #include <vector>
 
-#include "engine/step_loop.h"
+#include "engine/straggler_watch.h"
 #include "model/flops.h"
 
 namespace trainer {
@@ -70,6 +70,47 @@ TEST(Stragglers, ARankTheRoutingSentMoreTokensIsNotSlow) {
   const StragglerReport slow = judge_stragglers(ms, dp4, 1.3, work, rows, 0.3);
   ASSERT_EQ(slow.ranks, std::vector<double>{2});
   EXPECT_NEAR(slow.ratios[0], 1.5, 1e-6);
+}
+
+// The watch alone: a rank's window of compute times (the means over
+// straggler_every steps, computed by hand), a report due at every window's
+// end, none with the check off, and the newest report that named ranks kept
+// for two windows.
+TEST(StragglerWatch, AWindowsMeansComeEveryStragglerEverySteps) {
+  RuntimeSection rt;
+  rt.straggler_factor = 1.5, rt.straggler_every = 3;
+  StragglerWatch w(rt);
+  EXPECT_FALSE(w.add(10, 1));
+  EXPECT_FALSE(w.add(20, 2));
+  const auto first = w.add(60, 6);
+  ASSERT_TRUE(first);
+  EXPECT_DOUBLE_EQ(first->compute_ms, 30);  // (10 + 20 + 60) / 3
+  EXPECT_DOUBLE_EQ(first->expert_rows, 3);
+  EXPECT_EQ(w.windows(), 1);
+  EXPECT_FALSE(w.add(1, 0));  // a new window
+  EXPECT_FALSE(w.add(2, 0));
+  const auto second = w.add(3, 0);
+  ASSERT_TRUE(second);
+  EXPECT_DOUBLE_EQ(second->compute_ms, 2);
+  EXPECT_EQ(w.windows(), 2);
+  rt.straggler_factor = 0;  // off
+  StragglerWatch off(rt);
+  for (int i = 0; i < 10; i++) EXPECT_FALSE(off.add(10, 0));
+  EXPECT_EQ(off.windows(), 0);
+}
+
+TEST(StragglerWatch, TheNewestReportThatNamedRanksIsRecentForTwoWindows) {
+  RuntimeSection rt;
+  rt.straggler_factor = 1.5, rt.straggler_every = 10;
+  StragglerWatch w(rt);
+  EXPECT_EQ(w.recent(5), nullptr);
+  StragglerReport named;
+  named.ranks = {3}, named.ratios = {2.0};
+  w.reported(named, 10);
+  w.reported(StragglerReport{}, 20);  // a report naming no one keeps the last that did
+  ASSERT_NE(w.recent(30), nullptr);
+  EXPECT_EQ(w.recent(30)->ranks, std::vector<double>{3});
+  EXPECT_EQ(w.recent(31), nullptr);  // more than 2 x 10 steps after
 }
 
 }  // namespace

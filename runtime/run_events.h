@@ -189,7 +189,7 @@ using StragglerFollowsRank = StragglerRunEvent<&kStragglerFollowsRank>;
 struct SwapDone {
   static constexpr const char* kKind = "swap_done";
   std::optional<std::string> host{};
-  std::vector<std::string> spares_in;
+  std::optional<std::vector<std::string>> spares_in{};
   std::optional<double> seconds{};
   std::optional<long> steps_redone{}, last_step{}, resume_step{};
   template <class F>

@@ -52,11 +52,9 @@ Diagnosis health_verdict(const std::string& run_dir, int launch) {
   for (const nlohmann::json& e : read_jsonl(run_dir + "/events.jsonl")) {
     if (events::head(e).launch != launch) continue;
     if (events::is<events::HealthCheck>(e)) d = {};
-    if (events::is<events::UnfitNode>(e)) {
-      const std::optional<events::UnfitNode> u = events::read<events::UnfitNode>(e);
-      d.hosts = u ? u->hosts : std::vector<std::string>{};  // a damaged entry names no host
-      d.host_why = u ? u->why : "";
-    }
+    // (a damaged entry, not readable as one, changes nothing)
+    if (const std::optional<events::UnfitNode> u = events::read<events::UnfitNode>(e))
+      d.hosts = u->hosts, d.host_why = u->why;
   }
   return d;
 }

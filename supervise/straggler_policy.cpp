@@ -110,8 +110,9 @@ std::optional<StragglerPick> StragglerPolicy::read_reports(int launch, const All
   for (const nlohmann::json& e : read_jsonl_since(r_.run.dir + "/events.jsonl", &events_offset_)) {
     const std::optional<events::Straggler> s = events::read<events::Straggler>(e);
     // (none, or its lists of unequal lengths: not a report this supervisor understands)
-    if (!s || events::head(e).launch != launch || s->hosts.empty() || s->ratios.size() != s->hosts.size() ||
-        s->compute_ms.size() != s->hosts.size())
+    // (nor one without its step and window: consecutive windows are told by them)
+    if (!s || events::head(e).launch != launch || s->step <= 0 || s->window_steps <= 0 || s->window <= 0 ||
+        s->hosts.empty() || s->ratios.size() != s->hosts.size() || s->compute_ms.size() != s->hosts.size())
       continue;
     StragglerWindow w;
     w.step = s->step, w.window_steps = s->window_steps, w.first = s->window == 1;

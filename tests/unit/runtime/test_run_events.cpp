@@ -43,6 +43,8 @@ TEST(RunEvents, AnOptionalFieldIsWrittenOnlyWhenSet) {
   j = line_of(events::record(events::DiskFull{.code = 8}, 0, "full"));
   EXPECT_EQ(j.at("code"), 8);
   EXPECT_FALSE(j.contains("reason"));
+  // A swap whose relaunch ended before its first step: only the head.
+  EXPECT_EQ(line_of(events::record(events::SwapDone{}, 2, "no cost measured")).size(), 4u);
 }
 
 TEST(RunEvents, AReaderGetsBackWhatAWriterWrote) {
